@@ -1,0 +1,64 @@
+// Frame codec (R-T1, R-T2, R-T5): one binary WebSocket message <-> one
+// AgentEnvelope. Pure: sizes are checked before protobuf decoding allocates
+// anything, and every refusal is a CoreError value.
+
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import {
+  AgentEnvelopeSchema,
+  type AgentEnvelope,
+} from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { Code, coreError, type CoreError } from "../errors.js";
+import { MAX_ENVELOPE_BYTES } from "../limits.js";
+
+export type PayloadCase = NonNullable<AgentEnvelope["payload"]["case"]>;
+export type Payload = AgentEnvelope["payload"];
+
+export type DecodeResult =
+  | { ok: true; envelope: AgentEnvelope & { payload: { case: PayloadCase } } }
+  | { ok: false; error: CoreError };
+
+/**
+ * Decode one frame. `binary` is false for a WebSocket text frame, which is a
+ * protocol error (R-T1).
+ */
+export function decodeFrame(data: Uint8Array, binary = true): DecodeResult {
+  if (!binary) return { ok: false, error: coreError(Code.PROTOCOL_ERROR, "text frames are not part of the protocol") };
+  if (data.length > MAX_ENVELOPE_BYTES) {
+    return {
+      ok: false,
+      error: coreError(Code.PAYLOAD_TOO_LARGE, `envelope of ${data.length} bytes exceeds ${MAX_ENVELOPE_BYTES}`),
+    };
+  }
+  let envelope: AgentEnvelope;
+  try {
+    envelope = fromBinary(AgentEnvelopeSchema, data);
+  } catch (e) {
+    return { ok: false, error: coreError(Code.PROTOCOL_ERROR, `malformed protobuf: ${(e as Error).message}`) };
+  }
+  if (envelope.payload.case === undefined) {
+    // Either no payload at all, or a payload field this version does not
+    // know: both are PROTOCOL_ERROR (R-T5), never silently ignored.
+    return { ok: false, error: coreError(Code.PROTOCOL_ERROR, "envelope carries no recognized payload") };
+  }
+  return { ok: true, envelope: envelope as AgentEnvelope & { payload: { case: PayloadCase } } };
+}
+
+export interface Fence {
+  sessionId: string;
+  generation: number;
+}
+
+/** Encode an envelope with the session fence and one payload. */
+export function encodeEnvelope(fence: Fence | null, payload: Payload): Uint8Array {
+  const env = create(AgentEnvelopeSchema, {
+    sessionId: fence?.sessionId ?? "",
+    sessionGeneration: BigInt(fence?.generation ?? 0),
+    payload,
+  });
+  return toBinary(AgentEnvelopeSchema, env);
+}
+
+/** A uint64 from the wire as a safe JS number, or null if it cannot be one. */
+export function safeNumber(v: bigint): number | null {
+  return v >= 0n && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : null;
+}

@@ -1,0 +1,98 @@
+// Every bound RVBox keeps, by name. Numbers from the spec (agent-protocol.md,
+// architecture.md) are marked "spec"; the rest are RVBox's choices. Configs
+// may override the configurable ones; nothing else in core/ writes a literal
+// bound.
+
+export const KiB = 1024;
+export const MiB = 1024 * KiB;
+
+/** spec: a decoded envelope may not exceed 1 MiB. */
+export const MAX_ENVELOPE_BYTES = 1 * MiB;
+/** spec: a chunk's uncompressed payload may not exceed 64 KiB. */
+export const MAX_CHUNK_BYTES = 64 * KiB;
+/** spec: script size limit. */
+export const MAX_SCRIPT_BYTES = 16 * MiB;
+/** A script chunk carried in one ScriptChunk (also the spec's chunk limit). */
+export const SCRIPT_CHUNK_BYTES = MAX_CHUNK_BYTES;
+/** Unacknowledged script bytes the server keeps in flight per command. */
+export const SCRIPT_UPLOAD_WINDOW_BYTES = 256 * KiB;
+
+/** spec: heartbeat ping after this long without inbound activity. */
+export const HEARTBEAT_PING_AFTER_MS = 10_000;
+/** spec: session dead after this long without inbound activity. */
+export const HEARTBEAT_DEAD_AFTER_MS = 30_000;
+/** spec: reconnect backoff, full jitter. */
+export const BACKOFF_INITIAL_MS = 1_000;
+export const BACKOFF_CAP_MS = 60_000;
+/** spec: a session stable this long resets the backoff. */
+export const BACKOFF_STABLE_RESET_MS = 60_000;
+/** spec: one-shot instance authorization default lifetime. */
+export const AUTHORIZATION_TTL_MS = 5 * 60_000;
+/** Pending identity claims remembered per client id (newest wins). */
+export const MAX_PENDING_CLAIMS_PER_CLIENT = 1;
+
+/** spec: unacknowledged encoded wire bytes per command and per session. */
+export const WINDOW_PER_COMMAND_BYTES = 1 * MiB;
+export const WINDOW_PER_SESSION_BYTES = 8 * MiB;
+/**
+ * Part of each window that output may never use, so that a truncation
+ * marker, an incomplete marker and the final lifecycle event always fit
+ * (R-W9).
+ */
+export const WINDOW_METADATA_RESERVE_BYTES = 16 * KiB;
+
+/** Agent storage budget tiers (architecture.md). */
+export const AGENT_METADATA_BUDGET_BYTES = 16 * MiB;
+export const AGENT_OUTPUT_PER_COMMAND_BYTES = 64 * MiB;
+export const AGENT_OUTPUT_TOTAL_BYTES = 512 * MiB;
+/** Raw unsequenced output watermarks on the agent. */
+export const AGENT_RAW_HIGH_WATERMARK_BYTES = 32 * MiB;
+export const AGENT_RAW_LOW_WATERMARK_BYTES = 16 * MiB;
+/** Metadata bytes charged up front when a command is admitted. */
+export const AGENT_METADATA_PER_COMMAND_BYTES = 64 * KiB;
+/** Stdin bytes an agent holds for one command before they reach the process. */
+export const AGENT_STDIN_PENDING_BYTES = 1 * MiB;
+
+/** Server storage tiers. */
+export const SERVER_METADATA_BUDGET_BYTES = 64 * MiB;
+export const SERVER_OUTPUT_PER_COMMAND_BYTES = 256 * MiB;
+export const SERVER_OUTPUT_PER_CLIENT_BYTES = 4096 * MiB;
+/** Server retention drops stored output a segment at a time. */
+export const SERVER_SEGMENT_BYTES = 4 * MiB;
+/** Encoded bytes the server holds received but not yet durable, per session. */
+export const SERVER_INGRESS_HIGH_WATERMARK_BYTES = 16 * MiB;
+/** Stdin bytes the server keeps in flight (sent, not acknowledged) per command. */
+export const SERVER_STDIN_WINDOW_BYTES = 256 * KiB;
+/** Stdin bytes waiting at the server per command. */
+export const SERVER_STDIN_QUEUE_BYTES = 4 * MiB;
+
+/** Commands an agent retains (non-terminal plus terminal-unacknowledged). */
+export const MAX_RETAINED_COMMANDS = 4096;
+/** Tombstones kept in the compact ledger; the oldest is forgotten first. */
+export const MAX_TOMBSTONES = 65_536;
+/** Commands the server keeps dispatched but unanswered per session. */
+export const MAX_INFLIGHT_DISPATCHES = 256;
+/** Commands the server keeps non-terminal per client. */
+export const MAX_ACTIVE_COMMANDS_PER_CLIENT = 10_000;
+/** Redeliver a CommandDispatch/stdin/signal not answered within this time. */
+export const REDELIVERY_TIMEOUT_MS = 30_000;
+/** Capacity-rejection requeue backoff. */
+export const CAPACITY_RETRY_INITIAL_MS = 1_000;
+export const CAPACITY_RETRY_CAP_MS = 60_000;
+/** A command without an explicit queue expiry gets this one: it bounds retries. */
+export const DEFAULT_QUEUE_EXPIRY_MS = 24 * 60 * 60_000;
+/** Retained recent event digests per command at the server (duplicate checks). */
+export const SERVER_RECENT_DIGESTS = 1024;
+/** Client id: 1..128 ASCII characters (spec). */
+export const MAX_CLIENT_ID_CHARS = 128;
+export const MAX_INSTANCE_ID_CHARS = 128;
+/** Validation bounds of an ExecutionSpec. */
+export const MAX_ARGV_ITEMS = 4096;
+export const MAX_ENV_ITEMS = 1024;
+export const MAX_SPEC_STRING_BYTES = 128 * KiB;
+/** Incidents kept open at once; further ones are counted, not stored. */
+export const MAX_OPEN_INCIDENTS = 10_000;
+/** Grace between TERMINATE and KILL for cancel (shells apply it). */
+export const CANCEL_GRACE_MS = 5_000;
+/** Script bytes an agent holds across all commands. */
+export const AGENT_SCRIPT_TOTAL_BYTES = 64 * MiB;

@@ -1,0 +1,756 @@
+// Server command handling: the command lifecycle (R-D1, R-D3, R-D4, R-D5),
+// reconciliation (R-D8, R-D9, R-D11, R-D12), event ingest (R-O3, R-O4, R-O5,
+// R-W7), stdin (R-S1..R-S3), signals (R-S4, R-S5) and script upload (R-C1,
+// R-C3).
+//
+// Theory of operation
+// -------------------
+// A submit persists the command as `queued` before anything is sent (R-D1);
+// the control reply waits for that persist. `pumpCommands` dispatches queued
+// commands on a `ready` session, oldest first, while the agent has capacity
+// and fewer than maxInflightDispatches are unanswered; a dispatch unanswered
+// for the redelivery timeout is sent again (same revision, same bytes).
+//
+// CommandAccepted: accepted -> `accepted`; transient rejection (capacity,
+// store incident, stale generation) -> back to `queued` with full-jitter
+// backoff (R-D3); permanent rejection -> terminal `rejected` (R-D4);
+// CODE_ALREADY_EXECUTED -> the server's state was stale: terminal
+// `interrupted` plus a recovery incident, never a new rejection (R-D5).
+//
+// Events: event_seq must be exactly receivedThrough + 1; a lower one is a
+// resend and must match the digest of what was stored (R-O2), else
+// CODE_SEQUENCE_VIOLATION; a higher one is a gap (violation). Output offsets
+// must continue each stream exactly, either by bytes or by a truncation
+// marker's ranges, so every byte is accounted for. The event is persisted and
+// the cumulative EventAck leaves only once that persist is durable (R-O3).
+// When ingress bytes awaiting durability exceed the high watermark the
+// connection is closed without acknowledgement (R-W7).
+
+import { create, toBinary } from "@bufbuild/protobuf";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import {
+  CommandDispatchSchema,
+  CloseStdinSchema,
+  ScriptChunkSchema,
+  ScriptCommitSchema,
+  SignalCommandSchema,
+  StdinWriteSchema,
+  type CommandAccepted,
+  type ReconcileSnapshot,
+} from "../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  CommandEventSchema,
+  CommandLifecycle as L,
+  ExecutionSpecSchema,
+  OutputStream,
+  SignalKind,
+  type CommandEvent,
+} from "../../protos/gen/rvbox/v1/common_pb.js";
+import { concatBytes, digest53, fromHex, toHex } from "../bytes.js";
+import { safeNumber } from "../codec/frame-codec.js";
+import { canTransition, isTerminal } from "../dispatch/lifecycle.js";
+import { assert, Code, coreError, isPermanentRejection, isTransientRejection, codeName } from "../errors.js";
+import type { PersistRecord } from "../effects.js";
+import {
+  CAPACITY_RETRY_CAP_MS,
+  CAPACITY_RETRY_INITIAL_MS,
+  DEFAULT_QUEUE_EXPIRY_MS,
+  MAX_CHUNK_BYTES,
+  MAX_OPEN_INCIDENTS,
+  MAX_SCRIPT_BYTES,
+  SCRIPT_CHUNK_BYTES,
+  SERVER_RECENT_DIGESTS,
+} from "../limits.js";
+import { nextFloat } from "../rng.js";
+import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
+import { closeConn, send, sendAck, type ServerCtx, type ServerTables } from "./server-node.js";
+import type {
+  ClientRecord,
+  ConnState,
+  ControlRequest,
+  ControlResult,
+  Incident,
+  ServerCommand,
+  ServerEnv,
+  ServerState,
+} from "./server-types.js";
+import type { StreamName } from "../window/outbox.js";
+
+type Fail = (code: Code, message: string, close: boolean, uuid?: string) => void;
+
+const pad = (n: number): string => n.toString().padStart(12, "0");
+export const serverEventKey = (uuid: string, seq: number): string => `${uuid}/${pad(seq)}`;
+
+export function clientRecord(c: ClientRecord): PersistRecord {
+  return { table: "client", key: c.clientId, value: { ...c, conn: 0, capacity: { ...c.capacity }, pendingClaim: c.pendingClaim && { ...c.pendingClaim }, authorization: c.authorization && { ...c.authorization } } };
+}
+
+export function commandRecord(c: ServerCommand): PersistRecord {
+  const { script, ...rest } = c;
+  void script;
+  return {
+    table: "command",
+    key: c.uuid,
+    value: {
+      ...rest,
+      // A record claims what will be durable with it: events through receivedThrough.
+      storedThrough: c.receivedThrough,
+      streamNext: { ...c.streamNext },
+      stdin: { ...c.stdin, queue: c.stdin.queue.map((o) => ({ ...o })), sentThrough: c.stdin.ackedThrough },
+      signals: c.signals.map((s) => ({ ...s, sentOn: 0 })),
+      segments: c.segments.map((s) => ({ ...s, ranges: s.ranges.map((r) => ({ ...r })) })),
+      retention: c.retention.map((m) => ({ ...m, ranges: m.ranges.map((r) => ({ ...r })) })),
+      requests: { ...c.requests },
+      digests: {},
+      dispatchedOn: 0,
+    },
+  };
+}
+
+export function restoreCommands(st: ServerState, tables: ServerTables): void {
+  const scripts = tables.get("script");
+  for (const [uuid, v] of tables.get("command") ?? []) {
+    const r = v as ServerCommand;
+    const c: ServerCommand = {
+      ...r,
+      script: (scripts?.get(uuid) as { data: Uint8Array } | undefined)?.data ?? null,
+      receivedThrough: r.storedThrough,
+      streamNext: { ...r.streamNext },
+      stdin: { ...r.stdin, queue: r.stdin.queue.map((o) => ({ ...o })), sentThrough: r.stdin.ackedThrough },
+      signals: r.signals.map((s) => ({ ...s })),
+      segments: r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+      retention: r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+      requests: { ...r.requests },
+      digests: {},
+      dispatchedOn: 0,
+      scriptSent: r.scriptAcked,
+      scriptCommitSentOn: 0,
+    };
+    st.commands.set(uuid, c);
+  }
+  // Digests of the most recent stored events, for resend checks after a restart.
+  for (const [key, v] of tables.get("event") ?? []) {
+    const uuid = key.slice(0, key.lastIndexOf("/"));
+    const c = st.commands.get(uuid);
+    const e = v as { seq: number; digest: number };
+    if (c && e.seq > c.storedThrough - SERVER_RECENT_DIGESTS) c.digests[e.seq] = e.digest;
+  }
+}
+
+export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, uuid: string, kind: string, detail: string): void {
+  let open = 0;
+  for (const i of st.incidents.values()) if (!i.acknowledged) open++;
+  if (open >= MAX_OPEN_INCIDENTS) {
+    ctx.emit({ type: "trace", event: "incident_dropped", detail: { kind, uuid } });
+    return;
+  }
+  st.incidentSeq++;
+  const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.now, acknowledged: false };
+  st.incidents.set(inc.id, inc);
+  ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
+  ctx.emit({ type: "trace", event: "incident", detail: { id: inc.id, client: clientId, uuid, kind, detail } });
+}
+
+function setState(ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = ""): void {
+  assert(!isTerminal(c.state), `terminal ${L[c.state]} of ${c.uuid} may not change to ${L[to]}`);
+  assert(canTransition(c.state, to), `illegal transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
+  c.state = to;
+  if (isTerminal(to)) {
+    c.terminalSource = source;
+    if (reason) c.reason = reason;
+    c.script = null;
+    ctx.persist({ table: "script", key: c.uuid, value: null });
+    c.stdin.queue = [];
+    c.stdin.queuedBytes = 0;
+    c.signals = [];
+  }
+  ctx.persist(commandRecord(c));
+  ctx.emit({ type: "trace", event: "state", detail: { uuid: c.uuid, state: L[to] ?? to, source, reason } });
+}
+
+// ------------------------------------------------------------------ control
+
+function reply(ctx: ServerCtx, requestId: string, result: ControlResult): void {
+  ctx.afterDurable({ kind: "reply", requestId, result });
+}
+
+function replyError(ctx: ServerCtx, requestId: string, code: Code, message: string, uuid?: string): void {
+  ctx.emit({ type: "reply", requestId, result: { ok: false, error: coreError(code, message, uuid) } });
+}
+
+/** The immutable request digest: what the agent deduplicates on (with the UUID). */
+export function requestDigest(env: ServerEnv, uuid: string, clientId: string, specBytes: Uint8Array, queueExpiry: number): Uint8Array {
+  const head = new TextEncoderLite().encode(`rvbox.v1/request\n${uuid}\n${clientId}\n${queueExpiry}\n`);
+  return env.ports.sha256(concatBytes([head, specBytes]));
+}
+
+/** Minimal UTF-8 encoder (core has no TextEncoder in its lib). */
+class TextEncoderLite {
+  encode(s: string): Uint8Array {
+    const out: number[] = [];
+    for (const ch of s) {
+      let cp = ch.codePointAt(0)!;
+      if (cp < 0x80) out.push(cp);
+      else if (cp < 0x800) out.push(0xc0 | (cp >> 6), 0x80 | (cp & 63));
+      else if (cp < 0x10000) out.push(0xe0 | (cp >> 12), 0x80 | ((cp >> 6) & 63), 0x80 | (cp & 63));
+      else {
+        cp -= 0;
+        out.push(0xf0 | (cp >> 18), 0x80 | ((cp >> 12) & 63), 0x80 | ((cp >> 6) & 63), 0x80 | (cp & 63));
+      }
+    }
+    return new Uint8Array(out);
+  }
+}
+
+const UUID_RE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv): void {
+  switch (r.op) {
+    case "submit":
+      return submit(st, ctx, r, env);
+    case "stdin":
+    case "close_stdin": {
+      const c = st.commands.get(r.uuid);
+      if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no command ${r.uuid}`, r.uuid);
+      const prior = c.requests[r.requestId];
+      if (prior !== undefined) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: c.uuid, writeSeq: prior } });
+      if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
+      if (!c.spec.stdinOpen) return replyError(ctx, r.requestId, Code.VALIDATION, "the command was submitted without open stdin", r.uuid);
+      if (c.stdin.closeRequested) return replyError(ctx, r.requestId, Code.VALIDATION, "stdin is already closed", r.uuid);
+      const data = r.op === "stdin" ? r.data : new Uint8Array(0);
+      if (data.length > MAX_CHUNK_BYTES) return replyError(ctx, r.requestId, Code.PAYLOAD_TOO_LARGE, `stdin writes are at most ${MAX_CHUNK_BYTES} bytes`, r.uuid);
+      if (c.stdin.queuedBytes + data.length > st.config.limits.stdinQueue)
+        return replyError(ctx, r.requestId, Code.CAPACITY, "stdin queue for this command is full; retry later", r.uuid);
+      const seq = c.stdin.nextSeq++;
+      c.stdin.queue.push({ seq, data, appendNewline: r.op === "stdin" && r.appendNewline, close: r.op === "close_stdin", requestId: r.requestId });
+      c.stdin.queuedBytes += data.length;
+      if (r.op === "close_stdin") c.stdin.closeRequested = true;
+      c.requests[r.requestId] = seq;
+      ctx.persist(commandRecord(c));
+      return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: seq });
+    }
+    case "signal": {
+      const c = st.commands.get(r.uuid);
+      if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no command ${r.uuid}`, r.uuid);
+      const prior = c.requests[r.requestId];
+      if (prior !== undefined) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: c.uuid, revision: prior } });
+      if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
+      if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
+      c.revision++;
+      c.requests[r.requestId] = c.revision;
+      const ending = r.signal !== SignalKind.USER1 && r.signal !== SignalKind.USER2;
+      if (c.state === L.QUEUED) {
+        if (!ending) {
+          c.revision--;
+          delete c.requests[r.requestId];
+          return replyError(ctx, r.requestId, Code.VALIDATION, "the command is not running yet", r.uuid);
+        }
+        // Never reached an agent: the server ends it itself.
+        setState(ctx, c, L.CANCELLED, "server", `${SignalKind[r.signal]?.toLowerCase()} before dispatch`);
+        return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
+      }
+      c.signals.push({ revision: c.revision, signal: r.signal, requestId: r.requestId, sentOn: 0 });
+      ctx.persist(commandRecord(c));
+      return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
+    }
+    case "authorize": {
+      const client = st.clients.get(r.clientId);
+      if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, `unknown client ${r.clientId}`);
+      client.authorization = { instanceId: r.instanceId, expiresAt: ctx.now + st.config.limits.authorizationTtlMs };
+      ctx.persist(clientRecord(client));
+      return reply(ctx, r.requestId, { ok: true });
+    }
+    case "ack_incident": {
+      const inc = st.incidents.get(r.incidentId);
+      if (!inc) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no incident ${r.incidentId}`);
+      inc.acknowledged = true;
+      ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
+      return reply(ctx, r.requestId, { ok: true });
+    }
+  }
+}
+
+function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "submit" }>, env: ServerEnv): void {
+  if (!UUID_RE.test(r.uuid)) return replyError(ctx, r.requestId, Code.VALIDATION, "issue uuid must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (r.clientId === "") return replyError(ctx, r.requestId, Code.VALIDATION, "client id is required");
+  const p = r.spec.program;
+  if (p.case === undefined) return replyError(ctx, r.requestId, Code.VALIDATION, "no program (argv, shell or script)");
+  if (p.case === "script") {
+    const bytes = r.script;
+    if (!bytes || bytes.length === 0 || bytes.length > MAX_SCRIPT_BYTES) return replyError(ctx, r.requestId, Code.VALIDATION, `script of 1..${MAX_SCRIPT_BYTES} bytes required`);
+    if (Number(p.value.sizeBytes) !== bytes.length || toHex(env.ports.sha256(bytes)) !== toHex(p.value.sha256))
+      return replyError(ctx, r.requestId, Code.VALIDATION, "script descriptor does not match the script bytes");
+  }
+  const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? r.queueExpiry : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
+  const hash = toHex(requestDigest(env, r.uuid, r.clientId, toBinary(ExecutionSpecSchema, r.spec), r.queueExpiry ?? 0));
+  const existing = st.commands.get(r.uuid);
+  if (existing) {
+    if (existing.hash === hash) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: r.uuid, revision: existing.revision } });
+    return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
+  }
+  let active = 0;
+  for (const c of st.commands.values()) if (c.clientId === r.clientId && !isTerminal(c.state)) active++;
+  if (active >= st.config.limits.maxActivePerClient) return replyError(ctx, r.requestId, Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
+  const c: ServerCommand = {
+    uuid: r.uuid,
+    clientId: r.clientId,
+    hash,
+    revision: 1,
+    spec: r.spec,
+    script: p.case === "script" ? r.script! : null,
+    createdAt: ctx.now,
+    queueExpiry,
+    state: L.QUEUED,
+    terminalSource: "",
+    everDispatched: false,
+    dispatchedOn: 0,
+    dispatchedAt: 0,
+    attempts: 0,
+    nextAttemptAt: 0,
+    storedThrough: 0,
+    receivedThrough: 0,
+    streamNext: { stdout: 0, stderr: 0 },
+    exitCode: null,
+    signalName: "",
+    reason: "",
+    stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false },
+    signals: [],
+    scriptAcked: 0,
+    scriptSent: 0,
+    scriptCommitSentOn: 0,
+    scriptCommitted: false,
+    segments: [],
+    storedOutputBytes: 0,
+    retention: [],
+    requests: { [r.requestId]: 1 },
+    digests: {},
+  };
+  st.commands.set(c.uuid, c);
+  ctx.persist(commandRecord(c));
+  if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
+  ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
+  reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: 1 });
+}
+
+// ------------------------------------------------------------------ dispatch
+
+function readyConn(st: ServerState, clientId: string): ConnState | undefined {
+  const client = st.clients.get(clientId);
+  const conn = client && client.conn !== 0 ? st.conns.get(client.conn) : undefined;
+  return conn && conn.phase === "ready" ? conn : undefined;
+}
+
+export function onSessionReady(st: ServerState, conn: ConnState): void {
+  // Resend from the last acknowledged point on the new session.
+  for (const c of st.commands.values()) {
+    if (c.clientId !== conn.clientId || isTerminal(c.state)) continue;
+    c.stdin.sentThrough = c.stdin.ackedThrough;
+    c.scriptSent = c.scriptAcked;
+    c.scriptCommitSentOn = 0;
+    for (const s of c.signals) s.sentOn = 0;
+  }
+}
+
+export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
+  const inflightByConn = new Map<number, number>();
+  for (const c of st.commands.values()) {
+    if (isTerminal(c.state)) continue;
+    // Queue expiry passes at the server only for commands no agent can hold.
+    if (c.state === L.QUEUED && ctx.now >= c.queueExpiry) {
+      setState(ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
+      continue;
+    }
+    const conn = readyConn(st, c.clientId);
+    if (!conn) continue;
+    if (c.state === L.DISPATCHED && c.dispatchedOn === conn.generation) {
+      inflightByConn.set(conn.conn, (inflightByConn.get(conn.conn) ?? 0) + 1);
+    }
+  }
+  for (const conn of st.conns.values()) conn.inflight = inflightByConn.get(conn.conn) ?? 0;
+  for (const c of st.commands.values()) {
+    if (isTerminal(c.state)) continue;
+    const conn = readyConn(st, c.clientId);
+    if (!conn) continue;
+    if (c.state === L.QUEUED && ctx.now >= c.nextAttemptAt) {
+      const cl = st.clients.get(c.clientId)!.capacity;
+      const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
+      if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
+      dispatch(ctx, conn, c);
+      conn.inflight++;
+    } else if (c.state === L.DISPATCHED && c.dispatchedOn === conn.generation && ctx.now >= c.dispatchedAt + st.config.limits.redeliveryMs) {
+      dispatch(ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
+    } else if (c.state === L.ACCEPTED || c.state === L.RUNNING) {
+      pumpScript(st, ctx, conn, c, env);
+      pumpStdin(st, ctx, conn, c);
+      pumpSignals(ctx, conn, c);
+    }
+  }
+}
+
+function dispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+  const first = c.state === L.QUEUED;
+  if (first) c.state = L.DISPATCHED;
+  c.everDispatched = true;
+  c.dispatchedOn = conn.generation;
+  c.dispatchedAt = ctx.now;
+  c.attempts++;
+  if (first) ctx.persist(commandRecord(c));
+  send(ctx, conn, {
+    case: "commandDispatch",
+    value: create(CommandDispatchSchema, {
+      issueUuid: c.uuid,
+      commandRevision: BigInt(c.revision),
+      targetSessionGeneration: BigInt(conn.generation),
+      issueTime: timestampFromMsLocal(c.createdAt),
+      spec: c.spec,
+      queueExpiryTime: timestampFromMsLocal(c.queueExpiry),
+      immutableRequestSha256: fromHex(c.hash),
+    }),
+  });
+  ctx.emit({ type: "trace", event: "dispatch", detail: { uuid: c.uuid, conn: conn.conn, generation: conn.generation, attempt: c.attempts } });
+}
+
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+function timestampFromMsLocal(ms: number): ReturnType<typeof timestampFromMs> {
+  return timestampFromMs(ms);
+}
+
+function pumpScript(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand, env: ServerEnv): void {
+  if (!c.script || c.scriptCommitted) return;
+  const size = c.script.length;
+  while (c.scriptSent < size && c.scriptSent - c.scriptAcked < st.config.limits.scriptWindow) {
+    const data = c.script.subarray(c.scriptSent, Math.min(size, c.scriptSent + SCRIPT_CHUNK_BYTES));
+    send(ctx, conn, {
+      case: "scriptChunk",
+      value: create(ScriptChunkSchema, { issueUuid: c.uuid, offset: BigInt(c.scriptSent), data, sha256: env.ports.sha256(data) }),
+    });
+    c.scriptSent += data.length;
+  }
+  if (c.scriptAcked === size && c.scriptCommitSentOn !== conn.generation) {
+    // All bytes durably received: commit, once per session.
+    send(ctx, conn, {
+      case: "scriptCommit",
+      value: create(ScriptCommitSchema, { issueUuid: c.uuid, sizeBytes: BigInt(size), sha256: (c.spec.program.value as { sha256: Uint8Array }).sha256 }),
+    });
+    c.scriptCommitSentOn = conn.generation;
+  }
+}
+
+
+function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+  let inflight = 0;
+  for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) inflight += op.data.length + 1;
+  for (const op of c.stdin.queue) {
+    if (op.seq <= c.stdin.sentThrough) continue;
+    if (inflight > 0 && inflight + op.data.length > st.config.limits.stdinWindow) break;
+    if (op.close) {
+      send(ctx, conn, { case: "closeStdin", value: create(CloseStdinSchema, { issueUuid: c.uuid, writeSeq: BigInt(op.seq) }) });
+    } else {
+      send(ctx, conn, {
+        case: "stdinWrite",
+        value: create(StdinWriteSchema, { issueUuid: c.uuid, writeSeq: BigInt(op.seq), data: op.data, appendNewline: op.appendNewline }),
+      });
+    }
+    c.stdin.sentThrough = op.seq;
+    inflight += op.data.length + 1;
+  }
+}
+
+function pumpSignals(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+  for (const s of c.signals) {
+    if (s.sentOn === conn.generation) continue;
+    send(ctx, conn, { case: "signalCommand", value: create(SignalCommandSchema, { issueUuid: c.uuid, commandRevision: BigInt(s.revision), signal: s.signal }) });
+    s.sentOn = conn.generation;
+  }
+}
+
+export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState, a: CommandAccepted, fail: Fail): void {
+  const c = st.commands.get(a.issueUuid);
+  if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `CommandAccepted for unknown command ${a.issueUuid}`, false, a.issueUuid);
+  if (c.state !== L.DISPATCHED && c.state !== L.QUEUED) return; // duplicate or late answer
+  if (a.accepted) {
+    setState(ctx, c, L.ACCEPTED, "agent");
+    return;
+  }
+  const code = a.rejection?.code ?? Code.UNSPECIFIED;
+  const message = a.rejection?.message ?? "";
+  if (code === Code.ALREADY_EXECUTED) {
+    // R-D5: suppress dispatch, reconcile the stale state; not a new rejection.
+    setState(ctx, c, L.INTERRUPTED, "server", "agent reports it already executed this request; outcome not retained");
+    openIncident(st, ctx, c.clientId, c.uuid, "already_executed", message);
+    return;
+  }
+  if (isPermanentRejection(code)) {
+    setState(ctx, c, L.REJECTED, "server", `${codeName(code)}: ${message}`);
+    return;
+  }
+  if (isTransientRejection(code) || code === Code.STALE_GENERATION) {
+    c.state = L.QUEUED;
+    const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.attempts, 20));
+    c.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
+    ctx.persist(commandRecord(c));
+    ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.nextAttemptAt } });
+    return;
+  }
+  fail(Code.PROTOCOL_ERROR, `rejection with code ${code} is not a dispatch answer`, true);
+}
+
+// ------------------------------------------------------------------ reconcile
+
+export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState, snap: ReconcileSnapshot): void {
+  const view = (c: ServerCommand): ServerView => ({ uuid: c.uuid, state: c.state, terminalSource: c.terminalSource, hash: c.hash });
+  const requested: ServerView[] = [];
+  for (const c of st.commands.values()) {
+    if (c.clientId === conn.clientId && (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING)) requested.push(view(c));
+  }
+  const agentViews: AgentView[] = snap.retainedCommands.map((r) => ({
+    uuid: r.issueUuid,
+    lifecycle: r.lifecycle,
+    tombstoned: r.tombstoned,
+    hash: toHex(r.immutableRequestSha256),
+  }));
+  const lookup = (uuid: string): ServerView | undefined => {
+    const c = st.commands.get(uuid);
+    return c && c.clientId === conn.clientId ? view(c) : undefined;
+  };
+  const result = classify(requested, lookup, agentViews);
+  const revisions = new Map(snap.retainedCommands.map((r) => [r.issueUuid, safeNumber(r.commandRevision) ?? 0]));
+  for (const v of result.verdicts) {
+    const c = st.commands.get(v.uuid);
+    if (v.incident) openIncident(st, ctx, conn.clientId, v.uuid, `reconcile_${v.action}`, v.incident);
+    if (!c || c.clientId !== conn.clientId) continue;
+    switch (v.action) {
+      case "requeue":
+        c.state = L.QUEUED;
+        c.nextAttemptAt = 0;
+        ctx.persist(commandRecord(c));
+        break;
+      case "interrupt":
+        setState(ctx, c, L.INTERRUPTED, "server", "agent lost an accepted command");
+        break;
+      case "already_executed":
+        setState(ctx, c, L.INTERRUPTED, "server", "agent tombstone: already executed; outcome not retained");
+        break;
+      case "adopt":
+        setState(ctx, c, v.adopt!, "agent");
+        break;
+      default:
+        break;
+    }
+    // Signals the agent already applied need not be sent again.
+    const rev = revisions.get(v.uuid) ?? 0;
+    if (c.signals.length > 0) c.signals = c.signals.filter((s) => s.revision > rev);
+  }
+  ctx.persist({ table: "reconcile", key: conn.clientId, value: { generation: conn.generation, terminate: result.terminate, discard: result.discard } });
+  ctx.emit({ type: "trace", event: "reconciled", detail: { conn: conn.conn, client: conn.clientId, terminate: result.terminate.length, discard: result.discard.length } });
+  ctx.afterDurable({ kind: "reconcile_result", conn: conn.conn, terminate: result.terminate, discard: result.discard });
+}
+
+// ------------------------------------------------------------------ events
+
+const streamName = (s: OutputStream): StreamName | null => (s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : null);
+
+export function handleCommandEvent(
+  st: ServerState,
+  ctx: ServerCtx,
+  conn: ConnState,
+  ev: CommandEvent,
+  frameBytes: number,
+  env: ServerEnv,
+  fail: Fail,
+): void {
+  const c = st.commands.get(ev.issueUuid);
+  if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `event for unknown command ${ev.issueUuid}`, false, ev.issueUuid);
+  const seq = safeNumber(ev.eventSeq);
+  if (seq === null || seq === 0) return fail(Code.SEQUENCE_VIOLATION, `event_seq ${ev.eventSeq} impossible`, true);
+  const digest = digest53(toBinary(CommandEventSchema, ev));
+  if (seq <= c.receivedThrough) {
+    const known = c.digests[seq];
+    if (known !== undefined && known !== digest) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} resent with different bytes`, true);
+    if (seq <= c.storedThrough) sendAck(ctx, conn, c.uuid, c.storedThrough);
+    return;
+  }
+  if (seq !== c.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.receivedThrough}: gap`, true);
+  if (isTerminal(c.state)) {
+    if (c.terminalSource === "agent") return fail(Code.SEQUENCE_VIOLATION, `event ${seq} after the terminal event of ${c.uuid}`, true);
+    return; // ended by the server: the reconcile result terminates the agent's copy
+  }
+  if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
+    // The agent can only emit events for a command it accepted: the
+    // CommandAccepted must have been lost. Adopt it.
+    setState(ctx, c, L.ACCEPTED, "agent");
+  }
+  if (conn.ingressPending + frameBytes > st.config.limits.ingressHigh) {
+    // R-W7: never acknowledge or discard a sequenced event; close, the agent resends.
+    closeConn(st, ctx, conn.conn, Code.CAPACITY, "server ingress high watermark", true);
+    return;
+  }
+  const rev = safeNumber(ev.commandRevision) ?? 0;
+  const time = ev.time ? timestampMs(ev.time) : ctx.now;
+  const base = { seq, revision: rev, time, digest };
+  let record: Record<string, unknown>;
+  const e = ev.event;
+  switch (e.case) {
+    case "output": {
+      const stream = streamName(e.value.stream);
+      if (!stream) return fail(Code.PROTOCOL_ERROR, "output chunk without a stream", true);
+      const size = e.value.originalSize;
+      if (size > MAX_CHUNK_BYTES) return fail(Code.PAYLOAD_TOO_LARGE, `output chunk declares ${size} bytes`, true);
+      if (e.value.zstdData.length > MAX_CHUNK_BYTES + 1024) return fail(Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs", true);
+      const offset = safeNumber(e.value.streamOffset);
+      if (offset !== c.streamNext[stream]) return fail(Code.SEQUENCE_VIOLATION, `${stream} offset ${e.value.streamOffset}, expected ${c.streamNext[stream]}`, true);
+      const chk = env.ports.checkCompressed(e.value.zstdData, size);
+      if (!chk.ok) return fail(chk.code, chk.message, true);
+      c.streamNext[stream] += size;
+      record = { ...base, kind: "output", stream, offset, originalSize: size, zstd: e.value.zstdData };
+      addToSegments(st, ctx, c, seq, e.value.zstdData.length, { stream, offset, length: size });
+      break;
+    }
+    case "truncation": {
+      if (e.value.removedEvents) return fail(Code.PROTOCOL_ERROR, "agent truncation markers carry no event range", true);
+      const ranges: Array<{ stream: StreamName; offset: number; length: number }> = [];
+      const next = { ...c.streamNext };
+      for (const r of e.value.removedBytes) {
+        const stream = streamName(r.stream);
+        const offset = safeNumber(r.offset);
+        const length = safeNumber(r.length);
+        if (!stream || offset === null || length === null || length === 0) return fail(Code.PROTOCOL_ERROR, "bad truncation range", true);
+        if (offset !== next[stream]) return fail(Code.SEQUENCE_VIOLATION, `truncation of ${stream} at ${offset}, expected ${next[stream]}`, true);
+        next[stream] += length;
+        ranges.push({ stream, offset, length });
+      }
+      c.streamNext = next;
+      record = { ...base, kind: "truncation", cause: e.value.cause, ranges };
+      break;
+    }
+    case "lifecycle": {
+      const to = e.value.state;
+      if (to !== c.state && !canTransition(c.state, to)) return fail(Code.SEQUENCE_VIOLATION, `lifecycle ${L[c.state]} -> ${L[to] ?? to} is not allowed`, true);
+      if (to === L.ACCEPTED || to === L.QUEUED || to === L.DISPATCHED) return fail(Code.PROTOCOL_ERROR, `agent lifecycle event ${L[to]}`, true);
+      if (e.value.exitCode !== undefined) c.exitCode = e.value.exitCode;
+      c.signalName = e.value.signalName;
+      record = { ...base, kind: "lifecycle", state: to, exitCode: e.value.exitCode ?? null, signalName: e.value.signalName, reason: e.value.reason, error: e.value.error ? { code: e.value.error.code, message: e.value.error.message } : null };
+      if (to !== c.state) setState(ctx, c, to, "agent", e.value.reason);
+      if (isTerminal(to)) c.signals = [];
+      break;
+    }
+    case "stdinAck": {
+      const ws = safeNumber(e.value.writeSeq);
+      if (ws === null || ws >= c.stdin.nextSeq) return fail(Code.SEQUENCE_VIOLATION, `stdin ack for write ${e.value.writeSeq} never sent`, true);
+      if (ws > c.stdin.ackedThrough) {
+        c.stdin.ackedThrough = ws;
+        while (c.stdin.queue.length > 0 && c.stdin.queue[0]!.seq <= ws) {
+          const op = c.stdin.queue.shift()!;
+          c.stdin.queuedBytes -= op.data.length;
+        }
+      }
+      record = { ...base, kind: "stdin_ack", writeSeq: ws, closed: e.value.closed, failure: e.value.failure };
+      break;
+    }
+    case "signalResult":
+      c.signals = c.signals.filter((s) => s.revision > rev);
+      record = { ...base, kind: "signal_result", signal: e.value.signal, delivered: e.value.delivered, detail: e.value.detail };
+      break;
+    case "scriptUpload": {
+      const got = safeNumber(e.value.receivedBytes);
+      const size = c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : -1;
+      if (got === null || got > size || got < c.scriptAcked) return fail(Code.SEQUENCE_VIOLATION, `script progress ${e.value.receivedBytes} impossible`, true);
+      c.scriptAcked = got;
+      if (e.value.complete) {
+        c.scriptCommitted = true;
+        c.script = null;
+        ctx.persist({ table: "script", key: c.uuid, value: null });
+      }
+      record = { ...base, kind: "script_upload", receivedBytes: got, complete: e.value.complete };
+      break;
+    }
+    case "incomplete":
+      record = { ...base, kind: "incomplete", streams: e.value.streams.map((s) => streamName(s)), reason: e.value.reason };
+      break;
+    default:
+      return fail(Code.PROTOCOL_ERROR, "command event without a recognized payload", true);
+  }
+  c.receivedThrough = seq;
+  c.digests[seq] = digest;
+  delete c.digests[seq - SERVER_RECENT_DIGESTS];
+  conn.ingressPending += frameBytes;
+  ctx.persist({ table: "event", key: serverEventKey(c.uuid, seq), value: record }, commandRecord(c));
+  ctx.afterDurable({ kind: "ack", conn: conn.conn, uuid: c.uuid, through: seq, bytes: frameBytes });
+}
+
+function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: number, bytes: number, range: { stream: StreamName; offset: number; length: number }): void {
+  const L2 = st.config.limits;
+  let seg = c.segments[c.segments.length - 1];
+  if (!seg || seg.bytes >= L2.segmentBytes) {
+    seg = { firstSeq: seq, lastSeq: seq, bytes: 0, ranges: [] };
+    c.segments.push(seg);
+  }
+  seg.lastSeq = seq;
+  seg.bytes += bytes;
+  const last = seg.ranges[seg.ranges.length - 1];
+  if (last && last.stream === range.stream && last.offset + last.length === range.offset) last.length += range.length;
+  else seg.ranges.push({ ...range });
+  c.storedOutputBytes += bytes;
+  // R-O5: rolling retention drops whole old segments (never the one being written).
+  while (c.storedOutputBytes > L2.outputPerCommand && c.segments.length > 1) dropOldestSegment(ctx, c);
+  let clientTotal = 0;
+  for (const x of st.commands.values()) if (x.clientId === c.clientId) clientTotal += x.storedOutputBytes;
+  while (clientTotal > L2.outputPerClient) {
+    let victim: ServerCommand | undefined;
+    for (const x of st.commands.values()) {
+      if (x.clientId === c.clientId && x.segments.length > (x === c ? 1 : 0) && (!victim || x.segments[0]!.firstSeq < 0 || x.createdAt < victim.createdAt)) victim = x;
+    }
+    if (!victim) break;
+    clientTotal -= victim.segments[0]!.bytes;
+    dropOldestSegment(ctx, victim);
+  }
+}
+
+function dropOldestSegment(ctx: ServerCtx, c: ServerCommand): void {
+  const seg = c.segments.shift()!;
+  c.storedOutputBytes -= seg.bytes;
+  const marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: seg.ranges.map((r) => ({ ...r })), at: ctx.now };
+  c.retention.push(marker);
+  ctx.persist({ table: "retention", key: serverEventKey(c.uuid, seg.firstSeq), value: { uuid: c.uuid, ...marker } });
+  ctx.emit({ type: "drop_output", uuid: c.uuid, throughSeq: seg.lastSeq });
+  ctx.emit({ type: "trace", event: "retention", detail: { uuid: c.uuid, firstSeq: seg.firstSeq, lastSeq: seg.lastSeq } });
+}
+
+// ------------------------------------------------------------------ timers & invariants
+
+export function commandDeadline(st: ServerState, now: number): number | null {
+  let d: number | null = null;
+  const take = (t: number): void => {
+    if (t > now) d = d === null ? t : Math.min(d, t);
+  };
+  for (const c of st.commands.values()) {
+    if (isTerminal(c.state)) continue;
+    if (c.state === L.QUEUED) {
+      take(c.queueExpiry);
+      if (c.nextAttemptAt > now) take(c.nextAttemptAt);
+    } else if (c.state === L.DISPATCHED && c.dispatchedOn !== 0) take(c.dispatchedAt + st.config.limits.redeliveryMs);
+  }
+  return d;
+}
+
+export function serverCommandInvariants(st: ServerState): void {
+  for (const [uuid, c] of st.commands) {
+    assert(c.uuid === uuid, "command key mismatch");
+    assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);
+    assert(c.stdin.ackedThrough < c.stdin.nextSeq, `${uuid}: stdin acked beyond assigned`);
+    let q = 0;
+    for (const op of c.stdin.queue) q += op.data.length;
+    assert(q === c.stdin.queuedBytes && q <= st.config.limits.stdinQueue, `${uuid}: stdin queue accounting`);
+    let seg = 0;
+    for (const s of c.segments) seg += s.bytes;
+    assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
+    assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
+    assert(c.scriptAcked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
+    if (isTerminal(c.state)) {
+      assert(c.terminalSource !== "", `${uuid}: terminal without a source`);
+      assert(c.signals.length === 0 && c.stdin.queue.length === 0, `${uuid}: terminal with pending work`);
+    }
+  }
+  void create;
+  void MAX_SCRIPT_BYTES;
+}

@@ -1,0 +1,223 @@
+// The server node's state, inputs and effects: the contract between the pure
+// server core and whoever runs it (shells/server or sim/).
+
+import type { CommandLifecycle, ExecutionSpec, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { CommonEffect } from "../effects.js";
+import type { Heartbeat } from "../session/heartbeat.js";
+import type { RngState } from "../rng.js";
+import type { DurableGate } from "../step-context.js";
+import type { Version, VersionRange } from "../codec/version.js";
+import type { CoreError } from "../errors.js";
+import type { CorePorts } from "../ports.js";
+import type { StreamName } from "../window/outbox.js";
+
+export interface ServerLimits {
+  outputPerCommand: number;
+  outputPerClient: number;
+  segmentBytes: number;
+  ingressHigh: number;
+  maxInflightDispatches: number;
+  maxActivePerClient: number;
+  redeliveryMs: number;
+  authorizationTtlMs: number;
+  stdinWindow: number;
+  stdinQueue: number;
+  scriptWindow: number;
+}
+
+export interface ServerConfig {
+  protocol: VersionRange;
+  limits: ServerLimits;
+}
+
+/** Who made a command terminal: its agent's events, or the server itself. */
+export type TerminalSource = "agent" | "server" | "";
+
+export interface StdinOp {
+  seq: number;
+  data: Uint8Array;
+  appendNewline: boolean;
+  close: boolean;
+  requestId: string;
+}
+
+export interface PendingSignal {
+  revision: number;
+  signal: SignalKind;
+  requestId: string;
+  /** Generation of the session it was sent on (0: not sent on the current one). */
+  sentOn: number;
+}
+
+export interface Segment {
+  firstSeq: number;
+  lastSeq: number;
+  bytes: number;
+  ranges: Array<{ stream: StreamName; offset: number; length: number }>;
+}
+
+export interface RetentionMarker {
+  firstSeq: number;
+  lastSeq: number;
+  ranges: Array<{ stream: StreamName; offset: number; length: number }>;
+  at: number;
+}
+
+export interface ServerCommand {
+  uuid: string;
+  clientId: string;
+  /** Immutable request SHA-256, hex. */
+  hash: string;
+  revision: number;
+  spec: ExecutionSpec;
+  /** Script bytes (script commands only) until the upload completes. */
+  script: Uint8Array | null;
+  createdAt: number;
+  queueExpiry: number;
+  state: CommandLifecycle;
+  terminalSource: TerminalSource;
+  /** Dispatched at least once (so reconciliation must ask about it). */
+  everDispatched: boolean;
+  /** Generation of the session it was last dispatched on. */
+  dispatchedOn: number;
+  dispatchedAt: number;
+  attempts: number;
+  nextAttemptAt: number;
+  /** Events durably stored through this sequence (R-O3). */
+  storedThrough: number;
+  /** Events received and being persisted through this sequence. */
+  receivedThrough: number;
+  /** Next byte offset expected per stream. */
+  streamNext: { stdout: number; stderr: number };
+  exitCode: number | null;
+  signalName: string;
+  reason: string;
+  /** Stdin writes: assigned seqs, acknowledged through, queued ops. */
+  stdin: { nextSeq: number; ackedThrough: number; sentThrough: number; queue: StdinOp[]; queuedBytes: number; closeRequested: boolean };
+  signals: PendingSignal[];
+  /** Script upload progress acknowledged by the agent, and sent up to. */
+  scriptAcked: number;
+  scriptSent: number;
+  /** Generation of the session the ScriptCommit was sent on (0: not yet). */
+  scriptCommitSentOn: number;
+  scriptCommitted: boolean;
+  /** Stored output accounting for retention (R-O5). */
+  segments: Segment[];
+  storedOutputBytes: number;
+  retention: RetentionMarker[];
+  /** request_id -> revision (R-S5); bounded by the number of requests. */
+  requests: Record<string, number>;
+  /** Recent event digests by seq, for duplicate checks (bounded). */
+  digests: Record<number, number>;
+}
+
+export interface ClientRecord {
+  clientId: string;
+  /** Last generation handed out; persisted before the welcome leaves. */
+  generation: number;
+  instanceId: string;
+  /** Live connection (0: none). */
+  conn: number;
+  pendingClaim: { instanceId: string; at: number; attempts: number } | null;
+  authorization: { instanceId: string; expiresAt: number } | null;
+  capacity: { running: number; queued: number; maxRunning: number; maxQueued: number };
+  lastSeen: number;
+}
+
+export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready" | "closed";
+
+export interface ConnState {
+  conn: number;
+  phase: ConnPhase;
+  clientId: string;
+  instanceId: string;
+  sessionId: string;
+  generation: number;
+  version: Version | null;
+  hb: Heartbeat;
+  /** Encoded bytes received but not yet durable (R-W7). */
+  ingressPending: number;
+  /** Commands dispatched on this session without an answer. */
+  inflight: number;
+  openedAt: number;
+}
+
+export interface Incident {
+  id: string;
+  clientId: string;
+  uuid: string;
+  kind: string;
+  detail: string;
+  at: number;
+  acknowledged: boolean;
+}
+
+export type ServerDeferred =
+  | { kind: "welcome"; conn: number; generation: number }
+  | { kind: "reconcile_result"; conn: number; terminate: string[]; discard: string[] }
+  | { kind: "ack"; conn: number; uuid: string; through: number; bytes: number }
+  | { kind: "reply"; requestId: string; result: ControlResult };
+
+export interface ServerState {
+  config: ServerConfig;
+  rng: RngState;
+  clients: Map<string, ClientRecord>;
+  conns: Map<number, ConnState>;
+  commands: Map<string, ServerCommand>;
+  incidents: Map<string, Incident>;
+  incidentSeq: number;
+  gate: DurableGate<ServerDeferred>;
+}
+
+export type ControlRequest =
+  | {
+      op: "submit";
+      requestId: string;
+      uuid: string;
+      clientId: string;
+      spec: ExecutionSpec;
+      /** Script bytes for a script spec. */
+      script?: Uint8Array;
+      /** ms since the epoch; 0 = default expiry. */
+      queueExpiry?: number;
+    }
+  | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean }
+  | { op: "close_stdin"; requestId: string; uuid: string }
+  | { op: "signal"; requestId: string; uuid: string; signal: SignalKind }
+  | { op: "authorize"; requestId: string; clientId: string; instanceId: string }
+  | { op: "ack_incident"; requestId: string; incidentId: string };
+
+export type ControlResult =
+  | { ok: true; uuid?: string; revision?: number; writeSeq?: number }
+  | { ok: false; error: CoreError };
+
+export type ServerInput =
+  | { type: "tick" }
+  | { type: "durable"; through: number }
+  | { type: "conn_open"; conn: number }
+  | { type: "conn_closed"; conn: number; reason: string }
+  | { type: "frame"; conn: number; data: Uint8Array; binary?: boolean }
+  | { type: "activity"; conn: number }
+  | { type: "ingress_full"; conn: number }
+  | { type: "control"; request: ControlRequest };
+
+/** What the shell stores for a validated output event (segment files). */
+export interface StoredOutput {
+  uuid: string;
+  seq: number;
+  stream: StreamName;
+  offset: number;
+  originalSize: number;
+  zstd: Uint8Array;
+}
+
+export type ServerEffect =
+  | CommonEffect
+  /** The control request is answered (after its persist is durable). */
+  | { type: "reply"; requestId: string; result: ControlResult }
+  /** Retention removed stored output of `uuid` through `throughSeq` (R-O5). */
+  | { type: "drop_output"; uuid: string; throughSeq: number };
+
+export interface ServerEnv {
+  ports: CorePorts;
+}

@@ -1,0 +1,299 @@
+// A small deterministic runner for core tests: one server, any number of
+// agents, an in-memory disk per node (durable on demand or immediately), an
+// instant ordered network and a scripted executor. Every step runs the
+// reducers' invariants. The simulator in sim/ is the full-fault version.
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { AgentEnvelopeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { ExecutionSpecSchema, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  agentInvariants,
+  agentStep,
+  defaultAgentConfig,
+  defaultServerConfig,
+  newServer,
+  restoreAgent,
+  restoreServer,
+  serverInvariants,
+  serverStep,
+  type AgentConfig,
+  type AgentEffect,
+  type AgentInput,
+  type AgentState,
+  type ControlRequest,
+  type ControlResult,
+  type PersistEffect,
+  type ServerConfig,
+  type ServerEffect,
+  type ServerInput,
+  type ServerState,
+} from "../../core/index.js";
+import { testPorts } from "./ports.js";
+
+export class Disk {
+  durable = new Map<string, Map<string, unknown>>();
+  pending: PersistEffect[] = [];
+  apply(p: PersistEffect): void {
+    for (const r of p.records) {
+      let t = this.durable.get(r.table);
+      if (!t) this.durable.set(r.table, (t = new Map()));
+      if (r.value === null) t.delete(r.key);
+      else t.set(r.key, structuredClone(r.value));
+    }
+  }
+  tables(): { get(t: string): ReadonlyMap<string, unknown> | undefined } {
+    const snap = structuredClone(this.durable);
+    return { get: (t) => snap.get(t) };
+  }
+}
+
+export type Envelope = ReturnType<typeof decode>;
+export const decode = (data: Uint8Array) => fromBinary(AgentEnvelopeSchema, data);
+
+export interface Proc {
+  uuid: string;
+  pid: number;
+  stdin: Uint8Array[];
+  stdinClosed: boolean;
+  signals: number[];
+}
+
+export class Harness {
+  now = 1_700_000_000_000;
+  server: ServerState;
+  serverDisk = new Disk();
+  agents = new Map<string, { st: AgentState; disk: Disk; conn: number; serverConn: number; cfg: AgentConfig; procs: Map<string, Proc>; spawns: string[] }>();
+  /** Every envelope sent, in order, with its direction. */
+  wire: Array<{ from: string; to: string; env: Envelope; data: Uint8Array }> = [];
+  replies = new Map<string, ControlResult>();
+  serverEffects: ServerEffect[] = [];
+  agentEffects: Array<{ client: string; e: AgentEffect }> = [];
+  /** When false, persists stay pending until flush() is called. */
+  autoDurable = true;
+  /** When false, frames are queued until deliver() is called. */
+  autoDeliver = true;
+  queue: Array<() => void> = [];
+  private nextServerConn = 1;
+  private connMap = new Map<number, string>(); // server conn -> client id
+  private nextPid = 100;
+
+  constructor(readonly serverConfig: ServerConfig = defaultServerConfig()) {
+    this.server = newServer(serverConfig, 1);
+  }
+
+  addAgent(clientId: string, overrides: Partial<AgentConfig> = {}, seed = 7): void {
+    const cfg = defaultAgentConfig(clientId, overrides);
+    const disk = new Disk();
+    const st = restoreAgent(cfg, disk.tables(), seed);
+    this.agents.set(clientId, { st, disk, conn: 0, serverConn: 0, cfg, procs: new Map(), spawns: [] });
+    this.agentInput(clientId, { type: "start" });
+  }
+
+  restartAgent(clientId: string, seed = 8): void {
+    const a = this.agents.get(clientId)!;
+    a.disk.pending = [];
+    if (a.serverConn) this.serverInput({ type: "conn_closed", conn: a.serverConn, reason: "agent crashed" });
+    a.serverConn = 0;
+    a.conn = 0;
+    a.procs.clear();
+    a.st = restoreAgent(a.cfg, a.disk.tables(), seed);
+    this.agentInput(clientId, { type: "start" });
+  }
+
+  restartServer(seed = 2): void {
+    this.serverDisk.pending = [];
+    this.server = restoreServer(this.serverConfig, this.serverDisk.tables(), seed);
+    for (const [id, a] of this.agents) {
+      if (a.conn) {
+        const c = a.conn;
+        a.conn = 0;
+        a.serverConn = 0;
+        this.agentInput(id, { type: "transport_closed", conn: c, reason: "server restarted" });
+      }
+    }
+  }
+
+  serverInput(input: ServerInput): void {
+    const r = serverStep(this.server, input, this.now, { ports: testPorts });
+    serverInvariants(this.server);
+    for (const e of r.effects) this.serverEffect(e);
+  }
+
+  agentInput(clientId: string, input: AgentInput): void {
+    const a = this.agents.get(clientId)!;
+    const r = agentStep(a.st, input, this.now, { ports: testPorts });
+    agentInvariants(a.st);
+    for (const e of r.effects) this.agentEffect(clientId, e);
+  }
+
+  control(request: ControlRequest): ControlResult | undefined {
+    this.serverInput({ type: "control", request });
+    return this.replies.get(request.requestId);
+  }
+
+  private later(f: () => void): void {
+    if (this.autoDeliver) f();
+    else this.queue.push(f);
+  }
+
+  deliver(): void {
+    while (this.queue.length > 0) this.queue.shift()!();
+  }
+
+  private serverEffect(e: ServerEffect): void {
+    this.serverEffects.push(e);
+    switch (e.type) {
+      case "persist":
+        if (this.autoDurable) {
+          this.serverDisk.apply(e);
+          this.serverInput({ type: "durable", through: e.id });
+        } else this.serverDisk.pending.push(e);
+        break;
+      case "send": {
+        const client = this.connMap.get(e.conn);
+        if (!client) break;
+        const a = this.agents.get(client);
+        this.wire.push({ from: "server", to: client, env: decode(e.data), data: e.data });
+        if (a && a.serverConn === e.conn) {
+          const conn = a.conn;
+          this.later(() => {
+            if (a.serverConn === e.conn) this.agentInput(client, { type: "frame", conn, data: e.data });
+          });
+        }
+        break;
+      }
+      case "close": {
+        const client = this.connMap.get(e.conn);
+        const a = client ? this.agents.get(client) : undefined;
+        if (a && a.serverConn === e.conn) {
+          const conn = a.conn;
+          a.serverConn = 0;
+          a.conn = 0;
+          this.later(() => this.agentInput(client!, { type: "transport_closed", conn, reason: e.reason }));
+        }
+        break;
+      }
+      case "reply":
+        this.replies.set(e.requestId, e.result);
+        break;
+      default:
+        break;
+    }
+  }
+
+  private agentEffect(clientId: string, e: AgentEffect): void {
+    const a = this.agents.get(clientId)!;
+    this.agentEffects.push({ client: clientId, e });
+    switch (e.type) {
+      case "persist":
+        if (this.autoDurable) {
+          a.disk.apply(e);
+          this.agentInput(clientId, { type: "durable", through: e.id });
+        } else a.disk.pending.push(e);
+        break;
+      case "connect": {
+        const sc = this.nextServerConn++;
+        this.connMap.set(sc, clientId);
+        a.conn = e.conn;
+        a.serverConn = sc;
+        this.serverInput({ type: "conn_open", conn: sc });
+        this.agentInput(clientId, { type: "transport_open", conn: e.conn });
+        break;
+      }
+      case "send": {
+        if (e.conn !== a.conn || !a.serverConn) break;
+        const sc = a.serverConn;
+        this.wire.push({ from: clientId, to: "server", env: decode(e.data), data: e.data });
+        this.later(() => {
+          if (a.serverConn === sc) this.serverInput({ type: "frame", conn: sc, data: e.data });
+        });
+        break;
+      }
+      case "close":
+        if (e.conn === a.conn && a.serverConn) {
+          const sc = a.serverConn;
+          a.serverConn = 0;
+          a.conn = 0;
+          this.later(() => this.serverInput({ type: "conn_closed", conn: sc, reason: e.reason }));
+        }
+        break;
+      case "spawn": {
+        a.spawns.push(e.uuid);
+        const pid = this.nextPid++;
+        a.procs.set(e.uuid, { uuid: e.uuid, pid, stdin: [], stdinClosed: false, signals: [] });
+        this.later(() => this.agentInput(clientId, { type: "process_started", uuid: e.uuid, pid }));
+        break;
+      }
+      case "write_stdin": {
+        const p = a.procs.get(e.uuid);
+        p?.stdin.push(e.data);
+        this.later(() => this.agentInput(clientId, { type: "stdin_written", uuid: e.uuid, seq: e.seq }));
+        break;
+      }
+      case "close_stdin": {
+        const p = a.procs.get(e.uuid);
+        if (p) p.stdinClosed = true;
+        this.later(() => this.agentInput(clientId, { type: "stdin_written", uuid: e.uuid, seq: e.seq }));
+        break;
+      }
+      case "signal":
+        a.procs.get(e.uuid)?.signals.push(e.signal);
+        break;
+      case "write_script":
+        this.later(() => this.agentInput(clientId, { type: "script_prepared", uuid: e.uuid, path: `/scripts/${e.uuid}` }));
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Make pending persists durable (all, or the first n batches) on a node. */
+  flush(node: "server" | string, n = Infinity): void {
+    const disk = node === "server" ? this.serverDisk : this.agents.get(node)!.disk;
+    let last = 0;
+    while (disk.pending.length > 0 && n-- > 0) {
+      const p = disk.pending.shift()!;
+      disk.apply(p);
+      last = p.id;
+    }
+    if (last === 0) return;
+    if (node === "server") this.serverInput({ type: "durable", through: last });
+    else this.agentInput(node, { type: "durable", through: last });
+  }
+
+  advance(ms: number): void {
+    this.now += ms;
+    this.serverInput({ type: "tick" });
+    for (const id of this.agents.keys()) this.agentInput(id, { type: "tick" });
+  }
+
+  output(clientId: string, uuid: string, text: string, stream: "stdout" | "stderr" = "stdout"): void {
+    this.agentInput(clientId, { type: "process_output", uuid, stream, data: new TextEncoder().encode(text) });
+  }
+
+  exit(clientId: string, uuid: string, exitCode: number | null, signal: string | null = null): void {
+    this.agentInput(clientId, { type: "process_exited", uuid, exitCode, signal, timedOut: false, incompleteStreams: [] });
+  }
+
+  submit(clientId: string, uuid: string, spec: Partial<ExecutionSpec> & { argv?: string[] } = {}, extra: Partial<Extract<ControlRequest, { op: "submit" }>> = {}): ControlResult | undefined {
+    const { argv, ...rest } = spec;
+    const full = create(ExecutionSpecSchema, {
+      program: { case: "argv", value: { $typeName: "rvbox.v1.ArgvProgram", argv: argv ?? ["echo", "hi"] } },
+      ...rest,
+    });
+    return this.control({ op: "submit", requestId: `submit-${uuid}`, uuid, clientId, spec: full, ...extra });
+  }
+
+  sent(kind: string, to?: string): Envelope[] {
+    return this.wire.filter((w) => w.env.payload.case === kind && (to === undefined || w.to === to)).map((w) => w.env);
+  }
+
+  /** Server-side stored event records of a command, in order. */
+  storedEvents(uuid: string): Array<Record<string, unknown>> {
+    const t = this.serverDisk.durable.get("event") ?? new Map();
+    return [...t.entries()].filter(([k]) => k.startsWith(uuid + "/")).sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([, v]) => v as Record<string, unknown>);
+  }
+
+  cmd(uuid: string) {
+    return this.server.commands.get(uuid)!;
+  }
+}
