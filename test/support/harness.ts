@@ -2,9 +2,9 @@
 // agents, an in-memory disk per node (durable on demand or immediately), an
 // instant ordered network and a scripted executor. Every step runs the
 // reducers' invariants. The simulator in sim/ is the full-fault version.
-import { create, fromBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { AgentEnvelopeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { ExecutionSpecSchema, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
   agentInvariants,
   agentStep,
@@ -274,12 +274,12 @@ export class Harness {
     this.agentInput(clientId, { type: "process_exited", uuid, exitCode, signal, timedOut: false, incompleteStreams: [] });
   }
 
-  submit(clientId: string, uuid: string, spec: Partial<ExecutionSpec> & { argv?: string[] } = {}, extra: Partial<Extract<ControlRequest, { op: "submit" }>> = {}): ControlResult | undefined {
+  submit(clientId: string, uuid: string, spec: Omit<MessageInitShape<typeof ExecutionSpecSchema>, "$typeName"> & { argv?: string[] } = {}, extra: Partial<Extract<ControlRequest, { op: "submit" }>> = {}): ControlResult | undefined {
     const { argv, ...rest } = spec;
     const full = create(ExecutionSpecSchema, {
-      program: { case: "argv", value: { $typeName: "rvbox.v1.ArgvProgram", argv: argv ?? ["echo", "hi"] } },
+      program: { case: "argv", value: { argv: argv ?? ["echo", "hi"] } },
       ...rest,
-    });
+    } as MessageInitShape<typeof ExecutionSpecSchema>);
     return this.control({ op: "submit", requestId: `submit-${uuid}`, uuid, clientId, spec: full, ...extra });
   }
 

@@ -1,0 +1,123 @@
+/**
+ * Validated zstd decompression of one peer-supplied frame with `fzstd`.
+ *
+ * Everything that can be checked without decoding is checked first, from the
+ * frame's own structure (see `scanZstdFrame`):
+ *   1. declaredOriginalSize is an integer in 0..limit   (else PAYLOAD_TOO_LARGE
+ *      when over the limit, BAD_COMPRESSION when not a size at all);
+ *   2. the frame header parses (magic, reserved bit, no dictionary, not
+ *      skippable) and carries Frame_Content_Size (our compressor always
+ *      writes it) equal to the declared size;
+ *   3. Window_Size <= DECODER_MAX_WINDOW_BYTES (bounds the decoder's history
+ *      buffer);
+ *   4. the block headers walk to the exact end of the input: exactly one frame,
+ *      not truncated, no trailing bytes (a second frame or a skippable frame
+ *      after it counts as trailing bytes), no Reserved block type, no block
+ *      over Block_Maximum_Size;
+ *   5. the structural size bounds admit the declared size (Raw/RLE bytes are
+ *      known exactly, compressed blocks are bounded by Block_Maximum_Size).
+ *
+ * Only then is the frame decoded, with fzstd's streaming `Decompress`: every
+ * decoded piece is copied into a preallocated `new Uint8Array(declared)` and
+ * decoding is aborted as soon as the output would exceed it, so the output
+ * can never exceed what was declared, and the exact decoded length is known
+ * (fzstd's one-shot `decompress(data, out)` silently clamps writes into `out`
+ * and returns the whole buffer, so it cannot report the real length). fzstd's
+ * own allocations are bounded by Window_Size + 128 KiB per block, and both
+ * are bounded by the checks above. Any exception from fzstd becomes
+ * BAD_COMPRESSION; this function never throws for any input bytes.
+ *
+ * Not verified: the optional XXH64 Content_Checksum (fzstd skips it; RVBox
+ * frames carry none). A corrupted compressed block that still decodes to the
+ * declared length is therefore returned as ok.
+ */
+import { Decompress } from 'fzstd';
+import { scanZstdFrame } from './frame-header.js';
+
+export const DEFAULT_DECOMPRESS_LIMIT = 64 * 1024;
+/**
+ * Largest Window_Size accepted. Single_Segment frames (what libzstd writes
+ * for small inputs) have Window_Size = content size <= limit; this only
+ * matters for frames with an explicit window descriptor.
+ */
+export const DECODER_MAX_WINDOW_BYTES = 1024 * 1024;
+
+export type DecompressErrorCode = 'PAYLOAD_TOO_LARGE' | 'BAD_COMPRESSION';
+
+export type DecompressResult =
+  | { ok: true; data: Uint8Array }
+  | { ok: false; code: DecompressErrorCode; message: string };
+
+class OutputOverflow extends Error {}
+
+function bad(message: string): DecompressResult {
+  return { ok: false, code: 'BAD_COMPRESSION', message };
+}
+
+/**
+ * Decompress exactly one zstd frame whose content must be exactly
+ * `declaredOriginalSize` bytes, with `declaredOriginalSize <= limit`.
+ * `limit` must be a non-negative integer (a RangeError is thrown otherwise:
+ * that is a caller bug, not bad input).
+ */
+export function decompressValidated(
+  frame: Uint8Array,
+  declaredOriginalSize: number,
+  limit: number = DEFAULT_DECOMPRESS_LIMIT,
+): DecompressResult {
+  if (!Number.isSafeInteger(limit) || limit < 0) {
+    throw new RangeError(`decompressValidated: limit must be a non-negative integer, got ${limit}`);
+  }
+  const declared = declaredOriginalSize;
+  if (typeof declared !== 'number' || !Number.isInteger(declared) || declared < 0) {
+    return bad(`declared original size ${String(declared)} is not a non-negative integer`);
+  }
+  if (declared > limit) {
+    return {
+      ok: false,
+      code: 'PAYLOAD_TOO_LARGE',
+      message: `declared original size ${declared} exceeds the limit of ${limit} bytes`,
+    };
+  }
+  if (!(frame instanceof Uint8Array)) return bad('compressed payload is not a byte array');
+
+  const scan = scanZstdFrame(frame);
+  if (!scan.ok) return bad(`invalid zstd frame: ${scan.reason}`);
+  if (scan.contentSize === null) return bad('zstd frame header does not carry Frame_Content_Size');
+  if (scan.contentSize !== declared) {
+    return bad(`zstd frame declares ${scan.contentSize} content bytes but ${declared} were declared`);
+  }
+  if (scan.windowSize > DECODER_MAX_WINDOW_BYTES) {
+    return bad(`zstd Window_Size ${scan.windowSize} exceeds ${DECODER_MAX_WINDOW_BYTES}`);
+  }
+  if (scan.frameSize !== frame.length) {
+    return bad(
+      `payload holds ${frame.length - scan.frameSize} bytes after the zstd frame (exactly one frame is allowed)`,
+    );
+  }
+  if (scan.rawAndRleBytes > declared || scan.decodedSizeUpperBound < declared) {
+    return bad(
+      `zstd blocks cannot decode to ${declared} bytes (raw/RLE ${scan.rawAndRleBytes}, upper bound ${scan.decodedSizeUpperBound})`,
+    );
+  }
+
+  const out = new Uint8Array(declared);
+  let written = 0;
+  try {
+    const decoder = new Decompress((chunk) => {
+      if (chunk.length > declared - written) throw new OutputOverflow('overflow');
+      out.set(chunk, written);
+      written += chunk.length;
+    });
+    decoder.push(frame, true);
+  } catch (err) {
+    if (err instanceof OutputOverflow) {
+      return bad(`zstd frame decodes to more than the declared ${declared} bytes`);
+    }
+    return bad(`zstd decoding failed: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (written !== declared) {
+    return bad(`zstd frame decoded to ${written} bytes but ${declared} were declared`);
+  }
+  return { ok: true, data: out };
+}

@@ -1,0 +1,91 @@
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { decompress as fzstdDecompress } from 'fzstd';
+import { describe, expect, it } from 'vitest';
+import {
+  compress,
+  decompressValidated,
+  initZstd,
+  isZstdReady,
+  MAX_COMPRESS_INPUT_BYTES,
+  readZstdFrameContentSize,
+} from '../../../shells/zstd/index.js';
+
+function hasZstdCli(): boolean {
+  try {
+    execFileSync('zstd', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const text = (n: number): Uint8Array => {
+  const line = new TextEncoder().encode('2024-01-01T00:00:00Z INFO rvbox agent: command 42 wrote a line of output\n');
+  const out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) out[i] = line[i % line.length] ?? 0;
+  return out;
+};
+
+describe('compress', () => {
+  it('throws before initZstd()', () => {
+    expect(isZstdReady()).toBe(false);
+    expect(() => compress(new Uint8Array(1))).toThrow(/initZstd/);
+  });
+
+  it('initZstd is idempotent and concurrency-safe', async () => {
+    await Promise.all([initZstd(), initZstd(), initZstd()]);
+    await initZstd();
+    expect(isZstdReady()).toBe(true);
+  });
+
+  const cases: Array<[string, Uint8Array]> = [
+    ['empty', new Uint8Array(0)],
+    ['1 random byte', new Uint8Array(randomBytes(1))],
+    ['64 KiB random', new Uint8Array(randomBytes(65536))],
+    ['1 byte text', text(1)],
+    ['64 KiB text', text(65536)],
+    ['64 KiB zeros', new Uint8Array(65536)],
+  ];
+  it.each(cases)('%s: frame carries exact FCS; round-trips via decompressValidated and fzstd', (_name, raw) => {
+    const frame = compress(raw);
+    expect(readZstdFrameContentSize(frame)).toMatchObject({ ok: true, contentSize: raw.length });
+    const r = decompressValidated(frame, raw.length);
+    expect(r.ok).toBe(true);
+    if (r.ok) expect(Buffer.from(r.data).equals(Buffer.from(raw))).toBe(true);
+    expect(Buffer.from(fzstdDecompress(frame)).equals(Buffer.from(raw))).toBe(true);
+  });
+
+  it('text compresses well; results are independent copies', () => {
+    const a = compress(text(65536));
+    expect(a.length).toBeLessThan(2000);
+    const snapshot = Buffer.from(a);
+    compress(new Uint8Array(randomBytes(65536)));
+    expect(Buffer.from(a).equals(snapshot)).toBe(true);
+  });
+
+  it('every level -7..22 works up to MAX_COMPRESS_INPUT_BYTES without exhausting the WASM heap', () => {
+    const raw = new Uint8Array(randomBytes(MAX_COMPRESS_INPUT_BYTES));
+    raw.fill(0, 0, MAX_COMPRESS_INPUT_BYTES / 2);
+    for (let level = -7; level <= 22; level++) {
+      const frame = compress(raw, level);
+      const r = decompressValidated(frame, raw.length, MAX_COMPRESS_INPUT_BYTES);
+      expect(r.ok).toBe(true);
+    }
+    expect(isZstdReady()).toBe(true);
+  });
+
+  it('refuses oversize input and bad levels', () => {
+    expect(() => compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES + 1))).toThrow(RangeError);
+    expect(() => compress(new Uint8Array(1), 23)).toThrow(RangeError);
+    expect(() => compress(new Uint8Array(1), -8)).toThrow(RangeError);
+    expect(() => compress(new Uint8Array(1), 1.5)).toThrow(RangeError);
+    expect(isZstdReady()).toBe(true);
+  });
+
+  it.runIf(hasZstdCli())('the reference zstd CLI decodes our frames', () => {
+    const raw = Buffer.concat([Buffer.from(text(40000)), randomBytes(25536)]);
+    const out = execFileSync('zstd', ['-d', '-c', '-q'], { input: compress(raw) });
+    expect(out.equals(raw)).toBe(true);
+  });
+});
