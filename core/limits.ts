@@ -50,7 +50,7 @@ export const AGENT_RAW_HIGH_WATERMARK_BYTES = 32 * MiB;
 export const AGENT_RAW_LOW_WATERMARK_BYTES = 16 * MiB;
 /** Metadata bytes charged up front when a command is admitted. */
 export const AGENT_METADATA_PER_COMMAND_BYTES = 64 * KiB;
-/** Stdin bytes an agent holds for one command before they reach the process. */
+/** Stdin bytes an agent holds for one command before they reach the child. */
 export const AGENT_STDIN_PENDING_BYTES = 1 * MiB;
 
 /** Server storage tiers. */

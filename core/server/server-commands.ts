@@ -125,6 +125,7 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       dispatchedOn: 0,
       scriptSent: r.scriptAcked,
       scriptCommitSentOn: 0,
+      created: true,
     };
     st.commands.set(uuid, c);
   }
@@ -299,6 +300,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     spec: r.spec,
     script: p.case === "script" ? r.script! : null,
     createdAt: ctx.now,
+    created: false,
     queueExpiry,
     state: L.QUEUED,
     terminalSource: "",
@@ -329,6 +331,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
   ctx.persist(commandRecord(c));
   if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
+  ctx.afterDurable({ kind: "created", uuid: c.uuid });
   reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: 1 });
 }
 
@@ -371,7 +374,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     if (isTerminal(c.state)) continue;
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
-    if (c.state === L.QUEUED && ctx.now >= c.nextAttemptAt) {
+    if (c.state === L.QUEUED && c.created && ctx.now >= c.nextAttemptAt) {
       const cl = st.clients.get(c.clientId)!.capacity;
       const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
       if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;

@@ -342,6 +342,11 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
       case "reply":
         ctx.emit({ type: "reply", requestId: a.requestId, result: a.result });
         break;
+      case "created": {
+        const c = st.commands.get(a.uuid);
+        if (c) c.created = true;
+        break;
+      }
     }
   }
   for (const a of acks.values()) {

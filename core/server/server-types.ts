@@ -73,6 +73,8 @@ export interface ServerCommand {
   /** Script bytes (script commands only) until the upload completes. */
   script: Uint8Array | null;
   createdAt: number;
+  /** The creating persist is durable: only then may it be dispatched (R-D1). */
+  created: boolean;
   queueExpiry: number;
   state: CommandLifecycle;
   terminalSource: TerminalSource;
@@ -156,7 +158,8 @@ export type ServerDeferred =
   | { kind: "welcome"; conn: number; generation: number }
   | { kind: "reconcile_result"; conn: number; terminate: string[]; discard: string[] }
   | { kind: "ack"; conn: number; uuid: string; through: number; bytes: number }
-  | { kind: "reply"; requestId: string; result: ControlResult };
+  | { kind: "reply"; requestId: string; result: ControlResult }
+  | { kind: "created"; uuid: string };
 
 export interface ServerState {
   config: ServerConfig;

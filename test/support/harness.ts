@@ -80,14 +80,22 @@ export class Harness {
     this.server = newServer(serverConfig, 1);
   }
 
-  addAgent(clientId: string, overrides: Partial<AgentConfig> = {}, seed = 7): void {
-    const cfg = defaultAgentConfig(clientId, overrides);
+  /**
+   * Add an agent node. `name` is the harness's handle; the client id is
+   * `overrides.clientId ?? name`. Pass `from` to start with a copy of another
+   * node's durable disk (a clone: same instance id).
+   */
+  addAgent(name: string, overrides: Partial<AgentConfig> = {}, seed = 7, from?: string): void {
+    const cfg = defaultAgentConfig(overrides.clientId ?? name, overrides);
     const disk = new Disk();
+    if (from) disk.durable = structuredClone(this.agents.get(from)!.disk.durable);
+    const clientId = name;
     const st = restoreAgent(cfg, disk.tables(), seed);
     this.agents.set(clientId, { st, disk, conn: 0, serverConn: 0, cfg, procs: new Map(), spawns: [] });
     this.agentInput(clientId, { type: "start" });
   }
 
+  /** Crash the node (unsynced persists are lost) and restart it from its disk. */
   restartAgent(clientId: string, seed = 8): void {
     const a = this.agents.get(clientId)!;
     a.disk.pending = [];

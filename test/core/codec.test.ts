@@ -1,0 +1,94 @@
+import { create, toBinary } from "@bufbuild/protobuf";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { AgentEnvelopeSchema, ClientHelloSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { decodeFrame, encodeEnvelope } from "../../core/codec/frame-codec.js";
+import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../core/codec/version.js";
+import { Code } from "../../core/errors.js";
+import { MAX_ENVELOPE_BYTES } from "../../core/limits.js";
+
+const hello = (): Uint8Array =>
+  encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
+
+describe("frame codec", () => {
+  it("R-T1: one binary message decodes to one envelope; a text frame is a protocol error", () => {
+    const d = decodeFrame(hello());
+    expect(d.ok && d.envelope.payload.case).toBe("clientHello");
+    const t = decodeFrame(hello(), false);
+    expect(t.ok).toBe(false);
+    expect(!t.ok && t.error.code).toBe(Code.PROTOCOL_ERROR);
+  });
+
+  it("R-T1: a length prefix (or any trailing garbage) is not part of the framing", () => {
+    const body = hello();
+    const prefixed = new Uint8Array(body.length + 4);
+    new DataView(prefixed.buffer).setUint32(0, body.length);
+    prefixed.set(body, 4);
+    const d = decodeFrame(prefixed);
+    // Either malformed, or decodes to something without the hello: never the hello itself.
+    expect(d.ok && d.envelope.payload.case === "clientHello" && d.envelope.payload.value.clientId === "host-a").toBe(false);
+  });
+
+  it("R-T2: a frame over 1 MiB is refused before decoding", () => {
+    const big = new Uint8Array(MAX_ENVELOPE_BYTES + 1); // all zeros: would be a valid (empty) protobuf if decoded
+    const d = decodeFrame(big);
+    expect(!d.ok && d.error.code).toBe(Code.PAYLOAD_TOO_LARGE);
+    const exact = decodeFrame(new Uint8Array(MAX_ENVELOPE_BYTES).fill(0));
+    expect(!exact.ok && exact.error.code).not.toBe(Code.PAYLOAD_TOO_LARGE);
+  });
+
+  it("R-T5: unknown fields are ignored; an envelope with no recognized payload is PROTOCOL_ERROR", () => {
+    // Field 99 (varint) appended to a valid hello: still a hello.
+    const withUnknown = new Uint8Array([...hello(), 0x98, 0x06, 0x01]);
+    const d = decodeFrame(withUnknown);
+    expect(d.ok && d.envelope.payload.case).toBe("clientHello");
+    // Only session fields: no payload.
+    const empty = toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId: "s", sessionGeneration: 3n }));
+    const e = decodeFrame(empty);
+    expect(!e.ok && e.error.code).toBe(Code.PROTOCOL_ERROR);
+    // A payload field this version does not know (field 40, length-delimited).
+    const future = new Uint8Array([0xc2, 0x02, 0x00]);
+    const f = decodeFrame(future);
+    expect(!f.ok && f.error.code).toBe(Code.PROTOCOL_ERROR);
+  });
+
+  it("R-W10: arbitrary bytes never throw from the decoder", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 2048 }), (b) => {
+        const d = decodeFrame(b);
+        if (!d.ok) expect([Code.PROTOCOL_ERROR, Code.PAYLOAD_TOO_LARGE]).toContain(d.error.code);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe("version negotiation", () => {
+  const r = (a: number, b: number, c: number, d: number): VersionRange => ({ min: { major: a, minor: b }, max: { major: c, minor: d } });
+
+  it("R-T4: the highest shared minor is chosen", () => {
+    const v = negotiate(r(1, 0, 1, 5), r(1, 2, 1, 3));
+    expect(v).toEqual({ ok: true, value: { major: 1, minor: 3 } });
+    expect(negotiate(SUPPORTED_PROTOCOL, SUPPORTED_PROTOCOL)).toEqual({ ok: true, value: { major: 1, minor: 0 } });
+  });
+
+  it("R-T4: incompatible majors are rejected", () => {
+    const v = negotiate(r(1, 0, 1, 9), r(2, 0, 2, 1));
+    expect(!v.ok && v.error.code).toBe(Code.INCOMPATIBLE_VERSION);
+  });
+
+  it("R-T4: the result is always inside both ranges, or a rejection when they are disjoint", () => {
+    const ver = fc.record({ major: fc.integer({ min: 0, max: 3 }), minor: fc.integer({ min: 0, max: 5 }) });
+    const range = fc.tuple(ver, ver).map(([a, b]) => (a.major * 10 + a.minor <= b.major * 10 + b.minor ? { min: a, max: b } : { min: b, max: a }));
+    const key = (v: { major: number; minor: number }): number => v.major * 10 + v.minor;
+    fc.assert(
+      fc.property(range, range, (a, b) => {
+        const v = negotiate(a, b);
+        const lo = Math.max(key(a.min), key(b.min));
+        const hi = Math.min(key(a.max), key(b.max));
+        if (lo > hi) expect(v.ok).toBe(false);
+        else expect(v.ok && key(v.value)).toBe(hi);
+      }),
+    );
+  });
+});

@@ -1,0 +1,162 @@
+import { describe, expect, it } from "vitest";
+import { Harness } from "../support/harness.js";
+import { Code } from "../../core/errors.js";
+import { defaultServerConfig } from "../../core/index.js";
+import { CommandLifecycle as L, ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { encodeEnvelope } from "../../core/codec/frame-codec.js";
+
+const accepted = (h: Harness) => h.sent("commandAccepted").map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number } });
+
+function fastRedelivery(): ReturnType<typeof defaultServerConfig> {
+  const cfg = defaultServerConfig();
+  cfg.limits.redeliveryMs = 5_000;
+  return cfg;
+}
+
+describe("dispatch", () => {
+  it("R-D1: the command is durable at the server before any dispatch, and the submit is answered only then", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.autoDurable = false;
+    const r = h.submit("a", "c1");
+    expect(r).toBeUndefined();
+    expect(h.sent("commandDispatch")).toHaveLength(0);
+    h.flush("server");
+    expect(h.replies.get("submit-c1")).toEqual({ ok: true, uuid: "c1", revision: 1 });
+    expect(h.sent("commandDispatch")).toHaveLength(1);
+    expect(h.serverDisk.durable.get("command")?.has("c1")).toBe(true);
+  });
+
+  it("R-D1: an unanswered dispatch is redelivered until CommandAccepted", () => {
+    const h = new Harness(fastRedelivery());
+    h.addAgent("a");
+    h.autoDeliver = false;
+    h.submit("a", "c1");
+    h.queue.length = 0; // the dispatch is lost in flight
+    h.advance(5_000);
+    h.queue.length = 0; // lost again
+    h.advance(5_000);
+    const dispatches = h.sent("commandDispatch");
+    expect(dispatches).toHaveLength(3);
+    expect(new Set(h.wire.filter((w) => w.env.payload.case === "commandDispatch").map((w) => Buffer.from(w.data).toString("hex"))).size).toBe(1);
+    h.autoDeliver = true;
+    h.advance(5_000);
+    expect(h.cmd("c1").state).toBe(L.RUNNING);
+    h.advance(5_000);
+    expect(h.sent("commandDispatch")).toHaveLength(4);
+  });
+
+  it("R-D2: the agent deduplicates a redelivered dispatch durably and launches once", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    const dispatch = h.wire.find((w) => w.env.payload.case === "commandDispatch")!;
+    const a = h.agents.get("a")!;
+    h.agentInput("a", { type: "frame", conn: a.conn, data: dispatch.data });
+    h.restartAgent("a");
+    // After a restart (new session) the server would not redeliver; inject the old dispatch re-fenced.
+    const fence = a.st.session.fence!;
+    const again = encodeEnvelope(fence, { ...dispatch.env.payload, value: { ...(dispatch.env.payload.value as object), targetSessionGeneration: BigInt(fence.generation) } } as never);
+    h.agentInput("a", { type: "frame", conn: a.conn, data: again });
+    expect(a.spawns).toEqual(["c1"]);
+    expect(accepted(h).filter((x) => x.issueUuid === "c1" && x.accepted).length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("R-D2: the same issue_uuid with a different request hash is refused as a conflict", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    const a = h.agents.get("a")!;
+    const d = h.wire.find((w) => w.env.payload.case === "commandDispatch")!;
+    const other = encodeEnvelope(a.st.session.fence, { ...d.env.payload, value: { ...(d.env.payload.value as object), immutableRequestSha256: new Uint8Array(32).fill(9) } } as never);
+    h.agentInput("a", { type: "frame", conn: a.conn, data: other });
+    expect(accepted(h).at(-1)).toMatchObject({ issueUuid: "c1", accepted: false, rejection: { code: Code.CONFLICT } });
+    expect(a.spawns).toEqual(["c1"]);
+  });
+
+  it("R-D3: a full agent queue gives a transient capacity rejection; the server requeues with backoff and runs it later", () => {
+    const h = new Harness();
+    h.addAgent("a", { maxRunning: 1, maxQueued: 0 });
+    h.server.clients.get("a")!.capacity.maxQueued = 5; // the server's view is stale
+    h.autoDeliver = false;
+    h.submit("a", "c1");
+    h.submit("a", "c2");
+    expect(h.sent("commandDispatch")).toHaveLength(2);
+    h.autoDeliver = true;
+    h.deliver();
+    expect(accepted(h).find((x) => x.issueUuid === "c2")).toMatchObject({ accepted: false, rejection: { code: Code.CAPACITY } });
+    const c2 = h.cmd("c2");
+    expect(c2.state).toBe(L.QUEUED);
+    expect(c2.nextAttemptAt).toBeGreaterThanOrEqual(h.now);
+    h.exit("a", "c1", 0);
+    h.now = c2.nextAttemptAt;
+    h.serverInput({ type: "tick" });
+    expect(h.agents.get("a")!.spawns).toEqual(["c1", "c2"]);
+  });
+
+  it("R-D4: a permanent rejection ends rejected, is never retried, never failed", () => {
+    const h = new Harness(fastRedelivery());
+    h.addAgent("a");
+    h.submit("a", "ps", { program: { case: "shell", value: { shell: ShellType.POWERSHELL, commandLine: "Get-Date" } } } as never);
+    h.submit("a", "empty", { argv: [""] });
+    expect(h.cmd("ps").state).toBe(L.REJECTED);
+    expect(h.cmd("ps").reason).toMatch(/UNSUPPORTED_PLATFORM/);
+    expect(h.cmd("empty").state).toBe(L.REJECTED);
+    expect(h.cmd("empty").reason).toMatch(/VALIDATION/);
+    h.advance(60_000);
+    expect(h.sent("commandDispatch")).toHaveLength(2);
+    expect(h.agents.get("a")!.spawns).toEqual([]);
+  });
+
+  it("R-D5 R-D10: a tombstone hit returns CODE_ALREADY_EXECUTED; the server suppresses dispatch and reconciles its stale state", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    const stale = structuredClone(h.serverDisk.durable); // server state right after the dispatch
+    stale.get("command")!.set("c1", { ...(stale.get("command")!.get("c1") as object), state: L.QUEUED, everDispatched: false });
+    h.exit("a", "c1", 0);
+    expect(h.agents.get("a")!.st.tombstones.has("c1")).toBe(true);
+    // The server loses its history (restored from an old backup).
+    h.serverDisk.durable = stale;
+    h.restartServer();
+    const a = h.agents.get("a")!;
+    h.now = a.st.session.retryAt;
+    h.agentInput("a", { type: "tick" });
+    expect(accepted(h).at(-1)).toMatchObject({ issueUuid: "c1", accepted: false, rejection: { code: Code.ALREADY_EXECUTED } });
+    expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
+    expect([...h.server.incidents.values()].some((i) => i.uuid === "c1" && i.kind === "already_executed")).toBe(true);
+    expect(a.spawns).toEqual(["c1"]);
+  });
+
+  it("R-D10: a tombstone reported in the snapshot suppresses replay of a command the server thinks is in flight", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    const stale = structuredClone(h.serverDisk.durable); // c1 dispatched
+    h.exit("a", "c1", 0);
+    h.serverDisk.durable = stale;
+    h.restartServer();
+    const a = h.agents.get("a")!;
+    h.now = a.st.session.retryAt;
+    h.agentInput("a", { type: "tick" });
+    const snap = h.sent("reconcileSnapshot").at(-1)!.payload.value as { retainedCommands: Array<{ issueUuid: string; tombstoned: boolean }> };
+    expect(snap.retainedCommands).toEqual([expect.objectContaining({ issueUuid: "c1", tombstoned: true })]);
+    expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
+    expect(h.sent("commandDispatch")).toHaveLength(1);
+    expect(a.spawns).toEqual(["c1"]);
+  });
+
+  it("R-D1: queue expiry ends a never-dispatched command expired at the server; an accepted one expires at the agent", () => {
+    const h = new Harness();
+    h.submit("nobody", "lonely", {}, { queueExpiry: h.now + 1_000 });
+    h.advance(1_000);
+    expect(h.cmd("lonely").state).toBe(L.EXPIRED);
+    h.addAgent("a", { maxRunning: 1 });
+    h.submit("a", "busy");
+    h.submit("a", "waits", {}, { queueExpiry: h.now + 2_000 });
+    expect(h.cmd("waits").state).toBe(L.ACCEPTED);
+    h.advance(2_000);
+    expect(h.cmd("waits").state).toBe(L.EXPIRED);
+    expect(h.agents.get("a")!.spawns).toEqual(["busy"]);
+  });
+});
