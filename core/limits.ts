@@ -96,3 +96,5 @@ export const MAX_OPEN_INCIDENTS = 10_000;
 export const CANCEL_GRACE_MS = 5_000;
 /** Script bytes an agent holds across all commands. */
 export const AGENT_SCRIPT_TOTAL_BYTES = 64 * MiB;
+/** Human-readable reasons carried in events are cut to this length. */
+export const MAX_REASON_CHARS = 1024;

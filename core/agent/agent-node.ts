@@ -32,6 +32,7 @@ import { assert } from "../errors.js";
 import { decodeFrame, encodeEnvelope, type Payload } from "../codec/frame-codec.js";
 import { rangeToWire, versionInRange, SUPPORTED_PROTOCOL } from "../codec/version.js";
 import * as LIM from "../limits.js";
+import { MAX_REASON_CHARS } from "../limits.js";
 import type { PersistRecord } from "../effects.js";
 import { rngFromSeed, nextHex128 } from "../rng.js";
 import { StepContext, newGate, releaseDurable } from "../step-context.js";
@@ -330,9 +331,10 @@ export function appendLifecycle(
 ): void {
   const cb = st.outbox.commands.get(c.uuid);
   assert(cb !== undefined, `no outbox for ${c.uuid}`);
-  const value: Record<string, unknown> = { state, signalName: extra.signalName ?? "", reason: extra.reason ?? "" };
+  const reason = (extra.reason ?? "").slice(0, MAX_REASON_CHARS);
+  const value: Record<string, unknown> = { state, signalName: (extra.signalName ?? "").slice(0, 64), reason };
   if (extra.exitCode !== undefined) value["exitCode"] = extra.exitCode;
-  if (extra.code !== undefined) value["error"] = create(ControlErrorSchema, { code: extra.code, message: extra.reason ?? codeName(extra.code), issueUuid: c.uuid });
+  if (extra.code !== undefined) value["error"] = create(ControlErrorSchema, { code: extra.code, message: reason || codeName(extra.code), issueUuid: c.uuid });
   const records: PersistRecord[] = [];
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   appendMetaEvent(st, cb, { case: "lifecycle", value: value as any }, revision, ctx.now, records);

@@ -48,6 +48,7 @@ import {
 import { assert } from "../errors.js";
 import type { PersistRecord } from "../effects.js";
 import type { CorePorts } from "../ports.js";
+import { MAX_CHUNK_BYTES } from "../limits.js";
 
 export type StreamName = "stdout" | "stderr";
 
@@ -108,7 +109,27 @@ export interface Outbox {
   summarizing: boolean;
 }
 
+/** Encoded size of an output event beyond its raw bytes (frame header, block headers, fields). */
+export const OUTPUT_EVENT_OVERHEAD_BYTES = 256;
+
+/**
+ * Limits that cannot work are a configuration error, refused up front: a
+ * window that cannot hold one full chunk would stall a command forever.
+ */
+export function checkOutboxLimits(l: OutboxLimits): string | null {
+  const chunk = MAX_CHUNK_BYTES + OUTPUT_EVENT_OVERHEAD_BYTES;
+  if (l.windowPerCommand - l.metadataReserve < chunk) return `windowPerCommand - metadataReserve must hold one ${chunk}-byte output event`;
+  if (l.windowPerSession - l.metadataReserve < chunk) return `windowPerSession - metadataReserve must hold one ${chunk}-byte output event`;
+  if (l.windowPerSession < l.windowPerCommand) return "windowPerSession must be at least windowPerCommand";
+  if (l.metadataReserve < 4096) return "metadataReserve must be at least 4 KiB";
+  if (l.rawLow > l.rawHigh) return "rawLow must not exceed rawHigh";
+  if (l.outputPerCommand < MAX_CHUNK_BYTES || l.outputTotal < l.outputPerCommand) return "output budgets must hold a chunk, and the total at least one command's";
+  return null;
+}
+
 export function newOutbox(limits: OutboxLimits): Outbox {
+  const bad = checkOutboxLimits(limits);
+  assert(bad === null, `invalid outbox limits: ${bad}`);
   return { limits, commands: new Map(), cursor: "", sessionPinnedBytes: 0, rawTotal: 0, summarizing: false };
 }
 
@@ -346,13 +367,15 @@ export function admit(ob: Outbox, ports: CorePorts, out: PersistRecord[]): Pinne
       if (!e) continue;
       const isOutput = e.kind === "output";
       const reserve = isOutput ? ob.limits.metadataReserve : 0;
-      // Size is known only after encoding; an output event is at most the
-      // chunk plus framing, so check against a conservative estimate first.
-      const estimate = isOutput ? e.data.length + 256 : 4096;
-      if (cb.pinnedBytes + estimate > ob.limits.windowPerCommand - reserve) continue;
-      if (ob.sessionPinnedBytes + estimate > ob.limits.windowPerSession - reserve) continue;
+      const fits = (n: number): boolean =>
+        cb.pinnedBytes + n <= ob.limits.windowPerCommand - reserve && ob.sessionPinnedBytes + n <= ob.limits.windowPerSession - reserve;
+      // Compression is the expensive part: rule out output that cannot fit
+      // by its upper bound before encoding, then check the real size.
+      if (isOutput && !fits(e.data.length + OUTPUT_EVENT_OVERHEAD_BYTES)) continue;
       const seq = cb.nextSeq;
       const bytes = encodeEntry(uuid, seq, e, ports);
+      if (isOutput) assert(bytes.length <= e.data.length + OUTPUT_EVENT_OVERHEAD_BYTES, `output event of ${bytes.length} bytes for ${e.data.length} raw`);
+      if (!fits(bytes.length)) continue;
       cb.entries.shift();
       cb.nextSeq++;
       if (isOutput) {

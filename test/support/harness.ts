@@ -69,6 +69,9 @@ export class Harness {
   agentEffects: Array<{ client: string; e: AgentEffect }> = [];
   /** When false, persists stay pending until flush() is called. */
   autoDurable = true;
+  /** Commands whose spawn fails (ENOENT), and whose script preparation fails. */
+  spawnFails = new Set<string>();
+  prepareFails = new Set<string>();
   /** When false, frames are queued until deliver() is called. */
   autoDeliver = true;
   queue: Array<() => void> = [];
@@ -138,13 +141,22 @@ export class Harness {
     return this.replies.get(request.requestId);
   }
 
+  private draining = false;
+
+  /** The network: one FIFO for every frame, so no frame overtakes an earlier one. */
   private later(f: () => void): void {
-    if (this.autoDeliver) f();
-    else this.queue.push(f);
+    this.queue.push(f);
+    if (this.autoDeliver) this.deliver();
   }
 
   deliver(): void {
-    while (this.queue.length > 0) this.queue.shift()!();
+    if (this.draining) return;
+    this.draining = true;
+    try {
+      while (this.queue.length > 0) this.queue.shift()!();
+    } finally {
+      this.draining = false;
+    }
   }
 
   private serverEffect(e: ServerEffect): void {
@@ -225,6 +237,10 @@ export class Harness {
         }
         break;
       case "spawn": {
+        if (this.spawnFails.has(e.uuid)) {
+          this.later(() => this.agentInput(clientId, { type: "spawn_failed", uuid: e.uuid, reason: "ENOENT: no such file" }));
+          break;
+        }
         a.spawns.push(e.uuid);
         const pid = this.nextPid++;
         a.procs.set(e.uuid, { uuid: e.uuid, pid, stdin: [], stdinClosed: false, signals: [] });
@@ -247,7 +263,8 @@ export class Harness {
         a.procs.get(e.uuid)?.signals.push(e.signal);
         break;
       case "write_script":
-        this.later(() => this.agentInput(clientId, { type: "script_prepared", uuid: e.uuid, path: `/scripts/${e.uuid}` }));
+        if (this.prepareFails.has(e.uuid)) this.later(() => this.agentInput(clientId, { type: "script_failed", uuid: e.uuid, reason: "EACCES" }));
+        else this.later(() => this.agentInput(clientId, { type: "script_prepared", uuid: e.uuid, path: `/scripts/${e.uuid}` }));
         break;
       default:
         break;
