@@ -418,6 +418,21 @@ describe("flow control and budgets", () => {
 });
 
 describe("hostile input", () => {
+  it("R-W4: protocol errors, fencing errors and the hello/welcome go on the priority lane; command traffic on the data lane", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    h.output("a", "c1", "x");
+    h.addAgent("a2", { clientId: "a" }, 5, "a"); // fences the first session
+    const sends = [...h.serverEffects, ...h.agentEffects.map((x) => x.e)].filter((e): e is Extract<typeof e, { type: "send" }> => e.type === "send");
+    const lanes = new Map<string, Set<string>>();
+    for (const e of sends) lanes.set(e.kind, (lanes.get(e.kind) ?? new Set()).add(e.lane));
+    expect(lanes.get("error")).toEqual(new Set(["priority"]));
+    expect(lanes.get("clientHello")).toEqual(new Set(["priority"]));
+    expect(lanes.get("serverWelcome")).toEqual(new Set(["priority"]));
+    for (const k of ["commandDispatch", "commandEvent", "eventAck", "commandAccepted"]) expect(lanes.get(k), k).toEqual(new Set(["data"]));
+  });
+
   it("R-W10: random frames to the server, before and after registration, give coded errors and closes, never a crash", () => {
     fc.assert(
       fc.property(fc.array(fc.uint8Array({ maxLength: 300 }), { minLength: 1, maxLength: 5 }), fc.boolean(), (frames, registered) => {
