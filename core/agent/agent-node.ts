@@ -534,14 +534,7 @@ function pump(st: AgentState, ctx: AgentCtx, env: AgentEnv): void {
     const records: PersistRecord[] = [];
     const admitted = admit(st.outbox, env.ports, records);
     ctx.persist(...records);
-    for (const p of admitted) {
-      for (const [uuid, cb] of st.outbox.commands) {
-        if (cb.pinned.includes(p)) {
-          ctx.afterDurable({ kind: "pinned", uuid, seq: p.seq });
-          break;
-        }
-      }
-    }
+    for (const a of admitted) ctx.afterDurable({ kind: "pinned", uuid: a.uuid, seq: a.seq });
     launchReady(st, ctx);
     retire(st, ctx);
   }

@@ -128,6 +128,8 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       created: true,
     };
     st.commands.set(uuid, c);
+    if (!isTerminal(c.state)) st.active.add(uuid);
+    if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
   }
   // Digests of the most recent stored events, for resend checks after a restart.
   for (const [key, v] of tables.get("event") ?? []) {
@@ -152,11 +154,21 @@ export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, 
   ctx.emit({ type: "trace", event: "incident", detail: { id: inc.id, client: clientId, uuid, kind, detail } });
 }
 
-function setState(ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = ""): void {
+/** Keep the per-client retained-output index in step with a command's stored bytes. */
+function noteOutput(st: ServerState, c: ServerCommand, delta: number): void {
+  let e = st.clientOutput.get(c.clientId);
+  if (!e) st.clientOutput.set(c.clientId, (e = { bytes: 0, uuids: new Set() }));
+  e.bytes += delta;
+  if (c.storedOutputBytes > 0) e.uuids.add(c.uuid);
+  else e.uuids.delete(c.uuid);
+}
+
+function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = ""): void {
   assert(!isTerminal(c.state), `terminal ${L[c.state]} of ${c.uuid} may not change to ${L[to]}`);
   assert(canTransition(c.state, to), `illegal transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
   c.state = to;
   if (isTerminal(to)) {
+    st.active.delete(c.uuid);
     c.terminalSource = source;
     if (reason) c.reason = reason;
     c.script = null;
@@ -247,7 +259,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
           return replyError(ctx, r.requestId, Code.VALIDATION, "the command is not running yet", r.uuid);
         }
         // Never reached an agent: the server ends it itself.
-        setState(ctx, c, L.CANCELLED, "server", `${SignalKind[r.signal]?.toLowerCase()} before dispatch`);
+        setState(st, ctx, c, L.CANCELLED, "server", `${SignalKind[r.signal]?.toLowerCase()} before dispatch`);
         return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
       }
       c.signals.push({ revision: c.revision, signal: r.signal, requestId: r.requestId, sentOn: 0 });
@@ -290,7 +302,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
   }
   let active = 0;
-  for (const c of st.commands.values()) if (c.clientId === r.clientId && !isTerminal(c.state)) active++;
+  for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === r.clientId) active++;
   if (active >= st.config.limits.maxActivePerClient) return replyError(ctx, r.requestId, Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
   const c: ServerCommand = {
     uuid: r.uuid,
@@ -328,6 +340,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     digests: {},
   };
   st.commands.set(c.uuid, c);
+  st.active.add(c.uuid);
   ctx.persist(commandRecord(c));
   if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
@@ -343,10 +356,18 @@ function readyConn(st: ServerState, clientId: string): ConnState | undefined {
   return conn && conn.phase === "ready" ? conn : undefined;
 }
 
+/** Non-terminal commands, oldest first (the index keeps submission order). */
+function* activeCommands(st: ServerState): Generator<ServerCommand> {
+  for (const uuid of [...st.active]) {
+    const c = st.commands.get(uuid)!;
+    if (!isTerminal(c.state)) yield c;
+  }
+}
+
 export function onSessionReady(st: ServerState, conn: ConnState): void {
   // Resend from the last acknowledged point on the new session.
-  for (const c of st.commands.values()) {
-    if (c.clientId !== conn.clientId || isTerminal(c.state)) continue;
+  for (const c of activeCommands(st)) {
+    if (c.clientId !== conn.clientId) continue;
     c.stdin.sentThrough = c.stdin.ackedThrough;
     c.scriptSent = c.scriptAcked;
     c.scriptCommitSentOn = 0;
@@ -356,11 +377,10 @@ export function onSessionReady(st: ServerState, conn: ConnState): void {
 
 export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   const inflightByConn = new Map<number, number>();
-  for (const c of st.commands.values()) {
-    if (isTerminal(c.state)) continue;
+  for (const c of activeCommands(st)) {
     // Queue expiry passes at the server only for commands no agent can hold.
     if (c.state === L.QUEUED && ctx.now >= c.queueExpiry) {
-      setState(ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
+      setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
       continue;
     }
     const conn = readyConn(st, c.clientId);
@@ -370,8 +390,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     }
   }
   for (const conn of st.conns.values()) conn.inflight = inflightByConn.get(conn.conn) ?? 0;
-  for (const c of st.commands.values()) {
-    if (isTerminal(c.state)) continue;
+  for (const c of activeCommands(st)) {
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
     if (c.state === L.QUEUED && c.created && ctx.now >= c.nextAttemptAt) {
@@ -472,19 +491,19 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
   if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `CommandAccepted for unknown command ${a.issueUuid}`, false, a.issueUuid);
   if (c.state !== L.DISPATCHED && c.state !== L.QUEUED) return; // duplicate or late answer
   if (a.accepted) {
-    setState(ctx, c, L.ACCEPTED, "agent");
+    setState(st, ctx, c, L.ACCEPTED, "agent");
     return;
   }
   const code = a.rejection?.code ?? Code.UNSPECIFIED;
   const message = a.rejection?.message ?? "";
   if (code === Code.ALREADY_EXECUTED) {
     // R-D5: suppress dispatch, reconcile the stale state; not a new rejection.
-    setState(ctx, c, L.INTERRUPTED, "server", "agent reports it already executed this request; outcome not retained");
+    setState(st, ctx, c, L.INTERRUPTED, "server", "agent reports it already executed this request; outcome not retained");
     openIncident(st, ctx, c.clientId, c.uuid, "already_executed", message);
     return;
   }
   if (isPermanentRejection(code)) {
-    setState(ctx, c, L.REJECTED, "server", `${codeName(code)}: ${message}`);
+    setState(st, ctx, c, L.REJECTED, "server", `${codeName(code)}: ${message}`);
     return;
   }
   if (isTransientRejection(code) || code === Code.STALE_GENERATION) {
@@ -503,7 +522,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
 export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState, snap: ReconcileSnapshot): void {
   const view = (c: ServerCommand): ServerView => ({ uuid: c.uuid, state: c.state, terminalSource: c.terminalSource, hash: c.hash });
   const requested: ServerView[] = [];
-  for (const c of st.commands.values()) {
+  for (const c of activeCommands(st)) {
     if (c.clientId === conn.clientId && (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING)) requested.push(view(c));
   }
   const agentViews: AgentView[] = snap.retainedCommands.map((r) => ({
@@ -529,13 +548,13 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
         ctx.persist(commandRecord(c));
         break;
       case "interrupt":
-        setState(ctx, c, L.INTERRUPTED, "server", "agent lost an accepted command");
+        setState(st, ctx, c, L.INTERRUPTED, "server", "agent lost an accepted command");
         break;
       case "already_executed":
-        setState(ctx, c, L.INTERRUPTED, "server", "agent tombstone: already executed; outcome not retained");
+        setState(st, ctx, c, L.INTERRUPTED, "server", "agent tombstone: already executed; outcome not retained");
         break;
       case "adopt":
-        setState(ctx, c, v.adopt!, "agent");
+        setState(st, ctx, c, v.adopt!, "agent");
         break;
       default:
         break;
@@ -581,7 +600,7 @@ export function handleCommandEvent(
   if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
     // The agent can only emit events for a command it accepted: the
     // CommandAccepted must have been lost. Adopt it.
-    setState(ctx, c, L.ACCEPTED, "agent");
+    setState(st, ctx, c, L.ACCEPTED, "agent");
   }
   if (conn.ingressPending + frameBytes > st.config.limits.ingressHigh) {
     // R-W7: never acknowledge or discard a sequenced event; close, the agent resends.
@@ -633,7 +652,7 @@ export function handleCommandEvent(
       if (e.value.exitCode !== undefined) c.exitCode = e.value.exitCode;
       c.signalName = e.value.signalName;
       record = { ...base, kind: "lifecycle", state: to, exitCode: e.value.exitCode ?? null, signalName: e.value.signalName, reason: e.value.reason, error: e.value.error ? { code: e.value.error.code, message: e.value.error.message } : null };
-      if (to !== c.state) setState(ctx, c, to, "agent", e.value.reason);
+      if (to !== c.state) setState(st, ctx, c, to, "agent", e.value.reason);
       if (isTerminal(to)) c.signals = [];
       break;
     }
@@ -694,24 +713,29 @@ function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: n
   if (last && last.stream === range.stream && last.offset + last.length === range.offset) last.length += range.length;
   else seg.ranges.push({ ...range });
   c.storedOutputBytes += bytes;
+  noteOutput(st, c, bytes);
   // R-O5: rolling retention drops whole old segments (never the one being written).
-  while (c.storedOutputBytes > L2.outputPerCommand && c.segments.length > 1) dropOldestSegment(ctx, c);
-  let clientTotal = 0;
-  for (const x of st.commands.values()) if (x.clientId === c.clientId) clientTotal += x.storedOutputBytes;
-  while (clientTotal > L2.outputPerClient) {
+  while (c.storedOutputBytes > L2.outputPerCommand && c.segments.length > 1) dropOldestSegment(st, ctx, c);
+  const client = st.clientOutput.get(c.clientId)!;
+  while (client.bytes > L2.outputPerClient) {
+    // The client's oldest retained output goes first (the index is in order of first output).
     let victim: ServerCommand | undefined;
-    for (const x of st.commands.values()) {
-      if (x.clientId === c.clientId && x.segments.length > (x === c ? 1 : 0) && (!victim || x.segments[0]!.firstSeq < 0 || x.createdAt < victim.createdAt)) victim = x;
+    for (const uuid of client.uuids) {
+      const x = st.commands.get(uuid)!;
+      if (x.segments.length > (x === c ? 1 : 0)) {
+        victim = x;
+        break;
+      }
     }
     if (!victim) break;
-    clientTotal -= victim.segments[0]!.bytes;
-    dropOldestSegment(ctx, victim);
+    dropOldestSegment(st, ctx, victim);
   }
 }
 
-function dropOldestSegment(ctx: ServerCtx, c: ServerCommand): void {
+function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   const seg = c.segments.shift()!;
   c.storedOutputBytes -= seg.bytes;
+  noteOutput(st, c, -seg.bytes);
   const marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: seg.ranges.map((r) => ({ ...r })), at: ctx.now };
   c.retention.push(marker);
   ctx.persist({ table: "retention", key: serverEventKey(c.uuid, seg.firstSeq), value: { uuid: c.uuid, ...marker } });
@@ -726,8 +750,7 @@ export function commandDeadline(st: ServerState, now: number): number | null {
   const take = (t: number): void => {
     if (t > now) d = d === null ? t : Math.min(d, t);
   };
-  for (const c of st.commands.values()) {
-    if (isTerminal(c.state)) continue;
+  for (const c of activeCommands(st)) {
     if (c.state === L.QUEUED) {
       take(c.queueExpiry);
       if (c.nextAttemptAt > now) take(c.nextAttemptAt);
@@ -737,7 +760,10 @@ export function commandDeadline(st: ServerState, now: number): number | null {
 }
 
 export function serverCommandInvariants(st: ServerState): void {
+  const output = new Map<string, number>();
   for (const [uuid, c] of st.commands) {
+    assert(st.active.has(uuid) === !isTerminal(c.state), `${uuid}: active index out of step`);
+    if (c.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.storedOutputBytes);
     assert(c.uuid === uuid, "command key mismatch");
     assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);
     assert(c.stdin.ackedThrough < c.stdin.nextSeq, `${uuid}: stdin acked beyond assigned`);
@@ -753,6 +779,10 @@ export function serverCommandInvariants(st: ServerState): void {
       assert(c.terminalSource !== "", `${uuid}: terminal without a source`);
       assert(c.signals.length === 0 && c.stdin.queue.length === 0, `${uuid}: terminal with pending work`);
     }
+  }
+  for (const [client, e] of st.clientOutput) {
+    assert(e.bytes === (output.get(client) ?? 0), `${client}: retained output index drift`);
+    assert(e.bytes <= st.config.limits.outputPerClient + st.config.limits.segmentBytes * e.uuids.size, `${client}: per-client retention exceeded`);
   }
   void create;
   void MAX_SCRIPT_BYTES;

@@ -105,6 +105,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     clients: new Map(),
     conns: new Map(),
     commands: new Map(),
+    active: new Set(),
+    clientOutput: new Map(),
     incidents: new Map(),
     incidentSeq: 0,
     gate: newGate<ServerDeferred>(),
@@ -375,7 +377,8 @@ function welcome(st: ServerState, ctx: ServerCtx, connId: number, generation: nu
   }, "priority");
   // R-D6: ask about everything the server considers in flight for this client.
   const targets = [];
-  for (const c of st.commands.values()) {
+  for (const uuid of st.active) {
+    const c = st.commands.get(uuid)!;
     if (c.clientId !== conn.clientId) continue;
     if (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING) {
       targets.push(

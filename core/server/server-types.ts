@@ -166,7 +166,12 @@ export interface ServerState {
   rng: RngState;
   clients: Map<string, ClientRecord>;
   conns: Map<number, ConnState>;
+  /** Every command ever submitted (terminal ones are history). */
   commands: Map<string, ServerCommand>;
+  /** Index: non-terminal commands. Derived; rebuilt on restore. */
+  active: Set<string>;
+  /** Index: retained output bytes and the commands holding them, per client. Derived. */
+  clientOutput: Map<string, { bytes: number; uuids: Set<string> }>;
   incidents: Map<string, Incident>;
   incidentSeq: number;
   gate: DurableGate<ServerDeferred>;

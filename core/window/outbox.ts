@@ -355,8 +355,8 @@ function encodeEntry(uuid: string, seq: number, e: LocalEntry, ports: CorePorts)
  * pinned bytes and deletes the entries in `out`; the caller marks the new
  * pinned events durable when that batch is.
  */
-export function admit(ob: Outbox, ports: CorePorts, out: PersistRecord[]): PinnedEvent[] {
-  const admitted: PinnedEvent[] = [];
+export function admit(ob: Outbox, ports: CorePorts, out: PersistRecord[]): Array<{ uuid: string; seq: number }> {
+  const admitted: Array<{ uuid: string; seq: number }> = [];
   const order = rotate([...ob.commands.keys()], ob.cursor);
   let progress = true;
   while (progress) {
@@ -391,7 +391,7 @@ export function admit(ob: Outbox, ports: CorePorts, out: PersistRecord[]): Pinne
         { table: "event", key: eventKey(uuid, seq), value: { seq, bytes } },
         outboxHeader(cb),
       );
-      admitted.push(p);
+      admitted.push({ uuid, seq });
       ob.cursor = uuid;
       progress = true;
     }
