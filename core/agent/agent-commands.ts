@@ -328,6 +328,7 @@ export function handleExit(
   x: { uuid: string; exitCode: number | null; signal: string | null; timedOut: boolean; incompleteStreams: StreamName[] },
 ): void {
   const c = st.commands.get(x.uuid);
+  if (c && c.phase === "launching") handleProcessStarted(st, ctx, x.uuid, 0); // an exit implies a start
   if (!c || c.phase !== "running") return;
   if (x.incompleteStreams.length > 0) {
     appendEvent(st, ctx, c, {

@@ -585,6 +585,12 @@ export function handleCommandEvent(
   if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `event for unknown command ${ev.issueUuid}`, false, ev.issueUuid);
   const seq = safeNumber(ev.eventSeq);
   if (seq === null || seq === 0) return fail(Code.SEQUENCE_VIOLATION, `event_seq ${ev.eventSeq} impossible`, true);
+  // Ended by the server itself (cancelled before dispatch, expired, interrupted by
+  // reconciliation): the agent's copy is stale history. Its events are ignored
+  // whatever their sequence; the ReconcileResult tells the agent to drop it.
+  // (Checking sequences first would close every session on a "gap" and the
+  // result that ends the copy would never arrive: a livelock.)
+  if (isTerminal(c.state) && c.terminalSource === "server") return;
   const digest = digest53(toBinary(CommandEventSchema, ev));
   if (seq <= c.receivedThrough) {
     const known = c.digests[seq];
@@ -593,10 +599,7 @@ export function handleCommandEvent(
     return;
   }
   if (seq !== c.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.receivedThrough}: gap`, true);
-  if (isTerminal(c.state)) {
-    if (c.terminalSource === "agent") return fail(Code.SEQUENCE_VIOLATION, `event ${seq} after the terminal event of ${c.uuid}`, true);
-    return; // ended by the server: the reconcile result terminates the agent's copy
-  }
+  if (isTerminal(c.state)) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} after the terminal event of ${c.uuid}`, true);
   if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
     // The agent can only emit events for a command it accepted: the
     // CommandAccepted must have been lost. Adopt it.

@@ -242,3 +242,4 @@ describe("reconciliation end to end", () => {
     expect(h.agents.get("a")!.spawns).toEqual(["c1"]);
   });
 });
+

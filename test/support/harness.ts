@@ -106,6 +106,7 @@ export class Harness {
     a.serverConn = 0;
     a.conn = 0;
     a.procs.clear();
+    this.local.delete(clientId);
     a.st = restoreAgent(a.cfg, a.disk.tables(), seed);
     this.agentInput(clientId, { type: "start" });
   }
@@ -129,11 +130,37 @@ export class Harness {
     for (const e of r.effects) this.serverEffect(e);
   }
 
+  /** Executor reports are local to the agent: they follow its step, not the network. */
+  private local = new Map<string, AgentInput[]>();
+  private inAgent = new Set<string>();
+
   agentInput(clientId: string, input: AgentInput): void {
     const a = this.agents.get(clientId)!;
     const r = agentStep(a.st, input, this.now, { ports: testPorts });
     agentInvariants(a.st);
-    for (const e of r.effects) this.agentEffect(clientId, e);
+    if (this.inAgent.has(clientId)) {
+      for (const e of r.effects) this.agentEffect(clientId, e);
+      return;
+    }
+    this.inAgent.add(clientId);
+    try {
+      for (const e of r.effects) this.agentEffect(clientId, e);
+      const q = this.local.get(clientId) ?? [];
+      while (q.length > 0) {
+        const next = q.shift()!;
+        const r2 = agentStep(a.st, next, this.now, { ports: testPorts });
+        agentInvariants(a.st);
+        for (const e of r2.effects) this.agentEffect(clientId, e);
+      }
+    } finally {
+      this.inAgent.delete(clientId);
+    }
+  }
+
+  private executor(clientId: string, input: AgentInput): void {
+    let q = this.local.get(clientId);
+    if (!q) this.local.set(clientId, (q = []));
+    q.push(input);
   }
 
   control(request: ControlRequest): ControlResult | undefined {
@@ -238,33 +265,33 @@ export class Harness {
         break;
       case "spawn": {
         if (this.spawnFails.has(e.uuid)) {
-          this.later(() => this.agentInput(clientId, { type: "spawn_failed", uuid: e.uuid, reason: "ENOENT: no such file" }));
+          this.executor(clientId, { type: "spawn_failed", uuid: e.uuid, reason: "ENOENT: no such file" });
           break;
         }
         a.spawns.push(e.uuid);
         const pid = this.nextPid++;
         a.procs.set(e.uuid, { uuid: e.uuid, pid, stdin: [], stdinClosed: false, signals: [] });
-        this.later(() => this.agentInput(clientId, { type: "process_started", uuid: e.uuid, pid }));
+        this.executor(clientId, { type: "process_started", uuid: e.uuid, pid });
         break;
       }
       case "write_stdin": {
         const p = a.procs.get(e.uuid);
         p?.stdin.push(e.data);
-        this.later(() => this.agentInput(clientId, { type: "stdin_written", uuid: e.uuid, seq: e.seq }));
+        this.executor(clientId, { type: "stdin_written", uuid: e.uuid, seq: e.seq });
         break;
       }
       case "close_stdin": {
         const p = a.procs.get(e.uuid);
         if (p) p.stdinClosed = true;
-        this.later(() => this.agentInput(clientId, { type: "stdin_written", uuid: e.uuid, seq: e.seq }));
+        this.executor(clientId, { type: "stdin_written", uuid: e.uuid, seq: e.seq });
         break;
       }
       case "signal":
         a.procs.get(e.uuid)?.signals.push(e.signal);
         break;
       case "write_script":
-        if (this.prepareFails.has(e.uuid)) this.later(() => this.agentInput(clientId, { type: "script_failed", uuid: e.uuid, reason: "EACCES" }));
-        else this.later(() => this.agentInput(clientId, { type: "script_prepared", uuid: e.uuid, path: `/scripts/${e.uuid}` }));
+        if (this.prepareFails.has(e.uuid)) this.executor(clientId, { type: "script_failed", uuid: e.uuid, reason: "EACCES" });
+        else this.executor(clientId, { type: "script_prepared", uuid: e.uuid, path: `/scripts/${e.uuid}` });
         break;
       default:
         break;
