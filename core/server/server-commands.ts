@@ -69,6 +69,7 @@ import type {
   ConnState,
   ControlRequest,
   ControlResult,
+  CommittedView,
   Incident,
   ServerCommand,
   ServerEnv,
@@ -85,9 +86,21 @@ export function clientRecord(c: ClientRecord): PersistRecord {
   return { table: "client", key: c.clientId, value: { ...c, conn: 0, capacity: { ...c.capacity }, pendingClaim: c.pendingClaim && { ...c.pendingClaim }, authorization: c.authorization && { ...c.authorization } } };
 }
 
+/** The outward view a durable copy of `c` would show. */
+export function viewOf(c: ServerCommand): CommittedView {
+  return { state: c.state, exitCode: c.exitCode, signalName: c.signalName, reason: c.reason, storedThrough: c.receivedThrough };
+}
+
+/** Persist the command record; readers see its new view once that persist is durable. */
+function persistCommand(ctx: ServerCtx, c: ServerCommand): void {
+  ctx.persist(commandRecord(c));
+  ctx.afterDurable({ kind: "committed", uuid: c.uuid, view: viewOf(c) });
+}
+
 export function commandRecord(c: ServerCommand): PersistRecord {
-  const { script, ...rest } = c;
+  const { script, committed, ...rest } = c;
   void script;
+  void committed;
   return {
     table: "command",
     key: c.uuid,
@@ -126,6 +139,7 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       scriptSent: r.scriptAcked,
       scriptCommitSentOn: 0,
       created: true,
+      committed: { state: r.state, exitCode: r.exitCode, signalName: r.signalName, reason: r.reason, storedThrough: r.storedThrough },
     };
     st.commands.set(uuid, c);
     if (!isTerminal(c.state)) st.active.add(uuid);
@@ -177,7 +191,7 @@ function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, sour
     c.stdin.queuedBytes = 0;
     c.signals = [];
   }
-  ctx.persist(commandRecord(c));
+  persistCommand(ctx, c);
   ctx.emit({ type: "trace", event: "state", detail: { uuid: c.uuid, state: L[to] ?? to, source, reason } });
 }
 
@@ -239,7 +253,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       c.stdin.queuedBytes += data.length;
       if (r.op === "close_stdin") c.stdin.closeRequested = true;
       c.requests[r.requestId] = seq;
-      ctx.persist(commandRecord(c));
+      persistCommand(ctx, c);
       return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: seq });
     }
     case "signal": {
@@ -263,7 +277,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
         return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
       }
       c.signals.push({ revision: c.revision, signal: r.signal, requestId: r.requestId, sentOn: 0 });
-      ctx.persist(commandRecord(c));
+      persistCommand(ctx, c);
       return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
     }
     case "authorize": {
@@ -313,6 +327,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     script: p.case === "script" ? r.script! : null,
     createdAt: ctx.now,
     created: false,
+    committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0 },
     queueExpiry,
     state: L.QUEUED,
     terminalSource: "",
@@ -341,7 +356,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
   };
   st.commands.set(c.uuid, c);
   st.active.add(c.uuid);
-  ctx.persist(commandRecord(c));
+  persistCommand(ctx, c);
   if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
   ctx.afterDurable({ kind: "created", uuid: c.uuid });
@@ -416,7 +431,7 @@ function dispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
   c.dispatchedOn = conn.generation;
   c.dispatchedAt = ctx.now;
   c.attempts++;
-  if (first) ctx.persist(commandRecord(c));
+  if (first) persistCommand(ctx, c);
   send(ctx, conn, {
     case: "commandDispatch",
     value: create(CommandDispatchSchema, {
@@ -510,7 +525,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
     c.state = L.QUEUED;
     const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.attempts, 20));
     c.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
-    ctx.persist(commandRecord(c));
+    persistCommand(ctx, c);
     ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.nextAttemptAt } });
     return;
   }
@@ -545,7 +560,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
       case "requeue":
         c.state = L.QUEUED;
         c.nextAttemptAt = 0;
-        ctx.persist(commandRecord(c));
+        persistCommand(ctx, c);
         break;
       case "interrupt":
         setState(st, ctx, c, L.INTERRUPTED, "server", "agent lost an accepted command");
@@ -699,7 +714,8 @@ export function handleCommandEvent(
   c.digests[seq] = digest;
   delete c.digests[seq - SERVER_RECENT_DIGESTS];
   conn.ingressPending += frameBytes;
-  ctx.persist({ table: "event", key: serverEventKey(c.uuid, seq), value: record }, commandRecord(c));
+  ctx.persist({ table: "event", key: serverEventKey(c.uuid, seq), value: record });
+  persistCommand(ctx, c);
   ctx.afterDurable({ kind: "ack", conn: conn.conn, uuid: c.uuid, through: seq, bytes: frameBytes });
 }
 
@@ -766,6 +782,8 @@ export function serverCommandInvariants(st: ServerState): void {
   const output = new Map<string, number>();
   for (const [uuid, c] of st.commands) {
     assert(st.active.has(uuid) === !isTerminal(c.state), `${uuid}: active index out of step`);
+    if (isTerminal(c.committed.state)) assert(c.state === c.committed.state, `${uuid}: committed terminal state ${c.committed.state} changed to ${c.state}`);
+    assert(c.committed.storedThrough <= c.storedThrough, `${uuid}: readers would see events not yet durable`);
     if (c.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.storedOutputBytes);
     assert(c.uuid === uuid, "command key mismatch");
     assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);

@@ -349,6 +349,11 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
         if (c) c.created = true;
         break;
       }
+      case "committed": {
+        const c = st.commands.get(a.uuid);
+        if (c) c.committed = a.view;
+        break;
+      }
     }
   }
   for (const a of acks.values()) {

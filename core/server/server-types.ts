@@ -75,6 +75,13 @@ export interface ServerCommand {
   createdAt: number;
   /** The creating persist is durable: only then may it be dispatched (R-D1). */
   created: boolean;
+  /**
+   * What readers (the control API, the TUI) may show: the outward state as of
+   * the last durable persist. `state` may be ahead of it by one group commit;
+   * a crash in that window would take the newer state back, so nobody outside
+   * the core may have seen it.
+   */
+  committed: CommittedView;
   queueExpiry: number;
   state: CommandLifecycle;
   terminalSource: TerminalSource;
@@ -111,6 +118,14 @@ export interface ServerCommand {
   requests: Record<string, number>;
   /** Recent event digests by seq, for duplicate checks (bounded). */
   digests: Record<number, number>;
+}
+
+export interface CommittedView {
+  state: CommandLifecycle;
+  exitCode: number | null;
+  signalName: string;
+  reason: string;
+  storedThrough: number;
 }
 
 export interface ClientRecord {
@@ -159,7 +174,8 @@ export type ServerDeferred =
   | { kind: "reconcile_result"; conn: number; terminate: string[]; discard: string[] }
   | { kind: "ack"; conn: number; uuid: string; through: number; bytes: number }
   | { kind: "reply"; requestId: string; result: ControlResult }
-  | { kind: "created"; uuid: string };
+  | { kind: "created"; uuid: string }
+  | { kind: "committed"; uuid: string; view: CommittedView };
 
 export interface ServerState {
   config: ServerConfig;

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { Harness } from "../support/harness.js";
 import { Code } from "../../core/errors.js";
 import { defaultServerConfig } from "../../core/index.js";
-import { CommandLifecycle as L, ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, ShellType, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { encodeEnvelope } from "../../core/codec/frame-codec.js";
 
 const accepted = (h: Harness) => h.sent("commandAccepted").map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number } });
@@ -158,5 +158,22 @@ describe("dispatch", () => {
     h.advance(2_000);
     expect(h.cmd("waits").state).toBe(L.EXPIRED);
     expect(h.agents.get("a")!.spawns).toEqual(["busy"]);
+  });
+});
+
+describe("what readers see", () => {
+  it("R-O3: the committed view shows a state only once its persist is durable, so a crash never takes back what a reader saw", () => {
+    const h = new Harness();
+    h.submit("offline", "c1");
+    h.autoDurable = false;
+    h.control({ op: "signal", requestId: "x", uuid: "c1", signal: SignalKind.CANCEL });
+    expect(h.cmd("c1").state).toBe(L.CANCELLED);
+    expect(h.cmd("c1").committed.state).toBe(L.QUEUED);
+    h.restartServer(); // the cancel was never durable: nobody saw it, nobody was told
+    expect(h.cmd("c1").state).toBe(L.QUEUED);
+    h.control({ op: "signal", requestId: "y", uuid: "c1", signal: SignalKind.CANCEL });
+    h.flush("server");
+    expect(h.cmd("c1").committed.state).toBe(L.CANCELLED);
+    expect(h.replies.get("y")).toEqual({ ok: true, uuid: "c1", revision: 2 });
   });
 });
