@@ -88,7 +88,15 @@ export function clientRecord(c: ClientRecord): PersistRecord {
 
 /** The outward view a durable copy of `c` would show. */
 export function viewOf(c: ServerCommand): CommittedView {
-  return { state: c.state, exitCode: c.exitCode, signalName: c.signalName, reason: c.reason, storedThrough: c.receivedThrough };
+  return {
+    state: c.state,
+    exitCode: c.exitCode,
+    signalName: c.signalName,
+    reason: c.reason,
+    storedThrough: c.receivedThrough,
+    revision: c.revision,
+    stdinAssigned: c.stdin.nextSeq - 1,
+  };
 }
 
 /** Persist the command record; readers see its new view once that persist is durable. */
@@ -139,7 +147,15 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       scriptSent: r.scriptAcked,
       scriptCommitSentOn: 0,
       created: true,
-      committed: { state: r.state, exitCode: r.exitCode, signalName: r.signalName, reason: r.reason, storedThrough: r.storedThrough },
+      committed: {
+        state: r.state,
+        exitCode: r.exitCode,
+        signalName: r.signalName,
+        reason: r.reason,
+        storedThrough: r.storedThrough,
+        revision: r.revision,
+        stdinAssigned: r.stdin.nextSeq - 1,
+      },
     };
     st.commands.set(uuid, c);
     if (!isTerminal(c.state)) st.active.add(uuid);
@@ -327,7 +343,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     script: p.case === "script" ? r.script! : null,
     createdAt: ctx.now,
     created: false,
-    committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0 },
+    committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0 },
     queueExpiry,
     state: L.QUEUED,
     terminalSource: "",
@@ -479,6 +495,9 @@ function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCo
   for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) inflight += op.data.length + 1;
   for (const op of c.stdin.queue) {
     if (op.seq <= c.stdin.sentThrough) continue;
+    // Never send a write_seq a crash could take back (the agent would apply it and the
+    // server would later refuse its acknowledgement as never sent).
+    if (op.seq > c.committed.stdinAssigned) break;
     if (inflight > 0 && inflight + op.data.length > st.config.limits.stdinWindow) break;
     if (op.close) {
       send(ctx, conn, { case: "closeStdin", value: create(CloseStdinSchema, { issueUuid: c.uuid, writeSeq: BigInt(op.seq) }) });
@@ -496,6 +515,9 @@ function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCo
 function pumpSignals(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
   for (const s of c.signals) {
     if (s.sentOn === conn.generation) continue;
+    // A revision not yet durable could be handed out again after a crash, and the
+    // agent would discard the second request as a duplicate.
+    if (s.revision > c.committed.revision) continue;
     send(ctx, conn, { case: "signalCommand", value: create(SignalCommandSchema, { issueUuid: c.uuid, commandRevision: BigInt(s.revision), signal: s.signal }) });
     s.sentOn = conn.generation;
   }
@@ -783,6 +805,8 @@ export function serverCommandInvariants(st: ServerState): void {
   for (const [uuid, c] of st.commands) {
     assert(st.active.has(uuid) === !isTerminal(c.state), `${uuid}: active index out of step`);
     if (isTerminal(c.committed.state)) assert(c.state === c.committed.state, `${uuid}: committed terminal state ${c.committed.state} changed to ${c.state}`);
+    assert(c.committed.revision <= c.revision && c.committed.stdinAssigned < c.stdin.nextSeq, `${uuid}: committed view ahead of memory`);
+    assert(c.stdin.sentThrough <= Math.max(c.committed.stdinAssigned, c.stdin.ackedThrough), `${uuid}: stdin sent before it was durable`);
     assert(c.committed.storedThrough <= c.storedThrough, `${uuid}: readers would see events not yet durable`);
     if (c.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.storedOutputBytes);
     assert(c.uuid === uuid, "command key mismatch");

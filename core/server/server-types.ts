@@ -126,6 +126,9 @@ export interface CommittedView {
   signalName: string;
   reason: string;
   storedThrough: number;
+  /** Revisions and stdin write_seqs durably assigned: only those may be sent. */
+  revision: number;
+  stdinAssigned: number;
 }
 
 export interface ClientRecord {

@@ -167,8 +167,8 @@ export function run(ops: Op[], debug = false): Harness {
     return r !== undefined && r.ok;
   });
   for (const u of acked) expect(h.server.commands.has(u), `${u} acknowledged but lost`).toBe(true);
-  for (const c of h.server.commands.values()) expect(isTerminal(c.state), `${c.uuid} ended ${L[c.state]}`).toBe(true);
   if (debug) return h;
+  for (const c of h.server.commands.values()) expect(isTerminal(c.state), `${c.uuid} ended ${L[c.state]}`).toBe(true);
   for (const a of AGENTS) expect(h.agents.get(a)!.st.commands.size, `${a} retains commands`).toBe(0);
   // At most once: no command was spawned twice, on any agent, across all restarts.
   const spawns = AGENTS.flatMap((a) => h.agents.get(a)!.spawns);
@@ -222,5 +222,29 @@ describe("regressions found by the random walk (pinned counterexamples)", () => 
     const h = run(ops);
     expect(h.cmd("cmd-1").state).toBe(L.CANCELLED);
     expect([...h.server.incidents.values()].some((i) => i.uuid === "cmd-1")).toBe(true);
+  });
+
+  it("R-S1 R-S4: stdin writes and signal revisions are sent only once durable, so a server crash cannot make it refuse their acknowledgement (was a livelock)", () => {
+    // The server sent write 1 before its record was durable, crashed, forgot it, and then
+    // closed every session on the agent's "unknown" acknowledgement.
+    const ops: Op[] = [
+      { k: "submit", agent: 0, stdin: true },
+      { k: "stdin", pick: 0 },
+      { k: "flush", node: 2, n: 1 },
+      { k: "deliver", n: 1 },
+      { k: "flush", node: 0, n: 1 },
+      { k: "deliver", n: 3 },
+      { k: "output", pick: 0, n: 1, err: false },
+      { k: "flush", node: 0, n: 1 },
+      { k: "crash", node: 2 },
+      { k: "submit", agent: 0, stdin: false },
+      { k: "deliver", n: 1 },
+      { k: "deliver", n: 1 },
+      { k: "deliver", n: 1 },
+      { k: "deliver", n: 1 },
+      { k: "output", pick: 0, n: 1, err: false },
+    ];
+    const h = run(ops);
+    expect(isTerminal(h.cmd("cmd-1").state)).toBe(true);
   });
 });
