@@ -98,3 +98,11 @@ export const CANCEL_GRACE_MS = 5_000;
 export const AGENT_SCRIPT_TOTAL_BYTES = 64 * MiB;
 /** Human-readable reasons carried in events are cut to this length. */
 export const MAX_REASON_CHARS = 1024;
+/** Signal requests a command may have outstanding (sent, not yet answered). */
+export const MAX_PENDING_SIGNALS = 64;
+/** request_id -> revision/write_seq entries remembered per command for idempotent retries. */
+export const MAX_REQUEST_IDS_PER_COMMAND = 1024;
+/** Incidents kept in all (open and acknowledged); the oldest acknowledged go first. */
+export const MAX_INCIDENTS_KEPT = 20_000;
+/** Connections the server holds at once (registered or not). */
+export const MAX_SERVER_CONNECTIONS = 20_000;

@@ -56,7 +56,10 @@ import {
   CAPACITY_RETRY_INITIAL_MS,
   DEFAULT_QUEUE_EXPIRY_MS,
   MAX_CHUNK_BYTES,
+  MAX_INCIDENTS_KEPT,
   MAX_OPEN_INCIDENTS,
+  MAX_PENDING_SIGNALS,
+  MAX_REQUEST_IDS_PER_COMMAND,
   MAX_SCRIPT_BYTES,
   SCRIPT_CHUNK_BYTES,
   SERVER_RECENT_DIGESTS,
@@ -177,11 +180,26 @@ export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, 
     ctx.emit({ type: "trace", event: "incident_dropped", detail: { kind, uuid } });
     return;
   }
+  if (st.incidents.size >= MAX_INCIDENTS_KEPT) {
+    for (const [id, i] of st.incidents) {
+      if (!i.acknowledged) continue;
+      st.incidents.delete(id);
+      ctx.persist({ table: "incident", key: id, value: null });
+      break;
+    }
+  }
   st.incidentSeq++;
   const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.now, acknowledged: false };
   st.incidents.set(inc.id, inc);
   ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
   ctx.emit({ type: "trace", event: "incident", detail: { id: inc.id, client: clientId, uuid, kind, detail } });
+}
+
+/** Remember request_id -> number for idempotent retries, forgetting the oldest past the bound. */
+function remember(c: ServerCommand, requestId: string, n: number): void {
+  c.requests[requestId] = n;
+  const keys = Object.keys(c.requests);
+  if (keys.length > MAX_REQUEST_IDS_PER_COMMAND) delete c.requests[keys[0]!];
 }
 
 /** Keep the per-client retained-output index in step with a command's stored bytes. */
@@ -268,7 +286,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       c.stdin.queue.push({ seq, data, appendNewline: r.op === "stdin" && r.appendNewline, close: r.op === "close_stdin", requestId: r.requestId });
       c.stdin.queuedBytes += data.length;
       if (r.op === "close_stdin") c.stdin.closeRequested = true;
-      c.requests[r.requestId] = seq;
+      remember(c, r.requestId, seq);
       persistCommand(ctx, c);
       return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: seq });
     }
@@ -279,8 +297,9 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       if (prior !== undefined) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: c.uuid, revision: prior } });
       if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
       if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
+      if (c.signals.length >= MAX_PENDING_SIGNALS) return replyError(ctx, r.requestId, Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`, r.uuid);
       c.revision++;
-      c.requests[r.requestId] = c.revision;
+      remember(c, r.requestId, c.revision);
       const ending = r.signal !== SignalKind.USER1 && r.signal !== SignalKind.USER2;
       if (c.state === L.QUEUED) {
         if (!ending) {
@@ -777,9 +796,22 @@ function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): v
   const seg = c.segments.shift()!;
   c.storedOutputBytes -= seg.bytes;
   noteOutput(st, c, -seg.bytes);
-  const marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: seg.ranges.map((r) => ({ ...r })), at: ctx.now };
-  c.retention.push(marker);
-  ctx.persist({ table: "retention", key: serverEventKey(c.uuid, seg.firstSeq), value: { uuid: c.uuid, ...marker } });
+  // Segments go oldest first, so everything removed is one prefix of the output:
+  // one cumulative marker per command (bounded), extended on every drop. Its
+  // event range covers output events only; other events are never removed.
+  let marker = c.retention[0];
+  if (!marker) {
+    marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: [], at: ctx.now };
+    c.retention.push(marker);
+  }
+  marker.lastSeq = seg.lastSeq;
+  marker.at = ctx.now;
+  for (const r of seg.ranges) {
+    const same = marker.ranges.find((x) => x.stream === r.stream && x.offset + x.length === r.offset);
+    if (same) same.length += r.length;
+    else marker.ranges.push({ ...r });
+  }
+  ctx.persist({ table: "retention", key: c.uuid, value: { uuid: c.uuid, ...marker, ranges: marker.ranges.map((r) => ({ ...r })) } });
   ctx.emit({ type: "drop_output", uuid: c.uuid, throughSeq: seg.lastSeq });
   ctx.emit({ type: "trace", event: "retention", detail: { uuid: c.uuid, firstSeq: seg.firstSeq, lastSeq: seg.lastSeq } });
 }
@@ -819,6 +851,7 @@ export function serverCommandInvariants(st: ServerState): void {
     for (const s of c.segments) seg += s.bytes;
     assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
     assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
+    assert(c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND, `${uuid}: a per-command bound exceeded`);
     assert(c.scriptAcked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
     if (isTerminal(c.state)) {
       assert(c.terminalSource !== "", `${uuid}: terminal without a source`);

@@ -135,6 +135,11 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
       break;
     case "conn_open":
       assert(!st.conns.has(input.conn), `connection ${input.conn} opened twice`);
+      if (st.conns.size >= LIM.MAX_SERVER_CONNECTIONS) {
+        // Refused before it is tracked: the shell closes the socket.
+        ctx.emit({ type: "close", conn: input.conn, reason: `CODE_CAPACITY: ${st.conns.size} connections open` });
+        break;
+      }
       st.conns.set(input.conn, {
         conn: input.conn,
         phase: "hello",
@@ -495,6 +500,8 @@ export function serverInvariants(st: ServerState): void {
     if (client.conn !== 0) assert(st.conns.get(client.conn)?.clientId === client.clientId, `client ${client.clientId} points at a foreign conn`);
   }
   assert(st.gate.durableThrough <= st.gate.lastId, "durable beyond last persist");
+  assert(st.conns.size <= LIM.MAX_SERVER_CONNECTIONS, "connections over their bound");
+  assert(st.incidents.size <= LIM.MAX_INCIDENTS_KEPT, "incidents over their bound");
   serverCommandInvariants(st);
   void isTerminal;
 }

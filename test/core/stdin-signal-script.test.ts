@@ -322,3 +322,19 @@ describe("scripts", () => {
     for (const c of [...h.server.commands.values(), ...h2.server.commands.values()]) expect(c.state).not.toBe(L.FAILED);
   });
 });
+
+describe("bounds", () => {
+  it("R-S4: outstanding signal requests per command are bounded; past the bound the request gets a transient capacity error", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    h.autoDeliver = false; // nothing is answered
+    for (let i = 0; i < 64; i++) expect(h.control({ op: "signal", requestId: `s${i}`, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true });
+    expect(h.control({ op: "signal", requestId: "s64", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: false, error: { code: Code.CAPACITY } });
+    expect(h.cmd("c1").revision).toBe(65);
+    h.autoDeliver = true;
+    h.deliver();
+    expect(h.cmd("c1").signals).toHaveLength(0);
+    expect(h.control({ op: "signal", requestId: "s65", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true, revision: 66 });
+  });
+});
