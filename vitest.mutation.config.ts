@@ -9,5 +9,7 @@ export default defineConfig({
     exclude: ["test/core/purity.test.ts"],
     testTimeout: 60_000,
     pool: "forks",
+    // Each mutant re-runs the tests that cover it: keep the random walk short here.
+    env: { RVBOX_PROPERTY_SCALE: "0.05", RVBOX_WALK_RUNS: "20" },
   },
 });

@@ -1,5 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
+import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { AgentEnvelopeSchema, ClientHelloSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { decodeFrame, encodeEnvelope } from "../../core/codec/frame-codec.js";
@@ -58,7 +59,7 @@ describe("frame codec", () => {
         const d = decodeFrame(b);
         if (!d.ok) expect([Code.PROTOCOL_ERROR, Code.PAYLOAD_TOO_LARGE]).toContain(d.error.code);
       }),
-      { numRuns: 2000 },
+      { numRuns: runs(2000) },
     );
   });
 });

@@ -4,6 +4,7 @@
 // invariants checked after every step, then a liveness phase with faults off.
 // The full simulator in sim/ does this at scale with timing faults.
 import fc from "fast-check";
+import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { Harness } from "../support/harness.js";
 import { isTerminal } from "../../core/dispatch/lifecycle.js";
@@ -198,7 +199,7 @@ export function run(ops: Op[], debug = false): Harness {
 describe("random walk over both nodes", () => {
   it("R-W11 R-D1 R-D2 R-O2 R-O3: faults never cause a double launch, a changed terminal state or lost acknowledged output; everything finishes once faults stop", () => {
     fc.assert(fc.property(fc.array(op, { minLength: 10, maxLength: Number(process.env["RVBOX_WALK_LEN"] ?? 120) }), (ops) => void run(ops)), {
-      numRuns: Number(process.env["RVBOX_WALK_RUNS"] ?? 250),
+      numRuns: Number(process.env["RVBOX_WALK_RUNS"] ?? runs(250)),
       ...(process.env["RVBOX_WALK_SEED"] ? { seed: Number(process.env["RVBOX_WALK_SEED"]) } : {}),
     });
   }, Number(process.env["RVBOX_WALK_TIMEOUT_MS"] ?? 60_000));

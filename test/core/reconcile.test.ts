@@ -1,4 +1,5 @@
 import fc from "fast-check";
+import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { Harness } from "../support/harness.js";
 import { classify, type AgentView, type ServerView } from "../../core/reconcile/classify.js";
@@ -63,7 +64,7 @@ describe("reconcile classification (property)", () => {
         for (const d of res.discard) expect(t.has(d)).toBe(false);
         for (const u of [...res.terminate, ...res.discard]) expect(inSnap.has(u)).toBe(true);
       }),
-      { numRuns: 3000 },
+      { numRuns: runs(3000) },
     );
   });
 });

@@ -1,4 +1,5 @@
 import fc from "fast-check";
+import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { Harness, Disk } from "../support/harness.js";
 import { testPorts } from "../support/ports.js";
@@ -118,7 +119,7 @@ describe("output events", () => {
         ob = restoreAgent(cfg, disk.tables(), 1).outbox;
         check();
       }),
-      { numRuns: 300 },
+      { numRuns: runs(300) },
     );
   });
 
@@ -440,7 +441,7 @@ describe("hostile input", () => {
         h.output("good", "c1", "still here");
         expect(h.storedEvents("c1").some((e) => e["kind"] === "output")).toBe(true);
       }),
-      { numRuns: 300 },
+      { numRuns: runs(300) },
     );
   });
 
@@ -453,7 +454,7 @@ describe("hostile input", () => {
         for (const f of frames) if (a.conn) h.agentInput("a", { type: "frame", conn: a.conn, data: f });
         expect(a.spawns).toEqual([]);
       }),
-      { numRuns: 300 },
+      { numRuns: runs(300) },
     );
   });
 
@@ -518,7 +519,7 @@ describe("hostile input", () => {
         expect(serverStream(h, "c1", "stdout").text).toBe(expected);
         expect(a.spawns).toEqual(["c1"]);
       }),
-      { numRuns: 60 },
+      { numRuns: runs(60) },
     );
   });
 });
