@@ -25,11 +25,20 @@
 // every event send wait for the persist batch they depend on (`afterDurable`);
 // the runner reports `durable` and the deferred actions run then.
 
-import { fromBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { Code } from "../errors.js";
-import { assert } from "../errors.js";
-import { decodeFrame, encodeEnvelope, type Payload } from "../codec/frame-codec.js";
+import { ClientCapacitySchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  CommandLifecycle,
+  ControlErrorSchema,
+  LifecycleTransitionSchema,
+  Platform,
+  ShellType as ShellTypeEnum,
+  type ShellType,
+} from "../../protos/gen/rvbox/v1/common_pb.js";
+import { assert, Code, codeName } from "../errors.js";
+import { decodeFrame, encodeEnvelope, encodeEventEnvelope, type Payload } from "../codec/frame-codec.js";
+import { isTerminal } from "../dispatch/lifecycle.js";
 import { rangeToWire, versionInRange, SUPPORTED_PROTOCOL } from "../codec/version.js";
 import * as LIM from "../limits.js";
 import { MAX_REASON_CHARS } from "../limits.js";
@@ -52,6 +61,7 @@ import {
 } from "../session/agent-session.js";
 import {
   admit,
+  appendMeta,
   newOutbox,
   outboxInvariants,
   fullyAcknowledged,
@@ -59,7 +69,7 @@ import {
   type CommandOutbox,
   type LocalEntry,
 } from "../window/outbox.js";
-import type { AgentConfig, AgentDeferred, AgentEffect, AgentEnv, AgentInput, AgentState, Step } from "./agent-types.js";
+import type { AgentCommand, AgentConfig, AgentDeferred, AgentEffect, AgentEnv, AgentInput, AgentState, Step } from "./agent-types.js";
 import {
   handleCloseStdin,
   handleDispatch,
@@ -84,13 +94,6 @@ import {
   countCapacity,
 } from "./agent-commands.js";
 import { handleReconcileRequest, handleReconcileResult, sendSnapshot } from "./agent-reconcile.js";
-import { ClientCapacitySchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { create } from "@bufbuild/protobuf";
-import { CommandLifecycle, Platform, ShellType as ShellTypeEnum, type ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { isTerminal } from "../dispatch/lifecycle.js";
-import type { AgentCommand } from "./agent-types.js";
-import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { codeName } from "../errors.js";
 
 export type AgentCtx = StepContext<AgentEffect, AgentDeferred>;
 
@@ -332,25 +335,16 @@ export function appendLifecycle(
   const cb = st.outbox.commands.get(c.uuid);
   assert(cb !== undefined, `no outbox for ${c.uuid}`);
   const reason = (extra.reason ?? "").slice(0, MAX_REASON_CHARS);
-  const value: Record<string, unknown> = { state, signalName: (extra.signalName ?? "").slice(0, 64), reason };
-  if (extra.exitCode !== undefined) value["exitCode"] = extra.exitCode;
-  if (extra.code !== undefined) value["error"] = create(ControlErrorSchema, { code: extra.code, message: reason || codeName(extra.code), issueUuid: c.uuid });
+  const value = create(LifecycleTransitionSchema, {
+    state,
+    signalName: (extra.signalName ?? "").slice(0, 64),
+    reason,
+    ...(extra.exitCode !== undefined ? { exitCode: extra.exitCode } : {}),
+    ...(extra.code !== undefined ? { error: create(ControlErrorSchema, { code: extra.code, message: reason || codeName(extra.code), issueUuid: c.uuid }) } : {}),
+  });
   const records: PersistRecord[] = [];
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  appendMetaEvent(st, cb, { case: "lifecycle", value: value as any }, revision, ctx.now, records);
+  appendMeta(st.outbox, cb, { case: "lifecycle", value }, revision, ctx.now, records);
   ctx.persist(...records);
-}
-
-import { appendMeta } from "../window/outbox.js";
-import { LifecycleTransitionSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { MetaEvent } from "../window/outbox.js";
-
-function appendMetaEvent(st: AgentState, cb: CommandOutbox, ev: MetaEvent | { case: "lifecycle"; value: Record<string, unknown> }, revision: number, now: number, out: PersistRecord[]): void {
-  const event: MetaEvent =
-    ev.case === "lifecycle" && !("$typeName" in ev.value)
-      ? { case: "lifecycle", value: create(LifecycleTransitionSchema, ev.value as never) }
-      : (ev as MetaEvent);
-  appendMeta(st.outbox, cb, event, revision, now, out);
 }
 
 function onFrame(st: AgentState, ctx: AgentCtx, acts: SessionAction[], data: Uint8Array, binary: boolean, env: AgentEnv): void {
@@ -430,7 +424,6 @@ function onFrame(st: AgentState, ctx: AgentCtx, acts: SessionAction[], data: Uin
       // A payload only an agent sends, or one for the registration phase.
       protocolFailure(st, ctx, acts, Code.PROTOCOL_ERROR, `unexpected ${p.case} from server`);
   }
-  void fromBinary;
 }
 
 /** Send a structured error and close the session (R-W10). */
@@ -561,21 +554,9 @@ function sendPinned(st: AgentState, ctx: AgentCtx): void {
     for (const p of cb.pinned) {
       if (!p.durable || p.sentOn === gen) continue;
       p.sentOn = gen;
-      const event = fromBinary(CommandEventSchemaRef(), p.bytes);
-      ctx.emit({
-        type: "send",
-        conn: s.conn,
-        lane: "data",
-        kind: "commandEvent",
-        data: encodeEnvelope(s.fence, { case: "commandEvent", value: event }),
-      });
+      ctx.emit({ type: "send", conn: s.conn, lane: "data", kind: "commandEvent", data: encodeEventEnvelope(s.fence, p.bytes) });
     }
   }
-}
-
-import { CommandEventSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-function CommandEventSchemaRef(): typeof CommandEventSchema {
-  return CommandEventSchema;
 }
 
 function sendCapacity(st: AgentState, ctx: AgentCtx): void {

@@ -62,3 +62,28 @@ export function encodeEnvelope(fence: Fence | null, payload: Payload): Uint8Arra
 export function safeNumber(v: bigint): number | null {
   return v >= 0n && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : null;
 }
+
+/**
+ * Encode an envelope carrying an already-encoded CommandEvent (field 7)
+ * without decoding it: the pinned bytes go on the wire exactly as stored
+ * (R-O2), and no work is spent re-encoding them on every resend.
+ */
+export function encodeEventEnvelope(fence: Fence, commandEvent: Uint8Array): Uint8Array {
+  const head = toBinary(
+    AgentEnvelopeSchema,
+    create(AgentEnvelopeSchema, { sessionId: fence.sessionId, sessionGeneration: BigInt(fence.generation) }),
+  );
+  const len: number[] = [];
+  let n = commandEvent.length;
+  while (n > 0x7f) {
+    len.push((n & 0x7f) | 0x80);
+    n >>>= 7;
+  }
+  len.push(n);
+  const out = new Uint8Array(head.length + 1 + len.length + commandEvent.length);
+  out.set(head, 0);
+  out[head.length] = (7 << 3) | 2; // field 7 (command_event), length-delimited
+  out.set(len, head.length + 1);
+  out.set(commandEvent, head.length + 1 + len.length);
+  return out;
+}

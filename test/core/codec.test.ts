@@ -3,7 +3,8 @@ import fc from "fast-check";
 import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { AgentEnvelopeSchema, ClientHelloSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { decodeFrame, encodeEnvelope } from "../../core/codec/frame-codec.js";
+import { decodeFrame, encodeEnvelope, encodeEventEnvelope } from "../../core/codec/frame-codec.js";
+import { CommandEventSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../core/codec/version.js";
 import { Code } from "../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../core/limits.js";
@@ -91,5 +92,20 @@ describe("version negotiation", () => {
         else expect(v.ok && key(v.value)).toBe(hi);
       }),
     );
+  });
+});
+
+describe("event envelopes", () => {
+  it("R-O2: a pinned CommandEvent is spliced into its envelope byte for byte", () => {
+    const event = toBinary(CommandEventSchema, create(CommandEventSchema, { issueUuid: "u", eventSeq: 7n, event: { case: "stdinAck", value: { writeSeq: 3n } } }));
+    const big = toBinary(CommandEventSchema, create(CommandEventSchema, { issueUuid: "u", eventSeq: 8n, event: { case: "output", value: { originalSize: 70000, zstdData: new Uint8Array(70000).fill(5) } } }));
+    for (const payload of [event, big]) {
+      const wire = encodeEventEnvelope({ sessionId: "s1", generation: 9 }, payload);
+      const d = decodeFrame(wire);
+      expect(d.ok && d.envelope.sessionGeneration).toBe(9n);
+      expect(d.ok && d.envelope.payload.case).toBe("commandEvent");
+      // The last bytes on the wire are exactly the pinned bytes.
+      expect(Buffer.from(wire.subarray(wire.length - payload.length)).equals(Buffer.from(payload))).toBe(true);
+    }
   });
 });
