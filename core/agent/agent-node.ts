@@ -307,7 +307,9 @@ function start(st: AgentState, ctx: AgentCtx, acts: SessionAction[]): void {
   // Anything that was launched before a crash has an uncertain outcome.
   for (const c of st.commands.values()) {
     if (c.phase === "launching" || c.phase === "running") {
-      if (c.pid > 0) ctx.emit({ type: "kill_orphan", uuid: c.uuid, pid: c.pid });
+      // The spawn may have happened even when its pid never became durable:
+      // pid 0 asks the shell to find the process by the command's marker.
+      ctx.emit({ type: "kill_orphan", uuid: c.uuid, pid: c.pid });
       finishInterrupted(st, ctx, c, "agent restarted while the command was running; outcome unknown");
     }
   }

@@ -48,11 +48,15 @@ export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: Recon
     const cb = st.outbox.commands.get(t.issueUuid);
     if (c && cb && c.hash === hash) {
       const through = safeNumber(t.lastServerEventSeq);
-      const records: PersistRecord[] = [];
-      if (through === null || !acknowledge(st.outbox, cb, through, records)) {
-        return fail(Code.SEQUENCE_VIOLATION, `server claims events of ${t.issueUuid} through ${t.lastServerEventSeq}, agent assigned ${lastAssigned(cb)}`, true);
-      }
-      ctx.persist(...records);
+      if (through === null) return fail(Code.SEQUENCE_VIOLATION, `server claims an impossible event_seq ${t.lastServerEventSeq}`, true);
+      // More than this agent assigned: the events came from another copy of this
+      // instance. Not an ack of ours; the snapshot tells the truth and the server
+      // resolves the divergence (no close: it would repeat on every reconnect).
+      if (through <= lastAssigned(cb)) {
+        const records: PersistRecord[] = [];
+        acknowledge(st.outbox, cb, through, records);
+        ctx.persist(...records);
+      } else ctx.emit(trace("reconcile_diverged", { uuid: t.issueUuid, serverStored: through, assigned: lastAssigned(cb) }));
     } else if (!c && st.tombstones.get(t.issueUuid) === hash) {
       tombstoned.push(t.issueUuid);
     }

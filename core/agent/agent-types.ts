@@ -147,7 +147,12 @@ export type AgentEffect =
   | { type: "write_stdin"; uuid: string; seq: number; data: Uint8Array }
   | { type: "close_stdin"; uuid: string; seq: number }
   | { type: "signal"; uuid: string; signal: SignalKind; revision: number }
-  /** Kill a process group left over from before a crash (pid = group id). */
+  /**
+   * Kill what is left of a command launched before a crash. `pid` is its
+   * process group id, or 0 when the pid never became durable: the shell then
+   * finds the processes by the command's marker (RVBOX_ISSUE_UUID=<uuid> in
+   * their environment) and kills them.
+   */
   | { type: "kill_orphan"; uuid: string; pid: number };
 
 export interface AgentEnv {

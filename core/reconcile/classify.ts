@@ -9,6 +9,9 @@
 //   s.hash != a.hash                      -> terminate_local (+ incident)
 //   s terminal, a terminal                -> discard (+ incident if the server, not the agent, ended it)
 //   s terminal, a active                  -> terminate_local (+ incident)
+//   s non-terminal, a has fewer events than s stored
+//                                         -> diverged: terminate_local, s interrupted (+ incident);
+//                                            events came from another copy of this instance
 //   s non-terminal, a further along       -> adopt (server moves to accepted/running)
 //   s non-terminal, otherwise             -> keep
 //   requested s absent from the snapshot:
@@ -23,6 +26,8 @@ export interface ServerView {
   state: L;
   terminalSource: "agent" | "server" | "";
   hash: string;
+  /** Events of this command the server stored durably. */
+  storedThrough: number;
 }
 
 export interface AgentView {
@@ -30,9 +35,11 @@ export interface AgentView {
   lifecycle: L;
   tombstoned: boolean;
   hash: string;
+  /** Last event_seq the agent assigned. */
+  lastEventSeq: number;
 }
 
-export type Action = "requeue" | "interrupt" | "already_executed" | "terminate_local" | "discard" | "adopt" | "keep" | "none";
+export type Action = "requeue" | "interrupt" | "already_executed" | "diverged" | "terminate_local" | "discard" | "adopt" | "keep" | "none";
 
 export interface Verdict {
   uuid: string;
@@ -71,7 +78,7 @@ export function classify(
   }
   return {
     verdicts,
-    terminate: verdicts.filter((v) => v.action === "terminate_local").map((v) => v.uuid),
+    terminate: verdicts.filter((v) => v.action === "terminate_local" || v.action === "diverged").map((v) => v.uuid),
     discard: verdicts.filter((v) => v.action === "discard").map((v) => v.uuid),
   };
 }
@@ -93,6 +100,8 @@ function judge(a: AgentView, s: ServerView | undefined): Verdict {
     }
     return { uuid, action: "terminate_local", incident: "agent still runs a command that is terminal at the server" };
   }
+  if (a.lastEventSeq < s.storedThrough)
+    return { uuid, action: "diverged", incident: `agent assigned ${a.lastEventSeq} events but the server stored ${s.storedThrough}: another copy of this instance ran it` };
   const target = isTerminal(a.lifecycle) ? L.ACCEPTED : a.lifecycle;
   if (progressRank(target) > progressRank(s.state) && (target === L.ACCEPTED || target === L.RUNNING))
     return { uuid, action: "adopt", adopt: target };

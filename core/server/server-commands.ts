@@ -274,7 +274,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       const c = st.commands.get(r.uuid);
       if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no command ${r.uuid}`, r.uuid);
       const prior = c.requests[r.requestId];
-      if (prior !== undefined) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: c.uuid, writeSeq: prior } });
+      if (prior !== undefined) return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: prior });
       if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
       if (!c.spec.stdinOpen) return replyError(ctx, r.requestId, Code.VALIDATION, "the command was submitted without open stdin", r.uuid);
       if (c.stdin.closeRequested) return replyError(ctx, r.requestId, Code.VALIDATION, "stdin is already closed", r.uuid);
@@ -294,7 +294,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       const c = st.commands.get(r.uuid);
       if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no command ${r.uuid}`, r.uuid);
       const prior = c.requests[r.requestId];
-      if (prior !== undefined) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: c.uuid, revision: prior } });
+      if (prior !== undefined) return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: prior });
       if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
       if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
       if (c.signals.length >= MAX_PENDING_SIGNALS) return replyError(ctx, r.requestId, Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`, r.uuid);
@@ -347,7 +347,8 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
   const hash = toHex(requestDigest(env, r.uuid, r.clientId, toBinary(ExecutionSpecSchema, r.spec), r.queueExpiry ?? 0));
   const existing = st.commands.get(r.uuid);
   if (existing) {
-    if (existing.hash === hash) return ctx.emit({ type: "reply", requestId: r.requestId, result: { ok: true, uuid: r.uuid, revision: existing.revision } });
+    // A retry is answered like the original, and no sooner: only once the command is durable.
+    if (existing.hash === hash) return reply(ctx, r.requestId, { ok: true, uuid: r.uuid, revision: existing.revision });
     return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
   }
   let active = 0;
@@ -576,7 +577,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
 // ------------------------------------------------------------------ reconcile
 
 export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState, snap: ReconcileSnapshot): void {
-  const view = (c: ServerCommand): ServerView => ({ uuid: c.uuid, state: c.state, terminalSource: c.terminalSource, hash: c.hash });
+  const view = (c: ServerCommand): ServerView => ({ uuid: c.uuid, state: c.state, terminalSource: c.terminalSource, hash: c.hash, storedThrough: c.storedThrough });
   const requested: ServerView[] = [];
   for (const c of activeCommands(st)) {
     if (c.clientId === conn.clientId && (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING)) requested.push(view(c));
@@ -586,6 +587,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
     lifecycle: r.lifecycle,
     tombstoned: r.tombstoned,
     hash: toHex(r.immutableRequestSha256),
+    lastEventSeq: safeNumber(r.lastClientEventSeq) ?? Number.MAX_SAFE_INTEGER,
   }));
   const lookup = (uuid: string): ServerView | undefined => {
     const c = st.commands.get(uuid);
@@ -608,6 +610,9 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
         break;
       case "already_executed":
         setState(st, ctx, c, L.INTERRUPTED, "server", "agent tombstone: already executed; outcome not retained");
+        break;
+      case "diverged":
+        setState(st, ctx, c, L.INTERRUPTED, "server", "the agent's copy is behind the events stored from another copy of this instance");
         break;
       case "adopt":
         setState(st, ctx, c, v.adopt!, "agent");
@@ -648,6 +653,15 @@ export function handleCommandEvent(
   // result that ends the copy would never arrive: a livelock.)
   if (isTerminal(c.state) && c.terminalSource === "server") return;
   const digest = digest53(toBinary(CommandEventSchema, ev));
+  if (isTerminal(c.state)) {
+    // History is settled. An identical resend (its ack was lost) is acknowledged
+    // again; anything else comes from a copy that diverged (e.g. a cloned
+    // instance) and is ignored: closing here would keep the ReconcileResult that
+    // discards that copy from ever arriving.
+    if (seq <= c.storedThrough && c.digests[seq] === digest) sendAck(ctx, conn, c.uuid, c.storedThrough);
+    else ctx.emit({ type: "trace", event: "event_ignored", detail: { uuid: c.uuid, seq, why: "command is terminal" } });
+    return;
+  }
   if (seq <= c.receivedThrough) {
     const known = c.digests[seq];
     if (known !== undefined && known !== digest) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} resent with different bytes`, true);
@@ -655,7 +669,6 @@ export function handleCommandEvent(
     return;
   }
   if (seq !== c.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.receivedThrough}: gap`, true);
-  if (isTerminal(c.state)) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} after the terminal event of ${c.uuid}`, true);
   if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
     // The agent can only emit events for a command it accepted: the
     // CommandAccepted must have been lost. Adopt it.

@@ -24,8 +24,8 @@ function reconnect(h: Harness, name = "a"): void {
 describe("reconcile classification (property)", () => {
   const uuid = fc.constantFrom("u1", "u2", "u3", "u4", "u5", "u6");
   const hash = fc.constantFrom("h1", "h2");
-  const server = fc.record({ uuid, state: fc.constantFrom(...ALL), terminalSource: fc.constantFrom("agent", "server") as fc.Arbitrary<"agent" | "server">, hash });
-  const agent = fc.record({ uuid, lifecycle: fc.constantFrom(L.ACCEPTED, L.RUNNING, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.REJECTED), tombstoned: fc.boolean(), hash });
+  const server = fc.record({ uuid, state: fc.constantFrom(...ALL), terminalSource: fc.constantFrom("agent", "server") as fc.Arbitrary<"agent" | "server">, hash, storedThrough: fc.nat(5) });
+  const agent = fc.record({ uuid, lifecycle: fc.constantFrom(L.ACCEPTED, L.RUNNING, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.REJECTED), tombstoned: fc.boolean(), hash, lastEventSeq: fc.nat(5) });
 
   it("R-D9 R-D10 R-D11 R-D12: any snapshot yields the classification the spec demands", () => {
     fc.assert(
@@ -58,6 +58,11 @@ describe("reconcile classification (property)", () => {
           else if (s.hash === a.hash && isTerminal(s.state) && !isTerminal(a.lifecycle)) expect(x.action).toBe("terminate_local");
           // R-D12: terminal on both sides and the server ended it from the agent's events -> discard.
           else if (s.hash === a.hash && isTerminal(s.state) && isTerminal(a.lifecycle)) expect(x.action).toBe("discard");
+          // R-D11: the server stored events this agent never assigned (another copy ran it).
+          else if (s.hash === a.hash && !isTerminal(s.state) && a.lastEventSeq < s.storedThrough) {
+            expect(x).toMatchObject({ action: "diverged", incident: expect.any(String) });
+            expect(res.terminate).toContain(u);
+          }
           if (x.action === "requeue") throw new Error("a command the agent holds is never requeued");
         }
         const t = new Set(res.terminate);
