@@ -461,13 +461,33 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
 }
 
 function dispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
-  const first = c.state === L.QUEUED;
-  if (first) c.state = L.DISPATCHED;
   c.everDispatched = true;
   c.dispatchedOn = conn.generation;
   c.dispatchedAt = ctx.now;
   c.attempts++;
-  if (first) persistCommand(ctx, c);
+  if (c.state === L.QUEUED) {
+    // The first send waits until `dispatched` is durable: a server that crashed
+    // after sending but before recording it would believe the command never
+    // left, and could expire or cancel it on its own while the agent runs it.
+    c.state = L.DISPATCHED;
+    persistCommand(ctx, c);
+    ctx.afterDurable({ kind: "dispatch", uuid: c.uuid, conn: conn.conn, generation: conn.generation });
+    return;
+  }
+  sendDispatch(ctx, conn, c);
+}
+
+/** The first dispatch, once its `dispatched` record is durable (server-node runReleased). */
+export function releaseDispatch(st: ServerState, ctx: ServerCtx, uuid: string, connId: number, generation: number): void {
+  const c = st.commands.get(uuid);
+  const conn = st.conns.get(connId);
+  if (!c || !conn || c.state !== L.DISPATCHED || c.dispatchedOn !== generation) return;
+  if (conn.phase !== "ready" || conn.generation !== generation) return; // redelivery or reconciliation takes over
+  c.dispatchedAt = ctx.now;
+  sendDispatch(ctx, conn, c);
+}
+
+function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
   send(ctx, conn, {
     case: "commandDispatch",
     value: create(CommandDispatchSchema, {
@@ -658,7 +678,9 @@ export function handleCommandEvent(
     // again; anything else comes from a copy that diverged (e.g. a cloned
     // instance) and is ignored: closing here would keep the ReconcileResult that
     // discards that copy from ever arriving.
-    if (seq <= c.storedThrough && c.digests[seq] === digest) sendAck(ctx, conn, c.uuid, c.storedThrough);
+    // Acknowledge only through the resent seq: storedThrough may include events
+    // from another copy of this instance that this agent never assigned.
+    if (seq <= c.storedThrough && c.digests[seq] === digest) sendAck(ctx, conn, c.uuid, seq);
     else ctx.emit({ type: "trace", event: "event_ignored", detail: { uuid: c.uuid, seq, why: "command is terminal" } });
     return;
   }
@@ -825,7 +847,8 @@ function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): v
     else marker.ranges.push({ ...r });
   }
   ctx.persist({ table: "retention", key: c.uuid, value: { uuid: c.uuid, ...marker, ranges: marker.ranges.map((r) => ({ ...r })) } });
-  ctx.emit({ type: "drop_output", uuid: c.uuid, throughSeq: seg.lastSeq });
+  // Files go only once the marker that says so is durable.
+  ctx.afterDurable({ kind: "drop_output", uuid: c.uuid, throughSeq: seg.lastSeq });
   ctx.emit({ type: "trace", event: "retention", detail: { uuid: c.uuid, firstSeq: seg.firstSeq, lastSeq: seg.lastSeq } });
 }
 

@@ -55,6 +55,7 @@ import {
   clientRecord,
   openIncident,
   onSessionReady,
+  releaseDispatch,
 } from "./server-commands.js";
 import type {
   ClientRecord,
@@ -359,6 +360,12 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
         if (c) c.committed = a.view;
         break;
       }
+      case "dispatch":
+        releaseDispatch(st, ctx, a.uuid, a.conn, a.generation);
+        break;
+      case "drop_output":
+        ctx.emit({ type: "drop_output", uuid: a.uuid, throughSeq: a.throughSeq });
+        break;
     }
   }
   for (const a of acks.values()) {

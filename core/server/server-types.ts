@@ -178,7 +178,9 @@ export type ServerDeferred =
   | { kind: "ack"; conn: number; uuid: string; through: number; bytes: number }
   | { kind: "reply"; requestId: string; result: ControlResult }
   | { kind: "created"; uuid: string }
-  | { kind: "committed"; uuid: string; view: CommittedView };
+  | { kind: "committed"; uuid: string; view: CommittedView }
+  | { kind: "dispatch"; uuid: string; conn: number; generation: number }
+  | { kind: "drop_output"; uuid: string; throughSeq: number };
 
 export interface ServerState {
   config: ServerConfig;

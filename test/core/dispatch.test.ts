@@ -23,8 +23,12 @@ describe("dispatch", () => {
     expect(h.sent("commandDispatch")).toHaveLength(0);
     h.flush("server");
     expect(h.replies.get("submit-c1")).toEqual({ ok: true, uuid: "c1", revision: 1 });
-    expect(h.sent("commandDispatch")).toHaveLength(1);
     expect(h.serverDisk.durable.get("command")?.has("c1")).toBe(true);
+    // The dispatched state is recorded durably before the dispatch leaves, too.
+    expect(h.sent("commandDispatch")).toHaveLength(0);
+    h.flush("server");
+    expect(h.sent("commandDispatch")).toHaveLength(1);
+    expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.DISPATCHED);
   });
 
   it("R-D1: an unanswered dispatch is redelivered until CommandAccepted", () => {

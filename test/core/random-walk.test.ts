@@ -223,9 +223,11 @@ describe("regressions found by the random walk (pinned counterexamples)", () => 
       { k: "exit", pick: 0, code: 0 },
       { k: "output", pick: 0, n: 1, err: false },
     ];
+    // Since the first dispatch waits for its durable record, this exact schedule no longer
+    // reaches the agent; it stays as a liveness regression. The server-ended path itself is
+    // covered by the scripted test in reconcile.test.ts ("events of a command the server ended").
     const h = run(ops);
-    expect(h.cmd("cmd-1").state).toBe(L.CANCELLED);
-    expect([...h.server.incidents.values()].some((i) => i.uuid === "cmd-1")).toBe(true);
+    expect(isTerminal(h.cmd("cmd-1").state)).toBe(true);
   });
 
   it("R-S1 R-S4: stdin writes and signal revisions are sent only once durable, so a server crash cannot make it refuse their acknowledgement (was a livelock)", () => {

@@ -150,7 +150,8 @@ describe("reconciliation end to end", () => {
     expect(since("reconcileResult")).toHaveLength(0);
     expect(since("commandDispatch")).toHaveLength(0);
     expect(h.server.conns.get(a.serverConn)!.phase).toBe("reconciling");
-    h.flush("server"); // the result is durable: result, then dispatch
+    h.flush("server"); // the result is durable: result, then the dispatch is recorded
+    h.flush("server"); // ... and sent
     const order = h.wire.slice(before).filter((w) => w.from === "server").map((w) => w.env.payload.case);
     expect(order.indexOf("reconcileResult")).toBeGreaterThan(-1);
     expect(order.indexOf("commandDispatch")).toBeGreaterThan(order.indexOf("reconcileResult"));
@@ -249,3 +250,33 @@ describe("reconciliation end to end", () => {
   });
 });
 
+
+describe("regressions", () => {
+  it("R-D11 R-D12: events of a command the server ended itself never close the session, so the result can end the agent's copy", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.submit("a", "c1");
+    h.output("a", "c1", "acked\n");
+    h.autoDeliver = false;
+    h.output("a", "c1", "lost 1\n");
+    h.output("a", "c1", "lost 2\n");
+    h.queue.length = 0;
+    h.autoDeliver = true;
+    const a = h.agents.get("a")!;
+    const sc = a.serverConn;
+    a.serverConn = 0;
+    h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
+    h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
+    // The server ended c1 itself and knows only its first event (e.g. after a divergence).
+    const rec = h.serverDisk.durable.get("command")!.get("c1") as Record<string, unknown>;
+    h.serverDisk.durable.get("command")!.set("c1", { ...rec, state: L.INTERRUPTED, terminalSource: "server", storedThrough: 0 });
+    h.restartServer();
+    h.now = a.st.session.retryAt;
+    h.agentInput("a", { type: "tick" }); // the agent resends events 3 and 4: a "gap" for the server
+    expect(a.st.session.phase).toBe("established");
+    expect(h.sent("error", "a").filter((e) => (e.payload.value as { error: { code: number } }).error.code === Code.SEQUENCE_VIOLATION)).toHaveLength(0);
+    const res = h.sent("reconcileResult").at(-1)!.payload.value as { terminateLocalIssueUuids: string[] };
+    expect(res.terminateLocalIssueUuids).toEqual(["c1"]);
+    expect(a.st.commands.size).toBe(0);
+  });
+});

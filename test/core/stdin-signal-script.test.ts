@@ -168,7 +168,8 @@ describe("signals", () => {
     h.addAgent("a");
     h.autoDurable = false;
     h.submit("a", "c1");
-    h.flush("server"); // dispatch reaches the agent; accept + launch authorization are persisting
+    h.flush("server"); // created
+    h.flush("server"); // dispatched recorded: the dispatch reaches the agent; accept + launch authorization are persisting
     const a = h.agents.get("a")!;
     expect(a.st.commands.get("c1")!.phase).toBe("launching");
     const cancel = encodeEnvelope(a.st.session.fence, { case: "signalCommand", value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: "c1", commandRevision: 2n, signal: SignalKind.CANCEL } });
@@ -311,6 +312,7 @@ describe("scripts", () => {
     h2.addAgent("b");
     h2.autoDurable = false;
     h2.submit("b", "crash");
+    h2.flush("server");
     h2.flush("server");
     expect(h2.agents.get("b")!.st.commands.get("crash")!.phase).toBe("launching");
     h2.flush("b"); // launch authorization durable, spawn issued, process started (not yet durable)
