@@ -1,0 +1,120 @@
+// Campaigns: many seeds over worker threads, a progress line, and a summary
+// of faults exercised, commands per terminal state and failures.
+
+import { Worker } from "node:worker_threads";
+import { availableParallelism } from "node:os";
+import type { RunResult } from "./run.js";
+import type { SwarmOptions } from "./swarm.js";
+
+export interface CampaignOptions {
+  variant: string | null;
+  swarmOptions: SwarmOptions | null;
+}
+
+export interface CampaignSummary {
+  seeds: number;
+  wallMs: number;
+  virtualMs: number;
+  steps: number;
+  failures: RunResult[];
+  faultsEnabled: Record<string, number>;
+  faultsSeen: Record<string, number>;
+  states: Record<string, number>;
+  commands: number;
+  stats: Record<string, number>;
+  hashes: Map<number, string>;
+}
+
+export function summarize(results: RunResult[], wallMs: number): CampaignSummary {
+  const s: CampaignSummary = { seeds: results.length, wallMs, virtualMs: 0, steps: 0, failures: [], faultsEnabled: {}, faultsSeen: {}, states: {}, commands: 0, stats: {}, hashes: new Map() };
+  for (const r of results) {
+    s.virtualMs += r.virtualMs;
+    s.steps += r.steps;
+    s.commands += r.commands;
+    s.hashes.set(r.seed, r.hash);
+    if (!r.ok) s.failures.push(r);
+    for (const f of r.faultsEnabled) s.faultsEnabled[f] = (s.faultsEnabled[f] ?? 0) + 1;
+    for (const [f, n] of Object.entries(r.faultsSeen)) s.faultsSeen[f] = (s.faultsSeen[f] ?? 0) + n;
+    for (const [k, n] of Object.entries(r.states)) s.states[k] = (s.states[k] ?? 0) + n;
+    for (const [k, n] of Object.entries(r.stats)) s.stats[k] = (s.stats[k] ?? 0) + n;
+  }
+  return s;
+}
+
+export async function runCampaign(seeds: number[], jobs: number, opts: CampaignOptions, progress: (line: string) => void = () => {}): Promise<CampaignSummary> {
+  const t0 = performance.now();
+  const results: RunResult[] = [];
+  const queue = seeds.slice();
+  const n = Math.max(1, Math.min(jobs || availableParallelism(), seeds.length));
+  let done = 0;
+  let failed = 0;
+  const tty = process.stderr.isTTY === true;
+  const tick = (): void => {
+    const el = (performance.now() - t0) / 1000;
+    if (!tty && done % Math.max(1, Math.floor(seeds.length / 10)) !== 0 && done !== seeds.length) return;
+    progress((tty ? "" : "\n") + `\r  ${done}/${seeds.length} seeds, ${failed} failed, ${el.toFixed(1)}s, ${(done / Math.max(el, 1e-3) * 60).toFixed(0)} seeds/min   `);
+  };
+  await Promise.all(
+    Array.from({ length: n }, () =>
+      new Promise<void>((resolve, reject) => {
+        const w = new Worker(new URL("./campaign-worker-boot.mjs", import.meta.url), { workerData: opts });
+        const next = (): void => {
+          const seed = queue.shift();
+          if (seed === undefined) {
+            void w.terminate();
+            resolve();
+            return;
+          }
+          w.postMessage(seed);
+        };
+        w.on("message", (r: RunResult) => {
+          results.push(r);
+          done++;
+          if (!r.ok) failed++;
+          tick();
+          next();
+        });
+        w.on("error", reject);
+        next();
+      }),
+    ),
+  );
+  progress("\n");
+  results.sort((a, b) => a.seed - b.seed);
+  return summarize(results, performance.now() - t0);
+}
+
+export function printCampaign(s: CampaignSummary, out: (line: string) => void): void {
+  out(`campaign: ${s.seeds} seeds in ${(s.wallMs / 1000).toFixed(1)}s wall (${((s.seeds / s.wallMs) * 60000).toFixed(0)} seeds/min), ${(s.virtualMs / 3600_000).toFixed(1)} virtual hours (${(s.virtualMs / s.wallMs).toFixed(0)}x real time), ${s.steps} core steps`);
+  out(`commands: ${s.commands}; final states: ${Object.entries(s.states).sort().map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  out("faults            seeds-on  occurrences");
+  const kinds = new Set([...Object.keys(s.faultsEnabled), ...Object.keys(s.faultsSeen)]);
+  for (const k of [...kinds].sort()) out(`  ${k.padEnd(16)} ${String(s.faultsEnabled[k] ?? 0).padStart(8)}  ${String(s.faultsSeen[k] ?? 0).padStart(11)}`);
+  const interesting = ["acksChecked", "resendsCompared", "staleFramesRejected", "helloRejections", "rogueFrames", "coverageChecked", "bytesVerified", "stdinWritesChecked", "retentionDrops", "splitBrainLaunches", "orphansLeaked", "net.breaks", "net.framesLost", "exec.spawns", "diskBatchesLost"];
+  out("oracle work: " + interesting.map((k) => `${k}=${s.stats[k] ?? 0}`).join(" "));
+  if (s.failures.length === 0) out("failures: none");
+  else {
+    out(`failures: ${s.failures.length}`);
+    const sig = new Map<string, number[]>();
+    for (const f of s.failures) {
+      const k = signature(f);
+      sig.set(k, [...(sig.get(k) ?? []), f.seed]);
+    }
+    out("failure signatures:");
+    for (const [k, seeds] of [...sig].sort((a, b) => b[1].length - a[1].length)) out(`  ${String(seeds.length).padStart(4)}x ${k}  (seeds ${seeds.slice(0, 12).join(",")}${seeds.length > 12 ? ",..." : ""})`);
+    for (const f of s.failures) out(`  seed ${f.seed} hash ${f.hash} [${f.failure!.oracle}] ${f.failure!.message.split("\n")[0]!.slice(0, 300)}`);
+  }
+}
+
+/** A failure with uuids, numbers and names blanked out: groups failures by cause. */
+export function signature(r: RunResult): string {
+  let msg = r.failure!.message.split("\n")[0]!;
+  const cut = msg.indexOf(" -- ");
+  if (cut >= 0) msg = `${/retains/.test(msg) ? "agent retains commands" : "commands not terminal"}${msg.slice(cut)}`;
+  return `[${r.failure!.oracle}] ${msg
+    .replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, "<uuid>")
+    .replace(/\b[0-9a-f]{8}\b/g, "<id>")
+    .replace(/agent-\d+(~\w+)?(#\d+)?/g, "<agent>")
+    .replace(/\d+/g, "N")
+    .slice(0, 140)}`;
+}

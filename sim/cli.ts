@@ -1,0 +1,123 @@
+// rvbox simulator CLI.
+//
+//   npx tsx sim/cli.ts run --seed S [--variant NAME] [--only f1,f2] [--no-faults]
+//   npx tsx sim/cli.ts campaign --seeds A..B [--jobs J] [--variant NAME] [--only ...]
+//   npx tsx sim/cli.ts replay --seed S [--node X] [--command UUID] [--plan]
+//   npx tsx sim/cli.ts shrink --seed S [--variant NAME]
+//
+// Every failure prints the seed and the trace hash; `replay` with the same
+// seed reproduces it exactly.
+
+import { runSeed, formatFailure, type RunOptions } from "./run.js";
+import { drawSwarm, enabledFaults, type FaultKind, type SwarmOptions } from "./swarm.js";
+import { planSchedule, describeAction } from "./schedule.js";
+import { Timeline } from "./timeline.js";
+import { runCampaign, printCampaign } from "./campaign.js";
+import { shrink } from "./shrink.js";
+import { VARIANTS } from "./variants.js";
+
+function args(argv: string[]): { cmd: string; flags: Map<string, string> } {
+  const flags = new Map<string, string>();
+  for (let i = 1; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (!a.startsWith("--")) continue;
+    const next = argv[i + 1];
+    if (next !== undefined && !next.startsWith("--")) {
+      flags.set(a.slice(2), next);
+      i++;
+    } else flags.set(a.slice(2), "true");
+  }
+  return { cmd: argv[0] ?? "help", flags };
+}
+
+function swarmOptions(flags: Map<string, string>): SwarmOptions | undefined {
+  const o: SwarmOptions = {};
+  if (flags.has("only")) o.only = flags.get("only")!.split(",") as FaultKind[];
+  if (flags.has("exclude")) o.exclude = flags.get("exclude")!.split(",") as FaultKind[];
+  if (flags.has("no-faults")) o.noFaults = true;
+  if (flags.has("max-agents")) o.maxAgents = Number(flags.get("max-agents"));
+  return Object.keys(o).length > 0 ? o : undefined;
+}
+
+function runOptions(flags: Map<string, string>): RunOptions {
+  const variantName = flags.get("variant");
+  const variant = variantName ? VARIANTS.find((v) => v.name === variantName) : undefined;
+  if (variantName && !variant) throw new Error(`unknown variant ${variantName}; known: ${VARIANTS.map((v) => v.name).join(", ")}`);
+  const so = swarmOptions(flags);
+  return { ...(variant ? { variant } : {}), ...(so ? { swarmOptions: so } : {}) };
+}
+
+function parseSeeds(s: string): number[] {
+  const m = /^(\d+)\.\.(\d+)$/.exec(s);
+  if (m) {
+    const out: number[] = [];
+    for (let i = Number(m[1]); i <= Number(m[2]); i++) out.push(i);
+    return out;
+  }
+  return s.split(",").map(Number);
+}
+
+process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+  if (e.code === "EPIPE") process.exit(0);
+  throw e;
+});
+
+async function main(): Promise<void> {
+  const { cmd, flags } = args(process.argv.slice(2));
+  switch (cmd) {
+    case "run": {
+      const seed = Number(flags.get("seed") ?? 1);
+      const r = runSeed(seed, runOptions(flags));
+      console.log(formatFailure(r));
+      console.log(
+        `  agents=${r.agents} commands=${r.commands} virtual=${(r.virtualMs / 1000).toFixed(1)}s steps=${r.steps} wall=${r.wallMs.toFixed(0)}ms`,
+      );
+      console.log(`  faults enabled: ${r.faultsEnabled.join(", ") || "none"}; happened: ${JSON.stringify(r.faultsSeen)}`);
+      console.log(`  final states: ${JSON.stringify(r.states)}`);
+      process.exitCode = r.ok ? 0 : 1;
+      return;
+    }
+    case "replay": {
+      const seed = Number(flags.get("seed") ?? 1);
+      const opts = runOptions(flags);
+      const sw = drawSwarm(seed, opts.swarmOptions ?? opts.variant?.swarm ?? {});
+      const plan = planSchedule(seed, sw);
+      console.log(`seed ${seed}: ${sw.agents} agents, fault phase ${sw.faultPhaseMs} ms, faults ${enabledFaults(sw).join(",") || "none"}, small limits ${sw.smallLimits}`);
+      if (flags.has("plan") || !flags.has("command")) for (const a of plan.actions) console.log(`  plan @${(a.at / 1000).toFixed(3)}s ${describeAction(a)}`);
+      const filter: { node?: string; command?: string } = {};
+      if (flags.has("node")) filter.node = flags.get("node")!;
+      if (flags.has("command")) filter.command = flags.get("command")!;
+      const tl = new Timeline(filter, (line) => console.log(line));
+      const r = runSeed(seed, { ...opts, swarm: sw, schedule: plan, timeline: tl });
+      console.log(formatFailure(r));
+      process.exitCode = r.ok ? 0 : 1;
+      return;
+    }
+    case "campaign": {
+      const seeds = parseSeeds(flags.get("seeds") ?? "1..100");
+      const jobs = Number(flags.get("jobs") ?? 2);
+      const opts = runOptions(flags);
+      const summary = await runCampaign(seeds, jobs, { variant: opts.variant?.name ?? null, swarmOptions: opts.swarmOptions ?? null }, (line) => process.stderr.write(line));
+      printCampaign(summary, (l) => console.log(l));
+      process.exitCode = summary.failures.length === 0 ? 0 : 1;
+      return;
+    }
+    case "shrink": {
+      const seed = Number(flags.get("seed") ?? 1);
+      const res = shrink(seed, runOptions(flags), (l) => console.log(l));
+      if (!res) {
+        console.log(`seed ${seed} does not fail; nothing to shrink`);
+        return;
+      }
+      console.log(`\nminimal plan (${res.schedule.actions.length} of ${res.originalActions} actions) still fails with [${res.result.failure!.oracle}]:`);
+      for (const a of res.schedule.actions) console.log(`  @${(a.at / 1000).toFixed(3)}s ${describeAction(a)}`);
+      console.log(formatFailure(res.result));
+      process.exitCode = 1;
+      return;
+    }
+    default:
+      console.log("usage: sim/cli.ts run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S");
+  }
+}
+
+void main();

@@ -1,0 +1,109 @@
+// A node's disk: durable tables plus an unsynced write-back buffer.
+//
+// A persist batch is appended to the buffer and becomes durable when its
+// (seeded) fsync completes; fsyncs complete in batch order (group commit).
+// A crash loses every batch still in the buffer, whole: records of one batch
+// are atomic, so a torn write is modelled as "the batch is lost". Values are
+// copied on the way in and on the way out, so the disk never aliases a
+// node's memory (a core that mutated a value after emitting it would not
+// change what is stored).
+
+import type { PersistRecord } from "../core/effects.js";
+
+export type Tables = Map<string, Map<string, unknown>>;
+
+export interface PendingBatch {
+  id: number;
+  records: PersistRecord[];
+  durableAt: number;
+}
+
+export class SimDisk {
+  readonly tables: Tables = new Map();
+  pending: PendingBatch[] = [];
+  /** Bumped by a crash: fsync completions scheduled before it are void. */
+  epoch = 0;
+  /** Time the last scheduled fsync completes (group commit keeps order). */
+  lastDurableAt = 0;
+  /** Detected corruption, reported to the node on its next restart. */
+  corruption: string | null = null;
+  /** Persist attempts left before the disk is "full" (Infinity: never). */
+  spaceLeft = Infinity;
+  bytesWritten = 0;
+  batchesLost = 0;
+
+  /** Queue a batch; returns when it will be durable. */
+  append(id: number, records: readonly PersistRecord[], now: number, latency: number): number {
+    const copy = records.map((r) => ({ table: r.table, key: r.key, value: r.value === null ? null : cloneValue(r.value) }));
+    const durableAt = Math.max(this.lastDurableAt, now + latency);
+    this.lastDurableAt = durableAt;
+    this.pending.push({ id, records: copy, durableAt });
+    return durableAt;
+  }
+
+  /** Apply every batch durable by `now`; returns them (in order). */
+  sync(now: number): PendingBatch[] {
+    const done: PendingBatch[] = [];
+    while (this.pending.length > 0 && this.pending[0]!.durableAt <= now) {
+      const b = this.pending.shift()!;
+      for (const r of b.records) {
+        let t = this.tables.get(r.table);
+        if (!t) this.tables.set(r.table, (t = new Map()));
+        if (r.value === null) t.delete(r.key);
+        else t.set(r.key, r.value);
+      }
+      done.push(b);
+    }
+    return done;
+  }
+
+  crash(): number {
+    const lost = this.pending.length;
+    this.batchesLost += lost;
+    this.pending = [];
+    this.epoch++;
+    this.lastDurableAt = 0;
+    return lost;
+  }
+
+  /** A deep copy of the durable tables, for a restart. */
+  snapshot(): { get(table: string): ReadonlyMap<string, unknown> | undefined } {
+    const copy: Tables = new Map();
+    for (const [name, t] of this.tables) {
+      const m = new Map<string, unknown>();
+      for (const [k, v] of t) m.set(k, cloneValue(v));
+      copy.set(name, m);
+    }
+    return { get: (table) => copy.get(table) };
+  }
+
+  /** A copy of the whole disk (a cloned VM image): durable state only. */
+  cloneDurable(): SimDisk {
+    const d = new SimDisk();
+    for (const [name, t] of this.tables) {
+      const m = new Map<string, unknown>();
+      for (const [k, v] of t) m.set(k, cloneValue(v));
+      d.tables.set(name, m);
+    }
+    return d;
+  }
+
+  get(table: string, key: string): unknown {
+    return this.tables.get(table)?.get(key);
+  }
+}
+
+/** Deep copy of plain data (objects, arrays, Uint8Array, primitives, bigint). */
+export function cloneValue<T>(v: T): T {
+  if (v === null || typeof v !== "object") return v;
+  // Byte arrays are shared: the core never writes into bytes it emitted
+  // (checked for pinned events by the R-O2 oracle, which compares the wire
+  // bytes with this durable copy).
+  if (v instanceof Uint8Array) return v;
+  if (Array.isArray(v)) return v.map(cloneValue) as unknown as T;
+  if (v instanceof Map) return new Map([...v].map(([k, x]) => [k, cloneValue(x)])) as unknown as T;
+  const proto = Object.getPrototypeOf(v);
+  const out: Record<string, unknown> = Object.create(proto);
+  for (const k of Object.keys(v)) out[k] = cloneValue((v as Record<string, unknown>)[k]);
+  return out as T;
+}

@@ -1,0 +1,452 @@
+// The simulated world: one server and N agents, each a real core instance,
+// wired through a simulated network, disks, executor and clock, all driven
+// by one seed through one event queue.
+//
+// Every input a core receives goes through `serverInput` / `agentInput`:
+// the step runs, the node's invariants are checked, the oracles look at the
+// input and the effects, and the effects are executed (persist -> disk,
+// send/ping/close -> network, wake -> event queue, spawn... -> executor).
+// No effect re-enters a core synchronously, so a step is always atomic.
+
+import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent } from "../core/agent/agent-node.js";
+import type { AgentConfig, AgentEffect, AgentInput } from "../core/agent/agent-types.js";
+import type { PersistEffect } from "../core/effects.js";
+import { MiB, KiB } from "../core/limits.js";
+import { defaultServerConfig, restoreServer, serverInvariants, serverStep } from "../core/server/server-node.js";
+import type { ServerConfig, ServerEffect, ServerInput } from "../core/server/server-types.js";
+import { SimDisk, type PendingBatch } from "./disk.js";
+import { EventQueue } from "./event-queue.js";
+import { Executor } from "./executor.js";
+import { AgentHost, ServerHost, type AgentStepFn, type ServerStepFn } from "./hosts.js";
+import { Network, type Link } from "./network.js";
+import { Oracles, SimFailure } from "./oracles.js";
+import { Operator } from "./operator.js";
+import { hashLabel, Rng } from "./rng.js";
+import type { Schedule } from "./schedule.js";
+import { simPorts } from "./sim-ports.js";
+import type { Swarm, SwarmOptions } from "./swarm.js";
+import { fmtDetail, Timeline } from "./timeline.js";
+import { TraceHash } from "./trace-hash.js";
+import { frameSummary, shortDigest } from "./wire.js";
+import { applyFault, heal } from "./faults.js";
+
+export interface Variant {
+  name: string;
+  description: string;
+  /** Swarm settings that give the broken behaviour a chance to show. */
+  swarm?: SwarmOptions;
+  wrapServer?(step: ServerStepFn, w: World): ServerStepFn;
+  wrapAgent?(step: AgentStepFn, host: AgentHost, w: World): AgentStepFn;
+}
+
+const env = { ports: simPorts };
+
+export function agentConfigFor(client: number, sw: Swarm): AgentConfig {
+  const base = defaultAgentConfig(`agent-${client}`, { maxRunning: sw.maxRunning, maxQueued: sw.maxQueued });
+  if (!sw.smallLimits) return base;
+  return {
+    ...base,
+    limits: {
+      ...base.limits,
+      windowPerCommand: 96 * KiB,
+      windowPerSession: 256 * KiB,
+      metadataReserve: 16 * KiB,
+      rawHigh: 512 * KiB,
+      rawLow: 256 * KiB,
+      outputPerCommand: 768 * KiB,
+      outputTotal: 2 * MiB,
+      metadataBudget: 64 * KiB * 12,
+      stdinPendingPerCommand: 128 * KiB,
+      scriptTotal: 2 * MiB,
+      maxRetained: 64,
+      maxTombstones: 32,
+    },
+  };
+}
+
+export function serverConfigFor(sw: Swarm): ServerConfig {
+  const base = defaultServerConfig();
+  if (!sw.smallLimits) return base;
+  return {
+    ...base,
+    limits: {
+      ...base.limits,
+      outputPerCommand: 256 * KiB,
+      outputPerClient: 1 * MiB,
+      segmentBytes: 32 * KiB,
+      ingressHigh: 512 * KiB,
+      stdinWindow: 64 * KiB,
+      stdinQueue: 512 * KiB,
+      scriptWindow: 128 * KiB,
+      maxInflightDispatches: 4,
+    },
+  };
+}
+
+export class World {
+  readonly q = new EventQueue();
+  readonly root: Rng;
+  readonly rNet: Rng;
+  readonly rDisk: Rng;
+  readonly rFault: Rng;
+  readonly server: ServerHost;
+  readonly hosts: AgentHost[] = [];
+  readonly net: Network;
+  readonly exec: Executor;
+  readonly oracles: Oracles;
+  readonly ops: Operator;
+  readonly hash = new TraceHash();
+  phase: "faults" | "heal" | "done" = "faults";
+  healAt: number;
+  endAt: number;
+  connSeq = 0;
+  lineageSeq = 0;
+  steps = 0;
+  /** Fault kinds that actually happened (for campaign tables). */
+  readonly faultsSeen = new Map<string, number>();
+  /** Set when an identity fault (clone/impostor/replayed hello) happened: cross-lineage checks relax. */
+  identityFaults = false;
+  private sameTimeSteps = 0;
+  private lastStepTime = -1;
+
+  constructor(
+    readonly seed: number,
+    readonly swarm: Swarm,
+    readonly schedule: Schedule,
+    readonly variant: Variant | null = null,
+    readonly timeline: Timeline | null = null,
+  ) {
+    this.root = new Rng(seed);
+    this.rNet = this.root.fork("net");
+    this.rDisk = this.root.fork("disk");
+    this.rFault = this.root.fork("fault");
+    const sink = { nowVirtual: () => this.q.now, agentInput: (h: AgentHost, i: AgentInput) => this.agentInput(h, i) };
+    this.server = new ServerHost(sink, serverConfigFor(swarm), new SimDisk(), 0);
+    this.server.step = variant?.wrapServer ? variant.wrapServer(serverStep, this) : serverStep;
+    this.oracles = new Oracles(this);
+    this.net = new Network(this.q, this.rNet, swarm.net, {
+      serverUp: () => this.server.up,
+      serverInc: () => this.server.inc,
+      newConnId: () => ++this.connSeq,
+      toServer: (link, input) => this.serverInput({ ...input, conn: link.id } as ServerInput),
+      toAgent: (link, input) => link.agent && (link.agent as AgentHost).deliver(link.agentInc, { ...input, conn: link.agentConn } as AgentInput),
+      connectFailed: (agent, conn, inc, reason) => (agent as AgentHost).deliver(inc, { type: "transport_closed", conn, reason }),
+    });
+    this.exec = new Executor(this.q, this.root.fork("exec"), { pScriptFail: swarm.pScriptFail, orphansSurvive: swarm.orphansSurvive }, this.oracles);
+    this.ops = new Operator(this);
+    this.healAt = swarm.faultPhaseMs;
+    this.endAt = swarm.faultPhaseMs + swarm.livenessMs;
+    const skew = this.root.fork("clock");
+    if (swarm.clockSkewMs > 0) this.noteFault("clock_skew");
+    for (let i = 0; i < swarm.agents; i++) {
+      const off = swarm.clockSkewMs > 0 ? skew.range(-swarm.clockSkewMs, swarm.clockSkewMs) : 0;
+      this.hosts.push(this.newHost(`agent-${i}`, i, "agent", new SimDisk(), off));
+    }
+  }
+
+  newHost(name: string, client: number, kind: AgentHost["kind"], disk: SimDisk, clockOffset: number): AgentHost {
+    const sink = { nowVirtual: () => this.q.now, agentInput: (h: AgentHost, i: AgentInput) => this.agentInput(h, i) };
+    const h = new AgentHost(sink, name, client, ++this.lineageSeq, kind, agentConfigFor(client, this.swarm), disk, clockOffset);
+    h.step = this.variant?.wrapAgent ? this.variant.wrapAgent(agentStep, h, this) : agentStep;
+    return h;
+  }
+
+  /** Why sessions ended during the heal (a liveness failure names the commonest). */
+  readonly healCloses = new Map<string, number>();
+  private noteClose(why: string): void {
+    if (this.phase !== "heal") return;
+    const k = why.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, "<uuid>").replace(/\d+/g, "N").slice(0, 120);
+    this.healCloses.set(k, (this.healCloses.get(k) ?? 0) + 1);
+  }
+
+  noteFault(kind: string): void {
+    this.faultsSeen.set(kind, (this.faultsSeen.get(kind) ?? 0) + 1);
+  }
+
+  // ------------------------------------------------------------------ boot
+
+  start(): void {
+    this.startServer();
+    for (const h of this.hosts) this.startAgent(h);
+    for (const a of this.schedule.actions) {
+      this.q.schedule(a.at, () => {
+        if (this.phase !== "faults") return;
+        if (a.k === "fault") applyFault(this, a);
+        else this.ops.apply(a);
+      });
+    }
+    this.q.schedule(this.healAt, () => heal(this));
+  }
+
+  startServer(): void {
+    const h = this.server;
+    if (h.up) throw new Error("server started twice");
+    h.up = true;
+    h.state = restoreServer(h.config, h.disk.snapshot(), hashLabel(this.seed, `server#${h.inc}`));
+    this.oracles.serverRestored();
+    this.timeline?.add(this.q.now, h.label, "START (restored from disk)");
+    this.serverInput({ type: "tick" });
+  }
+
+  startAgent(h: AgentHost): void {
+    if (h.retired) return;
+    if (h.up) throw new Error(`${h.name} started twice`);
+    h.up = true;
+    h.state = restoreAgent(h.config, h.disk.snapshot(), hashLabel(this.seed, `${h.name}#${h.inc}`));
+    this.timeline?.add(this.q.now, h.label, `START (restored: ${h.state.commands.size} commands, ${h.state.tombstones.size} tombstones)`);
+    if (h.disk.corruption !== null) this.agentInput(h, { type: "store_incident", detail: h.disk.corruption });
+    this.agentInput(h, { type: "start" });
+    if (h.up) this.oracles.afterStart(h);
+  }
+
+  crashServer(downMs: number, why: string): void {
+    const h = this.server;
+    if (!h.up) return;
+    this.timeline?.add(this.q.now, h.label, `CRASH (${why}); ${h.disk.pending.length} unsynced batches lost`);
+    h.up = false;
+    h.state = null;
+    h.disk.crash();
+    if (h.wake) h.wake.cancelled = true;
+    h.wake = null;
+    this.net.serverCrashed();
+    h.inc++;
+    this.ops.serverCrashed();
+    const inc = h.inc;
+    if (Number.isFinite(downMs)) this.q.after(downMs, () => !h.up && h.inc === inc && this.startServer());
+  }
+
+  crashAgent(h: AgentHost, downMs: number, why: string, corrupt: string | null = null): void {
+    if (!h.up) return;
+    this.timeline?.add(this.q.now, h.label, `CRASH (${why}); ${h.disk.pending.length} unsynced batches lost`);
+    h.up = false;
+    h.state = null;
+    h.disk.crash();
+    if (corrupt !== null) h.disk.corruption = corrupt;
+    if (h.wake) h.wake.cancelled = true;
+    h.wake = null;
+    this.net.agentCrashed(h);
+    this.exec.agentCrashed(h);
+    h.inc++;
+    const inc = h.inc;
+    if (Number.isFinite(downMs) && !h.retired) this.q.after(downMs, () => !h.up && h.inc === inc && this.startAgent(h));
+  }
+
+  // ------------------------------------------------------------------ stepping
+
+  private guardLivelock(): void {
+    this.steps++;
+    if (this.q.now === this.lastStepTime) {
+      if (++this.sameTimeSteps > 200_000) throw new SimFailure("livelock", `more than 200000 steps at virtual time ${this.q.now}`, this.q.now);
+    } else {
+      this.lastStepTime = this.q.now;
+      this.sameTimeSteps = 0;
+    }
+  }
+
+  serverInput(input: ServerInput): void {
+    const h = this.server;
+    if (!h.up || !h.state) return;
+    this.guardLivelock();
+    const now = h.now();
+    const desc = describe(input);
+    this.hash.add(`S${h.inc}@${now} ${desc}`);
+    if (this.timeline && input.type !== "tick" && input.type !== "durable" && input.type !== "activity")
+      this.timeline.add(this.q.now, h.label, `<- ${input.type === "frame" ? `frame conn=${input.conn} ${(input.binary ?? true) ? frameSummary(input.data) : "<text frame>"}` : desc}`);
+    const pre = this.oracles.beforeServer(input);
+    let res;
+    try {
+      res = h.step(h.state, input, now, env);
+      h.state = res.state;
+      serverInvariants(h.state);
+    } catch (e) {
+      if (e instanceof SimFailure) throw e;
+      throw new SimFailure("server-core-threw", `${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`, this.q.now);
+    }
+    this.oracles.afterServer(input, res.effects, pre);
+    for (const e of res.effects) {
+      this.hash.add(effectLine(e as unknown as { type: string } & Record<string, unknown>));
+      if (!this.serverEffect(e)) return;
+    }
+  }
+
+  private serverEffect(e: ServerEffect): boolean {
+    const h = this.server;
+    switch (e.type) {
+      case "persist":
+        if (!this.persist(h, e, (b) => this.oracles.serverDurable(b), (through) => this.serverInput({ type: "durable", through }))) {
+          this.noteFault("disk_full(hit)");
+          this.crashServer(this.rFault.range(this.swarm.downMinMs, this.swarm.downMaxMs), "disk full: persist failed");
+          return false;
+        }
+        return true;
+      case "send": {
+        const link = this.net.links.get(e.conn);
+        if (link) this.net.send(link, "server", e.data);
+        return true;
+      }
+      case "ping": {
+        const link = this.net.links.get(e.conn);
+        if (link) this.net.ping(link, "server");
+        return true;
+      }
+      case "close": {
+        const link = this.net.links.get(e.conn);
+        if (link) this.net.close(link, "server", e.reason);
+        return true;
+      }
+      case "wake":
+        if (h.wake) h.wake.cancelled = true;
+        h.wake = this.q.schedule(Math.max(this.q.now, e.at - (h.now() - this.q.now)), () => {
+          h.wake = null;
+          this.serverInput({ type: "tick" });
+        });
+        return true;
+      case "trace":
+        this.timeline?.add(this.q.now, h.label, `trace ${e.event} ${fmtDetail(e.detail)}`);
+        if (e.event === "conn_closed") this.noteClose(`server closed: ${e.detail["code"]} ${e.detail["message"]}`);
+        return true;
+      case "reply":
+        this.ops.onReply(e.requestId, e.result);
+        return true;
+      case "drop_output":
+        this.oracles.dropOutput(e.uuid, e.throughSeq);
+        return true;
+    }
+  }
+
+  agentInput(h: AgentHost, input: AgentInput): void {
+    if (!h.up || !h.state) return;
+    this.guardLivelock();
+    const now = h.now();
+    const desc = describe(input);
+    this.hash.add(`${h.label}@${now} ${desc}`);
+    if (this.timeline && input.type !== "tick" && input.type !== "durable" && input.type !== "activity" && input.type !== "process_output")
+      this.timeline.add(this.q.now, h.label, `<- ${input.type === "frame" ? `frame conn=${input.conn} ${frameSummary(input.data)}` : desc}`);
+    let res;
+    try {
+      res = h.step(h.state, input, now, env);
+      h.state = res.state;
+      agentInvariants(h.state);
+    } catch (e) {
+      if (e instanceof SimFailure) throw e;
+      throw new SimFailure("agent-core-threw", `${h.label}: ${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`, this.q.now);
+    }
+    this.oracles.afterAgent(h, input, res.effects);
+    for (const e of res.effects) {
+      this.hash.add(effectLine(e as unknown as { type: string } & Record<string, unknown>));
+      if (!this.agentEffect(h, e)) return;
+    }
+  }
+
+  private agentEffect(h: AgentHost, e: AgentEffect): boolean {
+    switch (e.type) {
+      case "persist": {
+        const inc = h.inc;
+        if (!this.persist(h, e, () => {}, (through) => h.deliver(inc, { type: "durable", through }))) {
+          this.noteFault("disk_full(hit)");
+          this.crashAgent(h, this.rFault.range(this.swarm.downMinMs, this.swarm.downMaxMs), "disk full: persist failed");
+          return false;
+        }
+        return true;
+      }
+      case "send": {
+        const link = this.net.linkOf(h, e.conn);
+        if (link) {
+          this.oracles.agentWire(h, link, e.kind, e.data);
+          this.net.send(link, "agent", e.data);
+        }
+        return true;
+      }
+      case "ping": {
+        const link = this.net.linkOf(h, e.conn);
+        if (link) this.net.ping(link, "agent");
+        return true;
+      }
+      case "close": {
+        const link = this.net.linkOf(h, e.conn);
+        if (link) this.net.close(link, "agent", e.reason);
+        return true;
+      }
+      case "connect":
+        this.net.connect(h, e.conn);
+        return true;
+      case "wake": {
+        if (h.wake) h.wake.cancelled = true;
+        const incNow = h.inc;
+        h.wake = this.q.schedule(Math.max(this.q.now, e.at - (h.now() - this.q.now)), () => {
+          h.wake = null;
+          h.deliver(incNow, { type: "tick" });
+        });
+        return true;
+      }
+      case "trace":
+        this.timeline?.add(this.q.now, h.label, `trace ${e.event} ${fmtDetail(e.detail)}`);
+        if (e.event === "protocol_failure") this.noteClose(`agent closed: ${e.detail["code"]} ${e.detail["message"]}`);
+        return true;
+      default:
+        this.timeline?.add(this.q.now, h.label, `-> ${e.type} ${"uuid" in e ? e.uuid : ""}${e.type === "signal" ? " " + e.signal : ""}`);
+        this.exec.handle(h, e);
+        return true;
+    }
+  }
+
+  private persist(
+    h: { disk: SimDisk; fsyncFactor: number; inc: number },
+    e: PersistEffect,
+    onDurable: (batches: PendingBatch[]) => void,
+    deliver: (through: number) => void,
+  ): boolean {
+    const disk = h.disk;
+    if (disk.spaceLeft <= 0) return false;
+    if (Number.isFinite(disk.spaceLeft)) disk.spaceLeft--;
+    const lat = Math.round(this.rDisk.range(this.swarm.fsyncMinMs, this.swarm.fsyncMaxMs) * h.fsyncFactor);
+    const at = disk.append(e.id, e.records, this.q.now, lat);
+    const epoch = disk.epoch;
+    this.q.schedule(at, () => {
+      if (disk.epoch !== epoch) return;
+      const done = disk.sync(this.q.now);
+      if (done.length === 0) return;
+      onDurable(done);
+      deliver(done[done.length - 1]!.id);
+    });
+    return true;
+  }
+
+  liveLink(h: AgentHost): Link | undefined {
+    const conn = h.state?.session.conn ?? 0;
+    return conn ? this.net.linkOf(h, conn) : undefined;
+  }
+}
+
+function describe(input: { type: string } & Record<string, unknown>): string {
+  if (input.type === "control") {
+    const r = input["request"] as { op: string; requestId: string; uuid?: string; signal?: number; clientId?: string; instanceId?: string };
+    return `control ${r.op} ${r.requestId} ${r.uuid ?? r.clientId ?? ""}${r.signal !== undefined ? " sig=" + r.signal : ""}${r.instanceId ? " instance=" + r.instanceId.slice(0, 12) : ""}`;
+  }
+  let s = input.type;
+  for (const [k, v] of Object.entries(input)) {
+    if (k === "type") continue;
+    if (v instanceof Uint8Array) s += ` ${k}=${v.length}:${shortDigest(v)}`;
+    else if (typeof v === "object" && v !== null) s += ` ${k}=${JSON.stringify(v)}`;
+    else s += ` ${k}=${String(v)}`;
+  }
+  return s;
+}
+
+function effectLine(e: { type: string } & Record<string, unknown>): string {
+  switch (e.type) {
+    case "send":
+      return `> send ${e["conn"]} ${e["kind"]} ${(e["data"] as Uint8Array).length}:${shortDigest(e["data"] as Uint8Array)}`;
+    case "persist":
+      return `> persist ${e["id"]} ${(e["records"] as Array<{ table: string; key: string }>).map((r) => r.table + "/" + r.key).join(",")}`;
+    case "trace":
+      return `> trace ${e["event"]}`;
+    case "write_stdin":
+    case "write_script":
+      return `> ${e.type} ${e["uuid"]} ${(e["data"] as Uint8Array).length}`;
+    case "spawn":
+      return `> spawn ${e["uuid"]}`;
+    default:
+      return `> ${describe(e)}`;
+  }
+}

@@ -1,0 +1,68 @@
+// The oracles must catch deliberately broken cores. Each variant wraps the
+// real step functions (sim/variants.ts, core/ untouched) and breaks one rule;
+// within a bounded number of seeds some run must fail with the oracle that
+// guards that rule, and the same seed without the variant must not fail with
+// that oracle (so the catch is the mutant's doing).
+import { describe, expect, it } from "vitest";
+import { runSeed } from "../../sim/run.js";
+import { VARIANTS } from "../../sim/variants.js";
+
+function caught(name: string, oracles: string[], maxSeeds: number): { seed: number; oracle: string; message: string } {
+  const v = VARIANTS.find((x) => x.name === name)!;
+  const seen: string[] = [];
+  for (let seed = 1; seed <= maxSeeds; seed++) {
+    const r = runSeed(seed, { variant: v });
+    if (r.ok) {
+      seen.push(`${seed}:ok`);
+      continue;
+    }
+    seen.push(`${seed}:${r.failure!.oracle}`);
+    if (!oracles.includes(r.failure!.oracle)) continue;
+    const base = runSeed(seed, { swarmOptions: v.swarm ?? {} });
+    if (!base.ok && base.failure!.oracle === r.failure!.oracle) continue;
+    return { seed, oracle: r.failure!.oracle, message: r.failure!.message };
+  }
+  throw new Error(`variant ${name} not caught by ${oracles.join("/")} within ${maxSeeds} seeds: ${seen.join(" ")}`);
+}
+
+describe("broken cores are caught", () => {
+  it("R-O3: ack before persist (server reports every persist durable at once) is caught", () => {
+    const c = caught("ack-before-persist", ["R-O3", "R-F2", "R-D8"], 10);
+    expect(c.message).toMatch(/before|disk/);
+  }, 120_000);
+
+  it("R-O3: an EventAck sent on receipt, before the event is durable, is caught", () => {
+    const c = caught("early-event-ack", ["R-O3"], 10);
+    expect(c.message).toMatch(/EventAck .* disk holds events only through/);
+  }, 120_000);
+
+  it("R-O2: a resent event_seq with other bytes is caught", () => {
+    const c = caught("reused-seq-other-bytes", ["R-O2"], 20);
+    expect(c.message).toMatch(/resent event .* different bytes|differ from its durable pinned copy/);
+  }, 240_000);
+
+  it("R-D8: a dispatch before the session's ReconcileResult is caught", () => {
+    const c = caught("dispatch-before-reconcile", ["R-D8"], 5);
+    expect(c.message).toMatch(/commandDispatch on connection \d+ before its ReconcileResult/);
+  }, 60_000);
+
+  it("at-most-once: relaunching a restored `launching` command after a crash is caught", () => {
+    const c = caught("relaunch-after-restart", ["at-most-once", "orphan"], 20);
+    expect(c.message).toMatch(/spawned|orphan/);
+  }, 240_000);
+
+  it("R-S1: writing a stdin chunk to the process twice is caught", () => {
+    const c = caught("stdin-twice", ["R-S1"], 20);
+    expect(c.message).toMatch(/stdin write/);
+  }, 240_000);
+
+  it("R-O1: an agent that loses output bytes is caught by the coverage oracle", () => {
+    const c = caught("lose-output-byte", ["coverage"], 20);
+    expect(c.message).toMatch(/differ|wrote|expected/);
+  }, 240_000);
+
+  it("R-F7: a server that accepts envelopes of an old generation is caught", () => {
+    const c = caught("ignore-fencing", ["R-F7"], 10);
+    expect(c.message).toMatch(/stale/);
+  }, 120_000);
+});
