@@ -57,13 +57,22 @@ function parseSeeds(s: string): number[] {
   return s.split(",").map(Number);
 }
 
-process.stdout.on("error", (e: NodeJS.ErrnoException) => {
-  if (e.code === "EPIPE") process.exit(0);
-  throw e;
-});
+function quietOnEpipe(): void {
+  process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+    if (e.code === "EPIPE") process.exit(0);
+    throw e;
+  });
+}
 
-async function main(): Promise<void> {
-  const { cmd, flags } = args(process.argv.slice(2));
+/** The simulator CLI; `rvbox sim ...` and `npm run sim -- ...` both land here. Returns the exit code. */
+export async function simMain(argv: string[]): Promise<number> {
+  process.exitCode = 0;
+  await main(argv);
+  return Number(process.exitCode ?? 0);
+}
+
+async function main(argv: string[]): Promise<void> {
+  const { cmd, flags } = args(argv);
   switch (cmd) {
     case "run": {
       const seed = Number(flags.get("seed") ?? 1);
@@ -116,8 +125,13 @@ async function main(): Promise<void> {
       return;
     }
     default:
-      console.log("usage: sim/cli.ts run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S");
+      process.exitCode = cmd === undefined || cmd === "help" || cmd === "--help" ? 0 : 2;
+      console.log("usage: rvbox sim run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S");
   }
 }
 
-void main();
+// Run directly (npx tsx sim/cli.ts ...): not when imported by bin/rvbox.ts.
+if (process.argv[1] && /sim[\\/]cli\.ts$/.test(process.argv[1])) {
+  quietOnEpipe();
+  void main(process.argv.slice(2));
+}
