@@ -1,0 +1,417 @@
+// npm run bench: RVBox's shells measured against plain baselines, each in the
+// same invocation. Every daemon runs as its own process (node + tsx), as
+// deployed; the bench process is the operator (control API client).
+//
+//   throughput   64 MiB of log-like text from `cat` on an agent to durable
+//                server storage  vs  the same bytes over a bare `ws` loopback link
+//   latency      `true` through the control API to its committed terminal
+//                state, p50/p99  vs  child_process spawn of `true`
+//   fleet        commands/s across 200 agents  vs  bare spawns/s of `true`
+//   sessions     server RSS with 2,000 idle registered agent sessions
+//   retention    server RSS before/after retaining 1 GiB of output
+//
+// Flags: --only=a,b  --quick (smaller sizes, for a smoke run).
+// Internal roles (spawned by the bench itself): --fleet, --idle.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createWriteStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { WebSocket, WebSocketServer } from "ws";
+import { CommandLifecycle } from "../protos/gen/rvbox/v1/common_pb.js";
+import { ControlService } from "../protos/gen/rvbox/v1/control_pb.js";
+import { isTerminal } from "../core/index.js";
+
+const ROOT = path.resolve(import.meta.dirname, "..");
+const BIN = path.join(ROOT, "bin/rvbox.js");
+const MiB = 1024 * 1024;
+const args = process.argv.slice(2);
+const QUICK = args.includes("--quick");
+const ONLY = args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
+
+type Ctl = Client<typeof ControlService>;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function rssKiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) : 0;
+}
+
+/** CPU seconds (user + system) a process has used so far. */
+function cpuSecs(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(s.length * p))]!;
+}
+
+async function freePort(): Promise<number> {
+  const net = await import("node:net");
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
+  const p = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return p;
+}
+
+async function waitFor<T>(what: string, fn: () => T | Promise<T>, ms = 60_000, every = 20): Promise<NonNullable<T>> {
+  const end = Date.now() + ms;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as NonNullable<T>;
+    } catch {
+      // retry
+    }
+    if (Date.now() > end) throw new Error(`bench: timed out waiting for ${what}`);
+    await sleep(every);
+  }
+}
+
+interface Env {
+  dir: string;
+  operator: string;
+  fleet: string;
+  tokenFile: string;
+}
+
+interface ServerProc {
+  proc: ChildProcess;
+  url: string;
+  ctl: Ctl;
+  stop(): Promise<void>;
+}
+
+function controlClient(base: string, token: string): Ctl {
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("Authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  return createClient(ControlService, createConnectTransport({ baseUrl: base, httpVersion: "1.1", interceptors: [auth] }));
+}
+
+function child(argv: string[], name: string): ChildProcess {
+  const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
+  let err = "";
+  p.stderr!.on("data", (d: Buffer) => {
+    err += d.toString();
+    if (err.length > 20000) err = err.slice(-10000);
+  });
+  p.on("exit", (code, sig) => {
+    if (code !== 0 && code !== 143 && code !== 137 && sig !== "SIGTERM" && sig !== "SIGKILL" && code !== null) process.stderr.write(`bench: ${name} exited ${code}\n${err}\n`);
+  });
+  return p;
+}
+
+async function startServer(env: Env, name: string, limits?: Record<string, number>): Promise<ServerProc> {
+  const [ap, cp] = [await freePort(), await freePort()];
+  const cfg = path.join(env.dir, `${name}.json`);
+  writeFileSync(
+    cfg,
+    JSON.stringify({
+      listen: `127.0.0.1:${ap}`,
+      control: `127.0.0.1:${cp}`,
+      data: path.join(env.dir, name),
+      "agent-tokens": path.join(env.dir, "agent-tokens"),
+      "operator-token": path.join(env.dir, "operator-token"),
+      "log-level": "warn",
+      ...(limits ? { limits } : {}),
+    }),
+  );
+  const proc = child([BIN, "server", "--config", cfg], `server ${name}`);
+  const ctl = controlClient(`http://127.0.0.1:${cp}`, env.operator);
+  await waitFor("server", async () => (await ctl.listClients({})) !== undefined);
+  return {
+    proc,
+    url: `ws://127.0.0.1:${ap}/v1/agent`,
+    ctl,
+    stop: async () => {
+      proc.kill("SIGTERM");
+      await new Promise((r) => proc.once("exit", r));
+    },
+  };
+}
+
+function startAgent(env: Env, url: string, id: string): ChildProcess {
+  return child([BIN, "agent", "--server", url, "--client-id", id, "--state", path.join(env.dir, `agent-${id}`), "--token", env.tokenFile, "--log-level", "warn", "--max-running", "16", "--max-queued", "64"], `agent ${id}`);
+}
+
+async function connected(ctl: Ctl, ids: string[]): Promise<void> {
+  await waitFor(`${ids.length} agents connected`, async () => {
+    const cs = (await ctl.listClients({})).clients;
+    const set = new Set(cs.filter((c) => c.connected).map((c) => c.clientId));
+    return ids.every((i) => set.has(i));
+  }, 120_000, 100);
+}
+
+async function settle(ctl: Ctl, uuid: string): Promise<number> {
+  for await (const m of ctl.followOutput({ issueUuid: uuid, follow: true })) {
+    if (m.item.case === "finished") return m.item.value.state;
+  }
+  throw new Error("follow ended without finished");
+}
+
+function logLikeFile(file: string, bytes: number): Promise<void> {
+  return new Promise((resolve) => {
+    const out = createWriteStream(file);
+    let n = 0;
+    let x = 0x9e3779b9;
+    const rnd = (): number => {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      return x >>> 0;
+    };
+    const levels = ["INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"];
+    const paths = ["/api/v1/items", "/api/v1/users", "/healthz", "/api/v1/orders", "/static/app.js"];
+    const write = (): void => {
+      let ok = true;
+      while (n < bytes && ok) {
+        let chunk = "";
+        for (let i = 0; i < 500; i++) {
+          const t = 1_764_500_000_000 + n;
+          chunk += `${new Date(t).toISOString()} ${levels[rnd() % 6]} worker-${rnd() % 16} req=${rnd().toString(16).padStart(8, "0")} ${paths[rnd() % 5]}/${rnd() % 100000} status=${[200, 200, 200, 404, 500][rnd() % 5]} bytes=${rnd() % 50000} dur_ms=${(rnd() % 100000) / 100}\n`;
+        }
+        const b = Buffer.from(chunk).subarray(0, Math.min(Buffer.byteLength(chunk), bytes - n));
+        n += b.length;
+        ok = out.write(b);
+      }
+      if (n >= bytes) out.end(resolve);
+      else out.once("drain", write);
+    };
+    write();
+  });
+}
+
+const results: string[] = [];
+function report(line: string): void {
+  results.push(line);
+  console.log(line);
+}
+
+// ------------------------------------------------------------------ benches
+
+async function benchThroughput(env: Env): Promise<void> {
+  const size = QUICK ? 16 * MiB : 64 * MiB;
+  const file = path.join(env.dir, "log.txt");
+  await logLikeFile(file, size);
+  // Baseline: the same bytes from `cat` over a bare ws loopback link (one process, no storage).
+  const wss = new WebSocketServer({ port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 2 * MiB });
+  await new Promise<void>((r) => wss.once("listening", () => r()));
+  const port = (wss.address() as { port: number }).port;
+  let got = 0;
+  const done = new Promise<void>((resolve) => wss.on("connection", (ws) => ws.on("message", (d: Buffer) => ((got += d.length) >= size ? resolve() : undefined))));
+  const ws = new WebSocket(`ws://127.0.0.1:${port}`, { perMessageDeflate: false });
+  await new Promise((r) => ws.once("open", r));
+  const t0 = performance.now();
+  const cat = spawn("cat", [file]);
+  cat.stdout.on("data", (d: Buffer) => {
+    for (let o = 0; o < d.length; o += 65536) ws.send(d.subarray(o, o + 65536));
+  });
+  await done;
+  const base = (performance.now() - t0) / 1000;
+  ws.close();
+  wss.close();
+  // RVBox: server and agent as processes; until the command is terminal in the committed (durable) view.
+  const srv = await startServer(env, "tp");
+  const agent = startAgent(env, srv.url, "tp-agent");
+  await connected(srv.ctl, ["tp-agent"]);
+  const t1 = performance.now();
+  const r = await srv.ctl.submitCommand({ clientId: "tp-agent", program: { case: "argv", value: { argv: ["cat", file] } } });
+  const uuid = r.command!.issueUuid;
+  const c = await waitFor("throughput command terminal", async () => {
+    const g = (await srv.ctl.getCommand({ issueUuid: uuid })).command!;
+    return isTerminal(g.state) ? g : null;
+  }, 600_000, 10);
+  const rv = (performance.now() - t1) / 1000;
+  const stored = Number(c.retainedOutputBytes);
+  const cpu = `server ${cpuSecs(srv.proc.pid!).toFixed(1)} s CPU, agent ${cpuSecs(agent.pid!).toFixed(1)} s CPU`;
+  agent.kill("SIGTERM");
+  await srv.stop();
+  const mb = size / MiB;
+  report(`throughput: rvbox ${(mb / rv).toFixed(1)} MiB/s (${mb} MiB log-like text, cat -> agent -> server, durable; ${rv.toFixed(2)} s; stored ${(stored / MiB).toFixed(1)} MiB compressed; ${cpu}) | baseline bare ws ${(mb / base).toFixed(1)} MiB/s (${base.toFixed(2)} s) | ratio ${(base / rv).toFixed(3)}x`);
+}
+
+async function benchLatency(env: Env): Promise<void> {
+  const n = QUICK ? 30 : 200;
+  const base: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    await new Promise<void>((r) => spawn("true").on("exit", () => r()));
+    base.push(performance.now() - t);
+  }
+  const srv = await startServer(env, "lat");
+  const agent = startAgent(env, srv.url, "lat-agent");
+  await connected(srv.ctl, ["lat-agent"]);
+  const lat: number[] = [];
+  for (let i = 0; i < n + 10; i++) {
+    const t = performance.now();
+    const r = await srv.ctl.submitCommand({ clientId: "lat-agent", program: { case: "argv", value: { argv: ["true"] } } });
+    const st = await settle(srv.ctl, r.command!.issueUuid);
+    if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`latency: command ended ${CommandLifecycle[st]}`);
+    if (i >= 10) lat.push(performance.now() - t); // 10 warm-up runs
+  }
+  agent.kill("SIGTERM");
+  await srv.stop();
+  report(
+    `latency: rvbox submit->terminal p50 ${pct(lat, 0.5).toFixed(1)} ms p99 ${pct(lat, 0.99).toFixed(1)} ms (n=${n}) | baseline spawn(true) p50 ${pct(base, 0.5).toFixed(1)} ms p99 ${pct(base, 0.99).toFixed(1)} ms | p50 ratio ${(pct(lat, 0.5) / pct(base, 0.5)).toFixed(1)}x`,
+  );
+}
+
+async function benchFleet(env: Env): Promise<void> {
+  const agents = QUICK ? 20 : 200;
+  const total = QUICK ? 200 : 2000;
+  const conc = 200;
+  // Baseline: bare spawns of `true`, same concurrency.
+  let next = 0;
+  const tb = performance.now();
+  await Promise.all(
+    Array.from({ length: conc }, async () => {
+      while (next++ < total) await new Promise<void>((r) => spawn("true").on("exit", () => r()));
+    }),
+  );
+  const baseRate = total / ((performance.now() - tb) / 1000);
+  const srv = await startServer(env, "fleet");
+  const fleet = child(["--import", "tsx", path.join(ROOT, "scripts/bench.ts"), "--fleet", srv.url, String(agents), env.tokenFile, path.join(env.dir, "fleet")], "fleet");
+  const ids = Array.from({ length: agents }, (_, i) => `fleet-${i}`);
+  await connected(srv.ctl, ids);
+  next = 0;
+  const srvCpu0 = cpuSecs(srv.proc.pid!);
+  const fleetCpu0 = cpuSecs(fleet.pid!);
+  const t0 = performance.now();
+  let failed = 0;
+  await Promise.all(
+    Array.from({ length: conc }, async () => {
+      for (;;) {
+        const i = next++;
+        if (i >= total) return;
+        const r = await srv.ctl.submitCommand({ clientId: ids[i % agents]!, program: { case: "argv", value: { argv: ["true"] } } });
+        if ((await settle(srv.ctl, r.command!.issueUuid)) !== CommandLifecycle.SUCCEEDED) failed++;
+      }
+    }),
+  );
+  const secs = (performance.now() - t0) / 1000;
+  const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' process ${(cpuSecs(fleet.pid!) - fleetCpu0).toFixed(1)} s CPU`;
+  fleet.kill("SIGTERM");
+  await srv.stop();
+  report(`fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`);
+}
+
+async function benchSessions(env: Env): Promise<void> {
+  const n = QUICK ? 200 : 2000;
+  const srv = await startServer(env, "idle");
+  await sleep(1500);
+  const before = rssKiB(srv.proc.pid!);
+  const idle = child(["--import", "tsx", path.join(ROOT, "scripts/bench.ts"), "--idle", srv.url, String(n), env.fleet], "idle sessions");
+  await waitFor(`${n} sessions ready`, async () => (await srv.ctl.listSessions({})).sessions.filter((s) => s.phase === "ready").length >= n, 300_000, 500);
+  await sleep(5000);
+  const after = rssKiB(srv.proc.pid!);
+  idle.kill("SIGTERM");
+  await srv.stop();
+  report(`sessions: server RSS ${(before / 1024).toFixed(1)} MiB idle with 0 sessions -> ${(after / 1024).toFixed(1)} MiB with ${n} registered idle sessions | ${(((after - before) * 1024) / n / 1024).toFixed(1)} KiB per session (target <= 64 KiB)`);
+}
+
+async function benchRetention(env: Env): Promise<void> {
+  const per = QUICK ? 32 * MiB : 256 * MiB;
+  const steps = 4;
+  const srv = await startServer(env, "ret");
+  const agent = startAgent(env, srv.url, "ret-agent");
+  await connected(srv.ctl, ["ret-agent"]);
+  // Warm-up: the streaming path's buffers and JIT, so the first point is not a cold process.
+  const warm = QUICK ? 8 * MiB : 64 * MiB;
+  const r0 = await srv.ctl.submitCommand({ clientId: "ret-agent", program: { case: "shell", value: { commandLine: `head -c ${warm} /dev/urandom` } } });
+  await waitFor("warm-up terminal", async () => isTerminal((await srv.ctl.getCommand({ issueUuid: r0.command!.issueUuid })).command!.state), 600_000, 50);
+  await sleep(2000);
+  let retained = Number((await srv.ctl.getCommand({ issueUuid: r0.command!.issueUuid })).command!.retainedOutputBytes);
+  const points: string[] = [`${(rssKiB(srv.proc.pid!) / 1024).toFixed(1)} MiB at ${(retained / MiB).toFixed(0)} MiB`];
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) {
+    const r = await srv.ctl.submitCommand({ clientId: "ret-agent", program: { case: "shell", value: { commandLine: `head -c ${per} /dev/urandom` } } });
+    await waitFor("retention command terminal", async () => isTerminal((await srv.ctl.getCommand({ issueUuid: r.command!.issueUuid })).command!.state), 900_000, 50);
+    const c = (await srv.ctl.getCommand({ issueUuid: r.command!.issueUuid })).command!;
+    retained += Number(c.retainedOutputBytes);
+    await sleep(2000);
+    points.push(`${(rssKiB(srv.proc.pid!) / 1024).toFixed(1)} MiB at ${(retained / MiB).toFixed(0)} MiB`);
+  }
+  const secs = (performance.now() - t0) / 1000;
+  agent.kill("SIGTERM");
+  await srv.stop();
+  const segs = readdirSync(path.join(env.dir, "ret", "segments")).length;
+  report(`retention: server RSS ${points.join(" -> ")} retained (random bytes, default caps 256 MiB/command and 4 GiB/client, ${segs} segment+index files on disk, ${secs.toFixed(0)} s to push)`);
+}
+
+// ------------------------------------------------------------------ roles
+
+async function fleetRole(url: string, n: number, tokenFile: string, dir: string): Promise<void> {
+  const { AgentDaemon } = await import("../shells/agent/agent-daemon.js");
+  const { createLogger } = await import("../shells/runtime/log.js");
+  const token = readFileSync(tokenFile, "utf8").trim();
+  const agents = [];
+  for (let i = 0; i < n; i++) {
+    agents.push(await AgentDaemon.start({ serverUrl: url, clientId: `fleet-${i}`, stateDir: path.join(dir, String(i)), token, maxRunning: 8, maxQueued: 32, log: createLogger(`fleet-${i}`, "warn") }));
+  }
+  await new Promise<void>((r) => process.once("SIGTERM", () => r()));
+  await Promise.all(agents.map((a) => a.close({ killProcesses: true })));
+  process.exit(0);
+}
+
+async function idleRole(url: string, n: number, token: string): Promise<void> {
+  const { RawAgent } = await import("../test/shells/e2e/raw-client.js");
+  const conns = [];
+  for (let i = 0; i < n; i += 50) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(50, n - i) }, async (_, j) => {
+        const r = await RawAgent.connect(url, token);
+        if (!(r instanceof RawAgent)) throw new Error(`refused ${r.status}`);
+        await r.register(`idle-${i + j}`, `inst-${i + j}`);
+        return r;
+      }),
+    );
+    conns.push(...batch);
+  }
+  await new Promise<void>((r) => process.once("SIGTERM", () => r()));
+  for (const c of conns) c.close();
+  process.exit(0);
+}
+
+// ------------------------------------------------------------------ main
+
+async function main(): Promise<void> {
+  if (args[0] === "--fleet") return fleetRole(args[1]!, Number(args[2]), args[3]!, args[4]!);
+  if (args[0] === "--idle") return idleRole(args[1]!, Number(args[2]), args[3]!);
+  const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-"));
+  const env: Env = { dir, operator: randomBytes(16).toString("hex"), fleet: randomBytes(16).toString("hex"), tokenFile: path.join(dir, "agent-token") };
+  writeFileSync(path.join(dir, "operator-token"), env.operator + "\n");
+  writeFileSync(path.join(dir, "agent-tokens"), `* ${env.fleet}\n`);
+  writeFileSync(env.tokenFile, env.fleet + "\n");
+  mkdirSync(path.join(dir, "fleet"), { recursive: true });
+  const mem = os.totalmem() / 1024 ** 3;
+  console.log(`rvbox bench${QUICK ? " (--quick)" : ""}: node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`);
+  const benches: Array<[string, (e: Env) => Promise<void>]> = [
+    ["throughput", benchThroughput],
+    ["latency", benchLatency],
+    ["fleet", benchFleet],
+    ["sessions", benchSessions],
+    ["retention", benchRetention],
+  ];
+  try {
+    for (const [name, fn] of benches) {
+      if (ONLY && !ONLY.includes(name)) continue;
+      try {
+        await fn(env);
+      } catch (err) {
+        report(`${name}: FAILED ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  process.exit(0);
+}
+
+void main();

@@ -1,0 +1,418 @@
+/**
+ * ControlService (protos/rvbox/v1/control.proto) on top of the server daemon.
+ * Mutations become core `control` requests and return once the core replied
+ * (after the persist they depend on is durable). Queries read the core's
+ * state (read-only) and, for FollowOutput, the durable store and segment
+ * files. Request ids: the caller's, or a random one; the core maps them to
+ * revisions / write sequences (R-S5).
+ */
+import { randomUUID, createHash } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, codeName, isTerminal, type CoreError, type ServerCommand } from "../../core/index.js";
+import {
+  ArgvProgramSchema,
+  CommandLifecycle,
+  ControlErrorSchema,
+  ExecutionSpecSchema,
+  OutputStream,
+  ScriptDescriptorSchema,
+  ShellProgramSchema,
+  ShellType,
+  TruncationCause,
+  type ExecutionSpec,
+} from "../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  CommandSchema,
+  ControlService,
+  TerminalSource,
+  type Command,
+  type FollowOutputResponseSchema,
+} from "../../protos/gen/rvbox/v1/control_pb.js";
+import { decompressValidated } from "../zstd/index.js";
+import type { SegmentPointer } from "../storage/server-storage.js";
+import type { ServerDaemon } from "./server-daemon.js";
+
+type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
+
+const CODE_MAP: Partial<Record<Code, ConnectCode>> = {
+  [Code.VALIDATION]: ConnectCode.InvalidArgument,
+  [Code.PAYLOAD_TOO_LARGE]: ConnectCode.InvalidArgument,
+  [Code.NOT_FOUND]: ConnectCode.NotFound,
+  [Code.CAPACITY]: ConnectCode.ResourceExhausted,
+  [Code.CONFLICT]: ConnectCode.AlreadyExists,
+  [Code.UNAUTHENTICATED]: ConnectCode.Unauthenticated,
+  [Code.UNSUPPORTED_PLATFORM]: ConnectCode.FailedPrecondition,
+};
+
+export function toConnectError(e: CoreError): ConnectError {
+  return new ConnectError(`${codeName(e.code)}: ${e.message}`, CODE_MAP[e.code] ?? ConnectCode.Internal, undefined, [
+    { desc: ControlErrorSchema, value: { code: e.code, message: e.message, issueUuid: e.issueUuid ?? "" } },
+  ]);
+}
+
+function invalid(message: string): ConnectError {
+  return toConnectError({ code: Code.VALIDATION, message });
+}
+
+export function toCommand(c: ServerCommand): Command {
+  return create(CommandSchema, {
+    issueUuid: c.uuid,
+    clientId: c.clientId,
+    // Readers see the committed view: nothing a crash could take back.
+    state: c.committed.state,
+    revision: BigInt(c.committed.revision),
+    spec: c.spec,
+    createdTime: timestampFromMs(c.createdAt),
+    queueExpiryTime: timestampFromMs(c.queueExpiry),
+    exitCode: c.committed.exitCode ?? undefined,
+    signalName: c.committed.signalName,
+    reason: c.committed.reason,
+    terminalSource: c.terminalSource === "agent" ? TerminalSource.AGENT : c.terminalSource === "server" ? TerminalSource.SERVER : TerminalSource.UNSPECIFIED,
+    storedThroughEventSeq: BigInt(c.committed.storedThrough),
+    retainedOutputBytes: BigInt(c.storedOutputBytes),
+    retentionMarkers: c.retention.length,
+    dispatchAttempts: c.attempts,
+    stdinAckedThrough: BigInt(c.stdin.ackedThrough),
+    requestSha256: c.hash,
+  });
+}
+
+const streamEnum = (s: unknown): OutputStream => (s === "stdout" ? OutputStream.STDOUT : s === "stderr" ? OutputStream.STDERR : OutputStream.UNSPECIFIED);
+
+function rangesToWire(ranges: Array<{ stream: string; offset: number; length: number }>) {
+  return ranges.map((r) => ({ stream: streamEnum(r.stream), offset: BigInt(r.offset), length: BigInt(r.length) }));
+}
+
+function requestId(given: string, kind: string): string {
+  return given !== "" ? given : `${kind}-${randomUUID()}`;
+}
+
+export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlService> {
+  const command = (uuid: string): ServerCommand => {
+    const c = d.state.commands.get(uuid);
+    if (!c) throw toConnectError({ code: Code.NOT_FOUND, message: `no command ${uuid}` });
+    return c;
+  };
+  const call = async (req: Parameters<ServerDaemon["control"]>[0]) => {
+    const r = await d.control(req);
+    if (!r.ok) throw toConnectError(r.error);
+    return r;
+  };
+
+  return {
+    async submitCommand(req) {
+      if (req.clientId === "") throw invalid("client_id is required");
+      const uuid = req.issueUuid !== "" ? req.issueUuid : randomUUID();
+      let program: ExecutionSpec["program"];
+      let script: Uint8Array | undefined;
+      switch (req.program.case) {
+        case "argv":
+          program = { case: "argv", value: create(ArgvProgramSchema, { argv: req.program.value.argv }) };
+          break;
+        case "shell":
+          program = {
+            case: "shell",
+            value: create(ShellProgramSchema, {
+              shell: req.program.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : req.program.value.shell,
+              commandLine: req.program.value.commandLine,
+            }),
+          };
+          break;
+        case "script": {
+          const s = req.program.value;
+          script = s.content;
+          const digest = s.sha256.length > 0 ? s.sha256 : new Uint8Array(createHash("sha256").update(s.content).digest());
+          program = {
+            case: "script",
+            value: create(ScriptDescriptorSchema, { sizeBytes: BigInt(s.content.length), sha256: digest, interpreter: s.interpreter, args: s.args }),
+          };
+          break;
+        }
+        default:
+          throw invalid("no program: set argv, shell or script");
+      }
+      const spec = create(ExecutionSpecSchema, {
+        program,
+        cwd: req.cwd,
+        environment: req.environment,
+        timeoutMs: req.timeoutMs,
+        stdinOpen: req.stdinOpen,
+      });
+      const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
+      const request = { op: "submit" as const, requestId: requestId(req.requestId, "submit"), uuid, clientId: req.clientId, spec, queueExpiry };
+      await call(script ? { ...request, script } : request);
+      return { command: toCommand(command(uuid)) };
+    },
+
+    async getCommand(req) {
+      return { command: toCommand(command(req.issueUuid)) };
+    },
+
+    async listCommands(req) {
+      const states = new Set(req.states);
+      let list = [...d.state.commands.values()].filter(
+        (c) => c.committed.state !== CommandLifecycle.UNSPECIFIED && (req.clientId === "" || c.clientId === req.clientId) && (states.size === 0 || states.has(c.committed.state)),
+      );
+      list.sort((a, b) => b.createdAt - a.createdAt || (a.uuid < b.uuid ? -1 : 1));
+      const start = req.pageToken === "" ? 0 : Number.parseInt(req.pageToken, 10);
+      if (!Number.isSafeInteger(start) || start < 0) throw invalid("bad page_token");
+      const size = req.pageSize === 0 ? 1000 : Math.min(req.pageSize, 10_000);
+      const page = list.slice(start, start + size);
+      list = [];
+      return {
+        commands: page.map(toCommand),
+        nextPageToken: start + size < d.state.commands.size && page.length === size ? String(start + size) : "",
+      };
+    },
+
+    async *followOutput(req, ctx) {
+      try {
+        yield* follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx);
+      } catch (err) {
+        if (!(err instanceof ConnectError)) d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
+        throw err;
+      }
+    },
+
+    async writeStdin(req) {
+      const r = await call({ op: "stdin", requestId: requestId(req.requestId, "stdin"), uuid: req.issueUuid, data: req.data, appendNewline: req.appendNewline });
+      return { writeSeq: BigInt(r.writeSeq ?? 0) };
+    },
+
+    async closeStdin(req) {
+      const r = await call({ op: "close_stdin", requestId: requestId(req.requestId, "close-stdin"), uuid: req.issueUuid });
+      return { writeSeq: BigInt(r.writeSeq ?? 0) };
+    },
+
+    async signalCommand(req) {
+      const r = await call({ op: "signal", requestId: requestId(req.requestId, "signal"), uuid: req.issueUuid, signal: req.signal });
+      return { revision: BigInt(r.revision ?? 0) };
+    },
+
+    async listClients() {
+      const active = new Map<string, number>();
+      for (const uuid of d.state.active) {
+        const c = d.state.commands.get(uuid);
+        if (c) active.set(c.clientId, (active.get(c.clientId) ?? 0) + 1);
+      }
+      return {
+        clients: [...d.state.clients.values()].map((c) => ({
+          clientId: c.clientId,
+          instanceId: c.instanceId,
+          generation: BigInt(c.generation),
+          connected: c.conn !== 0,
+          lastActivityTime: timestampFromMs(d.lastActivity.get(c.clientId) ?? c.lastSeen),
+          runningCommands: c.capacity.running,
+          queuedCommands: c.capacity.queued,
+          maxRunningCommands: c.capacity.maxRunning,
+          maxQueuedCommands: c.capacity.maxQueued,
+          activeCommands: active.get(c.clientId) ?? 0,
+          authorizedInstanceId: c.authorization?.instanceId ?? "",
+          authorizationExpiryTime: c.authorization ? timestampFromMs(c.authorization.expiresAt) : undefined,
+        })),
+      };
+    },
+
+    async listSessions() {
+      return {
+        sessions: [...d.state.conns.values()].map((c) => {
+          const info = d.sessionInfo(c.conn);
+          return {
+            connection: BigInt(c.conn),
+            clientId: c.clientId,
+            instanceId: c.instanceId,
+            sessionId: c.sessionId,
+            generation: BigInt(c.generation),
+            phase: c.phase,
+            openedTime: timestampFromMs(c.openedAt),
+            lastInboundTime: timestampFromMs(Math.max(c.hb.lastInbound, info?.lastInbound ?? 0)),
+            remoteAddress: info?.remote ?? "",
+          };
+        }),
+      };
+    },
+
+    async listClaims() {
+      return {
+        claims: [...d.state.clients.values()]
+          .filter((c) => c.pendingClaim !== null)
+          .map((c) => ({
+            clientId: c.clientId,
+            instanceId: c.pendingClaim!.instanceId,
+            currentInstanceId: c.instanceId,
+            claimTime: timestampFromMs(c.pendingClaim!.at),
+            attempts: c.pendingClaim!.attempts,
+          })),
+      };
+    },
+
+    async authorizeInstance(req) {
+      if (req.clientId === "" || req.instanceId === "") throw invalid("client_id and instance_id are required");
+      await call({ op: "authorize", requestId: requestId(req.requestId, "authorize"), clientId: req.clientId, instanceId: req.instanceId });
+      const auth = d.state.clients.get(req.clientId)?.authorization;
+      return { expiryTime: auth ? timestampFromMs(auth.expiresAt) : undefined };
+    },
+
+    async listIncidents(req) {
+      return {
+        incidents: [...d.state.incidents.values()]
+          .filter((i) => req.includeAcknowledged || !i.acknowledged)
+          .map((i) => ({ incidentId: i.id, clientId: i.clientId, issueUuid: i.uuid, kind: i.kind, detail: i.detail, time: timestampFromMs(i.at), acknowledged: i.acknowledged })),
+      };
+    },
+
+    async acknowledgeIncident(req) {
+      await call({ op: "ack_incident", requestId: requestId(req.requestId, "ack-incident"), incidentId: req.incidentId });
+      return {};
+    },
+  };
+}
+
+/** One stored event row (see core/server/server-commands.ts handleCommandEvent) as a stream item. */
+async function eventItem(d: ServerDaemon, uuid: string, v: Record<string, unknown>): Promise<FollowItem | "gone"> {
+  const base = { issueUuid: uuid, eventSeq: BigInt(v["seq"] as number), commandRevision: BigInt((v["revision"] as number) ?? 0), time: timestampFromMs((v["time"] as number) ?? 0) };
+  switch (v["kind"]) {
+    case "output": {
+      const ptr = v["seg"] as SegmentPointer | undefined;
+      const zstd = ptr ? await d.storage.readSegment(ptr) : ((v["zstd"] as Uint8Array | undefined) ?? null);
+      if (!zstd) return "gone";
+      const r = decompressValidated(zstd, v["originalSize"] as number);
+      if (!r.ok) throw new ConnectError(`stored output ${uuid}/${v["seq"]} does not decompress: ${r.message}`, ConnectCode.DataLoss);
+      return { ...base, item: { case: "output", value: { stream: streamEnum(v["stream"]), streamOffset: BigInt(v["offset"] as number), data: r.data } } };
+    }
+    case "lifecycle": {
+      const err = v["error"] as { code: Code; message: string } | null;
+      const exit = v["exitCode"] as number | null | undefined;
+      return {
+        ...base,
+        item: {
+          case: "lifecycle",
+          value: {
+            state: v["state"] as CommandLifecycle,
+            exitCode: exit === null ? undefined : exit,
+            signalName: (v["signalName"] as string) ?? "",
+            reason: (v["reason"] as string) ?? "",
+            error: err ? { code: err.code, message: err.message, issueUuid: uuid } : undefined,
+          },
+        },
+      };
+    }
+    case "stdin_ack":
+      return { ...base, item: { case: "stdinAck", value: { writeSeq: BigInt(v["writeSeq"] as number), closed: v["closed"] as boolean, failure: (v["failure"] as string) ?? "" } } };
+    case "signal_result":
+      return { ...base, item: { case: "signalResult", value: { signal: v["signal"] as number, delivered: v["delivered"] as boolean, detail: (v["detail"] as string) ?? "" } } };
+    case "script_upload":
+      return { ...base, item: { case: "scriptUpload", value: { receivedBytes: BigInt(v["receivedBytes"] as number), complete: v["complete"] as boolean } } };
+    case "truncation":
+      return {
+        ...base,
+        item: { case: "truncation", value: { cause: v["cause"] as TruncationCause, removedBytes: rangesToWire(v["ranges"] as Array<{ stream: string; offset: number; length: number }>) } },
+      };
+    case "incomplete":
+      return { ...base, item: { case: "incomplete", value: { streams: (v["streams"] as unknown[]).map(streamEnum), reason: (v["reason"] as string) ?? "" } } };
+    default:
+      throw new ConnectError(`stored event of unknown kind ${String(v["kind"])}`, ConnectCode.Internal);
+  }
+}
+
+type Marker = ServerCommand["retention"][number];
+type StreamKey = "stdout" | "stderr";
+
+function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["ranges"]): FollowItem {
+  return {
+    issueUuid: uuid,
+    eventSeq: BigInt(firstSeq),
+    time: timestampFromMs(m.at),
+    item: {
+      case: "retention",
+      value: {
+        removedEvents: { firstEventSeq: BigInt(firstSeq), lastEventSeq: BigInt(m.lastSeq) },
+        removedBytes: rangesToWire(ranges),
+        cause: TruncationCause.SERVER_RETENTION,
+      },
+    },
+  };
+}
+
+/**
+ * Stream a command's stored events from `from`, merged with the server's
+ * retention marker. The core keeps one cumulative marker per command (the
+ * removed prefix of the output grows); this reader sends it where the removed
+ * range begins, clipped to what this reader has not yet received, and again
+ * whenever it has grown past what was sent. Output rows inside the marker's
+ * range are not sent (their bytes are gone); other events in that range are.
+ * Events are sent only through the committed (durable) storedThrough.
+ */
+async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: HandlerContext): AsyncGenerator<FollowItem> {
+  let next = Math.max(1, from);
+  let markerThrough = 0;
+  const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };
+  const covered = (c: ServerCommand, seq: number): boolean => c.retention.some((m) => m.firstSeq <= seq && seq <= m.lastSeq);
+  const due = (c: ServerCommand, upto: number): FollowItem | null => {
+    for (const m of c.retention) {
+      if (m.lastSeq <= markerThrough || m.firstSeq > upto) continue;
+      markerThrough = m.lastSeq;
+      if (m.lastSeq < next) continue; // removed after this reader had it all
+      const ranges: Marker["ranges"] = [];
+      for (const r of m.ranges) {
+        const start = Math.max(r.offset, streamSent[r.stream]);
+        const end = r.offset + r.length;
+        if (end > start) ranges.push({ stream: r.stream, offset: start, length: end - start });
+      }
+      for (const r of ranges) streamSent[r.stream] = Math.max(streamSent[r.stream], r.offset + r.length);
+      if (ranges.length > 0) return markerItem(uuid, Math.max(m.firstSeq, next), m, ranges);
+    }
+    return null;
+  };
+  if (!d.state.commands.get(uuid)) throw toConnectError({ code: Code.NOT_FOUND, message: `no command ${uuid}` });
+  for (;;) {
+    if (ctx.signal.aborted) return;
+    let c = d.state.commands.get(uuid)!;
+    const through = c.committed.storedThrough;
+    while (next <= through) {
+      const rows = d.storage.readEvents(uuid, next, through, 128);
+      for (const v of rows) {
+        const seq = v["seq"] as number;
+        const m = due(c, seq);
+        if (m) yield m;
+        if (v["kind"] === "output" && covered(c, seq)) {
+          next = seq + 1;
+          continue;
+        }
+        const item = await eventItem(d, uuid, v);
+        if (item === "gone") {
+          // Retention removed it while we were reading: the marker says so.
+          c = d.state.commands.get(uuid)!;
+          if (!covered(c, seq)) throw new ConnectError(`output ${uuid}/${seq} is missing from the segment store`, ConnectCode.DataLoss);
+          const m2 = due(c, seq);
+          if (m2) yield m2;
+        } else {
+          if (item.item?.case === "output") {
+            const o = item.item.value as { stream: OutputStream; streamOffset: bigint; data: Uint8Array };
+            const key: StreamKey = o.stream === OutputStream.STDOUT ? "stdout" : "stderr";
+            streamSent[key] = Number(o.streamOffset) + o.data.length;
+          }
+          yield item;
+        }
+        next = seq + 1;
+      }
+      if (rows.length < 128) {
+        const m = due(c, through);
+        if (m) yield m;
+        next = through + 1;
+      }
+    }
+    c = d.state.commands.get(uuid)!;
+    const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
+    if (settled || !keepFollowing) {
+      yield { issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c) } };
+      return;
+    }
+    // Wait only if nothing new was committed while we were sending.
+    if (next > c.committed.storedThrough) await d.waitForChange(ctx.signal);
+  }
+}
+
+export { CommandLifecycle };

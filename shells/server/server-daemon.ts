@@ -1,0 +1,447 @@
+/**
+ * `rvbox server`: runs the pure server core (core/server) for real.
+ *
+ *   agent endpoint   ws WebSocketServer on --listen, path /v1/agent, binary
+ *                    frames only, no permessage-deflate, bearer token checked
+ *                    in the HTTP upgrade (401 before the WebSocket opens);
+ *   control API      ConnectRPC ControlService on --control (HTTP/1.1),
+ *                    operator bearer token (401 otherwise);
+ *   storage          shells/storage/server-storage (durable sql.js + segment
+ *                    files) under --data.
+ *
+ * Nothing protocol-level is decided here. The shell's jobs: stage inbound
+ * frames (NodeLoop), step the reducer in one worker loop, execute its effects
+ * in order (persist -> group commit -> `durable`; send -> per-connection
+ * writer with a priority lane; ping/close; wake -> one timer; reply -> the
+ * waiting control call; drop_output -> segment retention), and answer
+ * read-only queries from the state and the store.
+ *
+ * One check happens before the core sees a frame: a token bound to one
+ * client id (not `*`) must register that client id. The first frame of such
+ * a connection is decoded (core decodeFrame) and a ClientHello naming
+ * another client is answered with AgentError(CODE_UNAUTHENTICATED) and a
+ * close.
+ */
+import * as http from "node:http";
+import type { AddressInfo } from "node:net";
+import { create } from "@bufbuild/protobuf";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { WebSocketServer, type WebSocket } from "ws";
+import {
+  Code,
+  decodeFrame,
+  defaultServerConfig,
+  encodeEnvelope,
+  restoreServer,
+  serverInvariants,
+  serverStep,
+  type ControlRequest,
+  type ControlResult,
+  type CorePorts,
+  type ServerEffect,
+  type ServerInput,
+  type ServerLimits,
+  type ServerState,
+} from "../../core/index.js";
+import { AgentErrorSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { ConnWriter, DEFAULT_WRITER_LIMITS, type WriterLimits } from "../runtime/conn-writer.js";
+import { createLogger, type Logger } from "../runtime/log.js";
+import { NodeLoop, type Staged, type StagingLimits } from "../runtime/node-loop.js";
+import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
+import { tablesView } from "../storage/kv-store.js";
+import { ServerStorage } from "../storage/server-storage.js";
+import { initZstd } from "../zstd/index.js";
+import { AgentTokens, ANY_CLIENT, bearer, OperatorToken } from "./auth.js";
+import { controlServiceImpl } from "./control-service.js";
+
+export const AGENT_PATH = "/v1/agent";
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export interface ServerDaemonOptions {
+  listen: HostPort;
+  control: HostPort;
+  dataDir: string;
+  agentTokens: AgentTokens;
+  operatorToken: OperatorToken;
+  limits?: Partial<ServerLimits>;
+  staging?: StagingLimits;
+  writer?: WriterLimits;
+  log?: Logger;
+  seed?: number;
+  repairStore?: boolean;
+  checkpointEveryBytes?: number;
+  /** Run serverInvariants after every step (tests). */
+  checkInvariants?: boolean;
+  /** A broken invariant or a storage failure: the daemon cannot go on. Default: log and exit(70). */
+  onFatal?: (err: unknown) => void;
+}
+
+/**
+ * Per-connection staging bound. It must admit everything an agent may
+ * legally have in flight, or a reconnecting agent that resends its whole
+ * window at once would overflow it every time (a livelock): the session
+ * window is 8 MiB of encoded events, and a very compressible output event
+ * is ~100 bytes, so up to ~90 000 frames (~13 MiB with envelopes). The bound
+ * is therefore on bytes (frames counted with their overhead), with a frame
+ * count only as a backstop.
+ */
+export const DEFAULT_SERVER_STAGING: StagingLimits = { maxBytes: 24 * 1024 * 1024, maxCount: 262_144 };
+
+interface ConnInfo {
+  conn: number;
+  ws: WebSocket;
+  writer: ConnWriter;
+  remote: string;
+  /** Client id the upgrade token is bound to ("*": any). */
+  tokenClient: string;
+  helloChecked: boolean;
+  /** Closed by the shell before the core saw a hello. */
+  refused: boolean;
+  lastInbound: number;
+  lastActivityFed: number;
+}
+
+export class ServerDaemon {
+  state: ServerState;
+  readonly log: Logger;
+  readonly loop: NodeLoop<ServerInput>;
+  readonly ports: CorePorts;
+  private readonly conns = new Map<number, ConnInfo>();
+  private connSeq = 0;
+  private readonly pending = new Map<string, Array<(r: ControlResult) => void>>();
+  private readonly waiters = new Set<() => void>();
+  private notifyScheduled = false;
+  private readonly agentHttp: http.Server;
+  private readonly controlHttp: http.Server;
+  private readonly wss: WebSocketServer;
+  private readonly deadlineTimer: NodeJS.Timeout;
+  private closing = false;
+  /** Last inbound activity per client id (for ListClients). */
+  readonly lastActivity = new Map<string, number>();
+  fatal: unknown = null;
+
+  private constructor(
+    readonly opts: ServerDaemonOptions,
+    readonly storage: ServerStorage,
+  ) {
+    this.log = opts.log ?? createLogger("server");
+    this.ports = realPorts();
+    const config = defaultServerConfig();
+    config.limits = { ...config.limits, ...opts.limits };
+    this.state = restoreServer(config, tablesView(storage.tables), opts.seed ?? Math.floor(Math.random() * 2 ** 31));
+    // The loaded rows are only needed for the restore.
+    storage.tables.clear();
+    this.loop = new NodeLoop<ServerInput>(
+      {
+        step: (input, now) => this.step(input, now),
+        staged: (conn, item) => this.stagedInput(conn, item),
+        ingressFull: (conn) => ({ type: "ingress_full", conn }),
+        durable: (through) => ({ type: "durable", through }),
+        tick: () => ({ type: "tick" }),
+        onError: (err) => this.die(err),
+      },
+      opts.staging ?? DEFAULT_SERVER_STAGING,
+    );
+    storage.onDurable = (through) => this.loop.feedDurable(through);
+    storage.onError = (err) => this.die(err);
+
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: TRANSPORT_MAX_PAYLOAD, perMessageDeflate: false, clientTracking: false });
+    this.agentHttp = http.createServer((req, res) => {
+      if (req.url === "/healthz") {
+        res.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
+        return;
+      }
+      res.writeHead(404, { "content-type": "text/plain" }).end("agents connect with a WebSocket upgrade on /v1/agent\n");
+    });
+    this.agentHttp.on("upgrade", (req, socket, head) => this.onUpgrade(req, socket as import("node:net").Socket, head));
+    this.agentHttp.on("clientError", (_err, socket) => socket.destroy());
+
+    // No response compression: output is mostly already-dense bytes and gzip
+    // per 64 KiB message costs more than it saves on loopback/LAN.
+    // Requests are bounded: a 16 MiB script plus its envelope.
+    const handler = connectNodeAdapter({ acceptCompression: [], readMaxBytes: 20 * 1024 * 1024, routes: (router) => router.service(ControlService, controlServiceImpl(this)) });
+    this.controlHttp = http.createServer((req, res) => {
+      if (!this.opts.operatorToken.check(req.headers.authorization)) {
+        res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="rvbox"' });
+        res.end(JSON.stringify({ code: "unauthenticated", message: "operator bearer token required" }));
+        return;
+      }
+      handler(req, res);
+    });
+    this.controlHttp.on("clientError", (_err, socket) => socket.destroy());
+    this.deadlineTimer = setInterval(() => {
+      const now = Date.now();
+      for (const c of this.conns.values()) c.writer.checkDeadline(now);
+    }, 1000);
+    this.deadlineTimer.unref();
+  }
+
+  static async start(opts: ServerDaemonOptions): Promise<ServerDaemon> {
+    await initZstd();
+    const limits = { ...defaultServerConfig().limits, ...opts.limits };
+    const storage = await ServerStorage.open({
+      dir: opts.dataDir,
+      segmentBytes: limits.segmentBytes,
+      repair: opts.repairStore,
+      checkpointEveryBytes: opts.checkpointEveryBytes,
+    });
+    const d = new ServerDaemon(opts, storage);
+    const r = storage.recovery;
+    d.log.info("store opened", { dir: opts.dataDir, snapshot: r.snapshotLoaded, replayed: r.recordsReplayed, tornTail: r.tornTail ? r.tornTail.reason : "none" });
+    await listen(d.agentHttp, opts.listen);
+    await listen(d.controlHttp, opts.control);
+    // First tick arms the timers (heartbeats, expiry, redelivery).
+    d.loop.feed({ type: "tick" });
+    d.log.info("listening", { agents: addr(d.agentHttp), control: addr(d.controlHttp), commands: d.state.commands.size, clients: d.state.clients.size });
+    return d;
+  }
+
+  get agentAddress(): AddressInfo {
+    return this.agentHttp.address() as AddressInfo;
+  }
+
+  get controlAddress(): AddressInfo {
+    return this.controlHttp.address() as AddressInfo;
+  }
+
+  // ------------------------------------------------------------------ agent endpoint
+
+  private onUpgrade(req: http.IncomingMessage, socket: import("node:net").Socket, head: Buffer): void {
+    socket.on("error", () => socket.destroy());
+    if (this.closing) return refuse(socket, 503, "shutting down");
+    const path = (req.url ?? "/").split("?")[0];
+    if (path !== AGENT_PATH) return refuse(socket, 404, "not found");
+    const token = bearer(req.headers.authorization);
+    const client = token === null ? null : this.opts.agentTokens.check(token);
+    if (client === null) {
+      this.log.warn("agent refused: bad or missing bearer token", { remote: remoteOf(req) });
+      return refuse(socket, 401, "unauthorized");
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws, req, client));
+  }
+
+  private onConnection(ws: WebSocket, req: http.IncomingMessage, tokenClient: string): void {
+    const conn = ++this.connSeq;
+    const info: ConnInfo = {
+      conn,
+      ws,
+      writer: new ConnWriter(ws, this.opts.writer ?? DEFAULT_WRITER_LIMITS, (why) => this.log.warn("connection terminated", { conn, why })),
+      remote: remoteOf(req),
+      tokenClient,
+      helloChecked: tokenClient === ANY_CLIENT,
+      refused: false,
+      lastInbound: Date.now(),
+      lastActivityFed: 0,
+    };
+    this.conns.set(conn, info);
+    // conn_open, the frames and conn_closed go through one ordered queue.
+    this.loop.openStaging(conn);
+    ws.on("message", (data, isBinary) => {
+      const now = Date.now();
+      info.lastInbound = now;
+      this.loop.stage(conn, messageBytes(data), isBinary);
+      if (now - info.lastActivityFed > 1000) {
+        info.lastActivityFed = now;
+        this.loop.feed({ type: "activity", conn });
+      }
+    });
+    const activity = (): void => {
+      info.lastInbound = Date.now();
+      info.lastActivityFed = info.lastInbound;
+      this.loop.feed({ type: "activity", conn });
+    };
+    ws.on("pong", activity);
+    ws.on("ping", activity);
+    ws.on("error", (err) => this.log.debug("socket error", { conn, err: String(err) }));
+    ws.on("close", (code, reason) => this.loop.stageClosed(conn, `websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
+  }
+
+  private stagedInput(conn: number, item: Staged): ServerInput | null {
+    const info = this.conns.get(conn);
+    if (item.kind === "open") return { type: "conn_open", conn };
+    if (item.kind === "closed") {
+      this.conns.delete(conn);
+      return { type: "conn_closed", conn, reason: item.reason };
+    }
+    if (!info || info.refused) return null;
+    if (!info.helloChecked) {
+      info.helloChecked = true;
+      const d = decodeFrame(item.data, item.binary);
+      if (d.ok && d.envelope.payload.case === "clientHello" && d.envelope.payload.value.clientId !== info.tokenClient) {
+        info.refused = true;
+        this.log.warn("agent refused: token bound to another client id", { conn, token: info.tokenClient, hello: d.envelope.payload.value.clientId });
+        const err = encodeEnvelope(null, {
+          case: "error",
+          value: create(AgentErrorSchema, {
+            error: create(ControlErrorSchema, { code: Code.UNAUTHENTICATED, message: `this token is not valid for client id ${d.envelope.payload.value.clientId}` }),
+            closeSession: true,
+          }),
+        });
+        info.writer.send(err, "priority");
+        info.writer.close("UNAUTHENTICATED: token bound to another client id");
+        return null;
+      }
+    }
+    return { type: "frame", conn, data: item.data, binary: item.binary };
+  }
+
+  // ------------------------------------------------------------------ the step
+
+  private step(input: ServerInput, now: number): void {
+    if (this.fatal) return;
+    const r = serverStep(this.state, input, now, { ports: this.ports });
+    if (this.opts.checkInvariants) serverInvariants(this.state);
+    for (const e of r.effects) this.exec(e);
+    if (input.type === "frame") {
+      const info = this.conns.get(input.conn);
+      const c = this.state.conns.get(input.conn);
+      if (info && c?.clientId) this.lastActivity.set(c.clientId, now);
+    }
+    if (this.waiters.size > 0 && (input.type === "durable" || input.type === "control" || input.type === "tick" || input.type === "frame")) this.scheduleNotify();
+  }
+
+  private exec(e: ServerEffect): void {
+    switch (e.type) {
+      case "persist":
+        this.storage.persist(e);
+        break;
+      case "send":
+        this.conns.get(e.conn)?.writer.send(e.data, e.lane);
+        break;
+      case "ping":
+        this.conns.get(e.conn)?.writer.ping();
+        break;
+      case "close": {
+        const info = this.conns.get(e.conn);
+        if (info) {
+          this.log.info("closing agent session", { conn: e.conn, reason: e.reason });
+          info.writer.close(e.reason);
+        }
+        break;
+      }
+      case "wake":
+        this.loop.setWake(e.at);
+        break;
+      case "reply": {
+        const list = this.pending.get(e.requestId);
+        if (list) {
+          this.pending.delete(e.requestId);
+          for (const f of list) f(e.result);
+        }
+        break;
+      }
+      case "drop_output":
+        this.storage.dropOutput(e.uuid, e.throughSeq);
+        break;
+      case "trace":
+        if (this.log.level === "debug") this.log.debug(e.event, e.detail);
+        break;
+    }
+  }
+
+  private die(err: unknown): void {
+    if (this.fatal) return;
+    this.fatal = err;
+    this.log.error("fatal", { err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
+    if (this.opts.onFatal) this.opts.onFatal(err);
+    else process.exit(70);
+  }
+
+  // ------------------------------------------------------------------ control plane
+
+  /** Feed one control request and wait for its reply (after its persist is durable). */
+  control(request: ControlRequest): Promise<ControlResult> {
+    return new Promise((resolve) => {
+      let list = this.pending.get(request.requestId);
+      if (!list) this.pending.set(request.requestId, (list = []));
+      list.push(resolve);
+      this.loop.feed({ type: "control", request });
+    });
+  }
+
+  /** Resolves at the next state change worth re-checking (durable events, control, ticks). */
+  waitForChange(signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = (): void => {
+        this.waiters.delete(done);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      this.waiters.add(done);
+      signal?.addEventListener("abort", done, { once: true });
+    });
+  }
+
+  private scheduleNotify(): void {
+    if (this.notifyScheduled) return;
+    this.notifyScheduled = true;
+    setImmediate(() => {
+      this.notifyScheduled = false;
+      for (const w of [...this.waiters]) w();
+    });
+  }
+
+  sessionInfo(conn: number): { remote: string; lastInbound: number } | undefined {
+    const i = this.conns.get(conn);
+    return i ? { remote: i.remote, lastInbound: i.lastInbound } : undefined;
+  }
+
+  get connectionCount(): number {
+    return this.conns.size;
+  }
+
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    clearInterval(this.deadlineTimer);
+    for (const c of this.conns.values()) c.ws.terminate();
+    this.controlHttp.closeAllConnections?.();
+    await Promise.all([closeServer(this.agentHttp), closeServer(this.controlHttp)]);
+    this.loop.stop();
+    for (const w of [...this.waiters]) w();
+    await this.storage.close();
+  }
+}
+
+function refuse(socket: import("node:net").Socket, status: number, text: string): void {
+  const body = `${text}\n`;
+  socket.end(
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? "Error"}\r\n` +
+      (status === 401 ? 'WWW-Authenticate: Bearer realm="rvbox"\r\n' : "") +
+      `Content-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+function remoteOf(req: http.IncomingMessage): string {
+  const fwd = req.headers["x-forwarded-for"];
+  const direct = `${req.socket.remoteAddress ?? "?"}:${req.socket.remotePort ?? 0}`;
+  return typeof fwd === "string" && fwd !== "" ? `${fwd.split(",")[0]!.trim()} via ${direct}` : direct;
+}
+
+function listen(server: http.Server, hp: HostPort): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(hp.port, hp.host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+}
+
+function closeServer(server: http.Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.closeAllConnections?.();
+    server.close(() => resolve());
+  });
+}
+
+function addr(s: http.Server): string {
+  const a = s.address() as AddressInfo;
+  return `${a.address}:${a.port}`;
+}

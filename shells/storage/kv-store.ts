@@ -1,0 +1,58 @@
+/**
+ * The cores' persist batches on the durable sql.js store (shells/store).
+ *
+ * Every PersistRecord {table, key, value} is one row of
+ *   kv(t TEXT, k TEXT, v BLOB, PRIMARY KEY (t, k))
+ * with `v` the value-codec encoding of `value`; `value: null` deletes the
+ * row. The stores built on this (spill-store.ts for the agent,
+ * server-storage.ts for the server) take every persist queued since their
+ * last commit, reduce them to their net effect per row and apply that as one
+ * atomic db batch (group commit), then report `durable through` the group's
+ * last id; the node loop coalesces reports into one reducer input.
+ *
+ * Restore: `loadTables` decodes every row into Map<table, Map<key, value>>,
+ * which is exactly the `tables.get(name)` shape restoreAgent/restoreServer
+ * read.
+ */
+import type { PersistEffect, PersistRecord } from "../../core/index.js";
+import type { DurableDb, Stmt } from "../store/index.js";
+import { decodeValue, encodeValue } from "./value-codec.js";
+
+export const KV_SCHEMA = ["CREATE TABLE IF NOT EXISTS kv (t TEXT NOT NULL, k TEXT NOT NULL, v BLOB NOT NULL, PRIMARY KEY (t, k))"];
+
+const UPSERT = "INSERT OR REPLACE INTO kv (t, k, v) VALUES (?, ?, ?)";
+const DELETE = "DELETE FROM kv WHERE t = ? AND k = ?";
+
+export function recordStmt(r: PersistRecord, value: unknown = r.value): Stmt {
+  if (value === null) return { sql: DELETE, params: [r.table, r.key] };
+  return { sql: UPSERT, params: [r.table, r.key, encodeValue(value)] };
+}
+
+export type Tables = Map<string, Map<string, unknown>>;
+
+export function loadTables(db: DurableDb): Tables {
+  const out: Tables = new Map();
+  for (const row of db.query<{ t: string; k: string; v: Uint8Array }>("SELECT t, k, v FROM kv")) {
+    let t = out.get(row.t);
+    if (!t) out.set(row.t, (t = new Map()));
+    t.set(row.k, decodeValue(row.v));
+  }
+  return out;
+}
+
+export function tablesView(t: Tables): { get(table: string): ReadonlyMap<string, unknown> | undefined } {
+  return { get: (name) => t.get(name) };
+}
+
+/** Rows of one table whose keys start with `prefix`, in key order. */
+export function queryPrefix(db: DurableDb, table: string, prefix: string, fromKey: string, limit: number): Array<{ k: string; v: unknown }> {
+  const rows = db.query<{ k: string; v: Uint8Array }>(
+    "SELECT k, v FROM kv WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?",
+    [table, fromKey < prefix ? prefix : fromKey, prefix + "\uffff", limit],
+  );
+  return rows.map((r) => ({ k: r.k, v: decodeValue(r.v) }));
+}
+
+export interface PersistSink {
+  persist(e: PersistEffect): void;
+}

@@ -1,0 +1,97 @@
+// Session fencing with real daemons (R-F1..R-F7).
+import { promises as fsp } from "node:fs";
+import * as path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { createLogger } from "../../../shells/runtime/log.js";
+import { cleanupTemp, collect, sleep, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
+
+describe("e2e: fencing", () => {
+  afterAll(cleanupTemp);
+
+  it("R-F1 R-F2 R-F3 R-F7: a clone with the same instance id (copied state dir) fences the older session; never two live sessions", async () => {
+    const s = await startServer();
+    const stateA = await tempDir("rvbox-clone-a-");
+    const linesA: string[] = [];
+    const a = await startAgent(s.url, "twin", { stateDir: stateA, log: createLogger("a", "info", (l) => linesA.push(l)) });
+    let b: Awaited<ReturnType<typeof startAgent>> | undefined;
+    try {
+      await waitFor("A connected", () => a.connected);
+      const stateB = await tempDir("rvbox-clone-b-");
+      await fsp.cp(stateA, stateB, { recursive: true });
+      await fsp.rm(path.join(stateB, "store", "LOCK"), { force: true });
+      b = await startAgent(s.url, "twin", { stateDir: stateB });
+      expect(b.instanceId).toBe(a.instanceId);
+      await waitFor("A fenced by the clone", () => linesA.some((l) => /fenced by a newer registration/.test(l)), 15_000);
+      // Sample the sessions: at most one registered session for the client at any time.
+      let maxLive = 0;
+      const gens = new Set<bigint>();
+      for (let i = 0; i < 40; i++) {
+        const live = (await s.client.listSessions({})).sessions.filter((x) => x.clientId === "twin");
+        maxLive = Math.max(maxLive, live.length);
+        for (const x of live) gens.add(x.generation);
+        await sleep(25);
+      }
+      expect(maxLive).toBeLessThanOrEqual(1);
+      expect(s.daemon.fatal).toBeNull();
+      await b.close();
+      b = undefined;
+      await waitFor("A back", () => a.connected, 30_000);
+      const r = await s.client.submitCommand({ clientId: "twin", program: { case: "argv", value: { argv: ["echo", "still me"] } } });
+      const got = await collect(s.client, r.command!.issueUuid);
+      expect(got.stdout.toString()).toBe("still me\n");
+      const cl = (await s.client.listClients({})).clients.find((c) => c.clientId === "twin")!;
+      expect(cl.generation).toBeGreaterThanOrEqual(3n);
+    } finally {
+      await b?.close();
+      await a.close();
+      await s.close();
+    }
+  }, 60_000);
+
+  it("R-F4 R-F5 R-F6: a second instance under a live client id is rejected and recorded as a pending claim; authorized once, it is accepted on its next reconnect", async () => {
+    const s = await startServer();
+    const a = await startAgent(s.url, "shared");
+    const linesC: string[] = [];
+    let c: Awaited<ReturnType<typeof startAgent>> | undefined;
+    try {
+      await waitFor("A connected", () => a.connected);
+      c = await startAgent(s.url, "shared", { log: createLogger("c", "info", (l) => linesC.push(l)) });
+      const claim = await waitFor("pending claim", async () => (await s.client.listClaims({})).claims.find((x) => x.clientId === "shared" && x.instanceId === c!.instanceId));
+      expect(claim.currentInstanceId).toBe(a.instanceId);
+      expect(c.connected).toBe(false);
+      await waitFor("C refused", () => linesC.some((l) => /IDENTITY_CONFLICT/.test(l)));
+      // A keeps serving meanwhile (R-F6 does not apply: A is live).
+      const r1 = await s.client.submitCommand({ clientId: "shared", program: { case: "argv", value: { argv: ["echo", "from A"] } } });
+      expect((await collect(s.client, r1.command!.issueUuid)).stdout.toString()).toBe("from A\n");
+      const auth = await s.client.authorizeInstance({ clientId: "shared", instanceId: c.instanceId });
+      expect(auth.expiryTime).toBeDefined();
+      const expiresInMs = Number(auth.expiryTime!.seconds) * 1000 - Date.now();
+      expect(expiresInMs).toBeGreaterThan(4 * 60_000);
+      expect(expiresInMs).toBeLessThanOrEqual(5 * 60_000 + 1000);
+      await waitFor("C accepted on its next reconnect", () => c!.connected, 30_000);
+      await a.close(); // A would otherwise now be the refused one
+      const cl = (await s.client.listClients({})).clients.find((x) => x.clientId === "shared")!;
+      expect(cl.instanceId).toBe(c.instanceId);
+      expect(cl.authorizedInstanceId).toBe(""); // consumed: one shot
+      expect((await s.client.listClaims({})).claims.find((x) => x.instanceId === c!.instanceId)).toBeUndefined();
+      const r2 = await s.client.submitCommand({ clientId: "shared", program: { case: "argv", value: { argv: ["echo", "from C"] } } });
+      expect((await collect(s.client, r2.command!.issueUuid)).stdout.toString()).toBe("from C\n");
+      expect((await s.client.getCommand({ issueUuid: r2.command!.issueUuid })).command!.state).toBe(L.SUCCEEDED);
+      // With no live session, a brand-new instance is accepted normally (R-F6).
+      await c.close();
+      c = undefined;
+      await waitFor("C gone", async () => !(await s.client.listClients({})).clients.find((x) => x.clientId === "shared")!.connected);
+      const d = await startAgent(s.url, "shared");
+      try {
+        await waitFor("D accepted", () => d.connected);
+      } finally {
+        await d.close();
+      }
+    } finally {
+      await c?.close();
+      await a.close();
+      await s.close();
+    }
+  }, 60_000);
+});

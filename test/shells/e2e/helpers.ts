@@ -1,0 +1,166 @@
+// Shared helpers for the end-to-end tests: temp dirs, in-process and
+// child-process daemons, a control client, output collection.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { promises as fsp, writeFileSync } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ControlService, type Command } from "../../../protos/gen/rvbox/v1/control_pb.js";
+import { OutputStream } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { AgentDaemon, type AgentDaemonOptions } from "../../../shells/agent/agent-daemon.js";
+import { AgentTokens, OperatorToken } from "../../../shells/server/auth.js";
+import { ServerDaemon, type ServerDaemonOptions } from "../../../shells/server/server-daemon.js";
+import { createLogger, type LogLevel } from "../../../shells/runtime/log.js";
+
+export const ROOT = path.resolve(import.meta.dirname, "../../..");
+export const BIN = path.join(ROOT, "bin/rvbox.js");
+export const LOG_LEVEL: LogLevel = (process.env["RVBOX_TEST_LOG"] as LogLevel | undefined) ?? "silent";
+
+const made: string[] = [];
+export async function tempDir(prefix = "rvbox-e2e-"): Promise<string> {
+  const d = await fsp.mkdtemp(path.join(os.tmpdir(), prefix));
+  made.push(d);
+  return d;
+}
+export async function cleanupTemp(): Promise<void> {
+  for (const d of made.splice(0)) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
+}
+
+export const OPERATOR_TOKEN = "operator-" + randomBytes(8).toString("hex");
+export const FLEET_TOKEN = "fleet-" + randomBytes(8).toString("hex");
+
+export interface TestServer {
+  daemon: ServerDaemon;
+  url: string;
+  controlUrl: string;
+  client: Client<typeof ControlService>;
+  dataDir: string;
+  close(): Promise<void>;
+}
+
+export function controlClient(baseUrl: string, token = OPERATOR_TOKEN): Client<typeof ControlService> {
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("Authorization", `Bearer ${token}`);
+    return next(req);
+  };
+  return createClient(ControlService, createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [auth] }));
+}
+
+export async function startServer(opts: Partial<ServerDaemonOptions> & { dataDir?: string; tokens?: string } = {}): Promise<TestServer> {
+  const dataDir = opts.dataDir ?? (await tempDir("rvbox-server-"));
+  const tokens = AgentTokens.parse(opts.tokens ?? `* ${FLEET_TOKEN}\n`);
+  const errors: unknown[] = [];
+  const daemon = await ServerDaemon.start({
+    listen: { host: "127.0.0.1", port: 0 },
+    control: { host: "127.0.0.1", port: 0 },
+    agentTokens: tokens,
+    operatorToken: new OperatorToken(OPERATOR_TOKEN),
+    log: createLogger("server", LOG_LEVEL),
+    checkInvariants: true,
+    onFatal: (err) => errors.push(err),
+    ...opts,
+    dataDir,
+  });
+  const url = `ws://127.0.0.1:${daemon.agentAddress.port}/v1/agent`;
+  const controlUrl = `http://127.0.0.1:${daemon.controlAddress.port}`;
+  return { daemon, url, controlUrl, client: controlClient(controlUrl), dataDir, close: () => daemon.close() };
+}
+
+export async function startAgent(serverUrl: string, clientId: string, opts: Partial<AgentDaemonOptions> = {}): Promise<AgentDaemon> {
+  const stateDir = opts.stateDir ?? (await tempDir(`rvbox-agent-${clientId}-`));
+  return AgentDaemon.start({
+    serverUrl,
+    clientId,
+    stateDir,
+    token: FLEET_TOKEN,
+    log: createLogger(`agent ${clientId}`, LOG_LEVEL),
+    checkInvariants: true,
+    onFatal: (err) => {
+      throw err;
+    },
+    ...opts,
+  });
+}
+
+export async function waitFor<T>(what: string, fn: () => T | Promise<T>, timeoutMs = 20_000, everyMs = 25): Promise<NonNullable<T>> {
+  const end = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ""}`);
+    await sleep(everyMs);
+  }
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export interface Collected {
+  stdout: Buffer;
+  stderr: Buffer;
+  items: Array<{ seq: number; kind: string; value: unknown }>;
+  finished: Command | undefined;
+}
+
+/** FollowOutput to the end, reassembling stdout/stderr and checking offsets are contiguous. */
+export async function collect(client: Client<typeof ControlService>, uuid: string, opts: { from?: number; signal?: AbortSignal; keepData?: boolean } = {}): Promise<Collected> {
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  const next = { stdout: 0, stderr: 0 };
+  const res: Collected = { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), items: [], finished: undefined };
+  for await (const m of client.followOutput({ issueUuid: uuid, fromEventSeq: BigInt(opts.from ?? 1), follow: true }, { signal: opts.signal })) {
+    const it = m.item;
+    if (it.case === "output") {
+      const s = it.value.stream === OutputStream.STDOUT ? "stdout" : "stderr";
+      if (Number(it.value.streamOffset) !== next[s]) throw new Error(`${s} offset ${it.value.streamOffset}, expected ${next[s]}`);
+      next[s] += it.value.data.length;
+      (s === "stdout" ? out : err).push(Buffer.from(it.value.data));
+      res.items.push({ seq: Number(m.eventSeq), kind: "output", value: opts.keepData ? it.value : { stream: s, offset: Number(it.value.streamOffset), length: it.value.data.length } });
+    } else if (it.case === "retention" || it.case === "truncation") {
+      // Removed bytes: the stream continues after them.
+      for (const r of it.value.removedBytes) {
+        const s = r.stream === OutputStream.STDOUT ? "stdout" : "stderr";
+        const end = Number(r.offset) + Number(r.length);
+        if (Number(r.offset) <= next[s] && end > next[s]) next[s] = end;
+      }
+      res.items.push({ seq: Number(m.eventSeq), kind: it.case, value: it.value });
+    } else if (it.case === "finished") {
+      res.finished = it.value;
+    } else if (it.case !== undefined) {
+      res.items.push({ seq: Number(m.eventSeq), kind: it.case, value: it.value });
+    }
+  }
+  res.stdout = Buffer.concat(out);
+  res.stderr = Buffer.concat(err);
+  return res;
+}
+
+export function writeTokenFiles(dir: string, lines: string): { agentTokens: string; operatorToken: string } {
+  const agentTokens = path.join(dir, "agent-tokens");
+  const operatorToken = path.join(dir, "operator-token");
+  writeFileSync(agentTokens, lines, { mode: 0o600 });
+  writeFileSync(operatorToken, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+  return { agentTokens, operatorToken };
+}
+
+export interface Child {
+  proc: ChildProcess;
+  output: () => string;
+  exited: Promise<number | null>;
+}
+
+/** Run `rvbox <args>` as a child process (node + tsx loader). */
+export function spawnRvbox(args: string[], env: Record<string, string> = {}): Child {
+  const proc = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let text = "";
+  proc.stdout!.on("data", (d: Buffer) => (text += d.toString()));
+  proc.stderr!.on("data", (d: Buffer) => (text += d.toString()));
+  const exited = new Promise<number | null>((r) => proc.on("exit", (code, sig) => r(code ?? (sig ? -1 : null))));
+  return { proc, output: () => text, exited };
+}
