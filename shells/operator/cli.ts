@@ -1,0 +1,745 @@
+/**
+ * The operator CLI: `rvbox run | logs | stdin | close-stdin | signal | cancel |
+ * get | ls | clients | claims | authorize | incidents | ack-incident | tui`.
+ *
+ * Every subcommand talks to the server's control API only (ConnectRPC,
+ * protos/rvbox/v1/control.proto) with the operator bearer token:
+ * `--server URL` (or RVBOX_SERVER, default http://127.0.0.1:7401) and
+ * `--token FILE` (or RVBOX_TOKEN_FILE). Errors are one line on stderr and an
+ * exit code from exit-codes.ts; no stack traces (RVBOX_DEBUG=1 prints them).
+ *
+ * bin/rvbox.ts calls `runOperatorCli([name, ...rest], io)` for each of these
+ * names; `shells/operator/main.ts` runs it standalone.
+ */
+import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
+import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "./control-client.js";
+import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "./exit-codes.js";
+import { followOutput } from "./follow.js";
+import { humanBytes } from "./markers.js";
+import {
+  claimInfo,
+  commandInfo,
+  incidentInfo,
+  lifecycleEnum,
+  LIFECYCLES,
+  parseSignal,
+  sessionInfos,
+  signalKind,
+  type CommandInfo,
+  type SessionInfo,
+  type StreamName,
+} from "./model.js";
+
+export interface OperatorIO {
+  stdout: NodeJS.WritableStream;
+  stderr: NodeJS.WritableStream;
+  stdin: NodeJS.ReadableStream;
+  env: Record<string, string | undefined>;
+  /** Subscribe to the user's interrupt (Ctrl-C); returns an unsubscribe. */
+  onInterrupt: (cb: () => void) => () => void;
+  /** Opens the TUI (tests replace it). */
+  runTui: (opts: TuiLaunch) => Promise<number>;
+}
+
+export interface TuiLaunch {
+  server?: { baseUrl: string; token: string };
+  sim?: { seed: number; variant?: string; node?: string; command?: string };
+  demo?: boolean;
+  refreshMs?: number;
+  client?: string;
+}
+
+export const DEFAULT_SERVER = "http://127.0.0.1:7401";
+/** The control API takes at most 64 KiB per stdin write. */
+export const STDIN_PIECE = 64 * 1024;
+
+const COMMON: FlagSpecs = {
+  server: { type: "string" },
+  token: { type: "string" },
+  help: { type: "boolean", short: "h" },
+};
+const JSON_FLAG: FlagSpecs = { json: { type: "boolean" } };
+
+interface Sub {
+  usage: string;
+  flags: FlagSpecs;
+  /** Needs a server connection (all but `tui --sim`). */
+  run(ctx: Ctx, p: Parsed): Promise<number>;
+}
+
+interface Ctx {
+  io: OperatorIO;
+  server: string;
+  /** Created on first use: `tui --sim` never needs a token. */
+  client(): ControlClient;
+  token(): string;
+  out(line: string): void;
+  err(line: string): void;
+}
+
+const GLOBAL_HELP = `global flags: --server URL (env RVBOX_SERVER, default ${DEFAULT_SERVER})  --token FILE (env RVBOX_TOKEN_FILE)`;
+
+const SUBS: Record<string, Sub> = {
+  run: {
+    usage: `usage: rvbox run CLIENT [flags] -- CMD [ARG...]
+       rvbox run CLIENT --shell [sh|bash] [flags] -- 'COMMAND LINE'
+       rvbox run CLIENT --script FILE [--interpreter PATH] [flags] [-- SCRIPT-ARG...]
+
+Submits a command for CLIENT and prints its id. With --follow, streams its
+output live (stdout to stdout, stderr to stderr, markers on stderr) and exits
+with the command's exit code (below).
+
+  -f, --follow            stream output until the command ends; exit with its code
+  --shell [sh|bash]       run CMD as a shell command line (words joined by spaces)
+  --script FILE           upload FILE and run it (needs a #! line or --interpreter)
+  --interpreter PATH      run the script as PATH SCRIPT [ARG...]
+  --cwd DIR               working directory on the agent (default: the agent's)
+  --env NAME=VALUE        environment variable (repeatable)
+  --timeout DURATION      kill it after DURATION (30s, 5m, 1h30m); it ends failed
+  --expire-after DURATION end it expired if not launched by then (default: server's, 24h)
+  --stdin                 pipe this CLI's stdin to the command; EOF closes it
+  --open-stdin            keep the command's stdin open for later \`rvbox stdin\` / \`close-stdin\`
+  --id UUID               the command's issue UUID (resubmitting it is idempotent)
+  --events                with --follow: also print lifecycle/stdin/signal events on stderr
+  --json                  print the submitted command as JSON (without --follow)
+
+${EXIT_CODE_HELP}`,
+    flags: {
+      ...JSON_FLAG,
+      follow: { type: "boolean", short: "f" },
+      shell: { type: "optional", choices: ["sh", "bash", "zsh"], default: "sh" },
+      script: { type: "string" },
+      interpreter: { type: "string" },
+      cwd: { type: "string" },
+      env: { type: "string", multiple: true },
+      timeout: { type: "string" },
+      "expire-after": { type: "string" },
+      stdin: { type: "boolean" },
+      "open-stdin": { type: "boolean" },
+      id: { type: "string" },
+      events: { type: "boolean" },
+    },
+    run: cmdRun,
+  },
+  logs: {
+    usage: `usage: rvbox logs ID [-f] [--stream stdout|stderr] [--from SEQ] [--events] [--exit-code]
+
+Prints a command's stored output: stdout bytes to stdout, stderr bytes to
+stderr. Truncation and incomplete markers are printed on stderr, in place
+("rvbox: [… 1.2 MiB of stdout removed by server retention: events 12–40; …]"),
+so a shortened stream never looks complete.
+
+  -f, --follow       keep streaming until the command ends
+  --stream S         only stdout or only stderr
+  --from SEQ         start at event sequence SEQ
+  --events           also print lifecycle, stdin and signal events on stderr
+  --exit-code        exit with the command's exit code (as run --follow) once it ended`,
+    flags: {
+      follow: { type: "boolean", short: "f" },
+      stream: { type: "string" },
+      from: { type: "string" },
+      events: { type: "boolean" },
+      "exit-code": { type: "boolean" },
+    },
+    run: cmdLogs,
+  },
+  stdin: {
+    usage: `usage: rvbox stdin ID TEXT [--no-newline]
+       rvbox stdin ID --file FILE [--no-newline]
+
+Writes to a command's stdin (it must have been started with stdin open, e.g.
+run --stdin). A newline is appended by default (R-S2); --no-newline sends the
+bytes exactly. With --file the file's bytes are sent in 64 KiB writes and the
+newline (unless --no-newline) follows the last one. Use --file - for this CLI's stdin.`,
+    flags: { newline: { type: "boolean", negatable: true }, file: { type: "string" } },
+    run: cmdStdin,
+  },
+  "close-stdin": {
+    usage: `usage: rvbox close-stdin ID\n\nCloses a command's stdin (idempotent).`,
+    flags: {},
+    run: async (ctx, p) => {
+      const id = onePositional(p, "ID");
+      const r = await call(ctx, `command ${id}`, (c) => c.closeStdin({ issueUuid: id, requestId: randomUUID() }));
+      ctx.out(`stdin of ${id} closed (write ${r.writeSeq})`);
+      return EXIT.OK;
+    },
+  },
+  signal: {
+    usage: `usage: rvbox signal ID SIGNAL\n\nSends SIGNAL (TERM, INT, KILL, HUP, QUIT, USR1, USR2; names or numbers) and prints the revision it got.\nA requested signal that ends the process ends the command cancelled.`,
+    flags: {},
+    run: async (ctx, p) => {
+      if (p.positionals.length !== 2) throw new UsageError("expected ID and SIGNAL");
+      const [id, sigText] = p.positionals as [string, string];
+      const sig = parseSignal(sigText);
+      if (!sig || sig === "CANCEL") throw new UsageError(`unknown signal ${JSON.stringify(sigText)}: use TERM, INT, KILL, HUP, QUIT, USR1 or USR2 (or rvbox cancel)`);
+      const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind(sig), requestId: randomUUID() }));
+      ctx.out(`SIG${sig} requested for ${id} (revision ${r.revision})`);
+      return EXIT.OK;
+    },
+  },
+  cancel: {
+    usage: `usage: rvbox cancel ID\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.`,
+    flags: {},
+    run: async (ctx, p) => {
+      const id = onePositional(p, "ID");
+      const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind("CANCEL"), requestId: randomUUID() }));
+      ctx.out(`cancel requested for ${id} (revision ${r.revision})`);
+      return EXIT.OK;
+    },
+  },
+  get: {
+    usage: `usage: rvbox get ID [--json]\n\nShows one command.`,
+    flags: JSON_FLAG,
+    run: async (ctx, p) => {
+      const id = onePositional(p, "ID");
+      const r = await call(ctx, `command ${id}`, (c) => c.getCommand({ issueUuid: id }));
+      const c = commandInfo(r.command!);
+      if (bool(p, "json")) ctx.out(JSON.stringify(c, null, 2));
+      else ctx.out(describeCommand(c));
+      return EXIT.OK;
+    },
+  },
+  ls: {
+    usage: `usage: rvbox ls [--client CLIENT] [--state STATE[,STATE...]] [--limit N] [--json]\n\nLists commands, newest first. States: ${LIFECYCLES.join(", ")}, or "active" / "terminal".`,
+    flags: { ...JSON_FLAG, client: { type: "string" }, state: { type: "string", multiple: true }, limit: { type: "string" } },
+    run: cmdLs,
+  },
+  clients: {
+    usage: `usage: rvbox clients [--json]\n\nLists clients with their connection state, instance, generation and command counts.`,
+    flags: JSON_FLAG,
+    run: async (ctx, p) => {
+      const [cl, se] = await Promise.all([call(ctx, "", (c) => c.listClients({})), call(ctx, "", (c) => c.listSessions({}))]);
+      const rows = sessionInfos(cl.clients, se.sessions);
+      if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
+      else ctx.out(clientsTable(rows));
+      return EXIT.OK;
+    },
+  },
+  claims: {
+    usage: `usage: rvbox claims [--json]\n\nLists pending identity claims: another instance tried a live client id (R-F4).\nAuthorize one with: rvbox authorize CLIENT INSTANCE`,
+    flags: JSON_FLAG,
+    run: async (ctx, p) => {
+      const r = await call(ctx, "", (c) => c.listClaims({}));
+      const rows = r.claims.map(claimInfo);
+      if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
+      else
+        ctx.out(
+          rows.length === 0
+            ? "no pending claims"
+            : table(
+                ["CLIENT", "CLAIMING INSTANCE", "CURRENT INSTANCE", "ATTEMPTS", "SINCE"],
+                rows.map((c) => [c.clientId, c.instanceId, c.currentInstanceId, String(c.attempts), iso(c.at)]),
+              ),
+        );
+      return EXIT.OK;
+    },
+  },
+  authorize: {
+    usage: `usage: rvbox authorize CLIENT INSTANCE\n\nAuthorizes exactly INSTANCE to take over CLIENT once (R-F5); the authorization expires\n(default 5 min) and is consumed by that instance's next registration.`,
+    flags: {},
+    run: async (ctx, p) => {
+      if (p.positionals.length !== 2) throw new UsageError("expected CLIENT and INSTANCE (see rvbox claims)");
+      const [clientId, instanceId] = p.positionals as [string, string];
+      const r = await call(ctx, `client ${clientId}`, (c) => c.authorizeInstance({ clientId, instanceId, requestId: randomUUID() }));
+      const until = r.expiryTime ? new Date(Number(r.expiryTime.seconds) * 1000).toISOString() : "?";
+      ctx.out(`authorized instance ${instanceId} for client ${clientId} once, until ${until}`);
+      return EXIT.OK;
+    },
+  },
+  incidents: {
+    usage: `usage: rvbox incidents [--all] [--json]\n\nLists unacknowledged incidents (recovery, store); --all includes acknowledged ones.`,
+    flags: { ...JSON_FLAG, all: { type: "boolean", short: "a" } },
+    run: async (ctx, p) => {
+      const r = await call(ctx, "", (c) => c.listIncidents({ includeAcknowledged: bool(p, "all") }));
+      const rows = r.incidents.map(incidentInfo);
+      if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
+      else
+        ctx.out(
+          rows.length === 0
+            ? "no incidents"
+            : table(
+                ["ID", "KIND", "CLIENT", "COMMAND", "TIME", "ACK", "DETAIL"],
+                rows.map((i) => [i.id, i.kind, i.clientId, i.uuid || "-", iso(i.at), i.acknowledged ? "yes" : "no", i.detail]),
+              ),
+        );
+      return EXIT.OK;
+    },
+  },
+  "ack-incident": {
+    usage: `usage: rvbox ack-incident ID\n\nAcknowledges an incident.`,
+    flags: {},
+    run: async (ctx, p) => {
+      const id = onePositional(p, "ID");
+      await call(ctx, `incident ${id}`, (c) => c.acknowledgeIncident({ incidentId: id, requestId: randomUUID() }));
+      ctx.out(`incident ${id} acknowledged`);
+      return EXIT.OK;
+    },
+  },
+  tui: {
+    usage: `usage: rvbox tui [--server URL --token FILE] [--client CLIENT] [--refresh DURATION]
+       rvbox tui --sim SEED [--variant NAME] [--node NODE] [--command UUID]
+       rvbox tui --demo
+
+The terminal UI. Live: sessions, commands, output, claims and incidents of the
+server. --sim SEED runs the simulator's world for SEED and replays it in the
+same views with a timeline you can step (, . [ ] < >). --demo starts a local
+server and two agents with a trickle of sample commands and opens the TUI on it.
+
+  --client CLIENT    open that client's commands
+  --refresh D        fleet refresh interval while the server has no watch stream (default 1s)`,
+    flags: {
+      sim: { type: "string" },
+      variant: { type: "string" },
+      node: { type: "string" },
+      command: { type: "string" },
+      demo: { type: "boolean" },
+      refresh: { type: "string" },
+      client: { type: "string" },
+    },
+    run: cmdTui,
+  },
+};
+
+export const OPERATOR_COMMANDS = Object.keys(SUBS);
+
+export function operatorUsage(name: string): string | undefined {
+  const s = SUBS[name];
+  return s ? `${s.usage}\n\n${GLOBAL_HELP}` : undefined;
+}
+
+function defaultIO(): OperatorIO {
+  return {
+    stdout: process.stdout,
+    stderr: process.stderr,
+    stdin: process.stdin,
+    env: process.env,
+    onInterrupt: (cb) => {
+      process.on("SIGINT", cb);
+      return () => process.off("SIGINT", cb);
+    },
+    runTui: async (opts) => {
+      // Ink draws only the final frame when it thinks it runs in CI; an interactive terminal is not CI.
+      if (process.stdout.isTTY) for (const k of ["CI", "CONTINUOUS_INTEGRATION"]) if (process.env[k] !== undefined) process.env[k] = "0";
+      return (await import("../../tui/main.js")).runTui(opts);
+    },
+  };
+}
+
+/**
+ * Runs one operator subcommand. `argv[0]` is its name. Returns the exit code;
+ * never throws for expected failures.
+ */
+export async function runOperatorCli(argv: readonly string[], ioIn: Partial<OperatorIO> = {}): Promise<number> {
+  const io: OperatorIO = { ...defaultIO(), ...ioIn };
+  const [name, ...rest] = argv;
+  const err = (line: string): void => void io.stderr.write(`${line}\n`);
+  const sub = name !== undefined ? SUBS[name] : undefined;
+  if (!sub) {
+    err(`rvbox: unknown operator command ${JSON.stringify(name ?? "")}; known: ${OPERATOR_COMMANDS.join(", ")}`);
+    return EXIT.USAGE;
+  }
+  try {
+    const p = parseFlags(rest, { ...COMMON, ...sub.flags });
+    if (bool(p, "help")) {
+      io.stdout.write(`${sub.usage}\n\n${GLOBAL_HELP}\n`);
+      return EXIT.OK;
+    }
+    if (p.rest !== null && name !== "run") throw new UsageError("unexpected `--`");
+    const server = normalizeServerUrl(str(p, "server") ?? io.env["RVBOX_SERVER"] ?? DEFAULT_SERVER);
+    let token: string | undefined;
+    let client: ControlClient | undefined;
+    const ctx: Ctx = {
+      io,
+      server,
+      token() {
+        if (token === undefined) {
+          const file = str(p, "token") ?? io.env["RVBOX_TOKEN_FILE"];
+          if (!file) throw new UsageError("no operator token: pass --token FILE or set RVBOX_TOKEN_FILE");
+          token = readTokenFile(file);
+        }
+        return token;
+      },
+      client() {
+        client ??= createControlClient({ baseUrl: server, token: this.token() });
+        return client;
+      },
+      out: (line) => void io.stdout.write(`${line}\n`),
+      err,
+    };
+    return await sub.run(ctx, p);
+  } catch (e) {
+    if (e instanceof UsageError) {
+      const hint = name === "run" && e.message.startsWith("unknown flag") ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)" : "";
+      err(`rvbox ${name}: ${e.message}${hint}\n\n${sub.usage}`);
+      return e.exitCode;
+    }
+    const oe = describeError(e, {});
+    err(`rvbox ${name}: ${oe.message}`);
+    if (io.env["RVBOX_DEBUG"]) err(String((e as Error).stack ?? e));
+    return oe.exitCode;
+  }
+}
+
+// ------------------------------------------------------------------ helpers
+
+function onePositional(p: Parsed, what: string): string {
+  if (p.positionals.length !== 1) throw new UsageError(p.positionals.length === 0 ? `expected ${what}` : `expected one ${what}, got ${p.positionals.length} arguments`);
+  return p.positionals[0]!;
+}
+
+/** One control call; its error becomes an OperatorError with the right exit code. */
+async function call<T>(ctx: Ctx, what: string, fn: (c: ControlClient) => Promise<T>): Promise<T> {
+  const c = ctx.client();
+  try {
+    return await fn(c);
+  } catch (e) {
+    throw describeError(e, { server: ctx.server, what });
+  }
+}
+
+/** Retry a call whose request id makes it idempotent while the server is unreachable. */
+async function callIdempotent<T>(ctx: Ctx, what: string, fn: (c: ControlClient) => Promise<T>, tries = 4): Promise<T> {
+  const c = ctx.client();
+  for (let i = 0; ; i++) {
+    try {
+      return await fn(c);
+    } catch (e) {
+      if (i + 1 >= tries || !isTransient(e)) throw describeError(e, { server: ctx.server, what });
+      await new Promise((r) => setTimeout(r, 250 * 2 ** i));
+    }
+  }
+}
+
+function iso(ms: number | null): string {
+  return ms === null ? "-" : new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+export function table(headers: string[], rows: string[][]): string {
+  const w = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (r: string[]): string =>
+    r
+      .map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!)))
+      .join("  ")
+      .trimEnd();
+  return [line(headers), ...rows.map(line)].join("\n");
+}
+
+function outcome(c: CommandInfo): string {
+  if (c.exitCode !== null) return `exit ${c.exitCode}`;
+  if (c.signalName) return c.signalName;
+  return "";
+}
+
+export function describeCommand(c: CommandInfo): string {
+  const rows: Array<[string, string]> = [
+    ["id", c.uuid],
+    ["client", c.clientId],
+    ["state", `${c.state}${outcome(c) ? ` (${outcome(c)})` : ""}${c.terminalSource ? ` [by ${c.terminalSource}]` : ""}`],
+    ["reason", c.reason || "-"],
+    ["revision", String(c.revision)],
+    ["program", c.program],
+    ["cwd", c.cwd || "(agent default)"],
+    ["stdin", c.stdinOpen ? `open (acked through write ${c.stdinAckedThrough})` : "closed (/dev/null)"],
+    ["timeout", c.timeoutMs ? `${c.timeoutMs} ms` : "none"],
+    ["created", iso(c.createdAt)],
+    ["queue expiry", iso(c.queueExpiry)],
+    ["events stored", `through ${c.storedThrough}`],
+    ["output retained", `${humanBytes(c.retainedBytes)}${c.retentionMarkers ? ` (${c.retentionMarkers} retention markers: older output removed)` : ""}`],
+    ["dispatch attempts", String(c.attempts)],
+  ];
+  const exit = exitCodeFor(c);
+  if (exit !== null) rows.push(["cli exit code", String(exit)]);
+  const w = Math.max(...rows.map(([k]) => k.length));
+  return rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join("\n");
+}
+
+function ago(ms: number | null): string {
+  if (ms === null) return "-";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.floor(s / 60)}m ago` : `${Math.floor(s / 3600)}h ago`;
+}
+
+function clientsTable(rows: SessionInfo[]): string {
+  if (rows.length === 0) return "no clients have registered yet";
+  return table(
+    ["CLIENT", "STATE", "INSTANCE", "GEN", "RUNNING", "QUEUED", "ACTIVE", "LAST ACTIVITY", "DETAIL"],
+    rows.map((s) => [
+      s.clientId,
+      s.link,
+      s.instanceId,
+      String(s.generation),
+      `${s.running}${s.maxRunning !== null ? `/${s.maxRunning}` : ""}`,
+      `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}`,
+      String(s.active ?? "-"),
+      ago(s.lastActivity),
+      [s.detail, s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : ""].filter(Boolean).join("; "),
+    ]),
+  );
+}
+
+// ------------------------------------------------------------------ run
+
+type SubmitInit = MessageInitShape<typeof SubmitCommandRequestSchema>;
+
+/** The SubmitCommandRequest a `run` invocation asks for (exported for the argument tests). */
+export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) => Uint8Array = (f) => readFileSync(f)): SubmitInit {
+  const clientId = p.positionals[0];
+  if (!clientId) throw new UsageError("expected CLIENT");
+  const words = p.rest ?? p.positionals.slice(1);
+  if (p.rest !== null && p.positionals.length > 1) throw new UsageError(`unexpected ${JSON.stringify(p.positionals[1])} before \`--\``);
+  if (bool(p, "stdin") && bool(p, "open-stdin")) throw new UsageError("--stdin and --open-stdin do not go together (--stdin pipes this CLI's stdin and closes it at EOF)");
+  const scriptFile = str(p, "script");
+  const shell = str(p, "shell");
+  let program: SubmitInit["program"];
+  if (scriptFile !== undefined) {
+    if (shell !== undefined) throw new UsageError("--script and --shell do not go together");
+    let content: Uint8Array;
+    try {
+      content = readFile(scriptFile);
+    } catch (e) {
+      throw new UsageError(`--script ${scriptFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
+    }
+    const interpreter = str(p, "interpreter") ?? "";
+    const hasShebang = content[0] === 0x23 && content[1] === 0x21;
+    if (!interpreter && !hasShebang) throw new UsageError(`--script ${scriptFile} has no #! line; add one or pass --interpreter PATH (e.g. /bin/sh)`);
+    program = { case: "script", value: { content, interpreter, args: words } };
+  } else {
+    if (str(p, "interpreter") !== undefined) throw new UsageError("--interpreter needs --script");
+    if (words.length === 0) throw new UsageError("expected a command: rvbox run CLIENT -- CMD [ARG...]");
+    if (shell !== undefined) {
+      const sh = shell === "bash" ? ShellType.BASH : shell === "zsh" ? ShellType.ZSH : ShellType.SH;
+      program = { case: "shell", value: { shell: sh, commandLine: words.join(" ") } };
+    } else {
+      if (words[0] === "") throw new UsageError("the command name is empty");
+      program = { case: "argv", value: { argv: words } };
+    }
+  }
+  const req: SubmitInit = {
+    clientId,
+    program,
+    cwd: str(p, "cwd") ?? "",
+    environment: list(p, "env").map(parseEnv),
+    stdinOpen: bool(p, "stdin") || bool(p, "open-stdin"),
+    issueUuid: str(p, "id") ?? randomUUID(),
+    requestId: randomUUID(),
+  };
+  const timeout = str(p, "timeout");
+  if (timeout !== undefined) {
+    const t = parseDuration(timeout, "--timeout");
+    if (t <= 0) throw new UsageError("--timeout must be positive");
+    req.timeoutMs = BigInt(t);
+  }
+  const expire = str(p, "expire-after");
+  if (expire !== undefined) req.queueExpiryTime = timestampFromMs(now + parseDuration(expire, "--expire-after"));
+  return req;
+}
+
+async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<void> {
+  let pending = Buffer.alloc(0);
+  const send = async (data: Uint8Array): Promise<void> => {
+    const requestId = randomUUID();
+    await callIdempotent(ctx, `stdin of ${uuid}`, (c) => c.writeStdin({ issueUuid: uuid, data, appendNewline: false, requestId }, { signal }));
+  };
+  for await (const chunk of ctx.io.stdin as AsyncIterable<Buffer | string>) {
+    if (signal.aborted) return;
+    pending = Buffer.concat([pending, typeof chunk === "string" ? Buffer.from(chunk) : chunk]);
+    while (pending.length >= STDIN_PIECE) {
+      await send(pending.subarray(0, STDIN_PIECE));
+      pending = pending.subarray(STDIN_PIECE);
+    }
+  }
+  if (pending.length > 0) await send(pending);
+  const requestId = randomUUID();
+  await callIdempotent(ctx, `stdin of ${uuid}`, (c) => c.closeStdin({ issueUuid: uuid, requestId }, { signal }));
+}
+
+async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
+  const req = buildSubmit(p);
+  const follow = bool(p, "follow");
+  const r = await callIdempotent(ctx, `submit to ${req.clientId}`, (c) => c.submitCommand(req as SubmitCommandRequest));
+  const cmd = commandInfo(r.command!);
+  const uuid = cmd.uuid;
+  if (!follow) {
+    if (bool(p, "json")) ctx.out(JSON.stringify(cmd, null, 2));
+    else ctx.out(uuid);
+    if (bool(p, "stdin")) await pumpStdin(ctx, uuid, new AbortController().signal);
+    return EXIT.OK;
+  }
+  ctx.err(`rvbox: command ${uuid} submitted to ${cmd.clientId}`);
+  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events") });
+}
+
+/** Stream to the end and turn the outcome into the exit code contract. */
+async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number }): Promise<number> {
+  const abort = new AbortController();
+  let interrupted = false;
+  const off = ctx.io.onInterrupt(() => {
+    interrupted = true;
+    abort.abort();
+  });
+  let stdinErr: unknown = null;
+  const stdinDone = o.stdin
+    ? pumpStdin(ctx, uuid, abort.signal).catch((e: unknown) => {
+        if (!abort.signal.aborted) {
+          stdinErr = e;
+          ctx.err(`rvbox: stdin: ${describeError(e).message}`);
+        }
+      })
+    : Promise.resolve();
+  try {
+    const res = await followOutput(ctx.client(), ctx.io, { uuid, follow: true, signal: abort.signal, server: ctx.server, events: o.events, stream: o.stream, from: o.from });
+    if (interrupted || res.aborted) {
+      ctx.err(`\nrvbox: detached; ${uuid} keeps running (rvbox logs -f ${uuid}, rvbox cancel ${uuid})`);
+      return EXIT.CANCELLED;
+    }
+    const fin = res.finished ? commandInfo(res.finished) : commandInfo((await call(ctx, `command ${uuid}`, (c) => c.getCommand({ issueUuid: uuid }))).command!);
+    const code = exitCodeFor(fin);
+    if (code === null) {
+      ctx.err(`rvbox: the output stream ended while ${uuid} is still ${fin.state}`);
+      return EXIT.ERROR;
+    }
+    if (fin.state !== "succeeded" && !(fin.state === "failed" && fin.exitCode !== null)) {
+      ctx.err(`rvbox: command ${uuid} ${fin.state}${outcome(fin) ? ` (${outcome(fin)})` : ""}${fin.reason ? `: ${fin.reason}` : ""}; exit ${code}`);
+    }
+    void stdinErr;
+    return code;
+  } finally {
+    off();
+    abort.abort();
+    await stdinDone;
+  }
+}
+
+async function cmdLogs(ctx: Ctx, p: Parsed): Promise<number> {
+  const id = onePositional(p, "ID");
+  const stream = str(p, "stream");
+  if (stream !== undefined && stream !== "stdout" && stream !== "stderr") throw new UsageError(`--stream: expected stdout or stderr, got ${JSON.stringify(stream)}`);
+  const fromText = str(p, "from");
+  const from = fromText === undefined ? 1 : Number(fromText);
+  if (!Number.isSafeInteger(from) || from < 0) throw new UsageError(`--from: expected an event sequence, got ${JSON.stringify(fromText)}`);
+  const follow = bool(p, "follow");
+  if (bool(p, "exit-code")) {
+    if (!follow) throw new UsageError("--exit-code needs --follow");
+    return followToEnd(ctx, id, { events: bool(p, "events"), stream: stream as StreamName | undefined, from });
+  }
+  const abort = new AbortController();
+  const off = ctx.io.onInterrupt(() => abort.abort());
+  try {
+    await followOutput(ctx.client(), ctx.io, { uuid: id, follow, from, stream: stream as StreamName | undefined, events: bool(p, "events"), signal: abort.signal, server: ctx.server });
+  } finally {
+    off();
+  }
+  return EXIT.OK;
+}
+
+async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
+  const file = str(p, "file");
+  const newline = bool(p, "newline", true);
+  let id: string;
+  let data: Uint8Array;
+  if (file !== undefined) {
+    id = onePositional(p, "ID");
+    try {
+      data = file === "-" ? await readAll(ctx.io.stdin) : readFileSync(file);
+    } catch (e) {
+      throw new UsageError(`--file ${file}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
+    }
+  } else {
+    if (p.positionals.length !== 2) throw new UsageError(p.positionals.length < 2 ? "expected ID and TEXT (or --file FILE)" : "expected ID and one TEXT argument (quote it)");
+    id = p.positionals[0]!;
+    data = Buffer.from(p.positionals[1]!, "utf8");
+  }
+  const pieces: Uint8Array[] = [];
+  for (let o = 0; o < data.length; o += STDIN_PIECE) pieces.push(data.subarray(o, o + STDIN_PIECE));
+  if (pieces.length === 0) pieces.push(new Uint8Array(0));
+  let last = 0n;
+  for (let i = 0; i < pieces.length; i++) {
+    const requestId = randomUUID();
+    const isLast = i === pieces.length - 1;
+    const r = await callIdempotent(ctx, `command ${id}`, (c) => c.writeStdin({ issueUuid: id, data: pieces[i]!, appendNewline: isLast && newline, requestId }));
+    last = r.writeSeq;
+  }
+  ctx.out(`wrote ${data.length + (newline ? 1 : 0)} bytes to the stdin of ${id} (write ${last})`);
+  return EXIT.OK;
+}
+
+async function readAll(s: NodeJS.ReadableStream): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of s as AsyncIterable<Buffer | string>) parts.push(typeof c === "string" ? Buffer.from(c) : c);
+  return Buffer.concat(parts);
+}
+
+async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
+  const states = new Set<number>();
+  for (const s of list(p, "state").flatMap((x) => x.split(","))) {
+    const t = s.trim().toLowerCase();
+    if (t === "") continue;
+    if (t === "active") [1, 2, 3, 4].forEach((v) => states.add(v));
+    else if (t === "terminal") [5, 6, 7, 8, 9, 10].forEach((v) => states.add(v));
+    else {
+      const e = lifecycleEnum(t);
+      if (e === null) throw new UsageError(`--state: unknown state ${JSON.stringify(s)}; known: ${LIFECYCLES.join(", ")}, active, terminal`);
+      states.add(e);
+    }
+  }
+  const limitText = str(p, "limit");
+  const limit = limitText === undefined ? 100 : Number(limitText);
+  if (!Number.isSafeInteger(limit) || limit <= 0) throw new UsageError(`--limit: expected a positive number, got ${JSON.stringify(limitText)}`);
+  const r = await call(ctx, "", (c) => c.listCommands({ clientId: str(p, "client") ?? "", states: [...states], pageSize: Math.min(limit, 10_000) }));
+  const rows = r.commands.map(commandInfo).slice(0, limit);
+  if (bool(p, "json")) {
+    ctx.out(JSON.stringify(rows, null, 2));
+    return EXIT.OK;
+  }
+  if (rows.length === 0) {
+    ctx.out("no commands");
+    return EXIT.OK;
+  }
+  ctx.out(
+    table(
+      ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "PROGRAM"],
+      rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program]),
+    ),
+  );
+  if (r.nextPageToken !== "" && rows.length >= limit) ctx.err(`(more than ${limit}; --limit N shows more)`);
+  return EXIT.OK;
+}
+
+async function cmdTui(ctx: Ctx, p: Parsed): Promise<number> {
+  const simText = str(p, "sim");
+  const refreshText = str(p, "refresh");
+  const launch: TuiLaunch = {};
+  const client = str(p, "client");
+  if (client !== undefined) launch.client = client;
+  if (refreshText !== undefined) {
+    launch.refreshMs = parseDuration(refreshText, "--refresh");
+    if (launch.refreshMs < 200) throw new UsageError("--refresh: at least 200ms (one refresher serves every view; it is an interim until the server streams fleet changes)");
+  }
+  if (simText !== undefined) {
+    const seed = Number(simText);
+    if (!Number.isSafeInteger(seed) || seed < 0) throw new UsageError(`--sim: expected a seed (a non-negative integer), got ${JSON.stringify(simText)}`);
+    launch.sim = { seed };
+    for (const k of ["variant", "node", "command"] as const) {
+      const v = str(p, k);
+      if (v !== undefined) launch.sim[k] = v;
+    }
+  } else if (bool(p, "demo")) {
+    launch.demo = true;
+  } else {
+    for (const k of ["variant", "node", "command"]) if (p.flags.has(k)) throw new UsageError(`--${k} needs --sim SEED`);
+    launch.server = { baseUrl: ctx.server, token: ctx.token() };
+    // Fail fast with a clear message instead of an empty screen.
+    await call(ctx, "", (c) => c.listClients({}));
+  }
+  if (p.positionals.length > 0) throw new UsageError(`unexpected ${JSON.stringify(p.positionals[0])}`);
+  return ctx.io.runTui(launch);
+}
+
+export { OperatorError };

@@ -1,0 +1,103 @@
+/**
+ * The operator's ConnectRPC client of the control API, with the bearer token
+ * added by an interceptor, and the translation of its errors into one clear
+ * sentence and an exit code (no stack traces).
+ */
+import { readFileSync } from "node:fs";
+import { Code as ConnectCode, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { Code as RvCode, ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { EXIT } from "./exit-codes.js";
+
+export type ControlClient = Client<typeof ControlService>;
+
+export interface ControlOptions {
+  /** http://HOST:PORT of the server's control API. */
+  baseUrl: string;
+  token: string;
+  httpVersion?: "1.1" | "2";
+}
+
+export function createControlClient(o: ControlOptions): ControlClient {
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set("Authorization", `Bearer ${o.token}`);
+    return next(req);
+  };
+  return createClient(ControlService, createConnectTransport({ baseUrl: o.baseUrl, httpVersion: o.httpVersion ?? "1.1", interceptors: [auth] }));
+}
+
+/** An error the CLI reports as one line with an exit code. */
+export class OperatorError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+  }
+}
+
+export function readTokenFile(file: string): string {
+  let s: string;
+  try {
+    s = readFileSync(file, "utf8").trim();
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new OperatorError(`cannot read the token file ${file}: ${e.code === "ENOENT" ? "no such file" : e.code === "EACCES" ? "permission denied" : e.message}`, EXIT.USAGE);
+  }
+  if (s === "") throw new OperatorError(`the token file ${file} is empty`, EXIT.USAGE);
+  return s;
+}
+
+/** Why a call failed, in the operator's words, with the exit code to use. */
+export function describeError(err: unknown, ctx: { server?: string; what?: string } = {}): OperatorError {
+  if (err instanceof OperatorError) return err;
+  const ce = ConnectError.from(err);
+  const detail = ce.findDetails(ControlErrorSchema)[0];
+  const msg = detail?.message || ce.rawMessage;
+  const what = ctx.what ? `${ctx.what}: ` : "";
+  if (detail) {
+    switch (detail.code) {
+      case RvCode.NOT_FOUND:
+        return new OperatorError(msg, EXIT.NOT_FOUND);
+      case RvCode.VALIDATION:
+      case RvCode.CONFLICT:
+      case RvCode.PAYLOAD_TOO_LARGE:
+      case RvCode.UNSUPPORTED_PLATFORM:
+        return new OperatorError(`${what}refused: ${msg}`, EXIT.INVALID);
+      case RvCode.CAPACITY:
+        return new OperatorError(`${what}temporarily refused (capacity): ${msg}; try again`, EXIT.TEMPORARY);
+      default:
+        break;
+    }
+  }
+  switch (ce.code) {
+    case ConnectCode.Unauthenticated:
+    case ConnectCode.PermissionDenied:
+      return new OperatorError(`the server${ctx.server ? ` at ${ctx.server}` : ""} refused the operator token (HTTP 401); check --token / RVBOX_TOKEN_FILE`, EXIT.UNAUTHENTICATED);
+    case ConnectCode.Unavailable: {
+      const cause = /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET|ETIMEDOUT|EAI_AGAIN/.exec(ce.rawMessage)?.[0];
+      return new OperatorError(`cannot reach the server${ctx.server ? ` at ${ctx.server}` : ""}${cause ? ` (${cause})` : `: ${ce.rawMessage}`}; is it running? (--server / RVBOX_SERVER)`, EXIT.UNAVAILABLE);
+    }
+    case ConnectCode.Unimplemented:
+      return new OperatorError(`${ctx.server ?? "the server"} does not serve the RVBox control API (${ce.rawMessage}); --server must name the control address, not the agent endpoint`, EXIT.UNAVAILABLE);
+    case ConnectCode.NotFound:
+      return new OperatorError(msg.replace(/^NOT_FOUND: /, ""), EXIT.NOT_FOUND);
+    case ConnectCode.InvalidArgument:
+    case ConnectCode.AlreadyExists:
+    case ConnectCode.FailedPrecondition:
+      return new OperatorError(`${what}refused: ${msg}`, EXIT.INVALID);
+    case ConnectCode.ResourceExhausted:
+      return new OperatorError(`${what}temporarily refused: ${msg}; try again`, EXIT.TEMPORARY);
+    case ConnectCode.DeadlineExceeded:
+      return new OperatorError(`${what}the server did not answer in time`, EXIT.UNAVAILABLE);
+    default:
+      return new OperatorError(`${what}${msg || String(err)}`, EXIT.ERROR);
+  }
+}
+
+/** True when retrying the same call later may work (connection trouble). */
+export function isTransient(err: unknown): boolean {
+  const c = ConnectError.from(err).code;
+  return c === ConnectCode.Unavailable || c === ConnectCode.DeadlineExceeded || c === ConnectCode.Aborted || c === ConnectCode.Unknown || c === ConnectCode.Internal;
+}

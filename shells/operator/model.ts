@@ -1,0 +1,330 @@
+/**
+ * The operator's plain view of the fleet: what the CLI prints (and its
+ * `--json` output) and what the TUI renders. Converted from the control API
+ * messages (protos/rvbox/v1/control.proto) here, and built from a simulated
+ * world's state by tui/sources/sim-source.ts, so every consumer sees the same
+ * shapes. Times are milliseconds since the Unix epoch; counters are numbers.
+ */
+import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import {
+  CommandLifecycle,
+  OutputStream,
+  ShellType,
+  SignalKind,
+  TruncationCause,
+  type ExecutionSpec,
+} from "../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  TerminalSource,
+  type Client,
+  type Command,
+  type FollowOutputResponse,
+  type Incident,
+  type PendingClaim,
+  type Session,
+} from "../../protos/gen/rvbox/v1/control_pb.js";
+
+export type Lifecycle =
+  | "queued"
+  | "dispatched"
+  | "accepted"
+  | "running"
+  | "succeeded"
+  | "failed"
+  | "rejected"
+  | "cancelled"
+  | "interrupted"
+  | "expired"
+  | "unknown";
+
+export const LIFECYCLES: readonly Lifecycle[] = ["queued", "dispatched", "accepted", "running", "succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"];
+export const TERMINAL_STATES: ReadonlySet<Lifecycle> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
+export const isTerminalState = (s: Lifecycle): boolean => TERMINAL_STATES.has(s);
+
+export function lifecycleName(s: CommandLifecycle | number): Lifecycle {
+  const n = CommandLifecycle[s as CommandLifecycle];
+  if (n === undefined || n === "UNSPECIFIED") return "unknown";
+  return n.toLowerCase() as Lifecycle;
+}
+
+export function lifecycleEnum(s: string): CommandLifecycle | null {
+  const k = s.toUpperCase() as keyof typeof CommandLifecycle;
+  const v = CommandLifecycle[k];
+  return typeof v === "number" && v !== CommandLifecycle.UNSPECIFIED ? v : null;
+}
+
+export type StreamName = "stdout" | "stderr";
+export const streamName = (s: OutputStream): StreamName | "unknown" => (s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : "unknown");
+
+/** Signals an operator can send; CANCEL is the operator cancel (TERM, then KILL after the grace period). */
+export const SIGNALS = ["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "CANCEL"] as const;
+export type SignalName = (typeof SIGNALS)[number];
+const SIGNAL_KIND: Record<SignalName, SignalKind> = {
+  INT: SignalKind.INTERRUPT,
+  TERM: SignalKind.TERMINATE,
+  KILL: SignalKind.KILL,
+  HUP: SignalKind.HANGUP,
+  QUIT: SignalKind.QUIT,
+  USR1: SignalKind.USER1,
+  USR2: SignalKind.USER2,
+  CANCEL: SignalKind.CANCEL,
+};
+export const signalKind = (s: SignalName): SignalKind => SIGNAL_KIND[s];
+
+/** "TERM", "sigterm", "SIGTERM", "15" -> "TERM"; null if unknown. */
+export function parseSignal(s: string): SignalName | null {
+  const u = s.trim().toUpperCase().replace(/^SIG/, "");
+  const byNumber: Record<string, SignalName> = { "1": "HUP", "2": "INT", "3": "QUIT", "9": "KILL", "10": "USR1", "12": "USR2", "15": "TERM" };
+  if (byNumber[u]) return byNumber[u];
+  if (u === "TERMINATE") return "TERM";
+  if (u === "INTERRUPT") return "INT";
+  if (u === "HANGUP") return "HUP";
+  if (u === "USER1") return "USR1";
+  if (u === "USER2") return "USR2";
+  return (SIGNALS as readonly string[]).includes(u) ? (u as SignalName) : null;
+}
+
+export function signalKindName(k: SignalKind): string {
+  return SignalKind[k] ?? String(k);
+}
+
+const ms = (t: Timestamp | undefined): number | null => (t ? timestampMs(t) : null);
+
+// ------------------------------------------------------------------ fleet
+
+export type Usage = { used: number; limit: number };
+
+/** Connection state of one agent as far as the source knows it. */
+export type LinkState = "connected" | "reconciling" | "registering" | "connecting" | "backoff" | "offline" | "down";
+
+export interface SessionInfo {
+  /** Row key: the client id (live), or the simulated host's name (a clone or impostor shares a client id). */
+  key: string;
+  clientId: string;
+  instanceId: string;
+  generation: number;
+  link: LinkState;
+  /** Free text after the link state: server session phase, backoff deadline, remote address. */
+  detail: string;
+  lastActivity: number | null;
+  running: number;
+  queued: number;
+  maxRunning: number | null;
+  maxQueued: number | null;
+  /** Non-terminal commands at the server. */
+  active: number | null;
+  /** Unacknowledged send-window bytes of the session (agent side). */
+  window: Usage | null;
+  /** Output budget use: retained output at the server or spooled output at the agent. */
+  budget: Usage | null;
+  authorizedInstance: string | null;
+  authorizationExpiry: number | null;
+  kind: "agent" | "clone" | "impostor";
+}
+
+export interface CommandInfo {
+  uuid: string;
+  clientId: string;
+  state: Lifecycle;
+  revision: number;
+  exitCode: number | null;
+  signalName: string;
+  reason: string;
+  terminalSource: "agent" | "server" | "";
+  createdAt: number | null;
+  queueExpiry: number | null;
+  /** A one-line summary of what runs: `sh: echo hi`, `argv: ls -l`, `script (120 B, /bin/sh)`. */
+  program: string;
+  cwd: string;
+  stdinOpen: boolean;
+  timeoutMs: number;
+  storedThrough: number;
+  retainedBytes: number;
+  retentionMarkers: number;
+  attempts: number;
+  stdinAckedThrough: number;
+}
+
+export interface ClaimInfo {
+  clientId: string;
+  instanceId: string;
+  currentInstanceId: string;
+  at: number | null;
+  attempts: number;
+}
+
+export interface IncidentInfo {
+  id: string;
+  clientId: string;
+  uuid: string;
+  kind: string;
+  detail: string;
+  at: number | null;
+  acknowledged: boolean;
+}
+
+export function programSummary(spec: ExecutionSpec | undefined): string {
+  const p = spec?.program;
+  switch (p?.case) {
+    case "argv":
+      return `argv: ${p.value.argv.map(shellQuote).join(" ")}`;
+    case "shell": {
+      const sh = ShellType[p.value.shell]?.toLowerCase() ?? "sh";
+      return `${sh === "unspecified" ? "sh" : sh}: ${p.value.commandLine}`;
+    }
+    case "script":
+      return `script (${Number(p.value.sizeBytes)} B${p.value.interpreter ? `, ${p.value.interpreter}` : ""}${p.value.args.length ? ` ${p.value.args.join(" ")}` : ""})`;
+    default:
+      return "(no program)";
+  }
+}
+
+export function shellQuote(s: string): string {
+  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+export function commandInfo(c: Command): CommandInfo {
+  return {
+    uuid: c.issueUuid,
+    clientId: c.clientId,
+    state: lifecycleName(c.state),
+    revision: Number(c.revision),
+    exitCode: c.exitCode ?? null,
+    signalName: c.signalName,
+    reason: c.reason,
+    terminalSource: c.terminalSource === TerminalSource.AGENT ? "agent" : c.terminalSource === TerminalSource.SERVER ? "server" : "",
+    createdAt: ms(c.createdTime),
+    queueExpiry: ms(c.queueExpiryTime),
+    program: programSummary(c.spec),
+    cwd: c.spec?.cwd ?? "",
+    stdinOpen: c.spec?.stdinOpen ?? false,
+    timeoutMs: Number(c.spec?.timeoutMs ?? 0n),
+    storedThrough: Number(c.storedThroughEventSeq),
+    retainedBytes: Number(c.retainedOutputBytes),
+    retentionMarkers: c.retentionMarkers,
+    attempts: c.dispatchAttempts,
+    stdinAckedThrough: Number(c.stdinAckedThrough),
+  };
+}
+
+export function claimInfo(c: PendingClaim): ClaimInfo {
+  return { clientId: c.clientId, instanceId: c.instanceId, currentInstanceId: c.currentInstanceId, at: ms(c.claimTime), attempts: c.attempts };
+}
+
+export function incidentInfo(i: Incident): IncidentInfo {
+  return { id: i.incidentId, clientId: i.clientId, uuid: i.issueUuid, kind: i.kind, detail: i.detail, at: ms(i.time), acknowledged: i.acknowledged };
+}
+
+/**
+ * One row per client id: the server's client record, joined with its live
+ * WebSocket session (if any) for the session phase and remote address.
+ * Connections that have not registered yet (no client id) are left out.
+ */
+export function sessionInfos(clients: readonly Client[], sessions: readonly Session[]): SessionInfo[] {
+  const live = new Map<string, Session>();
+  for (const s of sessions) if (s.clientId !== "") live.set(s.clientId, s);
+  return clients.map((c) => {
+    const s = live.get(c.clientId);
+    let link: LinkState = c.connected ? "connected" : "offline";
+    if (s && s.phase !== "ready") link = s.phase === "reconciling" ? "reconciling" : "registering";
+    const lastInbound = s ? ms(s.lastInboundTime) : null;
+    const lastActivity = Math.max(ms(c.lastActivityTime) ?? 0, lastInbound ?? 0);
+    return {
+      key: c.clientId,
+      clientId: c.clientId,
+      instanceId: c.instanceId,
+      generation: Number(c.generation),
+      link,
+      detail: s ? `${s.phase}${s.remoteAddress ? ` ${s.remoteAddress}` : ""}` : "",
+      lastActivity: lastActivity > 0 ? lastActivity : null,
+      running: c.runningCommands,
+      queued: c.queuedCommands,
+      maxRunning: c.maxRunningCommands || null,
+      maxQueued: c.maxQueuedCommands || null,
+      active: c.activeCommands,
+      window: null,
+      budget: null,
+      authorizedInstance: c.authorizedInstanceId || null,
+      authorizationExpiry: ms(c.authorizationExpiryTime),
+      kind: "agent",
+    };
+  });
+}
+
+// ------------------------------------------------------------------ output
+
+export interface ByteSpan {
+  stream: StreamName | "unknown";
+  offset: number;
+  length: number;
+}
+
+export type TruncationSource = "agent-watermark" | "agent-budget" | "server-retention" | "unknown";
+
+export type OutputItem =
+  | { kind: "output"; seq: number; stream: StreamName | "unknown"; offset: number; data: Uint8Array }
+  /** Output that is gone: an agent marker (R-O7, no event range) or a server retention marker (R-O5). */
+  | { kind: "truncation"; seq: number; cause: TruncationSource; events: { first: number; last: number } | null; ranges: ByteSpan[] }
+  /** A capture pipe was not drained to EOF (R-O8). */
+  | { kind: "incomplete"; seq: number; streams: Array<StreamName | "unknown">; reason: string }
+  /** Bytes the reader never got and no marker explained (made by the reader, see ledger.ts). */
+  | { kind: "gap"; seq: number; stream: StreamName; offset: number; length: number }
+  | { kind: "lifecycle"; seq: number; revision: number; state: Lifecycle; exitCode: number | null; signalName: string; reason: string; error: string }
+  | { kind: "stdin_ack"; seq: number; writeSeq: number; closed: boolean; failure: string }
+  | { kind: "signal_result"; seq: number; revision: number; signal: string; delivered: boolean; detail: string }
+  | { kind: "script_upload"; seq: number; receivedBytes: number; complete: boolean };
+
+export function truncationSource(c: TruncationCause): TruncationSource {
+  switch (c) {
+    case TruncationCause.AGENT_WATERMARK:
+      return "agent-watermark";
+    case TruncationCause.AGENT_BUDGET:
+      return "agent-budget";
+    case TruncationCause.SERVER_RETENTION:
+      return "server-retention";
+    default:
+      return "unknown";
+  }
+}
+
+/** A FollowOutput message as an OutputItem; `finished` (and an empty item) give null. */
+export function outputItem(m: FollowOutputResponse): OutputItem | null {
+  const seq = Number(m.eventSeq);
+  const it = m.item;
+  switch (it.case) {
+    case "output":
+      return { kind: "output", seq, stream: streamName(it.value.stream), offset: Number(it.value.streamOffset), data: it.value.data };
+    case "truncation":
+    case "retention": {
+      const ev = it.value.removedEvents;
+      return {
+        kind: "truncation",
+        seq,
+        cause: it.case === "retention" ? "server-retention" : truncationSource(it.value.cause),
+        events: ev ? { first: Number(ev.firstEventSeq), last: Number(ev.lastEventSeq) } : null,
+        ranges: it.value.removedBytes.map((r) => ({ stream: streamName(r.stream), offset: Number(r.offset), length: Number(r.length) })),
+      };
+    }
+    case "incomplete":
+      return { kind: "incomplete", seq, streams: it.value.streams.map(streamName), reason: it.value.reason };
+    case "lifecycle":
+      return {
+        kind: "lifecycle",
+        seq,
+        revision: Number(m.commandRevision),
+        state: lifecycleName(it.value.state),
+        exitCode: it.value.exitCode ?? null,
+        signalName: it.value.signalName,
+        reason: it.value.reason,
+        error: it.value.error ? it.value.error.message : "",
+      };
+    case "stdinAck":
+      return { kind: "stdin_ack", seq, writeSeq: Number(it.value.writeSeq), closed: it.value.closed, failure: it.value.failure };
+    case "signalResult":
+      return { kind: "signal_result", seq, revision: Number(m.commandRevision), signal: signalKindName(it.value.signal), delivered: it.value.delivered, detail: it.value.detail };
+    case "scriptUpload":
+      return { kind: "script_upload", seq, receivedBytes: Number(it.value.receivedBytes), complete: it.value.complete };
+    default:
+      return null;
+  }
+}

@@ -1,0 +1,118 @@
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { CommandLifecycle, OutputStream, TruncationCause } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
+import type { ControlClient } from "../../shells/operator/control-client.js";
+import { followOutput } from "../../shells/operator/follow.js";
+import { collector } from "./helpers.js";
+
+const U = "11111111-2222-3333-4444-555555555555";
+const out = (seq: number, stream: OutputStream, offset: number, text: string): FollowOutputResponse =>
+  create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: BigInt(seq), item: { case: "output", value: { stream, streamOffset: BigInt(offset), data: Buffer.from(text) } } });
+const finished = (): FollowOutputResponse =>
+  create(FollowOutputResponseSchema, { issueUuid: U, item: { case: "finished", value: { issueUuid: U, state: CommandLifecycle.SUCCEEDED, exitCode: 0 } } });
+
+/** A ControlClient whose followOutput serves `script(from)`; records each request's from_event_seq. */
+function fakeClient(script: (from: number, call: number) => AsyncGenerator<FollowOutputResponse>): { client: ControlClient; froms: number[] } {
+  const froms: number[] = [];
+  const client = {
+    followOutput: (req: { fromEventSeq: bigint }) => {
+      froms.push(Number(req.fromEventSeq));
+      return script(Number(req.fromEventSeq), froms.length);
+    },
+  } as unknown as ControlClient;
+  return { client, froms };
+}
+
+describe("logs / run --follow output streaming", () => {
+  it("R-O7: an agent truncation marker is printed on stderr in place; stdout keeps only real bytes", async () => {
+    const { client } = fakeClient(async function* () {
+      yield out(1, OutputStream.STDOUT, 0, "before\n");
+      yield create(FollowOutputResponseSchema, {
+        issueUuid: U,
+        eventSeq: 2n,
+        item: { case: "truncation", value: { cause: TruncationCause.AGENT_WATERMARK, removedBytes: [{ stream: OutputStream.STDOUT, offset: 7n, length: 40_000_000n }] } },
+      });
+      yield out(3, OutputStream.STDOUT, 40_000_007, "after\n");
+      yield finished();
+    });
+    const o = collector();
+    const e = collector();
+    const r = await followOutput(client, { stdout: o.stream, stderr: e.stream }, { uuid: U, follow: true });
+    expect(o.bytes().toString()).toBe("before\nafter\n");
+    expect(e.bytes().toString()).toBe(
+      "rvbox: [… 38.1 MiB of stdout dropped by the agent (raw-output high watermark): at event 2, never sequenced; stdout bytes 7–40000006 …]\n",
+    );
+    expect(r.markers).toBe(1);
+    expect(r.finished?.state).toBe(CommandLifecycle.SUCCEEDED);
+  });
+
+  it("R-O8: an incomplete marker is printed on stderr", async () => {
+    const { client } = fakeClient(async function* () {
+      yield create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: 4n, item: { case: "incomplete", value: { streams: [OutputStream.STDERR], reason: "pipe held by a descendant" } } });
+      yield finished();
+    });
+    const e = collector();
+    await followOutput(client, { stdout: collector().stream, stderr: e.stream }, { uuid: U, follow: true });
+    expect(e.bytes().toString()).toBe("rvbox: [! output incomplete at event 4: stderr not drained to EOF (pipe held by a descendant); nothing after this was captured !]\n");
+  });
+
+  it("R-O5: a retention marker is printed with its event and byte ranges", async () => {
+    const { client } = fakeClient(async function* () {
+      yield create(FollowOutputResponseSchema, {
+        issueUuid: U,
+        eventSeq: 1n,
+        item: { case: "retention", value: { cause: TruncationCause.SERVER_RETENTION, removedEvents: { firstEventSeq: 1n, lastEventSeq: 12n }, removedBytes: [{ stream: OutputStream.STDOUT, offset: 0n, length: 786432n }] } },
+      });
+      yield out(13, OutputStream.STDOUT, 786432, "tail\n");
+      yield finished();
+    });
+    const e = collector();
+    await followOutput(client, { stdout: collector().stream, stderr: e.stream }, { uuid: U, follow: false });
+    expect(e.bytes().toString()).toBe("rvbox: [… 768 KiB of stdout removed by server retention: events 1–12; stdout bytes 0–786431 …]\n");
+  });
+
+  it("--stream stderr prints only stderr bytes and markers that concern stderr", async () => {
+    const { client } = fakeClient(async function* () {
+      yield out(1, OutputStream.STDOUT, 0, "o1\n");
+      yield out(2, OutputStream.STDERR, 0, "e1\n");
+      yield create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: 3n, item: { case: "truncation", value: { cause: TruncationCause.AGENT_BUDGET, removedBytes: [{ stream: OutputStream.STDOUT, offset: 3n, length: 10n }] } } });
+      yield finished();
+    });
+    const o = collector();
+    const e = collector();
+    await followOutput(client, { stdout: o.stream, stderr: e.stream }, { uuid: U, follow: true, stream: "stderr" });
+    expect(o.bytes().toString()).toBe("");
+    expect(e.bytes().toString()).toBe("e1\n");
+  });
+
+  it("resumes from the next event after a dropped connection: nothing twice, nothing skipped", async () => {
+    const { client, froms } = fakeClient(async function* (from, call) {
+      if (call === 1) {
+        yield out(1, OutputStream.STDOUT, 0, "one\n");
+        yield out(2, OutputStream.STDOUT, 4, "two\n");
+        throw new ConnectError("read ECONNRESET", Code.Unavailable);
+      }
+      // The server resends from what was asked; a stale repeat is ignored too.
+      if (from <= 2) yield out(2, OutputStream.STDOUT, 4, "two\n");
+      yield out(3, OutputStream.STDOUT, 8, "three\n");
+      yield finished();
+    });
+    const o = collector();
+    const e = collector();
+    const r = await followOutput(client, { stdout: o.stream, stderr: e.stream }, { uuid: U, follow: true });
+    expect(o.bytes().toString()).toBe("one\ntwo\nthree\n");
+    expect(froms).toEqual([1, 3]);
+    expect(e.bytes().toString()).toContain("lost the output stream");
+    expect(e.bytes().toString()).toContain("reconnected; resuming at event 3");
+    expect(r.finished).not.toBe(null);
+  });
+
+  it("an unknown command is a clear, non-transient error", async () => {
+    const { client } = fakeClient(async function* () {
+      throw new ConnectError(`NOT_FOUND: no command ${U}`, Code.NotFound);
+    });
+    await expect(followOutput(client, { stdout: collector().stream, stderr: collector().stream }, { uuid: U, follow: true })).rejects.toMatchObject({ exitCode: 66 });
+  });
+});

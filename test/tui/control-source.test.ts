@@ -1,0 +1,175 @@
+// ControlSource (the TUI's live data source) against a REAL server and agent on loopback.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { ControlClient } from "../../shells/operator/control-client.js";
+import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
+import { ControlSource } from "../../tui/sources/control-source.js";
+import { cleanupTemp, controlClient, OPERATOR_TOKEN, startAgent, startServer, waitFor, type TestServer } from "../shells/e2e/helpers.js";
+
+let s: TestServer;
+let agent: AgentDaemon;
+
+beforeAll(async () => {
+  s = await startServer({ limits: { outputPerCommand: 256 * 1024, segmentBytes: 64 * 1024 } });
+  agent = await startAgent(s.url, "tui-a", { killGraceMs: 1000 });
+  await waitFor("agent", () => agent.connected);
+});
+afterAll(async () => {
+  await agent?.close({ killProcesses: true });
+  await s?.close();
+  await cleanupTemp();
+});
+
+/** A client that counts calls per method. */
+function counting(): { client: ControlClient; calls: Map<string, number> } {
+  const inner = controlClient(s.controlUrl);
+  const calls = new Map<string, number>();
+  const client = new Proxy(inner, {
+    get(t, k: string) {
+      const f = (t as unknown as Record<string, unknown>)[k];
+      if (typeof f !== "function") return f;
+      return (...a: unknown[]) => {
+        calls.set(k, (calls.get(k) ?? 0) + 1);
+        return (f as (...x: unknown[]) => unknown).apply(t, a);
+      };
+    },
+  }) as ControlClient;
+  return { client, calls };
+}
+
+describe("control source (live server)", () => {
+  it("shows the connected agent as a session and marks itself connected", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, refreshMs: 200 });
+    try {
+      await waitFor("fleet", () => src.fleet().sessions.find((x) => x.clientId === "tui-a"));
+      const row = src.fleet().sessions.find((x) => x.clientId === "tui-a")!;
+      expect(row).toMatchObject({ link: "connected", instanceId: agent.state.instanceId, kind: "agent" });
+      expect(row.generation).toBeGreaterThan(0);
+      expect(src.fleet().status).toMatchObject({ mode: "live", connected: true, error: null, feed: "refresh 200ms" });
+    } finally {
+      src.close();
+    }
+  });
+
+  it("uses one refresher for the fleet however many views watch; command lists only while watched", async () => {
+    const { client, calls } = counting();
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, refreshMs: 250, client });
+    try {
+      const releases = [src.watchCommands("tui-a"), src.watchCommands("tui-a"), src.watchCommands(null)];
+      await new Promise((r) => setTimeout(r, 1300));
+      const fleetCalls = calls.get("listClients") ?? 0;
+      expect(fleetCalls).toBeGreaterThanOrEqual(3);
+      expect(fleetCalls).toBeLessThanOrEqual(9); // ~1300/250 plus the pokes of new interests
+      const lists = calls.get("listCommands") ?? 0;
+      expect(lists).toBeLessThanOrEqual(2 * fleetCalls); // two distinct interests, not three
+      for (const r of releases) r();
+      calls.set("listCommands", 0);
+      await new Promise((r) => setTimeout(r, 600));
+      expect(calls.get("listCommands")).toBe(0);
+    } finally {
+      src.close();
+    }
+  });
+
+  it("submit, then stream the command's output live through FollowOutput; the list reflects the end", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, refreshMs: 200 });
+    try {
+      const release = src.watchCommands("tui-a");
+      const uuid = await src.submit({ clientId: "tui-a", program: { kind: "shell", line: "echo one; sleep 0.3; echo two >&2; exit 2" } });
+      const stop = src.watchOutput(uuid);
+      await waitFor("finished", () => src.output(uuid).finished);
+      const out = src.output(uuid);
+      expect(out.lines.filter((l) => l.kind === "stdout" || l.kind === "stderr").map((l) => `${l.kind}:${l.text}`)).toEqual(["stdout:one", "stderr:two"]);
+      expect(out.command).toMatchObject({ state: "failed", exitCode: 2 });
+      expect(out.lines[out.lines.length - 1]!.text).toContain("failed (exit 2)");
+      await waitFor("list", () => src.commands("tui-a").find((c) => c.uuid === uuid)?.state === "failed");
+      stop();
+      release();
+    } finally {
+      src.close();
+    }
+  });
+
+  it("R-S2: stdin written from the TUI source reaches the process (newline appended), close ends it", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN });
+    try {
+      const uuid = await src.submit({ clientId: "tui-a", program: { kind: "argv", argv: ["cat"] }, stdinOpen: true });
+      src.watchOutput(uuid);
+      await src.writeStdin(uuid, "typed", true);
+      await src.writeStdin(uuid, "raw", false);
+      await src.closeStdin(uuid);
+      await waitFor("finished", () => src.output(uuid).finished);
+      expect(src.output(uuid).lines.filter((l) => l.kind === "stdout").map((l) => l.text)).toEqual(["typed", "raw"]);
+    } finally {
+      src.close();
+    }
+  });
+
+  it("signal and cancel from the source end the command cancelled", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN });
+    try {
+      const uuid = await src.submit({ clientId: "tui-a", program: { kind: "argv", argv: ["sleep", "30"] } });
+      await waitFor("running", async () => (await s.client.getCommand({ issueUuid: uuid })).command?.state === L.RUNNING);
+      expect(await src.signal(uuid, "CANCEL")).toBe(2);
+      src.watchOutput(uuid);
+      await waitFor("finished", () => src.output(uuid).finished);
+      expect(src.output(uuid).command?.state).toBe("cancelled");
+    } finally {
+      src.close();
+    }
+  });
+
+  it("R-O5: the output pane of a command whose old output was removed shows the retention marker", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN });
+    try {
+      const uuid = await src.submit({ clientId: "tui-a", program: { kind: "shell", line: "head -c 750000 /dev/urandom | base64 -w 0; echo; echo done" } });
+      await waitFor("done", async () => (await s.client.getCommand({ issueUuid: uuid })).command?.state === L.SUCCEEDED);
+      src.watchOutput(uuid);
+      await waitFor("finished", () => src.output(uuid).finished);
+      const markers = src.output(uuid).lines.filter((l) => l.kind === "marker").map((l) => l.text);
+      expect(markers.some((m) => /removed by server retention: events \d+–\d+; stdout bytes 0–\d+/.test(m))).toBe(true);
+      expect(src.output(uuid).lines.some((l) => l.text === "done")).toBe(true);
+    } finally {
+      src.close();
+    }
+  });
+
+  it("an unknown command's pane says so; a refused token and an unreachable server show in the status", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN });
+    const bad = new ControlSource({ baseUrl: s.controlUrl, token: "wrong-token-123" });
+    const down = new ControlSource({ baseUrl: "http://127.0.0.1:1", token: OPERATOR_TOKEN });
+    try {
+      src.watchOutput("no-such-command");
+      await waitFor("error", () => src.output("no-such-command").error);
+      expect(src.output("no-such-command").error).toContain("no command no-such-command");
+      await waitFor("bad", () => bad.fleet().status.error);
+      expect(bad.fleet().status).toMatchObject({ connected: false });
+      expect(bad.fleet().status.error).toContain("refused the operator token");
+      await waitFor("down", () => down.fleet().status.error);
+      expect(down.fleet().status.error).toContain("cannot reach the server at http://127.0.0.1:1");
+      await expect(bad.ackIncident("x")).rejects.toThrow(/refused the operator token/);
+    } finally {
+      src.close();
+      bad.close();
+      down.close();
+    }
+  });
+
+  it("R-F5: authorize from the source consumes a real pending claim", async () => {
+    const first = await startAgent(s.url, "tui-claim", {});
+    await waitFor("first", () => first.connected);
+    const second = await startAgent(s.url, "tui-claim", {});
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, refreshMs: 100 });
+    try {
+      const claim = await waitFor("claim", () => src.fleet().claims.find((c) => c.clientId === "tui-claim"));
+      expect(claim.instanceId).toBe(second.state.instanceId);
+      const msg = await src.authorize("tui-claim", claim.instanceId);
+      expect(msg).toContain(`authorized instance ${claim.instanceId} for tui-claim once`);
+      await waitFor("took over", () => src.fleet().sessions.find((x) => x.clientId === "tui-claim")?.instanceId === second.state.instanceId);
+    } finally {
+      src.close();
+      await second.close();
+      await first.close();
+    }
+  });
+});

@@ -1,0 +1,77 @@
+// Drive a real terminal: the TUI runs in a detached tmux session on a private
+// socket; tests send keys and read the screen with capture-pane.
+import { execFileSync, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
+
+export const ROOT = path.resolve(import.meta.dirname, "../..");
+
+export const hasTmux = spawnSync("tmux", ["-V"]).status === 0;
+
+/**
+ * How to start `rvbox <operator command>`: through bin/rvbox.ts once its
+ * subcommand table routes the operator commands to runOperatorCli, else the
+ * standalone entry with the same code path.
+ */
+export function operatorEntry(): string[] {
+  const bin = readFileSync(path.join(ROOT, "bin/rvbox.ts"), "utf8");
+  return /runOperatorCli/.test(bin) ? ["bin/rvbox.ts"] : ["shells/operator/main.ts"];
+}
+
+const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
+
+export class TmuxSession {
+  private readonly socket: string;
+  constructor(
+    readonly name: string,
+    readonly width = 120,
+    readonly height = 40,
+  ) {
+    this.socket = `rvbox-test-${process.pid}-${name}`;
+  }
+
+  private tmux(...args: string[]): string {
+    return execFileSync("tmux", ["-L", this.socket, ...args], { encoding: "utf8" });
+  }
+
+  /** Start `rvbox ARGS` (tsx loader, no CI mode so Ink redraws live). */
+  start(args: string[], env: Record<string, string> = {}): void {
+    const envs = Object.entries({ CI: "0", CONTINUOUS_INTEGRATION: "0", TERM: "xterm-256color", ...env })
+      .map(([k, v]) => `${k}=${q(v)}`)
+      .join(" ");
+    const cmd = `cd ${q(ROOT)} && env ${envs} ${q(process.execPath)} --import tsx ${[...operatorEntry(), ...args].map(q).join(" ")}; echo "[exited $?]"; sleep 30`;
+    this.tmux("new-session", "-d", "-s", this.name, "-x", String(this.width), "-y", String(this.height), cmd);
+  }
+
+  screen(): string {
+    return this.tmux("capture-pane", "-p", "-t", this.name);
+  }
+
+  keys(...keys: string[]): void {
+    for (const k of keys) this.tmux("send-keys", "-t", this.name, k);
+  }
+
+  /** Type literal text. */
+  type(text: string): void {
+    this.tmux("send-keys", "-t", this.name, "-l", text);
+  }
+
+  resize(width: number, height: number): void {
+    this.tmux("resize-window", "-t", this.name, "-x", String(width), "-y", String(height));
+  }
+
+  async waitFor(pred: (screen: string) => boolean, what: string, timeoutMs = 20_000): Promise<string> {
+    const end = Date.now() + timeoutMs;
+    let last = "";
+    for (;;) {
+      last = this.screen();
+      if (pred(last)) return last;
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}; screen:\n${last}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  kill(): void {
+    spawnSync("tmux", ["-L", this.socket, "kill-server"]);
+  }
+}
