@@ -84,16 +84,7 @@ const CODE: Record<string, string> = {
  * shell half of a requirement whose core half is tested). Remove an entry
  * when the test for it lands.
  */
-const UNTESTED: Record<string, string> = {
-  "R-T2": "ws `maxPayload` on a real socket",
-  "R-H3": "pong handled by the ws layer ahead of queued command traffic, on a real socket",
-  "R-W4": "the shells' priority writer, bounded frame size and write deadlines",
-  "R-W5": "the shells' bounded staging queues overflowing on a real socket",
-  "R-W10": "both real daemons keep serving other sessions after hostile frames",
-  "R-D13": "a really corrupted journal raising the incident at agent start",
-  "R-O8": "a real process whose grandchild holds the pipe open",
-  "R-W11": "simulator campaigns with network faults",
-};
+const UNTESTED: Record<string, string> = {};
 
 interface Req {
   id: string;
