@@ -1,6 +1,6 @@
 /**
- * rvbox: one binary, subcommands in a table. Another engineer adds `run`,
- * `logs`, `tui` and `sim` by filling in their rows (see PLANNED below).
+ * rvbox: one binary, subcommands in a table: the daemons, the demo, the
+ * simulator, and the operator commands (control API clients).
  */
 import { UsageError } from "../shells/cli/config.js";
 
@@ -23,12 +23,32 @@ const COMMANDS: Record<string, Subcommand> = {
     summary: "start a local server and two agents, run sample commands, print the results",
     run: async (argv) => (await import("../shells/demo/demo.js")).demoMain(argv),
   },
-  // PLANNED (another engineer): add rows here.
-  //   run:  submit a command and stream its output (control API client)
-  //   logs: FollowOutput of a command
-  //   tui:  the Ink operator UI in tui/
-  //   sim:  the seeded simulator in sim/ (npm run sim)
+  sim: {
+    summary: "the seeded simulator: run --seed S | replay --seed S | campaign --seeds A..B --jobs J | shrink --seed S",
+    run: async (argv) => (await import("../sim/cli.js")).simMain(argv),
+  },
 };
+
+/** Operator subcommands: clients of the control API (shells/operator/cli.ts). */
+const OPERATOR: Record<string, string> = {
+  run: "submit a command; --follow streams its output and exits with its code",
+  logs: "print a command's output (-f follows); markers on stderr",
+  stdin: "write to a command's stdin (newline appended unless --no-newline)",
+  "close-stdin": "close a command's stdin",
+  signal: "send a signal to a command",
+  cancel: "cancel a command",
+  get: "show one command",
+  ls: "list commands",
+  clients: "list clients and sessions",
+  claims: "list pending identity claims",
+  authorize: "authorize one instance to take over a client id once",
+  incidents: "list incidents",
+  "ack-incident": "acknowledge an incident",
+  tui: "the terminal UI (--demo starts a local fleet; --sim SEED replays a simulated world)",
+};
+for (const [name, summary] of Object.entries(OPERATOR)) {
+  COMMANDS[name] = { summary, run: async (argv) => (await import("../shells/operator/cli.js")).runOperatorCli([name, ...argv]) };
+}
 
 function usage(): string {
   const w = Math.max(...Object.keys(COMMANDS).map((k) => k.length));
