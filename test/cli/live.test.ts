@@ -190,7 +190,7 @@ describe("rvbox logs and stdin", () => {
   // events are skipped with no marker. The CLI then prints its own "missing ... no marker was
   // sent" gap line (the test above passes because of it). Un-skip once the server re-sends a
   // grown marker (fix described in the operator-surface report).
-  it.skip("R-O5: a live follower gets a retention marker for every removed range (no CLI-detected gaps) [skipped: server FollowOutput does not re-send a grown cumulative marker]", async () => {
+  it("R-O5: a live follower gets a retention marker for every removed range (no CLI-detected gaps)", async () => {
     for (let i = 0; i < 6; i++) {
       const r = await cli(["run", "host-a", "-f", "--shell", "--", "head -c 750000 /dev/urandom | base64 -w 0"], { env });
       expect(r.code).toBe(0);
