@@ -308,7 +308,7 @@ function start(st: AgentState, ctx: AgentCtx, acts: SessionAction[]): void {
   for (const c of st.commands.values()) {
     if (c.phase === "launching" || c.phase === "running") {
       // The spawn may have happened even when its pid never became durable:
-      // pid 0 asks the shell to find the process by the command's marker.
+      // pid 0 asks the shell to use its own spawn-time record of the process.
       ctx.emit({ type: "kill_orphan", uuid: c.uuid, pid: c.pid });
       finishInterrupted(st, ctx, c, "agent restarted while the command was running; outcome unknown");
     }

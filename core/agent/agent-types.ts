@@ -150,8 +150,7 @@ export type AgentEffect =
   /**
    * Kill what is left of a command launched before a crash. `pid` is its
    * process group id, or 0 when the pid never became durable: the shell then
-   * finds the processes by the command's marker (RVBOX_ISSUE_UUID=<uuid> in
-   * their environment) and kills them.
+   * uses its own spawn-time record of the process (shells/agent/proc-identity.ts).
    */
   | { type: "kill_orphan"; uuid: string; pid: number };
 

@@ -303,17 +303,24 @@ export class AgentDaemon {
         break;
       }
       case "kill_orphan": {
-        const who = this.procIds.confirm(e.uuid, e.pid);
+        // pid 0: the spawn happened but its pid never became durable in the core;
+        // the spawn-time identity record still names it.
+        const pid = e.pid > 0 ? e.pid : (this.procIds.recordedPid(e.uuid) ?? 0);
+        if (pid === 0) {
+          this.log.warn("no process group recorded for a command launched before the restart", { uuid: e.uuid });
+          break;
+        }
+        const who = this.procIds.confirm(e.uuid, pid);
         if (!who.ok) {
-          this.log.warn("not killing a recorded process group: its identity cannot be confirmed", { uuid: e.uuid, pgid: e.pid, why: who.why });
+          this.log.warn("not killing a recorded process group: its identity cannot be confirmed", { uuid: e.uuid, pgid: pid, why: who.why });
           this.procIds.forget(e.uuid);
           break;
         }
         try {
-          const hit = killProcessGroup(e.pid, "SIGKILL");
-          this.log.warn("killed orphan process group from before a restart", { uuid: e.uuid, pgid: e.pid, found: hit });
+          const hit = killProcessGroup(pid, "SIGKILL");
+          this.log.warn("killed orphan process group from before a restart", { uuid: e.uuid, pgid: pid, found: hit });
         } catch (err) {
-          this.log.warn("could not kill orphan process group", { uuid: e.uuid, pgid: e.pid, err: String(err) });
+          this.log.warn("could not kill orphan process group", { uuid: e.uuid, pgid: pid, err: String(err) });
         }
         this.procIds.forget(e.uuid);
         break;

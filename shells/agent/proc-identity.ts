@@ -59,6 +59,16 @@ export class ProcRegistry {
     }
   }
 
+  /** The pid recorded at spawn for `uuid`, if any (used when the core's pid never became durable). */
+  recordedPid(uuid: string): number | null {
+    try {
+      const id = JSON.parse(readFileSync(path.join(this.dir, safe(uuid)), "utf8")) as ProcIdentity;
+      return Number.isSafeInteger(id.pid) && id.pid > 0 ? id.pid : null;
+    } catch {
+      return null;
+    }
+  }
+
   /** Is `pid` still the process group this agent started for `uuid`? */
   confirm(uuid: string, pid: number): { ok: boolean; why: string } {
     let id: ProcIdentity;
