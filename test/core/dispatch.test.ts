@@ -124,8 +124,7 @@ describe("dispatch", () => {
     h.serverDisk.durable = stale;
     h.restartServer();
     const a = h.agents.get("a")!;
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     expect(accepted(h).at(-1)).toMatchObject({ issueUuid: "c1", accepted: false, rejection: { code: Code.ALREADY_EXECUTED } });
     expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
     expect([...h.server.incidents.values()].some((i) => i.uuid === "c1" && i.kind === "already_executed")).toBe(true);
@@ -141,8 +140,7 @@ describe("dispatch", () => {
     h.serverDisk.durable = stale;
     h.restartServer();
     const a = h.agents.get("a")!;
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     const snap = h.sent("reconcileSnapshot").at(-1)!.payload.value as { retainedCommands: Array<{ issueUuid: string; tombstoned: boolean }> };
     expect(snap.retainedCommands).toEqual([expect.objectContaining({ issueUuid: "c1", tombstoned: true })]);
     expect(h.cmd("c1").state).toBe(L.INTERRUPTED);

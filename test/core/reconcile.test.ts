@@ -10,15 +10,8 @@ import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/com
 const ALL = [L.QUEUED, L.DISPATCHED, L.ACCEPTED, L.RUNNING, L.SUCCEEDED, L.FAILED, L.REJECTED, L.CANCELLED, L.INTERRUPTED, L.EXPIRED];
 
 function reconnect(h: Harness, name = "a"): void {
-  const a = h.agents.get(name)!;
-  if (a.conn) {
-    const sc = a.serverConn;
-    a.serverConn = 0;
-    if (sc) h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-    h.agentInput(name, { type: "transport_closed", conn: a.conn, reason: "cut" });
-  }
-  h.now = Math.max(h.now, a.st.session.retryAt);
-  h.agentInput(name, { type: "tick" });
+  h.cutLink(name);
+  h.reconnectNow(name);
 }
 
 describe("reconcile classification (property)", () => {
@@ -263,10 +256,7 @@ describe("regressions", () => {
     h.queue.length = 0;
     h.autoDeliver = true;
     const a = h.agents.get("a")!;
-    const sc = a.serverConn;
-    a.serverConn = 0;
-    h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-    h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
+    h.cutLink("a");
     // The server ended c1 itself and knows only its first event (e.g. after a divergence).
     const rec = h.serverDisk.durable.get("command")!.get("c1") as Record<string, unknown>;
     h.serverDisk.durable.get("command")!.set("c1", { ...rec, state: L.INTERRUPTED, terminalSource: "server", storedThrough: 0 });

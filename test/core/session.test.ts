@@ -271,12 +271,8 @@ describe("registration and fencing", () => {
     h.queue.length = 0;
     h.autoDeliver = true;
     const a = h.agents.get("a")!;
-    const sc = a.serverConn;
-    a.serverConn = 0;
-    h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-    h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.cutLink("a");
+    h.reconnectNow("a");
     expect(a.st.session.fence?.generation).toBe(2);
     const req = h.sent("reconcileRequest").at(-1)!.payload.value as { targets: Array<{ issueUuid: string }> };
     expect(req.targets.map((t) => t.issueUuid)).toEqual(["live-1"]);

@@ -251,12 +251,8 @@ describe("scripts", () => {
     expect(got).toBeLessThan(bytes.length);
     const oldChunk = h.wire.find((w) => w.env.payload.case === "scriptChunk")!;
     h.autoDeliver = true;
-    const sc = a.serverConn;
-    a.serverConn = 0;
-    h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-    h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.cutLink("a");
+    h.reconnectNow("a");
     expect(h.cmd("sc1").state).toBe(L.RUNNING);
     const offsets = h.sent("scriptChunk").map((e) => Number((e.payload.value as { offset: bigint }).offset));
     expect(offsets.filter((o) => o === 0).length).toBeLessThanOrEqual(2);

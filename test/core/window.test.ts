@@ -133,12 +133,8 @@ describe("output events", () => {
     h.queue.length = 0;
     h.autoDeliver = true;
     const a = h.agents.get("a")!;
-    const sc = a.serverConn;
-    a.serverConn = 0;
-    h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-    h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.cutLink("a");
+    h.reconnectNow("a");
     const again = h.wire.filter((w) => w.env.payload.case === "commandEvent").at(-1)!;
     const bytes = (w: typeof first) => Buffer.from(toBinary(CommandEventSchema, w.env.payload.value as CommandEvent)).toString("hex");
     expect(bytes(again)).toBe(bytes(first));
@@ -225,10 +221,7 @@ describe("output events", () => {
     h.submit("a", "c1");
     const a = h.agents.get("a")!;
     // Go offline.
-    const sc = a.serverConn;
-    a.serverConn = 0;
-    h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-    h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
+    h.cutLink("a");
     h.output("a", "c1", "p".repeat(30 * KiB)); // admitted, pinned (window has room)
     const pinned = a.st.outbox.commands.get("c1")!.pinned.map((p) => Buffer.from(p.bytes).toString("hex"));
     expect(pinned.length).toBeGreaterThanOrEqual(1);
@@ -245,8 +238,7 @@ describe("output events", () => {
       expect((m.value as { removedEvents?: unknown }).removedEvents).toBeUndefined();
     }
     h.exit("a", "c1", 0);
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     for (let i = 0; i < 20 && h.cmd("c1").state !== L.SUCCEEDED; i++) h.advance(1000);
     expect(h.cmd("c1").state).toBe(L.SUCCEEDED);
     const trunc = events(h, "c1").find((e) => e.event.case === "truncation")!;
@@ -379,8 +371,7 @@ describe("flow control and budgets", () => {
     h.serverInput({ type: "ingress_full", conn: a.serverConn });
     expect(h.sent("eventAck").length).toBe(acks);
     expect(a.st.session.phase).toBe("backoff");
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     expect(h.storedEvents("c1").some((e) => e["kind"] === "output")).toBe(true);
   });
 
@@ -401,8 +392,7 @@ describe("flow control and budgets", () => {
     h.flush("server");
     h.flush("a");
     const a = h.agents.get("a")!;
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     for (let i = 0; i < 10; i++) h.advance(10);
     const s = serverStream(h, "c1", "stdout");
     expect(s.bytes).toBe(4 * 60 * KiB);
@@ -469,8 +459,7 @@ describe("hostile input", () => {
     });
     h.serverInput({ type: "frame", conn: a.serverConn, data: gap });
     expect(h.sent("error", "a").at(-1)?.payload.value).toMatchObject({ error: { code: Code.SEQUENCE_VIOLATION }, closeSession: true });
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     const ack = encodeEnvelope(a.st.session.fence, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: 99n } });
     h.agentInput("a", { type: "frame", conn: a.conn, data: ack });
     expect(h.sent("error", "server").at(-1)?.payload.value).toMatchObject({ error: { code: Code.SEQUENCE_VIOLATION }, closeSession: true });
@@ -496,14 +485,10 @@ describe("hostile input", () => {
           const q = h.queue.splice(0);
           for (const f of q) if (rnd() < 0.7) f();
           if (rnd() < 0.2 && a.conn) {
-            const sc = a.serverConn;
-            a.serverConn = 0;
-            if (sc) h.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
-            h.agentInput("a", { type: "transport_closed", conn: a.conn, reason: "cut" });
+            h.cutLink("a");
           }
           if (a.st.session.phase === "backoff" && rnd() < 0.5) {
-            h.now = a.st.session.retryAt;
-            h.agentInput("a", { type: "tick" });
+            h.reconnectNow("a");
             h.deliver();
           }
         }

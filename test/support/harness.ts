@@ -298,6 +298,23 @@ export class Harness {
     }
   }
 
+  /** Break an agent's link (both ends see it close; frames in flight are lost with it). */
+  cutLink(name: string): void {
+    const a = this.agents.get(name)!;
+    if (!a.conn) return;
+    const sc = a.serverConn;
+    a.serverConn = 0;
+    if (sc) this.serverInput({ type: "conn_closed", conn: sc, reason: "cut" });
+    this.agentInput(name, { type: "transport_closed", conn: a.conn, reason: "cut" });
+  }
+
+  /** Let an agent's backoff expire now, so it reconnects (and reconciles). */
+  reconnectNow(name: string): void {
+    const a = this.agents.get(name)!;
+    this.now = Math.max(this.now, a.st.session.retryAt);
+    this.agentInput(name, { type: "tick" });
+  }
+
   /** Make pending persists durable (all, or the first n batches) on a node. */
   flush(node: "server" | string, n = Infinity): void {
     const disk = node === "server" ? this.serverDisk : this.agents.get(node)!.disk;
