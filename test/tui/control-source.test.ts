@@ -41,7 +41,8 @@ describe("control source (live server)", () => {
   it("shows the connected agent as a session and marks itself connected", async () => {
     const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, refreshMs: 200 });
     try {
-      await waitFor("fleet", () => src.fleet().sessions.find((x) => x.clientId === "tui-a"));
+      // The row can appear while the session is still reconciling: wait for it to be connected.
+      await waitFor("fleet", () => src.fleet().sessions.find((x) => x.clientId === "tui-a" && x.link === "connected"));
       const row = src.fleet().sessions.find((x) => x.clientId === "tui-a")!;
       expect(row).toMatchObject({ link: "connected", instanceId: agent.state.instanceId, kind: "agent" });
       expect(row.generation).toBeGreaterThan(0);
