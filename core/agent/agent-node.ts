@@ -110,7 +110,6 @@ export function restoreAgent(config: AgentConfig, tables: AgentTables, seed: num
   const rng = rngFromSeed(seed);
   const meta = tables.get("meta");
   const storedInstance = meta?.get("instance_id");
-  const lastPersist = (meta?.get("last_persist") as number | undefined) ?? 0;
   const st: AgentState = {
     config,
     instanceId: typeof storedInstance === "string" ? storedInstance : "",
@@ -121,7 +120,7 @@ export function restoreAgent(config: AgentConfig, tables: AgentTables, seed: num
     commands: new Map(),
     tombstones: new Map(),
     outbox: newOutbox(config.limits),
-    gate: newGate<AgentDeferred>(lastPersist),
+    gate: newGate<AgentDeferred>(),
     metadataUsed: 0,
     scriptBytes: 0,
     lastCapacity: "",
