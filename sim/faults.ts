@@ -301,7 +301,10 @@ export function heal(w: World): void {
 export function quiescent(w: World): { ok: true } | null {
   const st = w.server.state;
   if (!st || !w.ops.idle) return null;
-  for (const c of st.commands.values()) if (!isTerminal(c.state)) return null;
+  // Settled means settled on disk: the committed (durable) view is terminal and
+  // every received event is stored. In-memory state runs ahead by up to one
+  // group commit, and on a slow disk that can be many seconds (seed 6021).
+  for (const c of st.commands.values()) if (!isTerminal(c.committed.state) || c.committed.storedThrough < c.receivedThrough) return null;
   for (const s of w.ops.submitted.values()) if (s.acked && !st.commands.has(s.uuid)) return null;
   for (const h of w.hosts) {
     if (h.kind !== "agent") continue;

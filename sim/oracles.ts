@@ -578,7 +578,7 @@ export class Oracles implements ExecObserver {
     const st = this.w.server.state;
     if (!st) this.fail("liveness", "server is down at the end");
     const stuck: string[] = [];
-    for (const c of st.commands.values()) if (!isTerminal(c.state)) stuck.push(`${c.uuid.slice(0, 8)}:${L[c.state]}@${c.clientId}`);
+    for (const c of st.commands.values()) if (!isTerminal(c.committed.state)) stuck.push(`${c.uuid.slice(0, 8)}:${L[c.committed.state]}@${c.clientId}`);
     for (const [uuid, s] of this.acked) if (!st.commands.has(uuid)) stuck.push(`${uuid.slice(0, 8)}:missing@${s.clientId}`);
     if (stuck.length > 0) this.fail("liveness", `${stuck.length} commands not terminal after the heal: ${stuck.slice(0, 8).join(", ")}`);
     for (const h of this.w.hosts) {
