@@ -14,7 +14,7 @@
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createWriteStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, createWriteStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
@@ -29,6 +29,8 @@ const BIN = path.join(ROOT, "bin/rvbox.js");
 const MiB = 1024 * 1024;
 const args = process.argv.slice(2);
 const QUICK = args.includes("--quick");
+// RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step.
+const LOG_LEVEL = process.env["RVBOX_BENCH_LOG_LEVEL"] ?? "warn";
 const ONLY = args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 
 type Ctl = Client<typeof ControlService>;
@@ -98,7 +100,9 @@ function controlClient(base: string, token: string): Ctl {
 function child(argv: string[], name: string): ChildProcess {
   const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
   let err = "";
+  const keep = process.env["RVBOX_BENCH_LOGS"]; // a directory: keep each daemon's log there
   p.stderr!.on("data", (d: Buffer) => {
+    if (keep) appendFileSync(path.join(keep, `${name.replace(/\W+/g, "-")}.log`), d);
     err += d.toString();
     if (err.length > 20000) err = err.slice(-10000);
   });
@@ -119,7 +123,7 @@ async function startServer(env: Env, name: string, limits?: Record<string, numbe
       data: path.join(env.dir, name),
       "agent-tokens": path.join(env.dir, "agent-tokens"),
       "operator-token": path.join(env.dir, "operator-token"),
-      "log-level": "warn",
+      "log-level": LOG_LEVEL,
       ...(limits ? { limits } : {}),
     }),
   );
@@ -138,7 +142,7 @@ async function startServer(env: Env, name: string, limits?: Record<string, numbe
 }
 
 function startAgent(env: Env, url: string, id: string): ChildProcess {
-  return child([BIN, "agent", "--server", url, "--client-id", id, "--state", path.join(env.dir, `agent-${id}`), "--token", env.tokenFile, "--log-level", "warn", "--max-running", "16", "--max-queued", "64"], `agent ${id}`);
+  return child([BIN, "agent", "--server", url, "--client-id", id, "--state", path.join(env.dir, `agent-${id}`), "--token", env.tokenFile, "--log-level", LOG_LEVEL, "--max-running", "16", "--max-queued", "64"], `agent ${id}`);
 }
 
 async function connected(ctl: Ctl, ids: string[]): Promise<void> {

@@ -149,7 +149,6 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       dispatchedOn: 0,
       scriptSent: r.scriptAcked,
       scriptCommitSentOn: 0,
-      created: true,
       committed: {
         state: r.state,
         exitCode: r.exitCode,
@@ -362,7 +361,6 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     spec: r.spec,
     script: p.case === "script" ? r.script! : null,
     createdAt: ctx.now,
-    created: false,
     committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0 },
     queueExpiry,
     state: L.QUEUED,
@@ -395,7 +393,6 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
   persistCommand(ctx, c);
   if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
-  ctx.afterDurable({ kind: "created", uuid: c.uuid });
   reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: 1 });
 }
 
@@ -444,13 +441,16 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   for (const c of activeCommands(st)) {
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
-    if (c.state === L.QUEUED && c.created && ctx.now >= c.nextAttemptAt) {
+    // A command submitted in this very step may be dispatched at once: its
+    // create and its `dispatched` record then share one persist batch, and the
+    // send still waits for that batch to be durable (R-D1), one fsync not two.
+    if (c.state === L.QUEUED && ctx.now >= c.nextAttemptAt) {
       const cl = st.clients.get(c.clientId)!.capacity;
       const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
       if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
       dispatch(ctx, conn, c);
       conn.inflight++;
-    } else if (c.state === L.DISPATCHED && c.dispatchedOn === conn.generation && ctx.now >= c.dispatchedAt + st.config.limits.redeliveryMs) {
+    } else if (redeliveryDue(st, c, conn.generation, ctx.now)) {
       dispatch(ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
     } else if (c.state === L.ACCEPTED || c.state === L.RUNNING) {
       pumpScript(st, ctx, conn, c, env);
@@ -458,6 +458,20 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       pumpSignals(ctx, conn, c);
     }
   }
+}
+
+/**
+ * A dispatch unanswered for the redelivery timeout is sent again, but only
+ * once a `dispatched` record is durable: until then a crash would restore the
+ * command as never sent (or not at all) while the agent holds it.
+ */
+function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, now: number): boolean {
+  return (
+    c.state === L.DISPATCHED &&
+    c.dispatchedOn === generation &&
+    c.committed.state === L.DISPATCHED &&
+    now >= c.dispatchedAt + st.config.limits.redeliveryMs
+  );
 }
 
 function dispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
@@ -863,7 +877,7 @@ export function commandDeadline(st: ServerState, now: number): number | null {
     if (c.state === L.QUEUED) {
       take(c.queueExpiry);
       if (c.nextAttemptAt > now) take(c.nextAttemptAt);
-    } else if (c.state === L.DISPATCHED && c.dispatchedOn !== 0) take(c.dispatchedAt + st.config.limits.redeliveryMs);
+    } else if (c.state === L.DISPATCHED && c.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED) take(c.dispatchedAt + st.config.limits.redeliveryMs);
   }
   return d;
 }

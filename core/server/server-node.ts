@@ -350,11 +350,6 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
       case "reply":
         ctx.emit({ type: "reply", requestId: a.requestId, result: a.result });
         break;
-      case "created": {
-        const c = st.commands.get(a.uuid);
-        if (c) c.created = true;
-        break;
-      }
       case "committed": {
         const c = st.commands.get(a.uuid);
         if (c) c.committed = a.view;

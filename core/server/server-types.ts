@@ -73,8 +73,6 @@ export interface ServerCommand {
   /** Script bytes (script commands only) until the upload completes. */
   script: Uint8Array | null;
   createdAt: number;
-  /** The creating persist is durable: only then may it be dispatched (R-D1). */
-  created: boolean;
   /**
    * What readers (the control API, the TUI) may show: the outward state as of
    * the last durable persist. `state` may be ahead of it by one group commit;
@@ -177,7 +175,6 @@ export type ServerDeferred =
   | { kind: "reconcile_result"; conn: number; terminate: string[]; discard: string[] }
   | { kind: "ack"; conn: number; uuid: string; through: number; bytes: number }
   | { kind: "reply"; requestId: string; result: ControlResult }
-  | { kind: "created"; uuid: string }
   | { kind: "committed"; uuid: string; view: CommittedView }
   | { kind: "dispatch"; uuid: string; conn: number; generation: number }
   | { kind: "drop_output"; uuid: string; throughSeq: number };

@@ -13,6 +13,21 @@ function fastRedelivery(): ReturnType<typeof defaultServerConfig> {
   return cfg;
 }
 
+function dispatchesOf(h: Harness, uuid: string): unknown[] {
+  return h.sent("commandDispatch").filter((e) => e.payload.case === "commandDispatch" && e.payload.value.issueUuid === uuid);
+}
+
+/** Reconnect `name`; stall the server's disk right after the session turns ready. */
+function readyWithDiskStalled(h: Harness, name: string): void {
+  h.autoDurable = false;
+  h.reconnectNow(name);
+  for (let i = 0; i < 20 && ![...h.server.conns.values()].some((c) => c.phase === "ready"); i++) {
+    h.flush(name);
+    h.flush("server", 1);
+  }
+  expect([...h.server.conns.values()].some((c) => c.phase === "ready")).toBe(true);
+}
+
 describe("dispatch", () => {
   it("R-D1: the command is durable at the server before any dispatch, and the submit is answered only then", () => {
     const h = new Harness();
@@ -21,14 +36,40 @@ describe("dispatch", () => {
     const r = h.submit("a", "c1");
     expect(r).toBeUndefined();
     expect(h.sent("commandDispatch")).toHaveLength(0);
+    expect(h.serverDisk.durable.get("command")?.has("c1") ?? false).toBe(false);
     h.flush("server");
     expect(h.replies.get("submit-c1")).toEqual({ ok: true, uuid: "c1", revision: 1 });
-    expect(h.serverDisk.durable.get("command")?.has("c1")).toBe(true);
-    // The dispatched state is recorded durably before the dispatch leaves, too.
-    expect(h.sent("commandDispatch")).toHaveLength(0);
-    h.flush("server");
-    expect(h.sent("commandDispatch")).toHaveLength(1);
+    // With the agent ready, the create and the dispatched state share one
+    // batch: once it is durable the dispatch leaves, after one flush, not two.
     expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.DISPATCHED);
+    expect(h.sent("commandDispatch")).toHaveLength(1);
+  });
+
+  it("R-D1: a command submitted while its agent is offline is durable as queued, and dispatched only after a second durable record", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.cutLink("a");
+    h.autoDurable = false;
+    h.submit("a", "c1");
+    h.flush("server");
+    expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.QUEUED);
+    readyWithDiskStalled(h, "a");
+    expect(dispatchesOf(h, "c1")).toHaveLength(0);
+    h.flush("server");
+    expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.DISPATCHED);
+    expect(dispatchesOf(h, "c1")).toHaveLength(1);
+  });
+
+  it("R-D1: no redelivery before the dispatched record is durable, however slow the disk", () => {
+    const h = new Harness(fastRedelivery());
+    h.addAgent("a");
+    h.cutLink("a");
+    h.submit("a", "c1"); // durable as queued while the agent is away
+    readyWithDiskStalled(h, "a");
+    for (let i = 0; i < 4; i++) h.advance(5_000); // four redelivery timeouts; the dispatched record is still not durable
+    expect(dispatchesOf(h, "c1")).toHaveLength(0);
+    h.flush("server");
+    expect(dispatchesOf(h, "c1")).toHaveLength(1);
   });
 
   it("R-D1: an unanswered dispatch is redelivered until CommandAccepted", () => {

@@ -229,9 +229,10 @@ describe("core bugs found by the simulator (dispatch durability)", () => {
     sync();
     const expiry = s.now + 10_000;
     run({ type: "control", request: { op: "submit", requestId: "r1", uuid: "u-1", clientId: "agent-0", spec: argvSpec("true"), queueExpiry: expiry } });
-    const afterSubmit = sync(); // the command is durable: the reply; the dispatched record is written
+    const afterSubmit = run({ type: "tick" }); // nothing durable yet
     expect(sent(afterSubmit, "commandDispatch"), "the dispatch waits for its dispatched record").toHaveLength(0);
-    const afterDispatched = sync(); // now the dispatch goes out
+    const afterDispatched = sync(); // create and dispatched were one batch: durable now, the dispatch goes out
+    expect((durable.get("command")!.get("u-1") as { state: number }).state).toBe(CommandLifecycle.DISPATCHED);
     expect(sent(afterDispatched, "commandDispatch").map((d) => d.conn)).toEqual([1]);
     // The agent now holds u-1 (it will accept and run it). The server crashes.
     const restored = new Driver<ServerState, ServerInput>(restoreServer(defaultServerConfig(), { get: (t) => durable.get(t) }, 2), serverStep);
