@@ -29,7 +29,8 @@ const BIN = path.join(ROOT, "bin/rvbox.js");
 const MiB = 1024 * 1024;
 const args = process.argv.slice(2);
 const QUICK = args.includes("--quick");
-// RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step.
+// RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step;
+// RVBOX_BENCH_PROF=DIR writes a V8 CPU profile of each daemon there.
 const LOG_LEVEL = process.env["RVBOX_BENCH_LOG_LEVEL"] ?? "warn";
 const ONLY = args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 
@@ -98,6 +99,8 @@ function controlClient(base: string, token: string): Ctl {
 }
 
 function child(argv: string[], name: string): ChildProcess {
+  const prof = process.env["RVBOX_BENCH_PROF"]; // a directory: V8 CPU profiles of the daemons
+  if (prof) argv = ["--cpu-prof", `--cpu-prof-dir=${prof}`, ...argv];
   const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
   let err = "";
   const keep = process.env["RVBOX_BENCH_LOGS"]; // a directory: keep each daemon's log there

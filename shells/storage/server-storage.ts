@@ -50,6 +50,7 @@
  * refuses to start unless told to repair. Older entries are checked when
  * read; a bad one is reported to that reader as data loss.
  */
+import { GroupCommitter } from "./group-commit.js";
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
@@ -158,14 +159,14 @@ export class ServerStorage implements PersistSink {
   /** What restoreServer reads; cleared by the daemon after the restore. */
   readonly tables: Tables;
   private readonly segDir: string;
-  private readonly queue: Op[] = [];
+  private readonly writer = new GroupCommitter<Op>(
+    (group) => this.commitGroup(group),
+    (err) => this.onError(err),
+  );
   private readonly pendingDrops: Op[] = [];
-  private running = false;
   private readonly open = new Map<string, OpenSegment>();
   private fileSeq = 0;
   private readonly prefix = Date.now().toString(36);
-  private closed = false;
-  private idle: Array<() => void> = [];
   onDurable: (through: number) => void = () => {};
   onError: (err: unknown) => void = () => {};
   /** Bytes of segment files written, for stats. */
@@ -252,11 +253,8 @@ export class ServerStorage implements PersistSink {
   }
 
   persist(effect: PersistEffect): void {
-    if (this.closed) return;
-    this.queue.push({ kind: "persist", effect });
     // Drops wait for the persist that records their retention marker.
-    if (this.pendingDrops.length > 0) this.queue.push(...this.pendingDrops.splice(0));
-    this.kick();
+    this.writer.push({ kind: "persist", effect }, ...this.pendingDrops.splice(0));
   }
 
   dropOutput(uuid: string, throughSeq: number): void {
@@ -265,34 +263,7 @@ export class ServerStorage implements PersistSink {
 
   /** Resolves once everything queued so far is durable (or failed). */
   whenIdle(): Promise<void> {
-    if (!this.running && this.queue.length === 0) return Promise.resolve();
-    return new Promise((r) => this.idle.push(r));
-  }
-
-  private kick(): void {
-    if (this.running) return;
-    this.running = true;
-    void this.loop();
-  }
-
-  private async loop(): Promise<void> {
-    // Let every persist of the current synchronous run (one worker-loop
-    // slice executes many steps) join the first group.
-    await Promise.resolve();
-    try {
-      while (this.queue.length > 0 && !this.closed) {
-        const group = this.queue.splice(0);
-        try {
-          await this.commitGroup(group);
-        } catch (err) {
-          this.onError(err);
-          return;
-        }
-      }
-    } finally {
-      this.running = false;
-      for (const r of this.idle.splice(0)) r();
-    }
+    return this.writer.whenIdle();
   }
 
   private async commitGroup(group: Op[]): Promise<void> {
@@ -504,8 +475,7 @@ export class ServerStorage implements PersistSink {
   }
 
   async close(): Promise<void> {
-    await this.whenIdle();
-    this.closed = true;
+    await this.writer.close();
     for (const seg of this.open.values()) await closeSegment(seg);
     this.open.clear();
     await this.db.close();

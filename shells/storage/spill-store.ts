@@ -29,6 +29,7 @@
  * are deleted; a referenced file that is missing or short is an
  * essential-store incident (R-D13): `damage` says which rows were dropped.
  */
+import { GroupCommitter } from "./group-commit.js";
 import { closeSync, openSync, readdirSync, readSync, fstatSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
@@ -70,11 +71,10 @@ export class SpillStore implements PersistSink {
   private readonly spillDir: string;
   private readonly threshold: number;
   private readonly fileBytes: number;
-  private readonly queue: PersistEffect[] = [];
-  private running = false;
-  private closed = false;
-  private failed = false;
-  private idle: Array<() => void> = [];
+  private readonly writer = new GroupCommitter<PersistEffect>(
+    (group) => this.commit(group),
+    (err) => this.onError(err),
+  );
   private cur: OpenFile | null = null;
   private nextFile = 1;
   /** Live spilled blobs per file. */
@@ -168,38 +168,11 @@ export class SpillStore implements PersistSink {
   }
 
   persist(effect: PersistEffect): void {
-    if (this.closed || this.failed) return;
-    this.queue.push(effect);
-    if (!this.running) {
-      this.running = true;
-      void this.loop();
-    }
+    this.writer.push(effect);
   }
 
   whenIdle(): Promise<void> {
-    if (!this.running && this.queue.length === 0) return Promise.resolve();
-    return new Promise((r) => this.idle.push(r));
-  }
-
-  private async loop(): Promise<void> {
-    // Let every persist of the current synchronous run (one worker-loop
-    // slice executes many steps) join the first group.
-    await Promise.resolve();
-    try {
-      while (this.queue.length > 0 && !this.closed) {
-        const group = this.queue.splice(0);
-        try {
-          await this.commit(group);
-        } catch (err) {
-          this.failed = true;
-          this.onError(err);
-          return;
-        }
-      }
-    } finally {
-      this.running = false;
-      for (const r of this.idle.splice(0)) r();
-    }
+    return this.writer.whenIdle();
   }
 
   private async commit(group: PersistEffect[]): Promise<void> {
@@ -284,8 +257,7 @@ export class SpillStore implements PersistSink {
   }
 
   async close(): Promise<void> {
-    await this.whenIdle();
-    this.closed = true;
+    await this.writer.close();
     await this.cur?.fh.close().catch(() => {});
     this.cur = null;
     await this.db.close();
