@@ -33,7 +33,7 @@ export interface SourceStatus {
   error: string | null;
   /** When the fleet data was last confirmed (source time). */
   updatedAt: number | null;
-  /** How fleet changes arrive: "stream" (watch RPC), "refresh 1s" (interim refresher), "timeline". */
+  /** How fleet changes arrive: "stream" (WatchFleet), "refresh 1s (server has no WatchFleet)" (fallback refresher), "timeline". */
   feed: string;
 }
 

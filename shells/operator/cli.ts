@@ -288,12 +288,14 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
        rvbox tui --demo
 
 The terminal UI. Live: sessions, commands, output, claims and incidents of the
-server. --sim SEED runs the simulator's world for SEED and replays it in the
-same views with a timeline you can step (, . [ ] < >). --demo starts a local
-server and two agents with a trickle of sample commands and opens the TUI on it.
+server, kept current by its WatchFleet stream (pushed changes, no polling).
+--sim SEED runs the simulator's world for SEED and replays it in the same
+views with a timeline you can step (, . [ ] < >). --demo starts a local server
+and two agents with a trickle of sample commands and opens the TUI on it.
 
   --client CLIENT    open that client's commands
-  --refresh D        fleet refresh interval while the server has no watch stream (default 1s)`,
+  --refresh D        fleet refresh interval, used only against a server without
+                     WatchFleet (older than this client; default 1s)`,
     flags: {
       sim: { type: "string" },
       variant: { type: "string" },
@@ -720,7 +722,7 @@ async function cmdTui(ctx: Ctx, p: Parsed): Promise<number> {
   if (client !== undefined) launch.client = client;
   if (refreshText !== undefined) {
     launch.refreshMs = parseDuration(refreshText, "--refresh");
-    if (launch.refreshMs < 200) throw new UsageError("--refresh: at least 200ms (one refresher serves every view; it is an interim until the server streams fleet changes)");
+    if (launch.refreshMs < 200) throw new UsageError("--refresh: at least 200ms (one refresher serves every view; it is used only against servers without WatchFleet)");
   }
   if (simText !== undefined) {
     const seed = Number(simText);

@@ -242,8 +242,10 @@ export function sessionInfos(clients: readonly Client[], sessions: readonly Sess
       maxRunning: c.maxRunningCommands || null,
       maxQueued: c.maxQueuedCommands || null,
       active: c.activeCommands,
+      // The agent's unacknowledged window is known only agent-side (not in the control API).
       window: null,
-      budget: null,
+      // Servers older than WatchFleet leave the budget at 0: unknown.
+      budget: c.outputBudgetBytes > 0n ? { used: Number(c.retainedOutputBytes), limit: Number(c.outputBudgetBytes) } : null,
       authorizedInstance: c.authorizedInstanceId || null,
       authorizationExpiry: ms(c.authorizationExpiryTime),
       kind: "agent",

@@ -3,14 +3,25 @@
  * Mutations become core `control` requests and return once the core replied
  * (after the persist they depend on is durable). Queries read the core's
  * state (read-only) and, for FollowOutput, the durable store and segment
- * files. Request ids: the caller's, or a random one; the core maps them to
+ * files. WatchFleet streams the same views as the List calls, pushed by the
+ * daemon's FleetWatch (fleet-watch.ts) when the core's state changes. Request ids: the caller's, or a random one; the core maps them to
  * revisions / write sequences (R-S5).
  */
 import { randomUUID, createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { Code, codeName, isTerminal, type CoreError, type ServerCommand } from "../../core/index.js";
+import {
+  Code,
+  codeName,
+  isTerminal,
+  type ClientRecord,
+  type ConnState,
+  type CoreError,
+  type Incident as ServerIncident,
+  type ServerCommand,
+  type ServerState,
+} from "../../core/index.js";
 import {
   ArgvProgramSchema,
   CommandLifecycle,
@@ -24,11 +35,19 @@ import {
   type ExecutionSpec,
 } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
+  ClientSchema,
   CommandSchema,
   ControlService,
+  IncidentSchema,
+  PendingClaimSchema,
+  SessionSchema,
   TerminalSource,
+  type Client,
   type Command,
   type FollowOutputResponseSchema,
+  type Incident,
+  type PendingClaim,
+  type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { decompressValidated } from "../zstd/index.js";
 import type { SegmentPointer } from "../storage/server-storage.js";
@@ -192,60 +211,16 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     },
 
     async listClients() {
-      const active = new Map<string, number>();
-      for (const uuid of d.state.active) {
-        const c = d.state.commands.get(uuid);
-        if (c) active.set(c.clientId, (active.get(c.clientId) ?? 0) + 1);
-      }
-      return {
-        clients: [...d.state.clients.values()].map((c) => ({
-          clientId: c.clientId,
-          instanceId: c.instanceId,
-          generation: BigInt(c.generation),
-          connected: c.conn !== 0,
-          lastActivityTime: timestampFromMs(d.lastActivity.get(c.clientId) ?? c.lastSeen),
-          runningCommands: c.capacity.running,
-          queuedCommands: c.capacity.queued,
-          maxRunningCommands: c.capacity.maxRunning,
-          maxQueuedCommands: c.capacity.maxQueued,
-          activeCommands: active.get(c.clientId) ?? 0,
-          authorizedInstanceId: c.authorization?.instanceId ?? "",
-          authorizationExpiryTime: c.authorization ? timestampFromMs(c.authorization.expiresAt) : undefined,
-        })),
-      };
+      const active = activeCounts(d.state);
+      return { clients: [...d.state.clients.values()].map((c) => clientView(d, c, active)) };
     },
 
     async listSessions() {
-      return {
-        sessions: [...d.state.conns.values()].map((c) => {
-          const info = d.sessionInfo(c.conn);
-          return {
-            connection: BigInt(c.conn),
-            clientId: c.clientId,
-            instanceId: c.instanceId,
-            sessionId: c.sessionId,
-            generation: BigInt(c.generation),
-            phase: c.phase,
-            openedTime: timestampFromMs(c.openedAt),
-            lastInboundTime: timestampFromMs(Math.max(c.hb.lastInbound, info?.lastInbound ?? 0)),
-            remoteAddress: info?.remote ?? "",
-          };
-        }),
-      };
+      return { sessions: [...d.state.conns.values()].map((c) => sessionView(d, c)) };
     },
 
     async listClaims() {
-      return {
-        claims: [...d.state.clients.values()]
-          .filter((c) => c.pendingClaim !== null)
-          .map((c) => ({
-            clientId: c.clientId,
-            instanceId: c.pendingClaim!.instanceId,
-            currentInstanceId: c.instanceId,
-            claimTime: timestampFromMs(c.pendingClaim!.at),
-            attempts: c.pendingClaim!.attempts,
-          })),
-      };
+      return { claims: [...d.state.clients.values()].filter((c) => c.pendingClaim !== null).map(claimView) };
     },
 
     async authorizeInstance(req) {
@@ -257,9 +232,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
     async listIncidents(req) {
       return {
-        incidents: [...d.state.incidents.values()]
-          .filter((i) => req.includeAcknowledged || !i.acknowledged)
-          .map((i) => ({ incidentId: i.id, clientId: i.clientId, issueUuid: i.uuid, kind: i.kind, detail: i.detail, time: timestampFromMs(i.at), acknowledged: i.acknowledged })),
+        incidents: [...d.state.incidents.values()].filter((i) => req.includeAcknowledged || !i.acknowledged).map(incidentView),
       };
     },
 
@@ -267,7 +240,96 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       await call({ op: "ack_incident", requestId: requestId(req.requestId, "ack-incident"), incidentId: req.incidentId });
       return {};
     },
+
+    async *watchFleet(req, ctx) {
+      if (req.commandClients.some((c) => c === "")) throw invalid("command_clients: an empty client id (use \"*\" for every client)");
+      if (req.commandClients.length > MAX_WATCHED_CLIENTS) throw invalid(`command_clients: at most ${MAX_WATCHED_CLIENTS} clients`);
+      const w = d.watch.subscribe(req.commandClients);
+      try {
+        for (;;) {
+          const m = await w.next(ctx.signal);
+          if (m === null) return;
+          yield m;
+        }
+      } finally {
+        d.watch.unsubscribe(w);
+      }
+    },
   };
+}
+
+/** What the views of the fleet read: the daemon (its core state and per-connection facts). */
+export interface FleetReader {
+  readonly state: ServerState;
+  readonly lastActivity: ReadonlyMap<string, number>;
+  sessionInfo(conn: number): { remote: string; lastInbound: number } | undefined;
+}
+
+/** WatchFleet's command_clients bound (one request names at most this many). */
+export const MAX_WATCHED_CLIENTS = 10_000;
+
+/** Non-terminal commands per client id. */
+export function activeCounts(st: ServerState): Map<string, number> {
+  const active = new Map<string, number>();
+  for (const uuid of st.active) {
+    const c = st.commands.get(uuid);
+    if (c) active.set(c.clientId, (active.get(c.clientId) ?? 0) + 1);
+  }
+  return active;
+}
+
+/** Last inbound activity of a client: the latest frame the daemon saw, or when it last registered. */
+export function clientActivity(d: FleetReader, c: ClientRecord): number {
+  return d.lastActivity.get(c.clientId) ?? c.lastSeen;
+}
+
+export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<string, number>): Client {
+  return create(ClientSchema, {
+    clientId: c.clientId,
+    instanceId: c.instanceId,
+    generation: BigInt(c.generation),
+    connected: c.conn !== 0,
+    lastActivityTime: timestampFromMs(clientActivity(d, c)),
+    runningCommands: c.capacity.running,
+    queuedCommands: c.capacity.queued,
+    maxRunningCommands: c.capacity.maxRunning,
+    maxQueuedCommands: c.capacity.maxQueued,
+    activeCommands: active.get(c.clientId) ?? 0,
+    authorizedInstanceId: c.authorization?.instanceId ?? "",
+    authorizationExpiryTime: c.authorization ? timestampFromMs(c.authorization.expiresAt) : undefined,
+    // The core's per-client retention index (R-O5) and the budget it enforces.
+    retainedOutputBytes: BigInt(d.state.clientOutput.get(c.clientId)?.bytes ?? 0),
+    outputBudgetBytes: BigInt(d.state.config.limits.outputPerClient),
+  });
+}
+
+/** Last inbound time of a connection: the core's heartbeat view or the socket's, whichever is later. */
+export function sessionInbound(d: FleetReader, c: ConnState): number {
+  return Math.max(c.hb.lastInbound, d.sessionInfo(c.conn)?.lastInbound ?? 0);
+}
+
+export function sessionView(d: FleetReader, c: ConnState): Session {
+  return create(SessionSchema, {
+    connection: BigInt(c.conn),
+    clientId: c.clientId,
+    instanceId: c.instanceId,
+    sessionId: c.sessionId,
+    generation: BigInt(c.generation),
+    phase: c.phase,
+    openedTime: timestampFromMs(c.openedAt),
+    lastInboundTime: timestampFromMs(sessionInbound(d, c)),
+    remoteAddress: d.sessionInfo(c.conn)?.remote ?? "",
+  });
+}
+
+/** The pending claim of a client record (call only when it has one). */
+export function claimView(c: ClientRecord): PendingClaim {
+  const p = c.pendingClaim!;
+  return create(PendingClaimSchema, { clientId: c.clientId, instanceId: p.instanceId, currentInstanceId: c.instanceId, claimTime: timestampFromMs(p.at), attempts: p.attempts });
+}
+
+export function incidentView(i: ServerIncident): Incident {
+  return create(IncidentSchema, { incidentId: i.id, clientId: i.clientId, issueUuid: i.uuid, kind: i.kind, detail: i.detail, time: timestampFromMs(i.at), acknowledged: i.acknowledged });
 }
 
 /** One stored event row (see core/server/server-commands.ts handleCommandEvent) as a stream item. */

@@ -13,8 +13,9 @@
  * frames (NodeLoop), step the reducer in one worker loop, execute its effects
  * in order (persist -> group commit -> `durable`; send -> per-connection
  * writer with a priority lane; ping/close; wake -> one timer; reply -> the
- * waiting control call; drop_output -> segment retention), and answer
- * read-only queries from the state and the store.
+ * waiting control call; drop_output -> segment retention), answer
+ * read-only queries from the state and the store, and tell the fleet
+ * watchers (fleet-watch.ts) after every step.
  *
  * One check happens before the core sees a frame: a token bound to one
  * client id (not `*`) must register that client id. The first frame of such
@@ -55,6 +56,7 @@ import { ServerStorage } from "../storage/server-storage.js";
 import { initZstd } from "../zstd/index.js";
 import { AgentTokens, ANY_CLIENT, bearer, OperatorToken } from "./auth.js";
 import { controlServiceImpl } from "./control-service.js";
+import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
 
 export const AGENT_PATH = "/v1/agent";
 
@@ -78,6 +80,8 @@ export interface ServerDaemonOptions {
   checkpointEveryBytes?: number;
   /** Run serverInvariants after every step (tests). */
   checkInvariants?: boolean;
+  /** WatchFleet: per-watcher queue bound and flush interval (defaults in fleet-watch.ts). */
+  watch?: WatchOptions;
   /** A broken invariant or a storage failure: the daemon cannot go on. Default: log and exit(70). */
   onFatal?: (err: unknown) => void;
 }
@@ -124,6 +128,8 @@ export class ServerDaemon {
   private closing = false;
   /** Last inbound activity per client id (for ListClients). */
   readonly lastActivity = new Map<string, number>();
+  /** WatchFleet: told after every step, pushes changes to the watchers. */
+  readonly watch: FleetWatch;
   fatal: unknown = null;
 
   private constructor(
@@ -137,6 +143,7 @@ export class ServerDaemon {
     this.state = restoreServer(config, tablesView(storage.tables), opts.seed ?? Math.floor(Math.random() * 2 ** 31));
     // The loaded rows are only needed for the restore.
     storage.tables.clear();
+    this.watch = new FleetWatch(this, opts.watch);
     this.loop = new NodeLoop<ServerInput>(
       {
         step: (input, now) => this.step(input, now),
@@ -303,6 +310,7 @@ export class ServerDaemon {
       const c = this.state.conns.get(input.conn);
       if (info && c?.clientId) this.lastActivity.set(c.clientId, now);
     }
+    this.watch.afterStep(input, r.effects);
     if (this.waiters.size > 0 && (input.type === "durable" || input.type === "control" || input.type === "tick" || input.type === "frame")) this.scheduleNotify();
   }
 
@@ -404,6 +412,7 @@ export class ServerDaemon {
     this.controlHttp.closeAllConnections?.();
     await Promise.all([closeServer(this.agentHttp), closeServer(this.controlHttp)]);
     this.loop.stop();
+    this.watch.close();
     for (const w of [...this.waiters]) w();
     await this.storage.close();
   }

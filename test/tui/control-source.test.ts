@@ -1,9 +1,11 @@
 // ControlSource (the TUI's live data source) against a REAL server and agent on loopback.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { ControlClient } from "../../shells/operator/control-client.js";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
 import { ControlSource } from "../../tui/sources/control-source.js";
+import { RefreshFeed, WatchFeed } from "../../tui/sources/fleet-feed.js";
 import { cleanupTemp, controlClient, OPERATOR_TOKEN, startAgent, startServer, waitFor, type TestServer } from "../shells/e2e/helpers.js";
 
 let s: TestServer;
@@ -20,13 +22,13 @@ afterAll(async () => {
   await cleanupTemp();
 });
 
-/** A client that counts calls per method. */
-function counting(): { client: ControlClient; calls: Map<string, number> } {
-  const inner = controlClient(s.controlUrl);
+/** A client that counts calls per method (optionally replacing some methods). */
+function counting(url = s.controlUrl, replace: Record<string, (...a: unknown[]) => unknown> = {}): { client: ControlClient; calls: Map<string, number> } {
+  const inner = controlClient(url);
   const calls = new Map<string, number>();
   const client = new Proxy(inner, {
     get(t, k: string) {
-      const f = (t as unknown as Record<string, unknown>)[k];
+      const f = replace[k] ?? (t as unknown as Record<string, unknown>)[k];
       if (typeof f !== "function") return f;
       return (...a: unknown[]) => {
         calls.set(k, (calls.get(k) ?? 0) + 1);
@@ -46,15 +48,92 @@ describe("control source (live server)", () => {
       const row = src.fleet().sessions.find((x) => x.clientId === "tui-a")!;
       expect(row).toMatchObject({ link: "connected", instanceId: agent.state.instanceId, kind: "agent" });
       expect(row.generation).toBeGreaterThan(0);
-      expect(src.fleet().status).toMatchObject({ mode: "live", connected: true, error: null, feed: "refresh 200ms" });
+      expect(src.fleet().status).toMatchObject({ mode: "live", connected: true, error: null, feed: "stream" });
     } finally {
       src.close();
     }
   });
 
-  it("uses one refresher for the fleet however many views watch; command lists only while watched", async () => {
+  it("streams the fleet over WatchFleet: changes arrive by themselves and no List call is made over several seconds", async () => {
     const { client, calls } = counting();
-    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, refreshMs: 250, client });
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, client });
+    const releases = [src.watchCommands("tui-a"), src.watchCommands(null)];
+    try {
+      await waitFor("fleet", () => src.fleet().sessions.find((x) => x.clientId === "tui-a" && x.link === "connected"));
+      expect(src.fleet().status).toMatchObject({ connected: true, error: null, feed: "stream" });
+      // The sessions view's budget column: the server's per-client retention and budget.
+      expect(src.fleet().sessions.find((x) => x.clientId === "tui-a")!.budget).toMatchObject({ limit: s.daemon.state.config.limits.outputPerClient });
+      // Someone else submits: the command and its end show in both lists.
+      const uuid = (await s.client.submitCommand({ clientId: "tui-a", program: { case: "argv", value: { argv: ["echo", "pushed"] } } })).command!.issueUuid;
+      await waitFor("client list", () => src.commands("tui-a").find((c) => c.uuid === uuid)?.state === "succeeded");
+      await waitFor("all list", () => src.commands(null).find((c) => c.uuid === uuid)?.state === "succeeded");
+      // A refresher (1 s) would have listed the fleet several times by now.
+      await new Promise((r) => setTimeout(r, 3000));
+      for (const m of ["listClients", "listSessions", "listClaims", "listIncidents", "listCommands"]) expect(calls.get(m) ?? 0, m).toBe(0);
+      // One stream, reopened at most once when the views said which command lists they want.
+      expect(calls.get("watchFleet")).toBeGreaterThanOrEqual(1);
+      expect(calls.get("watchFleet")).toBeLessThanOrEqual(2);
+    } finally {
+      for (const r of releases) r();
+      src.close();
+    }
+  });
+
+  it("falls back to the refresher only when the server answers Unimplemented (a server older than WatchFleet)", async () => {
+    const unimplemented = () =>
+      (async function* () {
+        throw new ConnectError("HTTP 404 Not Found", ConnectCode.Unimplemented);
+      })();
+    const { client, calls } = counting(s.controlUrl, { watchFleet: unimplemented });
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, client, refreshMs: 200 });
+    try {
+      await waitFor("fleet", () => src.fleet().sessions.find((x) => x.clientId === "tui-a"));
+      expect(src.fleet().status).toMatchObject({ connected: true, error: null, feed: "refresh 200ms (server has no WatchFleet)" });
+      expect(calls.get("watchFleet")).toBe(1);
+      expect(calls.get("listClients")).toBeGreaterThanOrEqual(1);
+    } finally {
+      src.close();
+    }
+  });
+
+  it("a broken stream shows in the status, is retried with backoff (not replaced by polling), and resumes with a fresh snapshot", async () => {
+    const s2 = await startServer();
+    const port = s2.daemon.controlAddress.port;
+    const { client, calls } = counting(s2.controlUrl);
+    const feed = new WatchFeed(client, { retryMs: 50, maxRetryMs: 400 });
+    const src = new ControlSource({ baseUrl: s2.controlUrl, token: OPERATOR_TOKEN, client, feed });
+    let s3: TestServer | undefined;
+    try {
+      await waitFor("connected", () => src.fleet().status.connected);
+      await s2.close();
+      // First the cut stream, then the refused reconnects.
+      await waitFor("error shown", () => src.fleet().status.error?.includes("cannot reach the server"));
+      expect(src.fleet().status.connected).toBe(false);
+      // It keeps trying, with growing waits that stay bounded.
+      const tries = calls.get("watchFleet")!;
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(calls.get("watchFleet")!).toBeGreaterThan(tries);
+      expect(calls.get("watchFleet")!).toBeLessThan(tries + 15);
+      // The server comes back (same address and data): the stream resumes, the error clears.
+      s3 = await startServer({ dataDir: s2.dataDir, control: { host: "127.0.0.1", port } });
+      const a = await startAgent(s3.url, "tui-back", {});
+      try {
+        await waitFor("resumed", () => src.fleet().status.connected && src.fleet().sessions.find((x) => x.clientId === "tui-back" && x.link === "connected"));
+        expect(src.fleet().status.error).toBeNull();
+        expect(feed.fellBack).toBe(false);
+        expect(calls.get("listClients") ?? 0).toBe(0);
+      } finally {
+        await a.close();
+      }
+    } finally {
+      src.close();
+      await s3?.close();
+    }
+  });
+
+  it("the fallback refresher: one for the fleet however many views watch; command lists only while watched", async () => {
+    const { client, calls } = counting();
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, client, feed: new RefreshFeed(client, 250) });
     try {
       const releases = [src.watchCommands("tui-a"), src.watchCommands("tui-a"), src.watchCommands(null)];
       await new Promise((r) => setTimeout(r, 1300));

@@ -1,8 +1,9 @@
 /**
  * DataSource over a live server's control API (ConnectRPC, bearer token).
  *
- *   fleet + command lists   a FleetFeed (fleet-feed.ts): today one internal
- *                           refresher; a WatchFleet stream when the server has it
+ *   fleet + command lists   a FleetFeed (fleet-feed.ts): the WatchFleet server
+ *                           stream, or one internal refresher against servers
+ *                           that do not have it
  *   output                  FollowOutput server stream per watched command,
  *                           resumed from the next event_seq after a drop
  *   actions                 the control RPCs, each with its own request_id
@@ -24,17 +25,17 @@ import {
   type SourceStatus,
   type SubmitSpec,
 } from "../source.js";
-import { RefreshFeed, type FleetData, type FleetFeed } from "./fleet-feed.js";
+import { WatchFeed, type FleetData, type FleetFeed } from "./fleet-feed.js";
 
 export interface ControlSourceOptions {
   baseUrl: string;
   token: string;
   httpVersion?: "1.1" | "2";
-  /** Interval of the interim fleet refresher (ms). */
+  /** Interval of the fleet refresher used only against servers without WatchFleet (ms). */
   refreshMs?: number;
   /** Replace the RPC client (tests). */
   client?: ControlClient;
-  /** Replace the fleet feed (a WatchFleet stream, tests). */
+  /** Replace the fleet feed (default: a WatchFeed; tests pass a RefreshFeed or their own). */
   feed?: FleetFeed;
   /** Output buffers kept for commands no longer watched. */
   keepOutputs?: number;
@@ -61,7 +62,7 @@ export class ControlSource implements DataSource {
 
   constructor(private readonly o: ControlSourceOptions) {
     this.rpc = o.client ?? createControlClient({ baseUrl: o.baseUrl, token: o.token, httpVersion: o.httpVersion });
-    this.feed = o.feed ?? new RefreshFeed(this.rpc, o.refreshMs ?? 1000);
+    this.feed = o.feed ?? new WatchFeed(this.rpc, { refreshMs: o.refreshMs ?? 1000 });
     const status: SourceStatus = { mode: "live", label: o.baseUrl, connected: false, error: null, updatedAt: null, feed: this.feed.label };
     this.snapshot = { sessions: [], claims: [], incidents: [], status, now: Date.now(), notes: o.notes ?? [] };
     this.feed.start({
@@ -86,7 +87,7 @@ export class ControlSource implements DataSource {
       sessions: sessionInfos(d.clients, d.sessions).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
       claims: d.claims.map(claimInfo),
       incidents: d.incidents.map(incidentInfo).sort((a, b) => (b.at ?? 0) - (a.at ?? 0)),
-      status: { ...this.snapshot.status, connected: true, error: null, updatedAt: now },
+      status: { ...this.snapshot.status, connected: true, error: null, updatedAt: now, feed: this.feed.label },
       now,
       notes: this.o.notes ?? [],
     };
@@ -99,7 +100,8 @@ export class ControlSource implements DataSource {
   }
 
   private onError(err: unknown): void {
-    this.snapshot = { ...this.snapshot, status: { ...this.snapshot.status, connected: false, error: describeError(err, { server: this.o.baseUrl }).message }, now: Date.now() };
+    const error = describeError(err, { server: this.o.baseUrl }).message;
+    this.snapshot = { ...this.snapshot, status: { ...this.snapshot.status, connected: false, error, feed: this.feed.label }, now: Date.now() };
     this.em.changed();
   }
 

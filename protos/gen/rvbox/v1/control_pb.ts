@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/control.proto.
  */
 export const file_rvbox_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCL2AgoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCUIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKnBAoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCUIMCgpfZXhpdF9jb2RlIicKEUdldENvbW1hbmRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkiOAoSR2V0Q29tbWFuZFJlc3BvbnNlEiIKB2NvbW1hbmQYASABKAsyES5ydmJveC52MS5Db21tYW5kInsKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEioKBnN0YXRlcxgCIAMoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiVAoUTGlzdENvbW1hbmRzUmVzcG9uc2USIwoIY29tbWFuZHMYASADKAsyES5ydmJveC52MS5Db21tYW5kEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChNGb2xsb3dPdXRwdXRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkSFgoOZnJvbV9ldmVudF9zZXEYAiABKAQSDgoGZm9sbG93GAMgASgIIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCKyBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAQgYKBGl0ZW0iYQoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiJwoSV3JpdGVTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCI7ChFDbG9zZVN0ZGluUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJwoSQ2xvc2VTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCJkChRTaWduYWxDb21tYW5kUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEiQKBnNpZ25hbBgCIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEgoKcmVxdWVzdF9pZBgDIAEoCSIpChVTaWduYWxDb21tYW5kUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAQiFAoSTGlzdENsaWVudHNSZXF1ZXN0IvUCCgZDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCmdlbmVyYXRpb24YAyABKAQSEQoJY29ubmVjdGVkGAQgASgIEjYKEmxhc3RfYWN0aXZpdHlfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcnVubmluZ19jb21tYW5kcxgGIAEoDRIXCg9xdWV1ZWRfY29tbWFuZHMYByABKA0SHAoUbWF4X3J1bm5pbmdfY29tbWFuZHMYCCABKA0SGwoTbWF4X3F1ZXVlZF9jb21tYW5kcxgJIAEoDRIXCg9hY3RpdmVfY29tbWFuZHMYCiABKA0SHgoWYXV0aG9yaXplZF9pbnN0YW5jZV9pZBgLIAEoCRI9ChlhdXRob3JpemF0aW9uX2V4cGlyeV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI4ChNMaXN0Q2xpZW50c1Jlc3BvbnNlEiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltIlYKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSJMChlBdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlEi8KC2V4cGlyeV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI0ChRMaXN0SW5jaWRlbnRzUmVxdWVzdBIcChRpbmNsdWRlX2Fja25vd2xlZGdlZBgBIAEoCCKkAQoISW5jaWRlbnQSEwoLaW5jaWRlbnRfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhIKCmlzc3VlX3V1aWQYAyABKAkSDAoEa2luZBgEIAEoCRIOCgZkZXRhaWwYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYWNrbm93bGVkZ2VkGAcgASgIIj4KFUxpc3RJbmNpZGVudHNSZXNwb25zZRIlCglpbmNpZGVudHMYASADKAsyEi5ydmJveC52MS5JbmNpZGVudCJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSpoCg5UZXJtaW5hbFNvdXJjZRIfChtURVJNSU5BTF9TT1VSQ0VfVU5TUEVDSUZJRUQQABIZChVURVJNSU5BTF9TT1VSQ0VfQUdFTlQQARIaChZURVJNSU5BTF9TT1VSQ0VfU0VSVkVSEAIypwgKDkNvbnRyb2xTZXJ2aWNlElAKDVN1Ym1pdENvbW1hbmQSHi5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXNwb25zZRJHCgpHZXRDb21tYW5kEhsucnZib3gudjEuR2V0Q29tbWFuZFJlcXVlc3QaHC5ydmJveC52MS5HZXRDb21tYW5kUmVzcG9uc2USTQoMTGlzdENvbW1hbmRzEh0ucnZib3gudjEuTGlzdENvbW1hbmRzUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1Jlc3BvbnNlEk8KDEZvbGxvd091dHB1dBIdLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlcXVlc3QaHi5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXNwb25zZTABEkcKCldyaXRlU3RkaW4SGy5ydmJveC52MS5Xcml0ZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXNwb25zZRJHCgpDbG9zZVN0ZGluEhsucnZib3gudjEuQ2xvc2VTdGRpblJlcXVlc3QaHC5ydmJveC52MS5DbG9zZVN0ZGluUmVzcG9uc2USUAoNU2lnbmFsQ29tbWFuZBIeLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlc3BvbnNlEkoKC0xpc3RDbGllbnRzEhwucnZib3gudjEuTGlzdENsaWVudHNSZXF1ZXN0Gh0ucnZib3gudjEuTGlzdENsaWVudHNSZXNwb25zZRJNCgxMaXN0U2Vzc2lvbnMSHS5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USRwoKTGlzdENsYWltcxIbLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXF1ZXN0GhwucnZib3gudjEuTGlzdENsYWltc1Jlc3BvbnNlElwKEUF1dGhvcml6ZUluc3RhbmNlEiIucnZib3gudjEuQXV0aG9yaXplSW5zdGFuY2VSZXF1ZXN0GiMucnZib3gudjEuQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRJQCg1MaXN0SW5jaWRlbnRzEh4ucnZib3gudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaHy5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2USYgoTQWNrbm93bGVkZ2VJbmNpZGVudBIkLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0GiUucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlc3BvbnNlQjBaLmdpdGh1Yi5jb20vcnZib3gvcnZib3gvZ2VuL2dvL3J2Ym94L3YxO3J2Ym94djFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
+  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCL2AgoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCUIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKnBAoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCUIMCgpfZXhpdF9jb2RlIicKEUdldENvbW1hbmRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkiOAoSR2V0Q29tbWFuZFJlc3BvbnNlEiIKB2NvbW1hbmQYASABKAsyES5ydmJveC52MS5Db21tYW5kInsKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEioKBnN0YXRlcxgCIAMoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiVAoUTGlzdENvbW1hbmRzUmVzcG9uc2USIwoIY29tbWFuZHMYASADKAsyES5ydmJveC52MS5Db21tYW5kEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChNGb2xsb3dPdXRwdXRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkSFgoOZnJvbV9ldmVudF9zZXEYAiABKAQSDgoGZm9sbG93GAMgASgIIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCKyBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAQgYKBGl0ZW0iYQoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiJwoSV3JpdGVTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCI7ChFDbG9zZVN0ZGluUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJwoSQ2xvc2VTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCJkChRTaWduYWxDb21tYW5kUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEiQKBnNpZ25hbBgCIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEgoKcmVxdWVzdF9pZBgDIAEoCSIpChVTaWduYWxDb21tYW5kUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAQiFAoSTGlzdENsaWVudHNSZXF1ZXN0IrEDCgZDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCmdlbmVyYXRpb24YAyABKAQSEQoJY29ubmVjdGVkGAQgASgIEjYKEmxhc3RfYWN0aXZpdHlfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcnVubmluZ19jb21tYW5kcxgGIAEoDRIXCg9xdWV1ZWRfY29tbWFuZHMYByABKA0SHAoUbWF4X3J1bm5pbmdfY29tbWFuZHMYCCABKA0SGwoTbWF4X3F1ZXVlZF9jb21tYW5kcxgJIAEoDRIXCg9hY3RpdmVfY29tbWFuZHMYCiABKA0SHgoWYXV0aG9yaXplZF9pbnN0YW5jZV9pZBgLIAEoCRI9ChlhdXRob3JpemF0aW9uX2V4cGlyeV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGwoTb3V0cHV0X2J1ZGdldF9ieXRlcxgOIAEoBCI4ChNMaXN0Q2xpZW50c1Jlc3BvbnNlEiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltIlYKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSJMChlBdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlEi8KC2V4cGlyeV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI0ChRMaXN0SW5jaWRlbnRzUmVxdWVzdBIcChRpbmNsdWRlX2Fja25vd2xlZGdlZBgBIAEoCCKkAQoISW5jaWRlbnQSEwoLaW5jaWRlbnRfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhIKCmlzc3VlX3V1aWQYAyABKAkSDAoEa2luZBgEIAEoCRIOCgZkZXRhaWwYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYWNrbm93bGVkZ2VkGAcgASgIIj4KFUxpc3RJbmNpZGVudHNSZXNwb25zZRIlCglpbmNpZGVudHMYASADKAsyEi5ydmJveC52MS5JbmNpZGVudCJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCLbAgoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSABCCAoGY2hhbmdlKmgKDlRlcm1pbmFsU291cmNlEh8KG1RFUk1JTkFMX1NPVVJDRV9VTlNQRUNJRklFRBAAEhkKFVRFUk1JTkFMX1NPVVJDRV9BR0VOVBABEhoKFlRFUk1JTkFMX1NPVVJDRV9TRVJWRVIQAjLyCAoOQ29udHJvbFNlcnZpY2USUAoNU3VibWl0Q29tbWFuZBIeLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlc3BvbnNlEkcKCkdldENvbW1hbmQSGy5ydmJveC52MS5HZXRDb21tYW5kUmVxdWVzdBocLnJ2Ym94LnYxLkdldENvbW1hbmRSZXNwb25zZRJNCgxMaXN0Q29tbWFuZHMSHS5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USTwoMRm9sbG93T3V0cHV0Eh0ucnZib3gudjEuRm9sbG93T3V0cHV0UmVxdWVzdBoeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlMAESRwoKV3JpdGVTdGRpbhIbLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkcKCkNsb3NlU3RkaW4SGy5ydmJveC52MS5DbG9zZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXNwb25zZRJQCg1TaWduYWxDb21tYW5kEh4ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TaWduYWxDb21tYW5kUmVzcG9uc2USSgoLTGlzdENsaWVudHMSHC5ydmJveC52MS5MaXN0Q2xpZW50c1JlcXVlc3QaHS5ydmJveC52MS5MaXN0Q2xpZW50c1Jlc3BvbnNlEk0KDExpc3RTZXNzaW9ucxIdLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJHCgpMaXN0Q2xhaW1zEhsucnZib3gudjEuTGlzdENsYWltc1JlcXVlc3QaHC5ydmJveC52MS5MaXN0Q2xhaW1zUmVzcG9uc2USXAoRQXV0aG9yaXplSW5zdGFuY2USIi5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlcXVlc3QaIy5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlElAKDUxpc3RJbmNpZGVudHMSHi5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBofLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZRJiChNBY2tub3dsZWRnZUluY2lkZW50EiQucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaJS5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2USSQoKV2F0Y2hGbGVldBIbLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXF1ZXN0GhwucnZib3gudjEuV2F0Y2hGbGVldFJlc3BvbnNlMAFCMFouZ2l0aHViLmNvbS9ydmJveC9ydmJveC9nZW4vZ28vcnZib3gvdjE7cnZib3h2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
 
 /**
  * Script bytes uploaded with the submit; the server computes size and SHA-256.
@@ -762,6 +762,21 @@ export type Client = Message<"rvbox.v1.Client"> & {
    * @generated from field: google.protobuf.Timestamp authorization_expiry_time = 12;
    */
   authorizationExpiryTime?: Timestamp | undefined;
+
+  /**
+   * Compressed output the server retains for this client's commands (R-O5).
+   *
+   * @generated from field: uint64 retained_output_bytes = 13;
+   */
+  retainedOutputBytes: bigint;
+
+  /**
+   * The server's per-client retention budget: past it, the client's oldest
+   * retained output is removed (with a retention marker).
+   *
+   * @generated from field: uint64 output_budget_bytes = 14;
+   */
+  outputBudgetBytes: bigint;
 };
 
 /**
@@ -1111,6 +1126,162 @@ export const AcknowledgeIncidentResponseSchema: GenMessage<AcknowledgeIncidentRe
   messageDesc(file_rvbox_v1_control, 32);
 
 /**
+ * @generated from message rvbox.v1.WatchFleetRequest
+ */
+export type WatchFleetRequest = Message<"rvbox.v1.WatchFleetRequest"> & {
+  /**
+   * Also stream the commands of these clients; "*": of every client.
+   * Empty: no commands, only clients, sessions, claims and incidents.
+   *
+   * @generated from field: repeated string command_clients = 1;
+   */
+  commandClients: string[];
+};
+
+/**
+ * Describes the message rvbox.v1.WatchFleetRequest.
+ * Use `create(WatchFleetRequestSchema)` to create a new message.
+ */
+export const WatchFleetRequestSchema: GenMessage<WatchFleetRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 33);
+
+/**
+ * Everything a watcher is told about, as it stands.
+ *
+ * @generated from message rvbox.v1.FleetSnapshot
+ */
+export type FleetSnapshot = Message<"rvbox.v1.FleetSnapshot"> & {
+  /**
+   * @generated from field: repeated rvbox.v1.Client clients = 1;
+   */
+  clients: Client[];
+
+  /**
+   * @generated from field: repeated rvbox.v1.Session sessions = 2;
+   */
+  sessions: Session[];
+
+  /**
+   * @generated from field: repeated rvbox.v1.PendingClaim claims = 3;
+   */
+  claims: PendingClaim[];
+
+  /**
+   * Acknowledged ones included.
+   *
+   * @generated from field: repeated rvbox.v1.Incident incidents = 4;
+   */
+  incidents: Incident[];
+
+  /**
+   * Newest first: at most 500 per watched client, and for "*" the newest 500
+   * of all clients together (a command may appear once for both).
+   *
+   * @generated from field: repeated rvbox.v1.Command commands = 5;
+   */
+  commands: Command[];
+};
+
+/**
+ * Describes the message rvbox.v1.FleetSnapshot.
+ * Use `create(FleetSnapshotSchema)` to create a new message.
+ */
+export const FleetSnapshotSchema: GenMessage<FleetSnapshot> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 34);
+
+/**
+ * @generated from message rvbox.v1.WatchFleetResponse
+ */
+export type WatchFleetResponse = Message<"rvbox.v1.WatchFleetResponse"> & {
+  /**
+   * @generated from oneof rvbox.v1.WatchFleetResponse.change
+   */
+  change: {
+    /**
+     * Always the first message; again after the server lost track of what
+     * this reader has (its queue overflowed). Replaces everything known.
+     *
+     * @generated from field: rvbox.v1.FleetSnapshot snapshot = 1;
+     */
+    value: FleetSnapshot;
+    case: "snapshot";
+  } | {
+    /**
+     * Added or changed (connected, counts, authorization, retention).
+     *
+     * @generated from field: rvbox.v1.Client client = 2;
+     */
+    value: Client;
+    case: "client";
+  } | {
+    /**
+     * Opened or changed (phase, last inbound time).
+     *
+     * @generated from field: rvbox.v1.Session session = 3;
+     */
+    value: Session;
+    case: "session";
+  } | {
+    /**
+     * The connection (Session.connection) closed.
+     *
+     * @generated from field: uint64 session_closed = 4;
+     */
+    value: bigint;
+    case: "sessionClosed";
+  } | {
+    /**
+     * Recorded or changed.
+     *
+     * @generated from field: rvbox.v1.PendingClaim claim = 5;
+     */
+    value: PendingClaim;
+    case: "claim";
+  } | {
+    /**
+     * The claim of this client_id was consumed or cleared.
+     *
+     * @generated from field: string claim_cleared = 6;
+     */
+    value: string;
+    case: "claimCleared";
+  } | {
+    /**
+     * Opened or acknowledged.
+     *
+     * @generated from field: rvbox.v1.Incident incident = 7;
+     */
+    value: Incident;
+    case: "incident";
+  } | {
+    /**
+     * The incident with this id was removed (the server keeps a bounded
+     * history of acknowledged incidents).
+     *
+     * @generated from field: string incident_removed = 9;
+     */
+    value: string;
+    case: "incidentRemoved";
+  } | {
+    /**
+     * A watched client's command was created or changed (state, revision,
+     * stored_through_event_seq, retained bytes, ...).
+     *
+     * @generated from field: rvbox.v1.Command command = 8;
+     */
+    value: Command;
+    case: "command";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message rvbox.v1.WatchFleetResponse.
+ * Use `create(WatchFleetResponseSchema)` to create a new message.
+ */
+export const WatchFleetResponseSchema: GenMessage<WatchFleetResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 35);
+
+/**
  * Who made a command terminal.
  *
  * @generated from enum rvbox.v1.TerminalSource
@@ -1268,6 +1439,22 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof AcknowledgeIncidentRequestSchema;
     output: typeof AcknowledgeIncidentResponseSchema;
+  },
+  /**
+   * Fleet changes as they happen, without polling: a snapshot first, then
+   * one message per changed record (clients, sessions, claims, incidents, and
+   * the commands of the watched clients). The server coalesces bursts (a
+   * record changed many times between two pushes is sent once, as it stands)
+   * and, if this reader falls too far behind, drops what it had queued and
+   * sends a fresh snapshot instead. Shows the committed view, like the List
+   * calls.
+   *
+   * @generated from rpc rvbox.v1.ControlService.WatchFleet
+   */
+  watchFleet: {
+    methodKind: "server_streaming";
+    input: typeof WatchFleetRequestSchema;
+    output: typeof WatchFleetResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rvbox_v1_control, 0);
