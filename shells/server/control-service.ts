@@ -245,6 +245,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       if (req.commandClients.some((c) => c === "")) throw invalid("command_clients: an empty client id (use \"*\" for every client)");
       if (req.commandClients.length > MAX_WATCHED_CLIENTS) throw invalid(`command_clients: at most ${MAX_WATCHED_CLIENTS} clients`);
       const w = d.watch.subscribe(req.commandClients);
+      if (!w) throw new ConnectError(`too many WatchFleet streams open (at most ${d.watch.maxWatchers})`, ConnectCode.ResourceExhausted);
       try {
         for (;;) {
           const m = await w.next(ctx.signal);

@@ -44,6 +44,8 @@ import {
 
 /** Messages a watcher may have queued; past it the queue is replaced by a fresh snapshot. */
 export const WATCH_QUEUE_LIMIT = 4096;
+/** Concurrent WatchFleet streams per server; one more is refused with ResourceExhausted. */
+export const MAX_WATCHERS = 256;
 /** At most one flush (one message per changed record) per this many ms. */
 export const WATCH_FLUSH_MS = 100;
 /** Activity times change a record only when they move to another second. */
@@ -58,6 +60,8 @@ export interface WatchOptions {
   queueLimit?: number;
   /** Minimum ms between two flushes. Default WATCH_FLUSH_MS. */
   flushMs?: number;
+  /** Concurrent watchers. Default MAX_WATCHERS. */
+  maxWatchers?: number;
 }
 
 interface Change {
@@ -120,6 +124,7 @@ export class Watcher {
 export class FleetWatch {
   private readonly watchers = new Set<Watcher>();
   readonly queueLimit: number;
+  readonly maxWatchers: number;
   readonly flushMs: number;
   /** Persist batches not yet durable: their command and incident keys. */
   private readonly inFlight: Array<{ id: number; commands: string[]; incidents: string[] }> = [];
@@ -138,6 +143,7 @@ export class FleetWatch {
     opts: WatchOptions = {},
   ) {
     this.queueLimit = Math.max(1, opts.queueLimit ?? WATCH_QUEUE_LIMIT);
+    this.maxWatchers = Math.max(1, opts.maxWatchers ?? MAX_WATCHERS);
     this.flushMs = opts.flushMs ?? WATCH_FLUSH_MS;
   }
 
@@ -168,7 +174,9 @@ export class FleetWatch {
     if (this.watchers.size > 0) this.schedule();
   }
 
-  subscribe(commandClients: readonly string[]): Watcher {
+  /** A new watcher, or null when `maxWatchers` streams are already open. */
+  subscribe(commandClients: readonly string[]): Watcher | null {
+    if (this.watchers.size >= this.maxWatchers) return null;
     // Publish what is pending first, so this snapshot is exactly the state the next changes start from.
     this.flush();
     const w = new Watcher(commandClients);

@@ -7,7 +7,7 @@ import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/
 import type { Client as ControlClient } from "@connectrpc/connect";
 import type { ControlService, WatchFleetResponse } from "../../../protos/gen/rvbox/v1/control_pb.js";
 import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
-import { WATCH_QUEUE_LIMIT } from "../../../shells/server/fleet-watch.js";
+import { MAX_WATCHERS, WATCH_QUEUE_LIMIT } from "../../../shells/server/fleet-watch.js";
 import { cleanupTemp, controlClient, startAgent, startServer, waitFor, type TestServer } from "./helpers.js";
 
 type Change = WatchFleetResponse["change"];
@@ -157,7 +157,7 @@ describe("WatchFleet coalescing and overflow", () => {
 
   beforeAll(async () => {
     // Flushes only when the test says so (the interval is far longer than the test), and a tiny queue.
-    s = await startServer({ watch: { queueLimit: 2, flushMs: 600_000 } });
+    s = await startServer({ watch: { queueLimit: 2, flushMs: 600_000, maxWatchers: 2 } });
   });
   afterAll(async () => {
     await s?.close();
@@ -167,6 +167,35 @@ describe("WatchFleet coalescing and overflow", () => {
   it("the default queue bound is a named constant", () => {
     expect(WATCH_QUEUE_LIMIT).toBeGreaterThanOrEqual(1000);
     expect(s.daemon.watch.queueLimit).toBe(2);
+  });
+
+  it("the number of open streams is bounded: one more is refused with ResourceExhausted, and a closed stream frees its place", async () => {
+    expect(MAX_WATCHERS).toBeGreaterThanOrEqual(16);
+    expect(s.daemon.watch.maxWatchers).toBe(2);
+    const a = watch(s.client, []);
+    const b = watch(s.client, []);
+    try {
+      await waitFor("two snapshots", () => a.got.length >= 1 && b.got.length >= 1);
+      const c = watch(s.client, []);
+      const err = await c.ended;
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(ConnectCode.ResourceExhausted);
+      expect((err as ConnectError).message).toContain("at most 2");
+      expect(c.got).toEqual([]);
+      a.stop();
+      await a.ended;
+      await waitFor("a's place freed", () => s.daemon.watch.watcherCount === 1);
+      const d = watch(s.client, []);
+      await waitFor("a new stream after one closed", () => d.got.length >= 1);
+      expect(snapshotOf(d.got[0])).toBeDefined();
+      d.stop();
+      await d.ended;
+    } finally {
+      a.stop();
+      b.stop();
+      await Promise.all([a.ended, b.ended]);
+      await waitFor("all streams closed", () => s.daemon.watch.watcherCount === 0);
+    }
   });
 
   it("a record changed many times between two pushes is sent once, as it stands", async () => {
