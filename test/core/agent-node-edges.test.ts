@@ -171,8 +171,9 @@ class AgentRig {
 }
 
 /** The frame was refused with `code` and the session closed (error first, on the priority lane). */
-function expectClosed(r: AgentRig, effects: AgentEffect[], code: Code): void {
+function expectClosed(r: AgentRig, effects: AgentEffect[], code: Code, message?: string): void {
   const errs = sends(effects, "error");
+  if (message !== undefined) expect((errs[0]?.env.payload.value as AgentError | undefined)?.error?.message).toBe(message);
   expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([[code, true, "priority"]]);
   expect(closes(effects)).toHaveLength(1);
   const errAt = effects.findIndex((e) => e.type === "send" && e.kind === "error");
@@ -182,7 +183,8 @@ function expectClosed(r: AgentRig, effects: AgentEffect[], code: Code): void {
 }
 
 /** The frame was refused with `code` and the session stays up. */
-function expectRefused(r: AgentRig, effects: AgentEffect[], code: Code): void {
+function expectRefused(r: AgentRig, effects: AgentEffect[], code: Code, message?: string): void {
+  if (message !== undefined) expect(errorsIn(effects)[0]?.error?.message).toBe(message);
   expect(errorsIn(effects).map((e) => [e.error?.code, e.closeSession])).toEqual([[code, false]]);
   expect(closes(effects)).toHaveLength(0);
   expect(r.st.session.phase).toBe("established");
@@ -209,7 +211,7 @@ describe("agent registration", () => {
       const r = new AgentRig();
       r.register();
       const out = r.welcome(1, "s", sel);
-      expect(errorsIn(out).map((e) => [e.error?.code, e.closeSession])).toEqual([[Code.INCOMPATIBLE_VERSION, true]]);
+      expect(errorsIn(out).map((e) => [e.error?.code, e.error?.message, e.closeSession])).toEqual([[Code.INCOMPATIBLE_VERSION, "server selected a version outside our range", true]]);
       expect(closes(out)).toHaveLength(1);
       expect(r.st.session.phase).toBe("backoff");
       expect(r.st.session.fence).toBeNull();
@@ -225,7 +227,7 @@ describe("agent registration", () => {
       const r = new AgentRig();
       r.register();
       const out = r.welcome(Number(gen), sid);
-      expect(errorsIn(out).map((e) => e.error?.code)).toEqual([Code.STALE_GENERATION]);
+      expect(errorsIn(out).map((e) => [e.error?.code, e.error?.message])).toEqual([[Code.STALE_GENERATION, `welcome with unusable fence (generation ${gen})`]]);
       expect(r.st.session.phase).toBe("backoff");
     }
     const r = new AgentRig();
@@ -299,6 +301,9 @@ describe("agent frame handling once established", () => {
     const g = new AgentRig();
     g.establish();
     expectClosed(g, g.step({ type: "frame", conn: g.st.session.conn, data: new Uint8Array([0xff, 0xff, 0xff]) }), Code.PROTOCOL_ERROR);
+    const t = new AgentRig();
+    t.establish();
+    expectClosed(t, t.step({ type: "frame", conn: t.st.session.conn, data: new Uint8Array(2) , binary: false }), Code.PROTOCOL_ERROR, "text frames are not part of the protocol");
   });
 
   it("R-F7: an envelope with another session id or generation is STALE_GENERATION and closes", () => {
@@ -309,7 +314,7 @@ describe("agent frame handling once established", () => {
     ]) {
       const r = new AgentRig();
       r.establish(1, "sess-1");
-      expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 0n } }, fence), Code.STALE_GENERATION);
+      expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 0n } }, fence), Code.STALE_GENERATION, `envelope fenced to generation ${fence?.generation ?? 0}, current 1`);
     }
   });
 
@@ -391,7 +396,7 @@ describe("dispatch admission", () => {
       const r = new AgentRig();
       r.establish();
       const out = r.dispatch(uuid);
-      expectRefused(r, out, Code.VALIDATION);
+      expectRefused(r, out, Code.VALIDATION, "dispatch without a usable issue_uuid");
       expect(accepts(out)).toEqual([]);
       expect(r.st.commands.size).toBe(0);
     }
@@ -404,7 +409,7 @@ describe("dispatch admission", () => {
     const r = new AgentRig();
     r.establish();
     const out = r.dispatch("c1", argv("true"), { hash: new Uint8Array(31), rev: 3n });
-    expect(accepts(out)).toEqual([expect.objectContaining({ issueUuid: "c1", commandRevision: 3n, accepted: false, rejection: expect.objectContaining({ code: Code.VALIDATION, issueUuid: "c1" }) })]);
+    expect(accepts(out)).toEqual([expect.objectContaining({ issueUuid: "c1", commandRevision: 3n, accepted: false, rejection: expect.objectContaining({ code: Code.VALIDATION, issueUuid: "c1", message: "immutable_request_sha256 must be 32 bytes" }) })]);
     expect(r.st.commands.size).toBe(0);
     expect(r.st.session.phase).toBe("established");
   });
@@ -412,7 +417,7 @@ describe("dispatch admission", () => {
   it("R-W10: a command revision beyond 2^53 is SEQUENCE_VIOLATION and closes", () => {
     const r = new AgentRig();
     r.establish();
-    expectClosed(r, r.dispatch("c1", argv("true"), { rev: 2n ** 53n }), Code.SEQUENCE_VIOLATION);
+    expectClosed(r, r.dispatch("c1", argv("true"), { rev: 2n ** 53n }), Code.SEQUENCE_VIOLATION, "command_revision out of range");
     expect(r.st.commands.size).toBe(0);
   });
 
@@ -421,7 +426,7 @@ describe("dispatch admission", () => {
     r.establish(4);
     for (const gen of [3n, 5n, 0n]) {
       const out = r.dispatch("c1", argv("true"), { gen });
-      expect(accepts(out).map((a) => [a.accepted, a.rejection?.code])).toEqual([[false, Code.STALE_GENERATION]]);
+      expect(accepts(out).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.STALE_GENERATION, `dispatch targets generation ${gen}`]]);
     }
     expect(r.st.commands.size).toBe(0);
     expect(accepts(r.dispatch("c1", argv("true"), { gen: 4n }))[0]!.accepted).toBe(true);
@@ -436,6 +441,9 @@ describe("dispatch admission", () => {
     expect(accepts(again)).toEqual([expect.objectContaining({ issueUuid: "c1", commandRevision: 2n, accepted: true })]);
     expect(of(again, "spawn")).toEqual([]);
     expect(r.st.commands.size).toBe(1);
+    const other = r.dispatch("c1", argv("true"), { hash: sha("different request") });
+    expect(accepts(other).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.CONFLICT, "issue_uuid already holds a different request"]]);
+    expect(r.cmd("c1").hash).toBe(Buffer.from(sha("c1")).toString("hex"));
   });
 
   it("R-D2 R-D5: a tombstoned UUID is ALREADY_EXECUTED with the same hash and CONFLICT with another", () => {
@@ -445,8 +453,8 @@ describe("dispatch admission", () => {
     r.exit("c1", 0);
     r.ackAll("c1");
     expect(r.st.tombstones.get("c1")).toBe(Buffer.from(sha("c1")).toString("hex"));
-    expect(accepts(r.dispatch("c1")).map((a) => [a.accepted, a.rejection?.code])).toEqual([[false, Code.ALREADY_EXECUTED]]);
-    expect(accepts(r.dispatch("c1", argv("true"), { hash: sha("other") })).map((a) => [a.accepted, a.rejection?.code])).toEqual([[false, Code.CONFLICT]]);
+    expect(accepts(r.dispatch("c1")).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.ALREADY_EXECUTED, "already executed (tombstone ledger)"]]);
+    expect(accepts(r.dispatch("c1", argv("true"), { hash: sha("other") })).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.CONFLICT, "issue_uuid was used by a different request"]]);
     expect(r.st.commands.size).toBe(0);
   });
 
@@ -626,7 +634,7 @@ describe("event acknowledgements", () => {
     r.run("c1");
     const last = r.st.outbox.commands.get("c1")!.nextSeq - 1;
     expect(last).toBe(1);
-    expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: BigInt(last + 1) } }), Code.SEQUENCE_VIOLATION);
+    expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: BigInt(last + 1) } }), Code.SEQUENCE_VIOLATION, "EventAck through 2 for c1 beyond last assigned 1");
     const u = new AgentRig();
     u.establish();
     u.run("c1");
@@ -735,7 +743,7 @@ describe("reconciliation at the agent", () => {
     r.welcome(1, "s");
     r.step({ type: "store_incident", detail: "journal" });
     const out = r.reconcile([]);
-    expectRefused(r, out, Code.STORE_INCIDENT);
+    expectRefused(r, out, Code.STORE_INCIDENT, "agent store incident, no complete snapshot possible: journal");
     expect(sends(out, "reconcileSnapshot")).toEqual([]);
     expect(r.st.reconciled).toBe(false);
   });
@@ -750,7 +758,7 @@ describe("reconciliation at the agent", () => {
     const r = new AgentRig({ limits });
     r.register();
     r.welcome(1, "s");
-    expectClosed(r, r.reconcile([t(1), t(2), t(3)]), Code.PAYLOAD_TOO_LARGE);
+    expectClosed(r, r.reconcile([t(1), t(2), t(3)]), Code.PAYLOAD_TOO_LARGE, "reconcile request with 3 targets");
   });
 
   it("R-D7: a target's last stored seq is a cumulative ack; an impossible one closes; more than this agent assigned is not an ack", () => {
@@ -781,7 +789,7 @@ describe("reconciliation at the agent", () => {
     r.drop();
     r.register();
     r.welcome(5, "s5");
-    expectClosed(r, r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n ** 60n, immutableRequestSha256: sha("c1") }]), Code.SEQUENCE_VIOLATION);
+    expectClosed(r, r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n ** 60n, immutableRequestSha256: sha("c1") }]), Code.SEQUENCE_VIOLATION, `server claims an impossible event_seq ${2n ** 60n}`);
   });
 
   it("R-D7 R-D10: the snapshot lists every retained command exactly, plus requested tombstones whose hash matches", () => {
@@ -1073,7 +1081,7 @@ describe("stdin at the agent", () => {
   it("R-S1: stdin for an unknown command is NOT_FOUND without closing; for a tombstoned one it is silently dropped", () => {
     const r = new AgentRig();
     r.establish();
-    expectRefused(r, r.frame(stdinWrite("nope", 1n, [1])), Code.NOT_FOUND);
+    expectRefused(r, r.frame(stdinWrite("nope", 1n, [1])), Code.NOT_FOUND, "unknown command nope");
     expectRefused(r, r.frame(closeStdin("nope", 1n)), Code.NOT_FOUND);
     r.run("old");
     r.exit("old", 0);
@@ -1092,7 +1100,7 @@ describe("stdin at the agent", () => {
     expect(of(dup, "write_stdin")).toEqual([]);
     expect(of(dup, "persist")).toEqual([]);
     expect(r.cmd("c1").stdin.next).toBe(2);
-    expectClosed(r, r.frame(stdinWrite("c1", 3n, [9])), Code.SEQUENCE_VIOLATION);
+    expectClosed(r, r.frame(stdinWrite("c1", 3n, [9])), Code.SEQUENCE_VIOLATION, "stdin write_seq 3, expected 2");
     for (const [payload, name] of [
       [stdinWrite("c1", 2n ** 60n, [1]), "write"],
       [closeStdin("c1", 3n), "close"],
@@ -1104,6 +1112,7 @@ describe("stdin at the agent", () => {
       x.frame(stdinWrite("c1", 1n, [7]));
       const out = x.frame(payload);
       expect(errorsIn(out).map((e) => e.error?.code), name).toEqual([Code.SEQUENCE_VIOLATION]);
+      if (name === "close") expect(errorsIn(out)[0]!.error?.message).toBe("close_stdin write_seq 3, expected 2");
       expect(x.st.session.phase, name).toBe("backoff");
     }
   });
@@ -1223,9 +1232,9 @@ describe("signals at the agent", () => {
     expectRefused(r, r.frame(signal("nope", 2n, SignalKind.USER1)), Code.NOT_FOUND);
     r.run("c1");
     expectRefused(r, r.frame(signal("c1", 2n, SignalKind.UNSPECIFIED)), Code.VALIDATION);
-    expectRefused(r, r.frame(signal("c1", 2n, 99 as SignalKind)), Code.VALIDATION);
+    expectRefused(r, r.frame(signal("c1", 2n, 99 as SignalKind)), Code.VALIDATION, "unknown signal 99");
     expect(r.cmd("c1").lastSignalRevision).toBe(0);
-    expectClosed(r, r.frame(signal("c1", 0n, SignalKind.USER1)), Code.SEQUENCE_VIOLATION);
+    expectClosed(r, r.frame(signal("c1", 0n, SignalKind.USER1)), Code.SEQUENCE_VIOLATION, "signal without a usable revision");
     const u = new AgentRig();
     u.establish();
     u.run("c1");
@@ -1485,13 +1494,13 @@ describe("scripts at the agent", () => {
     expectRefused(r, out, Code.SEQUENCE_VIOLATION);
     expect(errorsIn(out)[0]!.error?.message).toBe("script chunk at 41, expected 40");
     const u = withScript();
-    expectClosed(u, u.frame(chunk("s1", 2n ** 60n, body.subarray(0, 10))), Code.SEQUENCE_VIOLATION);
+    expectClosed(u, u.frame(chunk("s1", 2n ** 60n, body.subarray(0, 10))), Code.SEQUENCE_VIOLATION, "script chunk offset out of range");
   });
 
   it("R-T2 R-C3: a chunk over 64 KiB is PAYLOAD_TOO_LARGE and closes; exactly 64 KiB is accepted", () => {
     const big = new Uint8Array(MAX_CHUNK_BYTES + 1).fill(1);
     const r = withScript({}, scriptDesc(sha(big), big.length));
-    expectClosed(r, r.frame(chunk("s1", 0, big)), Code.PAYLOAD_TOO_LARGE);
+    expectClosed(r, r.frame(chunk("s1", 0, big)), Code.PAYLOAD_TOO_LARGE, `script chunk of ${MAX_CHUNK_BYTES + 1} bytes`);
     const ok = withScript({}, scriptDesc(sha(big), big.length));
     expect(progress(ok.frame(chunk("s1", 0, big.subarray(0, MAX_CHUNK_BYTES))))).toEqual([[MAX_CHUNK_BYTES, false]]);
   });
@@ -1704,3 +1713,16 @@ describe("more agent edges", () => {
 });
 
 const enc = (s: string) => new TextEncoder().encode(s);
+
+describe("traces other tools read", () => {
+  it("R-W10: the agent traces established, protocol_failure and session_lost with the details the daemon log and the simulator use", () => {
+    const r = new AgentRig();
+    r.register();
+    const est = r.welcome(3, "s3");
+    expect(of(est, "trace").filter((t) => t.event === "established").map((t) => t.detail)).toEqual([{ conn: 1, generation: 3 }]);
+    const bad = r.frame({ case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 0, maxQueuedCommands: 0 } });
+    expect(of(bad, "trace").filter((t) => t.event === "protocol_failure").map((t) => t.detail)).toEqual([{ code: "PROTOCOL_ERROR", message: "unexpected clientCapacity from server" }]);
+    expect(of(bad, "trace").filter((t) => t.event === "session_lost").map((t) => t.detail)).toEqual([{ conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
+    expect(of(bad, "close")).toEqual([{ type: "close", conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
+  });
+});

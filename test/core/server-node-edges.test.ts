@@ -212,7 +212,8 @@ function expectClosed(r: ServerRig, effects: ServerEffect[], conn: number, code:
   expect(r.st.conns.has(conn)).toBe(false);
 }
 
-function expectRefused(r: ServerRig, effects: ServerEffect[], conn: number, code: Code): void {
+function expectRefused(r: ServerRig, effects: ServerEffect[], conn: number, code: Code, message?: string): void {
+  if (message !== undefined) expect(r.errors(effects, conn)[0]?.error?.message).toBe(message);
   expect(r.errors(effects, conn).map((e) => [e.error?.code, e.closeSession])).toEqual([[code, false]]);
   expect(of(effects, "close")).toEqual([]);
   expect(r.st.conns.has(conn)).toBe(true);
@@ -411,7 +412,7 @@ describe("frames before and around registration", () => {
       const r = new ServerRig();
       const c = r.connect();
       const fence = f(r.fenceOf(c)!);
-      expectClosed(r, r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 1, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 } }, fence), c, Code.STALE_GENERATION);
+      expectClosed(r, r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 1, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 } }, fence), c, Code.STALE_GENERATION, `envelope fenced to generation ${fence?.generation ?? 0}, current 1`);
     }
   });
 
@@ -623,6 +624,8 @@ describe("submit", () => {
     expect(r.cmd("d").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "z", argv(), { queueExpiry: 0 });
     expect(r.cmd("z").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    r.submit("offline", "neg", argv(), { queueExpiry: -5 });
+    expect(r.cmd("neg").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "e", argv(), { queueExpiry: T0 + 500 });
     expect(r.cmd("e").queueExpiry).toBe(T0 + 500);
     r.now = T0 + 499;
@@ -699,18 +702,22 @@ describe("stdin, signal, incident requests", () => {
 
   it("R-S5: request ids are remembered per command up to the bound; the oldest is forgotten first", () => {
     const r = new ServerRig();
-    r.store = false;
     r.submit("off", "c1", { ...argv("cat"), stdinOpen: true });
-    // the submit's own request id is the first entry
-    for (let i = 1; i < MAX_REQUEST_IDS_PER_COMMAND; i++) r.control(stdin("c1", `w${i}`, new Uint8Array(0)));
-    expect(Object.keys(r.cmd("c1").requests)).toHaveLength(MAX_REQUEST_IDS_PER_COMMAND);
-    expect(r.cmd("c1").requests["submit-c1"]).toBe(1);
-    r.control(stdin("c1", `w${MAX_REQUEST_IDS_PER_COMMAND}`, new Uint8Array(0)));
-    expect(Object.keys(r.cmd("c1").requests)).toHaveLength(MAX_REQUEST_IDS_PER_COMMAND);
-    expect(r.cmd("c1").requests["submit-c1"]).toBeUndefined();
+    const c = r.cmd("c1");
+    // As if 1023 earlier writes had been answered and acknowledged: the memory (submit + writes) is full.
+    for (let i = 1; i < MAX_REQUEST_IDS_PER_COMMAND; i++) c.requests[`w${i}`] = i;
+    c.stdin.nextSeq = MAX_REQUEST_IDS_PER_COMMAND;
+    c.stdin.ackedThrough = c.stdin.sentThrough = MAX_REQUEST_IDS_PER_COMMAND - 1;
+    serverInvariants(r.st);
     expect(r.control(stdin("c1", "w1", new Uint8Array(0)))).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
-    r.control(stdin("c1", "w-new", new Uint8Array(0)));
-    expect(r.cmd("c1").requests["w1"]).toBeUndefined();
+    expect(r.control(stdin("c1", "new1", new Uint8Array(0)))).toEqual({ ok: true, uuid: "c1", writeSeq: MAX_REQUEST_IDS_PER_COMMAND });
+    expect(Object.keys(c.requests)).toHaveLength(MAX_REQUEST_IDS_PER_COMMAND);
+    expect(c.requests["submit-c1"]).toBeUndefined();
+    expect(c.requests["w1"]).toBe(1);
+    r.control(stdin("c1", "new2", new Uint8Array(0)));
+    expect(c.requests["w1"]).toBeUndefined();
+    expect(c.requests["w2"]).toBe(2);
+    // A forgotten id is a new request.
     expect(r.control(stdin("c1", "w1", new Uint8Array(0)))).toEqual({ ok: true, uuid: "c1", writeSeq: MAX_REQUEST_IDS_PER_COMMAND + 2 });
   });
 
@@ -954,7 +961,7 @@ describe("dispatch", () => {
     const out = r.accept(a, "theirs");
     expectRefused(r, out, a, Code.NOT_FOUND);
     expect(r.errors(out, a)[0]!.error?.issueUuid).toBe("theirs");
-    expectRefused(r, r.accept(a, "ghost"), a, Code.NOT_FOUND);
+    expectRefused(r, r.accept(a, "ghost"), a, Code.NOT_FOUND, "CommandAccepted for unknown command ghost");
     expect(r.cmd("theirs").state).toBe(L.DISPATCHED);
     r.accept(b, "theirs");
     r.event(b, "theirs", 1, lifecycle(L.RUNNING));
@@ -977,7 +984,8 @@ describe("command events", () => {
   it("R-O3: events for unknown or foreign commands are NOT_FOUND without closing; seq 0 or beyond 2^53 closes", () => {
     const { r, c } = ready();
     const b = r.connect("b");
-    expectRefused(r, r.event(c, "ghost", 1, lifecycle(L.RUNNING)), c, Code.NOT_FOUND);
+    expectRefused(r, r.event(c, "ghost", 1, lifecycle(L.RUNNING)), c, Code.NOT_FOUND, "event for unknown command ghost");
+    expect(r.errors(r.log, c).at(-1)!.error?.issueUuid).toBe("ghost");
     expectRefused(r, r.event(b, "c1", 2, lifecycle(L.SUCCEEDED)), b, Code.NOT_FOUND);
     expectClosed(r, r.event(c, "c1", 0, lifecycle(L.RUNNING)), c, Code.SEQUENCE_VIOLATION, "event_seq 0 impossible");
     const x = ready();
@@ -1116,7 +1124,7 @@ describe("command events", () => {
     ];
     for (const [to, code] of bad) {
       const { r, c } = ready();
-      expectClosed(r, r.event(c, "c1", 2, lifecycle(to)), c, code);
+      expectClosed(r, r.event(c, "c1", 2, lifecycle(to)), c, code, `lifecycle RUNNING -> ${L[to]} is not allowed`);
       expect(r.cmd("c1").state).toBe(L.RUNNING);
     }
     // ACCEPTED is a server-side state even where the transition exists.
@@ -1168,15 +1176,22 @@ describe("command events", () => {
 
   it("R-O2: only the most recent SERVER_RECENT_DIGESTS event digests are kept", () => {
     const { r, c } = ready();
-    r.store = false;
-    for (let i = 0; i <= SERVER_RECENT_DIGESTS; i++) r.event(c, "c1", 2 + i, output(OutputStream.STDOUT, i, enc("x")));
-    const last = 2 + SERVER_RECENT_DIGESTS;
-    expect(Object.keys(r.cmd("c1").digests).map(Number).sort((a, b) => a - b)[0]).toBe(last - SERVER_RECENT_DIGESTS + 1);
-    expect(Object.keys(r.cmd("c1").digests)).toHaveLength(SERVER_RECENT_DIGESTS);
-    // A forgotten seq can no longer be checked, so a resend is simply acknowledged.
-    const out = r.event(c, "c1", 1, lifecycle(L.FAILED));
+    const cmd = r.cmd("c1");
+    // As if events 2..SERVER_RECENT_DIGESTS+1 had been stored: the digest memory is full.
+    cmd.digests = {};
+    for (let s = 2; s <= SERVER_RECENT_DIGESTS + 1; s++) cmd.digests[s] = s;
+    cmd.receivedThrough = cmd.storedThrough = SERVER_RECENT_DIGESTS + 1;
+    r.event(c, "c1", SERVER_RECENT_DIGESTS + 2, output(OutputStream.STDOUT, 0, enc("x")));
+    const keys = Object.keys(cmd.digests).map(Number).sort((a, b) => a - b);
+    expect(keys[0]).toBe(3);
+    expect(keys.at(-1)).toBe(SERVER_RECENT_DIGESTS + 2);
+    expect(keys).toHaveLength(SERVER_RECENT_DIGESTS);
+    // A forgotten seq can no longer be checked, so a resend is simply acknowledged ...
+    const out = r.event(c, "c1", 2, lifecycle(L.FAILED));
     expect(r.st.conns.has(c)).toBe(true);
-    expect(r.sent(out, c, "eventAck")).toHaveLength(1);
+    expect(r.sent(out, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([BigInt(SERVER_RECENT_DIGESTS + 2)]);
+    // ... while one still remembered must match.
+    expectClosed(r, r.event(c, "c1", 3, lifecycle(L.FAILED)), c, Code.SEQUENCE_VIOLATION, "event 3 of c1 resent with different bytes");
   });
 });
 
@@ -1245,7 +1260,7 @@ describe("pumping stdin, signals and scripts", () => {
 
   it("R-C3: script chunks stay within the window, the commit goes once per session after every byte is acknowledged", () => {
     const body = new Uint8Array(150 * 1024).map((_, i) => i % 256);
-    const r = new ServerRig({ scriptWindow: 100 * 1024 });
+    const r = new ServerRig({ scriptWindow: 128 * 1024 }); // exactly two chunks
     const c = r.connect();
     r.submit("a", "s1", { program: { case: "script", value: { sizeBytes: BigInt(body.length), sha256: sha(body), interpreter: "/bin/sh" } } }, { script: body });
     r.accept(c, "s1");
@@ -1665,5 +1680,15 @@ describe("more server edges", () => {
     expect(back.commands.get("c1")!.signals).toEqual([{ revision: 2, signal: SignalKind.USER2, requestId: "s", sentOn: 0 }]);
     expect(back.commands.get("s1")).toMatchObject({ script: body, scriptAcked: 5, scriptSent: 5, scriptCommitSentOn: 0, scriptCommitted: false });
     expect(back.commands.get("c1")!.stdin.sentThrough).toBe(0);
+  });
+});
+
+describe("traces other tools read", () => {
+  it("R-W10: conn_closed carries the connection, client, code and message the simulator reports", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    const out = r.step({ type: "frame", conn: c, data: new Uint8Array([1]), binary: false });
+    expect(of(out, "trace").filter((t) => t.event === "conn_closed").map((t) => t.detail)).toEqual([{ conn: c, client: "a", code: "PROTOCOL_ERROR", message: "text frames are not part of the protocol" }]);
+    expect(of(out, "close")).toEqual([{ type: "close", conn: c, reason: "PROTOCOL_ERROR: text frames are not part of the protocol" }]);
   });
 });
