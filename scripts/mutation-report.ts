@@ -2,12 +2,17 @@
 // markdown: the score per file and the surviving / uncovered mutants with
 // their source line, grouped by why they might survive.
 //
-//   npx tsx scripts/mutation-report.ts [reports/mutation/mutation.json] > out.md
+//   npx tsx scripts/mutation-report.ts [reports/mutation/mutation.json] [docs/mutation-notes.json] > out.md
+//
+// The notes file says why a surviving mutant survives:
+//   { "categories": { "<id>": "<what this kind of survivor means>" },
+//     "notes": { "core/x.ts:LINE:MUTATOR": { "category": "<id>", "why": "<reason>" } } }
+// Mutants with a note are grouped by its category; the others by where they sit.
 //
 // Score = (killed + timeout) / (killed + timeout + survived + no coverage),
 // Stryker's "mutation score" (compile errors and ignored mutants excluded).
 
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 
 interface Mutant {
   id: string;
@@ -22,10 +27,17 @@ interface Report {
 
 const file = process.argv[2] ?? "reports/mutation/mutation.json";
 const report = JSON.parse(readFileSync(file, "utf8")) as Report;
+interface Notes {
+  categories: Record<string, string>;
+  notes: Record<string, { category: string; why: string }>;
+}
+const notes: Notes = existsSync(process.argv[3] ?? "docs/mutation-notes.json")
+  ? (JSON.parse(readFileSync(process.argv[3] ?? "docs/mutation-notes.json", "utf8")) as Notes)
+  : { categories: {}, notes: {} };
 
 type Row = { file: string; killed: number; timeout: number; survived: number; noCoverage: number; ignored: number };
 const rows: Row[] = [];
-const open: Array<{ file: string; line: number; mutator: string; replacement: string; code: string; status: string; group: string }> = [];
+const open: Array<{ file: string; line: number; mutator: string; replacement: string; code: string; status: string; group: string; why: string }> = [];
 
 /** Which group a surviving mutant falls in, from where it sits. */
 function groupOf(lines: string[], line: number, m: Mutant): string {
@@ -57,6 +69,7 @@ for (const [name, f] of Object.entries(report.files).sort(([a], [b]) => a.locale
     else r.ignored++;
     if (m.status === "Survived" || m.status === "NoCoverage") {
       const line = m.location.start.line;
+      const note = notes.notes[`${name}:${line}:${m.mutatorName}`];
       open.push({
         file: name,
         line,
@@ -64,7 +77,8 @@ for (const [name, f] of Object.entries(report.files).sort(([a], [b]) => a.locale
         replacement: (m.replacement ?? "").replace(/\s+/g, " ").slice(0, 60),
         code: (lines[line - 1] ?? "").trim().slice(0, 110),
         status: m.status,
-        group: groupOf(lines, line, m),
+        group: note ? note.category : groupOf(lines, line, m),
+        why: note?.why ?? "",
       });
     }
   }
@@ -95,8 +109,13 @@ for (const o of open) {
   groups.get(o.group)!.push(o);
 }
 for (const [g, list] of [...groups].sort((a, b) => b[1].length - a[1].length)) {
-  out.push(`### ${g} (${list.length})`, "", `| file:line | mutator | replaced by | code |`, `|---|---|---|---|`);
-  for (const o of list) out.push(`| ${o.file}:${o.line} | ${o.mutator}${o.status === "NoCoverage" ? " (no coverage)" : ""} | \`${esc(o.replacement)}\` | \`${esc(o.code)}\` |`);
+  out.push(`### ${g} (${list.length})`, "");
+  if (notes.categories[g]) out.push(notes.categories[g]!, "");
+  out.push(`| file:line | mutator | replaced by | code | why it survives |`, `|---|---|---|---|---|`);
+  for (const o of list)
+    out.push(`| ${o.file}:${o.line} | ${o.mutator}${o.status === "NoCoverage" ? " (no coverage)" : ""} | \`${esc(o.replacement)}\` | \`${esc(o.code)}\` | ${esc(o.why)} |`);
   out.push("");
 }
+const unexplained = open.filter((o) => o.why === "").length;
+out.push(`Survivors without a note: ${unexplained} of ${open.length}.`, "");
 process.stdout.write(out.join("\n") + "\n");
