@@ -154,7 +154,11 @@ class AgentRig {
   run(uuid: string, spec: SpecInit = argv("true"), pid = 4242): AgentEffect[] {
     const out = this.dispatch(uuid, spec);
     expect(of(out, "spawn").map((s) => s.uuid)).toEqual([uuid]);
-    return [...out, ...this.step({ type: "process_started", uuid, pid })];
+    const started = this.step({ type: "process_started", uuid, pid });
+    expect(of(started, "signal")).toEqual([]); // nothing asked it to end
+    const sent = of(started, "send").filter((x) => x.kind === "commandEvent");
+    expect(sent.map((x) => x.lane)).toEqual(sent.map(() => "data"));
+    return [...out, ...started];
   }
 
   exit(uuid: string, exitCode: number | null, extra: Partial<Extract<AgentInput, { type: "process_exited" }>> = {}): AgentEffect[] {
@@ -204,7 +208,8 @@ describe("agent registration", () => {
     expect(hello[0]!.lane).toBe("priority");
     expect(hello[0]!.env.sessionId).toBe("");
     expect(hello[0]!.env.sessionGeneration).toBe(0n);
-    expect(hello[0]!.env.payload.value).toMatchObject({ clientId: "agent-1", clientInstanceId: r.st.instanceId, maxRunningCommands: 3, maxQueuedCommands: 9, daemonCwd: "/", architecture: "x86_64" });
+    expect(hello[0]!.env.payload.value).toMatchObject({ clientId: "agent-1", clientInstanceId: r.st.instanceId, maxRunningCommands: 3, maxQueuedCommands: 9, daemonCwd: "/", architecture: "x86_64", daemonVersion: "rvbox-agent/0.1.0" });
+    expect(of(r.log, "send").map((x) => [x.kind, x.lane])).toEqual([["clientHello", "priority"]]);
   });
 
   it("R-T4: a welcome without a selected version, or with one outside our range, is INCOMPATIBLE_VERSION and closes", () => {
@@ -558,11 +563,8 @@ describe("dispatch admission", () => {
 });
 
 describe("execution spec validation (agent side)", () => {
-  const st = (() => {
-    const r = new AgentRig();
-    return r.st;
-  })();
-  const check = (spec: SpecInit | undefined) => validateSpec(st, spec === undefined ? undefined : (create(ExecutionSpecSchema, spec) as ExecutionSpec));
+  // Built inside each test (never at collection time), so a broken core fails a test, not the file.
+  const check = (spec: SpecInit | undefined) => validateSpec(new AgentRig().st, spec === undefined ? undefined : (create(ExecutionSpecSchema, spec) as ExecutionSpec));
   const long = "x".repeat(MAX_SPEC_STRING_BYTES);
   const script = (over: Record<string, unknown> = {}): SpecInit => ({ program: { case: "script", value: { sizeBytes: 10n, sha256: new Uint8Array(32), interpreter: "/bin/sh", ...over } } });
 
@@ -1684,7 +1686,7 @@ describe("more agent edges", () => {
     r.run("busy");
     r.dispatch("waiting");
     expect(r.cmd("waiting").phase).toBe("queued");
-    const back = new AgentRig({ maxRunning: 1 });
+    const back = new AgentRig({ maxRunning: 2 }); // a slot is free even before "busy" is settled
     back.disk = r.disk;
     back.st = restoreAgent(back.cfg, back.disk.tables(), 4);
     const early = back.step({ type: "tick" });
@@ -1695,6 +1697,12 @@ describe("more agent edges", () => {
     expect(back.st.commands.get("waiting")!.phase).toBe("launching");
     expect(of(started, "spawn").map((s) => s.uuid)).toEqual(["waiting"]);
     expect(of(started, "persist").flatMap((p) => p.records).some((x) => x.table === "meta")).toBe(false); // the instance id is kept, not rewritten
+    // The interrupted command is done like any other: once acknowledged it becomes a tombstone.
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    back.reconcile([]);
+    back.ackAll("busy");
+    expect(back.st.tombstones.has("busy")).toBe(true);
   });
 
   it("R-H1: the wake never lies in the past, and a queued command without expiry adds no deadline", () => {
@@ -1763,11 +1771,6 @@ describe("traces other tools read", () => {
 });
 
 describe("agent edges found by the mutation run", () => {
-  const tablesOf = (t: Record<string, Array<[string, unknown]>>) => {
-    const m = new Map(Object.entries(t).map(([k, rows]) => [k, new Map(rows)]));
-    return { get: (name: string) => m.get(name) };
-  };
-
   it("R-O1: restore ignores rows whose command or outbox is gone, and an empty ledger starts the counter at 0", () => {
     const r = new AgentRig();
     r.establish();
@@ -2037,5 +2040,62 @@ describe("agent invariants: phases and stdin order", () => {
     r.run("c1", { ...argv("cat"), stdinOpen: true });
     r.cmd("c1").stdin = { next: 3, pending: [{ seq: 1, data: new Uint8Array(0), close: false }, { seq: 1, data: new Uint8Array(0), close: false }], pendingBytes: 0, inFlight: false, closed: false };
     expect(() => agentInvariants(r.st)).toThrow(/c1 stdin pending order/);
+  });
+});
+
+describe("agent edges, second pass", () => {
+  it("R-W2: finished (unacknowledged) commands count neither as running nor as queued", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    const out = r.exit("c1", 0);
+    expect(sends(out, "clientCapacity").map((s) => s.env.payload.value)).toEqual([expect.objectContaining({ runningCommands: 0, queuedCommands: 0 })]);
+    expect(r.st.commands.has("c1")).toBe(true);
+  });
+
+  it("R-S3: a duplicate CloseStdin changes nothing; a CloseStdin with nothing in flight reaches the process once durable", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1", { ...argv("cat"), stdinOpen: true });
+    r.autoDurable = false;
+    const cl = r.frame(closeStdin("c1", 1n));
+    expect(of(cl, "close_stdin")).toEqual([]);
+    expect(of(r.flush(), "close_stdin")).toEqual([{ type: "close_stdin", uuid: "c1", seq: 1 }]);
+    r.autoDurable = true;
+    const dup = r.frame(closeStdin("c1", 1n));
+    expect(dup.some((e) => e.type === "persist" || e.type === "close_stdin")).toBe(false);
+    expect(r.cmd("c1").stdin.next).toBe(2);
+  });
+
+  it("R-C3: a commit for a finished script command is not even answered", () => {
+    const body = new Uint8Array(20).fill(3);
+    const r = new AgentRig({ maxRunning: 0 });
+    r.establish();
+    r.dispatch("s1", { program: { case: "script", value: { sizeBytes: 20n, sha256: sha(body), interpreter: "/bin/sh" } } });
+    r.frame(chunk("s1", 0, body.subarray(0, 10)));
+    r.frame(signal("s1", 2n, SignalKind.CANCEL));
+    expect(sends(r.frame(commit("s1", 20, sha(body))))).toEqual([]);
+    expect(sends(r.frame(chunk("s1", 10, body.subarray(10))))).toEqual([]);
+  });
+
+  it("R-D2: a launch authorized before a crash is reported interrupted and its possible process killed by the shell's own record (pid 0)", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.dispatch("c1");
+    expect(r.cmd("c1").phase).toBe("launching");
+    const back = new AgentRig();
+    back.disk = r.disk;
+    back.st = restoreAgent(back.cfg, back.disk.tables(), 4);
+    const out = back.step({ type: "start" });
+    expect(of(out, "kill_orphan")).toEqual([{ type: "kill_orphan", uuid: "c1", pid: 0 }]);
+    expect(back.st.commands.get("c1")).toMatchObject({ phase: "done", lifecycle: L.INTERRUPTED });
+    expect(of(out, "spawn")).toEqual([]);
+  });
+
+  it("R-H1: after 10 s of silence the agent asks its runner for a ping on the current connection", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.now = T0 + 10_000;
+    expect(of(r.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
   });
 });

@@ -1859,6 +1859,44 @@ describe("server edges found by the mutation run", () => {
     r.accept(c, "c1");
     r.step({ type: "tick" });
     expect(dispatches(r, r.log)).toHaveLength(1);
+    const w = new ServerRig({ redeliveryMs: 3_000 });
+    const d = w.connect();
+    w.submit("a", "c1");
+    w.autoDurable = false;
+    w.accept(d, "c1");
+    expect(of(w.step({ type: "tick" }), "wake").at(-1)!.at).toBe(T0 + 10_000); // no redelivery deadline for it
+  });
+
+  it("R-D1: command deadlines: the earliest expiry wins; a dispatch not yet durable, or one whose session is gone, sets none", () => {
+    const r = new ServerRig();
+    r.submit("off", "c1", argv(), { queueExpiry: T0 + 300 });
+    r.submit("off", "c2", argv(), { queueExpiry: T0 + 500 });
+    expect(of(r.step({ type: "tick" }), "wake").at(-1)!.at).toBe(T0 + 300);
+    const n = new ServerRig({ redeliveryMs: 5_000 });
+    n.connect();
+    n.autoDurable = false;
+    n.submit("a", "c1");
+    expect(n.cmd("c1").state).toBe(L.DISPATCHED);
+    expect(of(n.log, "wake").at(-1)!.at).toBe(T0 + 10_000);
+    const g = new ServerRig({ redeliveryMs: 5_000 });
+    const c = g.connect();
+    g.submit("a", "c1");
+    g.step({ type: "conn_closed", conn: c, reason: "gone" });
+    g.now = T0 + 6_000;
+    expect(of(g.step({ type: "tick" }), "wake")).toEqual([]);
+  });
+
+  it("R-S1: several durable stdin writes leave in one go as far as the window allows", () => {
+    const r = new ServerRig({ stdinWindow: 10 });
+    const c = r.connect();
+    r.running(c, "c1", { ...argv("cat"), stdinOpen: true });
+    r.autoDurable = false;
+    for (const id of ["w1", "w2", "w3"]) r.control({ op: "stdin", requestId: id, uuid: "c1", data: new Uint8Array(3), appendNewline: false });
+    expect(r.sent(r.log, c, "stdinWrite")).toEqual([]);
+    const out = r.flush();
+    // 3 + 1, then 4 + 3 <= 10 (in flight 8), then 8 + 3 > 10: the third waits.
+    expect(r.sent(out, c, "stdinWrite").map((s) => Number((s.env.payload.value as { writeSeq: bigint }).writeSeq))).toEqual([1, 2]);
+    expect(r.cmd("c1").stdin.sentThrough).toBe(2);
   });
 
   it("R-S4 R-S5: USER2 is refused on a queued command like USER1", () => {
@@ -1958,19 +1996,21 @@ describe("retention edges", () => {
     r.event(c, "c1", 2, output(OutputStream.STDERR, 0, raw));
     r.event(c, "c1", 3, output(OutputStream.STDOUT, 0, raw));
     r.event(c, "c1", 4, output(OutputStream.STDERR, 40, raw)); // lines up with stdout's end, but another stream
-    r.event(c, "c1", 5, { case: "truncation", value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 40n, length: 60n })], cause: 2 }) });
-    r.event(c, "c1", 6, output(OutputStream.STDOUT, 100, raw)); // same stream after a gap
-    r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw)); // continues exactly
+    r.event(c, "c1", 5, output(OutputStream.STDOUT, 40, raw));
+    r.event(c, "c1", 6, { case: "truncation", value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 80n, length: 60n })], cause: 2 }) });
+    r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw)); // same stream after a gap
+    r.event(c, "c1", 8, output(OutputStream.STDOUT, 180, raw)); // continues exactly
     expect(r.cmd("c1").segments).toEqual([
       {
         firstSeq: 2,
-        lastSeq: 7,
-        bytes: 5 * zlen,
+        lastSeq: 8,
+        bytes: 6 * zlen,
         ranges: [
           { stream: "stderr", offset: 0, length: 40 },
           { stream: "stdout", offset: 0, length: 40 },
           { stream: "stderr", offset: 40, length: 40 },
-          { stream: "stdout", offset: 100, length: 80 },
+          { stream: "stdout", offset: 40, length: 40 },
+          { stream: "stdout", offset: 140, length: 80 },
         ],
       },
     ]);
