@@ -40,6 +40,7 @@ for (let i = 0; i < N; i++) {
     ingressPending: 0,
     inflight: 0,
     openedAt: now,
+    snapshotReceived: true,
   });
 }
 for (let j = 0; j < M; j++) {

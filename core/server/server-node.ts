@@ -153,6 +153,7 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
         ingressPending: 0,
         inflight: 0,
         openedAt: now,
+        snapshotReceived: false,
       });
       break;
     case "conn_closed":
@@ -211,7 +212,9 @@ function onFrame(st: ServerState, ctx: ServerCtx, connId: number, data: Uint8Arr
   };
   switch (p.case) {
     case "reconcileSnapshot":
-      if (conn.phase !== "reconciling") return fail(Code.PROTOCOL_ERROR, "second ReconcileSnapshot on one session", true);
+      // One per session, also while the first one's result waits for durability.
+      if (conn.phase !== "reconciling" || conn.snapshotReceived) return fail(Code.PROTOCOL_ERROR, "second ReconcileSnapshot on one session", true);
+      conn.snapshotReceived = true;
       handleSnapshot(st, ctx, conn, p.value);
       return;
     case "commandAccepted":

@@ -158,6 +158,8 @@ export interface ConnState {
   /** Commands dispatched on this session without an answer. */
   inflight: number;
   openedAt: number;
+  /** The session's one ReconcileSnapshot has arrived (its result may still wait for durability). */
+  snapshotReceived: boolean;
 }
 
 export interface Incident {

@@ -232,7 +232,7 @@ describe("connections", () => {
   it("R-W1: the server holds at most MAX_SERVER_CONNECTIONS; one more is refused before it is tracked", () => {
     const r = new ServerRig();
     const fill = (n: number) => {
-      for (let i = 0; i < n; i++) r.st.conns.set(1_000_000 + i, { conn: 1_000_000 + i, phase: "hello", clientId: "", instanceId: "", sessionId: "", generation: 0, version: null, hb: { lastInbound: T0, pinged: false }, ingressPending: 0, inflight: 0, openedAt: T0 });
+      for (let i = 0; i < n; i++) r.st.conns.set(1_000_000 + i, { conn: 1_000_000 + i, phase: "hello", clientId: "", instanceId: "", sessionId: "", generation: 0, version: null, hb: { lastInbound: T0, pinged: false }, ingressPending: 0, inflight: 0, openedAt: T0, snapshotReceived: false });
     };
     fill(MAX_SERVER_CONNECTIONS - 1);
     r.step({ type: "conn_open", conn: 1 });
@@ -1582,7 +1582,7 @@ describe("server invariants catch every corruption they check", () => {
 
   it("refuses more connections or incidents than their bounds", () => {
     const { r } = healthy();
-    for (let i = 0; i < MAX_SERVER_CONNECTIONS; i++) r.st.conns.set(1_000_000 + i, { conn: 1_000_000 + i, phase: "hello", clientId: "", instanceId: "", sessionId: "", generation: 0, version: null, hb: { lastInbound: 0, pinged: false }, ingressPending: 0, inflight: 0, openedAt: 0 });
+    for (let i = 0; i < MAX_SERVER_CONNECTIONS; i++) r.st.conns.set(1_000_000 + i, { conn: 1_000_000 + i, phase: "hello", clientId: "", instanceId: "", sessionId: "", generation: 0, version: null, hb: { lastInbound: 0, pinged: false }, ingressPending: 0, inflight: 0, openedAt: 0, snapshotReceived: false });
     expect(() => serverInvariants(r.st)).toThrow(/connections over their bound/);
     const k = healthy().r;
     for (let i = 0; i <= MAX_INCIDENTS_KEPT; i++) k.st.incidents.set(`x${i}`, { id: `x${i}`, clientId: "a", uuid: "", kind: "k", detail: "", at: 0, acknowledged: true });
