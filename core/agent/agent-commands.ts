@@ -294,7 +294,13 @@ export function handleScriptFailed(st: AgentState, ctx: AgentCtx, uuid: string, 
 
 export function handleProcessStarted(st: AgentState, ctx: AgentCtx, uuid: string, pid: number): void {
   const c = st.commands.get(uuid);
-  if (!c || c.phase !== "launching") return;
+  if (!c) {
+    // The command was removed while its spawn was in flight (a ReconcileResult
+    // terminated it): no command owns this process, so it must not run on (R-D11).
+    if (pid > 0) ctx.emit({ type: "kill_orphan", uuid, pid });
+    return;
+  }
+  if (c.phase !== "launching") return;
   c.phase = "running";
   c.pid = pid;
   c.lifecycle = CommandLifecycle.RUNNING;

@@ -297,15 +297,13 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
       if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
       if (c.signals.length >= MAX_PENDING_SIGNALS) return replyError(ctx, r.requestId, Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`, r.uuid);
+      const ending = r.signal !== SignalKind.USER1 && r.signal !== SignalKind.USER2;
+      // Refused before anything is remembered: a refusal must not evict the
+      // remembered answer of an earlier request (R-S5).
+      if (c.state === L.QUEUED && !ending) return replyError(ctx, r.requestId, Code.VALIDATION, "the command is not running yet", r.uuid);
       c.revision++;
       remember(c, r.requestId, c.revision);
-      const ending = r.signal !== SignalKind.USER1 && r.signal !== SignalKind.USER2;
       if (c.state === L.QUEUED) {
-        if (!ending) {
-          c.revision--;
-          delete c.requests[r.requestId];
-          return replyError(ctx, r.requestId, Code.VALIDATION, "the command is not running yet", r.uuid);
-        }
         // Never reached an agent: the server ends it itself.
         setState(st, ctx, c, L.CANCELLED, "server", `${SignalKind[r.signal]?.toLowerCase()} before dispatch`);
         return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });

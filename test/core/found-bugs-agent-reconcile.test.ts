@@ -1,7 +1,7 @@
 // A real bug found while writing the mutation-survivor tests for the agent
-// reducer. The test states the behaviour the spec asks for and FAILS against
-// the current core (core/agent/agent-reconcile.ts handleReconcileResult); it is
-// kept apart and not fixed here, and is meant to stay red until core/ is fixed.
+// reducer. The test states the behaviour the spec asks for and FAILED against
+// the core before the fix (a late process_started of a removed command is now
+// answered with kill_orphan); kept as the regression test.
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";

@@ -1,8 +1,8 @@
 // A real (minor) bug found while writing the mutation-survivor tests for the
 // server reducer. The test states the behaviour R-S5 asks for and FAILS
-// against the current core (core/server/server-commands.ts, the "signal" case
-// of handleControl with remember()); it is kept apart, not fixed here, and is
-// meant to stay red until core/ is fixed.
+// against the core before the fix (core/server/server-commands.ts, the "signal" case
+// of handleControl with remember()); fixed by refusing before remembering;
+// kept as the regression test.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
