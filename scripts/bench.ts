@@ -1,6 +1,7 @@
 // npm run bench: RVBox's shells measured against plain baselines, each in the
-// same invocation. Every daemon runs as its own process (node + tsx), as
-// deployed; the bench process is the operator (control API client).
+// same invocation. Every daemon runs as its own process from the compiled
+// tree (`npm run build`, then `node dist/bin/rvbox.js`), as the systemd units
+// deploy it; the bench process is the operator (control API client).
 //
 //   throughput   64 MiB of log-like text from `cat` on an agent to durable
 //                server storage  vs  the same bytes over a bare `ws` loopback link
@@ -10,7 +11,9 @@
 //   sessions     server RSS with 2,000 idle registered agent sessions
 //   retention    server RSS before/after retaining 1 GiB of output
 //
-// Flags: --only=a,b  --quick (smaller sizes, for a smoke run).
+// Flags: --only=a,b  --quick (smaller sizes, for a smoke run)
+//        --tsx (run the daemons from source through the tsx loader instead of dist/)
+//        --no-build (use dist/ as it is, e.g. after instrumenting it by hand).
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -25,9 +28,11 @@ import { ControlService } from "../protos/gen/rvbox/v1/control_pb.js";
 import { isTerminal } from "../core/index.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
-const BIN = path.join(ROOT, "bin/rvbox.js");
 const MiB = 1024 * 1024;
 const args = process.argv.slice(2);
+/** The daemons' entry: the compiled tree (built at the start of main), or the tsx shim with --tsx. */
+const TSX = args.includes("--tsx");
+const BIN = path.join(ROOT, TSX ? "bin/rvbox.js" : "dist/bin/rvbox.js");
 const QUICK = args.includes("--quick");
 // RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step;
 // RVBOX_BENCH_PROF=DIR writes a V8 CPU profile of each daemon there.
@@ -263,10 +268,12 @@ async function benchLatency(env: Env): Promise<void> {
     if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`latency: command ended ${CommandLifecycle[st]}`);
     if (i >= 10) lat.push(performance.now() - t); // 10 warm-up runs
   }
+  // spawn() forks the agent: its cost grows with the agent's resident memory (npm run bench:spawn).
+  const agentRss = rssKiB(agent.pid!) / 1024;
   agent.kill("SIGTERM");
   await srv.stop();
   report(
-    `latency: rvbox submit->terminal p50 ${pct(lat, 0.5).toFixed(1)} ms p99 ${pct(lat, 0.99).toFixed(1)} ms (n=${n}) | baseline spawn(true) p50 ${pct(base, 0.5).toFixed(1)} ms p99 ${pct(base, 0.99).toFixed(1)} ms | p50 ratio ${(pct(lat, 0.5) / pct(base, 0.5)).toFixed(1)}x`,
+    `latency: rvbox submit->terminal p50 ${pct(lat, 0.5).toFixed(1)} ms p99 ${pct(lat, 0.99).toFixed(1)} ms (n=${n}; agent RSS ${agentRss.toFixed(0)} MiB) | baseline spawn(true) p50 ${pct(base, 0.5).toFixed(1)} ms p99 ${pct(base, 0.99).toFixed(1)} ms | p50 ratio ${(pct(lat, 0.5) / pct(base, 0.5)).toFixed(1)}x`,
   );
 }
 
@@ -398,7 +405,12 @@ async function main(): Promise<void> {
   writeFileSync(env.tokenFile, env.fleet + "\n");
   mkdirSync(path.join(dir, "fleet"), { recursive: true });
   const mem = os.totalmem() / 1024 ** 3;
-  console.log(`rvbox bench${QUICK ? " (--quick)" : ""}: node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`);
+  if (!TSX && !args.includes("--no-build")) {
+    // Build the deployable tree so the daemons measured are the sources as they stand.
+    const { execFileSync } = await import("node:child_process");
+    execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json")], { cwd: ROOT, stdio: "inherit" });
+  }
+  console.log(`rvbox bench${QUICK ? " (--quick)" : ""}${TSX ? " (--tsx)" : ""}: daemons from ${path.relative(ROOT, BIN)}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`);
   const benches: Array<[string, (e: Env) => Promise<void>]> = [
     ["throughput", benchThroughput],
     ["latency", benchLatency],

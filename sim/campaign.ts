@@ -6,6 +6,9 @@ import { availableParallelism } from "node:os";
 import type { RunResult } from "./run.js";
 import type { SwarmOptions } from "./swarm.js";
 
+/** Run from source (tsx), a worker needs the loader registered first; from the compiled tree (dist/), it loads the JS directly. */
+const WORKER_ENTRY = new URL(import.meta.url.endsWith(".js") ? "./campaign-worker.js" : "./campaign-worker-boot.mjs", import.meta.url);
+
 export interface CampaignOptions {
   variant: string | null;
   swarmOptions: SwarmOptions | null;
@@ -57,7 +60,7 @@ export async function runCampaign(seeds: number[], jobs: number, opts: CampaignO
   await Promise.all(
     Array.from({ length: n }, () =>
       new Promise<void>((resolve, reject) => {
-        const w = new Worker(new URL("./campaign-worker-boot.mjs", import.meta.url), { workerData: opts });
+        const w = new Worker(WORKER_ENTRY, { workerData: opts });
         const next = (): void => {
           const seed = queue.shift();
           if (seed === undefined) {

@@ -155,9 +155,9 @@ export interface Child {
   exited: Promise<number | null>;
 }
 
-/** Run `rvbox <args>` as a child process (node + tsx loader). */
-export function spawnRvbox(args: string[], env: Record<string, string> = {}): Child {
-  const proc = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+/** Run `rvbox <args>` as a child process (node + tsx loader, or `entry`, e.g. the compiled dist/bin/rvbox.js). */
+export function spawnRvbox(args: string[], env: Record<string, string> = {}, entry: string = BIN): Child {
+  const proc = spawn(process.execPath, [entry, ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let text = "";
   proc.stdout!.on("data", (d: Buffer) => (text += d.toString()));
   proc.stderr!.on("data", (d: Buffer) => (text += d.toString()));

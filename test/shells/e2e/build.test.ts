@@ -1,0 +1,59 @@
+// The deployable tree: `npm run build` compiles the sources to dist/, and
+// `node dist/bin/rvbox.js` (what the systemd units run) serves agents and the
+// control API with no TypeScript loader in the process.
+import { execFile } from "node:child_process";
+import { existsSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { cleanupTemp, collect, controlClient, FLEET_TOKEN, ROOT, spawnRvbox, tempDir, waitFor, writeTokenFiles, type Child } from "./helpers.js";
+import { freePort } from "./tcp-proxy.js";
+
+const run = promisify(execFile);
+const DIST_BIN = path.join(ROOT, "dist/bin/rvbox.js");
+
+describe("compiled build (dist/)", () => {
+  const children: Child[] = [];
+  afterAll(async () => {
+    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+    await cleanupTemp();
+  });
+
+  it("R-T1: `npm run build` emits dist/bin/rvbox.js, and the compiled server and agent run a command end to end", async () => {
+    await run(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json")], { cwd: ROOT });
+    expect(existsSync(DIST_BIN)).toBe(true);
+
+    const work = await tempDir("rvbox-dist-");
+    const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
+    const agentToken = path.join(work, "agent-token");
+    writeFileSync(agentToken, FLEET_TOKEN + "\n", { mode: 0o600 });
+    const [agentPort, controlPort] = [await freePort(), await freePort()];
+    const server = spawnRvbox(
+      ["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", path.join(work, "data"), "--agent-tokens", files.agentTokens, "--operator-token", files.operatorToken, "--log-level", "warn"],
+      {},
+      DIST_BIN,
+    );
+    children.push(server);
+    const client = controlClient(`http://127.0.0.1:${controlPort}`);
+    await waitFor("server up", async () => (await client.listClients({})) !== undefined, 30_000);
+    const agent = spawnRvbox(
+      ["agent", "--server", `ws://127.0.0.1:${agentPort}/v1/agent`, "--client-id", "dist-a", "--state", path.join(work, "agent"), "--token", agentToken, "--log-level", "warn"],
+      {},
+      DIST_BIN,
+    );
+    children.push(agent);
+    await waitFor("agent connected", async () => (await client.listClients({})).clients.some((c) => c.clientId === "dist-a" && c.connected), 30_000);
+
+    const r = await client.submitCommand({ clientId: "dist-a", program: { case: "argv", value: { argv: ["echo", "from the compiled tree"] } } });
+    const got = await collect(client, r.command!.issueUuid);
+    expect(got.stdout.toString()).toBe("from the compiled tree\n");
+    expect(got.finished?.state).toBe(L.SUCCEEDED);
+
+    // No TypeScript loader in the compiled daemons.
+    expect(server.output()).not.toMatch(/tsx|ERR_/);
+    for (const c of [agent, server]) c.proc.kill("SIGTERM");
+    expect(await agent.exited).toBe(0);
+    expect(await server.exited).toBe(0);
+  }, 120_000);
+});
