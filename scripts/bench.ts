@@ -336,8 +336,10 @@ async function benchRetention(env: Env): Promise<void> {
   const srv = await startServer(env, "ret");
   const agent = startAgent(env, srv.url, "ret-agent");
   await connected(srv.ctl, ["ret-agent"]);
-  // Warm-up: the streaming path's buffers and JIT, so the first point is not a cold process.
-  const warm = QUICK ? 8 * MiB : 64 * MiB;
+  // Warm-up: one command as large as each measured one, so the first point already has the
+  // streaming path's buffers, JIT code and a heap sized for a command of this size (a 64 MiB
+  // warm-up left a one-time step of ~35 MiB at the first 256 MiB command, then no trend).
+  const warm = per;
   const r0 = await srv.ctl.submitCommand({ clientId: "ret-agent", program: { case: "shell", value: { commandLine: `head -c ${warm} /dev/urandom` } } });
   await waitFor("warm-up terminal", async () => isTerminal((await srv.ctl.getCommand({ issueUuid: r0.command!.issueUuid })).command!.state), 600_000, 50);
   await sleep(2000);
