@@ -13,7 +13,8 @@
 //
 // Flags: --only=a,b  --quick (smaller sizes, for a smoke run)
 //        --tsx (run the daemons from source through the tsx loader instead of dist/)
-//        --no-build (use dist/ as it is, e.g. after instrumenting it by hand).
+//        --no-build (use dist/ as it is, e.g. after instrumenting it by hand)
+//        --repeat=N (throughput and latency N times each, then the median ratio).
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -32,6 +33,8 @@ const MiB = 1024 * 1024;
 const args = process.argv.slice(2);
 /** The daemons' entry: the compiled tree (built at the start of main), or the tsx shim with --tsx. */
 const TSX = args.includes("--tsx");
+/** --repeat=N: run throughput and latency N times each and print the median ratio. */
+const REPEAT = Math.max(1, Number(args.find((a) => a.startsWith("--repeat="))?.slice(9) ?? 1) || 1);
 const BIN = path.join(ROOT, TSX ? "bin/rvbox.js" : "dist/bin/rvbox.js");
 const QUICK = args.includes("--quick");
 // RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step;
@@ -413,6 +416,7 @@ async function main(): Promise<void> {
     execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json")], { cwd: ROOT, stdio: "inherit" });
   }
   console.log(`rvbox bench${QUICK ? " (--quick)" : ""}${TSX ? " (--tsx)" : ""}: daemons from ${path.relative(ROOT, BIN)}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`);
+  const KEEP = new Set(["operator-token", "agent-tokens", "agent-token", "fleet"]);
   const benches: Array<[string, (e: Env) => Promise<void>]> = [
     ["throughput", benchThroughput],
     ["latency", benchLatency],
@@ -423,11 +427,23 @@ async function main(): Promise<void> {
   try {
     for (const [name, fn] of benches) {
       if (ONLY && !ONLY.includes(name)) continue;
-      try {
-        await fn(env);
-      } catch (err) {
-        report(`${name}: FAILED ${err instanceof Error ? err.message : String(err)}`);
+      // The ratio benches can be repeated: this machine's speed moves between runs, and each
+      // run pairs RVBox with its own baseline, so the median of the ratios is the figure to quote.
+      const times = name === "throughput" || name === "latency" ? REPEAT : 1;
+      const ratios: number[] = [];
+      for (let i = 0; i < times; i++) {
+        // Each repetition starts from empty data and state directories, like the first.
+        if (i > 0) for (const f of readdirSync(dir)) if (!KEEP.has(f)) rmSync(path.join(dir, f), { recursive: true, force: true });
+        try {
+          const before = results.length;
+          await fn(env);
+          const m = /ratio ([0-9.]+)x/.exec(results[before] ?? "");
+          if (m) ratios.push(Number(m[1]));
+        } catch (err) {
+          report(`${name}: FAILED ${err instanceof Error ? err.message : String(err)}`);
+        }
       }
+      if (times > 1 && ratios.length > 0) report(`${name}: median ratio ${pct(ratios, 0.5).toFixed(3)}x over ${ratios.length} runs (${ratios.map((r) => r.toFixed(3)).join(", ")})`);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
