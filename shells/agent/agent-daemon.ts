@@ -51,7 +51,7 @@ import {
 } from "../../core/index.js";
 import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { killProcessGroup, startProcess, writeScriptFile, type ProcessHandle, type ProcessSpec, type ShellName, type SignalName } from "../exec/index.js";
-import { ConnWriter, DEFAULT_WRITER_LIMITS, type WriterLimits } from "../runtime/conn-writer.js";
+import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
 import { createLogger, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
@@ -242,27 +242,11 @@ export class AgentDaemon {
       case "persist":
         this.store.persist(e);
         break;
-      case "send": {
-        const l = this.links.get(e.conn);
-        if (l) {
-          this.stats.framesOut++;
-          l.writer.send(e.data, e.lane);
-        }
-        break;
-      }
+      case "send":
       case "ping":
-        this.links.get(e.conn)?.writer.ping();
-        break;
-      case "close": {
-        const l = this.links.get(e.conn);
-        if (l) {
-          this.log.info("closing session", { conn: e.conn, reason: e.reason });
-          l.writer.close(e.reason);
-        }
-        break;
-      }
+      case "close":
       case "wake":
-        this.loop.setWake(e.at);
+        if (execTransportEffect(e, (c) => this.links.get(c)?.writer, (at) => this.loop.setWake(at), this.log, "closing session")) this.stats.framesOut++;
         break;
       case "trace":
         if (this.log.level === "debug") this.log.debug(e.event, e.detail);

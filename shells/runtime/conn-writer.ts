@@ -18,6 +18,8 @@
  * sender resends after reconnecting) and closes with code 4000.
  */
 import type { WebSocket } from "ws";
+import type { CloseEffect, PingEffect, SendEffect, WakeEffect } from "../../core/index.js";
+import type { Logger } from "./log.js";
 
 export interface WriterLimits {
   maxInFlight: number;
@@ -148,4 +150,43 @@ function truncateReason(r: string): string {
   const b = Buffer.from(r, "utf8");
   if (b.length <= 120) return r;
   return b.subarray(0, 120).toString("utf8").replace(/\uFFFD$/, "");
+}
+
+/** The transport effects both daemons execute alike. */
+export type TransportEffect = SendEffect | PingEffect | CloseEffect | WakeEffect;
+
+/**
+ * Executes one transport effect: a frame, a WebSocket ping or a close on the
+ * connection's writer (a connection already gone is a no-op: the core learns
+ * of it through its own close input), or re-arming the loop's one timer.
+ * Returns whether a frame was handed to a writer (for the daemons' counters).
+ */
+export function execTransportEffect(
+  e: TransportEffect,
+  writerOf: (conn: number) => ConnWriter | undefined,
+  setWake: (at: number) => void,
+  log: Logger,
+  closing: string,
+): boolean {
+  switch (e.type) {
+    case "send": {
+      const w = writerOf(e.conn);
+      w?.send(e.data, e.lane);
+      return w !== undefined;
+    }
+    case "ping":
+      writerOf(e.conn)?.ping();
+      return false;
+    case "close": {
+      const w = writerOf(e.conn);
+      if (w) {
+        log.info(closing, { conn: e.conn, reason: e.reason });
+        w.close(e.reason);
+      }
+      return false;
+    }
+    case "wake":
+      setWake(e.at);
+      return false;
+  }
 }

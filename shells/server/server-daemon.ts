@@ -47,7 +47,7 @@ import {
 import { AgentErrorSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { ConnWriter, DEFAULT_WRITER_LIMITS, type WriterLimits } from "../runtime/conn-writer.js";
+import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
 import { createLogger, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
@@ -320,21 +320,10 @@ export class ServerDaemon {
         this.storage.persist(e);
         break;
       case "send":
-        this.conns.get(e.conn)?.writer.send(e.data, e.lane);
-        break;
       case "ping":
-        this.conns.get(e.conn)?.writer.ping();
-        break;
-      case "close": {
-        const info = this.conns.get(e.conn);
-        if (info) {
-          this.log.info("closing agent session", { conn: e.conn, reason: e.reason });
-          info.writer.close(e.reason);
-        }
-        break;
-      }
+      case "close":
       case "wake":
-        this.loop.setWake(e.at);
+        execTransportEffect(e, (c) => this.conns.get(c)?.writer, (at) => this.loop.setWake(at), this.log, "closing agent session");
         break;
       case "reply": {
         const list = this.pending.get(e.requestId);

@@ -1,7 +1,8 @@
 import { EventEmitter } from "node:events";
 import { describe, expect, it } from "vitest";
 import type { WebSocket } from "ws";
-import { ConnWriter } from "../../../shells/runtime/conn-writer.js";
+import { ConnWriter, execTransportEffect } from "../../../shells/runtime/conn-writer.js";
+import { createLogger } from "../../../shells/runtime/log.js";
 import { NodeLoop, type Staged } from "../../../shells/runtime/node-loop.js";
 
 type In = { t: string; conn?: number; n?: number };
@@ -139,5 +140,34 @@ describe("shell runtime: connection writer", () => {
     const w3 = new ConnWriter(ws3 as unknown as WebSocket, { maxInFlight: 10, maxQueuedBytes: 100, deadlineBytes: 50, writeDeadlineMs: 1000 });
     for (let i = 0; i < 10; i++) w3.send(new Uint8Array(30), "data");
     expect(ws3.terminated).toBe(true);
+  });
+});
+
+describe("shell runtime: transport effects (shared by both daemons)", () => {
+  it("R-W4: send, ping and close go to the connection's writer; a connection already gone is a no-op; wake re-arms the timer", () => {
+    const calls: string[] = [];
+    const writer = {
+      send: (data: Uint8Array, lane: string) => calls.push(`send ${lane} ${data.length}`),
+      ping: () => calls.push("ping"),
+      close: (reason: string) => calls.push(`close ${reason}`),
+    } as unknown as ConnWriter;
+    const writerOf = (conn: number) => (conn === 1 ? writer : undefined);
+    const wakes: number[] = [];
+    const lines: string[] = [];
+    const log = createLogger("t", "info", (l) => lines.push(l));
+    const run = (e: Parameters<typeof execTransportEffect>[0]) => execTransportEffect(e, writerOf, (at) => wakes.push(at), log, "closing session");
+
+    expect(run({ type: "send", conn: 1, lane: "data", data: new Uint8Array(3), kind: "clientHello" })).toBe(true);
+    expect(run({ type: "send", conn: 2, lane: "priority", data: new Uint8Array(5), kind: "clientHello" })).toBe(false);
+    expect(run({ type: "ping", conn: 1 })).toBe(false);
+    expect(run({ type: "ping", conn: 2 })).toBe(false);
+    expect(run({ type: "close", conn: 2, reason: "gone" })).toBe(false);
+    expect(run({ type: "close", conn: 1, reason: "fenced" })).toBe(false);
+    expect(run({ type: "wake", at: 1234 })).toBe(false);
+
+    expect(calls).toEqual(["send data 3", "ping", "close fenced"]);
+    expect(wakes).toEqual([1234]);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/closing session conn=1 reason="fenced"/);
   });
 });
