@@ -10,11 +10,13 @@
 //   fleet        commands/s across 200 agents  vs  bare spawns/s of `true`
 //   sessions     server RSS with 2,000 idle registered agent sessions
 //   retention    server RSS before/after retaining 1 GiB of output
+//   soak         (only with --only=soak) both daemons' RSS over many short commands
 //
 // Flags: --only=a,b  --quick (smaller sizes, for a smoke run)
 //        --tsx (run the daemons from source through the tsx loader instead of dist/)
 //        --no-build (use dist/ as it is, e.g. after instrumenting it by hand)
-//        --repeat=N (throughput and latency N times each, then the median ratio).
+//        --repeat=N (throughput and latency N times each, then the median ratio)
+//        --soak=N (commands for the soak; default 20,000).
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -364,6 +366,41 @@ async function benchRetention(env: Env): Promise<void> {
   report(`retention: server RSS ${points.join(" -> ")} retained (random bytes, default caps 256 MiB/command and 4 GiB/client, ${segs} segment+index files on disk, ${secs.toFixed(0)} s to push)`);
 }
 
+/**
+ * Not in the default set (`--only=soak`, or `npm run soak`): many short commands through one
+ * server and agent, both daemons' RSS sampled as they accumulate. The agent should level off
+ * (its per-command state is bounded by MAX_TOMBSTONES); the server keeps every command (a known
+ * limit, docs/ARCHITECTURE.md), and this is how that growth is measured. --soak=N commands.
+ */
+async function benchSoak(env: Env): Promise<void> {
+  const total = Number(args.find((a) => a.startsWith("--soak="))?.slice(7) ?? (QUICK ? 1000 : 20_000));
+  const inFlight = 8;
+  const srv = await startServer(env, "soak");
+  const agent = startAgent(env, srv.url, "soak-agent");
+  const mib = (pid: number) => (rssKiB(pid) / 1024).toFixed(1);
+  try {
+    await connected(srv.ctl, ["soak-agent"]);
+    const points = [`idle: agent ${mib(agent.pid!)} MiB, server ${mib(srv.proc.pid!)} MiB`];
+    const every = Math.max(1, Math.floor(total / 10));
+    let next = 0;
+    let done = 0;
+    await Promise.all(
+      Array.from({ length: inFlight }, async () => {
+        while (next++ < total) {
+          const r = await srv.ctl.submitCommand({ clientId: "soak-agent", program: { case: "argv", value: { argv: ["true"] } } });
+          const st = await settle(srv.ctl, r.command!.issueUuid);
+          if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`soak: command ended ${CommandLifecycle[st]}`);
+          if (++done % every === 0) points.push(`${done}: agent ${mib(agent.pid!)} MiB, server ${mib(srv.proc.pid!)} MiB`);
+        }
+      }),
+    );
+    report(`soak: ${total} x true, ${inFlight} in flight; RSS ${points.join(" -> ")}`);
+  } finally {
+    agent.kill("SIGTERM");
+    await srv.stop();
+  }
+}
+
 // ------------------------------------------------------------------ roles
 
 async function fleetRole(url: string, n: number, tokenFile: string, dir: string): Promise<void> {
@@ -423,10 +460,11 @@ async function main(): Promise<void> {
     ["fleet", benchFleet],
     ["sessions", benchSessions],
     ["retention", benchRetention],
+    ["soak", benchSoak],
   ];
   try {
     for (const [name, fn] of benches) {
-      if (ONLY && !ONLY.includes(name)) continue;
+      if (ONLY ? !ONLY.includes(name) : name === "soak") continue;
       // The ratio benches can be repeated: this machine's speed moves between runs, and each
       // run pairs RVBox with its own baseline, so the median of the ratios is the figure to quote.
       const times = name === "throughput" || name === "latency" ? REPEAT : 1;

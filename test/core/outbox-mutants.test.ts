@@ -73,6 +73,15 @@ function setup(l: OutboxLimits, ...uuids: string[]): { ob: Outbox; cbs: CommandO
   return { ob, cbs };
 }
 
+/** Hand-built spool of `cb` (revision 1, time 0), with the counters those entries imply. */
+function handBuilt(ob: Outbox, cb: CommandOutbox, entries: Array<Record<string, unknown> & { idx: number }>, streamNext: { stdout: number; stderr: number }): void {
+  cb.entries = entries.map((e) => ({ ...e, revision: 1, time: 0 }) as LocalEntry);
+  cb.nextIdx = entries.at(-1)!.idx + 1;
+  cb.streamNext = streamNext;
+  cb.rawBytes = cb.entries.reduce((n, e) => n + (e.kind === "output" ? e.data.length : 0), 0);
+  ob.rawTotal += cb.rawBytes;
+}
+
 /** Hand-built: an event of n encoded bytes admitted earlier and not yet acknowledged. */
 function pin(ob: Outbox, cb: CommandOutbox, n: number): void {
   const seq = cb.nextSeq++;
@@ -428,15 +437,11 @@ describe("budget eviction (R-O7)", () => {
   it("R-O7: hand-built: an evicted output between two budget markers merges all three into the first", () => {
     const { ob, cbs } = setup(l(), "u");
     const cb = cbs[0]!;
-    cb.entries = [
-      { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }], revision: 1, time: 0 },
-      { idx: 2, kind: "output", stream: "stdout", offset: 10, data: data(10), revision: 1, time: 0 },
-      { idx: 3, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 20, length: 10 }, { stream: "stderr", offset: 0, length: 4 }], revision: 1, time: 0 },
-    ];
-    cb.nextIdx = 4;
-    cb.streamNext = { stdout: 30, stderr: 4 };
-    cb.rawBytes = 10;
-    ob.rawTotal = 10;
+    handBuilt(ob, cb, [
+      { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }] },
+      { idx: 2, kind: "output", stream: "stdout", offset: 10, data: data(10) },
+      { idx: 3, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 20, length: 10 }, { stream: "stderr", offset: 0, length: 4 }] },
+    ], { stdout: 30, stderr: 4 });
     outboxInvariants(ob);
     const out: PersistRecord[] = [];
     appendOutput(ob, cb, "stdout", data(MAX_CHUNK_BYTES - 5), 1, 0, out); // 10 + 65531 > 65536: evicts idx 2
@@ -465,15 +470,12 @@ describe("budget eviction (R-O7)", () => {
   it("R-O7: hand-built: a following watermark marker is not merged, and a gap in the same stream starts a new range", () => {
     const { ob, cbs } = setup(l(), "u");
     const cb = cbs[0]!;
-    cb.entries = [
-      { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }], revision: 1, time: 0 },
-      { idx: 2, kind: "output", stream: "stdout", offset: 50, data: data(10), revision: 1, time: 0 },
-      { idx: 3, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stdout", offset: 60, length: 5 }], revision: 1, time: 0 },
-    ];
-    cb.nextIdx = 4;
-    cb.streamNext = { stdout: 65, stderr: 0 };
-    cb.rawBytes = 10;
-    ob.rawTotal = 10;
+    handBuilt(ob, cb, [
+      { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }] },
+      { idx: 2, kind: "output", stream: "stdout", offset: 50, data: data(10) },
+      { idx: 3, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stdout", offset: 60, length: 5 }] },
+    ], { stdout: 65, stderr: 0 });
+    outboxInvariants(ob);
     appendOutput(ob, cb, "stdout", data(MAX_CHUNK_BYTES - 5), 1, 0, []);
     expect(shape(cb)).toEqual([
       ["truncation", 1, BUDGET, ["stdout:0+10", "stdout:50+10"]],
