@@ -11,11 +11,31 @@ export type Lane = "priority" | "data";
  * One durable row change. `value: null` deletes the row. Values are plain
  * data (objects, arrays, strings, numbers, booleans, Uint8Array) and are
  * never mutated after the effect is emitted.
+ *
+ * `prefix: true` (with `value: null` only) deletes every row of `table` whose
+ * key starts with `key` — all the events of a pruned command in one record.
+ * Records of one batch apply in order, so a row written after a prefix delete
+ * in the same batch survives it.
  */
 export interface PersistRecord {
   readonly table: string;
   readonly key: string;
   readonly value: unknown;
+  readonly prefix?: true;
+}
+
+/**
+ * Apply one record to in-memory tables (the simulator's disks and the tests'
+ * use this; the shells' stores do the same in SQL). `copy` clones a value so
+ * the tables never share it with the core.
+ */
+export function applyRecord(tables: Map<string, Map<string, unknown>>, r: PersistRecord, copy: (v: unknown) => unknown): void {
+  let t = tables.get(r.table);
+  if (!t) tables.set(r.table, (t = new Map()));
+  if (r.prefix) {
+    for (const k of [...t.keys()]) if (k.startsWith(r.key)) t.delete(k);
+  } else if (r.value === null) t.delete(r.key);
+  else t.set(r.key, copy(r.value));
 }
 
 /**

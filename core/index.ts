@@ -14,3 +14,4 @@ export { agentStep, agentInvariants, newAgent, restoreAgent, defaultAgentConfig 
 export * from "./server/server-types.js";
 export { serverStep, serverInvariants, newServer, restoreServer, defaultServerConfig } from "./server/server-node.js";
 export { requestDigest } from "./server/server-commands.js";
+export { missingMessage, metaCharge } from "./server/server-history.js";

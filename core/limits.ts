@@ -55,6 +55,23 @@ export const AGENT_STDIN_PENDING_BYTES = 1 * MiB;
 
 /** Server storage tiers. */
 export const SERVER_METADATA_BUDGET_BYTES = 64 * MiB;
+/**
+ * What one command record is charged against that tier (history.ts): a base
+ * for the record and its indexes, plus its spec, plus per stored row event,
+ * per remembered digest and per segment or retention entry.
+ */
+export const SERVER_RECORD_BASE_BYTES = 1 * KiB;
+export const SERVER_EVENT_ROW_BYTES = 256;
+export const SERVER_DIGEST_BYTES = 32;
+export const SERVER_SEGMENT_ENTRY_BYTES = 128;
+/** Active commands may take at most this share of the metadata tier (the rest is for final states and history). */
+export const SERVER_ACTIVE_METADATA_SHARE = 0.75;
+/** Terminal commands are pruned this long after they end, whatever the budget. */
+export const SERVER_HISTORY_MS = 30 * 24 * 60 * 60_000;
+/** Compact records of pruned commands kept, oldest forgotten first (~300 bytes each). */
+export const SERVER_PRUNED_LEDGER_MAX = 100_000;
+/** Commands pruned in one step at most (the rest wait for the next wake). */
+export const SERVER_PRUNES_PER_STEP = 256;
 export const SERVER_OUTPUT_PER_COMMAND_BYTES = 256 * MiB;
 export const SERVER_OUTPUT_PER_CLIENT_BYTES = 4096 * MiB;
 /** Server retention drops stored output a segment at a time. */

@@ -16,7 +16,8 @@
 //        --tsx (run the daemons from source through the tsx loader instead of dist/)
 //        --no-build (use dist/ as it is, e.g. after instrumenting it by hand)
 //        --repeat=N (throughput and latency N times each, then the median ratio)
-//        --soak=N (commands for the soak; default 20,000).
+//        --soak=N (commands for the soak; default 20,000), --soak-budget=MiB (the
+//        server's metadata tier for the soak; default the product's 64 MiB)
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -369,13 +370,16 @@ async function benchRetention(env: Env): Promise<void> {
 /**
  * Not in the default set (`--only=soak`, or `npm run soak`): many short commands through one
  * server and agent, both daemons' RSS sampled as they accumulate. The agent should level off
- * (its per-command state is bounded by MAX_TOMBSTONES); the server keeps every command (a known
- * limit, docs/ARCHITECTURE.md), and this is how that growth is measured. --soak=N commands.
+ * (its per-command state is bounded by MAX_TOMBSTONES); the server's by its reserved metadata
+ * tier, which prunes settled history once full (core/server/server-history.ts). A small
+ * --soak-budget makes the server reach that plateau within the run. --soak=N commands.
  */
 async function benchSoak(env: Env): Promise<void> {
   const total = Number(args.find((a) => a.startsWith("--soak="))?.slice(7) ?? (QUICK ? 1000 : 20_000));
   const inFlight = 8;
-  const srv = await startServer(env, "soak");
+  // --soak-budget=MiB: the server's reserved metadata tier (default: the product's 64 MiB).
+  const budgetMiB = Number(args.find((a) => a.startsWith("--soak-budget="))?.slice(14) ?? 0);
+  const srv = await startServer(env, "soak", budgetMiB > 0 ? { metadataBudget: budgetMiB * MiB } : undefined);
   const agent = startAgent(env, srv.url, "soak-agent");
   const mib = (pid: number) => (rssKiB(pid) / 1024).toFixed(1);
   try {
@@ -394,7 +398,8 @@ async function benchSoak(env: Env): Promise<void> {
         }
       }),
     );
-    report(`soak: ${total} x true, ${inFlight} in flight; RSS ${points.join(" -> ")}`);
+    const tier = budgetMiB > 0 ? `${budgetMiB} MiB` : "default";
+    report(`soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}; RSS ${points.join(" -> ")}`);
   } finally {
     agent.kill("SIGTERM");
     await srv.stop();

@@ -93,7 +93,7 @@ export function printCampaign(s: CampaignSummary, out: (line: string) => void): 
   out("faults            seeds-on  occurrences");
   const kinds = new Set([...Object.keys(s.faultsEnabled), ...Object.keys(s.faultsSeen)]);
   for (const k of [...kinds].sort()) out(`  ${k.padEnd(16)} ${String(s.faultsEnabled[k] ?? 0).padStart(8)}  ${String(s.faultsSeen[k] ?? 0).padStart(11)}`);
-  const interesting = ["acksChecked", "resendsCompared", "staleFramesRejected", "helloRejections", "rogueFrames", "coverageChecked", "bytesVerified", "stdinWritesChecked", "retentionDrops", "splitBrainLaunches", "orphansLeaked", "net.breaks", "net.framesLost", "exec.spawns", "diskBatchesLost"];
+  const interesting = ["acksChecked", "resendsCompared", "staleFramesRejected", "helloRejections", "rogueFrames", "coverageChecked", "bytesVerified", "stdinWritesChecked", "retentionDrops", "prunes", "splitBrainLaunches", "orphansLeaked", "net.breaks", "net.framesLost", "exec.spawns", "diskBatchesLost"];
   out("oracle work: " + interesting.map((k) => `${k}=${s.stats[k] ?? 0}`).join(" "));
   if (s.failures.length === 0) out("failures: none");
   else {

@@ -8,7 +8,7 @@
 // node's memory (a core that mutated a value after emitting it would not
 // change what is stored).
 
-import type { PersistRecord } from "../core/effects.js";
+import { applyRecord, type PersistRecord } from "../core/effects.js";
 
 export type Tables = Map<string, Map<string, unknown>>;
 
@@ -34,7 +34,7 @@ export class SimDisk {
 
   /** Queue a batch; returns when it will be durable. */
   append(id: number, records: readonly PersistRecord[], now: number, latency: number): number {
-    const copy = records.map((r) => ({ table: r.table, key: r.key, value: r.value === null ? null : cloneValue(r.value) }));
+    const copy = records.map((r) => ({ table: r.table, key: r.key, value: r.value === null ? null : cloneValue(r.value), ...(r.prefix ? { prefix: r.prefix } : {}) }));
     const durableAt = Math.max(this.lastDurableAt, now + latency);
     this.lastDurableAt = durableAt;
     this.pending.push({ id, records: copy, durableAt });
@@ -46,12 +46,7 @@ export class SimDisk {
     const done: PendingBatch[] = [];
     while (this.pending.length > 0 && this.pending[0]!.durableAt <= now) {
       const b = this.pending.shift()!;
-      for (const r of b.records) {
-        let t = this.tables.get(r.table);
-        if (!t) this.tables.set(r.table, (t = new Map()));
-        if (r.value === null) t.delete(r.key);
-        else t.set(r.key, r.value);
-      }
+      for (const r of b.records) applyRecord(this.tables, r, (v) => v); // already copied in append
       done.push(b);
     }
     return done;

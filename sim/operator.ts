@@ -225,7 +225,8 @@ export class Operator {
     this.byUuid.set(a.uuid, s);
     this.send(request, (r) => {
       if (r.ok) this.markAcked(s);
-      else if (r.error.code !== Code.CONFLICT) this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
+      // A full metadata tier refuses new work with CODE_CAPACITY: a bound, not a bug.
+      else if (r.error.code !== Code.CONFLICT && r.error.code !== Code.CAPACITY) this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
     });
   }
 

@@ -107,6 +107,8 @@ export class Oracles implements ExecObserver {
   private readonly okSpecs = new Map<string, Set<string>>();
   private readonly acceptedByLineage = new Set<string>();
   readonly dropped = new Map<string, number>();
+  /** Commands durably pruned from the server's history: uuid -> {state, source}. */
+  readonly prunedDurable = new Map<string, { state: number; terminalSource: string }>();
   private readonly leaked = new Set<string>();
   private readonly stdinReqs = new Map<string, Uint8Array[]>();
   private readonly stdinSeen = new Map<string, { seq: number; idx: number }>();
@@ -122,6 +124,7 @@ export class Oracles implements ExecObserver {
     orphansLeaked: 0,
     stdinWritesChecked: 0,
     retentionDrops: 0,
+    prunes: 0,
   };
 
   constructor(private readonly w: World) {}
@@ -306,6 +309,11 @@ export class Oracles implements ExecObserver {
           let through = this.durableThrough.get(uuid) ?? 0;
           while (m.has(through + 1)) through++;
           this.durableThrough.set(uuid, through);
+        } else if (r.table === "pruned") {
+          const v = r.value as { state: number; terminalSource: string };
+          const dt = this.durableTerminal.get(r.key);
+          if (dt === undefined || dt !== v.state) this.fail("terminal", `${r.key} pruned as ${L[v.state]} but its durable terminal state is ${dt === undefined ? "none" : L[dt]}`);
+          this.prunedDurable.set(r.key, { state: v.state, terminalSource: v.terminalSource });
         } else if (r.table === "command") {
           const v = r.value as ServerCommand;
           const dt = this.durableTerminal.get(r.key);
@@ -321,13 +329,21 @@ export class Oracles implements ExecObserver {
     this.checkRetention();
     this.seenState = new Map();
     for (const [uuid, s] of this.acked) {
-      if (!st.commands.has(uuid)) this.fail("R-D1", `acknowledged submit ${uuid} (${s.clientId}) lost across a server restart`);
+      if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid)) this.fail("R-D1", `acknowledged submit ${uuid} (${s.clientId}) lost across a server restart`);
     }
     for (const [uuid, dt] of this.durableTerminal) {
       const c = st.commands.get(uuid);
+      const p = this.prunedDurable.get(uuid);
+      if (!c && p && p.state === dt && st.pruned.get(uuid)?.state === dt) continue;
       if (!c || c.state !== dt) this.fail("terminal", `${uuid} durably ${L[dt]} restored as ${c ? L[c.state] : "missing"}`);
     }
     this.checkTerminalStates();
+  }
+
+  /** The server shell deletes every segment file of `uuid` now: it was pruned from history. */
+  pruneOutput(uuid: string): void {
+    this.stats.prunes++;
+    if (!this.prunedDurable.has(uuid)) this.fail("terminal", `output of ${uuid} deleted before its pruning was durable`);
   }
 
   /** The server shell deletes the segment files of `uuid` through `throughSeq` now. */
@@ -348,6 +364,7 @@ export class Oracles implements ExecObserver {
       covered.set(m.uuid, Math.max(m.lastSeq, covered.get(m.uuid) ?? 0));
     }
     for (const [uuid, through] of this.dropped) {
+      if (this.prunedDurable.has(uuid)) continue; // the whole command is gone, marker and all, on purpose
       const marked = covered.get(uuid) ?? 0;
       if (marked >= through) continue;
       const events = this.storedEvents.get(uuid);
@@ -534,8 +551,13 @@ export class Oracles implements ExecObserver {
   checkCoverage(): void {
     const st = this.w.server.state;
     if (!st) return;
-    for (const c of st.commands.values()) {
-      if (!isTerminal(c.state)) continue;
+    // Pruned commands are checked too: the oracle keeps its own copy of what
+    // the server stored, so a command's coverage outlives its server record.
+    const ended: Array<{ uuid: string; state: L; terminalSource: string }> = [...st.commands.values()].filter((c) => isTerminal(c.state));
+    const pruned = new Map(this.prunedDurable);
+    for (const [uuid, p] of st.pruned) pruned.set(uuid, p); // pruned in memory, its batch not yet durable
+    for (const [uuid, p] of pruned) if (!st.commands.has(uuid)) ended.push({ uuid, state: p.state, terminalSource: p.terminalSource });
+    for (const c of ended) {
       const lineages = [...(this.startedBy.get(c.uuid) ?? [])];
       const events = this.storedEvents.get(c.uuid) ?? new Map<number, StoredEvent>();
       const through = this.durableThrough.get(c.uuid) ?? 0;
@@ -579,7 +601,7 @@ export class Oracles implements ExecObserver {
     if (!st) this.fail("liveness", "server is down at the end");
     const stuck: string[] = [];
     for (const c of st.commands.values()) if (!isTerminal(c.committed.state)) stuck.push(`${c.uuid.slice(0, 8)}:${L[c.committed.state]}@${c.clientId}`);
-    for (const [uuid, s] of this.acked) if (!st.commands.has(uuid)) stuck.push(`${uuid.slice(0, 8)}:missing@${s.clientId}`);
+    for (const [uuid, s] of this.acked) if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid) && !st.pruned.has(uuid)) stuck.push(`${uuid.slice(0, 8)}:missing@${s.clientId}`);
     if (stuck.length > 0) this.fail("liveness", `${stuck.length} commands not terminal after the heal: ${stuck.slice(0, 8).join(", ")}`);
     for (const h of this.w.hosts) {
       if (h.kind !== "agent") continue;
@@ -596,8 +618,12 @@ export class Oracles implements ExecObserver {
     const out = new Map<string, number>();
     const st = this.w.server.state;
     if (!st) return out;
-    for (const c of st.commands.values()) {
-      const k = (L[c.state] ?? String(c.state)).toLowerCase();
+    const states = [...st.commands.values()].map((c) => c.state);
+    const pruned = new Map(this.prunedDurable);
+    for (const [uuid, p] of st.pruned) pruned.set(uuid, p);
+    for (const [uuid, p] of pruned) if (!st.commands.has(uuid)) states.push(p.state);
+    for (const state of states) {
+      const k = (L[state] ?? String(state)).toLowerCase();
       out.set(k, (out.get(k) ?? 0) + 1);
     }
     return out;

@@ -79,6 +79,9 @@ export function serverConfigFor(sw: Swarm): ServerConfig {
       stdinQueue: 512 * KiB,
       scriptWindow: 128 * KiB,
       maxInflightDispatches: 4,
+      // History is pruned within a run: by the tier and by age.
+      metadataBudget: 96 * KiB,
+      historyMs: 60_000,
     },
   };
 }
@@ -310,6 +313,9 @@ export class World {
         return true;
       case "drop_output":
         this.oracles.dropOutput(e.uuid, e.throughSeq);
+        return true;
+      case "prune_output":
+        this.oracles.pruneOutput(e.uuid);
         return true;
     }
   }

@@ -63,9 +63,11 @@ import {
   MAX_SCRIPT_BYTES,
   SCRIPT_CHUNK_BYTES,
   SERVER_RECENT_DIGESTS,
+  SERVER_RECORD_BASE_BYTES,
 } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
+import { activeRoom, historyInvariants, missingMessage, noteEnded, prunedFor, recharge, restoreHistory } from "./server-history.js";
 import { closeConn, send, sendAck, type ServerCtx, type ServerTables } from "./server-node.js";
 import type {
   ClientRecord,
@@ -84,6 +86,8 @@ type Fail = (code: Code, message: string, close: boolean, uuid?: string) => void
 
 const pad = (n: number): string => n.toString().padStart(12, "0");
 export const serverEventKey = (uuid: string, seq: number): string => `${uuid}/${pad(seq)}`;
+/** Every event key of `uuid` starts with this (uuids contain no '/'). */
+export const serverEventPrefix = (uuid: string): string => `${uuid}/`;
 
 export function clientRecord(c: ClientRecord): PersistRecord {
   return { table: "client", key: c.clientId, value: { ...c, conn: 0, capacity: { ...c.capacity }, pendingClaim: c.pendingClaim && { ...c.pendingClaim }, authorization: c.authorization && { ...c.authorization } } };
@@ -103,15 +107,17 @@ export function viewOf(c: ServerCommand): CommittedView {
 }
 
 /** Persist the command record; readers see its new view once that persist is durable. */
-function persistCommand(ctx: ServerCtx, c: ServerCommand): void {
+function persistCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
+  recharge(st, c);
   ctx.persist(commandRecord(c));
   ctx.afterDurable({ kind: "committed", uuid: c.uuid, view: viewOf(c) });
 }
 
 export function commandRecord(c: ServerCommand): PersistRecord {
-  const { script, committed, ...rest } = c;
+  const { script, committed, charged, ...rest } = c;
   void script;
   void committed;
+  void charged;
   return {
     table: "command",
     key: c.uuid,
@@ -147,6 +153,11 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       requests: { ...r.requests },
       digests: {},
       dispatchedOn: 0,
+      // Records written before history pruning lack these three.
+      endedAt: r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0),
+      specBytes: r.specBytes ?? toBinary(ExecutionSpecSchema, r.spec).length,
+      rowEvents: r.rowEvents ?? 0,
+      charged: 0,
       scriptSent: r.scriptAcked,
       scriptCommitSentOn: 0,
       committed: {
@@ -162,7 +173,9 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
     st.commands.set(uuid, c);
     if (!isTerminal(c.state)) st.active.add(uuid);
     if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
+    recharge(st, c);
   }
+  restoreHistory(st, tables.get("pruned")?.values() ?? []);
   // Digests of the most recent stored events, for resend checks after a restart.
   for (const [key, v] of tables.get("event") ?? []) {
     const uuid = key.slice(0, key.lastIndexOf("/"));
@@ -202,7 +215,7 @@ function remember(c: ServerCommand, requestId: string, n: number): void {
 }
 
 /** Keep the per-client retained-output index in step with a command's stored bytes. */
-function noteOutput(st: ServerState, c: ServerCommand, delta: number): void {
+export function noteOutput(st: ServerState, c: ServerCommand, delta: number): void {
   let e = st.clientOutput.get(c.clientId);
   if (!e) st.clientOutput.set(c.clientId, (e = { bytes: 0, uuids: new Set() }));
   e.bytes += delta;
@@ -216,6 +229,7 @@ function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, sour
   c.state = to;
   if (isTerminal(to)) {
     st.active.delete(c.uuid);
+    noteEnded(st, c, ctx.now);
     c.terminalSource = source;
     if (reason) c.reason = reason;
     c.script = null;
@@ -224,7 +238,7 @@ function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, sour
     c.stdin.queuedBytes = 0;
     c.signals = [];
   }
-  persistCommand(ctx, c);
+  persistCommand(st, ctx, c);
   ctx.emit({ type: "trace", event: "state", detail: { uuid: c.uuid, state: L[to] ?? to, source, reason } });
 }
 
@@ -271,7 +285,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
     case "stdin":
     case "close_stdin": {
       const c = st.commands.get(r.uuid);
-      if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no command ${r.uuid}`, r.uuid);
+      if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, missingMessage(st, r.uuid), r.uuid);
       const prior = c.requests[r.requestId];
       if (prior !== undefined) return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: prior });
       if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
@@ -286,12 +300,12 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       c.stdin.queuedBytes += data.length;
       if (r.op === "close_stdin") c.stdin.closeRequested = true;
       remember(c, r.requestId, seq);
-      persistCommand(ctx, c);
+      persistCommand(st, ctx, c);
       return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: seq });
     }
     case "signal": {
       const c = st.commands.get(r.uuid);
-      if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no command ${r.uuid}`, r.uuid);
+      if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, missingMessage(st, r.uuid), r.uuid);
       const prior = c.requests[r.requestId];
       if (prior !== undefined) return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: prior });
       if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
@@ -309,7 +323,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
         return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
       }
       c.signals.push({ revision: c.revision, signal: r.signal, requestId: r.requestId, sentOn: 0 });
-      persistCommand(ctx, c);
+      persistCommand(st, ctx, c);
       return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
     }
     case "authorize": {
@@ -341,16 +355,25 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
       return replyError(ctx, r.requestId, Code.VALIDATION, "script descriptor does not match the script bytes");
   }
   const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? r.queueExpiry : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
-  const hash = toHex(requestDigest(env, r.uuid, r.clientId, toBinary(ExecutionSpecSchema, r.spec), r.queueExpiry ?? 0));
+  const specBytes = toBinary(ExecutionSpecSchema, r.spec);
+  const hash = toHex(requestDigest(env, r.uuid, r.clientId, specBytes, r.queueExpiry ?? 0));
   const existing = st.commands.get(r.uuid);
   if (existing) {
     // A retry is answered like the original, and no sooner: only once the command is durable.
     if (existing.hash === hash) return reply(ctx, r.requestId, { ok: true, uuid: r.uuid, revision: existing.revision });
     return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
   }
+  const gone = st.pruned.get(r.uuid);
+  if (gone) {
+    // Never run a pruned command again: the same request already ran.
+    if (gone.hash === hash) return replyError(ctx, r.requestId, Code.ALREADY_EXECUTED, missingMessage(st, r.uuid), r.uuid);
+    return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request (since pruned from history)", r.uuid);
+  }
   let active = 0;
   for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === r.clientId) active++;
   if (active >= st.config.limits.maxActivePerClient) return replyError(ctx, r.requestId, Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
+  const room = activeRoom(st, SERVER_RECORD_BASE_BYTES + specBytes.length);
+  if (!room.ok) return replyError(ctx, r.requestId, Code.CAPACITY, `server metadata budget: active commands hold ${room.active} bytes; retry once some finish`);
   const c: ServerCommand = {
     uuid: r.uuid,
     clientId: r.clientId,
@@ -385,10 +408,14 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     retention: [],
     requests: { [r.requestId]: 1 },
     digests: {},
+    endedAt: 0,
+    specBytes: specBytes.length,
+    rowEvents: 0,
+    charged: 0,
   };
   st.commands.set(c.uuid, c);
   st.active.add(c.uuid);
-  persistCommand(ctx, c);
+  persistCommand(st, ctx, c);
   if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
   reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: 1 });
@@ -446,10 +473,10 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       const cl = st.clients.get(c.clientId)!.capacity;
       const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
       if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
-      dispatch(ctx, conn, c);
+      dispatch(st, ctx, conn, c);
       conn.inflight++;
     } else if (redeliveryDue(st, c, conn.generation, ctx.now)) {
-      dispatch(ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
+      dispatch(st, ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
     } else if (c.state === L.ACCEPTED || c.state === L.RUNNING) {
       pumpScript(st, ctx, conn, c, env);
       pumpStdin(st, ctx, conn, c);
@@ -472,7 +499,7 @@ function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, no
   );
 }
 
-function dispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
   c.everDispatched = true;
   c.dispatchedOn = conn.generation;
   c.dispatchedAt = ctx.now;
@@ -482,7 +509,7 @@ function dispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
     // after sending but before recording it would believe the command never
     // left, and could expire or cancel it on its own while the agent runs it.
     c.state = L.DISPATCHED;
-    persistCommand(ctx, c);
+    persistCommand(st, ctx, c);
     ctx.afterDurable({ kind: "dispatch", uuid: c.uuid, conn: conn.conn, generation: conn.generation });
     return;
   }
@@ -577,6 +604,10 @@ function pumpSignals(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
 
 export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState, a: CommandAccepted, fail: Fail): void {
   const c = st.commands.get(a.issueUuid);
+  if (!c && prunedFor(st, a.issueUuid, conn.clientId)) {
+    ctx.emit({ type: "trace", event: "accepted_ignored", detail: { uuid: a.issueUuid, why: "pruned from history" } });
+    return; // a late answer for a command that ended long ago
+  }
   if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `CommandAccepted for unknown command ${a.issueUuid}`, false, a.issueUuid);
   if (c.state !== L.DISPATCHED && c.state !== L.QUEUED) return; // duplicate or late answer
   if (a.accepted) {
@@ -599,7 +630,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
     c.state = L.QUEUED;
     const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.attempts, 20));
     c.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
-    persistCommand(ctx, c);
+    persistCommand(st, ctx, c);
     ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.nextAttemptAt } });
     return;
   }
@@ -623,7 +654,10 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
   }));
   const lookup = (uuid: string): ServerView | undefined => {
     const c = st.commands.get(uuid);
-    return c && c.clientId === conn.clientId ? view(c) : undefined;
+    if (c) return c.clientId === conn.clientId ? view(c) : undefined;
+    // Pruned history is still server-confirmed terminal history (R-D11, R-D12).
+    const p = prunedFor(st, uuid, conn.clientId);
+    return p && { uuid, state: p.state, terminalSource: p.terminalSource, hash: p.hash, storedThrough: p.storedThrough };
   };
   const result = classify(requested, lookup, agentViews);
   const revisions = new Map(snap.retainedCommands.map((r) => [r.issueUuid, safeNumber(r.commandRevision) ?? 0]));
@@ -635,7 +669,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
       case "requeue":
         c.state = L.QUEUED;
         c.nextAttemptAt = 0;
-        persistCommand(ctx, c);
+        persistCommand(st, ctx, c);
         break;
       case "interrupt":
         setState(st, ctx, c, L.INTERRUPTED, "server", "agent lost an accepted command");
@@ -675,6 +709,13 @@ export function handleCommandEvent(
   fail: Fail,
 ): void {
   const c = st.commands.get(ev.issueUuid);
+  if (!c && prunedFor(st, ev.issueUuid, conn.clientId)) {
+    // Settled history: its events were stored before it was pruned. A resend
+    // (or a stale copy's event) is ignored, as for any terminal command; the
+    // ReconcileResult of the next session tells the agent to drop its copy.
+    ctx.emit({ type: "trace", event: "event_ignored", detail: { uuid: ev.issueUuid, seq: String(ev.eventSeq), why: "pruned from history" } });
+    return;
+  }
   if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `event for unknown command ${ev.issueUuid}`, false, ev.issueUuid);
   const seq = safeNumber(ev.eventSeq);
   if (seq === null || seq === 0) return fail(Code.SEQUENCE_VIOLATION, `event_seq ${ev.eventSeq} impossible`, true);
@@ -799,11 +840,12 @@ export function handleCommandEvent(
       return fail(Code.PROTOCOL_ERROR, "command event without a recognized payload", true);
   }
   c.receivedThrough = seq;
+  if (e.case !== "output") c.rowEvents++;
   c.digests[seq] = digest;
   delete c.digests[seq - SERVER_RECENT_DIGESTS];
   conn.ingressPending += frameBytes;
   ctx.persist({ table: "event", key: serverEventKey(c.uuid, seq), value: record });
-  persistCommand(ctx, c);
+  persistCommand(st, ctx, c);
   ctx.afterDurable({ kind: "ack", conn: conn.conn, uuid: c.uuid, through: seq, bytes: frameBytes });
 }
 
@@ -841,6 +883,7 @@ function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: n
 
 function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   const seg = c.segments.shift()!;
+  recharge(st, c);
   c.storedOutputBytes -= seg.bytes;
   noteOutput(st, c, -seg.bytes);
   // Segments go oldest first, so everything removed is one prefix of the output:
@@ -858,6 +901,7 @@ function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): v
     if (same) same.length += r.length;
     else marker.ranges.push({ ...r });
   }
+  recharge(st, c);
   ctx.persist({ table: "retention", key: c.uuid, value: { uuid: c.uuid, ...marker, ranges: marker.ranges.map((r) => ({ ...r })) } });
   // Files go only once the marker that says so is durable.
   ctx.afterDurable({ kind: "drop_output", uuid: c.uuid, throughSeq: seg.lastSeq });
@@ -906,6 +950,7 @@ export function serverCommandInvariants(st: ServerState): void {
       assert(c.signals.length === 0 && c.stdin.queue.length === 0, `${uuid}: terminal with pending work`);
     }
   }
+  historyInvariants(st);
   for (const [client, e] of st.clientOutput) {
     assert(e.bytes === (output.get(client) ?? 0), `${client}: retained output index drift`);
     assert(e.bytes <= st.config.limits.outputPerClient + st.config.limits.segmentBytes * e.uuids.size, `${client}: per-client retention exceeded`);

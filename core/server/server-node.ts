@@ -43,6 +43,7 @@ import { nextHex128, rngFromSeed } from "../rng.js";
 import { heartbeatDeadline, heartbeatDue, newHeartbeat, onActivity } from "../session/heartbeat.js";
 import { StepContext, newGate, releaseDurable } from "../step-context.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
+import { historyDeadline, pruneHistory } from "./server-history.js";
 import {
   handleAccepted,
   handleCommandEvent,
@@ -90,6 +91,9 @@ export function defaultServerConfig(): ServerConfig {
       stdinWindow: LIM.SERVER_STDIN_WINDOW_BYTES,
       stdinQueue: LIM.SERVER_STDIN_QUEUE_BYTES,
       scriptWindow: LIM.SCRIPT_UPLOAD_WINDOW_BYTES,
+      metadataBudget: LIM.SERVER_METADATA_BUDGET_BYTES,
+      historyMs: LIM.SERVER_HISTORY_MS,
+      prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
     },
   };
 }
@@ -107,6 +111,9 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     conns: new Map(),
     commands: new Map(),
     active: new Set(),
+    history: new Map(),
+    metaBytes: 0,
+    pruned: new Map(),
     clientOutput: new Map(),
     incidents: new Map(),
     incidentSeq: 0,
@@ -364,6 +371,9 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
       case "drop_output":
         ctx.emit({ type: "drop_output", uuid: a.uuid, throughSeq: a.throughSeq });
         break;
+      case "prune":
+        ctx.emit({ type: "prune_output", uuid: a.uuid });
+        break;
     }
   }
   for (const a of acks.values()) {
@@ -474,7 +484,11 @@ function pump(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
     pumpCommands(st, ctx, env);
     ready = ctx.seal(st.gate);
   }
-  let d: number | null = null;
+  // History goes last: a command settled by this step's releases may go now.
+  const backlog = pruneHistory(st, ctx);
+  ready = ctx.seal(st.gate);
+  assert(ready.length === 0, "pruning released deferred work");
+  let d: number | null = backlog ? ctx.now : historyDeadline(st, ctx.now);
   for (const conn of st.conns.values()) {
     const h = heartbeatDeadline(conn.hb);
     d = d === null ? h : Math.min(d, h);

@@ -23,6 +23,17 @@ export interface ServerLimits {
   stdinWindow: number;
   stdinQueue: number;
   scriptWindow: number;
+  /**
+   * Reserved metadata tier (architecture.md): bytes charged for the command
+   * records the server keeps. Settled terminal history is pruned oldest first
+   * to stay inside it; new submits are refused once active commands alone
+   * would take more than three quarters of it.
+   */
+  metadataBudget: number;
+  /** Terminal commands older than this (ms after they ended) are pruned; 0: no age limit. */
+  historyMs: number;
+  /** Compact records of pruned commands kept (oldest forgotten first). */
+  prunedMax: number;
 }
 
 export interface ServerConfig {
@@ -116,6 +127,32 @@ export interface ServerCommand {
   requests: Record<string, number>;
   /** Recent event digests by seq, for duplicate checks (bounded). */
   digests: Record<number, number>;
+  /** When it became terminal (0 while active): history is pruned in this order. */
+  endedAt: number;
+  /** Encoded ExecutionSpec bytes (charged to the metadata tier). */
+  specBytes: number;
+  /** Stored events that are rows rather than segment output (lifecycle, acks, markers). */
+  rowEvents: number;
+  /** Bytes charged to the metadata tier at the last persist (history.ts metaCharge). */
+  charged: number;
+}
+
+/**
+ * What the server remembers of a command it pruned from history: enough to
+ * answer a late resend, a reconcile snapshot or a repeated submit exactly as
+ * it would have with the full record (history.ts).
+ */
+export interface PrunedCommand {
+  uuid: string;
+  clientId: string;
+  hash: string;
+  state: CommandLifecycle;
+  terminalSource: TerminalSource;
+  storedThrough: number;
+  exitCode: number | null;
+  endedAt: number;
+  /** When it was pruned. */
+  at: number;
 }
 
 export interface CommittedView {
@@ -179,7 +216,8 @@ export type ServerDeferred =
   | { kind: "reply"; requestId: string; result: ControlResult }
   | { kind: "committed"; uuid: string; view: CommittedView }
   | { kind: "dispatch"; uuid: string; conn: number; generation: number }
-  | { kind: "drop_output"; uuid: string; throughSeq: number };
+  | { kind: "drop_output"; uuid: string; throughSeq: number }
+  | { kind: "prune"; uuid: string };
 
 export interface ServerState {
   config: ServerConfig;
@@ -190,6 +228,12 @@ export interface ServerState {
   commands: Map<string, ServerCommand>;
   /** Index: non-terminal commands. Derived; rebuilt on restore. */
   active: Set<string>;
+  /** Index: terminal commands in the order they ended (uuid -> endedAt). Derived. */
+  history: Map<string, number>;
+  /** Sum of every command's `charged` bytes (metadata tier). Derived. */
+  metaBytes: number;
+  /** Pruned commands, oldest first, at most limits.prunedMax. */
+  pruned: Map<string, PrunedCommand>;
   /** Index: retained output bytes and the commands holding them, per client. Derived. */
   clientOutput: Map<string, { bytes: number; uuids: Set<string> }>;
   incidents: Map<string, Incident>;
@@ -244,7 +288,9 @@ export type ServerEffect =
   /** The control request is answered (after its persist is durable). */
   | { type: "reply"; requestId: string; result: ControlResult }
   /** Retention removed stored output of `uuid` through `throughSeq` (R-O5). */
-  | { type: "drop_output"; uuid: string; throughSeq: number };
+  | { type: "drop_output"; uuid: string; throughSeq: number }
+  /** `uuid` was pruned from history (durably): delete all of its stored output. */
+  | { type: "prune_output"; uuid: string };
 
 export interface ServerEnv {
   ports: CorePorts;

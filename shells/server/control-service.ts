@@ -15,6 +15,7 @@ import {
   Code,
   codeName,
   isTerminal,
+  missingMessage,
   type ClientRecord,
   type ConnState,
   type CoreError,
@@ -61,6 +62,7 @@ const CODE_MAP: Partial<Record<Code, ConnectCode>> = {
   [Code.NOT_FOUND]: ConnectCode.NotFound,
   [Code.CAPACITY]: ConnectCode.ResourceExhausted,
   [Code.CONFLICT]: ConnectCode.AlreadyExists,
+  [Code.ALREADY_EXECUTED]: ConnectCode.AlreadyExists,
   [Code.UNAUTHENTICATED]: ConnectCode.Unauthenticated,
   [Code.UNSUPPORTED_PLATFORM]: ConnectCode.FailedPrecondition,
 };
@@ -111,7 +113,7 @@ function requestId(given: string, kind: string): string {
 export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlService> {
   const command = (uuid: string): ServerCommand => {
     const c = d.state.commands.get(uuid);
-    if (!c) throw toConnectError({ code: Code.NOT_FOUND, message: `no command ${uuid}` });
+    if (!c) throw toConnectError({ code: Code.NOT_FOUND, message: missingMessage(d.state, uuid) });
     return c;
   };
   const call = async (req: Parameters<ServerDaemon["control"]>[0]) => {
@@ -429,7 +431,7 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     }
     return null;
   };
-  if (!d.state.commands.get(uuid)) throw toConnectError({ code: Code.NOT_FOUND, message: `no command ${uuid}` });
+  if (!d.state.commands.get(uuid)) throw toConnectError({ code: Code.NOT_FOUND, message: missingMessage(d.state, uuid) });
   for (;;) {
     if (ctx.signal.aborted) return;
     let c = d.state.commands.get(uuid)!;

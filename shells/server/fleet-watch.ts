@@ -267,7 +267,12 @@ export class FleetWatch {
 
     for (const uuid of this.dirtyCommands) {
       const c = st.commands.get(uuid);
-      if (!c || c.committed.state === CommandLifecycle.UNSPECIFIED) continue;
+      if (!c) {
+        const gone = st.pruned.get(uuid);
+        if (gone) change({ case: "commandRemoved", value: uuid }, gone.clientId);
+        continue;
+      }
+      if (c.committed.state === CommandLifecycle.UNSPECIFIED) continue;
       change({ case: "command", value: toCommand(c) }, c.clientId);
     }
     this.dirtyCommands.clear();

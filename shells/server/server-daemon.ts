@@ -336,6 +336,9 @@ export class ServerDaemon {
       case "drop_output":
         this.storage.dropOutput(e.uuid, e.throughSeq);
         break;
+      case "prune_output":
+        this.storage.pruneOutput(e.uuid);
+        break;
       case "trace":
         if (this.log.level === "debug") this.log.debug(e.event, e.detail);
         break;

@@ -4,7 +4,8 @@
  * Every PersistRecord {table, key, value} is one row of
  *   kv(t TEXT, k TEXT, v BLOB, PRIMARY KEY (t, k))
  * with `v` the value-codec encoding of `value`; `value: null` deletes the
- * row. The stores built on this (spill-store.ts for the agent,
+ * row, and `prefix: true` every row of the table whose key starts with `key`
+ * (a range on the primary key). The stores built on this (spill-store.ts for the agent,
  * server-storage.ts for the server) take every persist queued since their
  * last commit, reduce them to their net effect per row and apply that as one
  * atomic db batch (group commit), then report `durable through` the group's
@@ -23,9 +24,34 @@ export const KV_SCHEMA = ["CREATE TABLE IF NOT EXISTS kv (t TEXT NOT NULL, k TEX
 const UPSERT = "INSERT OR REPLACE INTO kv (t, k, v) VALUES (?, ?, ?)";
 const DELETE = "DELETE FROM kv WHERE t = ? AND k = ?";
 
+const DELETE_RANGE = "DELETE FROM kv WHERE t = ? AND k >= ? AND k < ?";
+
 export function recordStmt(r: PersistRecord, value: unknown = r.value): Stmt {
+  if (r.prefix) return { sql: DELETE_RANGE, params: [r.table, r.key, prefixEnd(r.key)] };
   if (value === null) return { sql: DELETE, params: [r.table, r.key] };
   return { sql: UPSERT, params: [r.table, r.key, encodeValue(value)] };
+}
+
+/** The least string greater than every string that starts with `prefix` (ASCII keys). */
+export function prefixEnd(prefix: string): string {
+  const last = prefix.charCodeAt(prefix.length - 1);
+  if (prefix.length === 0 || !(last < 0x7f)) throw new Error(`prefix delete needs a non-empty ASCII prefix, got ${JSON.stringify(prefix)}`);
+  return prefix.slice(0, -1) + String.fromCharCode(last + 1);
+}
+
+/**
+ * Fold one record into a group's net effect per row (insertion order kept).
+ * A prefix delete drops the rows it covers that the group wrote before it and
+ * keeps its own place, so rows written after it in the group survive.
+ */
+export function foldRecord(net: Map<string, PersistRecord>, r: PersistRecord): void {
+  if (r.prefix) {
+    const head = `${r.table}\0${r.key}`;
+    for (const k of [...net.keys()]) if (k.startsWith(head)) net.delete(k);
+    net.set(`${head}\0*`, r);
+    return;
+  }
+  net.set(`${r.table}\0${r.key}`, r);
 }
 
 export type Tables = Map<string, Map<string, unknown>>;

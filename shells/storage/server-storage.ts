@@ -43,8 +43,13 @@
  * unlinked once that is durable. A file only partly covered stays until a
  * later drop covers it; readers skip what the marker covers.
  *
+ * Pruning: once the core's batch that forgets a command is durable,
+ * `prune_output` deletes all of its segments in a group of their own.
+ *
  * Recovery: index entries beyond a segment row's count (a group that crashed
- * before its db batch) are truncated away; files no row names are deleted. A
+ * before its db batch) are truncated away; files no row names are deleted, and
+ * so are rows (and files) of a command that no longer exists (pruned just
+ * before a crash). A
  * committed file that is short, or a recent entry (read at start for the
  * core's resend digests) that fails its CRC, is corruption: the server
  * refuses to start unless told to repair. Older entries are checked when
@@ -58,7 +63,7 @@ import type { PersistEffect, PersistRecord } from "../../core/index.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { fsyncDir } from "../store/fs-util.js";
-import { KV_SCHEMA, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
+import { KV_SCHEMA, foldRecord, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 
 export const SEGMENT_DIR = "segments";
 export const INDEX_ENTRY_BYTES = 64;
@@ -216,9 +221,15 @@ export class ServerStorage implements PersistSink {
     const stored = new Map<string, number>();
     for (const [uuid, v] of this.tables.get("command") ?? []) stored.set(uuid, (v as { storedThrough?: number }).storedThrough ?? 0);
     const damaged: string[] = [];
+    const pruned: string[] = [];
     let events = this.tables.get("event");
     if (!events) this.tables.set("event", (events = new Map()));
     for (const r of rows) {
+      if (!stored.has(r.uuid)) {
+        // Its command was pruned and the crash came before its files went.
+        pruned.push(r.file);
+        continue;
+      }
       known.add(`${r.file}.seg`);
       known.add(`${r.file}.idx`);
       const segPath = path.join(this.segDir, `${r.file}.seg`);
@@ -247,6 +258,7 @@ export class ServerStorage implements PersistSink {
       if (!this.opts.repair) throw new Error(`server output segments are damaged (${damaged.slice(0, 3).join(", ")}${damaged.length > 3 ? ", ..." : ""}); start with --repair-store to drop them`);
       await this.db.apply(damaged.map((f) => ({ sql: "DELETE FROM segment WHERE file = ?", params: [f] })));
     }
+    if (pruned.length > 0) await this.db.apply(pruned.map((f) => ({ sql: "DELETE FROM segment WHERE file = ?", params: [f] })));
     for (const name of await fsp.readdir(this.segDir)) {
       if (!known.has(name) || damaged.some((f) => name.startsWith(`${f}.`))) await fsp.unlink(path.join(this.segDir, name)).catch(() => {});
     }
@@ -259,6 +271,16 @@ export class ServerStorage implements PersistSink {
 
   dropOutput(uuid: string, throughSeq: number): void {
     this.pendingDrops.push({ kind: "drop", uuid, throughSeq });
+  }
+
+  /**
+   * The core pruned `uuid` from history and that is durable: delete every
+   * segment of it now, in a group of its own (no later persist need come).
+   * A crash first leaves rows naming a command that is gone; open deletes
+   * them (recoverSegments).
+   */
+  pruneOutput(uuid: string): void {
+    this.writer.push({ kind: "drop", uuid, throughSeq: Number.MAX_SAFE_INTEGER });
   }
 
   /** Resolves once everything queued so far is durable (or failed). */
@@ -282,7 +304,7 @@ export class ServerStorage implements PersistSink {
         }
         continue;
       }
-      for (const r of op.effect.records) net.set(`${r.table}\0${r.key}`, r);
+      for (const r of op.effect.records) foldRecord(net, r);
       if (op.effect.id > maxId) maxId = op.effect.id;
     }
     // 1. Output frames and index entries, one write per file, then fsync.

@@ -36,7 +36,7 @@ import * as path from "node:path";
 import type { PersistEffect, PersistRecord } from "../../core/index.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { fsyncDir } from "../store/fs-util.js";
-import { KV_SCHEMA, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
+import { KV_SCHEMA, foldRecord, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 import { decodeValue } from "./value-codec.js";
 
 export const SPILL_DIR = "spill";
@@ -181,16 +181,19 @@ export class SpillStore implements PersistSink {
     // admitted to the window in the step that appended it, a command record
     // rewritten per event) never reaches the disk.
     const net = new Map<string, PersistRecord>();
-    for (const e of group) for (const r of e.records) net.set(`${r.table}\0${r.key}`, r);
+    for (const e of group) for (const r of e.records) foldRecord(net, r);
     const writes = new Map<OpenFile, { at: number; parts: Uint8Array[] }>();
     const stmts: Stmt[] = [];
     const dead: number[] = [];
     const rolled: OpenFile[] = [];
     let newFile = false;
     for (const [key, r] of net) {
-      const old = this.refs.get(key);
-      if (old) {
-        this.refs.delete(key);
+      // A prefix delete releases the spilled blobs of every row it covers.
+      const covered = r.prefix ? [...this.refs.keys()].filter((k) => k.startsWith(`${r.table}\0${r.key}`)) : [key];
+      for (const k of covered) {
+        const old = this.refs.get(k);
+        if (!old) continue;
+        this.refs.delete(k);
         for (const no of old) this.unref(no, dead);
       }
       if (r.value === null || typeof r.value !== "object" || Array.isArray(r.value) || r.value instanceof Uint8Array) {

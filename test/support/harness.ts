@@ -7,6 +7,7 @@ import { AgentEnvelopeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
   agentInvariants,
+  applyRecord,
   agentStep,
   defaultAgentConfig,
   defaultServerConfig,
@@ -33,12 +34,7 @@ export class Disk {
   durable = new Map<string, Map<string, unknown>>();
   pending: PersistEffect[] = [];
   apply(p: PersistEffect): void {
-    for (const r of p.records) {
-      let t = this.durable.get(r.table);
-      if (!t) this.durable.set(r.table, (t = new Map()));
-      if (r.value === null) t.delete(r.key);
-      else t.set(r.key, structuredClone(r.value));
-    }
+    for (const r of p.records) applyRecord(this.durable, r, (v) => structuredClone(v));
   }
   tables(): { get(t: string): ReadonlyMap<string, unknown> | undefined } {
     const snap = structuredClone(this.durable);

@@ -347,6 +347,10 @@ export class WatchFeed implements FleetFeed {
         this.commandMap.set(c.value.issueUuid, c.value);
         this.commandsDirty = true;
         break;
+      case "commandRemoved":
+        this.commandMap.delete(c.value);
+        this.commandsDirty = true;
+        break;
       default:
         return;
     }

@@ -1,7 +1,8 @@
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { PersistEffect } from "../../../core/index.js";
+import type { PersistEffect, PersistRecord } from "../../../core/index.js";
+import { foldRecord, prefixEnd, recordStmt } from "../../../shells/storage/kv-store.js";
 import { SEGMENT_DIR, ServerStorage } from "../../../shells/storage/server-storage.js";
 import { cleanupTemp, tempDir } from "../e2e/helpers.js";
 
@@ -90,5 +91,52 @@ describe("server storage: kv rows + output segment files", () => {
     const s3 = await ServerStorage.open({ dir, segmentBytes: 1000, repair: true });
     expect(s3.readEvents("cmd-b", 1, 100, 100)).toEqual([]);
     await s3.close();
+  });
+
+  it("pruning: one prefix record deletes a command's event rows (not another's), pruneOutput deletes all its segments at once, and rows left by a crash are collected at open", async () => {
+    const dir = await tempDir("rvbox-ss-prune-");
+    const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
+    const row = (uuid: string, seq: number) => ({ table: "event", key: `${uuid}/${String(seq).padStart(12, "0")}`, value: { seq, kind: "lifecycle" } });
+    for (let i = 1; i <= 6; i++) s.persist(outputEvent(i, "ab", i, 300));
+    s.persist({ type: "persist", id: 7, records: [row("ab", 7), row("abc", 1), row("ab", 8)] });
+    s.persist({ type: "persist", id: 8, records: [outputEvent(8, "keep", 1, 300).records[0]!, { table: "command", key: "keep", value: { uuid: "keep", storedThrough: 1 } }] });
+    await s.whenIdle();
+    expect((await segFiles(dir)).length).toBe(3); // two of "ab", one of "keep"
+    const rowKeys = () => s.db.query<{ k: string }>("SELECT k FROM kv WHERE t = 'event' ORDER BY k").map((r) => r.k);
+    expect(rowKeys()).toEqual(["ab/000000000007", "ab/000000000008", "abc/000000000001"]);
+    // The core's pruning batch: command gone, its events by prefix, a row written after the prefix survives.
+    s.persist({ type: "persist", id: 9, records: [{ table: "command", key: "ab", value: null }, { table: "event", key: "ab/", value: null, prefix: true }, row("ab", 9), { table: "pruned", key: "ab", value: { uuid: "ab" } }] });
+    await s.whenIdle();
+    expect(rowKeys()).toEqual(["ab/000000000009", "abc/000000000001"]);
+    s.pruneOutput("ab"); // no persist follows: it still goes now
+    await s.whenIdle();
+    expect((await segFiles(dir)).length).toBe(1);
+    expect(s.readEvents("ab", 1, 100, 100).filter((r) => r["kind"] === "output")).toEqual([]);
+    expect(s.readEvents("keep", 1, 100, 100).map((r) => r["seq"])).toEqual([1]);
+    // A crash between the pruning batch and pruneOutput: rows of a command that is gone.
+    s.persist({ type: "persist", id: 10, records: [{ table: "command", key: "keep", value: null }] });
+    await s.close();
+    const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
+    expect(await segFiles(dir)).toEqual([]);
+    expect(s2.db.query("SELECT file FROM segment")).toEqual([]);
+    await s2.close();
+  });
+});
+
+describe("foldRecord: a group's net effect per row", () => {
+  it("a prefix delete drops earlier writes it covers and keeps its place; later writes survive", () => {
+    const net = new Map<string, PersistRecord>();
+    const w = (key: string, value: unknown = 1): PersistRecord => ({ table: "event", key, value });
+    for (const r of [w("a/1"), w("ab/1"), { table: "other", key: "a/1", value: 1 }, { table: "event", key: "a/", value: null, prefix: true } as const, w("a/2"), w("a/1", 2)]) foldRecord(net, r);
+    expect([...net.values()].map((r) => [r.table, r.key, r.value, r.prefix ?? false])).toEqual([
+      ["event", "ab/1", 1, false],
+      ["other", "a/1", 1, false],
+      ["event", "a/", null, true],
+      ["event", "a/2", 1, false],
+      ["event", "a/1", 2, false],
+    ]);
+    expect(recordStmt({ table: "event", key: "a/", value: null, prefix: true })).toEqual({ sql: "DELETE FROM kv WHERE t = ? AND k >= ? AND k < ?", params: ["event", "a/", "a0"] });
+    expect(() => prefixEnd("")).toThrow(/non-empty ASCII/);
+    expect(() => prefixEnd("é")).toThrow(/non-empty ASCII/);
   });
 });

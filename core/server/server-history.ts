@@ -1,0 +1,202 @@
+// Command history on the server: the reserved metadata tier and pruning.
+//
+// Theory of operation
+// -------------------
+// architecture.md charges every durable byte a daemon keeps for commands to
+// one budget; on the server the command records sit in the reserved metadata
+// tier (64 MiB by default). Each command is charged `metaCharge(c)`, an
+// estimate of its record, its spec, its stored row events, its remembered
+// digests and its segment list, recomputed whenever the record is persisted.
+//
+// Terminal commands are history. `pruneHistory` runs at the end of every step
+// and, oldest ended first, prunes a terminal command while the tier is over
+// budget or the command ended more than `historyMs` ago. Only a *settled*
+// command is pruned: its terminal state is durable and every event it
+// received is durable (so nothing in flight still refers to it). Pruning is one
+// persist batch: the command record and its events deleted, a compact
+// `pruned` record written; once that batch is durable the shell deletes the
+// command's output segments (`prune_output`).
+//
+// The compact record keeps what the protocol still needs about the command:
+// its client, request hash, final state, who ended it and how many events
+// were stored. With it a reconcile snapshot that names the command is
+// classified exactly as before (discard, or terminate with an incident), a
+// late resend or CommandAccepted is ignored instead of being an error, and a
+// repeated submit is answered CODE_ALREADY_EXECUTED (same request) or
+// CODE_CONFLICT (different request) rather than running it again. The ledger
+// is bounded (`prunedMax`, oldest forgotten first); a command forgotten from
+// it is what the spec calls a command the server lacks (R-D11).
+//
+// New submits are refused with CODE_CAPACITY while active commands alone take
+// more than SERVER_ACTIVE_METADATA_SHARE of the tier, so history, final states
+// and event rows always have room.
+
+import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { isTerminal } from "../dispatch/lifecycle.js";
+import { assert } from "../errors.js";
+import {
+  SERVER_ACTIVE_METADATA_SHARE,
+  SERVER_DIGEST_BYTES,
+  SERVER_EVENT_ROW_BYTES,
+  SERVER_PRUNES_PER_STEP,
+  SERVER_RECENT_DIGESTS,
+  SERVER_RECORD_BASE_BYTES,
+  SERVER_SEGMENT_ENTRY_BYTES,
+} from "../limits.js";
+import type { ServerCtx } from "./server-node.js";
+import { noteOutput, serverEventPrefix } from "./server-commands.js";
+import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
+
+/** Bytes one command record is charged against the metadata tier. */
+export function metaCharge(c: ServerCommand): number {
+  return (
+    SERVER_RECORD_BASE_BYTES +
+    c.specBytes +
+    c.rowEvents * SERVER_EVENT_ROW_BYTES +
+    Math.min(c.receivedThrough, SERVER_RECENT_DIGESTS) * SERVER_DIGEST_BYTES +
+    (c.segments.length + c.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
+  );
+}
+
+/** Re-charge `c` after a change to anything metaCharge reads. */
+export function recharge(st: ServerState, c: ServerCommand): void {
+  const now = metaCharge(c);
+  st.metaBytes += now - c.charged;
+  c.charged = now;
+}
+
+/** `c` just became terminal: it is history from now on. */
+export function noteEnded(st: ServerState, c: ServerCommand, now: number): void {
+  c.endedAt = now;
+  st.history.set(c.uuid, now);
+}
+
+/** Would a new command charged `charge` bytes fit beside the active ones? */
+export function activeRoom(st: ServerState, charge: number): { ok: boolean; active: number } {
+  let active = 0;
+  for (const uuid of st.active) active += st.commands.get(uuid)!.charged;
+  return { ok: active + charge <= st.config.limits.metadataBudget * SERVER_ACTIVE_METADATA_SHARE, active };
+}
+
+/** Terminal, durably so, and every event it received is durable. */
+export function isSettled(c: ServerCommand): boolean {
+  return isTerminal(c.state) && isTerminal(c.committed.state) && c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough;
+}
+
+/**
+ * Prune history oldest-ended first while the tier is over budget or the
+ * oldest ended more than historyMs ago. Returns true when it stopped at the
+ * per-step bound with more to do (the caller wakes again at once).
+ */
+export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
+  const lim = st.config.limits;
+  let n = 0;
+  for (const [uuid, endedAt] of st.history) {
+    const over = st.metaBytes > lim.metadataBudget;
+    const old = lim.historyMs > 0 && ctx.now - endedAt >= lim.historyMs;
+    if (!over && !old) break;
+    const c = st.commands.get(uuid)!;
+    // The oldest waits for its last persist; it settles within one commit.
+    if (!isSettled(c)) break;
+    if (n >= SERVER_PRUNES_PER_STEP) return true;
+    prune(st, ctx, c);
+    n++;
+  }
+  forgetPruned(st, ctx);
+  return false;
+}
+
+/**
+ * When the oldest history entry reaches historyMs (null: never by age, or
+ * already due: then it waits only for its last persist, and the durable input
+ * that settles it runs the next step).
+ */
+export function historyDeadline(st: ServerState, now: number): number | null {
+  if (st.config.limits.historyMs <= 0) return null;
+  for (const endedAt of st.history.values()) {
+    const due = endedAt + st.config.limits.historyMs;
+    return due > now ? due : null;
+  }
+  return null;
+}
+
+function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
+  const entry: PrunedCommand = {
+    uuid: c.uuid,
+    clientId: c.clientId,
+    hash: c.hash,
+    state: c.state,
+    terminalSource: c.terminalSource,
+    storedThrough: c.storedThrough,
+    exitCode: c.exitCode,
+    endedAt: c.endedAt,
+    at: ctx.now,
+  };
+  ctx.persist({ table: "command", key: c.uuid, value: null });
+  ctx.persist({ table: "event", key: serverEventPrefix(c.uuid), value: null, prefix: true });
+  if (c.retention.length > 0) ctx.persist({ table: "retention", key: c.uuid, value: null });
+  ctx.persist({ table: "pruned", key: c.uuid, value: { ...entry } });
+  // Output files go once the batch that forgets the command is durable.
+  if (c.segments.length > 0 || c.retention.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
+  if (c.storedOutputBytes > 0) {
+    const bytes = c.storedOutputBytes;
+    c.storedOutputBytes = 0;
+    noteOutput(st, c, -bytes);
+  }
+  st.metaBytes -= c.charged;
+  st.commands.delete(c.uuid);
+  st.history.delete(c.uuid);
+  st.pruned.delete(c.uuid);
+  st.pruned.set(c.uuid, entry);
+  ctx.emit({ type: "trace", event: "pruned", detail: { uuid: c.uuid, client: c.clientId, state: L[c.state] ?? c.state } });
+}
+
+/** Keep the ledger within prunedMax, forgetting the oldest. */
+function forgetPruned(st: ServerState, ctx: ServerCtx): void {
+  for (const uuid of st.pruned.keys()) {
+    if (st.pruned.size <= st.config.limits.prunedMax) break;
+    st.pruned.delete(uuid);
+    ctx.persist({ table: "pruned", key: uuid, value: null });
+  }
+}
+
+/** The pruned record of `uuid` if it belongs to `clientId`. */
+export function prunedFor(st: ServerState, uuid: string, clientId: string): PrunedCommand | undefined {
+  const p = st.pruned.get(uuid);
+  return p && p.clientId === clientId ? p : undefined;
+}
+
+/** What an operator is told about a uuid the server no longer holds. */
+export function missingMessage(st: ServerState, uuid: string): string {
+  const p = st.pruned.get(uuid);
+  if (!p) return `no command ${uuid}`;
+  return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state} and was pruned from history`;
+}
+
+export function restoreHistory(st: ServerState, pruned: Iterable<unknown>): void {
+  const ended = [...st.commands.values()].filter((c) => isTerminal(c.state));
+  ended.sort((a, b) => a.endedAt - b.endedAt || a.createdAt - b.createdAt);
+  for (const c of ended) st.history.set(c.uuid, c.endedAt);
+  const ledger = [...pruned].map((v) => v as PrunedCommand);
+  ledger.sort((a, b) => a.at - b.at);
+  for (const p of ledger) if (!st.commands.has(p.uuid)) st.pruned.set(p.uuid, { ...p });
+}
+
+export function historyInvariants(st: ServerState): void {
+  let sum = 0;
+  let terminal = 0;
+  for (const [uuid, c] of st.commands) {
+    assert(c.charged === metaCharge(c), `${uuid}: metadata charge ${c.charged} out of step with its record (${metaCharge(c)})`);
+    sum += c.charged;
+    if (isTerminal(c.state)) {
+      terminal++;
+      assert(st.history.get(uuid) === c.endedAt, `${uuid}: terminal but not in the history index`);
+    }
+    assert(!st.pruned.has(uuid), `${uuid}: both held and pruned`);
+  }
+  assert(sum === st.metaBytes, `metadata tier accounting: ${st.metaBytes} != ${sum}`);
+  assert(terminal === st.history.size, "history index out of step");
+  assert(st.pruned.size <= st.config.limits.prunedMax, "pruned ledger over its bound");
+  // (No assertion on end order: a wall clock may step back; pruning then
+  // follows the order commands ended in, which is what the index keeps.)
+}

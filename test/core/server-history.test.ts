@@ -1,0 +1,321 @@
+// Server command history: the reserved metadata tier (architecture.md "Tiered
+// unified command-storage budget"), pruning settled terminal commands into a
+// compact ledger, and every protocol answer that must stay the same for a
+// pruned command (reconcile, late frames, repeated submits, operator calls).
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { CommandLifecycle as L, ExecutionSpecSchema, OutputStream, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from "../../core/index.js";
+import { Code, InvariantViolation } from "../../core/errors.js";
+import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../core/limits.js";
+import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../support/server-rig.js";
+
+/** Run `uuid` to SUCCEEDED on `conn` (accepted, running, exit 0). */
+function finish(r: ServerRig, conn: number, uuid: string, out?: string): void {
+  r.running(conn, uuid);
+  let seq = 2;
+  if (out !== undefined) r.event(conn, uuid, seq++, output(OutputStream.STDOUT, 0, enc(out)));
+  r.event(conn, uuid, seq, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+  expect(r.st.commands.get(uuid)?.state ?? r.st.pruned.get(uuid)?.state).toBe(L.SUCCEEDED);
+}
+
+/** The charge of one finished `true` command, measured on a throwaway server. */
+function finishedCharge(): number {
+  const r = new ServerRig();
+  finish(r, r.connect(), "x");
+  return r.cmd("x").charged;
+}
+
+const specOf = (s: ReturnType<typeof argv>) => create(ExecutionSpecSchema, s);
+const durable = (r: ServerRig, table: string) => [...(r.disk.durable.get(table)?.keys() ?? [])];
+
+describe("metadata tier", () => {
+  it("charges each command record and keeps the tier's sum in step", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "q1", argv("sleep", "1"));
+    const q = r.cmd("q1");
+    expect(q.charged).toBe(metaCharge(q));
+    expect(q.charged).toBeGreaterThan(1024 + q.specBytes - 1);
+    finish(r, c, "done", "hello");
+    const d = r.cmd("done");
+    // Two row events (running, exit), one output event, one segment.
+    expect(d.rowEvents).toBe(2);
+    expect(d.charged).toBe(1024 + d.specBytes + 2 * 256 + 3 * 32 + 1 * 128);
+    expect(r.st.metaBytes).toBe(q.charged + d.charged);
+  });
+
+  it("prunes settled terminal history oldest first once the tier is over budget, never an active command", () => {
+    const each = finishedCharge();
+    const r = new ServerRig({ metadataBudget: each * 3 + 10 });
+    const c = r.connect();
+    for (const u of ["h1", "h2", "h3"]) finish(r, c, u);
+    expect(r.st.pruned.size).toBe(0);
+    r.running(c, "live");
+    // Over budget now: the oldest history goes, the running command stays.
+    expect([...r.st.pruned.keys()]).toEqual(["h1"]);
+    expect(r.st.metaBytes).toBeLessThanOrEqual(each * 3 + 10);
+    finish(r, c, "h4");
+    expect([...r.st.pruned.keys()]).toEqual(["h1", "h2"]);
+    expect([...r.st.commands.keys()].sort()).toEqual(["h3", "h4", "live"]);
+    expect(r.cmd("live").state).toBe(L.RUNNING);
+    // Durably: records and events of the pruned ones gone, the compact records written.
+    expect(durable(r, "command").sort()).toEqual(["h3", "h4", "live"]);
+    expect(durable(r, "event").filter((k) => k.startsWith("h1/") || k.startsWith("h2/"))).toEqual([]);
+    expect(durable(r, "event").filter((k) => k.startsWith("h4/"))).toHaveLength(2);
+    expect(r.disk.durable.get("pruned")!.get("h2")).toEqual({
+      uuid: "h2", clientId: "a", hash: expect.stringMatching(/^[0-9a-f]{64}$/), state: L.SUCCEEDED, terminalSource: "agent",
+      storedThrough: 2, exitCode: 0, endedAt: T0, at: T0,
+    } satisfies PrunedCommand);
+  });
+
+  it("refuses a submit with CODE_CAPACITY while active commands would take more than their share of the tier", () => {
+    const r = new ServerRig();
+    r.submit("a", "probe");
+    const each = r.cmd("probe").charged;
+    const budget = Math.ceil((each * 2) / SERVER_ACTIVE_METADATA_SHARE);
+    const s = new ServerRig({ metadataBudget: budget });
+    expect(s.submit("a", "q1")).toEqual({ ok: true, uuid: "q1", revision: 1 });
+    expect(s.submit("a", "q2")).toEqual({ ok: true, uuid: "q2", revision: 1 });
+    const refused = s.submit("a", "q3");
+    expect(refused).toMatchObject({ ok: false, error: { code: Code.CAPACITY, message: expect.stringMatching(/metadata budget/) } });
+    expect(s.st.commands.has("q3")).toBe(false);
+    // Ending one makes room again (terminal history does not count against active work).
+    s.control({ op: "signal", requestId: "cancel-q1", uuid: "q1", signal: SignalKind.CANCEL });
+    expect(s.submit("a", "q3")).toEqual({ ok: true, uuid: "q3", revision: 1 });
+  });
+});
+
+describe("pruning by age", () => {
+  it("prunes a terminal command historyMs after it ended, waking for that moment", () => {
+    const r = new ServerRig({ historyMs: 5_000 }); // sooner than the heartbeat's 10 s wake
+    const c = r.connect();
+    const fx = (() => {
+      r.running(c, "old");
+      return r.event(c, "old", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    })();
+    expect(of(fx, "wake").at(-1)?.at).toBe(T0 + 5_000);
+    r.now = T0 + 4_999;
+    r.step({ type: "tick" });
+    expect(r.st.commands.has("old")).toBe(true);
+    r.now = T0 + 5_000;
+    r.step({ type: "tick" });
+    expect(r.st.commands.has("old")).toBe(false);
+    expect(r.st.pruned.get("old")).toMatchObject({ state: L.SUCCEEDED, endedAt: T0, at: T0 + 5_000 });
+  });
+
+  it("historyMs 0 keeps history by age forever (the tier still bounds it)", () => {
+    const r = new ServerRig({ historyMs: 0 });
+    finish(r, r.connect(), "old");
+    r.now = T0 + 10 * 365 * 86_400_000;
+    r.step({ type: "tick" });
+    expect(r.st.commands.has("old")).toBe(true);
+  });
+
+  it("waits until the terminal state and every event are durable, then prunes on that durable report", () => {
+    const r = new ServerRig({ historyMs: 1 });
+    const c = r.connect();
+    r.running(c, "u");
+    r.autoDurable = false;
+    r.event(c, "u", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    r.now += 10;
+    const fx = r.step({ type: "tick" });
+    expect(r.st.commands.has("u")).toBe(true); // terminal in memory only
+    // Due but unsettled: no wake for now (that spun the simulator, seeds 7 and
+    // 130); the durable report that settles it runs the next step.
+    expect(of(fx, "wake").every((w) => w.at > r.now)).toBe(true);
+    r.flush();
+    expect(r.st.commands.has("u")).toBe(false);
+    expect(r.st.pruned.has("u")).toBe(true);
+  });
+
+  it("deletes a pruned command's output files only once the batch that forgets it is durable", () => {
+    const r = new ServerRig({ historyMs: 1 });
+    const c = r.connect();
+    finish(r, c, "u", "some output");
+    r.autoDurable = false;
+    r.now += 10;
+    const fx = r.step({ type: "tick" });
+    expect(r.st.pruned.has("u")).toBe(true);
+    expect(of(fx, "prune_output")).toEqual([]);
+    expect(of(r.flush(), "prune_output")).toEqual([{ type: "prune_output", uuid: "u" }]);
+  });
+
+  it(`prunes at most ${SERVER_PRUNES_PER_STEP} commands a step and wakes at once for the rest`, () => {
+    const r = new ServerRig({ historyMs: 1, maxActivePerClient: 100_000 });
+    r.store = false;
+    const c = r.connect();
+    const n = SERVER_PRUNES_PER_STEP + 3;
+    for (let i = 0; i < n; i++) finish(r, c, `u${i}`);
+    // They ended at T0 with historyMs 1: all due a millisecond later.
+    r.now += 1;
+    r.autoDurable = false; // one step at a time
+    const fx = r.step({ type: "tick" });
+    expect(r.st.pruned.size).toBe(SERVER_PRUNES_PER_STEP);
+    expect(of(fx, "wake").at(-1)?.at).toBe(r.now);
+    const rest = r.step({ type: "tick" });
+    expect(r.st.pruned.size).toBe(n);
+    expect(of(rest, "wake").at(-1)?.at).toBeGreaterThan(r.now);
+  });
+});
+
+describe("a pruned command keeps its protocol answers", () => {
+  function pruned(over: Parameters<typeof finish>[3] = undefined): { r: ServerRig; c: number } {
+    const r = new ServerRig({ historyMs: 1 });
+    const c = r.connect();
+    finish(r, c, "gone", over);
+    r.now += 10;
+    r.step({ type: "tick" });
+    expect(r.st.pruned.has("gone")).toBe(true);
+    return { r, c };
+  }
+  const hash = (r: ServerRig) => Uint8Array.from(Buffer.from(r.st.pruned.get("gone")!.hash, "hex"));
+
+  it("R-D12: a snapshot naming it as finished gets it discarded, with no incident", () => {
+    const { r } = pruned();
+    const c2 = r.open();
+    r.hello(c2, "a", "inst-a");
+    const fx = r.snapshot(c2, [{ issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: hash(r), lastClientEventSeq: 2n, commandRevision: 1n }]);
+    const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { discardLocalTerminalIssueUuids: string[]; terminateLocalIssueUuids: string[] };
+    expect(res.discardLocalTerminalIssueUuids).toEqual(["gone"]);
+    expect(res.terminateLocalIssueUuids).toEqual([]);
+    expect(r.st.incidents.size).toBe(0);
+  });
+
+  it("R-D11: a snapshot that still runs it, or holds another request under its uuid, gets it terminated with an incident", () => {
+    const { r } = pruned();
+    const c2 = r.open();
+    r.hello(c2, "a", "inst-a");
+    const fx = r.snapshot(c2, [
+      { issueUuid: "gone", lifecycle: L.RUNNING, immutableRequestSha256: hash(r), lastClientEventSeq: 1n, commandRevision: 1n },
+    ]);
+    const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] };
+    expect(res.terminateLocalIssueUuids).toEqual(["gone"]);
+    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind, i.detail])).toEqual([["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"]]);
+    const c3 = r.open();
+    r.hello(c3, "a", "inst-a");
+    const fx3 = r.snapshot(c3, [{ issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: sha("other"), lastClientEventSeq: 2n, commandRevision: 1n }]);
+    expect((r.sent(fx3, c3, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
+    expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a different request under this issue_uuid");
+  });
+
+  it("a snapshot from another client naming it is a command the server lacks (R-D11)", () => {
+    const { r } = pruned();
+    const b = r.open();
+    r.hello(b, "b", "inst-b");
+    const fx = r.snapshot(b, [{ issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: hash(r), lastClientEventSeq: 2n, commandRevision: 1n }]);
+    expect((r.sent(fx, b, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
+    expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a command the server does not know");
+  });
+
+  it("a late event or CommandAccepted for it is ignored: no error, no ack, the session stays open", () => {
+    const { r, c } = pruned("out");
+    for (const fx of [r.event(c, "gone", 3, lifecycle(L.SUCCEEDED, { exitCode: 0 })), r.event(c, "gone", 1, lifecycle(L.RUNNING)), r.accept(c, "gone")]) {
+      expect(r.sent(fx, c)).toEqual([]);
+      expect(of(fx, "close")).toEqual([]);
+    }
+    expect(r.st.conns.get(c)?.phase).toBe("ready");
+    // From another client it is still an unknown command.
+    const b = r.connect("b");
+    expect(r.errors(r.event(b, "gone", 3, lifecycle(L.SUCCEEDED)), b).map((e) => e.error?.code)).toEqual([Code.NOT_FOUND]);
+  });
+
+  it("R-D1: submitting it again never runs it again: the same request is CODE_ALREADY_EXECUTED, another CODE_CONFLICT", () => {
+    const { r } = pruned();
+    const same = r.control({ op: "submit", requestId: "again", uuid: "gone", clientId: "a", spec: specOf(argv()) });
+    expect(same).toMatchObject({ ok: false, error: { code: Code.ALREADY_EXECUTED, message: "command gone ended succeeded and was pruned from history" } });
+    const other = r.submit("a", "gone", argv("false"));
+    expect(other).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+    expect(r.st.commands.has("gone")).toBe(false);
+  });
+
+  it("operator requests on it say it was pruned", () => {
+    const { r } = pruned();
+    for (const req of [
+      { op: "signal", requestId: "s", uuid: "gone", signal: SignalKind.CANCEL },
+      { op: "stdin", requestId: "w", uuid: "gone", data: enc("x"), appendNewline: false },
+      { op: "close_stdin", requestId: "cl", uuid: "gone" },
+    ] as const) {
+      expect(r.control(req)).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "command gone ended succeeded and was pruned from history" } });
+    }
+    expect(r.control({ op: "signal", requestId: "s2", uuid: "never", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "no command never" } });
+  });
+});
+
+describe("the pruned ledger", () => {
+  it("keeps at most prunedMax records, forgetting the oldest durably", () => {
+    const r = new ServerRig({ historyMs: 1, prunedMax: 2 });
+    const c = r.connect();
+    for (const u of ["p1", "p2", "p3", "p4"]) {
+      finish(r, c, u);
+      r.now += 10;
+      r.step({ type: "tick" });
+    }
+    expect([...r.st.pruned.keys()]).toEqual(["p3", "p4"]);
+    expect(durable(r, "pruned").sort()).toEqual(["p3", "p4"]);
+    // Forgotten: now just a uuid the server never knew.
+    expect(r.control({ op: "signal", requestId: "s", uuid: "p1", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "no command p1" } });
+  });
+
+  it("survives a restart with the history order, the tier's charges and the ledger", () => {
+    const each = finishedCharge();
+    const r = new ServerRig({ metadataBudget: each * 2 + 10 });
+    const c = r.connect();
+    for (const u of ["a1", "a2", "a3", "a4"]) {
+      finish(r, c, u, u === "a3" ? "out" : undefined);
+      r.now += 1000;
+    }
+    r.submit("a", "waiting", argv("sleep", "9"));
+    const back = restoreServer(r.cfg, r.disk.tables(), 2);
+    serverInvariants(back);
+    expect([...back.pruned.keys()]).toEqual([...r.st.pruned.keys()]);
+    expect([...back.history.entries()]).toEqual([...r.st.history.entries()]);
+    expect(back.metaBytes).toBe(r.st.metaBytes);
+    for (const [u, c2] of back.commands) expect(c2.charged, u).toBe(r.cmd(u).charged);
+  });
+
+  it("restores records written before history pruning existed (no endedAt, specBytes or rowEvents)", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    finish(r, c, "legacy");
+    const t = r.disk.durable.get("command")!;
+    const { endedAt, specBytes, rowEvents, ...old } = t.get("legacy") as Record<string, unknown>;
+    expect([endedAt, typeof specBytes, rowEvents]).toEqual([T0, "number", 2]);
+    t.set("legacy", old);
+    const back = restoreServer(r.cfg, r.disk.tables(), 2);
+    serverInvariants(back);
+    const l = back.commands.get("legacy")!;
+    expect([l.endedAt, l.specBytes, l.rowEvents]).toEqual([l.createdAt, r.cmd("legacy").specBytes, 0]);
+    expect(back.history.get("legacy")).toBe(l.createdAt);
+  });
+});
+
+describe("history invariants catch their corruptions", () => {
+  function healthy(): ServerRig {
+    const r = new ServerRig({ historyMs: 1 });
+    const c = r.connect();
+    finish(r, c, "kept");
+    r.now += 10;
+    r.step({ type: "tick" });
+    finish(r, c, "kept2");
+    r.running(c, "live");
+    serverInvariants(r.st);
+    return r;
+  }
+  const cases: Array<[string, (r: ServerRig) => void, RegExp]> = [
+    ["a charge out of step with its record", (r) => void (r.cmd("live").rowEvents += 1), /live: metadata charge/],
+    ["the tier's sum drifting", (r) => void (r.st.metaBytes += 1), /metadata tier accounting/],
+    ["a terminal command missing from the history index", (r) => void r.st.history.delete("kept2"), /kept2: terminal but not in the history index/],
+    ["an active command in the history index", (r) => void r.st.history.set("live", T0), /history index out of step/],
+    ["a command both held and pruned", (r) => void r.st.pruned.set("live", { ...r.st.pruned.get("kept")!, uuid: "live" }), /live: both held and pruned/],
+    ["the ledger over its bound", (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, prunedMax: 0 } }), /pruned ledger over its bound/],
+  ];
+  for (const [name, corrupt, message] of cases) {
+    it(`refuses: ${name}`, () => {
+      const r = healthy();
+      corrupt(r);
+      expect(() => serverInvariants(r.st)).toThrow(InvariantViolation);
+      expect(() => serverInvariants(r.st)).toThrow(message);
+    });
+  }
+});

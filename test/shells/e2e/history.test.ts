@@ -1,0 +1,85 @@
+// Command history through real daemons: with a small reserved metadata tier
+// the server prunes its oldest settled commands, deletes their output
+// segments, answers for them as pruned (never runs one again), and keeps all
+// of that across a restart.
+import { promises as fsp } from "node:fs";
+import * as path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { SEGMENT_DIR } from "../../../shells/storage/server-storage.js";
+import { cleanupTemp, startAgent, startServer, waitFor, type TestServer } from "./helpers.js";
+
+const segs = async (s: TestServer) => (await fsp.readdir(path.join(s.dataDir, SEGMENT_DIR))).filter((f) => f.endsWith(".seg"));
+
+async function run(s: TestServer, uuid: string, argv: string[]): Promise<void> {
+  await s.client.submitCommand({ clientId: "hist-a", issueUuid: uuid, program: { case: "argv", value: { argv } } });
+  await waitFor(`${uuid} terminal`, async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.SUCCEEDED);
+}
+
+async function refusal(p: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await p;
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("expected a refusal");
+}
+
+describe("e2e: command history within the server's metadata tier", () => {
+  afterAll(cleanupTemp);
+
+  it("prunes the oldest settled commands and their output, answers for them as pruned, and keeps that across a restart", async () => {
+    // ~1.6 KiB charged per finished `true`: about five of them fit.
+    const limits = { metadataBudget: 8 * 1024 };
+    let s = await startServer({ limits });
+    const a = await startAgent(s.url, "hist-a");
+    const abort = new AbortController();
+    const removed: string[] = [];
+    const watching = (async () => {
+      try {
+        for await (const m of s.client.watchFleet({ commandClients: ["hist-a"] }, { signal: abort.signal })) if (m.change.case === "commandRemoved") removed.push(m.change.value);
+      } catch {
+        // aborted
+      }
+    })();
+    try {
+      await waitFor("agent connected", () => a.connected);
+      await run(s, "first", ["echo", "the first command's output"]);
+      expect(await segs(s)).toHaveLength(1);
+      for (let i = 0; i < 8; i++) await run(s, `t-${i}`, ["true"]);
+      await waitFor("first pruned", () => s.daemon.state.pruned.has("first"));
+      expect(s.daemon.state.metaBytes).toBeLessThanOrEqual(limits.metadataBudget);
+      await waitFor("its segments deleted", async () => (await segs(s)).length === 0);
+      // WatchFleet tells a watcher of the client that it is gone.
+      await waitFor("commandRemoved streamed", () => removed.includes("first"));
+      abort.abort();
+      await watching;
+
+      const gone = await refusal(s.client.getCommand({ issueUuid: "first" }));
+      expect(gone.code).toBe(ConnectCode.NotFound);
+      expect(gone.rawMessage).toMatch(/command first ended succeeded and was pruned from history/);
+      const again = await refusal(s.client.submitCommand({ clientId: "hist-a", issueUuid: "first", program: { case: "argv", value: { argv: ["echo", "the first command's output"] } } }));
+      expect(again.code).toBe(ConnectCode.AlreadyExists);
+      expect(again.rawMessage).toMatch(/ALREADY_EXECUTED/);
+      const newest = (await s.client.getCommand({ issueUuid: "t-7" })).command!;
+      expect(newest.state).toBe(L.SUCCEEDED);
+      const listed = (await s.client.listCommands({ clientId: "hist-a" })).commands.map((c) => c.issueUuid);
+      expect(listed).toContain("t-7");
+      expect(listed).not.toContain("first");
+
+      await a.close();
+      const kept = [...s.daemon.state.commands.keys()].sort();
+      const pruned = [...s.daemon.state.pruned.keys()];
+      await s.close();
+      s = await startServer({ limits, dataDir: s.dataDir });
+      expect([...s.daemon.state.commands.keys()].sort()).toEqual(kept);
+      expect([...s.daemon.state.pruned.keys()]).toEqual(pruned);
+      expect((await refusal(s.client.getCommand({ issueUuid: "first" }))).rawMessage).toMatch(/pruned from history/);
+    } finally {
+      abort.abort();
+      await a.close().catch(() => {});
+      await s.close();
+    }
+  }, 60_000);
+});

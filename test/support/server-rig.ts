@@ -1,0 +1,203 @@
+// The server node reducer stepped by hand, with fake agents that are just
+// connection numbers: shared by the server-node tests.
+import { createHash } from "node:crypto";
+import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { expect } from "vitest";
+import {
+  AgentEnvelopeSchema,
+  ClientHelloSchema,
+  CommandAcceptedSchema,
+  ReconcileCommandStateSchema,
+  ReconcileSnapshotSchema,
+  type AgentError,
+  type ClientHello,
+  type ReconcileCommandState,
+} from "../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  CommandEventSchema,
+  CommandLifecycle as L,
+  ControlErrorSchema,
+  ExecutionSpecSchema,
+  LifecycleTransitionSchema,
+  OutputChunkSchema,
+  OutputStream,
+  type ExecutionSpec,
+  type LifecycleTransition,
+} from "../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  defaultServerConfig,
+  newServer,
+  serverInvariants,
+  serverStep,
+  type ControlRequest,
+  type ControlResult,
+  type ServerConfig,
+  type ServerEffect,
+  type ServerInput,
+  type ServerLimits,
+  type ServerState,
+} from "../../core/index.js";
+import { Code } from "../../core/errors.js";
+import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
+import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
+import { Disk } from "./harness.js";
+import { testPorts } from "./ports.js";
+
+export const T0 = 1_700_000_000_000;
+export const sha = (b: Uint8Array | string): Uint8Array => new Uint8Array(createHash("sha256").update(b).digest());
+export const decode = (d: Uint8Array) => fromBinary(AgentEnvelopeSchema, d);
+export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
+export type HelloInit = Exclude<MessageInitShape<typeof ClientHelloSchema>, ClientHello>;
+export type StateInit = Exclude<MessageInitShape<typeof ReconcileCommandStateSchema>, ReconcileCommandState>;
+export type LifecycleInit = Exclude<MessageInitShape<typeof LifecycleTransitionSchema>, LifecycleTransition>;
+export type EventInit = MessageInitShape<typeof CommandEventSchema>["event"];
+export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a.length ? a : ["true"] } } });
+export const of = <T extends ServerEffect["type"]>(effects: ServerEffect[], type: T) => effects.filter((e) => e.type === type) as Array<Extract<ServerEffect, { type: T }>>;
+export const enc = (s: string) => new TextEncoder().encode(s);
+
+export const lifecycle = (state: L, extra: Partial<LifecycleInit> = {}): EventInit => ({ case: "lifecycle", value: create(LifecycleTransitionSchema, { state, ...extra }) });
+export const output = (stream: OutputStream, offset: number, raw: Uint8Array, over: Partial<MessageInitShape<typeof OutputChunkSchema>> = {}): EventInit => ({
+  case: "output",
+  value: create(OutputChunkSchema, { stream, streamOffset: BigInt(offset), originalSize: raw.length, zstdData: testPorts.compress(raw), ...over }),
+});
+
+/** One server, stepped by hand, with fake agents that are just connection numbers. */
+export class ServerRig {
+  now = T0;
+  st: ServerState;
+  cfg: ServerConfig;
+  disk = new Disk();
+  log: ServerEffect[] = [];
+  replies = new Map<string, ControlResult>();
+  autoDurable = true;
+  /** Keep a copy of what is persisted (off for long loops: it clones every record). */
+  store = true;
+  private nextConn = 1;
+
+  constructor(over: Partial<ServerLimits> = {}, seed = 1) {
+    const d = defaultServerConfig();
+    this.cfg = { ...d, limits: { ...d.limits, ...over } };
+    this.st = newServer(this.cfg, seed);
+  }
+
+  step(input: ServerInput): ServerEffect[] {
+    const r = serverStep(this.st, input, this.now, { ports: testPorts });
+    serverInvariants(this.st);
+    for (const e of of(r.effects, "persist"))
+      for (const rec of e.records) expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value, ...(rec.prefix ? { prefix: true } : {}) });
+    this.log.push(...r.effects);
+    const out = [...r.effects];
+    for (const e of r.effects) {
+      if (e.type === "reply") this.replies.set(e.requestId, e.result);
+      if (e.type === "persist" && this.store) (this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e));
+    }
+    const last = of(r.effects, "persist").at(-1);
+    if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
+    return out;
+  }
+
+  flush(): ServerEffect[] {
+    for (const p of this.disk.pending) this.disk.apply(p);
+    this.disk.pending = [];
+    return this.step({ type: "durable", through: this.st.gate.lastId });
+  }
+
+  open(): number {
+    const c = this.nextConn++;
+    this.step({ type: "conn_open", conn: c });
+    return c;
+  }
+
+  fenceOf(conn: number): Fence | null {
+    const c = this.st.conns.get(conn);
+    return c && c.sessionId ? { sessionId: c.sessionId, generation: c.generation } : null;
+  }
+
+  frame(conn: number, payload: Payload, fence: Fence | null = this.fenceOf(conn)): ServerEffect[] {
+    return this.step({ type: "frame", conn, data: encodeEnvelope(fence, payload) });
+  }
+
+  hello(conn: number, clientId = "a", instanceId = `inst-${clientId}`, over: Partial<HelloInit> = {}): ServerEffect[] {
+    return this.frame(
+      conn,
+      { case: "clientHello", value: create(ClientHelloSchema, { clientId, clientInstanceId: instanceId, supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL), maxRunningCommands: 8, maxQueuedCommands: 8, ...over }) },
+      null,
+    );
+  }
+
+  snapshot(conn: number, retained: StateInit[] = []): ServerEffect[] {
+    return this.frame(conn, { case: "reconcileSnapshot", value: create(ReconcileSnapshotSchema, { retainedCommands: retained.map((r) => create(ReconcileCommandStateSchema, r)) }) });
+  }
+
+  /** A registered, reconciled session. */
+  connect(clientId = "a", instanceId = `inst-${clientId}`, over: Partial<HelloInit> = {}): number {
+    const c = this.open();
+    this.hello(c, clientId, instanceId, over);
+    expect(this.st.conns.get(c)?.phase).toBe("reconciling");
+    this.snapshot(c);
+    expect(this.st.conns.get(c)?.phase).toBe("ready");
+    return c;
+  }
+
+  control(request: ControlRequest): ControlResult | undefined {
+    this.step({ type: "control", request });
+    return this.replies.get(request.requestId);
+  }
+
+  submit(clientId: string, uuid: string, spec: SpecInit = argv(), extra: Partial<Extract<ControlRequest, { op: "submit" }>> = {}): ControlResult | undefined {
+    return this.control({ op: "submit", requestId: `submit-${uuid}`, uuid, clientId, spec: create(ExecutionSpecSchema, spec), ...extra });
+  }
+
+  accept(conn: number, uuid: string, accepted = true, code?: Code, message = ""): ServerEffect[] {
+    return this.frame(conn, {
+      case: "commandAccepted",
+      value: create(CommandAcceptedSchema, { issueUuid: uuid, commandRevision: 1n, accepted, ...(code !== undefined ? { rejection: create(ControlErrorSchema, { code, message }) } : {}) }),
+    });
+  }
+
+  event(conn: number, uuid: string, seq: number | bigint, event: EventInit, rev = 1n): ServerEffect[] {
+    return this.frame(conn, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: uuid, eventSeq: BigInt(seq), commandRevision: rev, event }) });
+  }
+
+  /** Submit, dispatch, accept and start a command on `conn`. */
+  running(conn: number, uuid: string, spec: SpecInit = argv()): void {
+    const client = this.st.conns.get(conn)!.clientId;
+    this.submit(client, uuid, spec);
+    expect(this.cmd(uuid).state).toBe(L.DISPATCHED);
+    this.accept(conn, uuid);
+    this.event(conn, uuid, 1, lifecycle(L.RUNNING));
+    expect(this.cmd(uuid).state).toBe(L.RUNNING);
+  }
+
+  cmd(uuid: string) {
+    return this.st.commands.get(uuid)!;
+  }
+
+  sent(effects: ServerEffect[], conn?: number, kind?: string) {
+    return of(effects, "send")
+      .filter((s) => conn === undefined || s.conn === conn)
+      .map((s) => ({ env: decode(s.data), lane: s.lane, conn: s.conn }))
+      .filter((s) => !kind || s.env.payload.case === kind);
+  }
+
+  errors(effects: ServerEffect[], conn?: number) {
+    return this.sent(effects, conn, "error").map((s) => s.env.payload.value as AgentError);
+  }
+}
+
+export function expectClosed(r: ServerRig, effects: ServerEffect[], conn: number, code: Code, message?: string): void {
+  const errs = r.sent(effects, conn, "error");
+  expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([[code, true, "priority"]]);
+  if (message !== undefined) expect((errs[0]!.env.payload.value as AgentError).error?.message).toBe(message);
+  expect(of(effects, "close").filter((c) => c.conn === conn)).toHaveLength(1);
+  expect(r.st.conns.has(conn)).toBe(false);
+}
+
+export function expectRefused(r: ServerRig, effects: ServerEffect[], conn: number, code: Code, message?: string): void {
+  if (message !== undefined) expect(r.errors(effects, conn)[0]?.error?.message).toBe(message);
+  expect(r.errors(effects, conn).map((e) => [e.error?.code, e.closeSession])).toEqual([[code, false]]);
+  expect(of(effects, "close")).toEqual([]);
+  expect(r.st.conns.has(conn)).toBe(true);
+}
+
+// ====================================================================== server-node
