@@ -78,9 +78,13 @@ export function activeRoom(st: ServerState, charge: number): { ok: boolean; acti
   return { ok: active + charge <= st.config.limits.metadataBudget * SERVER_ACTIVE_METADATA_SHARE, active };
 }
 
-/** Terminal, durably so, and every event it received is durable. */
+/**
+ * Terminal durably. (The view that says so was persisted after every event
+ * the command received, and batches are durable in order, so its events are
+ * durable too; `prune` asserts it.)
+ */
 export function isSettled(c: ServerCommand): boolean {
-  return isTerminal(c.state) && isTerminal(c.committed.state) && c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough;
+  return isTerminal(c.committed.state);
 }
 
 /**
@@ -112,7 +116,7 @@ export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
  * that settles it runs the next step).
  */
 export function historyDeadline(st: ServerState, now: number): number | null {
-  if (st.config.limits.historyMs <= 0) return null;
+  // (historyMs 0: every entry is already "due", so this returns null.)
   for (const endedAt of st.history.values()) {
     const due = endedAt + st.config.limits.historyMs;
     return due > now ? due : null;
@@ -121,6 +125,7 @@ export function historyDeadline(st: ServerState, now: number): number | null {
 }
 
 function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
+  assert(c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough, `${c.uuid}: pruned with events not yet durable`);
   const entry: PrunedCommand = {
     uuid: c.uuid,
     clientId: c.clientId,
@@ -137,7 +142,8 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   if (c.retention.length > 0) ctx.persist({ table: "retention", key: c.uuid, value: null });
   ctx.persist({ table: "pruned", key: c.uuid, value: { ...entry } });
   // Output files go once the batch that forgets the command is durable.
-  if (c.segments.length > 0 || c.retention.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
+  // (Retention never drops a command's last segment: no segments, no files.)
+  if (c.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
   if (c.storedOutputBytes > 0) {
     const bytes = c.storedOutputBytes;
     c.storedOutputBytes = 0;
@@ -178,7 +184,7 @@ export function restoreHistory(st: ServerState, pruned: Iterable<unknown>): void
   ended.sort((a, b) => a.endedAt - b.endedAt || a.createdAt - b.createdAt);
   for (const c of ended) st.history.set(c.uuid, c.endedAt);
   const ledger = [...pruned].map((v) => v as PrunedCommand);
-  ledger.sort((a, b) => a.at - b.at);
+  ledger.sort((a, b) => a.at - b.at || a.endedAt - b.endedAt);
   for (const p of ledger) if (!st.commands.has(p.uuid)) st.pruned.set(p.uuid, { ...p });
 }
 

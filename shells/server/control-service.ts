@@ -431,10 +431,17 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     }
     return null;
   };
-  if (!d.state.commands.get(uuid)) throw toConnectError({ code: Code.NOT_FOUND, message: missingMessage(d.state, uuid) });
+  // History pruning may remove a finished command between two reads (its
+  // segments go with it): the reader is told so, never shown a short stream.
+  const current = (): ServerCommand => {
+    const c = d.state.commands.get(uuid);
+    if (c) return c;
+    throw toConnectError({ code: Code.NOT_FOUND, message: next > 1 ? `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` : missingMessage(d.state, uuid) });
+  };
+  current();
   for (;;) {
     if (ctx.signal.aborted) return;
-    let c = d.state.commands.get(uuid)!;
+    let c = current();
     const through = c.committed.storedThrough;
     while (next <= through) {
       const rows = d.storage.readEvents(uuid, next, through, 128);
@@ -449,7 +456,7 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
         const item = await eventItem(d, uuid, v);
         if (item === "gone") {
           // Retention removed it while we were reading: the marker says so.
-          c = d.state.commands.get(uuid)!;
+          c = current();
           if (!covered(c, seq)) throw new ConnectError(`output ${uuid}/${seq} is missing from the segment store`, ConnectCode.DataLoss);
           const m2 = due(c, seq);
           if (m2) yield m2;
@@ -469,7 +476,7 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
         next = through + 1;
       }
     }
-    c = d.state.commands.get(uuid)!;
+    c = current();
     const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
     if (settled || !keepFollowing) {
       yield { issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c) } };

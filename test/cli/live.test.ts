@@ -184,12 +184,9 @@ describe("rvbox logs and stdin", () => {
     expect(removed(r.stderr) + r.stdoutBytes.length, r.stderr).toBe(1_000_000);
   });
 
-  // KNOWN SERVER BUG (shells/server/control-service.ts `follow`): core now keeps ONE cumulative
-  // retention marker per command that grows, but FollowOutput remembers sent markers by firstSeq
-  // (`sentMarkers`), so when the marker grows while a follower is streaming, the newly removed
-  // events are skipped with no marker. The CLI then prints its own "missing ... no marker was
-  // sent" gap line (the test above passes because of it). Un-skip once the server re-sends a
-  // grown marker (fix described in the operator-surface report).
+  // The core keeps ONE cumulative retention marker per command that grows while a follower
+  // streams; FollowOutput re-sends it clipped to what the reader has not had (6281177). Before
+  // that, the CLI had to print its own "missing ... no marker was sent" gap line.
   it("R-O5: a live follower gets a retention marker for every removed range (no CLI-detected gaps)", async () => {
     for (let i = 0; i < 6; i++) {
       const r = await cli(["run", "host-a", "-f", "--shell", "--", "head -c 750000 /dev/urandom | base64 -w 0"], { env });

@@ -9,6 +9,7 @@ import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from 
 import { Code, InvariantViolation } from "../../core/errors.js";
 import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../core/limits.js";
 import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../support/server-rig.js";
+import { testPorts } from "../support/ports.js";
 
 /** Run `uuid` to SUCCEEDED on `conn` (accepted, running, exit 0). */
 function finish(r: ServerRig, conn: number, uuid: string, out?: string): void {
@@ -52,6 +53,7 @@ describe("metadata tier", () => {
     for (const u of ["h1", "h2", "h3"]) finish(r, c, u);
     expect(r.st.pruned.size).toBe(0);
     r.running(c, "live");
+    expect(of(r.log, "trace").filter((t) => t.event === "pruned").map((t) => t.detail)).toEqual([{ uuid: "h1", client: "a", state: "SUCCEEDED" }]);
     // Over budget now: the oldest history goes, the running command stays.
     expect([...r.st.pruned.keys()]).toEqual(["h1"]);
     expect(r.st.metaBytes).toBeLessThanOrEqual(each * 3 + 10);
@@ -67,6 +69,45 @@ describe("metadata tier", () => {
       uuid: "h2", clientId: "a", hash: expect.stringMatching(/^[0-9a-f]{64}$/), state: L.SUCCEEDED, terminalSource: "agent",
       storedThrough: 2, exitCode: 0, endedAt: T0, at: T0,
     } satisfies PrunedCommand);
+  });
+
+  it("a tier filled exactly to its budget is not over it", () => {
+    const each = finishedCharge();
+    const r = new ServerRig({ metadataBudget: each * 3 });
+    const c = r.connect();
+    for (const u of ["h1", "h2", "h3"]) finish(r, c, u);
+    expect(r.st.metaBytes).toBe(each * 3);
+    expect(r.st.pruned.size).toBe(0);
+    r.submit("a", "one-more");
+    expect([...r.st.pruned.keys()]).toEqual(["h1"]);
+  });
+
+  it("a pruning batch deletes exactly the command, its events and (if any) its retention marker, and writes the compact record", () => {
+    const plain = new ServerRig({ historyMs: 1 });
+    finish(plain, plain.connect(), "p");
+    plain.now += 10;
+    const fx = plain.step({ type: "tick" });
+    expect(of(fx, "persist")[0]!.records.map((r) => [r.table, r.key, r.value === null ? null : "row", r.prefix ?? false])).toEqual([
+      ["command", "p", null, false],
+      ["event", "p/", null, true],
+      ["pruned", "p", "row", false],
+    ]);
+    expect(of(fx, "prune_output")).toEqual([]); // nothing stored, nothing to delete
+    // With output dropped by retention: the marker row goes too, and the files.
+    const z = testPorts.compress(enc("x".repeat(64))).length;
+    const r = new ServerRig({ historyMs: 1, segmentBytes: z, outputPerCommand: z });
+    const c = r.connect();
+    r.running(c, "o");
+    for (let i = 0; i < 3; i++) r.event(c, "o", 2 + i, output(OutputStream.STDOUT, i * 64, enc("x".repeat(64))));
+    r.event(c, "o", 5, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    const o = r.cmd("o");
+    expect([o.segments.length, o.retention.length]).toEqual([1, 1]);
+    expect(o.charged).toBe(1024 + o.specBytes + 2 * 256 + 5 * 32 + 2 * 128);
+    r.now += 10;
+    const fx2 = r.step({ type: "tick" });
+    expect(of(fx2, "persist")[0]!.records.map((x) => [x.table, x.key])).toEqual([["command", "o"], ["event", "o/"], ["retention", "o"], ["pruned", "o"]]);
+    expect(of(fx2, "prune_output")).toEqual([{ type: "prune_output", uuid: "o" }]);
+    expect(r.st.clientOutput.get("a")).toEqual({ bytes: 0, uuids: new Set() });
   });
 
   it("refuses a submit with CODE_CAPACITY while active commands would take more than their share of the tier", () => {
@@ -113,12 +154,12 @@ describe("pruning by age", () => {
   });
 
   it("waits until the terminal state and every event are durable, then prunes on that durable report", () => {
-    const r = new ServerRig({ historyMs: 1 });
+    const r = new ServerRig({ historyMs: 10 });
     const c = r.connect();
     r.running(c, "u");
     r.autoDurable = false;
     r.event(c, "u", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
-    r.now += 10;
+    r.now += 10; // due exactly now
     const fx = r.step({ type: "tick" });
     expect(r.st.commands.has("u")).toBe(true); // terminal in memory only
     // Due but unsettled: no wake for now (that spun the simulator, seeds 7 and
@@ -127,6 +168,19 @@ describe("pruning by age", () => {
     r.flush();
     expect(r.st.commands.has("u")).toBe(false);
     expect(r.st.pruned.has("u")).toBe(true);
+  });
+
+  it("a command the server ended itself waits for that state to be durable too", () => {
+    const r = new ServerRig({ historyMs: 1 });
+    r.submit("a", "q"); // no agent: stays queued
+    r.autoDurable = false;
+    r.control({ op: "signal", requestId: "c", uuid: "q", signal: SignalKind.CANCEL });
+    expect(r.cmd("q").state).toBe(L.CANCELLED);
+    r.now += 10;
+    r.step({ type: "tick" });
+    expect(r.st.commands.has("q")).toBe(true);
+    r.flush();
+    expect(r.st.pruned.get("q")).toMatchObject({ state: L.CANCELLED, terminalSource: "server", storedThrough: 0 });
   });
 
   it("deletes a pruned command's output files only once the batch that forgets it is durable", () => {
@@ -259,19 +313,35 @@ describe("the pruned ledger", () => {
 
   it("survives a restart with the history order, the tier's charges and the ledger", () => {
     const each = finishedCharge();
-    const r = new ServerRig({ metadataBudget: each * 2 + 10 });
+    const r = new ServerRig({ metadataBudget: each * 3 + 10 });
     const c = r.connect();
-    for (const u of ["a1", "a2", "a3", "a4"]) {
+    for (const u of ["a1", "a2", "a3", "a4", "a5", "a6"]) {
       finish(r, c, u, u === "a3" ? "out" : undefined);
       r.now += 1000;
     }
     r.submit("a", "waiting", argv("sleep", "9"));
-    const back = restoreServer(r.cfg, r.disk.tables(), 2);
+    // Storage may return rows in any order: the restore sorts by end and prune time.
+    const t = r.disk.tables();
+    const reversed = { get: (name: string) => (t.get(name) ? new Map([...t.get(name)!].reverse()) : undefined) };
+    const back = restoreServer(r.cfg, reversed, 2);
     serverInvariants(back);
     expect([...back.pruned.keys()]).toEqual([...r.st.pruned.keys()]);
+    expect([...back.pruned.values()]).toEqual([...r.st.pruned.values()]);
     expect([...back.history.entries()]).toEqual([...r.st.history.entries()]);
+    expect(back.history.size).toBeGreaterThanOrEqual(2);
+    expect(back.pruned.size).toBeGreaterThanOrEqual(2);
     expect(back.metaBytes).toBe(r.st.metaBytes);
     for (const [u, c2] of back.commands) expect(c2.charged, u).toBe(r.cmd(u).charged);
+  });
+
+  it("a uuid both held and in the ledger restores as held (the live record wins)", () => {
+    const r = new ServerRig();
+    finish(r, r.connect(), "x");
+    r.disk.durable.set("pruned", new Map([["x", { uuid: "x", clientId: "a", hash: "00", state: L.FAILED, terminalSource: "agent", storedThrough: 9, exitCode: 1, endedAt: 0, at: 0 }]]));
+    const back = restoreServer(r.cfg, r.disk.tables(), 2);
+    serverInvariants(back);
+    expect(back.commands.get("x")!.state).toBe(L.SUCCEEDED);
+    expect(back.pruned.size).toBe(0);
   });
 
   it("restores records written before history pruning existed (no endedAt, specBytes or rowEvents)", () => {

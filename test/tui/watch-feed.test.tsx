@@ -166,6 +166,10 @@ describe("WatchFeed", () => {
     // A change of a listed command, and a new one.
     rpc.push({ case: "command", value: commandMsg(host(0), 1, L.SUCCEEDED) }, { case: "command", value: commandMsg(host(0), 3) });
     await eventually(() => expect(src!.commands(host(0)).map((c) => `${c.uuid}:${c.state}`)).toEqual([`${host(0)}-cmd-0003:running`, `${host(0)}-cmd-0001:succeeded`]));
+    // The server pruned a finished one from its history: it leaves the lists.
+    rpc.push({ case: "commandRemoved", value: `${host(0)}-cmd-0001` });
+    await eventually(() => expect(src!.commands(host(0)).map((c) => c.uuid)).toEqual([`${host(0)}-cmd-0003`]));
+    expect(src.commands(null).map((c) => c.uuid)).toEqual([`${host(0)}-cmd-0003`, `${host(1)}-cmd-0002`]);
 
     // Watching again what is covered, or less: no new stream.
     const again = src.watchCommands(host(0));

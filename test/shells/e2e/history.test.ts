@@ -82,4 +82,42 @@ describe("e2e: command history within the server's metadata tier", () => {
       await s.close();
     }
   }, 60_000);
+
+  it("a follower reading a command that is pruned meanwhile gets NOT_FOUND saying so, never a silently short stream", async () => {
+    // "big" alone is charged 19-35 KiB (512-1,024+ events, by how the pipe was read);
+    // some 20 finished `true`s more push it out.
+    const s = await startServer({ limits: { metadataBudget: 64 * 1024 } });
+    const a = await startAgent(s.url, "hist-a");
+    try {
+      await waitFor("agent connected", () => a.connected);
+      await run(s, "big", ["head", "-c", String(32 * 1024 * 1024), "/dev/urandom"]);
+      const it = s.client.followOutput({ issueUuid: "big", follow: false })[Symbol.asyncIterator]();
+      const first = await it.next();
+      expect(first.value?.item.case).toBe("lifecycle"); // running
+      for (let i = 0; !s.daemon.state.pruned.has("big"); i++) {
+        expect(i).toBeLessThan(60);
+        await run(s, `p-${i}`, ["true"]);
+      }
+      let bytes = 0;
+      let finished = false;
+      const end = await (async () => {
+        try {
+          for (let r = await it.next(); !r.done; r = await it.next()) {
+            if (r.value.item.case === "output") bytes += r.value.item.value.data.length;
+            if (r.value.item.case === "finished") finished = true;
+          }
+          return null;
+        } catch (err) {
+          return ConnectError.from(err);
+        }
+      })();
+      expect(finished).toBe(false);
+      expect(bytes).toBeLessThan(32 * 1024 * 1024);
+      expect(end?.code).toBe(ConnectCode.NotFound);
+      expect(end?.rawMessage).toMatch(/command big ended succeeded and was pruned from history while being read \(through event \d+\)/);
+    } finally {
+      await a.close().catch(() => {});
+      await s.close();
+    }
+  }, 120_000);
 });

@@ -54,6 +54,25 @@ describe("agent storage: kv rows with large fields spilled to blob files", () =>
     await s.close();
   });
 
+  it("a prefix delete releases the spilled blobs of every row it covers, and only those", async () => {
+    const dir = await tempDir("rvbox-spill-prefix-");
+    const s = await SpillStore.open({ dir, threshold: 1000, fileBytes: 5000 });
+    for (let i = 1; i <= 6; i++) s.persist(put(i, "event", `u/${i}`, { seq: i, bytes: blob(2000, i) }));
+    s.persist(put(7, "event", "uv/1", { seq: 1, bytes: blob(2000, 7) }));
+    await s.whenIdle();
+    expect((await fsp.readdir(path.join(dir, SPILL_DIR))).length).toBeGreaterThanOrEqual(3);
+    s.persist({ type: "persist", id: 8, records: [{ table: "event", key: "u/", value: null, prefix: true }] });
+    await s.whenIdle();
+    expect(s.db.query<{ k: string }>("SELECT k FROM kv WHERE t = 'event'").map((r) => r.k)).toEqual(["uv/1"]);
+    await s.close();
+    const s2 = await SpillStore.open({ dir, threshold: 1000, fileBytes: 5000 });
+    expect((s2.tables.get("event")!.get("uv/1") as { bytes: Uint8Array }).bytes).toEqual(blob(2000, 7));
+    // Only the files "uv/1" still needs (and at most the current one) remain.
+    expect((await fsp.readdir(path.join(dir, SPILL_DIR))).length).toBeLessThanOrEqual(2);
+    expect(s2.damage).toEqual([]);
+    await s2.close();
+  });
+
   it("R-D13: a missing spill file is reported as damage, never silently guessed", async () => {
     const dir = await tempDir("rvbox-spill-dmg-");
     const s = await SpillStore.open({ dir, threshold: 100 });
