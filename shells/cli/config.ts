@@ -103,13 +103,18 @@ export function readSecret(file: string, what: string): string {
   return s;
 }
 
-/** Numeric limits from a config object, checked against the known keys. */
-export function numericLimits<T extends object>(given: Record<string, unknown> | undefined, known: T, what: string): Partial<T> {
+/**
+ * Numeric limits from a config object, checked against the known keys. Each
+ * must be a positive integer; those named in `zeroOk` may also be 0 (for
+ * example the server's `historyMs`: 0 means no age limit).
+ */
+export function numericLimits<T extends object>(given: Record<string, unknown> | undefined, known: T, what: string, zeroOk: readonly string[] = []): Partial<T> {
   if (!given) return {};
   const out: Record<string, number> = {};
   for (const [k, v] of Object.entries(given)) {
     if (!(k in known)) throw new Error(`${what}: unknown limit ${JSON.stringify(k)} (known: ${Object.keys(known).join(", ")})`);
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0) throw new Error(`${what}: limit ${k} must be a positive integer`);
+    const least = zeroOk.includes(k) ? 0 : 1;
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < least) throw new Error(`${what}: limit ${k} must be a ${least === 0 ? "non-negative" : "positive"} integer`);
     out[k] = v;
   }
   return out as Partial<T>;

@@ -42,7 +42,7 @@ export async function serverMain(argv: string[]): Promise<number> {
     dataDir: s.get("data") ?? "./rvbox-data",
     agentTokens: AgentTokens.load(tokensFile),
     operatorToken: new OperatorToken(readSecret(operatorFile, "--operator-token")),
-    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits"),
+    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs"]),
     repairStore: s.bool("repair-store"),
     log,
   });

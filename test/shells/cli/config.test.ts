@@ -1,0 +1,22 @@
+// The daemons' "limits" config object: only known keys, only whole numbers,
+// and zero only where it means something (the server's historyMs).
+import { describe, expect, it } from "vitest";
+import { defaultServerConfig } from "../../../core/index.js";
+import { numericLimits } from "../../../shells/cli/config.js";
+
+const known = defaultServerConfig().limits;
+
+describe("config limits", () => {
+  it("takes known positive integers, and 0 only where allowed", () => {
+    expect(numericLimits({ metadataBudget: 1 << 20, historyMs: 0, prunedMax: 10 }, known, "limits", ["historyMs"])).toEqual({ metadataBudget: 1 << 20, historyMs: 0, prunedMax: 10 });
+    expect(numericLimits(undefined, known, "limits")).toEqual({});
+  });
+
+  it("refuses unknown keys, fractions, negatives, strings, and 0 elsewhere, naming the key", () => {
+    expect(() => numericLimits({ historyDays: 3 }, known, "limits")).toThrow(/unknown limit "historyDays" \(known: .*metadataBudget.*historyMs.*prunedMax/);
+    expect(() => numericLimits({ prunedMax: 0 }, known, "limits", ["historyMs"])).toThrow("limits: limit prunedMax must be a positive integer");
+    expect(() => numericLimits({ historyMs: -1 }, known, "limits", ["historyMs"])).toThrow("limits: limit historyMs must be a non-negative integer");
+    expect(() => numericLimits({ metadataBudget: 1.5 }, known, "limits")).toThrow(/metadataBudget must be a positive integer/);
+    expect(() => numericLimits({ metadataBudget: "64" }, known, "limits")).toThrow(/metadataBudget must be a positive integer/);
+  });
+});
