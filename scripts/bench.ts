@@ -17,7 +17,8 @@
 //        --no-build (use dist/ as it is, e.g. after instrumenting it by hand)
 //        --repeat=N (throughput and latency N times each, then the median ratio)
 //        --soak=N (commands for the soak; default 20,000), --soak-budget=MiB (the
-//        server's metadata tier for the soak; default the product's 64 MiB)
+//        server's metadata tier for the soak; default the product's 64 MiB),
+//        --soak-pruned=N (its pruned-ledger bound; default 100,000)
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -379,7 +380,10 @@ async function benchSoak(env: Env): Promise<void> {
   const inFlight = 8;
   // --soak-budget=MiB: the server's reserved metadata tier (default: the product's 64 MiB).
   const budgetMiB = Number(args.find((a) => a.startsWith("--soak-budget="))?.slice(14) ?? 0);
-  const srv = await startServer(env, "soak", budgetMiB > 0 ? { metadataBudget: budgetMiB * MiB } : undefined);
+  // --soak-pruned=N: the server's pruned ledger bound (default: the product's 100,000).
+  const prunedMax = Number(args.find((a) => a.startsWith("--soak-pruned="))?.slice(14) ?? 0);
+  const limits = { ...(budgetMiB > 0 ? { metadataBudget: budgetMiB * MiB } : {}), ...(prunedMax > 0 ? { prunedMax } : {}) };
+  const srv = await startServer(env, "soak", limits);
   const agent = startAgent(env, srv.url, "soak-agent");
   const mib = (pid: number) => (rssKiB(pid) / 1024).toFixed(1);
   try {
@@ -399,7 +403,7 @@ async function benchSoak(env: Env): Promise<void> {
       }),
     );
     const tier = budgetMiB > 0 ? `${budgetMiB} MiB` : "default";
-    report(`soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}; RSS ${points.join(" -> ")}`);
+    report(`soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}, pruned ledger ${prunedMax > 0 ? prunedMax : "default"}; RSS ${points.join(" -> ")}`);
   } finally {
     agent.kill("SIGTERM");
     await srv.stop();
