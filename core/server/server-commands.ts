@@ -491,12 +491,14 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
  * command as never sent (or not at all) while the agent holds it.
  */
 function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, now: number): boolean {
-  return (
-    c.state === L.DISPATCHED &&
-    c.dispatchedOn === generation &&
-    c.committed.state === L.DISPATCHED &&
-    now >= c.dispatchedAt + st.config.limits.redeliveryMs
-  );
+  const at = redeliveryAt(st, c);
+  return at !== null && c.dispatchedOn === generation && now >= at;
+}
+
+/** When a dispatch sent on a live session and durably recorded may be sent again (null: none). */
+function redeliveryAt(st: ServerState, c: ServerCommand): number | null {
+  const armed = c.state === L.DISPATCHED && c.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED;
+  return armed ? c.dispatchedAt + st.config.limits.redeliveryMs : null;
 }
 
 function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
@@ -919,7 +921,10 @@ export function commandDeadline(st: ServerState, now: number): number | null {
     if (c.state === L.QUEUED) {
       take(c.queueExpiry);
       if (c.nextAttemptAt > now) take(c.nextAttemptAt);
-    } else if (c.state === L.DISPATCHED && c.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED) take(c.dispatchedAt + st.config.limits.redeliveryMs);
+    } else {
+      const at = redeliveryAt(st, c);
+      if (at !== null) take(at);
+    }
   }
   return d;
 }
