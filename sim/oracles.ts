@@ -39,7 +39,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
-import type { ServerCommand, ServerEffect, ServerInput } from "../core/server/server-types.js";
+import type { ServerCommand, ServerEffect, ServerInput, ServerState } from "../core/server/server-types.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../protos/gen/rvbox/v1/common_pb.js";
 import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";
@@ -340,6 +340,17 @@ export class Oracles implements ExecObserver {
     this.checkTerminalStates();
   }
 
+  /**
+   * Commands pruned from the server's history and no longer held: those whose
+   * pruning is durable, and those pruned in memory whose batch is not yet.
+   */
+  private prunedNow(st: ServerState): Map<string, { state: number; terminalSource: string }> {
+    const out = new Map(this.prunedDurable);
+    for (const [uuid, p] of st.pruned) out.set(uuid, p);
+    for (const uuid of st.commands.keys()) out.delete(uuid);
+    return out;
+  }
+
   /** The server shell deletes every segment file of `uuid` now: it was pruned from history. */
   pruneOutput(uuid: string): void {
     this.stats.prunes++;
@@ -554,9 +565,7 @@ export class Oracles implements ExecObserver {
     // Pruned commands are checked too: the oracle keeps its own copy of what
     // the server stored, so a command's coverage outlives its server record.
     const ended: Array<{ uuid: string; state: L; terminalSource: string }> = [...st.commands.values()].filter((c) => isTerminal(c.state));
-    const pruned = new Map(this.prunedDurable);
-    for (const [uuid, p] of st.pruned) pruned.set(uuid, p); // pruned in memory, its batch not yet durable
-    for (const [uuid, p] of pruned) if (!st.commands.has(uuid)) ended.push({ uuid, state: p.state, terminalSource: p.terminalSource });
+    for (const [uuid, p] of this.prunedNow(st)) ended.push({ uuid, state: p.state, terminalSource: p.terminalSource });
     for (const c of ended) {
       const lineages = [...(this.startedBy.get(c.uuid) ?? [])];
       const events = this.storedEvents.get(c.uuid) ?? new Map<number, StoredEvent>();
@@ -601,7 +610,8 @@ export class Oracles implements ExecObserver {
     if (!st) this.fail("liveness", "server is down at the end");
     const stuck: string[] = [];
     for (const c of st.commands.values()) if (!isTerminal(c.committed.state)) stuck.push(`${c.uuid.slice(0, 8)}:${L[c.committed.state]}@${c.clientId}`);
-    for (const [uuid, s] of this.acked) if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid) && !st.pruned.has(uuid)) stuck.push(`${uuid.slice(0, 8)}:missing@${s.clientId}`);
+    const pruned = this.prunedNow(st);
+    for (const [uuid, s] of this.acked) if (!st.commands.has(uuid) && !pruned.has(uuid)) stuck.push(`${uuid.slice(0, 8)}:missing@${s.clientId}`);
     if (stuck.length > 0) this.fail("liveness", `${stuck.length} commands not terminal after the heal: ${stuck.slice(0, 8).join(", ")}`);
     for (const h of this.w.hosts) {
       if (h.kind !== "agent") continue;
@@ -619,9 +629,7 @@ export class Oracles implements ExecObserver {
     const st = this.w.server.state;
     if (!st) return out;
     const states = [...st.commands.values()].map((c) => c.state);
-    const pruned = new Map(this.prunedDurable);
-    for (const [uuid, p] of st.pruned) pruned.set(uuid, p);
-    for (const [uuid, p] of pruned) if (!st.commands.has(uuid)) states.push(p.state);
+    for (const p of this.prunedNow(st).values()) states.push(p.state);
     for (const state of states) {
       const k = (L[state] ?? String(state)).toLowerCase();
       out.set(k, (out.get(k) ?? 0) + 1);

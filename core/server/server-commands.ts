@@ -62,12 +62,13 @@ import {
   MAX_REQUEST_IDS_PER_COMMAND,
   MAX_SCRIPT_BYTES,
   SCRIPT_CHUNK_BYTES,
+  SERVER_ACTIVE_METADATA_SHARE,
   SERVER_RECENT_DIGESTS,
   SERVER_RECORD_BASE_BYTES,
 } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
-import { activeRoom, historyInvariants, missingMessage, noteEnded, prunedFor, recharge, restoreHistory } from "./server-history.js";
+import { historyInvariants, missingMessage, noteEnded, prunedFor, recharge, restoreHistory } from "./server-history.js";
 import { closeConn, send, sendAck, type ServerCtx, type ServerTables } from "./server-node.js";
 import type {
   ClientRecord,
@@ -369,11 +370,18 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     if (gone.hash === hash) return replyError(ctx, r.requestId, Code.ALREADY_EXECUTED, missingMessage(st, r.uuid), r.uuid);
     return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request (since pruned from history)", r.uuid);
   }
+  // One pass: this client's active commands, and the metadata all active ones hold.
   let active = 0;
-  for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === r.clientId) active++;
+  let activeBytes = 0;
+  for (const uuid of st.active) {
+    const a = st.commands.get(uuid)!;
+    activeBytes += a.charged;
+    if (a.clientId === r.clientId) active++;
+  }
   if (active >= st.config.limits.maxActivePerClient) return replyError(ctx, r.requestId, Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
-  const room = activeRoom(st, SERVER_RECORD_BASE_BYTES + specBytes.length);
-  if (!room.ok) return replyError(ctx, r.requestId, Code.CAPACITY, `server metadata budget: active commands hold ${room.active} bytes; retry once some finish`);
+  // Active work may take only its share of the tier: final states and history need the rest.
+  if (activeBytes + SERVER_RECORD_BASE_BYTES + specBytes.length > st.config.limits.metadataBudget * SERVER_ACTIVE_METADATA_SHARE)
+    return replyError(ctx, r.requestId, Code.CAPACITY, `server metadata budget: active commands hold ${activeBytes} bytes; retry once some finish`);
   const c: ServerCommand = {
     uuid: r.uuid,
     clientId: r.clientId,
@@ -885,7 +893,6 @@ function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: n
 
 function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   const seg = c.segments.shift()!;
-  recharge(st, c);
   c.storedOutputBytes -= seg.bytes;
   noteOutput(st, c, -seg.bytes);
   // Segments go oldest first, so everything removed is one prefix of the output:

@@ -29,13 +29,12 @@
 //
 // New submits are refused with CODE_CAPACITY while active commands alone take
 // more than SERVER_ACTIVE_METADATA_SHARE of the tier, so history, final states
-// and event rows always have room.
+// and event rows always have room (server-commands.ts `submit`).
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { assert } from "../errors.js";
 import {
-  SERVER_ACTIVE_METADATA_SHARE,
   SERVER_DIGEST_BYTES,
   SERVER_EVENT_ROW_BYTES,
   SERVER_PRUNES_PER_STEP,
@@ -69,13 +68,6 @@ export function recharge(st: ServerState, c: ServerCommand): void {
 export function noteEnded(st: ServerState, c: ServerCommand, now: number): void {
   c.endedAt = now;
   st.history.set(c.uuid, now);
-}
-
-/** Would a new command charged `charge` bytes fit beside the active ones? */
-export function activeRoom(st: ServerState, charge: number): { ok: boolean; active: number } {
-  let active = 0;
-  for (const uuid of st.active) active += st.commands.get(uuid)!.charged;
-  return { ok: active + charge <= st.config.limits.metadataBudget * SERVER_ACTIVE_METADATA_SHARE, active };
 }
 
 /**
@@ -152,8 +144,7 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   st.metaBytes -= c.charged;
   st.commands.delete(c.uuid);
   st.history.delete(c.uuid);
-  st.pruned.delete(c.uuid);
-  st.pruned.set(c.uuid, entry);
+  st.pruned.set(c.uuid, entry); // new to the ledger: held and pruned are disjoint
   ctx.emit({ type: "trace", event: "pruned", detail: { uuid: c.uuid, client: c.clientId, state: L[c.state] ?? c.state } });
 }
 
@@ -176,7 +167,8 @@ export function prunedFor(st: ServerState, uuid: string, clientId: string): Prun
 export function missingMessage(st: ServerState, uuid: string): string {
   const p = st.pruned.get(uuid);
   if (!p) return `no command ${uuid}`;
-  return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state} and was pruned from history`;
+  const exit = p.exitCode !== null && p.exitCode !== 0 ? ` (exit ${p.exitCode})` : "";
+  return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state}${exit} and was pruned from history`;
 }
 
 export function restoreHistory(st: ServerState, pruned: Iterable<unknown>): void {

@@ -294,6 +294,17 @@ describe("a pruned command keeps its protocol answers", () => {
     }
     expect(r.control({ op: "signal", requestId: "s2", uuid: "never", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "no command never" } });
   });
+
+  it("the message names a failed command's exit code", () => {
+    const r = new ServerRig({ historyMs: 1 });
+    const c = r.connect();
+    r.running(c, "bad");
+    r.event(c, "bad", 2, lifecycle(L.FAILED, { exitCode: 3 }));
+    r.now += 10;
+    r.step({ type: "tick" });
+    expect(r.st.pruned.get("bad")).toMatchObject({ state: L.FAILED, exitCode: 3 });
+    expect(r.control({ op: "signal", requestId: "s", uuid: "bad", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "command bad ended failed (exit 3) and was pruned from history" } });
+  });
 });
 
 describe("the pruned ledger", () => {
