@@ -91,6 +91,14 @@ export const MAX_TOMBSTONES = 65_536;
 export const MAX_INFLIGHT_DISPATCHES = 256;
 /** Commands the server keeps non-terminal per client. */
 export const MAX_ACTIVE_COMMANDS_PER_CLIENT = 10_000;
+/**
+ * Targets one ReconcileRequest names at most (R-D6: in-flight commands first,
+ * then queued ones, oldest first). A target encodes to at most ~90 bytes, so
+ * the request stays well inside one envelope; the rest of a longer queue is
+ * dispatched normally after the result (a tombstone hit then answers the
+ * dispatch with CODE_ALREADY_EXECUTED, R-D5).
+ */
+export const MAX_RECONCILE_TARGETS = 8_192;
 /** Redeliver a CommandDispatch/stdin/signal not answered within this time. */
 export const REDELIVERY_TIMEOUT_MS = 30_000;
 /** Capacity-rejection requeue backoff. */

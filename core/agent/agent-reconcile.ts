@@ -19,6 +19,7 @@ import {
   AgentEnvelopeSchema,
   ReconcileCommandStateSchema,
   ReconcileSnapshotSchema,
+  type ReconcileCommandState,
   type ReconcileRequest,
   type ReconcileResult,
 } from "../../protos/gen/rvbox/v1/agent_pb.js";
@@ -65,6 +66,36 @@ export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: Recon
   ctx.afterDurable({ kind: "send_snapshot", conn: st.session.conn });
 }
 
+/** A snapshot leaves this much of an envelope for the envelope's own fields. */
+const SNAPSHOT_BUDGET_BYTES = MAX_ENVELOPE_BYTES - 1024;
+
+/**
+ * Append matching tombstones to the retained records while the snapshot
+ * stays under `budget` bytes; returns how many were left out. Retained
+ * records (bounded by MAX_RETAINED_COMMANDS) must fit on their own. A
+ * tombstone left out costs nothing unsafe: the server re-dispatches a
+ * queued/dispatched command and the ledger answers CODE_ALREADY_EXECUTED
+ * (R-D5); an accepted/running one becomes interrupted either way (R-D9).
+ */
+export function fitSnapshot(retained: ReconcileCommandState[], tombstones: readonly ReconcileCommandState[], budget: number): number {
+  let size = toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: retained })).length;
+  assert(size < budget, `snapshot of ${size} bytes does not fit an envelope`);
+  let omitted = 0;
+  for (const t of tombstones) {
+    const len = toBinary(ReconcileCommandStateSchema, t).length;
+    const cost = len + 1 + varintBytes(len); // field tag + length prefix
+    if (size + cost >= budget) {
+      omitted++;
+      continue;
+    }
+    size += cost;
+    retained.push(t);
+  }
+  return omitted;
+}
+
+const varintBytes = (n: number): number => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : 4);
+
 export function sendSnapshot(st: AgentState, ctx: AgentCtx): void {
   const retained = [];
   for (const c of st.commands.values()) {
@@ -80,21 +111,18 @@ export function sendSnapshot(st: AgentState, ctx: AgentCtx): void {
       }),
     );
   }
-  for (const t of st.pendingSnapshotTombstones) {
-    retained.push(
-      create(ReconcileCommandStateSchema, {
-        issueUuid: t.uuid,
-        lifecycle: CommandLifecycle.UNSPECIFIED,
-        tombstoned: true,
-        immutableRequestSha256: fromHex(t.hash),
-      }),
-    );
-  }
+  const tombstones = st.pendingSnapshotTombstones.map((t) =>
+    create(ReconcileCommandStateSchema, {
+      issueUuid: t.uuid,
+      lifecycle: CommandLifecycle.UNSPECIFIED,
+      tombstoned: true,
+      immutableRequestSha256: fromHex(t.hash),
+    }),
+  );
   st.pendingSnapshotTombstones = [];
+  const omitted = fitSnapshot(retained, tombstones, SNAPSHOT_BUDGET_BYTES);
+  if (omitted > 0) ctx.emit(trace("snapshot_tombstones_omitted", { omitted }));
   const snapshot = create(ReconcileSnapshotSchema, { retainedCommands: retained });
-  // Bounded by MAX_RETAINED_COMMANDS and the request size; must fit one envelope.
-  const size = toBinary(ReconcileSnapshotSchema, snapshot).length;
-  assert(size < MAX_ENVELOPE_BYTES - 1024, `snapshot of ${size} bytes does not fit an envelope`);
   send(st, ctx, { case: "reconcileSnapshot", value: snapshot });
   ctx.emit(trace("snapshot_sent", { retained: retained.length }));
   void AgentEnvelopeSchema;

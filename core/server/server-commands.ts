@@ -59,6 +59,7 @@ import {
   MAX_INCIDENTS_KEPT,
   MAX_OPEN_INCIDENTS,
   MAX_PENDING_SIGNALS,
+  MAX_RECONCILE_TARGETS,
   MAX_REQUEST_IDS_PER_COMMAND,
   MAX_SCRIPT_BYTES,
   SCRIPT_CHUNK_BYTES,
@@ -445,6 +446,25 @@ function* activeCommands(st: ServerState): Generator<ServerCommand> {
   }
 }
 
+/**
+ * R-D6: what a ReconcileRequest names for a client: every non-terminal
+ * command the server holds for it, queued ones included. Those the agent may
+ * already hold (dispatched, accepted, running) come first, then queued ones
+ * oldest first, up to MAX_RECONCILE_TARGETS so that the request (and the
+ * agent's answer, which echoes matching tombstones) fits one envelope. The
+ * snapshot is judged against the same list.
+ */
+export function reconcileTargets(st: ServerState, clientId: string): ServerCommand[] {
+  const inFlight: ServerCommand[] = [];
+  const queued: ServerCommand[] = [];
+  for (const c of activeCommands(st)) {
+    if (c.clientId !== clientId) continue;
+    if (c.state === L.QUEUED) queued.push(c);
+    else if (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING) inFlight.push(c);
+  }
+  return inFlight.concat(queued).slice(0, Math.min(st.config.limits.reconcileTargets, MAX_RECONCILE_TARGETS));
+}
+
 export function onSessionReady(st: ServerState, conn: ConnState): void {
   // Resend from the last acknowledged point on the new session.
   for (const c of activeCommands(st)) {
@@ -651,10 +671,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
 
 export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState, snap: ReconcileSnapshot): void {
   const view = (c: ServerCommand): ServerView => ({ uuid: c.uuid, state: c.state, terminalSource: c.terminalSource, hash: c.hash, storedThrough: c.storedThrough });
-  const requested: ServerView[] = [];
-  for (const c of activeCommands(st)) {
-    if (c.clientId === conn.clientId && (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING)) requested.push(view(c));
-  }
+  const requested: ServerView[] = reconcileTargets(st, conn.clientId).map(view);
   const agentViews: AgentView[] = snap.retainedCommands.map((r) => ({
     uuid: r.issueUuid,
     lifecycle: r.lifecycle,
@@ -677,6 +694,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
     if (!c || c.clientId !== conn.clientId) continue;
     switch (v.action) {
       case "requeue":
+        if (c.state === L.QUEUED) break; // never dispatched: nothing to undo
         c.state = L.QUEUED;
         c.nextAttemptAt = 0;
         persistCommand(st, ctx, c);

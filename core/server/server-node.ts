@@ -56,6 +56,7 @@ import {
   clientRecord,
   openIncident,
   onSessionReady,
+  reconcileTargets,
   releaseDispatch,
 } from "./server-commands.js";
 import type {
@@ -86,6 +87,7 @@ export function defaultServerConfig(): ServerConfig {
       ingressHigh: LIM.SERVER_INGRESS_HIGH_WATERMARK_BYTES,
       maxInflightDispatches: LIM.MAX_INFLIGHT_DISPATCHES,
       maxActivePerClient: LIM.MAX_ACTIVE_COMMANDS_PER_CLIENT,
+      reconcileTargets: LIM.MAX_RECONCILE_TARGETS,
       redeliveryMs: LIM.REDELIVERY_TIMEOUT_MS,
       authorizationTtlMs: LIM.AUTHORIZATION_TTL_MS,
       stdinWindow: LIM.SERVER_STDIN_WINDOW_BYTES,
@@ -400,22 +402,15 @@ function welcome(st: ServerState, ctx: ServerCtx, connId: number, generation: nu
       serverTime: timestampFromMs(ctx.now),
     }),
   }, "priority");
-  // R-D6: ask about everything the server considers in flight for this client.
-  const targets = [];
-  for (const uuid of st.active) {
-    const c = st.commands.get(uuid)!;
-    if (c.clientId !== conn.clientId) continue;
-    if (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING) {
-      targets.push(
-        create(ReconcileTargetSchema, {
-          issueUuid: c.uuid,
-          lastServerEventSeq: BigInt(c.storedThrough),
-          commandRevision: BigInt(c.revision),
-          immutableRequestSha256: fromHex(c.hash),
-        }),
-      );
-    }
-  }
+  // R-D6: ask about every command the server holds non-terminal for this client.
+  const targets = reconcileTargets(st, conn.clientId).map((c) =>
+    create(ReconcileTargetSchema, {
+      issueUuid: c.uuid,
+      lastServerEventSeq: BigInt(c.storedThrough),
+      commandRevision: BigInt(c.revision),
+      immutableRequestSha256: fromHex(c.hash),
+    }),
+  );
   conn.phase = "reconciling";
   send(ctx, conn, { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets }) });
 }

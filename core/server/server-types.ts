@@ -18,6 +18,8 @@ export interface ServerLimits {
   ingressHigh: number;
   maxInflightDispatches: number;
   maxActivePerClient: number;
+  /** Targets one ReconcileRequest names at most; capped at MAX_RECONCILE_TARGETS so it fits an envelope. */
+  reconcileTargets: number;
   redeliveryMs: number;
   authorizationTtlMs: number;
   stdinWindow: number;

@@ -11,7 +11,9 @@ import { describe, expect, it } from "vitest";
 import {
   AgentEnvelopeSchema,
   CommandDispatchSchema,
+  ReconcileCommandStateSchema,
   ReconcileRequestSchema,
+  ReconcileSnapshotSchema,
   ReconcileTargetSchema,
   ServerWelcomeSchema,
   type AgentError,
@@ -38,9 +40,10 @@ import {
   type AgentState,
 } from "../../core/index.js";
 import { validateSpec } from "../../core/agent/agent-commands.js";
+import { fitSnapshot } from "../../core/agent/agent-reconcile.js";
 import { Code, InvariantViolation } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
-import { MAX_ARGV_ITEMS, MAX_CHUNK_BYTES, MAX_ENV_ITEMS, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES } from "../../core/limits.js";
+import { MAX_ARGV_ITEMS, MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_ENV_ITEMS, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES } from "../../core/limits.js";
 import { Disk } from "../support/harness.js";
 import { testPorts } from "../support/ports.js";
 
@@ -740,6 +743,28 @@ describe("launch and queue expiry", () => {
 });
 
 describe("reconciliation at the agent", () => {
+  it("R-D7 R-T2: matching tombstones join the snapshot while it fits the envelope budget; the rest are left out, never a crash", () => {
+    const entry = (uuid: string, tombstoned: boolean) =>
+      create(ReconcileCommandStateSchema, { issueUuid: uuid, lifecycle: tombstoned ? L.UNSPECIFIED : L.RUNNING, tombstoned, immutableRequestSha256: new Uint8Array(32).fill(7) });
+    const retained = [entry("r1", false), entry("r2", false)];
+    const tombs = ["t1", "t2", "t3", "t4"].map((u) => entry(u, true));
+    const sizeWith = (n: number) => toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: [...retained, ...tombs.slice(0, n)] })).length;
+    // A budget one byte above the size with exactly two tombstones admits two of four.
+    const out = [...retained];
+    expect(fitSnapshot(out, tombs, sizeWith(2) + 1)).toBe(2);
+    expect(out.map((e) => e.issueUuid)).toEqual(["r1", "r2", "t1", "t2"]);
+    expect(toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: out })).length).toBe(sizeWith(2));
+    // At exactly that size, the second no longer fits (the budget is a strict upper bound).
+    const out2 = [...retained];
+    expect(fitSnapshot(out2, tombs, sizeWith(2))).toBe(3);
+    // Everything fits in a roomy budget.
+    const out3 = [...retained];
+    expect(fitSnapshot(out3, tombs, MAX_ENVELOPE_BYTES)).toBe(0);
+    expect(out3).toHaveLength(6);
+    // Retained records that alone do not fit are a broken bound, not a peer's fault.
+    expect(() => fitSnapshot([...retained], tombs, sizeWith(0))).toThrow(InvariantViolation);
+  });
+
   it("R-D13: with a store incident the request is answered by STORE_INCIDENT (session kept), never by a snapshot", () => {
     const r = new AgentRig();
     r.register();

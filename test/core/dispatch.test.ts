@@ -156,16 +156,18 @@ describe("dispatch", () => {
   it("R-D5 R-D10: a tombstone hit returns CODE_ALREADY_EXECUTED; the server suppresses dispatch and reconciles its stale state", () => {
     const h = new Harness();
     h.addAgent("a");
+    const stale = structuredClone(h.serverDisk.durable); // server state before c1 existed
     h.submit("a", "c1");
-    const stale = structuredClone(h.serverDisk.durable); // server state right after the dispatch
-    stale.get("command")!.set("c1", { ...(stale.get("command")!.get("c1") as object), state: L.QUEUED, everDispatched: false });
     h.exit("a", "c1", 0);
     expect(h.agents.get("a")!.st.tombstones.has("c1")).toBe(true);
-    // The server loses its history (restored from an old backup).
+    // The server loses its history (restored from an old backup) and the
+    // operator submits the same request again. (A command the server still
+    // holds queued is caught earlier, by the ReconcileRequest: reconcile.test.ts.)
     h.serverDisk.durable = stale;
     h.restartServer();
     const a = h.agents.get("a")!;
     h.reconnectNow("a");
+    h.submit("a", "c1");
     expect(accepted(h).at(-1)).toMatchObject({ issueUuid: "c1", accepted: false, rejection: { code: Code.ALREADY_EXECUTED } });
     expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
     expect([...h.server.incidents.values()].some((i) => i.uuid === "c1" && i.kind === "already_executed")).toBe(true);

@@ -88,6 +88,51 @@ describe("reconciliation end to end", () => {
     expect(t.lastServerEventSeq).toBe(BigInt(h.cmd("queued-at-agent").storedThrough));
   });
 
+  it("R-D6 R-D10 R-D5: a queued command is named in the request; the agent's matching tombstone ends it without a dispatch round trip", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.cutLink("a");
+    h.submit("a", "x", { argv: ["true"] });
+    expect(h.cmd("x").state).toBe(L.QUEUED);
+    // The server's data directory as a backup taken now: x is queued.
+    const backup = structuredClone(h.serverDisk.durable);
+    h.reconnectNow("a");
+    h.exit("a", "x", 0);
+    expect(h.cmd("x").state).toBe(L.SUCCEEDED);
+    expect(h.agents.get("a")!.st.tombstones.has("x")).toBe(true);
+    // The server is restored from the backup: it holds x queued again.
+    h.serverDisk.durable = backup;
+    h.restartServer();
+    expect(h.cmd("x").state).toBe(L.QUEUED);
+    const before = h.wire.length;
+    h.reconnectNow("a");
+    const after = h.wire.slice(before).map((w) => w.env.payload);
+    const req = after.find((p) => p.case === "reconcileRequest")!.value as { targets: Array<{ issueUuid: string }> };
+    expect(req.targets.map((t) => t.issueUuid)).toEqual(["x"]);
+    const snap = after.find((p) => p.case === "reconcileSnapshot")!.value as { retainedCommands: Array<{ issueUuid: string; tombstoned: boolean }> };
+    expect(snap.retainedCommands.map((r) => [r.issueUuid, r.tombstoned])).toEqual([["x", true]]);
+    // Never dispatched again, never launched twice: it ends interrupted, with an incident.
+    expect(after.filter((p) => p.case === "commandDispatch")).toEqual([]);
+    expect(h.agents.get("a")!.spawns.filter((u) => u === "x")).toHaveLength(1);
+    expect(h.cmd("x").state).toBe(L.INTERRUPTED);
+    expect([...h.server.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["x", "reconcile_already_executed"]]);
+  });
+
+  it("R-D6 R-D9: a queued command the snapshot does not hold stays queued through reconciliation and is dispatched once after the result", () => {
+    const h = new Harness();
+    h.addAgent("a");
+    h.cutLink("a");
+    h.submit("a", "q", { argv: ["true"] });
+    const before = h.wire.length;
+    h.reconnectNow("a");
+    const after = h.wire.slice(before).map((w) => w.env.payload.case);
+    expect(after.indexOf("reconcileRequest")).toBeLessThan(after.indexOf("reconcileResult"));
+    expect(after.indexOf("reconcileResult")).toBeLessThan(after.indexOf("commandDispatch"));
+    expect(after.filter((c) => c === "commandDispatch")).toHaveLength(1);
+    expect(h.agents.get("a")!.spawns).toEqual(["q"]);
+    expect([...h.server.incidents.values()]).toEqual([]);
+  });
+
   it("R-D7: the agent answers once with a complete snapshot, then resumes retransmission from the server's last acknowledged event", () => {
     const h = new Harness();
     h.addAgent("a");

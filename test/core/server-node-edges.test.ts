@@ -13,6 +13,8 @@ import {
   type AgentError,
   type CommandDispatch,
   type ReconcileRequest,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
 } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import {
   ByteRangeSchema,
@@ -44,7 +46,7 @@ import { Code, InvariantViolation } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import { nextFloat } from "../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../core/limits.js";
+import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../core/limits.js";
 import { testPorts } from "../support/ports.js";
 
 import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../support/server-rig.js";
@@ -184,7 +186,7 @@ describe("frames before and around registration", () => {
     }
   });
 
-  it("R-F2 R-D6: the welcome selects the version and a fresh session; the request names exactly this client's dispatched, accepted and running commands", () => {
+  it("R-F2 R-D6: the welcome selects the version and a fresh session; the request names exactly this client's non-terminal commands, in-flight first, then queued", () => {
     const r = new ServerRig();
     const a = r.connect("a");
     r.connect("b");
@@ -212,7 +214,7 @@ describe("frames before and around registration", () => {
     expect(req.lane).toBe("data");
     const targets = (req.env.payload.value as ReconcileRequest).targets;
     expect(targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")])).toEqual(
-      ["run", "disp", "acc"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]),
+      ["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]),
     );
     expect(r.cmd("run").storedThrough).toBe(1);
     expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 3, maxQueued: 4 });
@@ -1148,6 +1150,34 @@ describe("pumping stdin, signals and scripts", () => {
 // ====================================================================== reconcile
 
 describe("reconciliation at the server", () => {
+  it("R-D6: a request names at most its target bound, in-flight commands first, then queued oldest first; the rest wait for a normal dispatch", () => {
+    const n = 6;
+    for (const total of [n, n + 1]) {
+      const r = new ServerRig({ reconcileTargets: n });
+      const a = r.connect("a");
+      r.running(a, "run");
+      r.step({ type: "conn_closed", conn: a, reason: "x" });
+      const queued = Array.from({ length: total - 1 }, (_, k) => `q${k}`);
+      for (const u of queued) r.submit("a", u);
+      const c = r.open();
+      const req = r.sent(r.hello(c, "a"), c, "reconcileRequest")[0]!;
+      const names = (req.env.payload.value as ReconcileRequest).targets.map((t) => t.issueUuid);
+      expect(names).toEqual(["run", ...queued].slice(0, n));
+      // Listed or not, a queued command the agent does not hold is dispatched after the result.
+      const out = r.snapshot(c, [{ issueUuid: "run", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("run").hash, "hex") }]);
+      expect(r.cmd("run").state).toBe(L.RUNNING);
+      expect(r.sent(out, c, "commandDispatch").map((d) => (d.env.payload.value as CommandDispatch).issueUuid)).toEqual(queued.slice(0, 7)); // maxRunning + maxQueued - 1 running
+    }
+  });
+
+  it("R-D6 R-T2: MAX_RECONCILE_TARGETS targets of the largest kind fit one envelope", () => {
+    const big = Array.from({ length: MAX_RECONCILE_TARGETS }, (_, k) =>
+      create(ReconcileTargetSchema, { issueUuid: `${"f".repeat(28)}${String(k).padStart(8, "0")}`, lastServerEventSeq: 2n ** 53n - 1n, commandRevision: 2n ** 53n - 1n, immutableRequestSha256: new Uint8Array(32).fill(255) }),
+    );
+    const data = encodeEnvelope({ sessionId: "f".repeat(32), generation: 2 ** 53 - 1 }, { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets: big }) });
+    expect(data.length).toBeLessThan(MAX_ENVELOPE_BYTES);
+  });
+
   const state = (r: ServerRig, uuid: string, lifecycleState: L, seq: number, over: Partial<StateInit> = {}) => ({
     issueUuid: uuid,
     lifecycle: lifecycleState,
