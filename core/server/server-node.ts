@@ -317,7 +317,16 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   client.lastSeen = ctx.now;
   client.capacity = { running: 0, queued: 0, maxRunning: h.maxRunningCommands, maxQueued: h.maxQueuedCommands };
   if (client.pendingClaim?.instanceId === h.clientInstanceId) client.pendingClaim = null;
-  if (client.authorization && client.authorization.expiresAt <= ctx.now) client.authorization = null;
+  const auth = client.authorization;
+  if (auth && auth.expiresAt <= ctx.now) client.authorization = null;
+  else if (auth && auth.instanceId === h.clientInstanceId) {
+    // R-F5: the matching instance's first accepted registration consumes the
+    // one-shot authorization, whichever path accepted it (here: no live
+    // session). Left in place, it would let this instance fence a later live
+    // session without a new authorization.
+    client.authorization = null;
+    ctx.emit({ type: "trace", event: "authorization_consumed", detail: { client: h.clientId, instance: h.clientInstanceId } });
+  }
   conn.phase = "welcoming";
   conn.clientId = h.clientId;
   conn.instanceId = h.clientInstanceId;

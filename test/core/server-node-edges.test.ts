@@ -370,6 +370,43 @@ describe("identity: fencing, claims and authorizations", () => {
     expect(of(out, "persist").flatMap((p) => p.records).filter((x) => x.table === "client")).toEqual([expect.objectContaining({ key: "a", value: expect.objectContaining({ authorization: null }) })]);
   });
 
+  it("R-F5 R-F6: the authorized instance's first accepted registration consumes the authorization even when no session was live", () => {
+    const r = new ServerRig();
+    const i = r.open();
+    r.hello(i, "a", "I");
+    r.snapshot(i);
+    const j = r.open();
+    expectClosed(r, r.hello(j, "a", "J"), j, Code.IDENTITY_CONFLICT);
+    expect(r.st.clients.get("a")!.pendingClaim?.instanceId).toBe("J");
+    r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J" });
+    // I goes away; J registers normally (R-F6: no live session) and is welcomed.
+    r.step({ type: "conn_closed", conn: i, reason: "gone" });
+    const j2 = r.open();
+    const out = r.hello(j2, "a", "J");
+    expect(r.sent(out, j2, "serverWelcome")).toHaveLength(1);
+    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.disk.durable.get("client")?.get("a")).toMatchObject({ authorization: null });
+    r.snapshot(j2);
+    r.step({ type: "conn_closed", conn: j2, reason: "gone" });
+    // I is live again; J comes back: without a new authorization it is refused, and I keeps its session.
+    const i2 = r.open();
+    r.hello(i2, "a", "I");
+    r.snapshot(i2);
+    const j3 = r.open();
+    expectClosed(r, r.hello(j3, "a", "J"), j3, Code.IDENTITY_CONFLICT);
+    expect(r.st.conns.get(i2)?.phase).toBe("ready");
+    expect(r.st.clients.get("a")!.instanceId).toBe("I");
+  });
+
+  it("R-F5: an authorization for another instance survives a normal registration of this one", () => {
+    const r = new ServerRig();
+    const i = r.connect("a", "I");
+    r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J" });
+    r.step({ type: "conn_closed", conn: i, reason: "gone" });
+    r.connect("a", "I");
+    expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
+  });
+
   it("R-F5: a registration drops an expired authorization it did not use", () => {
     const r = new ServerRig({ authorizationTtlMs: 1_000 });
     const a = r.connect("a", "i1");
