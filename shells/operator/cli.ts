@@ -21,7 +21,7 @@ import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/contr
 import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "./control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "./exit-codes.js";
-import { followOutput } from "./follow.js";
+import { followOutput, isClosedOutput, OutputClosedError } from "./follow.js";
 import { humanBytes } from "./markers.js";
 import {
   claimInfo,
@@ -317,6 +317,14 @@ export function operatorUsage(name: string): string | undefined {
 }
 
 function defaultIO(): OperatorIO {
+  // `rvbox ls | head`, `rvbox logs ID | head`: once the reader is gone, end at
+  // once and quietly (SIGPIPE's status), whatever was writing.
+  for (const s of [process.stdout, process.stderr]) {
+    if (s.listenerCount("error") === 0) s.on("error", (e) => {
+        if (isClosedOutput(e)) process.exit(EXIT.OUTPUT_CLOSED);
+        throw e;
+      });
+  }
   return {
     stdout: process.stdout,
     stderr: process.stderr,
@@ -377,6 +385,7 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
     };
     return await sub.run(ctx, p);
   } catch (e) {
+    if (e instanceof OutputClosedError) return EXIT.OUTPUT_CLOSED; // `| head`: end quietly
     if (e instanceof UsageError) {
       const hint = name === "run" && e.message.startsWith("unknown flag") ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)" : "";
       err(`rvbox ${name}: ${e.message}${hint}\n\n${sub.usage}`);

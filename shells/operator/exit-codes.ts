@@ -42,6 +42,8 @@ export const EXIT = {
   UNAVAILABLE: 69,
   TEMPORARY: 75,
   UNAUTHENTICATED: 77,
+  /** The reader of stdout went away (`| head`): what a shell reports for SIGPIPE. */
+  OUTPUT_CLOSED: 141,
 } as const;
 
 /** Linux numbers: the agent's platform decides, the local table is a fallback. */

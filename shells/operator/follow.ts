@@ -6,7 +6,6 @@
  * next event sequence (FollowOutput from_event_seq), so nothing is printed
  * twice and nothing is skipped.
  */
-import { once } from "node:events";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { describeError, isTransient, type ControlClient } from "./control-client.js";
 import { eventText } from "./markers.js";
@@ -42,8 +41,63 @@ export interface FollowResult {
   aborted: boolean;
 }
 
+/**
+ * The reader of the CLI's stdout (or stderr) went away: `rvbox logs ID | head`.
+ * Not a server problem, so never retried; the CLI ends at once, quietly, with
+ * the exit status of a process killed by SIGPIPE (as `kubectl logs | head`).
+ */
+export class OutputClosedError extends Error {
+  constructor(cause: unknown) {
+    super("the output was closed by its reader", { cause });
+  }
+}
+
+const closedStreams = new WeakMap<NodeJS.WritableStream, { error: unknown; waiters: Set<(e: unknown) => void> }>();
+
+/** One 'error' listener per stream, whatever the number of writes or reconnects. */
+function watch(s: NodeJS.WritableStream) {
+  let w = closedStreams.get(s);
+  if (!w) {
+    const entry = { error: null as unknown, waiters: new Set<(e: unknown) => void>() };
+    s.on("error", (e: unknown) => {
+      entry.error ??= e;
+      for (const f of entry.waiters) f(e);
+      entry.waiters.clear();
+    });
+    closedStreams.set(s, entry);
+    w = entry;
+  }
+  return w;
+}
+
+/** True for the errors a write gets once its pipe has no reader. */
+export function isClosedOutput(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return code === "EPIPE" || code === "ERR_STREAM_DESTROYED" || code === "ERR_STREAM_WRITE_AFTER_END";
+}
+
 async function write(s: NodeJS.WritableStream, data: Uint8Array | string): Promise<void> {
-  if (!s.write(data)) await once(s, "drain");
+  const w = watch(s);
+  if (w.error !== null) throw new OutputClosedError(w.error);
+  let failed: unknown = null;
+  const ok = s.write(data, (e?: Error | null) => {
+    if (e) failed = e;
+  });
+  if (!ok) {
+    await new Promise<void>((resolve, reject) => {
+      const onError = (e: unknown) => {
+        s.removeListener("drain", onDrain);
+        reject(new OutputClosedError(e));
+      };
+      const onDrain = () => {
+        w.waiters.delete(onError);
+        resolve();
+      };
+      w.waiters.add(onError);
+      s.once("drain", onDrain);
+    });
+  }
+  if (failed !== null || w.error !== null) throw new OutputClosedError(failed ?? w.error);
 }
 
 function concerns(it: OutputItem, stream: StreamName | undefined): boolean {
@@ -107,6 +161,7 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
         res.aborted = true;
         return res;
       }
+      if (err instanceof OutputClosedError) throw err;
       if (!isTransient(err)) throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
       const now = Date.now();
       outageSince ??= now;

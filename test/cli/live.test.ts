@@ -152,6 +152,70 @@ describe("rvbox run", () => {
   });
 });
 
+/** The real CLI as a child process whose stdout reader goes away after `lines` lines, as `| head -N` does. */
+async function headOf(args: string[], lines: number): Promise<{ code: number | null; signal: string | null; out: string; err: string; ms: number }> {
+  const t0 = Date.now();
+  const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  let err = "";
+  child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+  child.stdout.on("data", (d: Buffer) => {
+    if (out.split("\n").length > lines) return;
+    out += d.toString();
+    if (out.split("\n").length > lines) child.stdout.destroy(); // head has what it wants and exits
+  });
+  const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on("close", (c, s) => r([c, s])));
+  return { code, signal, out: out.split("\n").slice(0, lines).join("\n"), err, ms: Date.now() - t0 };
+}
+
+describe("rvbox logs | head", () => {
+  it("a closed stdout ends `logs` at once and quietly, with SIGPIPE's status, on a long finished output", async () => {
+    const r = await cli(["run", "host-a", "-f", "--", "seq", "1", "300000"], { env });
+    expect(r.code).toBe(0);
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    const h = await headOf(["logs", id], 3);
+    expect(h.out.split("\n")).toHaveLength(3);
+    expect(h.code).toBe(141);
+    expect(h.err).not.toMatch(/EPIPE|retrying|lost the output stream|MaxListeners/);
+  }, 60_000);
+
+  it("a closed stdout ends `logs -f` of a running command at its next write", async () => {
+    const r = await cli(["run", "host-a", "--shell", "--", "while true; do echo tick; sleep 0.05; done"], { env });
+    const id = r.stdout.trim();
+    await waitRunning(id);
+    const h = await headOf(["logs", "-f", id], 2);
+    expect(h.out).toBe("tick\ntick");
+    expect(h.code).toBe(141);
+    expect(h.err).not.toMatch(/EPIPE|retrying|lost the output stream|MaxListeners/);
+    await cli(["cancel", id], { env });
+  }, 60_000);
+
+  it("an in-process follow whose stdout errors with EPIPE returns 141 without retrying", async () => {
+    const r = await cli(["run", "host-a", "-f", "--", "seq", "1", "20000"], { env });
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    const { Writable } = await import("node:stream");
+    let writes = 0;
+    const broken = new Writable({
+      write(_c, _e, cb) {
+        writes++;
+        cb(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }));
+      },
+    });
+    broken.on("error", () => {});
+    const { runOperatorCli } = await import("../../shells/operator/cli.js");
+    const errs: string[] = [];
+    const code = await runOperatorCli(["logs", id], {
+      stdout: broken,
+      stderr: new Writable({ write(c, _e, cb) { errs.push(String(c)); cb(); } }),
+      env,
+      onInterrupt: () => () => {},
+    });
+    expect(code).toBe(141);
+    expect(writes).toBe(1);
+    expect(errs.join("")).toBe("");
+  }, 60_000);
+});
+
 describe("rvbox logs and stdin", () => {
   it("logs prints stdout to stdout and stderr to stderr; --stream picks one", async () => {
     const r = await cli(["run", "host-a", "-f", "--shell", "--", "echo o1; echo e1 >&2; echo o2"], { env });
