@@ -59,6 +59,8 @@ export interface TuiLaunch {
 export const DEFAULT_SERVER = "http://127.0.0.1:7401";
 /** The control API takes at most 64 KiB per stdin write. */
 export const STDIN_PIECE = 64 * 1024;
+/** Bytes of this CLI's stdin read but not yet written before it stops reading. */
+export const STDIN_BUFFER_MAX = 1024 * 1024;
 
 const COMMON: FlagSpecs = {
   server: { type: "string" },
@@ -104,7 +106,7 @@ with the command's exit code (below).
   --env NAME=VALUE        environment variable (repeatable)
   --timeout DURATION      kill it after DURATION (30s, 5m, 1h30m); it ends failed
   --expire-after DURATION end it expired if not launched by then (default: server's, 24h)
-  --stdin                 pipe this CLI's stdin to the command; EOF closes it
+  -i, --stdin             stream this CLI's stdin to the command as it arrives; EOF closes it
   --open-stdin            keep the command's stdin open for later \`rvbox stdin\` / \`close-stdin\`
   --id UUID               the command's issue UUID (resubmitting it is idempotent)
   --events                with --follow: also print lifecycle/stdin/signal events on stderr
@@ -121,7 +123,7 @@ ${EXIT_CODE_HELP}`,
       env: { type: "string", multiple: true },
       timeout: { type: "string" },
       "expire-after": { type: "string" },
-      stdin: { type: "boolean" },
+      stdin: { type: "boolean", short: "i" },
       "open-stdin": { type: "boolean" },
       id: { type: "string" },
       events: { type: "boolean" },
@@ -552,21 +554,68 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
   return req;
 }
 
+/**
+ * Stream the CLI's stdin to a command as it arrives: each read becomes a
+ * write at once (an interactive `sh` answers each line), and reads that
+ * arrive while a write is in flight are batched into the next one, up to
+ * STDIN_PIECE per write. At most STDIN_BUFFER_MAX bytes wait here; beyond
+ * that the reading pauses (backpressure to whatever feeds this CLI). EOF
+ * closes the command's stdin.
+ */
 async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<void> {
-  let pending = Buffer.alloc(0);
+  const waiting: Buffer[] = [];
+  let waitingBytes = 0;
+  let eof = false;
+  let readErr: unknown = null;
+  let wakeWriter: (() => void) | null = null;
+  let wakeReader: (() => void) | null = null;
+  const poke = (f: (() => void) | null) => f?.();
+  const reader = (async () => {
+    try {
+      for await (const chunk of ctx.io.stdin as AsyncIterable<Buffer | string>) {
+        if (signal.aborted) return;
+        const b = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
+        if (b.length === 0) continue;
+        waiting.push(b);
+        waitingBytes += b.length;
+        poke(wakeWriter);
+        while (waitingBytes >= STDIN_BUFFER_MAX && !signal.aborted) await new Promise<void>((r) => (wakeReader = r));
+      }
+    } catch (e) {
+      readErr = e;
+    } finally {
+      eof = true;
+      poke(wakeWriter);
+    }
+  })();
   const send = async (data: Uint8Array): Promise<void> => {
     const requestId = randomUUID();
     await callIdempotent(ctx, `stdin of ${uuid}`, (c) => c.writeStdin({ issueUuid: uuid, data, appendNewline: false, requestId }, { signal }));
   };
-  for await (const chunk of ctx.io.stdin as AsyncIterable<Buffer | string>) {
-    if (signal.aborted) return;
-    pending = Buffer.concat([pending, typeof chunk === "string" ? Buffer.from(chunk) : chunk]);
-    while (pending.length >= STDIN_PIECE) {
-      await send(pending.subarray(0, STDIN_PIECE));
-      pending = pending.subarray(STDIN_PIECE);
+  try {
+    for (;;) {
+      if (signal.aborted) return;
+      if (waitingBytes === 0) {
+        if (eof) break;
+        await new Promise<void>((r) => (wakeWriter = r));
+        wakeWriter = null;
+        continue;
+      }
+      // Everything that arrived while the last write was in flight, up to one piece.
+      const all = Buffer.concat(waiting);
+      const piece = all.subarray(0, STDIN_PIECE);
+      waiting.length = 0;
+      if (all.length > piece.length) waiting.push(all.subarray(piece.length));
+      waitingBytes = all.length - piece.length;
+      poke(wakeReader);
+      await send(piece);
     }
+  } finally {
+    poke(wakeReader);
+    if (signal.aborted) await Promise.race([reader, Promise.resolve()]);
   }
-  if (pending.length > 0) await send(pending);
+  if (readErr) throw readErr;
+  await reader;
   const requestId = randomUUID();
   await callIdempotent(ctx, `stdin of ${uuid}`, (c) => c.closeStdin({ issueUuid: uuid, requestId }, { signal }));
 }

@@ -103,6 +103,37 @@ describe("rvbox run", () => {
     expect((await following).code).toBe(130);
   });
 
+  it("R-S1: -i streams stdin as it arrives: a line reaches the command and its answer comes back before the next line or EOF", async () => {
+    const { PassThrough, Writable } = await import("node:stream");
+    const { runOperatorCli } = await import("../../shells/operator/cli.js");
+    const input = new PassThrough();
+    let out = "";
+    const errs: string[] = [];
+    const run = runOperatorCli(["run", "host-a", "-i", "-f", "--", "cat"], {
+      stdin: input,
+      stdout: new Writable({ write(c, _e, cb) { out += String(c); cb(); } }),
+      stderr: new Writable({ write(c, _e, cb) { errs.push(String(c)); cb(); } }),
+      env,
+      onInterrupt: () => () => {},
+    });
+    input.write("a\n");
+    // Nothing more is typed until the answer is back: the CLI must not wait for 64 KiB or EOF.
+    await waitFor("a echoed", () => out === "a\n", 15_000);
+    input.write("b\n");
+    await waitFor("b echoed", () => out === "a\nb\n", 15_000);
+    input.end();
+    expect(await run).toBe(0);
+    expect(out).toBe("a\nb\n");
+  }, 60_000);
+
+  it("R-S1: stdin that arrives while a write is in flight is batched, in order, and a large input is split into pieces", async () => {
+    const big = Buffer.alloc(300 * 1024, "x");
+    const parts = [Buffer.from("head\n"), big, Buffer.from("\ntail\n")];
+    const r = await cli(["run", "host-a", "-f", "-i", "--", "wc", "-c"], { env, stdin: Readable.from(parts) });
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe(String(5 + big.length + 6));
+  }, 60_000);
+
   it("--stdin pipes the CLI's stdin to the command and closes it at EOF", async () => {
     const r = await cli(["run", "host-a", "-f", "--stdin", "--", "cat"], { env, stdin: Readable.from([Buffer.from("alpha\n"), Buffer.from("beta\n")]) });
     expect(r.code).toBe(0);
