@@ -633,11 +633,14 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
     return EXIT.OK;
   }
   ctx.err(`rvbox: command ${uuid} submitted to ${cmd.clientId}`);
-  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events") });
+  const prog = (req as SubmitCommandRequest).program;
+  const first = prog?.case === "argv" ? prog.value.argv[0] ?? "" : "";
+  const notFoundHint = /[\s$]/.test(first) ? `argv[0] ${JSON.stringify(first)} looks like a shell command line: run it with --shell (rvbox run ${cmd.clientId} --shell -- '…')` : undefined;
+  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint });
 }
 
 /** Stream to the end and turn the outcome into the exit code contract. */
-async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number }): Promise<number> {
+async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number; notFoundHint?: string }): Promise<number> {
   const abort = new AbortController();
   let interrupted = false;
   const off = ctx.io.onInterrupt(() => {
@@ -667,6 +670,7 @@ async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?
     }
     if (fin.state !== "succeeded" && !(fin.state === "failed" && fin.exitCode !== null)) {
       ctx.err(`rvbox: command ${uuid} ${fin.state}${outcome(fin) ? ` (${outcome(fin)})` : ""}${fin.reason ? `: ${fin.reason}` : ""}; exit ${code}`);
+      if (code === EXIT.NOT_FOUND_PROGRAM && o.notFoundHint) ctx.err(`rvbox: hint: ${o.notFoundHint}`);
     }
     void stdinErr;
     return code;

@@ -44,6 +44,10 @@ export const EXIT = {
   UNAUTHENTICATED: 77,
   /** The reader of stdout went away (`| head`): what a shell reports for SIGPIPE. */
   OUTPUT_CLOSED: 141,
+  /** The program does not exist on the agent (a shell's 127). */
+  NOT_FOUND_PROGRAM: 127,
+  /** The program exists but cannot be executed (a shell's 126). */
+  NOT_EXECUTABLE: 126,
 } as const;
 
 /** Linux numbers: the agent's platform decides, the local table is a fallback. */
@@ -61,7 +65,16 @@ export function signalNumber(name: string): number | null {
 /**
  * The exit code for a command as it stands; null while it is not terminal.
  */
-export function exitCodeFor(c: Pick<CommandInfo, "state" | "exitCode" | "signalName">): number | null {
+/** The agent's reason when a program could not be started: `could not launch: ENOENT: …`. */
+const LAUNCH_FAILURE = /^could not launch: (ENOENT|EACCES)\b/;
+
+/** 127 (not found) or 126 (not executable) as a shell reports them, for a launch failure; null otherwise. */
+export function launchFailureCode(reason: string): number | null {
+  const m = LAUNCH_FAILURE.exec(reason);
+  return m ? (m[1] === "ENOENT" ? EXIT.NOT_FOUND_PROGRAM : EXIT.NOT_EXECUTABLE) : null;
+}
+
+export function exitCodeFor(c: Pick<CommandInfo, "state" | "exitCode" | "signalName"> & { reason?: string }): number | null {
   const s: Lifecycle = c.state;
   switch (s) {
     case "succeeded":
@@ -74,7 +87,7 @@ export function exitCodeFor(c: Pick<CommandInfo, "state" | "exitCode" | "signalN
     case "cancelled":
       return EXIT.CANCELLED;
     case "rejected":
-      return EXIT.REJECTED;
+      return launchFailureCode(c.reason ?? "") ?? EXIT.REJECTED;
     case "expired":
       return EXIT.EXPIRED;
     case "interrupted":
@@ -88,6 +101,7 @@ export const EXIT_CODE_HELP = `exit codes of run --follow / logs -f --exit-code 
   0-255  the process's own exit code     128+N  killed by signal N nobody asked for
   130    cancelled (operator cancel or requested signal)
   124    expired before launch    125  rejected (never launched)    123  interrupted (outcome unknown)
+  127    rejected: program not found on the agent    126  rejected: program not executable
 errors (every subcommand):
   2 usage   65 refused as invalid   66 unknown id   69 server unreachable
   75 temporary refusal (capacity)   77 operator token refused   1 other`;

@@ -169,6 +169,28 @@ describe("rvbox run", () => {
     await cli(["cancel", "detach-me-1"], { env });
   });
 
+  it("R-C4: a missing program ends rejected (never failed) and the CLI exits 127 as a shell does; argv[0] with spaces gets a --shell hint", async () => {
+    const r = await cli(["run", "host-a", "-f", "--", "no-such-program-xyz", "arg"], { env });
+    expect(r.code).toBe(127);
+    expect(r.stderr).toMatch(/rejected: could not launch: ENOENT/);
+    expect(r.stderr).not.toContain("hint");
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    expect((await s.client.getCommand({ issueUuid: id })).command?.state).toBe(L.REJECTED);
+    const q = await cli(["run", "host-a", "-f", "--", "echo $HOME"], { env });
+    expect(q.code).toBe(127);
+    expect(q.stderr).toContain('rvbox: hint: argv[0] "echo $HOME" looks like a shell command line: run it with --shell');
+    const g = await cli(["get", id], { env });
+    expect(g.stdout).toMatch(/cli exit code\s+127/);
+  });
+
+  it("R-C4: a program that is not executable exits 126", async () => {
+    const f = path.join(dir, "not-executable.sh");
+    writeFileSync(f, "#!/bin/sh\necho never\n", { mode: 0o644 });
+    const r = await cli(["run", "host-a", "-f", "--", f], { env });
+    expect(r.code).toBe(126);
+    expect(r.stdout).toBe("");
+  });
+
   it("runs as a real child process with RVBOX_SERVER / RVBOX_TOKEN_FILE and exits with the command's code", async () => {
     const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "shells/operator/main.ts"), "run", "host-a", "--follow", "--shell", "--", "echo child; exit 3"], {
       cwd: ROOT,
