@@ -14,6 +14,7 @@ import { appendFileSync, mkdirSync, rmSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { isTerminal } from "../../core/dispatch/lifecycle.js";
 import { AgentDaemon } from "../agent/agent-daemon.js";
 import { createLogger, type LogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
@@ -39,12 +40,20 @@ export interface DemoFleet {
   stop(): Promise<void>;
 }
 
-const SAMPLES: Array<{ client: string; line: string; stdin?: boolean }> = [
+/**
+ * The sample commands, submitted round-robin. A sample is never submitted
+ * again while its previous instance is still active, so at most one of each
+ * runs at a time and the slow ones (the sleeper, the `cat` waiting for
+ * stdin) cannot fill an agent: the demo fleet stays usable for hours, with
+ * a free slot for whatever the operator submits. Those two also end by
+ * themselves (`timeoutMs`) if nobody cancels or answers them.
+ */
+const SAMPLES: Array<{ client: string; line: string; stdin?: boolean; timeoutMs?: number }> = [
   { client: "demo-a", line: "echo hello from $(hostname); uname -sr" },
   { client: "demo-b", line: "for i in $(seq 1 20); do echo tick $i; sleep 0.5; done" },
   { client: "demo-a", line: "echo about to fail >&2; exit 3" },
-  { client: "demo-b", line: "sleep 600" },
-  { client: "demo-a", line: "cat", stdin: true },
+  { client: "demo-b", line: "sleep 600", timeoutMs: 10 * 60_000 },
+  { client: "demo-a", line: "cat", stdin: true, timeoutMs: 10 * 60_000 },
   // ~3 MiB of incompressible text: more than the demo server retains per command (R-O5 marker).
   { client: "demo-b", line: "for i in 1 2 3 4 5 6 7 8; do head -c 300000 /dev/urandom | base64; sleep 0.3; done; echo chatty done" },
   { client: "demo-a", line: "ls -la / | head -20" },
@@ -87,25 +96,42 @@ export async function startDemoFleet(o: DemoFleetOptions): Promise<DemoFleet> {
   const ctl = createControlClient({ baseUrl: controlUrl, token });
   let n = 0;
   let timer: NodeJS.Timeout | null = null;
+  /** The last instance of each sample, by sample index. */
+  const last = new Map<number, string>();
+  let busy = false;
   const submitOne = async (): Promise<void> => {
-    const s = SAMPLES[n % SAMPLES.length]!;
+    const k = n % SAMPLES.length;
+    const s = SAMPLES[k]!;
     n++;
     try {
-      await ctl.submitCommand({ clientId: s.client, program: { case: "shell", value: { shell: ShellType.SH, commandLine: s.line } }, stdinOpen: s.stdin ?? false });
+      const prev = last.get(k);
+      if (prev !== undefined) {
+        const c = (await ctl.getCommand({ issueUuid: prev })).command;
+        if (c && !isTerminal(c.state)) return; // still active: skip this round
+      }
+      const r = await ctl.submitCommand({
+        clientId: s.client,
+        program: { case: "shell", value: { shell: ShellType.SH, commandLine: s.line } },
+        stdinOpen: s.stdin ?? false,
+        timeoutMs: BigInt(s.timeoutMs ?? 0),
+      });
+      if (r.command) last.set(k, r.command.issueUuid);
     } catch (err) {
       sink(`demo: submit failed: ${String(err)}`);
     }
   };
   for (let i = 0; i < SAMPLES.length; i++) await submitOne();
   const every = o.everyMs ?? 4000;
-  const max = o.maxCommands ?? 120;
+  const max = o.maxCommands ?? Number.POSITIVE_INFINITY; // history pruning bounds what the server keeps
   if (every > 0) {
     timer = setInterval(() => {
       if (n >= max) {
         if (timer) clearInterval(timer);
         return;
       }
-      void submitOne();
+      if (busy) return;
+      busy = true;
+      void submitOne().finally(() => (busy = false));
     }, every);
   }
   return {
