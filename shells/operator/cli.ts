@@ -167,7 +167,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     usage: `usage: rvbox close-stdin ID\n\nCloses a command's stdin (idempotent).`,
     flags: {},
     run: async (ctx, p) => {
-      const id = onePositional(p, "ID");
+      const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.closeStdin({ issueUuid: id, requestId: randomUUID() }));
       ctx.out(`stdin of ${id} closed (write ${r.writeSeq})`);
       return EXIT.OK;
@@ -178,9 +178,10 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     flags: {},
     run: async (ctx, p) => {
       if (p.positionals.length !== 2) throw new UsageError("expected ID and SIGNAL");
-      const [id, sigText] = p.positionals as [string, string];
+      const [idText, sigText] = p.positionals as [string, string];
       const sig = parseSignal(sigText);
       if (!sig || sig === "CANCEL") throw new UsageError(`unknown signal ${JSON.stringify(sigText)}: use TERM, INT, KILL, HUP, QUIT, USR1 or USR2 (or rvbox cancel)`);
+      const id = await resolveId(ctx, idText);
       const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind(sig), requestId: randomUUID() }));
       ctx.out(`SIG${sig} requested for ${id} (revision ${r.revision})`);
       return EXIT.OK;
@@ -190,7 +191,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     usage: `usage: rvbox cancel ID\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.`,
     flags: {},
     run: async (ctx, p) => {
-      const id = onePositional(p, "ID");
+      const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind("CANCEL"), requestId: randomUUID() }));
       ctx.out(`cancel requested for ${id} (revision ${r.revision})`);
       return EXIT.OK;
@@ -200,7 +201,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     usage: `usage: rvbox get ID [--json]\n\nShows one command.`,
     flags: JSON_FLAG,
     run: async (ctx, p) => {
-      const id = onePositional(p, "ID");
+      const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.getCommand({ issueUuid: id }));
       const c = commandInfo(r.command!);
       if (bool(p, "json")) ctx.out(JSON.stringify(c, null, 2));
@@ -390,7 +391,8 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
     if (e instanceof OutputClosedError) return EXIT.OUTPUT_CLOSED; // `| head`: end quietly
     if (e instanceof UsageError) {
       const hint = name === "run" && e.message.startsWith("unknown flag") ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)" : "";
-      err(`rvbox ${name}: ${e.message}${hint}\n\n${sub.usage}`);
+      err(`rvbox ${name}: ${e.message}${hint}`);
+      err(`see 'rvbox ${name} --help'`);
       return e.exitCode;
     }
     const oe = describeError(e, {});
@@ -405,6 +407,30 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
 function onePositional(p: Parsed, what: string): string {
   if (p.positionals.length !== 1) throw new UsageError(p.positionals.length === 0 ? `expected ${what}` : `expected one ${what}, got ${p.positionals.length} arguments`);
   return p.positionals[0]!;
+}
+
+const FULL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** Commands searched for a short id prefix (the server's listing bound). */
+const PREFIX_SEARCH_LIMIT = 1000;
+
+/**
+ * A command id as the operator typed it: a full id, or a prefix of one as the
+ * TUI and `ls` show them (`46d509a7`, `46d509a7-6`). A prefix must match
+ * exactly one of the newest PREFIX_SEARCH_LIMIT commands; an ambiguous one is
+ * an error that lists the matches. Anything else goes to the server as typed.
+ */
+async function resolveId(ctx: Ctx, typed: string): Promise<string> {
+  if (FULL_UUID.test(typed) || !/^[0-9a-f][0-9a-f-]{3,35}$/i.test(typed)) return typed;
+  const prefix = typed.toLowerCase();
+  const r = await call(ctx, "command list", (c) => c.listCommands({ pageSize: PREFIX_SEARCH_LIMIT }));
+  const hits = r.commands.filter((c) => c.issueUuid.startsWith(prefix)).map(commandInfo);
+  if (hits.length === 1) return hits[0]!.uuid;
+  if (hits.length === 0) {
+    const scope = r.commands.length >= PREFIX_SEARCH_LIMIT ? ` among the newest ${PREFIX_SEARCH_LIMIT} commands (give the full id for an older one)` : "";
+    throw new OperatorError(`no command id starts with ${typed}${scope}`, EXIT.NOT_FOUND);
+  }
+  const shown = hits.slice(0, 10).map((c) => `  ${c.uuid}  ${c.clientId}  ${c.state}  ${c.program}`);
+  throw new UsageError(`ambiguous id prefix ${typed}: ${hits.length} commands match\n${shown.join("\n")}${hits.length > 10 ? "\n  …" : ""}`);
 }
 
 /** One control call; its error becomes an OperatorError with the right exit code. */
@@ -682,13 +708,14 @@ async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?
 }
 
 async function cmdLogs(ctx: Ctx, p: Parsed): Promise<number> {
-  const id = onePositional(p, "ID");
+  const idText = onePositional(p, "ID");
   const stream = str(p, "stream");
   if (stream !== undefined && stream !== "stdout" && stream !== "stderr") throw new UsageError(`--stream: expected stdout or stderr, got ${JSON.stringify(stream)}`);
   const fromText = str(p, "from");
   const from = fromText === undefined ? 1 : Number(fromText);
   if (!Number.isSafeInteger(from) || from < 0) throw new UsageError(`--from: expected an event sequence, got ${JSON.stringify(fromText)}`);
   const follow = bool(p, "follow");
+  const id = await resolveId(ctx, idText);
   if (bool(p, "exit-code")) {
     if (!follow) throw new UsageError("--exit-code needs --follow");
     return followToEnd(ctx, id, { events: bool(p, "events"), stream: stream as StreamName | undefined, from });
@@ -720,6 +747,7 @@ async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
     id = p.positionals[0]!;
     data = Buffer.from(p.positionals[1]!, "utf8");
   }
+  id = await resolveId(ctx, id);
   const pieces: Uint8Array[] = [];
   for (let o = 0; o < data.length; o += STDIN_PIECE) pieces.push(data.subarray(o, o + STDIN_PIECE));
   if (pieces.length === 0) pieces.push(new Uint8Array(0));

@@ -221,6 +221,48 @@ async function headOf(args: string[], lines: number): Promise<{ code: number | n
   return { code, signal, out: out.split("\n").slice(0, lines).join("\n"), err, ms: Date.now() - t0 };
 }
 
+describe("short id prefixes", () => {
+  it("get, logs, cancel, stdin and close-stdin take a unique prefix of an id; an unknown one exits 66; an ambiguous one lists the matches", async () => {
+    const r = await cli(["run", "host-a", "-f", "--", "echo", "prefixed"], { env });
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    // Find the shortest prefix that is unique among the commands the server holds now.
+    const all = (await s.client.listCommands({ pageSize: 1000 })).commands.map((c) => c.issueUuid);
+    let n = 4;
+    while (all.filter((u) => u.startsWith(id.slice(0, n))).length > 1) n++;
+    const short = id.slice(0, Math.max(n, 8));
+    const g = await cli(["get", short, "--json"], { env });
+    expect(g.code).toBe(0);
+    expect(JSON.parse(g.stdout).uuid).toBe(id);
+    const l = await cli(["logs", short], { env });
+    expect(l.stdout).toBe("prefixed\n");
+    const o = await cli(["run", "host-a", "--open-stdin", "--", "cat"], { env });
+    const catId = o.stdout.trim();
+    const catShort = catId.slice(0, 13);
+    expect((await cli(["stdin", catShort, "x"], { env })).stdout).toContain(`stdin of ${catId}`);
+    expect((await cli(["close-stdin", catShort], { env })).stdout).toContain(`stdin of ${catId} closed`);
+    expect((await cli(["cancel", catShort], { env })).code).toBe(0);
+    const none = await cli(["get", "ffffffff-ffff"], { env });
+    expect(none.code).toBe(66);
+    expect(none.stderr).toContain("no command id starts with ffffffff-ffff");
+    // Two ids that share a prefix: that prefix is ambiguous, and the error lists both.
+    const twins = ["abcd0000-0000-4000-8000-000000000001", "abcd0000-0000-4000-8000-000000000002"];
+    for (const t of twins) expect((await cli(["run", "host-a", "--id", t, "--", "true"], { env })).code).toBe(0);
+    const amb = await cli(["get", "abcd0000"], { env });
+    expect(amb.code).toBe(2);
+    expect(amb.stderr).toContain("ambiguous id prefix abcd0000: 2 commands match");
+    for (const t of twins) expect(amb.stderr).toContain(t);
+    expect((await cli(["get", "abcd0000-0000-4000-8000-0000000000"], { env })).code).toBe(2);
+  });
+});
+
+describe("usage errors", () => {
+  it("are one line plus a pointer to --help, not the whole help text", async () => {
+    const r = await cli(["logs"], { env });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe("rvbox logs: expected ID\nsee 'rvbox logs --help'\n");
+  });
+});
+
 describe("rvbox logs | head", () => {
   it("a closed stdout ends `logs` at once and quietly, with SIGPIPE's status, on a long finished output", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "seq", "1", "300000"], { env });
