@@ -107,8 +107,15 @@ export const MAX_INSTANCE_ID_CHARS = 128;
 export const MAX_ARGV_ITEMS = 4096;
 export const MAX_ENV_ITEMS = 1024;
 export const MAX_SPEC_STRING_BYTES = 128 * KiB;
-/** Incidents kept open at once; further ones are counted, not stored. */
+/**
+ * Incidents kept open (unacknowledged) at once, over all clients. When it is
+ * reached, a new incident of a client holding fewer open incidents than the
+ * heaviest client takes the place of that client's newest one (which is
+ * counted as dropped), so one client's flood never hides another's incident.
+ */
 export const MAX_OPEN_INCIDENTS = 10_000;
+/** Open incidents kept per client; past it that client's incidents are counted (per client and in total, durably), not stored. */
+export const MAX_OPEN_INCIDENTS_PER_CLIENT = 100;
 /** Grace between TERMINATE and KILL for cancel (shells apply it). */
 export const CANCEL_GRACE_MS = 5_000;
 /** Script bytes an agent holds across all commands. */
@@ -121,5 +128,12 @@ export const MAX_PENDING_SIGNALS = 64;
 export const MAX_REQUEST_IDS_PER_COMMAND = 1024;
 /** Incidents kept in all (open and acknowledged); the oldest acknowledged go first. */
 export const MAX_INCIDENTS_KEPT = 20_000;
+/**
+ * Client records the server keeps (default of the configurable
+ * `limits.maxClients`). A hello naming a new client id past it is refused
+ * with CODE_CAPACITY and creates no record; an operator forgets unused
+ * clients with `rvbox forget-client`.
+ */
+export const MAX_CLIENTS = 10_000;
 /** Connections the server holds at once (registered or not). */
 export const MAX_SERVER_CONNECTIONS = 20_000;
