@@ -52,6 +52,19 @@ export const AGENT_RAW_LOW_WATERMARK_BYTES = 16 * MiB;
 export const AGENT_METADATA_PER_COMMAND_BYTES = 64 * KiB;
 /** Stdin bytes an agent holds for one command before they reach the child. */
 export const AGENT_STDIN_PENDING_BYTES = 1 * MiB;
+/**
+ * Stdin writes (and a close) per command the server keeps sent but not
+ * acknowledged, and the agent holds before they reach the child: empty writes
+ * cost no bytes, so the byte bounds alone do not bound their number.
+ */
+export const STDIN_WRITES_IN_FLIGHT = 1024;
+/**
+ * The agent's ReconcileSnapshot stays this far below MAX_ENVELOPE_BYTES.
+ * Requested UUIDs found in the tombstone ledger that would not fit are left
+ * out (the server then treats them as unknown to the agent: interrupted, with
+ * an incident), so no ReconcileRequest can make the snapshot too large.
+ */
+export const AGENT_SNAPSHOT_SLACK_BYTES = 64 * KiB;
 
 /** Server storage tiers. */
 export const SERVER_METADATA_BUDGET_BYTES = 64 * MiB;
@@ -98,6 +111,12 @@ export const CAPACITY_RETRY_INITIAL_MS = 1_000;
 export const CAPACITY_RETRY_CAP_MS = 60_000;
 /** A command without an explicit queue expiry gets this one: it bounds retries. */
 export const DEFAULT_QUEUE_EXPIRY_MS = 24 * 60 * 60_000;
+/**
+ * Stored non-output events (lifecycle, acks, markers) per command beyond one
+ * per stdin write, per revision and per script chunk: an agent that sends more
+ * is closed with CODE_CAPACITY (a legitimate one sends a handful).
+ */
+export const SERVER_ROW_EVENTS_PER_COMMAND = 4096;
 /** Retained recent event digests per command at the server (duplicate checks). */
 export const SERVER_RECENT_DIGESTS = 1024;
 /** Client id: 1..128 ASCII characters (spec). */

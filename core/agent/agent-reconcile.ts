@@ -27,7 +27,7 @@ import { fromHex, toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
 import { assert, Code } from "../errors.js";
 import type { PersistRecord } from "../effects.js";
-import { MAX_ENVELOPE_BYTES } from "../limits.js";
+import { AGENT_SNAPSHOT_SLACK_BYTES, MAX_ENVELOPE_BYTES } from "../limits.js";
 import { acknowledge, lastAssigned } from "../window/outbox.js";
 import { send, sendError, trace, type AgentCtx } from "./agent-node.js";
 import { tombstoneAndRemove, type Fail } from "./agent-commands.js";
@@ -41,7 +41,8 @@ export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: Recon
   if (req.targets.length > st.config.limits.maxRetained + st.config.limits.maxTombstones) {
     return fail(Code.PAYLOAD_TOO_LARGE, `reconcile request with ${req.targets.length} targets`, true);
   }
-  const tombstoned: string[] = [];
+  // A set: a request naming a UUID twice gets it once in the snapshot.
+  const tombstoned = new Set<string>();
   for (const t of req.targets) {
     const hash = toHex(t.immutableRequestSha256);
     const c = st.commands.get(t.issueUuid);
@@ -58,10 +59,10 @@ export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: Recon
         ctx.persist(...records);
       } else ctx.emit(trace("reconcile_diverged", { uuid: t.issueUuid, serverStored: through, assigned: lastAssigned(cb) }));
     } else if (!c && st.tombstones.get(t.issueUuid) === hash) {
-      tombstoned.push(t.issueUuid);
+      tombstoned.add(t.issueUuid);
     }
   }
-  st.pendingSnapshotTombstones = tombstoned.map((uuid) => ({ uuid, hash: st.tombstones.get(uuid)! }));
+  st.pendingSnapshotTombstones = [...tombstoned].map((uuid) => ({ uuid, hash: st.tombstones.get(uuid)! }));
   ctx.afterDurable({ kind: "send_snapshot", conn: st.session.conn });
 }
 
@@ -80,20 +81,33 @@ export function sendSnapshot(st: AgentState, ctx: AgentCtx): void {
       }),
     );
   }
+  // Retained commands always fit (MAX_RETAINED_COMMANDS of at most ~200 bytes);
+  // tombstone hits are added while the envelope has room, and the rest left out:
+  // the server then treats them as commands the agent lacks (interrupted, with
+  // an incident), never as launched twice.
+  let size = toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: retained })).length;
+  const budget = MAX_ENVELOPE_BYTES - AGENT_SNAPSHOT_SLACK_BYTES;
+  let left = 0;
   for (const t of st.pendingSnapshotTombstones) {
-    retained.push(
-      create(ReconcileCommandStateSchema, {
-        issueUuid: t.uuid,
-        lifecycle: CommandLifecycle.UNSPECIFIED,
-        tombstoned: true,
-        immutableRequestSha256: fromHex(t.hash),
-      }),
-    );
+    const entry = create(ReconcileCommandStateSchema, {
+      issueUuid: t.uuid,
+      lifecycle: CommandLifecycle.UNSPECIFIED,
+      tombstoned: true,
+      immutableRequestSha256: fromHex(t.hash),
+    });
+    // Field tag (1 byte) and a length prefix (at most 3 bytes under 2 MiB).
+    const n = toBinary(ReconcileCommandStateSchema, entry).length + 4;
+    if (size + n > budget) {
+      left++;
+      continue;
+    }
+    size += n;
+    retained.push(entry);
   }
+  if (left > 0) ctx.emit(trace("snapshot_tombstones_left_out", { left }));
   st.pendingSnapshotTombstones = [];
   const snapshot = create(ReconcileSnapshotSchema, { retainedCommands: retained });
-  // Bounded by MAX_RETAINED_COMMANDS and the request size; must fit one envelope.
-  const size = toBinary(ReconcileSnapshotSchema, snapshot).length;
+  size = toBinary(ReconcileSnapshotSchema, snapshot).length;
   assert(size < MAX_ENVELOPE_BYTES - 1024, `snapshot of ${size} bytes does not fit an envelope`);
   send(st, ctx, { case: "reconcileSnapshot", value: snapshot });
   ctx.emit(trace("snapshot_sent", { retained: retained.length }));

@@ -66,6 +66,8 @@ import {
   SERVER_ACTIVE_METADATA_SHARE,
   SERVER_RECENT_DIGESTS,
   SERVER_RECORD_BASE_BYTES,
+  SERVER_ROW_EVENTS_PER_COMMAND,
+  STDIN_WRITES_IN_FLIGHT,
 } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
@@ -700,9 +702,15 @@ function pumpScript(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerC
 
 function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
   let inflight = 0;
-  for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) inflight += op.data.length + 1;
+  let writes = 0;
+  for (const op of c.stdin.queue) {
+    if (op.seq > c.stdin.sentThrough) break;
+    inflight += op.data.length + 1;
+    writes++;
+  }
   for (const op of c.stdin.queue) {
     if (op.seq <= c.stdin.sentThrough) continue;
+    if (writes >= STDIN_WRITES_IN_FLIGHT) break;
     // Never send a write_seq a crash could take back (the agent would apply it and the
     // server would later refuse its acknowledgement as never sent).
     if (op.seq > c.committed.stdinAssigned) break;
@@ -717,6 +725,7 @@ function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCo
     }
     c.stdin.sentThrough = op.seq;
     inflight += op.data.length + 1;
+    writes++;
   }
 }
 
@@ -873,6 +882,8 @@ export function handleCommandEvent(
     return;
   }
   if (seq !== c.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.receivedThrough}: gap`, true);
+  if (ev.event.case !== "output" && c.rowEvents >= rowEventBound(c))
+    return fail(Code.CAPACITY, `${c.uuid} already has ${c.rowEvents} stored non-output events, the most it may have`, true);
   if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
     // The agent can only emit events for a command it accepted: the
     // CommandAccepted must have been lost. Adopt it.
@@ -978,6 +989,12 @@ export function handleCommandEvent(
   ctx.afterDurable({ kind: "ack", conn: conn.conn, uuid: c.uuid, through: seq, bytes: frameBytes });
 }
 
+/** The most stored non-output events `c` may have (SERVER_ROW_EVENTS_PER_COMMAND). */
+export function rowEventBound(c: ServerCommand): number {
+  const script = c.spec.program.case === "script" ? Math.ceil(Number(c.spec.program.value.sizeBytes) / SCRIPT_CHUNK_BYTES) : 0;
+  return SERVER_ROW_EVENTS_PER_COMMAND + (c.stdin.nextSeq - 1) + c.revision + script;
+}
+
 function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: number, bytes: number, range: { stream: StreamName; offset: number; length: number }): void {
   const L2 = st.config.limits;
   let seg = c.segments[c.segments.length - 1];
@@ -1075,6 +1092,11 @@ export function serverCommandInvariants(st: ServerState): void {
     assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
     assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
     assert(c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND, `${uuid}: a per-command bound exceeded`);
+    assert(Object.keys(c.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
+    assert(c.rowEvents <= rowEventBound(c), `${uuid}: ${c.rowEvents} stored non-output events over the bound`);
+    let sent = 0;
+    for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) sent++;
+    assert(sent <= STDIN_WRITES_IN_FLIGHT, `${uuid}: ${sent} stdin writes in flight over the bound`);
     assert(c.scriptAcked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
     if (isTerminal(c.state)) {
       assert(c.terminalSource !== "", `${uuid}: terminal without a source`);

@@ -529,6 +529,7 @@ export function serverInvariants(st: ServerState): void {
   for (const [id, conn] of st.conns) {
     assert(conn.conn === id, "conn key mismatch");
     assert(conn.ingressPending >= 0, `conn ${id} ingress accounting below zero`);
+    assert(conn.ingressPending <= st.config.limits.ingressHigh, `conn ${id} ingress over its high watermark`);
     if (conn.phase !== "hello") {
       const client = st.clients.get(conn.clientId);
       assert(client !== undefined, `conn ${id} for unknown client`);

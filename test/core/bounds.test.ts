@@ -3,11 +3,12 @@
 // total (R-D11), client records (R-F6), and each remaining table at n and n+1.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import type { ReconcileResult } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle as L, ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { ReconcileResult, StdinWrite } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { restoreServer, serverInvariants, type Incident, type ServerState } from "../../core/index.js";
 import { Code, InvariantViolation } from "../../core/errors.js";
-import { MAX_CLIENTS, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT } from "../../core/limits.js";
+import { MAX_CLIENTS, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT, SERVER_RECENT_DIGESTS, SERVER_ROW_EVENTS_PER_COMMAND, STDIN_WRITES_IN_FLIGHT } from "../../core/limits.js";
+import { rowEventBound } from "../../core/server/server-commands.js";
 import { T0, sha, of, ServerRig, expectClosed, type StateInit } from "../support/server-rig.js";
 
 const unknownRunning = (uuid: string): StateInit => ({ issueUuid: uuid, lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: sha(uuid) });
@@ -257,5 +258,63 @@ describe("client records (R-F6)", () => {
     // A server restarted with a lowered bound keeps what it has and admits no new id.
     const back = restoreServer({ ...r.cfg, limits: { ...r.cfg.limits, maxClients: 0 } }, r.disk.tables(), 2);
     expect(() => serverInvariants(back)).not.toThrow();
+  });
+});
+
+describe("what an agent can grow at the server, at n and n + 1", () => {
+  const incomplete = { case: "incomplete" as const, value: create(OutputIncompleteSchema, { streams: [OutputStream.STDOUT], reason: "pipe" }) };
+
+  it("R-W10 R-O3: a command stores at most its bound of non-output events; the next one closes with CAPACITY and is not stored", () => {
+    const r = new ServerRig();
+    const c = r.connect("a");
+    r.running(c, "c1");
+    const cmd = r.cmd("c1");
+    expect(rowEventBound(cmd)).toBe(SERVER_ROW_EVENTS_PER_COMMAND + 0 + 1);
+    cmd.rowEvents = rowEventBound(cmd) - 1; // as if that many had been stored
+    r.event(c, "c1", 2, incomplete);
+    expect(cmd.rowEvents).toBe(rowEventBound(cmd));
+    expect(cmd.storedThrough).toBe(2);
+    const out = r.event(c, "c1", 3, incomplete);
+    expectClosed(r, out, c, Code.CAPACITY, `c1 already has ${rowEventBound(cmd)} stored non-output events, the most it may have`);
+    expect(cmd.receivedThrough).toBe(2);
+    cmd.rowEvents = rowEventBound(cmd) + 1;
+    expect(() => serverInvariants(r.st)).toThrow(/stored non-output events over the bound/);
+  });
+
+  it("R-W10: each stdin write and each revision raises the command's bound by one (their acks and results are stored rows)", () => {
+    const r = new ServerRig();
+    r.submit("off", "c1", { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true });
+    const before = rowEventBound(r.cmd("c1"));
+    r.control({ op: "stdin", requestId: "w1", uuid: "c1", data: new Uint8Array([1]), appendNewline: false });
+    expect(rowEventBound(r.cmd("c1"))).toBe(before + 1);
+  });
+
+  it("R-S1 R-W3: the server keeps at most STDIN_WRITES_IN_FLIGHT stdin writes sent and unacknowledged per command, however small", () => {
+    const r = new ServerRig();
+    r.store = false;
+    const c = r.connect("a");
+    r.running(c, "c1", { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true });
+    r.log = [];
+    for (let i = 1; i <= STDIN_WRITES_IN_FLIGHT + 1; i++) r.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: new Uint8Array(0), appendNewline: false });
+    expect(r.sent(r.log, c, "stdinWrite")).toHaveLength(STDIN_WRITES_IN_FLIGHT);
+    const cmd = r.cmd("c1");
+    expect(cmd.stdin.nextSeq - 1).toBe(STDIN_WRITES_IN_FLIGHT + 1);
+    expect(cmd.stdin.sentThrough).toBe(STDIN_WRITES_IN_FLIGHT);
+    // One acknowledged: one more may go.
+    const out = r.event(c, "c1", 2, { case: "stdinAck", value: create(StdinAckSchema, { writeSeq: 1n }) });
+    expect(r.sent(out, c, "stdinWrite").map((s) => (s.env.payload.value as StdinWrite).writeSeq)).toEqual([BigInt(STDIN_WRITES_IN_FLIGHT + 1)]);
+    expect(cmd.stdin.sentThrough).toBe(STDIN_WRITES_IN_FLIGHT + 1);
+  });
+
+  it("R-O2 R-W7: the invariants catch more than SERVER_RECENT_DIGESTS digests and ingress bytes over the high watermark", () => {
+    const r = new ServerRig();
+    const c = r.connect("a");
+    r.running(c, "c1");
+    for (let s = 1; s <= SERVER_RECENT_DIGESTS + 1; s++) r.cmd("c1").digests[s] = s;
+    expect(() => serverInvariants(r.st)).toThrow(/more than SERVER_RECENT_DIGESTS digests/);
+    const k = new ServerRig({ ingressHigh: 100 });
+    const d = k.connect("a");
+    k.st.conns.get(d)!.ingressPending = 101;
+    expect(() => serverInvariants(k.st)).toThrow(/ingress over its high watermark/);
   });
 });
