@@ -40,6 +40,7 @@ const OPERATOR: Record<string, string> = {
   get: "show one command",
   ls: "list commands",
   clients: "list clients and sessions",
+  "forget-client": "forget an idle client record (frees its place under the client bound)",
   claims: "list pending identity claims",
   authorize: "authorize one instance to take over a client id once",
   incidents: "list incidents",

@@ -52,6 +52,19 @@ export const AGENT_RAW_LOW_WATERMARK_BYTES = 16 * MiB;
 export const AGENT_METADATA_PER_COMMAND_BYTES = 64 * KiB;
 /** Stdin bytes an agent holds for one command before they reach the child. */
 export const AGENT_STDIN_PENDING_BYTES = 1 * MiB;
+/**
+ * Stdin writes (and a close) per command the server keeps sent but not
+ * acknowledged, and the agent holds before they reach the child: empty writes
+ * cost no bytes, so the byte bounds alone do not bound their number.
+ */
+export const STDIN_WRITES_IN_FLIGHT = 1024;
+/**
+ * The agent's ReconcileSnapshot stays this far below MAX_ENVELOPE_BYTES.
+ * Requested UUIDs found in the tombstone ledger that would not fit are left
+ * out (the server then treats them as unknown to the agent: interrupted, with
+ * an incident), so no ReconcileRequest can make the snapshot too large.
+ */
+export const AGENT_SNAPSHOT_SLACK_BYTES = 64 * KiB;
 
 /** Server storage tiers. */
 export const SERVER_METADATA_BUDGET_BYTES = 64 * MiB;
@@ -106,6 +119,12 @@ export const CAPACITY_RETRY_INITIAL_MS = 1_000;
 export const CAPACITY_RETRY_CAP_MS = 60_000;
 /** A command without an explicit queue expiry gets this one: it bounds retries. */
 export const DEFAULT_QUEUE_EXPIRY_MS = 24 * 60 * 60_000;
+/**
+ * Stored non-output events (lifecycle, acks, markers) per command beyond one
+ * per stdin write, per revision and per script chunk: an agent that sends more
+ * is closed with CODE_CAPACITY (a legitimate one sends a handful).
+ */
+export const SERVER_ROW_EVENTS_PER_COMMAND = 4096;
 /** Retained recent event digests per command at the server (duplicate checks). */
 export const SERVER_RECENT_DIGESTS = 1024;
 /** Client id: 1..128 ASCII characters (spec). */
@@ -115,8 +134,15 @@ export const MAX_INSTANCE_ID_CHARS = 128;
 export const MAX_ARGV_ITEMS = 4096;
 export const MAX_ENV_ITEMS = 1024;
 export const MAX_SPEC_STRING_BYTES = 128 * KiB;
-/** Incidents kept open at once; further ones are counted, not stored. */
+/**
+ * Incidents kept open (unacknowledged) at once, over all clients. When it is
+ * reached, a new incident of a client holding fewer open incidents than the
+ * heaviest client takes the place of that client's newest one (which is
+ * counted as dropped), so one client's flood never hides another's incident.
+ */
 export const MAX_OPEN_INCIDENTS = 10_000;
+/** Open incidents kept per client; past it that client's incidents are counted (per client and in total, durably), not stored. */
+export const MAX_OPEN_INCIDENTS_PER_CLIENT = 100;
 /** Grace between TERMINATE and KILL for cancel (shells apply it). */
 export const CANCEL_GRACE_MS = 5_000;
 /** Script bytes an agent holds across all commands. */
@@ -129,5 +155,12 @@ export const MAX_PENDING_SIGNALS = 64;
 export const MAX_REQUEST_IDS_PER_COMMAND = 1024;
 /** Incidents kept in all (open and acknowledged); the oldest acknowledged go first. */
 export const MAX_INCIDENTS_KEPT = 20_000;
+/**
+ * Client records the server keeps (default of the configurable
+ * `limits.maxClients`). A hello naming a new client id past it is refused
+ * with CODE_CAPACITY and creates no record; an operator forgets unused
+ * clients with `rvbox forget-client`.
+ */
+export const MAX_CLIENTS = 10_000;
 /** Connections the server holds at once (registered or not). */
 export const MAX_SERVER_CONNECTIONS = 20_000;

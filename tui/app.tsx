@@ -465,7 +465,16 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
         view = <ClaimsView rows={d.claims} selected={d.sel.claims} now={d.fleet.now} width={width} height={body} />;
         break;
       case "incidents":
-        view = <IncidentsView rows={d.incidents} selected={d.sel.incidents} now={d.fleet.now} width={width} height={body} />;
+        view = (
+          <IncidentsView
+            rows={d.incidents}
+            dropped={d.fleet.sessions.filter((s) => (s.incidentsDropped ?? 0) > 0).map((s) => ({ clientId: s.clientId, count: s.incidentsDropped! }))}
+            selected={d.sel.incidents}
+            now={d.fleet.now}
+            width={width}
+            height={body}
+          />
+        );
         break;
     }
   }

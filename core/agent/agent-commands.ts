@@ -56,6 +56,7 @@ import {
   MAX_ENV_ITEMS,
   MAX_SCRIPT_BYTES,
   MAX_SPEC_STRING_BYTES,
+  STDIN_WRITES_IN_FLIGHT,
 } from "../limits.js";
 import { acknowledge, appendMeta, appendOutput, newCommandOutbox, outboxHeader, removeCommand, type MetaEvent, type StreamName } from "../window/outbox.js";
 import { appendLifecycle, send, trace, type AgentCtx } from "./agent-node.js";
@@ -447,7 +448,7 @@ export function handleStdinWrite(st: AgentState, ctx: AgentCtx, w: StdinWrite, f
     return;
   }
   const data = w.appendNewline ? concatBytes([w.data, new Uint8Array([10])]) : w.data;
-  if (c.stdin.pendingBytes + data.length > st.config.limits.stdinPendingPerCommand)
+  if (c.stdin.pendingBytes + data.length > st.config.limits.stdinPendingPerCommand || c.stdin.pending.length >= STDIN_WRITES_IN_FLIGHT)
     return fail(Code.CAPACITY, `stdin buffer for ${c.uuid} is full; resend later`, false);
   c.stdin.next++;
   c.stdin.pending.push({ seq, data, close: false });
@@ -648,6 +649,8 @@ export function agentCommandInvariants(st: AgentState): void {
     }
     assert(pb === c.stdin.pendingBytes, `${uuid} stdin bytes drift`);
     assert(c.stdin.pendingBytes <= L.stdinPendingPerCommand, `${uuid} stdin over budget`);
+    // A close may follow a full buffer of writes.
+    assert(c.stdin.pending.length <= STDIN_WRITES_IN_FLIGHT + 1, `${uuid} stdin writes over their bound`);
     if (c.script) {
       scriptBytes += c.script.size;
       assert(c.script.received <= c.script.size, `${uuid} script over size`);

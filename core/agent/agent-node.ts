@@ -609,6 +609,7 @@ export function agentInvariants(st: AgentState): void {
   assert(!st.reconciled || st.session.phase === "established", "reconciled without a session");
   assert(st.tombstones.size <= st.config.limits.maxTombstones, "tombstone ledger over its bound");
   assert(st.commands.size <= st.config.limits.maxRetained, "retained commands over bound");
+  assert(st.pendingSnapshotTombstones.length <= st.config.limits.maxTombstones, "snapshot tombstone hits over the ledger's bound");
   for (const uuid of st.commands.keys()) assert(!st.tombstones.has(uuid), `${uuid} both live and tombstoned`);
   for (const c of st.commands.values()) {
     if (c.phase === "done") assert(isTerminal(c.lifecycle), `${c.uuid} done but ${c.lifecycle}`);

@@ -28,7 +28,7 @@ import { fromHex, toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
 import { assert, Code } from "../errors.js";
 import type { PersistRecord } from "../effects.js";
-import { MAX_ENVELOPE_BYTES } from "../limits.js";
+import { AGENT_SNAPSHOT_SLACK_BYTES, MAX_ENVELOPE_BYTES } from "../limits.js";
 import { acknowledge, lastAssigned } from "../window/outbox.js";
 import { send, sendError, trace, type AgentCtx } from "./agent-node.js";
 import { tombstoneAndRemove, type Fail } from "./agent-commands.js";
@@ -42,7 +42,8 @@ export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: Recon
   if (req.targets.length > st.config.limits.maxRetained + st.config.limits.maxTombstones) {
     return fail(Code.PAYLOAD_TOO_LARGE, `reconcile request with ${req.targets.length} targets`, true);
   }
-  const tombstoned: string[] = [];
+  // A set: a request naming a UUID twice gets it once in the snapshot.
+  const tombstoned = new Set<string>();
   for (const t of req.targets) {
     const hash = toHex(t.immutableRequestSha256);
     const c = st.commands.get(t.issueUuid);
@@ -59,15 +60,15 @@ export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: Recon
         ctx.persist(...records);
       } else ctx.emit(trace("reconcile_diverged", { uuid: t.issueUuid, serverStored: through, assigned: lastAssigned(cb) }));
     } else if (!c && st.tombstones.get(t.issueUuid) === hash) {
-      tombstoned.push(t.issueUuid);
+      tombstoned.add(t.issueUuid);
     }
   }
-  st.pendingSnapshotTombstones = tombstoned.map((uuid) => ({ uuid, hash: st.tombstones.get(uuid)! }));
+  st.pendingSnapshotTombstones = [...tombstoned].map((uuid) => ({ uuid, hash: st.tombstones.get(uuid)! }));
   ctx.afterDurable({ kind: "send_snapshot", conn: st.session.conn });
 }
 
-/** A snapshot leaves this much of an envelope for the envelope's own fields. */
-const SNAPSHOT_BUDGET_BYTES = MAX_ENVELOPE_BYTES - 1024;
+/** What a snapshot may take of an envelope (the slack is for the envelope's own fields). */
+const SNAPSHOT_BUDGET_BYTES = MAX_ENVELOPE_BYTES - AGENT_SNAPSHOT_SLACK_BYTES;
 
 /**
  * Append matching tombstones to the retained records while the snapshot
@@ -120,8 +121,8 @@ export function sendSnapshot(st: AgentState, ctx: AgentCtx): void {
     }),
   );
   st.pendingSnapshotTombstones = [];
-  const omitted = fitSnapshot(retained, tombstones, SNAPSHOT_BUDGET_BYTES);
-  if (omitted > 0) ctx.emit(trace("snapshot_tombstones_omitted", { omitted }));
+  const left = fitSnapshot(retained, tombstones, SNAPSHOT_BUDGET_BYTES);
+  if (left > 0) ctx.emit(trace("snapshot_tombstones_left_out", { left }));
   const snapshot = create(ReconcileSnapshotSchema, { retainedCommands: retained });
   send(st, ctx, { case: "reconcileSnapshot", value: snapshot });
   ctx.emit(trace("snapshot_sent", { retained: retained.length }));

@@ -58,6 +58,7 @@ import {
   MAX_CHUNK_BYTES,
   MAX_INCIDENTS_KEPT,
   MAX_OPEN_INCIDENTS,
+  MAX_OPEN_INCIDENTS_PER_CLIENT,
   MAX_PENDING_SIGNALS,
   MAX_RECONCILE_TARGETS,
   MAX_REQUEST_IDS_PER_COMMAND,
@@ -66,6 +67,8 @@ import {
   SERVER_ACTIVE_METADATA_SHARE,
   SERVER_RECENT_DIGESTS,
   SERVER_RECORD_BASE_BYTES,
+  SERVER_ROW_EVENTS_PER_COMMAND,
+  STDIN_WRITES_IN_FLIGHT,
 } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
@@ -78,6 +81,7 @@ import type {
   ControlResult,
   CommittedView,
   Incident,
+  IncidentDrops,
   ServerCommand,
   ServerEnv,
   ServerState,
@@ -187,12 +191,34 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
   }
 }
 
+/**
+ * Record an incident, within bounds: at most MAX_OPEN_INCIDENTS_PER_CLIENT
+ * open per client and MAX_OPEN_INCIDENTS open in all. What does not fit is
+ * counted (per client and in total, durably), never silently lost. With the
+ * total full, a client holding fewer open incidents than the heaviest client
+ * takes the place of that client's newest one, so one client's flood never
+ * hides another client's incident (R-D11).
+ */
 export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, uuid: string, kind: string, detail: string): void {
-  let open = 0;
-  for (const i of st.incidents.values()) if (!i.acknowledged) open++;
-  if (open >= MAX_OPEN_INCIDENTS) {
-    ctx.emit({ type: "trace", event: "incident_dropped", detail: { kind, uuid } });
-    return;
+  const mine = st.openByClient.get(clientId) ?? 0;
+  if (mine >= MAX_OPEN_INCIDENTS_PER_CLIENT) return dropIncident(st, ctx, clientId, uuid, kind, "per-client bound");
+  if (st.openIncidents >= MAX_OPEN_INCIDENTS) {
+    let heavy = "";
+    let most = 0;
+    for (const [id, n] of st.openByClient) {
+      if (n > most) {
+        most = n;
+        heavy = id;
+      }
+    }
+    if (most <= mine + 1) return dropIncident(st, ctx, clientId, uuid, kind, "total bound");
+    let victim: Incident | undefined;
+    for (const i of st.incidents.values()) if (!i.acknowledged && i.clientId === heavy) victim = i;
+    assert(victim !== undefined, `no open incident of ${heavy} to make room`);
+    st.incidents.delete(victim.id);
+    noteOpen(st, heavy, -1);
+    ctx.persist({ table: "incident", key: victim.id, value: null });
+    dropIncident(st, ctx, heavy, victim.uuid, victim.kind, `evicted for ${clientId}'s incident (total bound)`);
   }
   if (st.incidents.size >= MAX_INCIDENTS_KEPT) {
     for (const [id, i] of st.incidents) {
@@ -205,8 +231,73 @@ export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, 
   st.incidentSeq++;
   const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.now, acknowledged: false };
   st.incidents.set(inc.id, inc);
+  noteOpen(st, clientId, 1);
   ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
   ctx.emit({ type: "trace", event: "incident", detail: { id: inc.id, client: clientId, uuid, kind, detail } });
+}
+
+function noteOpen(st: ServerState, clientId: string, delta: number): void {
+  const n = (st.openByClient.get(clientId) ?? 0) + delta;
+  if (n === 0) st.openByClient.delete(clientId);
+  else st.openByClient.set(clientId, n);
+  st.openIncidents += delta;
+}
+
+function dropIncident(st: ServerState, ctx: ServerCtx, clientId: string, uuid: string, kind: string, why: string): void {
+  let d = st.incidentDrops.get(clientId);
+  if (!d) st.incidentDrops.set(clientId, (d = { clientId, count: 0, lastAt: 0, lastKind: "" }));
+  d.count++;
+  d.lastAt = ctx.now;
+  d.lastKind = kind;
+  st.incidentsDropped++;
+  st.dropsDirty.add(clientId);
+  ctx.emit({ type: "trace", event: "incident_dropped", detail: { client: clientId, kind, uuid, why } });
+}
+
+/** Persist the drop counters this step changed: one record per client and the total, however many were dropped. */
+export function flushIncidentDrops(st: ServerState, ctx: ServerCtx): void {
+  if (st.dropsDirty.size === 0) return;
+  for (const id of st.dropsDirty) {
+    const d = st.incidentDrops.get(id);
+    ctx.persist({ table: "incident_drop", key: id, value: d ? { ...d } : null });
+  }
+  st.dropsDirty.clear();
+  ctx.persist({ table: "counter", key: "incidents_dropped", value: { count: st.incidentsDropped } });
+}
+
+/** Rebuild the incident indexes and drop counters (after the `incident` table is loaded). */
+export function restoreIncidentIndex(st: ServerState, tables: ServerTables): void {
+  for (const i of st.incidents.values()) if (!i.acknowledged) noteOpen(st, i.clientId, 1);
+  for (const [id, n] of st.openByClient) if (n > MAX_OPEN_INCIDENTS_PER_CLIENT) st.openOverByClient.set(id, n);
+  for (const [id, v] of tables.get("incident_drop") ?? []) st.incidentDrops.set(id, { ...(v as IncidentDrops) });
+  const counters = tables.get("counter");
+  st.incidentsDropped = (counters?.get("incidents_dropped") as { count: number } | undefined)?.count ?? 0;
+  st.generationFloor = (counters?.get("generation_floor") as { generation: number } | undefined)?.generation ?? 0;
+}
+
+export function incidentInvariants(st: ServerState): void {
+  let open = 0;
+  const by = new Map<string, number>();
+  for (const [id, i] of st.incidents) {
+    assert(i.id === id, "incident key mismatch");
+    if (i.acknowledged) continue;
+    open++;
+    by.set(i.clientId, (by.get(i.clientId) ?? 0) + 1);
+  }
+  assert(open === st.openIncidents && by.size === st.openByClient.size, "open incident index drift");
+  for (const [id, n] of by) {
+    assert(st.openByClient.get(id) === n, `open incident index drift for ${id}`);
+    assert(n <= Math.max(MAX_OPEN_INCIDENTS_PER_CLIENT, st.openOverByClient.get(id) ?? 0), `${id}: ${n} open incidents over the per-client bound`);
+  }
+  assert(open <= MAX_OPEN_INCIDENTS, `${open} open incidents over the bound`);
+  assert(st.incidents.size <= MAX_INCIDENTS_KEPT, "incidents over their bound");
+  let dropped = 0;
+  for (const [id, d] of st.incidentDrops) {
+    assert(d.clientId === id && d.count > 0, `drop counter of ${id} malformed`);
+    assert(st.clients.has(id), `drop counter of unknown client ${id}`);
+    dropped += d.count;
+  }
+  assert(dropped <= st.incidentsDropped, "per-client drop counts exceed the total");
 }
 
 /** Remember request_id -> number for idempotent retries, forgetting the oldest past the bound. */
@@ -338,11 +429,41 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
     case "ack_incident": {
       const inc = st.incidents.get(r.incidentId);
       if (!inc) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no incident ${r.incidentId}`);
+      if (!inc.acknowledged) noteOpen(st, inc.clientId, -1);
       inc.acknowledged = true;
       ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
       return reply(ctx, r.requestId, { ok: true });
     }
+    case "forget_client":
+      return forgetClient(st, ctx, r.requestId, r.clientId);
   }
+}
+
+/**
+ * An operator forgets a client record (its commands' history stays). Refused
+ * while the client has a live session or non-terminal commands. The highest
+ * generation forgotten becomes the floor of every new record, so the id, seen
+ * again, never reuses a generation.
+ */
+function forgetClient(st: ServerState, ctx: ServerCtx, requestId: string, clientId: string): void {
+  const client = st.clients.get(clientId);
+  if (!client) return replyError(ctx, requestId, Code.NOT_FOUND, `unknown client ${clientId}`);
+  if (client.conn !== 0)
+    return replyError(ctx, requestId, Code.CONFLICT, `client ${clientId} has a live session (connection ${client.conn}); stop its agent first`);
+  let active = 0;
+  for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === clientId) active++;
+  if (active > 0)
+    return replyError(ctx, requestId, Code.CONFLICT, `client ${clientId} has ${active} non-terminal command${active === 1 ? "" : "s"}; cancel them or let them finish first`);
+  st.clients.delete(clientId);
+  st.generationFloor = Math.max(st.generationFloor, client.generation);
+  ctx.persist(
+    { table: "client", key: clientId, value: null },
+    { table: "reconcile", key: clientId, value: null },
+    { table: "counter", key: "generation_floor", value: { generation: st.generationFloor } },
+  );
+  if (st.incidentDrops.delete(clientId)) ctx.persist({ table: "incident_drop", key: clientId, value: null });
+  ctx.emit({ type: "trace", event: "client_forgotten", detail: { client: clientId, generation: client.generation } });
+  reply(ctx, requestId, { ok: true });
 }
 
 function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "submit" }>, env: ServerEnv): void {
@@ -601,9 +722,15 @@ function pumpScript(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerC
 
 function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
   let inflight = 0;
-  for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) inflight += op.data.length + 1;
+  let writes = 0;
+  for (const op of c.stdin.queue) {
+    if (op.seq > c.stdin.sentThrough) break;
+    inflight += op.data.length + 1;
+    writes++;
+  }
   for (const op of c.stdin.queue) {
     if (op.seq <= c.stdin.sentThrough) continue;
+    if (writes >= STDIN_WRITES_IN_FLIGHT) break;
     // Never send a write_seq a crash could take back (the agent would apply it and the
     // server would later refuse its acknowledgement as never sent).
     if (op.seq > c.committed.stdinAssigned) break;
@@ -618,6 +745,7 @@ function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCo
     }
     c.stdin.sentThrough = op.seq;
     inflight += op.data.length + 1;
+    writes++;
   }
 }
 
@@ -772,6 +900,8 @@ export function handleCommandEvent(
     return;
   }
   if (seq !== c.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.receivedThrough}: gap`, true);
+  if (ev.event.case !== "output" && c.rowEvents >= rowEventBound(c))
+    return fail(Code.CAPACITY, `${c.uuid} already has ${c.rowEvents} stored non-output events, the most it may have`, true);
   if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
     // The agent can only emit events for a command it accepted: the
     // CommandAccepted must have been lost. Adopt it.
@@ -877,6 +1007,12 @@ export function handleCommandEvent(
   ctx.afterDurable({ kind: "ack", conn: conn.conn, uuid: c.uuid, through: seq, bytes: frameBytes });
 }
 
+/** The most stored non-output events `c` may have (SERVER_ROW_EVENTS_PER_COMMAND). */
+export function rowEventBound(c: ServerCommand): number {
+  const script = c.spec.program.case === "script" ? Math.ceil(Number(c.spec.program.value.sizeBytes) / SCRIPT_CHUNK_BYTES) : 0;
+  return SERVER_ROW_EVENTS_PER_COMMAND + (c.stdin.nextSeq - 1) + c.revision + script;
+}
+
 function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: number, bytes: number, range: { stream: StreamName; offset: number; length: number }): void {
   const L2 = st.config.limits;
   let seg = c.segments[c.segments.length - 1];
@@ -974,6 +1110,12 @@ export function serverCommandInvariants(st: ServerState): void {
     assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
     assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
     assert(c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND, `${uuid}: a per-command bound exceeded`);
+    // Digests grow only while a command is active (events of terminal ones are never stored).
+    if (!isTerminal(c.state)) assert(Object.keys(c.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
+    assert(c.rowEvents <= rowEventBound(c), `${uuid}: ${c.rowEvents} stored non-output events over the bound`);
+    let sent = 0;
+    for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) sent++;
+    assert(sent <= STDIN_WRITES_IN_FLIGHT, `${uuid}: ${sent} stdin writes in flight over the bound`);
     assert(c.scriptAcked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
     if (isTerminal(c.state)) {
       assert(c.terminalSource !== "", `${uuid}: terminal without a source`);

@@ -54,7 +54,10 @@ import {
   restoreCommands,
   serverCommandInvariants,
   clientRecord,
+  flushIncidentDrops,
+  incidentInvariants,
   openIncident,
+  restoreIncidentIndex,
   onSessionReady,
   reconcileTargets,
   releaseDispatch,
@@ -96,6 +99,7 @@ export function defaultServerConfig(): ServerConfig {
       metadataBudget: LIM.SERVER_METADATA_BUDGET_BYTES,
       historyMs: LIM.SERVER_HISTORY_MS,
       prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
+      maxClients: LIM.MAX_CLIENTS,
     },
   };
 }
@@ -119,6 +123,14 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     clientOutput: new Map(),
     incidents: new Map(),
     incidentSeq: 0,
+    openIncidents: 0,
+    openByClient: new Map(),
+    openOverByClient: new Map(),
+    incidentDrops: new Map(),
+    incidentsDropped: 0,
+    dropsDirty: new Set(),
+    generationFloor: 0,
+    clientsAtRestore: 0,
     gate: newGate<ServerDeferred>(),
   };
   for (const [id, v] of tables.get("client") ?? []) {
@@ -130,6 +142,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     const n = Number(id.replace(/^inc-/, ""));
     if (Number.isFinite(n) && n > st.incidentSeq) st.incidentSeq = n;
   }
+  restoreIncidentIndex(st, tables);
+  st.clientsAtRestore = st.clients.size;
   restoreCommands(st, tables);
   return st;
 }
@@ -276,9 +290,12 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
 
   let client = st.clients.get(h.clientId);
   if (!client) {
+    // Bounded: a refused hello creates no record (existing clients are unaffected).
+    if (st.clients.size >= st.config.limits.maxClients)
+      return closeConn(st, ctx, conn.conn, Code.CAPACITY, clientsFullMessage(st, h.clientId), true);
     client = {
       clientId: h.clientId,
-      generation: 0,
+      generation: st.generationFloor,
       instanceId: h.clientInstanceId,
       conn: 0,
       pendingClaim: null,
@@ -336,6 +353,10 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   ctx.persist(clientRecord(client));
   ctx.emit({ type: "trace", event: "registered", detail: { conn: conn.conn, client: h.clientId, generation: client.generation } });
   ctx.afterDurable({ kind: "welcome", conn: conn.conn, generation: client.generation });
+}
+
+export function clientsFullMessage(st: ServerState, clientId: string): string {
+  return `client id ${clientId} refused: the server keeps at most ${st.config.limits.maxClients} client records (limits.maxClients) and holds ${st.clients.size}; an operator may forget unused ones (rvbox forget-client)`;
 }
 
 function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): void {
@@ -481,6 +502,7 @@ function tick(st: ServerState, ctx: ServerCtx): void {
 }
 
 function pump(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
+  flushIncidentDrops(st, ctx);
   pumpCommands(st, ctx, env);
   let ready = ctx.seal(st.gate);
   while (ready.length > 0) {
@@ -502,6 +524,7 @@ function pump(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   }
   const c = commandDeadline(st, ctx.now);
   if (c !== null) d = d === null ? c : Math.min(d, c);
+  assert(st.dropsDirty.size === 0, "incident drop counters changed after they were flushed");
   if (d !== null) ctx.emit({ type: "wake", at: Math.max(d, ctx.now) });
 }
 
@@ -510,6 +533,7 @@ export function serverInvariants(st: ServerState): void {
   for (const [id, conn] of st.conns) {
     assert(conn.conn === id, "conn key mismatch");
     assert(conn.ingressPending >= 0, `conn ${id} ingress accounting below zero`);
+    assert(conn.ingressPending <= st.config.limits.ingressHigh, `conn ${id} ingress over its high watermark`);
     if (conn.phase !== "hello") {
       const client = st.clients.get(conn.clientId);
       assert(client !== undefined, `conn ${id} for unknown client`);
@@ -524,7 +548,8 @@ export function serverInvariants(st: ServerState): void {
   }
   assert(st.gate.durableThrough <= st.gate.lastId, "durable beyond last persist");
   assert(st.conns.size <= LIM.MAX_SERVER_CONNECTIONS, "connections over their bound");
-  assert(st.incidents.size <= LIM.MAX_INCIDENTS_KEPT, "incidents over their bound");
+  assert(st.clients.size <= Math.max(st.config.limits.maxClients, st.clientsAtRestore), `${st.clients.size} client records over the bound ${st.config.limits.maxClients}`);
+  incidentInvariants(st);
   serverCommandInvariants(st);
   void isTerminal;
 }

@@ -36,6 +36,8 @@ export interface ServerLimits {
   historyMs: number;
   /** Compact records of pruned commands kept (oldest forgotten first). */
   prunedMax: number;
+  /** Client records kept; a hello naming a new client id past it is refused (CODE_CAPACITY). */
+  maxClients: number;
 }
 
 export interface ServerConfig {
@@ -211,6 +213,14 @@ export interface Incident {
   acknowledged: boolean;
 }
 
+/** Incidents of one client that were not stored (its per-client bound, or the total one). Durable. */
+export interface IncidentDrops {
+  clientId: string;
+  count: number;
+  lastAt: number;
+  lastKind: string;
+}
+
 export type ServerDeferred =
   | { kind: "welcome"; conn: number; generation: number }
   | { kind: "reconcile_result"; conn: number; terminate: string[]; discard: string[] }
@@ -240,6 +250,28 @@ export interface ServerState {
   clientOutput: Map<string, { bytes: number; uuids: Set<string> }>;
   incidents: Map<string, Incident>;
   incidentSeq: number;
+  /** Index: unacknowledged incidents, in total and per client. Derived. */
+  openIncidents: number;
+  openByClient: Map<string, number>;
+  /**
+   * Open incidents per client found on restore above MAX_OPEN_INCIDENTS_PER_CLIENT
+   * (written before that bound existed): kept, never added to. Usually empty.
+   */
+  openOverByClient: Map<string, number>;
+  /** Incidents counted instead of stored, per client (durable, table `incident_drop`). */
+  incidentDrops: Map<string, IncidentDrops>;
+  /** Every incident ever dropped, forgotten clients included (durable, table `counter`). */
+  incidentsDropped: number;
+  /** Drop counters changed in this step, persisted once when it seals. Empty between steps. */
+  dropsDirty: Set<string>;
+  /**
+   * Every client record starts at this generation: the highest generation of a
+   * forgotten client, so a client id forgotten and seen again never reuses a
+   * generation (durable, table `counter`).
+   */
+  generationFloor: number;
+  /** Client records found on restore (maxClients may have been lowered since). */
+  clientsAtRestore: number;
   gate: DurableGate<ServerDeferred>;
 }
 
@@ -259,7 +291,8 @@ export type ControlRequest =
   | { op: "close_stdin"; requestId: string; uuid: string }
   | { op: "signal"; requestId: string; uuid: string; signal: SignalKind }
   | { op: "authorize"; requestId: string; clientId: string; instanceId: string }
-  | { op: "ack_incident"; requestId: string; incidentId: string };
+  | { op: "ack_incident"; requestId: string; incidentId: string }
+  | { op: "forget_client"; requestId: string; clientId: string };
 
 export type ControlResult =
   | { ok: true; uuid?: string; revision?: number; writeSeq?: number }

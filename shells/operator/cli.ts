@@ -1,6 +1,7 @@
 /**
  * The operator CLI: `rvbox run | logs | stdin | close-stdin | signal | cancel |
- * get | ls | clients | claims | authorize | incidents | ack-incident | tui`.
+ * get | ls | clients | forget-client | claims | authorize | incidents |
+ * ack-incident | tui`.
  *
  * Every subcommand talks to the server's control API only (ConnectRPC,
  * protos/rvbox/v1/control.proto) with the operator bearer token:
@@ -215,13 +216,27 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     run: cmdLs,
   },
   clients: {
-    usage: `usage: rvbox clients [--json]\n\nLists clients with their connection state, instance, generation and command counts.`,
+    usage: `usage: rvbox clients [--json]\n\nLists clients with their connection state, instance, generation and command counts,\nand how many client records the server holds of the most it keeps (limits.maxClients).`,
     flags: JSON_FLAG,
     run: async (ctx, p) => {
       const [cl, se] = await Promise.all([call(ctx, "", (c) => c.listClients({})), call(ctx, "", (c) => c.listSessions({}))]);
       const rows = sessionInfos(cl.clients, se.sessions);
       if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
-      else ctx.out(clientsTable(rows));
+      else {
+        ctx.out(clientsTable(rows));
+        // Servers older than the bound report 0: say nothing.
+        if (cl.maxClients > 0) ctx.out(`${cl.clients.length} of at most ${cl.maxClients} client records (a new client id past that is refused; rvbox forget-client ID frees one)`);
+      }
+      return EXIT.OK;
+    },
+  },
+  "forget-client": {
+    usage: `usage: rvbox forget-client ID\n\nForgets a client record, freeing its place under the server's client bound. Refused while\nthe client has a live session or non-terminal commands. Its commands' history stays; the\nid may register again later.`,
+    flags: {},
+    run: async (ctx, p) => {
+      const id = onePositional(p, "ID");
+      await call(ctx, `client ${id}`, (c) => c.forgetClient({ clientId: id, requestId: randomUUID() }));
+      ctx.out(`client ${id} forgotten`);
       return EXIT.OK;
     },
   },
@@ -257,13 +272,22 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     },
   },
   incidents: {
-    usage: `usage: rvbox incidents [--all] [--json]\n\nLists unacknowledged incidents (recovery, store); --all includes acknowledged ones.`,
-    flags: { ...JSON_FLAG, all: { type: "boolean", short: "a" } },
+    usage: `usage: rvbox incidents [--all] [--json] [--dropped]\n\nLists unacknowledged incidents (recovery, store); --all includes acknowledged ones.\nIncidents past the server's bounds (open ones per client, and in all) are counted, not\nstored: the counts follow the table. --dropped --json prints only those counts.`,
+    flags: { ...JSON_FLAG, all: { type: "boolean", short: "a" }, dropped: { type: "boolean" } },
     run: async (ctx, p) => {
       const r = await call(ctx, "", (c) => c.listIncidents({ includeAcknowledged: bool(p, "all") }));
       const rows = r.incidents.map(incidentInfo);
-      if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
-      else
+      const dropped = {
+        total: Number(r.droppedTotal),
+        maxOpenPerClient: r.maxOpenPerClient,
+        maxOpen: r.maxOpen,
+        byClient: r.dropped.map((d) => ({ clientId: d.clientId, count: Number(d.count), lastAt: d.lastTime ? Number(d.lastTime.seconds) * 1000 + Math.floor(d.lastTime.nanos / 1e6) : null, lastKind: d.lastKind })),
+      };
+      if (bool(p, "json")) {
+        ctx.out(JSON.stringify(bool(p, "dropped") ? dropped : rows, null, 2));
+        return EXIT.OK;
+      }
+      if (!bool(p, "dropped"))
         ctx.out(
           rows.length === 0
             ? "no incidents"
@@ -272,6 +296,11 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
                 rows.map((i) => [i.id, i.kind, i.clientId, i.uuid || "-", iso(i.at), i.acknowledged ? "yes" : "no", i.detail]),
               ),
         );
+      if (dropped.total > 0 || bool(p, "dropped")) {
+        ctx.out(`${dropped.total} incident${dropped.total === 1 ? " was" : "s were"} counted, not stored (bounds: ${dropped.maxOpenPerClient} open per client, ${dropped.maxOpen} in all)`);
+        if (dropped.byClient.length > 0)
+          ctx.out(table(["CLIENT", "DROPPED", "LAST", "LAST KIND"], dropped.byClient.map((d) => [d.clientId, String(d.count), iso(d.lastAt), d.lastKind])));
+      }
       return EXIT.OK;
     },
   },
@@ -518,7 +547,7 @@ function clientsTable(rows: SessionInfo[]): string {
       `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}`,
       String(s.active ?? "-"),
       ago(s.lastActivity),
-      [s.detail, s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : ""].filter(Boolean).join("; "),
+      [s.detail, s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "", s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : ""].filter(Boolean).join("; "),
     ]),
   );
 }

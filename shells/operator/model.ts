@@ -120,6 +120,8 @@ export interface SessionInfo {
   authorizedInstance: string | null;
   authorizationExpiry: number | null;
   kind: "agent" | "clone" | "impostor";
+  /** Incidents of this client counted instead of stored (the server's incident bounds); absent: unknown. */
+  incidentsDropped?: number;
 }
 
 export interface CommandInfo {
@@ -249,6 +251,7 @@ export function sessionInfos(clients: readonly Client[], sessions: readonly Sess
       authorizedInstance: c.authorizedInstanceId || null,
       authorizationExpiry: ms(c.authorizationExpiryTime),
       kind: "agent",
+      incidentsDropped: Number(c.incidentsDropped),
     };
   });
 }

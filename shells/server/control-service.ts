@@ -13,6 +13,8 @@ import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   Code,
+  MAX_OPEN_INCIDENTS,
+  MAX_OPEN_INCIDENTS_PER_CLIENT,
   codeName,
   isTerminal,
   missingMessage,
@@ -67,8 +69,8 @@ const CODE_MAP: Partial<Record<Code, ConnectCode>> = {
   [Code.UNSUPPORTED_PLATFORM]: ConnectCode.FailedPrecondition,
 };
 
-export function toConnectError(e: CoreError): ConnectError {
-  return new ConnectError(`${codeName(e.code)}: ${e.message}`, CODE_MAP[e.code] ?? ConnectCode.Internal, undefined, [
+export function toConnectError(e: CoreError, connectCode?: ConnectCode): ConnectError {
+  return new ConnectError(`${codeName(e.code)}: ${e.message}`, connectCode ?? CODE_MAP[e.code] ?? ConnectCode.Internal, undefined, [
     { desc: ControlErrorSchema, value: { code: e.code, message: e.message, issueUuid: e.issueUuid ?? "" } },
   ]);
 }
@@ -214,7 +216,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
     async listClients() {
       const active = activeCounts(d.state);
-      return { clients: [...d.state.clients.values()].map((c) => clientView(d, c, active)) };
+      return { clients: [...d.state.clients.values()].map((c) => clientView(d, c, active)), maxClients: d.state.config.limits.maxClients };
     },
 
     async listSessions() {
@@ -235,11 +237,23 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     async listIncidents(req) {
       return {
         incidents: [...d.state.incidents.values()].filter((i) => req.includeAcknowledged || !i.acknowledged).map(incidentView),
+        droppedTotal: BigInt(d.state.incidentsDropped),
+        dropped: [...d.state.incidentDrops.values()].map((x) => ({ clientId: x.clientId, count: BigInt(x.count), lastTime: timestampFromMs(x.lastAt), lastKind: x.lastKind })),
+        maxOpenPerClient: MAX_OPEN_INCIDENTS_PER_CLIENT,
+        maxOpen: MAX_OPEN_INCIDENTS,
       };
     },
 
     async acknowledgeIncident(req) {
       await call({ op: "ack_incident", requestId: requestId(req.requestId, "ack-incident"), incidentId: req.incidentId });
+      return {};
+    },
+
+    async forgetClient(req) {
+      if (req.clientId === "") throw invalid("client_id is required");
+      const r = await d.control({ op: "forget_client", requestId: requestId(req.requestId, "forget-client"), clientId: req.clientId });
+      // A client still in use is a failed precondition, not an existing resource.
+      if (!r.ok) throw toConnectError(r.error, r.error.code === Code.CONFLICT ? ConnectCode.FailedPrecondition : undefined);
       return {};
     },
 
@@ -303,6 +317,7 @@ export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<
     // The core's per-client retention index (R-O5) and the budget it enforces.
     retainedOutputBytes: BigInt(d.state.clientOutput.get(c.clientId)?.bytes ?? 0),
     outputBudgetBytes: BigInt(d.state.config.limits.outputPerClient),
+    incidentsDropped: BigInt(d.state.incidentDrops.get(c.clientId)?.count ?? 0),
   });
 }
 

@@ -228,6 +228,11 @@ export class FleetWatch {
       this.clientPrints.set(c.clientId, fp);
       change({ case: "client", value: clientView(this.d, c, active) });
     }
+    for (const id of this.clientPrints.keys()) {
+      if (st.clients.has(id)) continue;
+      this.clientPrints.delete(id);
+      change({ case: "clientRemoved", value: id });
+    }
 
     const live = new Set<number>();
     for (const c of st.conns.values()) {
@@ -299,7 +304,7 @@ export class FleetWatch {
     const act = Math.floor(clientActivity(this.d, c) / WATCH_ACTIVITY_RESOLUTION_MS);
     const cap = c.capacity;
     const auth = c.authorization ? `${c.authorization.instanceId}@${c.authorization.expiresAt}` : "";
-    return `${c.instanceId}|${c.generation}|${c.conn !== 0}|${act}|${cap.running}/${cap.maxRunning}|${cap.queued}/${cap.maxQueued}|${active.get(c.clientId) ?? 0}|${auth}|${st.clientOutput.get(c.clientId)?.bytes ?? 0}`;
+    return `${c.instanceId}|${c.generation}|${c.conn !== 0}|${act}|${cap.running}/${cap.maxRunning}|${cap.queued}/${cap.maxQueued}|${active.get(c.clientId) ?? 0}|${auth}|${st.clientOutput.get(c.clientId)?.bytes ?? 0}|${st.incidentDrops.get(c.clientId)?.count ?? 0}`;
   }
 
   private sessionPrint(c: ConnState): string {

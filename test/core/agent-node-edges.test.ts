@@ -34,6 +34,7 @@ import {
   agentStep,
   defaultAgentConfig,
   restoreAgent,
+  toHex,
   type AgentConfig,
   type AgentEffect,
   type AgentInput,
@@ -43,7 +44,7 @@ import { validateSpec } from "../../core/agent/agent-commands.js";
 import { fitSnapshot } from "../../core/agent/agent-reconcile.js";
 import { Code, InvariantViolation } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
-import { MAX_ARGV_ITEMS, MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_ENV_ITEMS, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES } from "../../core/limits.js";
+import { AGENT_SNAPSHOT_SLACK_BYTES, MAX_ARGV_ITEMS, MAX_CHUNK_BYTES, MAX_ENV_ITEMS, MAX_ENVELOPE_BYTES, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES, STDIN_WRITES_IN_FLIGHT } from "../../core/limits.js";
 import { Disk } from "../support/harness.js";
 import { testPorts } from "../support/ports.js";
 
@@ -2117,5 +2118,70 @@ describe("agent edges, second pass", () => {
     r.establish();
     r.now = T0 + 10_000;
     expect(of(r.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
+  });
+});
+
+describe("what a server can grow at the agent, at n and n + 1", () => {
+  it("R-S1 R-W10: a command holds at most STDIN_WRITES_IN_FLIGHT pending writes, empty ones included; one more is CAPACITY without closing, and a close still fits", () => {
+    const r = new AgentRig({ maxRunning: 1 });
+    r.establish();
+    r.run("busy");
+    r.dispatch("c1", { ...argv("cat"), stdinOpen: true }); // queued behind "busy": nothing is written yet
+    for (let i = 1; i <= STDIN_WRITES_IN_FLIGHT; i++) r.frame(stdinWrite("c1", BigInt(i), []));
+    expect(r.cmd("c1").stdin.pending).toHaveLength(STDIN_WRITES_IN_FLIGHT);
+    expect(r.cmd("c1").stdin.pendingBytes).toBe(0);
+    const over = r.frame(stdinWrite("c1", BigInt(STDIN_WRITES_IN_FLIGHT + 1), []));
+    expectRefused(r, over, Code.CAPACITY, "stdin buffer for c1 is full; resend later");
+    expect(r.cmd("c1").stdin.next).toBe(STDIN_WRITES_IN_FLIGHT + 1);
+    r.frame(closeStdin("c1", BigInt(STDIN_WRITES_IN_FLIGHT + 1)));
+    expect(r.cmd("c1").stdin.pending).toHaveLength(STDIN_WRITES_IN_FLIGHT + 1);
+    r.cmd("c1").stdin.pending.push({ seq: STDIN_WRITES_IN_FLIGHT + 2, data: new Uint8Array(0), close: false });
+    r.cmd("c1").stdin.next++;
+    expect(() => agentInvariants(r.st)).toThrow(/c1 stdin writes over their bound/);
+  });
+
+  it("R-D7 R-W10: a request naming one tombstoned UUID twice gets it once in the snapshot", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.st.tombstones.set("gone", toHex(sha("gone")));
+    r.drop();
+    r.register();
+    r.welcome(2, "sess-2");
+    const out = r.reconcile([{ issueUuid: "gone", immutableRequestSha256: sha("gone") }, { issueUuid: "gone", immutableRequestSha256: sha("gone") }]);
+    const snap = sends(out, "reconcileSnapshot")[0]!.env.payload.value as ReconcileSnapshot;
+    expect(snap.retainedCommands.map((c) => [c.issueUuid, c.tombstoned])).toEqual([["gone", true]]);
+  });
+
+  it("R-D7 R-W10: tombstone hits that would push the snapshot past the envelope bound are left out; the snapshot still leaves, bounded", () => {
+    const r = new AgentRig({ maxRunning: 1, maxQueued: 200 });
+    r.establish();
+    const long = (p: string, i: number) => `${p}-${String(i).padStart(6, "0")}`.padEnd(128, "x");
+    for (let i = 0; i < 150; i++) r.dispatch(long("kept", i));
+    expect(r.st.commands.size).toBe(150);
+    // As if 6,100 earlier commands had ended and been discarded.
+    const gone = Array.from({ length: 6_100 }, (_, i) => long("gone", i));
+    for (const u of gone) r.st.tombstones.set(u, toHex(sha(u)));
+    r.drop();
+    r.register();
+    r.welcome(2, "sess-2");
+    const out = r.reconcile(gone.map((u) => ({ issueUuid: u, immutableRequestSha256: sha(u) })));
+    const sent = sends(out, "reconcileSnapshot");
+    expect(sent).toHaveLength(1);
+    const snap = sent[0]!.env.payload.value as ReconcileSnapshot;
+    const bytes = of(out, "send").find((s) => s.kind === "reconcileSnapshot")!.data.length;
+    expect(bytes).toBeLessThanOrEqual(MAX_ENVELOPE_BYTES - AGENT_SNAPSHOT_SLACK_BYTES + 64);
+    const tomb = snap.retainedCommands.filter((c) => c.tombstoned);
+    expect(snap.retainedCommands.filter((c) => !c.tombstoned)).toHaveLength(150);
+    expect(tomb.length).toBeGreaterThan(5_000);
+    expect(tomb.length).toBeLessThan(gone.length);
+    expect(tomb.map((c) => c.issueUuid)).toEqual(gone.slice(0, tomb.length)); // in request order, the rest left out
+    expect(of(out, "trace").find((t) => t.event === "snapshot_tombstones_left_out")?.detail).toEqual({ left: gone.length - tomb.length });
+  });
+
+  it("R-D7: the invariant catches more pending snapshot tombstones than the ledger holds", () => {
+    const r = new AgentRig({ limits: { ...defaultAgentConfig("x").limits, maxTombstones: 1 } });
+    r.establish();
+    r.st.pendingSnapshotTombstones = [{ uuid: "a", hash: "00" }, { uuid: "b", hash: "00" }];
+    expect(() => agentInvariants(r.st)).toThrow(/snapshot tombstone hits over the ledger's bound/);
   });
 });

@@ -59,6 +59,20 @@ describe("claims view", () => {
 });
 
 describe("incidents view", () => {
+  it("R-D11: says how many incidents each client had counted instead of stored, above the list; nothing when none were", async () => {
+    const src = source();
+    src.sessions = [fakeSession(0, { clientId: "web-1", incidentsDropped: 9905 }), fakeSession(1, { clientId: "web-2", incidentsDropped: 0 }), fakeSession(2, { clientId: "web-3", incidentsDropped: 2 })];
+    h = await mount(src, { columns: 140 });
+    await h.press("4");
+    const f = h.frame();
+    expect(f).toContain("9907 not stored (incident bounds): web-1 9905, web-3 2");
+    expect(lineWith(f, "inc-7")).toMatch(/inc-7\s+recovery\s+web-1/);
+    h.unmount();
+    h = await mount(source(), { columns: 140 });
+    await h.press("4");
+    expect(h.frame()).not.toContain("not stored");
+  });
+
   it("lists unacknowledged incidents with kind, client, command, age and detail", async () => {
     h = await mount(source(), { columns: 140 });
     await h.press("4");

@@ -141,6 +141,11 @@ describe("WatchFeed", () => {
     expect(g.claims).toEqual([]);
     expect(g.incidents).toEqual([expect.objectContaining({ id: "inc-1", acknowledged: true })]);
 
+    // R-F6: a forgotten client leaves the list; a client's dropped incidents are carried.
+    rpc.push({ case: "client", value: clientMsg(0, { runningCommands: 3, incidentsDropped: 7n }) }, { case: "clientRemoved", value: host(2) });
+    await eventually(() => expect(src!.fleet().sessions).toHaveLength(2));
+    expect(src.fleet().sessions.find((s) => s.clientId === host(0))?.incidentsDropped).toBe(7);
+
     // The server lost track (overflow): its fresh snapshot is the whole truth.
     rpc.snapshot({ clients: [clientMsg(7)] });
     await eventually(() => expect(src!.fleet().sessions.map((s) => s.clientId)).toEqual([host(7)]));

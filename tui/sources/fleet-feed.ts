@@ -319,6 +319,10 @@ export class WatchFeed implements FleetFeed {
         this.clients.set(c.value.clientId, c.value);
         this.fleetDirty = true;
         break;
+      case "clientRemoved":
+        this.clients.delete(c.value);
+        this.fleetDirty = true;
+        break;
       case "session":
         this.sessions.set(c.value.connection, c.value);
         this.fleetDirty = true;

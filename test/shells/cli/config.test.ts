@@ -1,7 +1,7 @@
 // The daemons' "limits" config object: only known keys, only whole numbers,
 // and zero only where it means something (the server's historyMs).
 import { describe, expect, it } from "vitest";
-import { defaultServerConfig } from "../../../core/index.js";
+import { defaultServerConfig, MAX_CLIENTS } from "../../../core/index.js";
 import { numericLimits } from "../../../shells/cli/config.js";
 
 const known = defaultServerConfig().limits;
@@ -18,5 +18,11 @@ describe("config limits", () => {
     expect(() => numericLimits({ historyMs: -1 }, known, "limits", ["historyMs"])).toThrow("limits: limit historyMs must be a non-negative integer");
     expect(() => numericLimits({ metadataBudget: 1.5 }, known, "limits")).toThrow(/metadataBudget must be a positive integer/);
     expect(() => numericLimits({ metadataBudget: "64" }, known, "limits")).toThrow(/metadataBudget must be a positive integer/);
+  });
+
+  it("R-F6: maxClients is a configurable limit like the others (default MAX_CLIENTS); 0 is refused", () => {
+    expect(known.maxClients).toBe(MAX_CLIENTS);
+    expect(numericLimits({ maxClients: 500 }, known, "limits", ["historyMs"])).toEqual({ maxClients: 500 });
+    expect(() => numericLimits({ maxClients: 0 }, known, "limits", ["historyMs"])).toThrow("limits: limit maxClients must be a positive integer");
   });
 });

@@ -157,6 +157,24 @@ describe("WatchFleet (live server)", () => {
     expect(c.outputBudgetBytes).toBe(BigInt(8 * MiB));
     expect(c.retainedOutputBytes).toBe(BigInt(s.daemon.state.clientOutput.get("wf-a")?.bytes ?? -1));
   });
+
+  it("R-F6: a forgotten client is pushed as client_removed, and a fresh snapshot no longer has it", async () => {
+    const gone = await startAgent(s.url, "wf-forget");
+    await waitFor("wf-forget connected", () => gone.connected);
+    const w = watch(s.client, []);
+    await waitFor("snapshot", () => w.got.length > 0);
+    expect(snapshotOf(w.got[0]).clients.some((c) => c.clientId === "wf-forget")).toBe(true);
+    await gone.close();
+    await waitFor("wf-forget offline", async () => !(await s.client.listClients({})).clients.find((c) => c.clientId === "wf-forget")?.connected);
+    const mark = w.got.length;
+    await s.client.forgetClient({ clientId: "wf-forget" });
+    await waitFor("client_removed pushed", () => w.since(mark, "clientRemoved").includes("wf-forget"));
+    w.stop();
+    const fresh = watch(s.client, []);
+    await waitFor("fresh snapshot", () => fresh.got.length > 0);
+    expect(snapshotOf(fresh.got[0]).clients.some((c) => c.clientId === "wf-forget")).toBe(false);
+    fresh.stop();
+  });
 });
 
 describe("WatchFleet coalescing and overflow", () => {

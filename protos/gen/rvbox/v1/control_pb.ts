@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/control.proto.
  */
 export const file_rvbox_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCL2AgoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCUIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKnBAoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCUIMCgpfZXhpdF9jb2RlIicKEUdldENvbW1hbmRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkiOAoSR2V0Q29tbWFuZFJlc3BvbnNlEiIKB2NvbW1hbmQYASABKAsyES5ydmJveC52MS5Db21tYW5kInsKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEioKBnN0YXRlcxgCIAMoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiVAoUTGlzdENvbW1hbmRzUmVzcG9uc2USIwoIY29tbWFuZHMYASADKAsyES5ydmJveC52MS5Db21tYW5kEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChNGb2xsb3dPdXRwdXRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkSFgoOZnJvbV9ldmVudF9zZXEYAiABKAQSDgoGZm9sbG93GAMgASgIIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCKyBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAQgYKBGl0ZW0iYQoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiJwoSV3JpdGVTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCI7ChFDbG9zZVN0ZGluUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJwoSQ2xvc2VTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCJkChRTaWduYWxDb21tYW5kUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEiQKBnNpZ25hbBgCIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEgoKcmVxdWVzdF9pZBgDIAEoCSIpChVTaWduYWxDb21tYW5kUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAQiFAoSTGlzdENsaWVudHNSZXF1ZXN0IrEDCgZDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCmdlbmVyYXRpb24YAyABKAQSEQoJY29ubmVjdGVkGAQgASgIEjYKEmxhc3RfYWN0aXZpdHlfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcnVubmluZ19jb21tYW5kcxgGIAEoDRIXCg9xdWV1ZWRfY29tbWFuZHMYByABKA0SHAoUbWF4X3J1bm5pbmdfY29tbWFuZHMYCCABKA0SGwoTbWF4X3F1ZXVlZF9jb21tYW5kcxgJIAEoDRIXCg9hY3RpdmVfY29tbWFuZHMYCiABKA0SHgoWYXV0aG9yaXplZF9pbnN0YW5jZV9pZBgLIAEoCRI9ChlhdXRob3JpemF0aW9uX2V4cGlyeV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGwoTb3V0cHV0X2J1ZGdldF9ieXRlcxgOIAEoBCI4ChNMaXN0Q2xpZW50c1Jlc3BvbnNlEiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltIlYKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSJMChlBdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlEi8KC2V4cGlyeV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI0ChRMaXN0SW5jaWRlbnRzUmVxdWVzdBIcChRpbmNsdWRlX2Fja25vd2xlZGdlZBgBIAEoCCKkAQoISW5jaWRlbnQSEwoLaW5jaWRlbnRfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhIKCmlzc3VlX3V1aWQYAyABKAkSDAoEa2luZBgEIAEoCRIOCgZkZXRhaWwYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYWNrbm93bGVkZ2VkGAcgASgIIj4KFUxpc3RJbmNpZGVudHNSZXNwb25zZRIlCglpbmNpZGVudHMYASADKAsyEi5ydmJveC52MS5JbmNpZGVudCJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCL2AgoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSAASGQoPY29tbWFuZF9yZW1vdmVkGAogASgJSABCCAoGY2hhbmdlKmgKDlRlcm1pbmFsU291cmNlEh8KG1RFUk1JTkFMX1NPVVJDRV9VTlNQRUNJRklFRBAAEhkKFVRFUk1JTkFMX1NPVVJDRV9BR0VOVBABEhoKFlRFUk1JTkFMX1NPVVJDRV9TRVJWRVIQAjLyCAoOQ29udHJvbFNlcnZpY2USUAoNU3VibWl0Q29tbWFuZBIeLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlc3BvbnNlEkcKCkdldENvbW1hbmQSGy5ydmJveC52MS5HZXRDb21tYW5kUmVxdWVzdBocLnJ2Ym94LnYxLkdldENvbW1hbmRSZXNwb25zZRJNCgxMaXN0Q29tbWFuZHMSHS5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USTwoMRm9sbG93T3V0cHV0Eh0ucnZib3gudjEuRm9sbG93T3V0cHV0UmVxdWVzdBoeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlMAESRwoKV3JpdGVTdGRpbhIbLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkcKCkNsb3NlU3RkaW4SGy5ydmJveC52MS5DbG9zZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXNwb25zZRJQCg1TaWduYWxDb21tYW5kEh4ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TaWduYWxDb21tYW5kUmVzcG9uc2USSgoLTGlzdENsaWVudHMSHC5ydmJveC52MS5MaXN0Q2xpZW50c1JlcXVlc3QaHS5ydmJveC52MS5MaXN0Q2xpZW50c1Jlc3BvbnNlEk0KDExpc3RTZXNzaW9ucxIdLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJHCgpMaXN0Q2xhaW1zEhsucnZib3gudjEuTGlzdENsYWltc1JlcXVlc3QaHC5ydmJveC52MS5MaXN0Q2xhaW1zUmVzcG9uc2USXAoRQXV0aG9yaXplSW5zdGFuY2USIi5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlcXVlc3QaIy5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlElAKDUxpc3RJbmNpZGVudHMSHi5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBofLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZRJiChNBY2tub3dsZWRnZUluY2lkZW50EiQucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaJS5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2USSQoKV2F0Y2hGbGVldBIbLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXF1ZXN0GhwucnZib3gudjEuV2F0Y2hGbGVldFJlc3BvbnNlMAFCMFouZ2l0aHViLmNvbS9ydmJveC9ydmJveC9nZW4vZ28vcnZib3gvdjE7cnZib3h2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
+  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCL2AgoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCUIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKnBAoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCUIMCgpfZXhpdF9jb2RlIicKEUdldENvbW1hbmRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkiOAoSR2V0Q29tbWFuZFJlc3BvbnNlEiIKB2NvbW1hbmQYASABKAsyES5ydmJveC52MS5Db21tYW5kInsKE0xpc3RDb21tYW5kc1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEioKBnN0YXRlcxgCIAMoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiVAoUTGlzdENvbW1hbmRzUmVzcG9uc2USIwoIY29tbWFuZHMYASADKAsyES5ydmJveC52MS5Db21tYW5kEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChNGb2xsb3dPdXRwdXRSZXF1ZXN0EhIKCmlzc3VlX3V1aWQYASABKAkSFgoOZnJvbV9ldmVudF9zZXEYAiABKAQSDgoGZm9sbG93GAMgASgIIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCKyBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAQgYKBGl0ZW0iYQoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiJwoSV3JpdGVTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCI7ChFDbG9zZVN0ZGluUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJwoSQ2xvc2VTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCJkChRTaWduYWxDb21tYW5kUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEiQKBnNpZ25hbBgCIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEgoKcmVxdWVzdF9pZBgDIAEoCSIpChVTaWduYWxDb21tYW5kUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAQiFAoSTGlzdENsaWVudHNSZXF1ZXN0IswDCgZDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCmdlbmVyYXRpb24YAyABKAQSEQoJY29ubmVjdGVkGAQgASgIEjYKEmxhc3RfYWN0aXZpdHlfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcnVubmluZ19jb21tYW5kcxgGIAEoDRIXCg9xdWV1ZWRfY29tbWFuZHMYByABKA0SHAoUbWF4X3J1bm5pbmdfY29tbWFuZHMYCCABKA0SGwoTbWF4X3F1ZXVlZF9jb21tYW5kcxgJIAEoDRIXCg9hY3RpdmVfY29tbWFuZHMYCiABKA0SHgoWYXV0aG9yaXplZF9pbnN0YW5jZV9pZBgLIAEoCRI9ChlhdXRob3JpemF0aW9uX2V4cGlyeV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGwoTb3V0cHV0X2J1ZGdldF9ieXRlcxgOIAEoBBIZChFpbmNpZGVudHNfZHJvcHBlZBgPIAEoBCJNChNMaXN0Q2xpZW50c1Jlc3BvbnNlEiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQSEwoLbWF4X2NsaWVudHMYAiABKA0iPAoTRm9yZ2V0Q2xpZW50UmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIWChRGb3JnZXRDbGllbnRSZXNwb25zZSIVChNMaXN0U2Vzc2lvbnNSZXF1ZXN0IvwBCgdTZXNzaW9uEhIKCmNvbm5lY3Rpb24YASABKAQSEQoJY2xpZW50X2lkGAIgASgJEhMKC2luc3RhbmNlX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEgoKZ2VuZXJhdGlvbhgFIAEoBBINCgVwaGFzZRgGIAEoCRIvCgtvcGVuZWRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRbGFzdF9pbmJvdW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnJlbW90ZV9hZGRyZXNzGAkgASgJIjsKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiMKCHNlc3Npb25zGAEgAygLMhEucnZib3gudjEuU2Vzc2lvbiITChFMaXN0Q2xhaW1zUmVxdWVzdCKVAQoMUGVuZGluZ0NsYWltEhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRIbChNjdXJyZW50X2luc3RhbmNlX2lkGAMgASgJEi4KCmNsYWltX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGF0dGVtcHRzGAUgASgNIjwKEkxpc3RDbGFpbXNSZXNwb25zZRImCgZjbGFpbXMYASADKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW0iVgoYQXV0aG9yaXplSW5zdGFuY2VSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpyZXF1ZXN0X2lkGAMgASgJIkwKGUF1dGhvcml6ZUluc3RhbmNlUmVzcG9uc2USLwoLZXhwaXJ5X3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjQKFExpc3RJbmNpZGVudHNSZXF1ZXN0EhwKFGluY2x1ZGVfYWNrbm93bGVkZ2VkGAEgASgIIqQBCghJbmNpZGVudBITCgtpbmNpZGVudF9pZBgBIAEoCRIRCgljbGllbnRfaWQYAiABKAkSEgoKaXNzdWVfdXVpZBgDIAEoCRIMCgRraW5kGAQgASgJEg4KBmRldGFpbBgFIAEoCRIoCgR0aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxhY2tub3dsZWRnZWQYByABKAgicwoNSW5jaWRlbnREcm9wcxIRCgljbGllbnRfaWQYASABKAkSDQoFY291bnQYAiABKAQSLQoJbGFzdF90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglsYXN0X2tpbmQYBCABKAkirgEKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIlCglpbmNpZGVudHMYASADKAsyEi5ydmJveC52MS5JbmNpZGVudBIVCg1kcm9wcGVkX3RvdGFsGAIgASgEEigKB2Ryb3BwZWQYAyADKAsyFy5ydmJveC52MS5JbmNpZGVudERyb3BzEhsKE21heF9vcGVuX3Blcl9jbGllbnQYBCABKA0SEAoIbWF4X29wZW4YBSABKA0iRQoaQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QSEwoLaW5jaWRlbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIdChtBY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2UiLAoRV2F0Y2hGbGVldFJlcXVlc3QSFwoPY29tbWFuZF9jbGllbnRzGAEgAygJIssBCg1GbGVldFNuYXBzaG90EiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQSIwoIc2Vzc2lvbnMYAiADKAsyES5ydmJveC52MS5TZXNzaW9uEiYKBmNsYWltcxgDIAMoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbRIlCglpbmNpZGVudHMYBCADKAsyEi5ydmJveC52MS5JbmNpZGVudBIjCghjb21tYW5kcxgFIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQikAMKEldhdGNoRmxlZXRSZXNwb25zZRIrCghzbmFwc2hvdBgBIAEoCzIXLnJ2Ym94LnYxLkZsZWV0U25hcHNob3RIABIiCgZjbGllbnQYAiABKAsyEC5ydmJveC52MS5DbGllbnRIABIkCgdzZXNzaW9uGAMgASgLMhEucnZib3gudjEuU2Vzc2lvbkgAEhgKDnNlc3Npb25fY2xvc2VkGAQgASgESAASJwoFY2xhaW0YBSABKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW1IABIXCg1jbGFpbV9jbGVhcmVkGAYgASgJSAASJgoIaW5jaWRlbnQYByABKAsyEi5ydmJveC52MS5JbmNpZGVudEgAEhoKEGluY2lkZW50X3JlbW92ZWQYCSABKAlIABIkCgdjb21tYW5kGAggASgLMhEucnZib3gudjEuQ29tbWFuZEgAEhkKD2NvbW1hbmRfcmVtb3ZlZBgKIAEoCUgAEhgKDmNsaWVudF9yZW1vdmVkGAsgASgJSABCCAoGY2hhbmdlKmgKDlRlcm1pbmFsU291cmNlEh8KG1RFUk1JTkFMX1NPVVJDRV9VTlNQRUNJRklFRBAAEhkKFVRFUk1JTkFMX1NPVVJDRV9BR0VOVBABEhoKFlRFUk1JTkFMX1NPVVJDRV9TRVJWRVIQAjLBCQoOQ29udHJvbFNlcnZpY2USUAoNU3VibWl0Q29tbWFuZBIeLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlc3BvbnNlEkcKCkdldENvbW1hbmQSGy5ydmJveC52MS5HZXRDb21tYW5kUmVxdWVzdBocLnJ2Ym94LnYxLkdldENvbW1hbmRSZXNwb25zZRJNCgxMaXN0Q29tbWFuZHMSHS5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USTwoMRm9sbG93T3V0cHV0Eh0ucnZib3gudjEuRm9sbG93T3V0cHV0UmVxdWVzdBoeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlMAESRwoKV3JpdGVTdGRpbhIbLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkcKCkNsb3NlU3RkaW4SGy5ydmJveC52MS5DbG9zZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXNwb25zZRJQCg1TaWduYWxDb21tYW5kEh4ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TaWduYWxDb21tYW5kUmVzcG9uc2USSgoLTGlzdENsaWVudHMSHC5ydmJveC52MS5MaXN0Q2xpZW50c1JlcXVlc3QaHS5ydmJveC52MS5MaXN0Q2xpZW50c1Jlc3BvbnNlEk0KDExpc3RTZXNzaW9ucxIdLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJHCgpMaXN0Q2xhaW1zEhsucnZib3gudjEuTGlzdENsYWltc1JlcXVlc3QaHC5ydmJveC52MS5MaXN0Q2xhaW1zUmVzcG9uc2USXAoRQXV0aG9yaXplSW5zdGFuY2USIi5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlcXVlc3QaIy5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlElAKDUxpc3RJbmNpZGVudHMSHi5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBofLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZRJiChNBY2tub3dsZWRnZUluY2lkZW50EiQucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaJS5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2USSQoKV2F0Y2hGbGVldBIbLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXF1ZXN0GhwucnZib3gudjEuV2F0Y2hGbGVldFJlc3BvbnNlMAESTQoMRm9yZ2V0Q2xpZW50Eh0ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVxdWVzdBoeLnJ2Ym94LnYxLkZvcmdldENsaWVudFJlc3BvbnNlQjBaLmdpdGh1Yi5jb20vcnZib3gvcnZib3gvZ2VuL2dvL3J2Ym94L3YxO3J2Ym94djFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
 
 /**
  * Script bytes uploaded with the submit; the server computes size and SHA-256.
@@ -779,6 +779,15 @@ export type Client = Message<"rvbox.v1.Client"> & {
    * @generated from field: uint64 output_budget_bytes = 14;
    */
   outputBudgetBytes: bigint;
+
+  /**
+   * Incidents of this client that were counted instead of stored (its open
+   * incidents were at the per-client bound, or all clients' at the total
+   * bound), since the record was created.
+   *
+   * @generated from field: uint64 incidents_dropped = 15;
+   */
+  incidentsDropped: bigint;
 };
 
 /**
@@ -796,6 +805,14 @@ export type ListClientsResponse = Message<"rvbox.v1.ListClientsResponse"> & {
    * @generated from field: repeated rvbox.v1.Client clients = 1;
    */
   clients: Client[];
+
+  /**
+   * Client records the server keeps at most (limits.maxClients); a hello
+   * naming a new client id past it is refused with CODE_CAPACITY.
+   *
+   * @generated from field: uint32 max_clients = 2;
+   */
+  maxClients: number;
 };
 
 /**
@@ -804,6 +821,41 @@ export type ListClientsResponse = Message<"rvbox.v1.ListClientsResponse"> & {
  */
 export const ListClientsResponseSchema: GenMessage<ListClientsResponse> = /*@__PURE__*/
   messageDesc(file_rvbox_v1_control, 19);
+
+/**
+ * @generated from message rvbox.v1.ForgetClientRequest
+ */
+export type ForgetClientRequest = Message<"rvbox.v1.ForgetClientRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message rvbox.v1.ForgetClientRequest.
+ * Use `create(ForgetClientRequestSchema)` to create a new message.
+ */
+export const ForgetClientRequestSchema: GenMessage<ForgetClientRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 20);
+
+/**
+ * @generated from message rvbox.v1.ForgetClientResponse
+ */
+export type ForgetClientResponse = Message<"rvbox.v1.ForgetClientResponse"> & {
+};
+
+/**
+ * Describes the message rvbox.v1.ForgetClientResponse.
+ * Use `create(ForgetClientResponseSchema)` to create a new message.
+ */
+export const ForgetClientResponseSchema: GenMessage<ForgetClientResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 21);
 
 /**
  * @generated from message rvbox.v1.ListSessionsRequest
@@ -816,7 +868,7 @@ export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 20);
+  messageDesc(file_rvbox_v1_control, 22);
 
 /**
  * @generated from message rvbox.v1.Session
@@ -877,7 +929,7 @@ export type Session = Message<"rvbox.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 21);
+  messageDesc(file_rvbox_v1_control, 23);
 
 /**
  * @generated from message rvbox.v1.ListSessionsResponse
@@ -894,7 +946,7 @@ export type ListSessionsResponse = Message<"rvbox.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 22);
+  messageDesc(file_rvbox_v1_control, 24);
 
 /**
  * @generated from message rvbox.v1.ListClaimsRequest
@@ -907,7 +959,7 @@ export type ListClaimsRequest = Message<"rvbox.v1.ListClaimsRequest"> & {
  * Use `create(ListClaimsRequestSchema)` to create a new message.
  */
 export const ListClaimsRequestSchema: GenMessage<ListClaimsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 23);
+  messageDesc(file_rvbox_v1_control, 25);
 
 /**
  * @generated from message rvbox.v1.PendingClaim
@@ -948,7 +1000,7 @@ export type PendingClaim = Message<"rvbox.v1.PendingClaim"> & {
  * Use `create(PendingClaimSchema)` to create a new message.
  */
 export const PendingClaimSchema: GenMessage<PendingClaim> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 24);
+  messageDesc(file_rvbox_v1_control, 26);
 
 /**
  * @generated from message rvbox.v1.ListClaimsResponse
@@ -965,7 +1017,7 @@ export type ListClaimsResponse = Message<"rvbox.v1.ListClaimsResponse"> & {
  * Use `create(ListClaimsResponseSchema)` to create a new message.
  */
 export const ListClaimsResponseSchema: GenMessage<ListClaimsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 25);
+  messageDesc(file_rvbox_v1_control, 27);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceRequest
@@ -992,7 +1044,7 @@ export type AuthorizeInstanceRequest = Message<"rvbox.v1.AuthorizeInstanceReques
  * Use `create(AuthorizeInstanceRequestSchema)` to create a new message.
  */
 export const AuthorizeInstanceRequestSchema: GenMessage<AuthorizeInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 26);
+  messageDesc(file_rvbox_v1_control, 28);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceResponse
@@ -1009,7 +1061,7 @@ export type AuthorizeInstanceResponse = Message<"rvbox.v1.AuthorizeInstanceRespo
  * Use `create(AuthorizeInstanceResponseSchema)` to create a new message.
  */
 export const AuthorizeInstanceResponseSchema: GenMessage<AuthorizeInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 27);
+  messageDesc(file_rvbox_v1_control, 29);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsRequest
@@ -1026,7 +1078,7 @@ export type ListIncidentsRequest = Message<"rvbox.v1.ListIncidentsRequest"> & {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 28);
+  messageDesc(file_rvbox_v1_control, 30);
 
 /**
  * @generated from message rvbox.v1.Incident
@@ -1073,7 +1125,43 @@ export type Incident = Message<"rvbox.v1.Incident"> & {
  * Use `create(IncidentSchema)` to create a new message.
  */
 export const IncidentSchema: GenMessage<Incident> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 29);
+  messageDesc(file_rvbox_v1_control, 31);
+
+/**
+ * Incidents of one client that were counted instead of stored.
+ *
+ * @generated from message rvbox.v1.IncidentDrops
+ */
+export type IncidentDrops = Message<"rvbox.v1.IncidentDrops"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: uint64 count = 2;
+   */
+  count: bigint;
+
+  /**
+   * The last one dropped.
+   *
+   * @generated from field: google.protobuf.Timestamp last_time = 3;
+   */
+  lastTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string last_kind = 4;
+   */
+  lastKind: string;
+};
+
+/**
+ * Describes the message rvbox.v1.IncidentDrops.
+ * Use `create(IncidentDropsSchema)` to create a new message.
+ */
+export const IncidentDropsSchema: GenMessage<IncidentDrops> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 32);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsResponse
@@ -1083,6 +1171,32 @@ export type ListIncidentsResponse = Message<"rvbox.v1.ListIncidentsResponse"> & 
    * @generated from field: repeated rvbox.v1.Incident incidents = 1;
    */
   incidents: Incident[];
+
+  /**
+   * Every incident ever counted instead of stored, forgotten clients included.
+   *
+   * @generated from field: uint64 dropped_total = 2;
+   */
+  droppedTotal: bigint;
+
+  /**
+   * Per client (clients with none dropped are left out).
+   *
+   * @generated from field: repeated rvbox.v1.IncidentDrops dropped = 3;
+   */
+  dropped: IncidentDrops[];
+
+  /**
+   * The bounds: open incidents kept per client, and over all clients.
+   *
+   * @generated from field: uint32 max_open_per_client = 4;
+   */
+  maxOpenPerClient: number;
+
+  /**
+   * @generated from field: uint32 max_open = 5;
+   */
+  maxOpen: number;
 };
 
 /**
@@ -1090,7 +1204,7 @@ export type ListIncidentsResponse = Message<"rvbox.v1.ListIncidentsResponse"> & 
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 30);
+  messageDesc(file_rvbox_v1_control, 33);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentRequest
@@ -1112,7 +1226,7 @@ export type AcknowledgeIncidentRequest = Message<"rvbox.v1.AcknowledgeIncidentRe
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 31);
+  messageDesc(file_rvbox_v1_control, 34);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentResponse
@@ -1125,7 +1239,7 @@ export type AcknowledgeIncidentResponse = Message<"rvbox.v1.AcknowledgeIncidentR
  * Use `create(AcknowledgeIncidentResponseSchema)` to create a new message.
  */
 export const AcknowledgeIncidentResponseSchema: GenMessage<AcknowledgeIncidentResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 32);
+  messageDesc(file_rvbox_v1_control, 35);
 
 /**
  * @generated from message rvbox.v1.WatchFleetRequest
@@ -1145,7 +1259,7 @@ export type WatchFleetRequest = Message<"rvbox.v1.WatchFleetRequest"> & {
  * Use `create(WatchFleetRequestSchema)` to create a new message.
  */
 export const WatchFleetRequestSchema: GenMessage<WatchFleetRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 33);
+  messageDesc(file_rvbox_v1_control, 36);
 
 /**
  * Everything a watcher is told about, as it stands.
@@ -1189,7 +1303,7 @@ export type FleetSnapshot = Message<"rvbox.v1.FleetSnapshot"> & {
  * Use `create(FleetSnapshotSchema)` to create a new message.
  */
 export const FleetSnapshotSchema: GenMessage<FleetSnapshot> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 34);
+  messageDesc(file_rvbox_v1_control, 37);
 
 /**
  * @generated from message rvbox.v1.WatchFleetResponse
@@ -1282,6 +1396,15 @@ export type WatchFleetResponse = Message<"rvbox.v1.WatchFleetResponse"> & {
      */
     value: string;
     case: "commandRemoved";
+  } | {
+    /**
+     * The client record with this id was forgotten by an operator
+     * (ForgetClient).
+     *
+     * @generated from field: string client_removed = 11;
+     */
+    value: string;
+    case: "clientRemoved";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1290,7 +1413,7 @@ export type WatchFleetResponse = Message<"rvbox.v1.WatchFleetResponse"> & {
  * Use `create(WatchFleetResponseSchema)` to create a new message.
  */
 export const WatchFleetResponseSchema: GenMessage<WatchFleetResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 35);
+  messageDesc(file_rvbox_v1_control, 38);
 
 /**
  * Who made a command terminal.
@@ -1466,6 +1589,20 @@ export const ControlService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchFleetRequestSchema;
     output: typeof WatchFleetResponseSchema;
+  },
+  /**
+   * Forget a client record (its commands' history stays). Refused
+   * (FailedPrecondition, CODE_CONFLICT) while the client has a live session
+   * or non-terminal commands; unknown: NotFound. Durable before it answers.
+   * The client id may register again later, with generations above every
+   * generation it had before.
+   *
+   * @generated from rpc rvbox.v1.ControlService.ForgetClient
+   */
+  forgetClient: {
+    methodKind: "unary";
+    input: typeof ForgetClientRequestSchema;
+    output: typeof ForgetClientResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rvbox_v1_control, 0);
