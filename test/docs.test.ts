@@ -10,3 +10,38 @@ describe("docs", () => {
     expect(readFileSync(resolve(root, "docs/SPEC-COVERAGE.md"), "utf8")).toBe(generate());
   });
 });
+
+describe("docs/CONFIG.md", () => {
+  const text = readFileSync(resolve(__dirname, "../docs/CONFIG.md"), "utf8");
+  /** The rows of the table under a heading: key -> default column. */
+  const table = (heading: string): Map<string, string> => {
+    const start = text.indexOf(`\n${heading}\n`);
+    expect(start, heading).toBeGreaterThan(0);
+    const rows = new Map<string, string>();
+    for (const line of text.slice(start + heading.length + 2).split("\n")) {
+      if (line.startsWith("#")) break;
+      const m = /^\| `([^`]+)` \| [^|]* \| ([^|]*) \|/.exec(line);
+      if (m) rows.set(m[1]!, m[2]!.trim());
+    }
+    return rows;
+  };
+
+  it("lists every flag of both daemons", async () => {
+    const { SERVER_OPTIONS } = await import("../shells/cli/server-cli.js");
+    const { AGENT_OPTIONS } = await import("../shells/cli/agent-cli.js");
+    expect([...table("## Server (`rvbox server`)").keys()].sort()).toEqual(Object.keys(SERVER_OPTIONS).sort());
+    expect([...table("## Agent (`rvbox agent`)").keys()].sort()).toEqual(Object.keys(AGENT_OPTIONS).sort());
+  });
+
+  it("lists every configurable limit of both daemons with its actual default", async () => {
+    const { defaultServerConfig, defaultAgentConfig } = await import("../core/index.js");
+    for (const [heading, limits] of [
+      ["### Server limits (`\"limits\": {…}`)", defaultServerConfig().limits],
+      ["### Agent limits (`\"limits\": {…}`)", defaultAgentConfig("x").limits],
+    ] as const) {
+      const rows = table(heading);
+      expect([...rows.keys()].sort(), heading).toEqual(Object.keys(limits).sort());
+      for (const [k, v] of Object.entries(limits)) expect(Number(/^\d+/.exec(rows.get(k)!)?.[0]), `${heading} ${k}`).toBe(v);
+    }
+  });
+});

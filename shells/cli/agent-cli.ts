@@ -1,5 +1,6 @@
 /** `rvbox agent`: flags/config -> AgentDaemon, until SIGINT/SIGTERM. */
 import { readFileSync } from "node:fs";
+import type { ParseArgsConfig } from "node:util";
 import { defaultAgentConfig } from "../../core/index.js";
 import { AgentDaemon } from "../agent/agent-daemon.js";
 import { createLogger, parseLogLevel } from "../runtime/log.js";
@@ -19,25 +20,24 @@ export const AGENT_USAGE = `usage: rvbox agent --server URL --client-id ID --sta
   --insecure          accept any TLS certificate (testing only)
   --repair-store      acknowledge an essential-store incident: truncate the journal at the corruption`;
 
+/** The flags (and config-file keys) of this daemon; docs/CONFIG.md lists each. */
+export const AGENT_OPTIONS = {
+  server: { type: "string" },
+  "client-id": { type: "string" },
+  state: { type: "string" },
+  token: { type: "string" },
+  "max-running": { type: "string" },
+  "max-queued": { type: "string" },
+  cwd: { type: "string" },
+  ca: { type: "string" },
+  insecure: { type: "boolean" },
+  config: { type: "string" },
+  "log-level": { type: "string" },
+  "repair-store": { type: "boolean" },
+} as const satisfies NonNullable<ParseArgsConfig["options"]>;
+
 export async function agentMain(argv: string[]): Promise<number> {
-  const s = settings(
-    argv,
-    {
-      server: { type: "string" },
-      "client-id": { type: "string" },
-      state: { type: "string" },
-      token: { type: "string" },
-      "max-running": { type: "string" },
-      "max-queued": { type: "string" },
-      cwd: { type: "string" },
-      ca: { type: "string" },
-      insecure: { type: "boolean" },
-      config: { type: "string" },
-      "log-level": { type: "string" },
-      "repair-store": { type: "boolean" },
-    },
-    AGENT_USAGE,
-  );
+  const s = settings(argv, AGENT_OPTIONS, AGENT_USAGE);
   const server = s.get("server");
   const clientId = s.get("client-id");
   const state = s.get("state");

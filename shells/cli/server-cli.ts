@@ -1,4 +1,5 @@
 /** `rvbox server`: flags/config -> ServerDaemon, until SIGINT/SIGTERM. */
+import type { ParseArgsConfig } from "node:util";
 import { defaultServerConfig } from "../../core/index.js";
 import { createLogger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
@@ -17,21 +18,20 @@ export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control
   --config FILE            JSON with the same keys, plus "limits": {outputPerCommand, ...}
   --repair-store           acknowledge a corrupt journal: truncate it at the corruption`;
 
+/** The flags (and config-file keys) of this daemon; docs/CONFIG.md lists each. */
+export const SERVER_OPTIONS = {
+  listen: { type: "string" },
+  control: { type: "string" },
+  data: { type: "string" },
+  "agent-tokens": { type: "string" },
+  "operator-token": { type: "string" },
+  config: { type: "string" },
+  "log-level": { type: "string" },
+  "repair-store": { type: "boolean" },
+} as const satisfies NonNullable<ParseArgsConfig["options"]>;
+
 export async function serverMain(argv: string[]): Promise<number> {
-  const s = settings(
-    argv,
-    {
-      listen: { type: "string" },
-      control: { type: "string" },
-      data: { type: "string" },
-      "agent-tokens": { type: "string" },
-      "operator-token": { type: "string" },
-      config: { type: "string" },
-      "log-level": { type: "string" },
-      "repair-store": { type: "boolean" },
-    },
-    SERVER_USAGE,
-  );
+  const s = settings(argv, SERVER_OPTIONS, SERVER_USAGE);
   const tokensFile = s.get("agent-tokens");
   const operatorFile = s.get("operator-token");
   if (!tokensFile || !operatorFile) throw new Error(`--agent-tokens and --operator-token are required\n\n${SERVER_USAGE}`);

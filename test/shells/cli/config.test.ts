@@ -26,3 +26,21 @@ describe("config limits", () => {
     expect(() => numericLimits({ maxClients: 0 }, known, "limits", ["historyMs"])).toThrow("limits: limit maxClients must be a positive integer");
   });
 });
+
+describe("config files", () => {
+  it("a top-level key the daemon does not know stops it, by name; known keys in either spelling are taken, and flags win", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const { settings } = await import("../../../shells/cli/config.js");
+    const { SERVER_OPTIONS } = await import("../../../shells/cli/server-cli.js");
+    const dir = mkdtempSync(join(tmpdir(), "rvbox-config-"));
+    const bad = join(dir, "bad.json");
+    writeFileSync(bad, JSON.stringify({ lisen: "127.0.0.1:1" }));
+    expect(() => settings(["--config", bad], SERVER_OPTIONS, "usage")).toThrow(`config file ${bad}: unknown key "lisen"`);
+    const good = join(dir, "good.json");
+    writeFileSync(good, JSON.stringify({ listen: "127.0.0.1:1", agentTokens: "/t", "log-level": "warn" }));
+    const s = settings(["--config", good, "--log-level", "debug"], SERVER_OPTIONS, "usage");
+    expect([s.get("listen"), s.get("agent-tokens"), s.get("log-level")]).toEqual(["127.0.0.1:1", "/t", "debug"]);
+  });
+});
