@@ -22,7 +22,7 @@ import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/contr
 import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "./control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "./exit-codes.js";
-import { followOutput, isClosedOutput, OutputClosedError } from "./follow.js";
+import { followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
 import { humanBytes } from "./markers.js";
 import {
   claimInfo,
@@ -132,7 +132,8 @@ ${EXIT_CODE_HELP}`,
     run: cmdRun,
   },
   logs: {
-    usage: `usage: rvbox logs ID [-f] [--stream stdout|stderr] [--from SEQ] [--events] [--exit-code]
+    usage: `usage: rvbox logs ID [-f] [--stream stdout|stderr] [--tail N] [--since DURATION|TIME] [--timestamps]
+                 [--from SEQ] [--events] [--exit-code]
 
 Prints a command's stored output: stdout bytes to stdout, stderr bytes to
 stderr. Truncation and incomplete markers are printed on stderr, in place
@@ -140,7 +141,10 @@ stderr. Truncation and incomplete markers are printed on stderr, in place
 so a shortened stream never looks complete.
 
   -f, --follow       keep streaming until the command ends
-  --stream S         only stdout or only stderr
+  --stream S         only stdout or only stderr (either is then written to stdout)
+  --tail N           only the last N lines stored (then new ones, with -f)
+  --since D|TIME     only output from the last D (10m, 1h30m) or since TIME (RFC 3339)
+  --timestamps       prefix each line with its time (UTC, milliseconds)
   --from SEQ         start at event sequence SEQ
   --events           also print lifecycle, stdin and signal events on stderr
   --exit-code        exit with the command's exit code (as run --follow) once it ended`,
@@ -148,6 +152,9 @@ so a shortened stream never looks complete.
       follow: { type: "boolean", short: "f" },
       stream: { type: "string" },
       from: { type: "string" },
+      tail: { type: "string" },
+      since: { type: "string" },
+      timestamps: { type: "boolean" },
       events: { type: "boolean" },
       "exit-code": { type: "boolean" },
     },
@@ -695,7 +702,7 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
 }
 
 /** Stream to the end and turn the outcome into the exit code contract. */
-async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number; notFoundHint?: string }): Promise<number> {
+async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number; notFoundHint?: string; lines?: LineOptions }): Promise<number> {
   const abort = new AbortController();
   let interrupted = false;
   const off = ctx.io.onInterrupt(() => {
@@ -712,7 +719,7 @@ async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?
       })
     : Promise.resolve();
   try {
-    const res = await followOutput(ctx.client(), ctx.io, { uuid, follow: true, signal: abort.signal, server: ctx.server, events: o.events, stream: o.stream, from: o.from });
+    const res = await followOutput(ctx.client(), ctx.io, { uuid, follow: true, signal: abort.signal, server: ctx.server, events: o.events, stream: o.stream, onlyStreamToStdout: o.stream !== undefined, from: o.from, lines: o.lines });
     if (interrupted || res.aborted) {
       ctx.err(`\nrvbox: detached; ${uuid} keeps running (rvbox logs -f ${uuid}, rvbox cancel ${uuid})`);
       return EXIT.CANCELLED;
@@ -744,20 +751,56 @@ async function cmdLogs(ctx: Ctx, p: Parsed): Promise<number> {
   const from = fromText === undefined ? 1 : Number(fromText);
   if (!Number.isSafeInteger(from) || from < 0) throw new UsageError(`--from: expected an event sequence, got ${JSON.stringify(fromText)}`);
   const follow = bool(p, "follow");
+  const lines = lineOptions(p);
   const id = await resolveId(ctx, idText);
   if (bool(p, "exit-code")) {
     if (!follow) throw new UsageError("--exit-code needs --follow");
-    return followToEnd(ctx, id, { events: bool(p, "events"), stream: stream as StreamName | undefined, from });
+    return followToEnd(ctx, id, { events: bool(p, "events"), stream: stream as StreamName | undefined, from, lines });
   }
   const abort = new AbortController();
   const off = ctx.io.onInterrupt(() => abort.abort());
   try {
-    await followOutput(ctx.client(), ctx.io, { uuid: id, follow, from, stream: stream as StreamName | undefined, events: bool(p, "events"), signal: abort.signal, server: ctx.server });
+    await followOutput(ctx.client(), ctx.io, {
+      uuid: id,
+      follow,
+      from,
+      stream: stream as StreamName | undefined,
+      onlyStreamToStdout: stream !== undefined,
+      events: bool(p, "events"),
+      signal: abort.signal,
+      server: ctx.server,
+      lines,
+    });
   } finally {
     off();
   }
   return EXIT.OK;
 }
+
+/** --tail, --since, --timestamps: a line view of the output, or undefined for the bytes untouched. */
+function lineOptions(p: Parsed): LineOptions | undefined {
+  const o: LineOptions = {};
+  const tail = str(p, "tail");
+  if (tail !== undefined) {
+    const n = Number(tail);
+    if (!/^\d+$/.test(tail) || !Number.isSafeInteger(n)) throw new UsageError(`--tail: expected a number of lines, got ${JSON.stringify(tail)}`);
+    if (n > MAX_TAIL_LINES) throw new UsageError(`--tail: at most ${MAX_TAIL_LINES} lines`);
+    o.tail = n;
+  }
+  const since = str(p, "since");
+  if (since !== undefined) {
+    if (/^\d{4}-\d\d-\d\d/.test(since)) {
+      const t = Date.parse(since);
+      if (Number.isNaN(t)) throw new UsageError(`--since: not a time: ${JSON.stringify(since)} (use RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 10m)`);
+      o.since = t;
+    } else o.since = Date.now() - parseDuration(since, "--since");
+  }
+  if (bool(p, "timestamps")) o.timestamps = true;
+  return Object.keys(o).length > 0 ? o : undefined;
+}
+
+/** --tail keeps this many lines in memory at most. */
+const MAX_TAIL_LINES = 100_000;
 
 async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
   const file = str(p, "file");

@@ -6,6 +6,7 @@
  * next event sequence (FollowOutput from_event_seq), so nothing is printed
  * twice and nothing is skipped.
  */
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { describeError, isTransient, type ControlClient } from "./control-client.js";
 import { eventText } from "./markers.js";
@@ -31,6 +32,100 @@ export interface FollowOptions {
   server?: string;
   /** Called for every item (tests, `--json`). */
   onItem?: (it: OutputItem) => void;
+  /** Line-oriented view (`logs --tail/--since/--timestamps`); absent: bytes untouched. */
+  lines?: LineOptions;
+  /** Write the one stream asked for (`--stream stderr`) to stdout. */
+  onlyStreamToStdout?: boolean;
+}
+
+export interface LineOptions {
+  /** Only the last N lines of what is stored (then live lines, with --follow). */
+  tail?: number;
+  /** Only output stored at or after this time (ms since the epoch). */
+  since?: number;
+  /** Prefix each line with its time (RFC 3339, UTC, milliseconds). */
+  timestamps?: boolean;
+}
+
+/** A partial line longer than this is written out as a line of its own. */
+const MAX_LINE_BYTES = 64 * 1024;
+
+type Sink = "stdout" | "stderr";
+
+/**
+ * Output as lines: a timestamp on each line where it starts, a ring of the
+ * last N lines (markers take a line too) until the stored part has been read.
+ * Memory: at most `tail` lines of at most MAX_LINE_BYTES, plus one partial
+ * line per stream.
+ */
+class LineShaper {
+  private partial: Record<StreamName, { parts: Uint8Array[]; bytes: number; time: number }> = {
+    stdout: { parts: [], bytes: 0, time: 0 },
+    stderr: { parts: [], bytes: 0, time: 0 },
+  };
+  private ring: Array<{ to: Sink; data: Uint8Array }> | null;
+  constructor(
+    private readonly o: LineOptions,
+    private readonly out: (to: Sink, data: Uint8Array) => Promise<void>,
+  ) {
+    this.ring = o.tail !== undefined ? [] : null;
+  }
+
+  private async line(to: Sink, data: Uint8Array): Promise<void> {
+    if (this.ring) {
+      this.ring.push({ to, data });
+      if (this.ring.length > this.o.tail!) this.ring.shift();
+    } else await this.out(to, data);
+  }
+
+  private stamp(time: number): string {
+    return this.o.timestamps ? `${time > 0 ? new Date(time).toISOString() : "-"} ` : "";
+  }
+
+  async output(stream: StreamName, to: Sink, data: Uint8Array, time: number): Promise<void> {
+    const p = this.partial[stream];
+    let start = 0;
+    for (;;) {
+      if (p.bytes === 0) p.time = time;
+      const nl = data.indexOf(10, start);
+      const end = nl < 0 ? data.length : nl + 1;
+      const piece = data.subarray(start, end);
+      if (piece.length > 0) {
+        p.parts.push(piece);
+        p.bytes += piece.length;
+      }
+      if (nl >= 0 || p.bytes >= MAX_LINE_BYTES) await this.flushPartial(stream, to);
+      if (nl < 0) return;
+      start = end;
+      if (start >= data.length) return;
+    }
+  }
+
+  private async flushPartial(stream: StreamName, to: Sink): Promise<void> {
+    const p = this.partial[stream];
+    if (p.bytes === 0) return;
+    const body = Buffer.concat(p.parts);
+    p.parts = [];
+    p.bytes = 0;
+    await this.line(to, this.o.timestamps ? Buffer.concat([Buffer.from(this.stamp(p.time)), body]) : body);
+  }
+
+  async marker(text: string): Promise<void> {
+    await this.line("stderr", Buffer.from(text));
+  }
+
+  /** The stored part is read: print the tail, then lines as they come. */
+  async live(): Promise<void> {
+    const r = this.ring;
+    if (!r) return;
+    this.ring = null;
+    for (const l of r) await this.out(l.to, l.data);
+  }
+
+  async end(sinkOf: (s: StreamName) => Sink): Promise<void> {
+    for (const s of ["stdout", "stderr"] as const) await this.flushPartial(s, sinkOf(s));
+    await this.live();
+  }
 }
 
 export interface FollowResult {
@@ -116,6 +211,19 @@ function lastSeqOf(it: OutputItem): number {
 
 export async function followOutput(client: ControlClient, io: FollowIO, o: FollowOptions): Promise<FollowResult> {
   const res: FollowResult = { finished: null, bytes: { stdout: 0, stderr: 0 }, markers: 0, aborted: false };
+  const sinkOf = (s: StreamName | "unknown"): Sink => (s === "stderr" && !o.onlyStreamToStdout ? "stderr" : "stdout");
+  const shaper = o.lines ? new LineShaper(o.lines, (to, data) => write(to === "stderr" ? io.stderr : io.stdout, data)) : null;
+  // With --tail and --follow: the tail is what is stored now; lines after it are live.
+  let storedAtStart = Number.POSITIVE_INFINITY;
+  if (shaper && o.lines!.tail !== undefined && o.follow) {
+    try {
+      const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
+      storedAtStart = c ? Number(c.storedThroughEventSeq) : 0;
+    } catch (err) {
+      throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
+    }
+  }
+  const marker = async (text: string): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`) : write(io.stderr, `rvbox: ${text}\n`));
   let next = Math.max(1, o.from ?? 1);
   const ledger = new StreamLedger(next === 1);
   let outageSince: number | null = null;
@@ -140,21 +248,26 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
         if (lastSeqOf(it) < next) continue; // already printed before a reconnect
         const shown = ledger.admit(it, next);
         next = Math.max(next, lastSeqOf(it) + 1);
+        const time = m.time ? timestampMs(m.time) : 0;
+        const old = o.lines?.since !== undefined && time > 0 && time < o.lines.since;
         for (const x of shown) {
           o.onItem?.(x);
-          if (!concerns(x, o.stream)) continue;
+          if (!concerns(x, o.stream) || old) continue;
           if (x.kind === "output") {
             const s = x.stream === "stderr" ? "stderr" : "stdout";
             res.bytes[s] += x.data.length;
-            await write(s === "stderr" ? io.stderr : io.stdout, x.data);
+            if (shaper) await shaper.output(s, sinkOf(s), x.data, time);
+            else await write(sinkOf(s) === "stderr" ? io.stderr : io.stdout, x.data);
           } else if (x.kind === "truncation" || x.kind === "incomplete" || x.kind === "gap") {
             res.markers++;
-            await write(io.stderr, `rvbox: ${eventText(x)}\n`);
+            await marker(eventText(x) ?? x.kind);
           } else if (o.events) {
-            await write(io.stderr, `rvbox: ${eventText(x)}\n`);
+            await marker(eventText(x) ?? x.kind);
           }
         }
+        if (shaper && next > storedAtStart) await shaper.live();
       }
+      await shaper?.end(sinkOf);
       return res;
     } catch (err) {
       if (o.signal?.aborted) {

@@ -263,6 +263,42 @@ describe("usage errors", () => {
   });
 });
 
+describe("rvbox logs --tail, --since, --timestamps", () => {
+  it("--tail N prints the last N lines; --tail 0 none; a last line without a newline counts", async () => {
+    const r = await cli(["run", "host-a", "-f", "--shell", "--", "seq 1 5000; printf 'no newline'"], { env });
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    expect((await cli(["logs", id, "--tail", "3"], { env })).stdout).toBe("4999\n5000\nno newline");
+    expect((await cli(["logs", id, "--tail", "0"], { env })).stdout).toBe("");
+    expect((await cli(["logs", id, "--tail", "x"], { env })).code).toBe(2);
+  });
+
+  it("--timestamps prefixes each line with its time; --since keeps only newer output", async () => {
+    const before = Date.now() - 1000;
+    const r = await cli(["run", "host-a", "-f", "--shell", "--", "echo one; echo two >&2; printf 'th'; sleep 0.2; echo ree"], { env });
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    const t = await cli(["logs", id, "--timestamps"], { env });
+    const ts = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) /;
+    const lines = t.stdout.split("\n").filter(Boolean);
+    expect(lines.map((l) => l.replace(ts, ""))).toEqual(["one", "three"]);
+    for (const l of lines) expect(Date.parse(ts.exec(l)![1]!)).toBeGreaterThanOrEqual(before);
+    expect(t.stderr.replace(ts, "")).toBe("two\n");
+    expect((await cli(["logs", id, "--since", "1h"], { env })).stdout).toBe("one\nthree\n");
+    expect((await cli(["logs", id, "--since", new Date(Date.now() + 3_600_000).toISOString()], { env })).stdout).toBe("");
+    expect((await cli(["logs", id, "--since", "2026-13-45T00:00:00Z"], { env })).code).toBe(2);
+  });
+
+  it("--tail with -f prints the stored tail, then live lines, and ends with the command", async () => {
+    const r = await cli(["run", "host-a", "--open-stdin", "--shell", "--", "seq 1 100; cat"], { env });
+    const id = r.stdout.trim();
+    await waitFor("100 stored", async () => (await cli(["logs", id, "--tail", "1"], { env })).stdout === "100\n");
+    const follow = cli(["logs", id, "-f", "--tail", "2"], { env });
+    await new Promise((res) => setTimeout(res, 500));
+    await cli(["stdin", id, "live"], { env });
+    await cli(["close-stdin", id], { env });
+    expect((await follow).stdout).toBe("99\n100\nlive\n");
+  });
+});
+
 describe("rvbox logs | head", () => {
   it("a closed stdout ends `logs` at once and quietly, with SIGPIPE's status, on a long finished output", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "seq", "1", "300000"], { env });
@@ -319,9 +355,12 @@ describe("rvbox logs and stdin", () => {
     expect(l.code).toBe(0);
     expect(l.stdout).toBe("o1\no2\n");
     expect(l.stderr).toBe("e1\n");
+    // The one stream asked for goes to stdout, so it can be piped (`--stream stderr | grep`).
     const only = await cli(["logs", id, "--stream", "stderr"], { env });
-    expect(only.stdout).toBe("");
-    expect(only.stderr).toBe("e1\n");
+    expect(only.stdout).toBe("e1\n");
+    expect(only.stderr).toBe("");
+    const out = await cli(["logs", id, "--stream", "stdout"], { env });
+    expect([out.stdout, out.stderr]).toEqual(["o1\no2\n", ""]);
     const ev = await cli(["logs", id, "--events"], { env });
     expect(ev.stderr).toMatch(/── running · event \d+, revision 1 ──/);
     expect(ev.stderr).toMatch(/── succeeded \(exit 0\)/);
