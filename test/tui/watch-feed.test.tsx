@@ -193,6 +193,40 @@ describe("WatchFeed", () => {
     expect(rpc.others).toEqual([]);
   });
 
+  it("a list watched again after nobody watched it (another view in between) is fetched again, not left empty", async () => {
+    const rpc = new ScriptedRpc();
+    const feed = new WatchFeed(rpc.client());
+    src = new ControlSource({ baseUrl: "http://scripted", token: "t", client: rpc.client(), feed });
+    const all = src.watchCommands(null);
+    await eventually(() => expect(rpc.requests).toHaveLength(2));
+    rpc.snapshot({ clients: [clientMsg(0)], commands: [commandMsg(host(0), 1), commandMsg(host(0), 2)] });
+    await eventually(() => expect(src!.commands(null)).toHaveLength(2));
+    // The operator switches to the sessions view: no list is watched, and the lists are forgotten.
+    all();
+    await tick();
+    await tick();
+    // Back to the commands view: the list comes back from a new stream's snapshot.
+    const again = src.watchCommands(null);
+    await eventually(() => expect(rpc.requests).toHaveLength(3));
+    expect(rpc.requests[2]).toEqual(["*"]);
+    rpc.snapshot({ clients: [clientMsg(0)], commands: [commandMsg(host(0), 1), commandMsg(host(0), 2)] });
+    await eventually(() => expect(src!.commands(null).map((c) => c.uuid)).toEqual([`${host(0)}-cmd-0002`, `${host(0)}-cmd-0001`]));
+    // The same for one client's list, opened, left, and opened again.
+    const one = src.watchCommands(host(0));
+    await eventually(() => expect(rpc.requests).toHaveLength(4));
+    rpc.snapshot({ clients: [clientMsg(0)], commands: [commandMsg(host(0), 1), commandMsg(host(0), 2)] });
+    await eventually(() => expect(src!.commands(host(0))).toHaveLength(2));
+    one();
+    await tick();
+    await tick();
+    const back = src.watchCommands(host(0));
+    await eventually(() => expect(rpc.requests).toHaveLength(5));
+    rpc.snapshot({ clients: [clientMsg(0)], commands: [commandMsg(host(0), 1), commandMsg(host(0), 2)] });
+    await eventually(() => expect(src!.commands(host(0))).toHaveLength(2));
+    back();
+    again();
+  });
+
   it("keeps each list to the newest COMMAND_PAGE commands", async () => {
     const rpc = new ScriptedRpc();
     src = new ControlSource({ baseUrl: "http://scripted", token: "t", client: rpc.client() });

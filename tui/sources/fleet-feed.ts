@@ -209,7 +209,12 @@ export class WatchFeed implements FleetFeed {
   setInterest(clients: ReadonlySet<string | null>): void {
     this.interest = new Set(clients);
     if (this.fallback) return this.fallback.setInterest(clients);
-    // Lists no longer watched are forgotten; a list the stream does not cover needs a new stream (its snapshot has it).
+    // Lists no longer watched are forgotten (the next emit drops their
+    // commands), so the open stream no longer covers them: watching one again
+    // needs a new stream, whose snapshot has it. (Keeping them "covered" left
+    // a list empty after switching views and back.)
+    this.streaming = new Set([...this.streaming].filter((k) => clients.has(k === ALL ? null : k)));
+    // A list the stream does not cover needs a new stream (its snapshot has it).
     if (!this.covers(clients)) this.scheduleReopen();
     else {
       this.commandsDirty = true;
