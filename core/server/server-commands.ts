@@ -202,7 +202,7 @@ export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, 
     }
   }
   st.incidentSeq++;
-  const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.now, acknowledged: false };
+  const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.wall, acknowledged: false };
   st.incidents.set(inc.id, inc);
   ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
   ctx.emit({ type: "trace", event: "incident", detail: { id: inc.id, client: clientId, uuid, kind, detail } });
@@ -355,7 +355,8 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     if (Number(p.value.sizeBytes) !== bytes.length || toHex(env.ports.sha256(bytes)) !== toHex(p.value.sha256))
       return replyError(ctx, r.requestId, Code.VALIDATION, "script descriptor does not match the script bytes");
   }
-  const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? r.queueExpiry : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
+  // The operator's expiry is a wall-clock instant; it is kept on the deadline clock.
+  const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? Math.max(1, ctx.toDeadline(r.queueExpiry)) : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
   const specBytes = toBinary(ExecutionSpecSchema, r.spec);
   const hash = toHex(requestDigest(env, r.uuid, r.clientId, specBytes, r.queueExpiry ?? 0));
   const existing = st.commands.get(r.uuid);
@@ -389,7 +390,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     revision: 1,
     spec: r.spec,
     script: p.case === "script" ? r.script! : null,
-    createdAt: ctx.now,
+    createdAt: ctx.wall,
     committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0 },
     queueExpiry,
     state: L.QUEUED,
@@ -545,7 +546,7 @@ function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
       targetSessionGeneration: BigInt(conn.generation),
       issueTime: timestampFromMsLocal(c.createdAt),
       spec: c.spec,
-      queueExpiryTime: timestampFromMsLocal(c.queueExpiry),
+      queueExpiryTime: timestampFromMsLocal(ctx.toWall(c.queueExpiry)),
       immutableRequestSha256: fromHex(c.hash),
     }),
   });
@@ -765,7 +766,7 @@ export function handleCommandEvent(
     return;
   }
   const rev = safeNumber(ev.commandRevision) ?? 0;
-  const time = ev.time ? timestampMs(ev.time) : ctx.now;
+  const time = ev.time ? timestampMs(ev.time) : ctx.wall;
   const base = { seq, revision: rev, time, digest };
   let record: Record<string, unknown>;
   const e = ev.event;
@@ -900,11 +901,11 @@ function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): v
   // event range covers output events only; other events are never removed.
   let marker = c.retention[0];
   if (!marker) {
-    marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: [], at: ctx.now };
+    marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: [], at: ctx.wall };
     c.retention.push(marker);
   }
   marker.lastSeq = seg.lastSeq;
-  marker.at = ctx.now;
+  marker.at = ctx.wall;
   for (const r of seg.ranges) {
     const same = marker.ranges.find((x) => x.stream === r.stream && x.offset + x.length === r.offset);
     if (same) same.length += r.length;

@@ -132,8 +132,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   return st;
 }
 
-export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv): Step<ServerState, ServerEffect> {
-  const ctx: ServerCtx = new StepContext(now);
+export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv, wall: number = now): Step<ServerState, ServerEffect> {
+  const ctx: ServerCtx = new StepContext(now, wall);
   switch (input.type) {
     case "tick":
       tick(st, ctx);
@@ -159,7 +159,7 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
         hb: newHeartbeat(now),
         ingressPending: 0,
         inflight: 0,
-        openedAt: now,
+        openedAt: wall,
         snapshotReceived: false,
       });
       break;
@@ -282,7 +282,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
       pendingClaim: null,
       authorization: null,
       capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
-      lastSeen: ctx.now,
+      lastSeen: ctx.wall,
     };
     st.clients.set(h.clientId, client);
   }
@@ -297,7 +297,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
       const prev = client.pendingClaim;
       client.pendingClaim = {
         instanceId: h.clientInstanceId,
-        at: ctx.now,
+        at: ctx.wall,
         attempts: prev && prev.instanceId === h.clientInstanceId ? prev.attempts + 1 : 1,
       };
       ctx.persist(clientRecord(client));
@@ -312,7 +312,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   client.generation++;
   client.instanceId = h.clientInstanceId;
   client.conn = conn.conn;
-  client.lastSeen = ctx.now;
+  client.lastSeen = ctx.wall;
   client.capacity = { running: 0, queued: 0, maxRunning: h.maxRunningCommands, maxQueued: h.maxQueuedCommands };
   if (client.pendingClaim?.instanceId === h.clientInstanceId) client.pendingClaim = null;
   if (client.authorization && client.authorization.expiresAt <= ctx.now) client.authorization = null;
@@ -397,7 +397,7 @@ function welcome(st: ServerState, ctx: ServerCtx, connId: number, generation: nu
     case: "serverWelcome",
     value: create(ServerWelcomeSchema, {
       selectedProtocol: create(ProtocolVersionSchema, conn.version!),
-      serverTime: timestampFromMs(ctx.now),
+      serverTime: timestampFromMs(ctx.wall),
     }),
   }, "priority");
   // R-D6: ask about everything the server considers in flight for this client.
