@@ -45,6 +45,7 @@ import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";
 import type { AgentHost } from "./hosts.js";
 import type { Submitted } from "./operator.js";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { decodeEnvelope, envelopeGeneration, rawField, shortDigest, PAYLOAD_FIELD } from "./wire.js";
 import { coverageOf, type StoredEvent } from "./coverage.js";
 import type { World } from "./world.js";
@@ -231,6 +232,11 @@ export class Oracles implements ExecObserver {
         const rec = this.w.server.disk.get("client", client) as { generation: number } | undefined;
         if (!rec || rec.generation < gen) this.fail("R-F2", `welcome with generation ${gen} for ${client} before the client record is durable (disk: ${rec?.generation})`);
         this.fence.set(conn, { sessionId: env.sessionId, gen, client });
+        // Timestamps come from the wall clock, deadlines from the deadline
+        // clock; clock_skew steps the first by up to an hour.
+        const serverTime = p.value.serverTime ? timestampMs(p.value.serverTime) : 0;
+        if (serverTime !== this.w.server.wall())
+          this.fail("wall-clock", `ServerWelcome server_time ${serverTime} is not the server's wall clock ${this.w.server.wall()} (deadline clock ${this.w.server.now()})`);
         if (gen > (this.latestGen.get(client) ?? 0)) this.latestGen.set(client, gen);
         break;
       }
