@@ -40,6 +40,7 @@ import { toBinary } from "@bufbuild/protobuf";
 import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
 import type { ServerCommand, ServerEffect, ServerInput, ServerState } from "../core/server/server-types.js";
+import { authorizationExpired } from "../core/server/server-node.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../protos/gen/rvbox/v1/common_pb.js";
 import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";
@@ -159,7 +160,7 @@ export class Oracles implements ExecObserver {
       const client = st.clients.get(h.clientId);
       const live = client && client.conn !== 0 && st.conns.has(client.conn);
       const auth = client?.authorization;
-      const authorized = auth && auth.instanceId === h.clientInstanceId && auth.expiresAt > this.w.server.now();
+      const authorized = auth && auth.instanceId === h.clientInstanceId && !authorizationExpired(st, auth, this.w.server.now());
       const wellFormed = /^agent-\d+$/.test(h.clientId) && h.clientInstanceId.length > 0 && h.supportedProtocol?.min?.major === 1;
       if (conn && conn.phase === "hello" && live && client!.instanceId !== h.clientInstanceId && !authorized && wellFormed) {
         pre.helloReject = { clientId: h.clientId, instanceId: h.clientInstanceId };

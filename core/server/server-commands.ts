@@ -478,7 +478,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     // A command submitted in this very step may be dispatched at once: its
     // create and its `dispatched` record then share one persist batch, and the
     // send still waits for that batch to be durable (R-D1), one fsync not two.
-    if (c.state === L.QUEUED && ctx.now >= c.nextAttemptAt) {
+    if (c.state === L.QUEUED && retryDue(c, ctx.now)) {
       const cl = st.clients.get(c.clientId)!.capacity;
       const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
       if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
@@ -492,6 +492,15 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       pumpSignals(ctx, conn, c);
     }
   }
+}
+
+/**
+ * A capacity retry is due at `nextAttemptAt`, or at once when it is further
+ * away than the longest retry delay: a deadline clock re-anchored backwards
+ * at a restart must not hold a queued command back by the wall-clock step.
+ */
+function retryDue(c: ServerCommand, now: number): boolean {
+  return now >= c.nextAttemptAt || c.nextAttemptAt - now > CAPACITY_RETRY_CAP_MS;
 }
 
 /**
@@ -928,7 +937,7 @@ export function commandDeadline(st: ServerState, now: number): number | null {
   for (const c of activeCommands(st)) {
     if (c.state === L.QUEUED) {
       take(c.queueExpiry);
-      if (c.nextAttemptAt > now) take(c.nextAttemptAt);
+      if (!retryDue(c, now)) take(c.nextAttemptAt);
     } else {
       const at = redeliveryAt(st, c);
       if (at !== null) take(at);

@@ -289,7 +289,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   const live = client.conn !== 0 ? st.conns.get(client.conn) : undefined;
   if (live && client.instanceId !== h.clientInstanceId) {
     const auth = client.authorization;
-    if (auth && auth.instanceId === h.clientInstanceId && auth.expiresAt > ctx.now) {
+    if (auth && auth.instanceId === h.clientInstanceId && !authorizationExpired(st, auth, ctx.now)) {
       client.authorization = null; // one-shot: consumed (R-F5)
       ctx.emit({ type: "trace", event: "authorization_consumed", detail: { client: h.clientId, instance: h.clientInstanceId } });
     } else {
@@ -315,7 +315,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   client.lastSeen = ctx.wall;
   client.capacity = { running: 0, queued: 0, maxRunning: h.maxRunningCommands, maxQueued: h.maxQueuedCommands };
   if (client.pendingClaim?.instanceId === h.clientInstanceId) client.pendingClaim = null;
-  if (client.authorization && client.authorization.expiresAt <= ctx.now) client.authorization = null;
+  if (client.authorization && authorizationExpired(st, client.authorization, ctx.now)) client.authorization = null;
   conn.phase = "welcoming";
   conn.clientId = h.clientId;
   conn.instanceId = h.clientInstanceId;
@@ -461,6 +461,16 @@ function dropConn(st: ServerState, connId: number): void {
   if (client && client.conn === connId) client.conn = 0;
 }
 
+/**
+ * An authorization is spent at its expiry, and also when it has more than its
+ * whole lifetime left: that only happens when the deadline clock was
+ * re-anchored backwards at a restart (the shells anchor it to the wall clock
+ * at start), and a one-shot grant must not outlive its TTL because of it.
+ */
+export function authorizationExpired(st: ServerState, auth: { expiresAt: number }, now: number): boolean {
+  return auth.expiresAt <= now || auth.expiresAt - now > st.config.limits.authorizationTtlMs;
+}
+
 function tick(st: ServerState, ctx: ServerCtx): void {
   for (const conn of [...st.conns.values()]) {
     if (ctx.now < heartbeatDeadline(conn.hb)) continue;
@@ -469,7 +479,7 @@ function tick(st: ServerState, ctx: ServerCtx): void {
     else if (v === "dead") closeConn(st, ctx, conn.conn, Code.UNSPECIFIED, "heartbeat: no inbound activity for 30 s", false);
   }
   for (const client of st.clients.values()) {
-    if (client.authorization && client.authorization.expiresAt <= ctx.now) {
+    if (client.authorization && authorizationExpired(st, client.authorization, ctx.now)) {
       client.authorization = null;
       ctx.persist(clientRecord(client));
     }
