@@ -10,7 +10,8 @@ import { restoreServer } from "../../core/index.js";
 import { Code } from "../../core/errors.js";
 import { AUTHORIZATION_TTL_MS, CAPACITY_RETRY_CAP_MS, DEFAULT_QUEUE_EXPIRY_MS } from "../../core/limits.js";
 import { CommandLifecycle as L, ControlErrorSchema, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { CommandDispatch, CommandEvent, ServerWelcome } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import type { CommandDispatch, ServerWelcome } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import type { CommandEvent } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { Harness } from "../support/harness.js";
 import { argv, expectClosed, ServerRig } from "../support/server-rig.js";
 
