@@ -21,7 +21,24 @@ export class StepContext<E extends { type: string }, A> {
   readonly effects: Array<E | CommonEffect> = [];
   readonly records: PersistRecord[] = [];
   private readonly afterBatch: A[] = [];
-  constructor(readonly now: number) {}
+  /**
+   * `now` is the deadline clock (monotonic, anchored to the epoch by the
+   * runner); `wall` is the wall clock, for timestamps only. Both in ms.
+   */
+  constructor(
+    readonly now: number,
+    readonly wall: number = now,
+  ) {}
+
+  /** A deadline-clock instant as wall time (for a protobuf timestamp). */
+  toWall(t: number): number {
+    return t + (this.wall - this.now);
+  }
+
+  /** A wall-clock instant (from a protobuf timestamp) on the deadline clock. */
+  toDeadline(w: number): number {
+    return w - (this.wall - this.now);
+  }
 
   emit(e: E | CommonEffect): void {
     this.effects.push(e);

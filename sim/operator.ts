@@ -210,7 +210,8 @@ export class Operator {
 
   private submit(a: SubmitAction): void {
     const { spec, script } = this.buildSpec(a);
-    const expiry = a.expiryMs > 0 ? this.w.server.now() + a.expiryMs : 0;
+    // The operator names a wall-clock instant (queue_expiry_time).
+    const expiry = a.expiryMs > 0 ? this.w.server.wall() + a.expiryMs : 0;
     const request: Extract<ControlRequest, { op: "submit" }> = {
       op: "submit",
       requestId: this.nextId(),

@@ -40,11 +40,13 @@ import { toBinary } from "@bufbuild/protobuf";
 import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
 import type { ServerCommand, ServerEffect, ServerInput, ServerState } from "../core/server/server-types.js";
+import { authorizationExpired } from "../core/server/server-node.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../protos/gen/rvbox/v1/common_pb.js";
 import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";
 import type { AgentHost } from "./hosts.js";
 import type { Submitted } from "./operator.js";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { decodeEnvelope, envelopeGeneration, rawField, shortDigest, PAYLOAD_FIELD } from "./wire.js";
 import { coverageOf, type StoredEvent } from "./coverage.js";
 import type { World } from "./world.js";
@@ -158,7 +160,7 @@ export class Oracles implements ExecObserver {
       const client = st.clients.get(h.clientId);
       const live = client && client.conn !== 0 && st.conns.has(client.conn);
       const auth = client?.authorization;
-      const authorized = auth && auth.instanceId === h.clientInstanceId && auth.expiresAt > this.w.server.now();
+      const authorized = auth && auth.instanceId === h.clientInstanceId && !authorizationExpired(st, auth, this.w.server.now());
       const wellFormed = /^agent-\d+$/.test(h.clientId) && h.clientInstanceId.length > 0 && h.supportedProtocol?.min?.major === 1;
       if (conn && conn.phase === "hello" && live && client!.instanceId !== h.clientInstanceId && !authorized && wellFormed) {
         pre.helloReject = { clientId: h.clientId, instanceId: h.clientInstanceId };
@@ -231,6 +233,11 @@ export class Oracles implements ExecObserver {
         const rec = this.w.server.disk.get("client", client) as { generation: number } | undefined;
         if (!rec || rec.generation < gen) this.fail("R-F2", `welcome with generation ${gen} for ${client} before the client record is durable (disk: ${rec?.generation})`);
         this.fence.set(conn, { sessionId: env.sessionId, gen, client });
+        // Timestamps come from the wall clock, deadlines from the deadline
+        // clock; clock_skew steps the first by up to an hour.
+        const serverTime = p.value.serverTime ? timestampMs(p.value.serverTime) : 0;
+        if (serverTime !== this.w.server.wall())
+          this.fail("wall-clock", `ServerWelcome server_time ${serverTime} is not the server's wall clock ${this.w.server.wall()} (deadline clock ${this.w.server.now()})`);
         if (gen > (this.latestGen.get(client) ?? 0)) this.latestGen.set(client, gen);
         break;
       }

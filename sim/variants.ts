@@ -15,15 +15,15 @@ const ackBeforePersist: Variant = {
   name: "ack-before-persist",
   description: "server feeds itself `durable` for every persist immediately (acks before fsync)",
   swarm: { force: { server_crash: 3, disk_slow: 3 } },
-  wrapServer: (step) => (st, input, now, env) => {
-    const res = step(st, input, now, env);
+  wrapServer: (step) => (st, input, now, env, wall) => {
+    const res = step(st, input, now, env, wall);
     const effects: ServerEffect[] = [];
     let queue = res.effects;
     for (let guard = 0; guard < 100 && queue.length > 0; guard++) {
       const next: ServerEffect[] = [];
       for (const e of queue) {
         effects.push(e);
-        if (e.type === "persist") next.push(...step(res.state, { type: "durable", through: e.id }, now, env).effects);
+        if (e.type === "persist") next.push(...step(res.state, { type: "durable", through: e.id }, now, env, wall).effects);
       }
       queue = next;
     }
@@ -36,8 +36,8 @@ const earlyEventAck: Variant = {
   name: "early-event-ack",
   description: "server sends an EventAck for every CommandEvent as soon as it is received (before its persist)",
   swarm: {},
-  wrapServer: (step) => (st, input, now, env) => {
-    const res = step(st, input, now, env);
+  wrapServer: (step) => (st, input, now, env, wall) => {
+    const res = step(st, input, now, env, wall);
     if (input.type !== "frame") return res;
     const conn = res.state.conns.get(input.conn);
     if (!conn || conn.phase !== "ready") return res;
@@ -64,8 +64,8 @@ const reusedSeqOtherBytes: Variant = {
   swarm: { force: { link_break: 6, storm: 2, server_crash: 2 } },
   wrapAgent: (step) => {
     const sent = new Set<string>();
-    return (st, input, now, env) => {
-      const res = step(st, input, now, env);
+    return (st, input, now, env, wall) => {
+      const res = step(st, input, now, env, wall);
       const effects = res.effects.map((e): AgentEffect => {
         if (e.type !== "send" || e.kind !== "commandEvent") return e;
         const envl = fromBinary(AgentEnvelopeSchema, e.data);
@@ -93,8 +93,8 @@ const dispatchBeforeReconcile: Variant = {
   swarm: {},
   wrapServer: (step) => {
     let n = 0;
-    return (st, input, now, env) => {
-      const res = step(st, input, now, env);
+    return (st, input, now, env, wall) => {
+      const res = step(st, input, now, env, wall);
       const extra: ServerEffect[] = [];
       for (const e of res.effects) {
         if (e.type !== "send" || e.kind !== "reconcileRequest") continue;
@@ -123,11 +123,11 @@ const relaunchAfterRestart: Variant = {
   name: "relaunch-after-restart",
   description: "agent treats a restored `launching` command as still queued (launches it again)",
   swarm: { force: { agent_crash: 8 } },
-  wrapAgent: (step) => (st, input, now, env) => {
+  wrapAgent: (step) => (st, input, now, env, wall) => {
     if (input.type === "start") {
       for (const c of st.commands.values()) if (c.phase === "launching" || c.phase === "running") c.phase = "queued", c.lifecycle = 3, c.pid = 0;
     }
-    return step(st, input, now, env);
+    return step(st, input, now, env, wall);
   },
 };
 
@@ -136,7 +136,7 @@ const ignoreFencing: Variant = {
   name: "ignore-fencing",
   description: "server accepts envelopes of an old generation (re-stamps them with the current fence)",
   swarm: { force: { stale_inject: 10, link_break: 3 } },
-  wrapServer: (step) => (st, input, now, env) => {
+  wrapServer: (step) => (st, input, now, env, wall) => {
     if (input.type === "frame") {
       const conn = st.conns.get(input.conn);
       if (conn && conn.phase !== "hello" && conn.phase !== "welcoming") {
@@ -145,14 +145,14 @@ const ignoreFencing: Variant = {
           if (e.payload.case && e.payload.case !== "clientHello" && (e.sessionId !== conn.sessionId || e.sessionGeneration !== BigInt(conn.generation))) {
             e.sessionId = conn.sessionId;
             e.sessionGeneration = BigInt(conn.generation);
-            return step(st, { ...input, data: toBinary(AgentEnvelopeSchema, e) }, now, env);
+            return step(st, { ...input, data: toBinary(AgentEnvelopeSchema, e) }, now, env, wall);
           }
         } catch {
           /* garbage stays garbage */
         }
       }
     }
-    return step(st, input, now, env);
+    return step(st, input, now, env, wall);
   },
 };
 
@@ -161,8 +161,8 @@ const stdinTwice: Variant = {
   name: "stdin-twice",
   description: "agent emits every write_stdin effect twice",
   swarm: {},
-  wrapAgent: (step) => (st, input, now, env) => {
-    const res = step(st, input, now, env);
+  wrapAgent: (step) => (st, input, now, env, wall) => {
+    const res = step(st, input, now, env, wall);
     const effects: AgentEffect[] = [];
     for (const e of res.effects) {
       effects.push(e);
@@ -179,13 +179,21 @@ const loseOutputByte: Variant = {
   swarm: {},
   wrapAgent: (step) => {
     let n = 0;
-    return (st, input, now, env) => {
+    return (st, input, now, env, wall) => {
       if (input.type === "process_output" && input.data.length > 1 && ++n % 50 === 0) {
-        return step(st, { ...input, data: input.data.subarray(0, input.data.length - 1) }, now, env);
+        return step(st, { ...input, data: input.data.subarray(0, input.data.length - 1) }, now, env, wall);
       }
-      return step(st, input, now, env);
+      return step(st, input, now, env, wall);
     };
   },
 };
 
-export const VARIANTS: Variant[] = [loseOutputByte, stdinTwice, ackBeforePersist, earlyEventAck, reusedSeqOtherBytes, dispatchBeforeReconcile, relaunchAfterRestart, ignoreFencing];
+/** (h) The server runs on one clock: its timestamps come from the deadline clock (the daemons before the two clocks). */
+const oneClock: Variant = {
+  name: "one-clock",
+  description: "server is stepped with wall = now, so server_time and other timestamps ignore wall-clock steps",
+  swarm: { force: { clock_skew: 3, link_break: 6, storm: 2 } },
+  wrapServer: (step) => (st, input, now, env) => step(st, input, now, env, now),
+};
+
+export const VARIANTS: Variant[] = [loseOutputByte, stdinTwice, ackBeforePersist, earlyEventAck, reusedSeqOtherBytes, dispatchBeforeReconcile, relaunchAfterRestart, ignoreFencing, oneClock];

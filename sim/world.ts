@@ -179,12 +179,39 @@ export class World {
       });
     }
     this.q.schedule(this.healAt, () => heal(this));
+    this.scheduleWallSteps();
+  }
+
+  /**
+   * clock_skew: besides the fixed offsets between the nodes' clocks, each
+   * node's wall clock is stepped 1 to 3 times during the fault phase, by an
+   * hour or by a random amount up to an hour, forward or back, while its
+   * deadline clock runs on (NTP, a VM resumed). Only timestamps see it, and
+   * the deadline clock at the node's next restart (re-anchoring).
+   */
+  private scheduleWallSteps(): void {
+    if (this.swarm.clockSkewMs <= 0) return;
+    const r = this.root.fork("clock-steps");
+    const HOUR = 3_600_000;
+    for (const h of [this.server, ...this.hosts]) {
+      const n = r.range(1, 3);
+      for (let i = 0; i < n; i++) {
+        const at = r.range(0, this.swarm.faultPhaseMs);
+        const ms = (r.chance(0.5) ? 1 : -1) * (r.chance(0.5) ? HOUR : r.range(1_000, HOUR));
+        this.q.schedule(at, () => {
+          h.clock.stepWall(ms);
+          this.noteFault("clock_skew(step)");
+          this.timeline?.add(this.q.now, h.label, `FAULT wall clock stepped ${ms > 0 ? "+" : ""}${ms} ms (deadline clock unmoved)`);
+        });
+      }
+    }
   }
 
   startServer(): void {
     const h = this.server;
     if (h.up) throw new Error("server started twice");
     h.up = true;
+    if (h.inc > 0) h.clock.reanchor();
     h.state = restoreServer(h.config, h.disk.snapshot(), hashLabel(this.seed, `server#${h.inc}`));
     this.oracles.serverRestored();
     this.timeline?.add(this.q.now, h.label, "START (restored from disk)");
@@ -195,6 +222,7 @@ export class World {
     if (h.retired) return;
     if (h.up) throw new Error(`${h.name} started twice`);
     h.up = true;
+    if (h.inc > 0) h.clock.reanchor();
     h.state = restoreAgent(h.config, h.disk.snapshot(), hashLabel(this.seed, `${h.name}#${h.inc}`));
     this.timeline?.add(this.q.now, h.label, `START (restored: ${h.state.commands.size} commands, ${h.state.tombstones.size} tombstones)`);
     if (h.disk.corruption !== null) this.agentInput(h, { type: "store_incident", detail: h.disk.corruption });
@@ -258,7 +286,7 @@ export class World {
     const pre = this.oracles.beforeServer(input);
     let res;
     try {
-      res = h.step(h.state, input, now, env);
+      res = h.step(h.state, input, now, env, h.wall());
       h.state = res.state;
       serverInvariants(h.state);
     } catch (e) {
@@ -330,7 +358,7 @@ export class World {
       this.timeline.add(this.q.now, h.label, `<- ${input.type === "frame" ? `frame conn=${input.conn} ${frameSummary(input.data)}` : desc}`);
     let res;
     try {
-      res = h.step(h.state, input, now, env);
+      res = h.step(h.state, input, now, env, h.wall());
       h.state = res.state;
       agentInvariants(h.state);
     } catch (e) {

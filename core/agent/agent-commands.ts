@@ -176,8 +176,9 @@ export function handleDispatch(st: AgentState, ctx: AgentCtx, d: CommandDispatch
     hash,
     revision,
     spec,
-    queueExpiry: d.queueExpiryTime ? timestampMs(d.queueExpiryTime) : 0,
-    acceptedAt: ctx.now,
+    // A wall-clock instant from the server, kept on this agent's deadline clock.
+    queueExpiry: d.queueExpiryTime ? Math.max(1, ctx.toDeadline(timestampMs(d.queueExpiryTime))) : 0,
+    acceptedAt: ctx.wall,
     phase: "queued",
     lifecycle: CommandLifecycle.ACCEPTED,
     pid: 0,
@@ -324,7 +325,7 @@ export function handleOutput(st: AgentState, ctx: AgentCtx, uuid: string, stream
   if (!c || !cb || c.phase !== "running" || cb.closed) return;
   const records: PersistRecord[] = [];
   for (let o = 0; o < data.length; o += MAX_CHUNK_BYTES) {
-    appendOutput(st.outbox, cb, stream, data.subarray(o, Math.min(data.length, o + MAX_CHUNK_BYTES)), c.revision, ctx.now, records);
+    appendOutput(st.outbox, cb, stream, data.subarray(o, Math.min(data.length, o + MAX_CHUNK_BYTES)), c.revision, ctx.wall, records);
   }
   ctx.persist(...records);
 }
@@ -406,7 +407,7 @@ function appendEvent(st: AgentState, ctx: AgentCtx, c: AgentCommand, ev: MetaEve
   const cb = st.outbox.commands.get(c.uuid);
   if (!cb || cb.closed) return;
   const records: PersistRecord[] = [];
-  appendMeta(st.outbox, cb, ev, revision, ctx.now, records);
+  appendMeta(st.outbox, cb, ev, revision, ctx.wall, records);
   ctx.persist(...records);
 }
 

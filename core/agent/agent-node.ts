@@ -229,8 +229,8 @@ export function newAgent(config: AgentConfig, seed: number): AgentState {
   return restoreAgent(config, { get: () => undefined }, seed);
 }
 
-export function agentStep(st: AgentState, input: AgentInput, now: number, env: AgentEnv): Step<AgentState, AgentEffect> {
-  const ctx: AgentCtx = new StepContext(now);
+export function agentStep(st: AgentState, input: AgentInput, now: number, env: AgentEnv, wall: number = now): Step<AgentState, AgentEffect> {
+  const ctx: AgentCtx = new StepContext(now, wall);
   const acts: SessionAction[] = [];
   switch (input.type) {
     case "start":
@@ -344,7 +344,7 @@ export function appendLifecycle(
     ...(extra.code !== undefined ? { error: create(ControlErrorSchema, { code: extra.code, message: reason || codeName(extra.code), issueUuid: c.uuid }) } : {}),
   });
   const records: PersistRecord[] = [];
-  appendMeta(st.outbox, cb, { case: "lifecycle", value }, revision, ctx.now, records);
+  appendMeta(st.outbox, cb, { case: "lifecycle", value }, revision, ctx.wall, records);
   ctx.persist(...records);
 }
 
@@ -476,7 +476,7 @@ function applySessionActions(st: AgentState, ctx: AgentCtx, acts: SessionAction[
               clientInstanceId: st.instanceId,
               maxRunningCommands: c.maxRunning,
               maxQueuedCommands: c.maxQueued,
-              sentAt: timestampFromMs(ctx.now),
+              sentAt: timestampFromMs(ctx.wall),
             },
           }),
         });

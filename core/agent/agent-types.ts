@@ -57,8 +57,9 @@ export interface AgentCommand {
   hash: string;
   revision: number;
   spec: ExecutionSpec;
-  /** Queue expiry, ms since the epoch; 0 = none. */
+  /** Queue expiry on the deadline clock (converted from the dispatch's wall timestamp); 0 = none. */
   queueExpiry: number;
+  /** Wall clock. */
   acceptedAt: number;
   phase: AgentPhase;
   lifecycle: CommandLifecycle;

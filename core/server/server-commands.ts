@@ -229,7 +229,7 @@ export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, 
     }
   }
   st.incidentSeq++;
-  const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.now, acknowledged: false };
+  const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.wall, acknowledged: false };
   st.incidents.set(inc.id, inc);
   noteOpen(st, clientId, 1);
   ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
@@ -477,7 +477,8 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     if (Number(p.value.sizeBytes) !== bytes.length || toHex(env.ports.sha256(bytes)) !== toHex(p.value.sha256))
       return replyError(ctx, r.requestId, Code.VALIDATION, "script descriptor does not match the script bytes");
   }
-  const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? r.queueExpiry : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
+  // The operator's expiry is a wall-clock instant; it is kept on the deadline clock.
+  const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? Math.max(1, ctx.toDeadline(r.queueExpiry)) : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
   const specBytes = toBinary(ExecutionSpecSchema, r.spec);
   const hash = toHex(requestDigest(env, r.uuid, r.clientId, specBytes, r.queueExpiry ?? 0));
   const existing = st.commands.get(r.uuid);
@@ -511,7 +512,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     revision: 1,
     spec: r.spec,
     script: p.case === "script" ? r.script! : null,
-    createdAt: ctx.now,
+    createdAt: ctx.wall,
     committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0 },
     queueExpiry,
     state: L.QUEUED,
@@ -618,7 +619,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     // A command submitted in this very step may be dispatched at once: its
     // create and its `dispatched` record then share one persist batch, and the
     // send still waits for that batch to be durable (R-D1), one fsync not two.
-    if (c.state === L.QUEUED && ctx.now >= c.nextAttemptAt) {
+    if (c.state === L.QUEUED && retryDue(c, ctx.now)) {
       const cl = st.clients.get(c.clientId)!.capacity;
       const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
       if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
@@ -632,6 +633,15 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       pumpSignals(ctx, conn, c);
     }
   }
+}
+
+/**
+ * A capacity retry is due at `nextAttemptAt`, or at once when it is further
+ * away than the longest retry delay: a deadline clock re-anchored backwards
+ * at a restart must not hold a queued command back by the wall-clock step.
+ */
+function retryDue(c: ServerCommand, now: number): boolean {
+  return now >= c.nextAttemptAt || c.nextAttemptAt - now > CAPACITY_RETRY_CAP_MS;
 }
 
 /**
@@ -686,7 +696,7 @@ function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
       targetSessionGeneration: BigInt(conn.generation),
       issueTime: timestampFromMsLocal(c.createdAt),
       spec: c.spec,
-      queueExpiryTime: timestampFromMsLocal(c.queueExpiry),
+      queueExpiryTime: timestampFromMsLocal(ctx.toWall(c.queueExpiry)),
       immutableRequestSha256: fromHex(c.hash),
     }),
   });
@@ -913,7 +923,7 @@ export function handleCommandEvent(
     return;
   }
   const rev = safeNumber(ev.commandRevision) ?? 0;
-  const time = ev.time ? timestampMs(ev.time) : ctx.now;
+  const time = ev.time ? timestampMs(ev.time) : ctx.wall;
   const base = { seq, revision: rev, time, digest };
   let record: Record<string, unknown>;
   const e = ev.event;
@@ -1054,11 +1064,11 @@ function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): v
   // event range covers output events only; other events are never removed.
   let marker = c.retention[0];
   if (!marker) {
-    marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: [], at: ctx.now };
+    marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: [], at: ctx.wall };
     c.retention.push(marker);
   }
   marker.lastSeq = seg.lastSeq;
-  marker.at = ctx.now;
+  marker.at = ctx.wall;
   for (const r of seg.ranges) {
     const same = marker.ranges.find((x) => x.stream === r.stream && x.offset + x.length === r.offset);
     if (same) same.length += r.length;
@@ -1081,7 +1091,7 @@ export function commandDeadline(st: ServerState, now: number): number | null {
   for (const c of activeCommands(st)) {
     if (c.state === L.QUEUED) {
       take(c.queueExpiry);
-      if (c.nextAttemptAt > now) take(c.nextAttemptAt);
+      if (!retryDue(c, now)) take(c.nextAttemptAt);
     } else {
       const at = redeliveryAt(st, c);
       if (at !== null) take(at);

@@ -148,8 +148,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   return st;
 }
 
-export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv): Step<ServerState, ServerEffect> {
-  const ctx: ServerCtx = new StepContext(now);
+export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv, wall: number = now): Step<ServerState, ServerEffect> {
+  const ctx: ServerCtx = new StepContext(now, wall);
   switch (input.type) {
     case "tick":
       tick(st, ctx);
@@ -175,7 +175,7 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
         hb: newHeartbeat(now),
         ingressPending: 0,
         inflight: 0,
-        openedAt: now,
+        openedAt: wall,
         snapshotReceived: false,
       });
       break;
@@ -301,14 +301,14 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
       pendingClaim: null,
       authorization: null,
       capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
-      lastSeen: ctx.now,
+      lastSeen: ctx.wall,
     };
     st.clients.set(h.clientId, client);
   }
   const live = client.conn !== 0 ? st.conns.get(client.conn) : undefined;
   if (live && client.instanceId !== h.clientInstanceId) {
     const auth = client.authorization;
-    if (auth && auth.instanceId === h.clientInstanceId && auth.expiresAt > ctx.now) {
+    if (auth && auth.instanceId === h.clientInstanceId && !authorizationExpired(st, auth, ctx.now)) {
       client.authorization = null; // one-shot: consumed (R-F5)
       ctx.emit({ type: "trace", event: "authorization_consumed", detail: { client: h.clientId, instance: h.clientInstanceId } });
     } else {
@@ -316,7 +316,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
       const prev = client.pendingClaim;
       client.pendingClaim = {
         instanceId: h.clientInstanceId,
-        at: ctx.now,
+        at: ctx.wall,
         attempts: prev && prev.instanceId === h.clientInstanceId ? prev.attempts + 1 : 1,
       };
       ctx.persist(clientRecord(client));
@@ -331,11 +331,11 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   client.generation++;
   client.instanceId = h.clientInstanceId;
   client.conn = conn.conn;
-  client.lastSeen = ctx.now;
+  client.lastSeen = ctx.wall;
   client.capacity = { running: 0, queued: 0, maxRunning: h.maxRunningCommands, maxQueued: h.maxQueuedCommands };
   if (client.pendingClaim?.instanceId === h.clientInstanceId) client.pendingClaim = null;
   const auth = client.authorization;
-  if (auth && auth.expiresAt <= ctx.now) client.authorization = null;
+  if (auth && authorizationExpired(st, auth, ctx.now)) client.authorization = null;
   else if (auth && auth.instanceId === h.clientInstanceId) {
     // R-F5: the matching instance's first accepted registration consumes the
     // one-shot authorization, whichever path accepted it (here: no live
@@ -429,7 +429,7 @@ function welcome(st: ServerState, ctx: ServerCtx, connId: number, generation: nu
     case: "serverWelcome",
     value: create(ServerWelcomeSchema, {
       selectedProtocol: create(ProtocolVersionSchema, conn.version!),
-      serverTime: timestampFromMs(ctx.now),
+      serverTime: timestampFromMs(ctx.wall),
     }),
   }, "priority");
   // R-D6: ask about every command the server holds non-terminal for this client.
@@ -486,6 +486,16 @@ function dropConn(st: ServerState, connId: number): void {
   if (client && client.conn === connId) client.conn = 0;
 }
 
+/**
+ * An authorization is spent at its expiry, and also when it has more than its
+ * whole lifetime left: that only happens when the deadline clock was
+ * re-anchored backwards at a restart (the shells anchor it to the wall clock
+ * at start), and a one-shot grant must not outlive its TTL because of it.
+ */
+export function authorizationExpired(st: ServerState, auth: { expiresAt: number }, now: number): boolean {
+  return auth.expiresAt <= now || auth.expiresAt - now > st.config.limits.authorizationTtlMs;
+}
+
 function tick(st: ServerState, ctx: ServerCtx): void {
   for (const conn of [...st.conns.values()]) {
     if (ctx.now < heartbeatDeadline(conn.hb)) continue;
@@ -494,7 +504,7 @@ function tick(st: ServerState, ctx: ServerCtx): void {
     else if (v === "dead") closeConn(st, ctx, conn.conn, Code.UNSPECIFIED, "heartbeat: no inbound activity for 30 s", false);
   }
   for (const client of st.clients.values()) {
-    if (client.authorization && client.authorization.expiresAt <= ctx.now) {
+    if (client.authorization && authorizationExpired(st, client.authorization, ctx.now)) {
       client.authorization = null;
       ctx.persist(clientRecord(client));
     }

@@ -75,6 +75,7 @@ export interface RetentionMarker {
   firstSeq: number;
   lastSeq: number;
   ranges: Array<{ stream: StreamName; offset: number; length: number }>;
+  /** Wall clock (shown to readers). */
   at: number;
 }
 
@@ -87,6 +88,7 @@ export interface ServerCommand {
   spec: ExecutionSpec;
   /** Script bytes (script commands only) until the upload completes. */
   script: Uint8Array | null;
+  /** Wall clock (issue_time, shown to readers). */
   createdAt: number;
   /**
    * What readers (the control API, the TUI) may show: the outward state as of
@@ -95,6 +97,7 @@ export interface ServerCommand {
    * the core may have seen it.
    */
   committed: CommittedView;
+  /** Deadline clock; sent and shown converted to wall time. */
   queueExpiry: number;
   state: CommandLifecycle;
   terminalSource: TerminalSource;
@@ -102,6 +105,7 @@ export interface ServerCommand {
   everDispatched: boolean;
   /** Generation of the session it was last dispatched on. */
   dispatchedOn: number;
+  /** Deadline clock, as are nextAttemptAt and endedAt. */
   dispatchedAt: number;
   attempts: number;
   nextAttemptAt: number;
@@ -155,7 +159,7 @@ export interface PrunedCommand {
   storedThrough: number;
   exitCode: number | null;
   endedAt: number;
-  /** When it was pruned. */
+  /** When it was pruned (deadline clock: it orders the ledger). */
   at: number;
 }
 
@@ -177,9 +181,12 @@ export interface ClientRecord {
   instanceId: string;
   /** Live connection (0: none). */
   conn: number;
+  /** `at`: wall clock (shown to operators). */
   pendingClaim: { instanceId: string; at: number; attempts: number } | null;
+  /** `expiresAt`: deadline clock; shown converted to wall time. */
   authorization: { instanceId: string; expiresAt: number } | null;
   capacity: { running: number; queued: number; maxRunning: number; maxQueued: number };
+  /** Wall clock. */
   lastSeen: number;
 }
 
@@ -198,6 +205,7 @@ export interface ConnState {
   ingressPending: number;
   /** Commands dispatched on this session without an answer. */
   inflight: number;
+  /** Wall clock. */
   openedAt: number;
   /** The session's one ReconcileSnapshot has arrived (its result may still wait for durability). */
   snapshotReceived: boolean;
@@ -209,6 +217,7 @@ export interface Incident {
   uuid: string;
   kind: string;
   detail: string;
+  /** Wall clock (shown to operators). */
   at: number;
   acknowledged: boolean;
 }
@@ -284,7 +293,7 @@ export type ControlRequest =
       spec: ExecutionSpec;
       /** Script bytes for a script spec. */
       script?: Uint8Array;
-      /** ms since the epoch; 0 = default expiry. */
+      /** Wall clock, ms since the epoch (the operator's instant); 0 = default expiry. */
       queueExpiry?: number;
     }
   | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean }

@@ -53,7 +53,7 @@ import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbo
 import { killProcessGroup, startProcess, writeScriptFile, type ProcessHandle, type ProcessSpec, type ShellName, type SignalName } from "../exec/index.js";
 import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
 import { createLogger, type Logger } from "../runtime/log.js";
-import { NodeLoop, type Staged, type StagingLimits } from "../runtime/node-loop.js";
+import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { ProcRegistry } from "./proc-identity.js";
 import { tablesView } from "../storage/kv-store.js";
@@ -62,6 +62,8 @@ import type { DurableDb } from "../store/index.js";
 import { initZstd } from "../zstd/index.js";
 
 export interface AgentDaemonOptions {
+  /** Clock source (tests inject a fake wall clock); default the system's. */
+  time?: TimeSource;
   serverUrl: string;
   clientId: string;
   stateDir: string;
@@ -157,7 +159,7 @@ export class AgentDaemon {
     store.tables.clear();
     this.loop = new NodeLoop<AgentInput>(
       {
-        step: (input, now) => this.step(input, now),
+        step: (input, now, wall) => this.step(input, now, wall),
         staged: (conn, item) => this.stagedInput(conn, item),
         ingressFull: (conn) => ({ type: "ingress_full", conn }),
         durable: (through) => ({ type: "durable", through }),
@@ -165,6 +167,8 @@ export class AgentDaemon {
         onError: (err) => this.die(err),
       },
       opts.staging ?? DEFAULT_AGENT_STAGING,
+      undefined,
+      opts.time,
     );
     store.onDurable = (through) => this.loop.feedDurable(through);
     store.onError = (err) => {
@@ -176,7 +180,7 @@ export class AgentDaemon {
       }
     };
     this.deadlineTimer = setInterval(() => {
-      const now = Date.now();
+      const now = this.loop.now();
       for (const l of this.links.values()) l.writer.checkDeadline(now);
     }, 1000);
     this.deadlineTimer.unref();
@@ -228,10 +232,10 @@ export class AgentDaemon {
 
   // ------------------------------------------------------------------ the step
 
-  private step(input: AgentInput, now: number): void {
+  private step(input: AgentInput, now: number, wall: number): void {
     if (this.fatal || this.stopped) return;
     if (input.type === "process_output") this.queuedOutput -= input.data.length;
-    const r = agentStep(this.state, input, now, { ports: this.ports });
+    const r = agentStep(this.state, input, now, { ports: this.ports }, wall);
     if (this.opts.checkInvariants) agentInvariants(this.state);
     for (const e of r.effects) this.exec(e);
     this.flowControl(now);

@@ -19,9 +19,12 @@
  * connection cannot starve the others, R-W8). A slice ends after
  * `sliceMs` of work.
  *
- * Time: `now()` is Date.now() clamped to never go backwards (the cores want a
- * monotonic clock in epoch milliseconds). Timer: the cores emit one `wake`
- * effect per step; `setWake` keeps exactly one timer armed for the latest.
+ * Time: two clocks (see `DaemonClock`). `now()` is the deadline clock every
+ * timer, timeout and stored deadline uses: the wall clock read once at start
+ * plus monotonic time elapsed since, so a wall clock stepped by NTP or a VM
+ * resume moves no deadline. `wall()` is the wall clock itself, only for
+ * timestamps. Each step gets both. Timer: the cores emit one `wake` effect
+ * per step; `setWake` keeps exactly one timer armed for the latest.
  */
 
 export type Staged = { kind: "open" } | { kind: "frame"; data: Uint8Array; binary: boolean } | { kind: "closed"; reason: string };
@@ -45,8 +48,11 @@ interface StagingQueue {
 }
 
 export interface NodeLoopHooks<I> {
-  /** Run one reducer step and execute its effects. Must not throw for expected conditions. */
-  step(input: I, now: number): void;
+  /**
+   * Run one reducer step and execute its effects. Must not throw for expected
+   * conditions. `now`: deadline clock; `wall`: wall clock (timestamps only).
+   */
+  step(input: I, now: number, wall: number): void;
   /** The input for a staged frame or close of `conn`; null to skip it. */
   staged(conn: number, item: Staged): I | null;
   ingressFull(conn: number): I;
@@ -55,17 +61,61 @@ export interface NodeLoopHooks<I> {
   onError(err: unknown, input: I): void;
 }
 
-export class MonotonicClock {
+/** Where a daemon's time comes from; tests inject a fake one. */
+export interface TimeSource {
+  /** Wall clock, ms since the Unix epoch; may jump either way. */
+  wallMs(): number;
+  /** Monotonic clock, ms from an arbitrary origin; never jumps. */
+  monoMs(): number;
+}
+
+export const systemTime: TimeSource = { wallMs: () => Date.now(), monoMs: () => performance.now() };
+
+/**
+ * The daemons' two clocks.
+ *
+ * `now()` (the deadline clock) is the wall clock read once, when the clock is
+ * made (at process start), plus the monotonic time elapsed since; the wall
+ * clock is never read again for it. So within one process every duration
+ * (heartbeats, backoff, redelivery, queue expiry, authorization lifetime,
+ * history age) is real time whatever the wall clock does, and because the
+ * clock is anchored to the epoch, deadlines the cores persist (queue expiry,
+ * authorization expiry, end times for history age, capacity retry) still
+ * mean the same instant after a restart: the next process anchors to the
+ * wall clock again. The error a restart can bring is the wall-clock steps
+ * that happened during the previous run (the anchors differ by them), never
+ * a clock that restarts at 0. Whole milliseconds, never decreasing.
+ *
+ * `wall()` is the wall clock as it is now: for protobuf timestamps (event
+ * times, server_time, issue/claim/incident times shown to operators).
+ */
+export class DaemonClock {
+  private readonly anchorWall: number;
+  private readonly anchorMono: number;
   private last = 0;
+  constructor(private readonly source: TimeSource = systemTime) {
+    this.anchorWall = Math.floor(source.wallMs());
+    this.anchorMono = source.monoMs();
+  }
+
   now(): number {
-    const t = Date.now();
+    const t = this.anchorWall + Math.floor(this.source.monoMs() - this.anchorMono);
     if (t > this.last) this.last = t;
     return this.last;
+  }
+
+  wall(): number {
+    return Math.floor(this.source.wallMs());
+  }
+
+  /** A deadline-clock instant as wall time, at the current offset (for display). */
+  toWall(t: number): number {
+    return t + (this.wall() - this.now());
   }
 }
 
 export class NodeLoop<I> {
-  readonly clock = new MonotonicClock();
+  readonly clock: DaemonClock;
   private readonly internal: I[] = [];
   private internalHead = 0;
   private readonly staging = new Map<number, StagingQueue>();
@@ -82,10 +132,19 @@ export class NodeLoop<I> {
     private readonly hooks: NodeLoopHooks<I>,
     private readonly limits: StagingLimits,
     private readonly sliceMs = 10,
-  ) {}
+    time: TimeSource = systemTime,
+  ) {
+    this.clock = new DaemonClock(time);
+  }
 
+  /** The deadline clock. */
   now(): number {
     return this.clock.now();
+  }
+
+  /** The wall clock (timestamps only). */
+  wall(): number {
+    return this.clock.wall();
   }
 
   feed(input: I): void {
@@ -171,7 +230,7 @@ export class NodeLoop<I> {
   private run1(input: I): void {
     this.steps++;
     try {
-      this.hooks.step(input, this.now());
+      this.hooks.step(input, this.now(), this.wall());
     } catch (err) {
       this.hooks.onError(err, input);
     }

@@ -79,7 +79,7 @@ function invalid(message: string): ConnectError {
   return toConnectError({ code: Code.VALIDATION, message });
 }
 
-export function toCommand(c: ServerCommand): Command {
+export function toCommand(c: ServerCommand, d: Pick<FleetReader, "toWall">): Command {
   return create(CommandSchema, {
     issueUuid: c.uuid,
     clientId: c.clientId,
@@ -88,7 +88,7 @@ export function toCommand(c: ServerCommand): Command {
     revision: BigInt(c.committed.revision),
     spec: c.spec,
     createdTime: timestampFromMs(c.createdAt),
-    queueExpiryTime: timestampFromMs(c.queueExpiry),
+    queueExpiryTime: timestampFromMs(d.toWall(c.queueExpiry)),
     exitCode: c.committed.exitCode ?? undefined,
     signalName: c.committed.signalName,
     reason: c.committed.reason,
@@ -166,11 +166,11 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
       const request = { op: "submit" as const, requestId: requestId(req.requestId, "submit"), uuid, clientId: req.clientId, spec, queueExpiry };
       await call(script ? { ...request, script } : request);
-      return { command: toCommand(command(uuid)) };
+      return { command: toCommand(command(uuid), d) };
     },
 
     async getCommand(req) {
-      return { command: toCommand(command(req.issueUuid)) };
+      return { command: toCommand(command(req.issueUuid), d) };
     },
 
     async listCommands(req) {
@@ -185,7 +185,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const page = list.slice(start, start + size);
       list = [];
       return {
-        commands: page.map(toCommand),
+        commands: page.map((c) => toCommand(c, d)),
         nextPageToken: start + size < d.state.commands.size && page.length === size ? String(start + size) : "",
       };
     },
@@ -231,7 +231,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       if (req.clientId === "" || req.instanceId === "") throw invalid("client_id and instance_id are required");
       await call({ op: "authorize", requestId: requestId(req.requestId, "authorize"), clientId: req.clientId, instanceId: req.instanceId });
       const auth = d.state.clients.get(req.clientId)?.authorization;
-      return { expiryTime: auth ? timestampFromMs(auth.expiresAt) : undefined };
+      return { expiryTime: auth ? timestampFromMs(d.toWall(auth.expiresAt)) : undefined };
     },
 
     async listIncidents(req) {
@@ -278,8 +278,12 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 /** What the views of the fleet read: the daemon (its core state and per-connection facts). */
 export interface FleetReader {
   readonly state: ServerState;
+  /** Deadline clock (like the core's heartbeat times). */
   readonly lastActivity: ReadonlyMap<string, number>;
+  /** `lastInbound`: deadline clock. */
   sessionInfo(conn: number): { remote: string; lastInbound: number } | undefined;
+  /** A deadline-clock instant as wall time, for a timestamp shown to readers. */
+  toWall(t: number): number;
 }
 
 /** WatchFleet's command_clients bound (one request names at most this many). */
@@ -295,9 +299,10 @@ export function activeCounts(st: ServerState): Map<string, number> {
   return active;
 }
 
-/** Last inbound activity of a client: the latest frame the daemon saw, or when it last registered. */
+/** Last inbound activity of a client (wall clock): the latest frame the daemon saw, or when it last registered. */
 export function clientActivity(d: FleetReader, c: ClientRecord): number {
-  return d.lastActivity.get(c.clientId) ?? c.lastSeen;
+  const t = d.lastActivity.get(c.clientId);
+  return t !== undefined ? d.toWall(t) : c.lastSeen;
 }
 
 export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<string, number>): Client {
@@ -313,7 +318,7 @@ export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<
     maxQueuedCommands: c.capacity.maxQueued,
     activeCommands: active.get(c.clientId) ?? 0,
     authorizedInstanceId: c.authorization?.instanceId ?? "",
-    authorizationExpiryTime: c.authorization ? timestampFromMs(c.authorization.expiresAt) : undefined,
+    authorizationExpiryTime: c.authorization ? timestampFromMs(d.toWall(c.authorization.expiresAt)) : undefined,
     // The core's per-client retention index (R-O5) and the budget it enforces.
     retainedOutputBytes: BigInt(d.state.clientOutput.get(c.clientId)?.bytes ?? 0),
     outputBudgetBytes: BigInt(d.state.config.limits.outputPerClient),
@@ -321,7 +326,7 @@ export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<
   });
 }
 
-/** Last inbound time of a connection: the core's heartbeat view or the socket's, whichever is later. */
+/** Last inbound time of a connection (deadline clock): the core's heartbeat view or the socket's, whichever is later. */
 export function sessionInbound(d: FleetReader, c: ConnState): number {
   return Math.max(c.hb.lastInbound, d.sessionInfo(c.conn)?.lastInbound ?? 0);
 }
@@ -335,7 +340,7 @@ export function sessionView(d: FleetReader, c: ConnState): Session {
     generation: BigInt(c.generation),
     phase: c.phase,
     openedTime: timestampFromMs(c.openedAt),
-    lastInboundTime: timestampFromMs(sessionInbound(d, c)),
+    lastInboundTime: timestampFromMs(d.toWall(sessionInbound(d, c))),
     remoteAddress: d.sessionInfo(c.conn)?.remote ?? "",
   });
 }
@@ -494,7 +499,7 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     c = current();
     const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
     if (settled || !keepFollowing) {
-      yield { issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c) } };
+      yield { issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c, d) } };
       return;
     }
     // Wait only if nothing new was committed while we were sending.

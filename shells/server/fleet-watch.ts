@@ -203,7 +203,8 @@ export class FleetWatch {
 
   private schedule(): void {
     if (this.timer) return;
-    const wait = Math.max(0, this.lastFlush + this.flushMs - Date.now());
+    // Monotonic: a wall clock stepped back must not hold the flush for as long.
+    const wait = Math.max(0, this.lastFlush + this.flushMs - performance.now());
     this.timer = setTimeout(() => {
       this.timer = null;
       this.flush();
@@ -214,7 +215,7 @@ export class FleetWatch {
   flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    this.lastFlush = Date.now();
+    this.lastFlush = performance.now();
     const st = this.d.state;
     const changes: Change[] = [];
     const change = (c: WatchFleetResponse["change"], commandOf: string | null = null): void => {
@@ -278,7 +279,7 @@ export class FleetWatch {
         continue;
       }
       if (c.committed.state === CommandLifecycle.UNSPECIFIED) continue;
-      change({ case: "command", value: toCommand(c) }, c.clientId);
+      change({ case: "command", value: toCommand(c, this.d) }, c.clientId);
     }
     this.dirtyCommands.clear();
 
@@ -347,6 +348,6 @@ export class FleetWatch {
       if ((w.wantsAll() && i < WATCH_COMMANDS_PER_CLIENT) || (clients.has(c.clientId) && n < WATCH_COMMANDS_PER_CLIENT)) picked.add(c.uuid);
       per.set(c.clientId, n + 1);
     }
-    return all.filter((c) => picked.has(c.uuid)).map(toCommand);
+    return all.filter((c) => picked.has(c.uuid)).map((c) => toCommand(c, this.d));
   }
 }

@@ -49,7 +49,7 @@ import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
 import { createLogger, type Logger } from "../runtime/log.js";
-import { NodeLoop, type Staged, type StagingLimits } from "../runtime/node-loop.js";
+import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
@@ -66,6 +66,8 @@ export interface HostPort {
 }
 
 export interface ServerDaemonOptions {
+  /** Clock source (tests inject a fake wall clock); default the system's. */
+  time?: TimeSource;
   listen: HostPort;
   control: HostPort;
   dataDir: string;
@@ -126,7 +128,7 @@ export class ServerDaemon {
   private readonly wss: WebSocketServer;
   private readonly deadlineTimer: NodeJS.Timeout;
   private closing = false;
-  /** Last inbound activity per client id (for ListClients). */
+  /** Last inbound activity per client id (for ListClients), deadline clock. */
   readonly lastActivity = new Map<string, number>();
   /** WatchFleet: told after every step, pushes changes to the watchers. */
   readonly watch: FleetWatch;
@@ -146,7 +148,7 @@ export class ServerDaemon {
     this.watch = new FleetWatch(this, opts.watch);
     this.loop = new NodeLoop<ServerInput>(
       {
-        step: (input, now) => this.step(input, now),
+        step: (input, now, wall) => this.step(input, now, wall),
         staged: (conn, item) => this.stagedInput(conn, item),
         ingressFull: (conn) => ({ type: "ingress_full", conn }),
         durable: (through) => ({ type: "durable", through }),
@@ -154,6 +156,8 @@ export class ServerDaemon {
         onError: (err) => this.die(err),
       },
       opts.staging ?? DEFAULT_SERVER_STAGING,
+      undefined,
+      opts.time,
     );
     storage.onDurable = (through) => this.loop.feedDurable(through);
     storage.onError = (err) => this.die(err);
@@ -183,7 +187,7 @@ export class ServerDaemon {
     });
     this.controlHttp.on("clientError", (_err, socket) => socket.destroy());
     this.deadlineTimer = setInterval(() => {
-      const now = Date.now();
+      const now = this.loop.now();
       for (const c of this.conns.values()) c.writer.checkDeadline(now);
     }, 1000);
     this.deadlineTimer.unref();
@@ -243,14 +247,14 @@ export class ServerDaemon {
       tokenClient,
       helloChecked: tokenClient === ANY_CLIENT,
       refused: false,
-      lastInbound: Date.now(),
+      lastInbound: this.loop.now(),
       lastActivityFed: 0,
     };
     this.conns.set(conn, info);
     // conn_open, the frames and conn_closed go through one ordered queue.
     this.loop.openStaging(conn);
     ws.on("message", (data, isBinary) => {
-      const now = Date.now();
+      const now = this.loop.now();
       info.lastInbound = now;
       this.loop.stage(conn, messageBytes(data), isBinary);
       if (now - info.lastActivityFed > 1000) {
@@ -259,7 +263,7 @@ export class ServerDaemon {
       }
     });
     const activity = (): void => {
-      info.lastInbound = Date.now();
+      info.lastInbound = this.loop.now();
       info.lastActivityFed = info.lastInbound;
       this.loop.feed({ type: "activity", conn });
     };
@@ -300,9 +304,9 @@ export class ServerDaemon {
 
   // ------------------------------------------------------------------ the step
 
-  private step(input: ServerInput, now: number): void {
+  private step(input: ServerInput, now: number, wall: number): void {
     if (this.fatal) return;
-    const r = serverStep(this.state, input, now, { ports: this.ports });
+    const r = serverStep(this.state, input, now, { ports: this.ports }, wall);
     if (this.opts.checkInvariants) serverInvariants(this.state);
     for (const e of r.effects) this.exec(e);
     if (input.type === "frame") {
@@ -385,6 +389,11 @@ export class ServerDaemon {
       this.notifyScheduled = false;
       for (const w of [...this.waiters]) w();
     });
+  }
+
+  /** A deadline-clock instant (the core's deadlines, heartbeat times) as wall time, for display. */
+  toWall(t: number): number {
+    return this.loop.clock.toWall(t);
   }
 
   sessionInfo(conn: number): { remote: string; lastInbound: number } | undefined {

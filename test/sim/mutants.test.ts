@@ -65,4 +65,9 @@ describe("broken cores are caught", () => {
     const c = caught("ignore-fencing", ["R-F7"], 10);
     expect(c.message).toMatch(/stale/);
   }, 120_000);
+
+  it("clock: a server whose timestamps come from its deadline clock (one clock for both) is caught under clock_skew", () => {
+    const c = caught("one-clock", ["wall-clock"], 10);
+    expect(c.message).toMatch(/server_time \d+ is not the server's wall clock/);
+  }, 120_000);
 });

@@ -54,7 +54,10 @@ export interface Proc {
 }
 
 export class Harness {
+  /** The deadline clock every node is stepped with. */
   now = 1_700_000_000_000;
+  /** Wall clock minus deadline clock (every node's wall clock is `now + wallStep`). */
+  wallStep = 0;
   server: ServerState;
   serverDisk = new Disk();
   agents = new Map<string, { st: AgentState; disk: Disk; conn: number; serverConn: number; cfg: AgentConfig; procs: Map<string, Proc>; spawns: string[] }>();
@@ -121,7 +124,7 @@ export class Harness {
   }
 
   serverInput(input: ServerInput): void {
-    const r = serverStep(this.server, input, this.now, { ports: testPorts });
+    const r = serverStep(this.server, input, this.now, { ports: testPorts }, this.now + this.wallStep);
     serverInvariants(this.server);
     for (const e of r.effects) this.serverEffect(e);
   }
@@ -132,7 +135,7 @@ export class Harness {
 
   agentInput(clientId: string, input: AgentInput): void {
     const a = this.agents.get(clientId)!;
-    const r = agentStep(a.st, input, this.now, { ports: testPorts });
+    const r = agentStep(a.st, input, this.now, { ports: testPorts }, this.now + this.wallStep);
     agentInvariants(a.st);
     if (this.inAgent.has(clientId)) {
       for (const e of r.effects) this.agentEffect(clientId, e);
@@ -144,7 +147,7 @@ export class Harness {
       const q = this.local.get(clientId) ?? [];
       while (q.length > 0) {
         const next = q.shift()!;
-        const r2 = agentStep(a.st, next, this.now, { ports: testPorts });
+        const r2 = agentStep(a.st, next, this.now, { ports: testPorts }, this.now + this.wallStep);
         agentInvariants(a.st);
         for (const e of r2.effects) this.agentEffect(clientId, e);
       }

@@ -63,7 +63,10 @@ export const output = (stream: OutputStream, offset: number, raw: Uint8Array, ov
 
 /** One server, stepped by hand, with fake agents that are just connection numbers. */
 export class ServerRig {
+  /** The deadline clock. */
   now = T0;
+  /** Wall clock minus deadline clock. */
+  wallStep = 0;
   st: ServerState;
   cfg: ServerConfig;
   disk = new Disk();
@@ -81,7 +84,7 @@ export class ServerRig {
   }
 
   step(input: ServerInput): ServerEffect[] {
-    const r = serverStep(this.st, input, this.now, { ports: testPorts });
+    const r = serverStep(this.st, input, this.now, { ports: testPorts }, this.now + this.wallStep);
     serverInvariants(this.st);
     for (const e of of(r.effects, "persist"))
       for (const rec of e.records) expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value, ...(rec.prefix ? { prefix: true } : {}) });
