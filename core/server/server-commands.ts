@@ -109,6 +109,8 @@ export function viewOf(c: ServerCommand): CommittedView {
     storedThrough: c.receivedThrough,
     revision: c.revision,
     stdinAssigned: c.stdin.nextSeq - 1,
+    startedTime: c.startedTime,
+    endedTime: c.endedTime,
   };
 }
 
@@ -161,6 +163,9 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
       dispatchedOn: 0,
       // Records written before history pruning lack these three.
       endedAt: r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0),
+      // Records written before command times lack these two.
+      startedTime: r.startedTime ?? 0,
+      endedTime: r.endedTime ?? 0,
       specBytes: r.specBytes ?? toBinary(ExecutionSpecSchema, r.spec).length,
       rowEvents: r.rowEvents ?? 0,
       charged: 0,
@@ -174,6 +179,8 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
         storedThrough: r.storedThrough,
         revision: r.revision,
         stdinAssigned: r.stdin.nextSeq - 1,
+        startedTime: r.startedTime ?? 0,
+        endedTime: r.endedTime ?? 0,
       },
     };
     st.commands.set(uuid, c);
@@ -316,11 +323,14 @@ export function noteOutput(st: ServerState, c: ServerCommand, delta: number): vo
   else e.uuids.delete(c.uuid);
 }
 
-function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = ""): void {
+/** `at`: the wall time of the transition (the agent's event time for its own events). */
+function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = "", at = ctx.wall): void {
   assert(!isTerminal(c.state), `terminal ${L[c.state]} of ${c.uuid} may not change to ${L[to]}`);
   assert(canTransition(c.state, to), `illegal transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
   c.state = to;
+  if (to === L.RUNNING && c.startedTime === 0) c.startedTime = at;
   if (isTerminal(to)) {
+    c.endedTime = at;
     st.active.delete(c.uuid);
     noteEnded(st, c, ctx.now);
     c.terminalSource = source;
@@ -513,7 +523,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     spec: r.spec,
     script: p.case === "script" ? r.script! : null,
     createdAt: ctx.wall,
-    committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0 },
+    committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0, startedTime: 0, endedTime: 0 },
     queueExpiry,
     state: L.QUEUED,
     terminalSource: "",
@@ -540,6 +550,8 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     requests: { [r.requestId]: 1 },
     digests: {},
     endedAt: 0,
+    startedTime: 0,
+    endedTime: 0,
     specBytes: specBytes.length,
     rowEvents: 0,
     charged: 0,
@@ -967,7 +979,7 @@ export function handleCommandEvent(
       if (e.value.exitCode !== undefined) c.exitCode = e.value.exitCode;
       c.signalName = e.value.signalName;
       record = { ...base, kind: "lifecycle", state: to, exitCode: e.value.exitCode ?? null, signalName: e.value.signalName, reason: e.value.reason, error: e.value.error ? { code: e.value.error.code, message: e.value.error.message } : null };
-      if (to !== c.state) setState(st, ctx, c, to, "agent", e.value.reason);
+      if (to !== c.state) setState(st, ctx, c, to, "agent", e.value.reason, time);
       if (isTerminal(to)) c.signals = [];
       break;
     }

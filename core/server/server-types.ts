@@ -137,6 +137,10 @@ export interface ServerCommand {
   digests: Record<number, number>;
   /** When it became terminal (0 while active): history is pruned in this order. */
   endedAt: number;
+  /** Wall clock: when its process started (the agent's RUNNING event), 0 if it never ran. */
+  startedTime: number;
+  /** Wall clock: when it became terminal (the agent's event time, or the server's clock for a server-made end); 0 while active. */
+  endedTime: number;
   /** Encoded ExecutionSpec bytes (charged to the metadata tier). */
   specBytes: number;
   /** Stored events that are rows rather than segment output (lifecycle, acks, markers). */
@@ -172,6 +176,9 @@ export interface CommittedView {
   /** Revisions and stdin write_seqs durably assigned: only those may be sent. */
   revision: number;
   stdinAssigned: number;
+  /** Wall clock, as in ServerCommand (0: not yet). */
+  startedTime: number;
+  endedTime: number;
 }
 
 export interface ClientRecord {

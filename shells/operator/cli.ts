@@ -27,6 +27,7 @@ import { humanBytes } from "./markers.js";
 import {
   claimInfo,
   commandInfo,
+  durationText,
   incidentInfo,
   lifecycleEnum,
   LIFECYCLES,
@@ -524,6 +525,9 @@ export function describeCommand(c: CommandInfo): string {
     ["stdin", c.stdinOpen ? `open (acked through write ${c.stdinAckedThrough})` : "closed (/dev/null)"],
     ["timeout", c.timeoutMs ? `${c.timeoutMs} ms` : "none"],
     ["created", iso(c.createdAt)],
+    ["started", c.startedAt !== null ? iso(c.startedAt) : "-"],
+    ["ended", c.endedAt !== null ? iso(c.endedAt) : "-"],
+    ["duration", durationText(c, Date.now())],
     ["queue expiry", iso(c.queueExpiry)],
     ["events stored", `through ${c.storedThrough}`],
     ["output retained", `${humanBytes(c.retainedBytes)}${c.retentionMarkers ? ` (${c.retentionMarkers} retention markers: older output removed)` : ""}`],
@@ -868,8 +872,8 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
   }
   ctx.out(
     table(
-      ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "PROGRAM"],
-      rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program]),
+      ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "DURATION", "PROGRAM"],
+      rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), durationText(c, Date.now()), c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program]),
     ),
   );
   if (r.nextPageToken !== "" && rows.length >= limit) ctx.err(`(more than ${limit}; --limit N shows more)`);

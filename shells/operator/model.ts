@@ -135,6 +135,12 @@ export interface CommandInfo {
   terminalSource: "agent" | "server" | "";
   createdAt: number | null;
   queueExpiry: number | null;
+  /** When its process started (agent's clock); null if it never ran. */
+  startedAt: number | null;
+  /** When it ended; null while active. */
+  endedAt: number | null;
+  /** endedAt - startedAt once both are known (how long the process ran); null otherwise. */
+  durationMs: number | null;
   /** A one-line summary of what runs: `sh: echo hi`, `argv: ls -l`, `script (120 B, /bin/sh)`. */
   program: string;
   cwd: string;
@@ -185,6 +191,30 @@ export function shellQuote(s: string): string {
   return /^[A-Za-z0-9_@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
+/** Start, end and the duration between them (wall clock, ms). */
+export function times(startedAt: number | null, endedAt: number | null): Pick<CommandInfo, "startedAt" | "endedAt" | "durationMs"> {
+  return { startedAt, endedAt, durationMs: startedAt !== null && endedAt !== null ? Math.max(0, endedAt - startedAt) : null };
+}
+
+/** A duration as people read it: 850ms, 12.3s, 3m04s, 1h02m, 2d03h. */
+export function humanDuration(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s < 10 ? s.toFixed(1) : Math.floor(s)}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(Math.floor(s % 60)).padStart(2, "0")}s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h}h${String(m % 60).padStart(2, "0")}m`;
+  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
+}
+
+/** The DURATION column: how long it ran, or has been running ("12s…"); "-" if it never ran. */
+export function durationText(c: Pick<CommandInfo, "startedAt" | "durationMs">, now: number): string {
+  if (c.durationMs !== null) return humanDuration(c.durationMs);
+  if (c.startedAt !== null) return `${humanDuration(Math.max(0, now - c.startedAt))}…`;
+  return "-";
+}
+
 export function commandInfo(c: Command): CommandInfo {
   return {
     uuid: c.issueUuid,
@@ -197,6 +227,7 @@ export function commandInfo(c: Command): CommandInfo {
     terminalSource: c.terminalSource === TerminalSource.AGENT ? "agent" : c.terminalSource === TerminalSource.SERVER ? "server" : "",
     createdAt: ms(c.createdTime),
     queueExpiry: ms(c.queueExpiryTime),
+    ...times(ms(c.startedTime), ms(c.endedTime)),
     program: programSummary(c.spec),
     cwd: c.spec?.cwd ?? "",
     stdinOpen: c.spec?.stdinOpen ?? false,

@@ -99,6 +99,8 @@ export function toCommand(c: ServerCommand, d: Pick<FleetReader, "toWall">): Com
     dispatchAttempts: c.attempts,
     stdinAckedThrough: BigInt(c.stdin.ackedThrough),
     requestSha256: c.hash,
+    startedTime: c.committed.startedTime > 0 ? timestampFromMs(c.committed.startedTime) : undefined,
+    endedTime: c.committed.endedTime > 0 ? timestampFromMs(c.committed.endedTime) : undefined,
   });
 }
 

@@ -191,6 +191,33 @@ describe("rvbox run", () => {
     expect(r.stdout).toBe("");
   });
 
+  it("get, ls and --json show when a command started and ended and how long it ran", async () => {
+    const t0 = Date.now();
+    const r = await cli(["run", "host-a", "-f", "--", "sleep", "0.3"], { env });
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    const js = JSON.parse((await cli(["get", id, "--json"], { env })).stdout) as { startedAt: number; endedAt: number; durationMs: number; createdAt: number };
+    expect(js.startedAt).toBeGreaterThanOrEqual(js.createdAt - 1000);
+    expect(js.startedAt).toBeGreaterThanOrEqual(t0 - 1000);
+    expect(js.endedAt - js.startedAt).toBe(js.durationMs);
+    expect(js.durationMs).toBeGreaterThanOrEqual(250);
+    expect(js.durationMs).toBeLessThan(30_000);
+    const g = (await cli(["get", id], { env })).stdout;
+    expect(g).toMatch(new RegExp(`started\\s+${new Date(js.startedAt).toISOString().slice(0, 19)}`));
+    expect(g).toMatch(/ended\s+\d{4}-/);
+    expect(g).toMatch(/duration\s+\d+(\.\d)?s|duration\s+\d+ms/);
+    const ls = (await cli(["ls", "--client", "host-a", "--limit", "50"], { env })).stdout;
+    expect(ls.split("\n")[0]).toMatch(/CREATED\s+DURATION\s+PROGRAM/);
+    // A running command shows how long it has been running; one that never ran shows "-".
+    const run = (await cli(["run", "host-a", "--", "sleep", "5"], { env })).stdout.trim();
+    await waitRunning(run);
+    await new Promise((res) => setTimeout(res, 1100));
+    expect((await cli(["get", run], { env })).stdout).toMatch(/duration\s+\d+(\.\d)?s…/);
+    await cli(["cancel", run], { env });
+    const missing = await cli(["run", "host-a", "-f", "--", "no-such-program-xyz"], { env });
+    const mid = /command ([0-9a-f-]{36})/.exec(missing.stderr)![1]!;
+    expect(JSON.parse((await cli(["get", mid, "--json"], { env })).stdout)).toMatchObject({ startedAt: null, durationMs: null });
+  });
+
   it("runs as a real child process with RVBOX_SERVER / RVBOX_TOKEN_FILE and exits with the command's code", async () => {
     const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "shells/operator/main.ts"), "run", "host-a", "--follow", "--shell", "--", "echo child; exit 3"], {
       cwd: ROOT,

@@ -7,6 +7,7 @@
 // dedup; restart; and each invariant with a deliberately corrupted state.
 import { createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import {
   ClientHelloSchema,
@@ -1159,6 +1160,46 @@ describe("pumping stdin, signals and scripts", () => {
 
 // ====================================================================== reconcile
 
+describe("command times", () => {
+  it("started and ended times come from the agent's RUNNING and terminal events, reach readers once durable, and survive a restart", () => {
+    const r = new ServerRig();
+    const a = r.connect("a");
+    r.submit("a", "c");
+    r.accept(a, "c");
+    const started = T0 + 5_000;
+    const ended = T0 + 9_250;
+    r.event(a, "c", 1, lifecycle(L.RUNNING), 1n);
+    expect(r.cmd("c").startedTime).toBe(T0); // no event time: the server's wall clock
+    r.autoDurable = false;
+    const ev = (seq: number, state: L, t: number, extra = {}) =>
+      r.frame(a, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "c", eventSeq: BigInt(seq), commandRevision: 1n, time: timestampFromMs(t), event: lifecycle(state, extra) }) });
+    ev(2, L.SUCCEEDED, ended, { exitCode: 0 });
+    expect(r.cmd("c")).toMatchObject({ startedTime: T0, endedTime: ended });
+    expect(r.cmd("c").committed.endedTime).toBe(0); // not durable yet: readers do not see it
+    r.flush();
+    expect(r.cmd("c").committed).toMatchObject({ startedTime: T0, endedTime: ended });
+    // A second command with an event time on RUNNING.
+    r.autoDurable = true;
+    r.submit("a", "d");
+    r.accept(a, "d");
+    r.frame(a, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "d", eventSeq: 1n, commandRevision: 1n, time: timestampFromMs(started), event: lifecycle(L.RUNNING) }) });
+    expect(r.cmd("d").committed).toMatchObject({ startedTime: started, endedTime: 0 });
+    const back = restoreServer(r.cfg, r.disk.tables(), 2);
+    expect(back.commands.get("c")!.committed).toMatchObject({ startedTime: T0, endedTime: ended });
+    expect(back.commands.get("d")!.committed).toMatchObject({ startedTime: started, endedTime: 0 });
+  });
+
+  it("a command the server ends itself gets the server's wall time as its end, and no start", () => {
+    const r = new ServerRig();
+    r.step({ type: "conn_closed", conn: r.connect("a"), reason: "offline" });
+    r.submit("a", "q");
+    r.now = T0 + 1000;
+    r.control({ op: "signal", requestId: "x", uuid: "q", signal: SignalKind.CANCEL });
+    expect(r.cmd("q").state).toBe(L.CANCELLED);
+    expect(r.cmd("q").committed).toMatchObject({ startedTime: 0, endedTime: T0 + 1000 });
+  });
+});
+
 describe("reconciliation at the server", () => {
   it("R-D6: a request names at most its target bound, in-flight commands first, then queued oldest first; the rest wait for a normal dispatch", () => {
     const n = 6;
@@ -1365,7 +1406,7 @@ describe("server restart", () => {
     expect([...back.incidents.keys()]).toEqual(["inc-2"]);
     const c1 = back.commands.get("c1")!;
     expect(c1).toMatchObject({ state: L.RUNNING, storedThrough: 2, receivedThrough: 2, dispatchedOn: 0, streamNext: { stdout: 5, stderr: 0 } });
-    expect(c1.committed).toEqual({ state: L.RUNNING, exitCode: null, signalName: "", reason: "", storedThrough: 2, revision: 1, stdinAssigned: 1 });
+    expect(c1.committed).toEqual({ state: L.RUNNING, exitCode: null, signalName: "", reason: "", storedThrough: 2, revision: 1, stdinAssigned: 1, startedTime: T0, endedTime: 0 });
     expect(Object.keys(c1.digests).map(Number)).toEqual([1, 2]);
     expect(c1.digests).toEqual(r.cmd("c1").digests);
     expect(c1.stdin).toEqual({ ...r.cmd("c1").stdin, sentThrough: r.cmd("c1").stdin.ackedThrough });
@@ -1664,9 +1705,9 @@ describe("server edges found by the mutation run", () => {
     r.autoDurable = false;
     r.submit("offline", "c1");
     expect(r.cmd("c1")).toMatchObject({ revision: 1, state: L.QUEUED, terminalSource: "", everDispatched: false, dispatchedOn: 0, attempts: 0, nextAttemptAt: 0, exitCode: null, signalName: "", reason: "", script: null, createdAt: T0, queueExpiry: T0 + 24 * 60 * 60_000 });
-    expect(r.cmd("c1").committed).toEqual({ state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0 });
+    expect(r.cmd("c1").committed).toEqual({ state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0, startedTime: 0, endedTime: 0 });
     r.flush();
-    expect(r.cmd("c1").committed).toEqual({ state: L.QUEUED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 1, stdinAssigned: 0 });
+    expect(r.cmd("c1").committed).toEqual({ state: L.QUEUED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 1, stdinAssigned: 0, startedTime: 0, endedTime: 0 });
     r.autoDurable = true;
     const s = new ServerRig();
     const c = s.connect();

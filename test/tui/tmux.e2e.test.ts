@@ -48,7 +48,7 @@ describe.skipIf(!hasTmux)("TUI in tmux against a real server and agent", () => {
     term.type("echo tmux-hello; sleep 1; echo tmux-bye >&2; exit 3");
     term.keys("Enter");
     scr = await term.waitFor((x) => x.includes("tmux-bye") && /failed \(exit 3\)/.test(x), "live output and the exit");
-    expect(scr).toMatch(/on tmux-a · failed \(exit 3\) · rev 1 · sh: echo tmux-hello/);
+    expect(scr).toMatch(/on tmux-a · failed \(exit 3\) · \d+(\.\d)?(ms|s) · rev 1 · sh: echo tmux-hello/);
     expect(scr).toContain("tmux-hello");
     expect(scr).toContain("── failed (exit 3) · event");
 

@@ -23,7 +23,7 @@ import { isTerminal } from "../../core/dispatch/lifecycle.js";
 import { serverEventKey } from "../../core/server/server-commands.js";
 import type { ServerCommand, ServerState } from "../../core/server/server-types.js";
 import { viewerElisionText } from "../../shells/operator/markers.js";
-import { lifecycleName, programSummary, truncationSource, type ByteSpan, type OutputItem } from "../../shells/operator/model.js";
+import { lifecycleName, programSummary, times, truncationSource, type ByteSpan, type OutputItem } from "../../shells/operator/model.js";
 import { EPOCH, type AgentHost } from "../../sim/hosts.js";
 import { SimFailure } from "../../sim/oracles.js";
 import { planSchedule } from "../../sim/schedule.js";
@@ -332,6 +332,7 @@ export class SimSource implements DataSource, TimelineControl {
         terminalSource: c.terminalSource,
         createdAt: c.createdAt,
         queueExpiry: c.queueExpiry,
+        ...times(c.committed.startedTime || null, c.committed.endedTime || null),
         program: programSummary(c.spec),
         cwd: c.spec.cwd,
         stdinOpen: c.spec.stdinOpen,

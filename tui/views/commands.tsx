@@ -2,6 +2,7 @@
 import React from "react";
 import { ago, shortId, stateColor } from "../format.js";
 import type { CommandInfo } from "../source.js";
+import { durationText } from "../../shells/operator/model.js";
 import { Table, type Column } from "./table.js";
 
 export function outcomeText(c: CommandInfo): string {
@@ -17,6 +18,7 @@ export function commandColumns(now: number, allClients: boolean): Array<Column<C
     { title: "REV", width: 3, align: "right", value: (c) => String(c.revision) },
     { title: "EXIT", width: 9, value: (c) => outcomeText(c) || "-" },
     { title: "CREATED", width: 10, hideBelow: 70, value: (c) => ago(c.createdAt, now) },
+    { title: "DURATION", width: 9, align: "right", hideBelow: 80, value: (c) => durationText(c, now) },
     { title: "EVENTS", width: 6, align: "right", hideBelow: 90, value: (c) => String(c.storedThrough) },
     { title: "PROGRAM", width: "flex", min: 10, value: (c) => c.program },
     { title: "REASON", width: "flex", min: 8, hideBelow: 120, value: (c) => c.reason },

@@ -10,6 +10,7 @@ import { Box, Text } from "ink";
 import { clip, fit, shortId, stateColor } from "../format.js";
 import type { OutputLine, OutputSnapshot } from "../source.js";
 import { outcomeText } from "./commands.js";
+import { durationText } from "../../shells/operator/model.js";
 
 function wrap(text: string, width: number): string[] {
   if (width <= 0) return [];
@@ -72,7 +73,7 @@ export function OutputView(p: OutputViewProps): React.ReactElement {
   const s = p.snapshot;
   const c = s.command;
   const title = c
-    ? `${shortId(c.uuid, 13)} on ${c.clientId} · ${c.state}${outcomeText(c) ? ` (${outcomeText(c)})` : ""} · rev ${c.revision} · ${c.program}`
+    ? `${shortId(c.uuid, 13)} on ${c.clientId} · ${c.state}${outcomeText(c) ? ` (${outcomeText(c)})` : ""}${c.startedAt !== null ? ` · ${durationText(c, Date.now())}` : ""} · rev ${c.revision} · ${c.program}`
     : `${s.uuid}`;
   const markers = s.items.filter((i) => i.kind === "truncation" || i.kind === "incomplete" || i.kind === "gap").length;
   const status = [
