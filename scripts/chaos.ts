@@ -18,7 +18,7 @@
 // --fault-every S (12), --dir DIR (keep the run there), --keep, --no-build,
 // --dist DIR (build into / run from DIR instead of dist/), --no-disk-full.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -88,6 +88,7 @@ export function parseChaosArgs(argv: string[]): Opts {
     }
   }
   if (Number.isNaN(o.minutes)) fail(`--minutes is required (${USAGE})`);
+  if (!argv.some((a) => a === "--fault-every" || a.startsWith("--fault-every="))) o.faultEvery = o.light ? 5 : 12;
   return o;
 }
 
@@ -208,6 +209,10 @@ class Chaos {
   violations: Violation[] = [];
   notes: string[] = [];
   faults = new Map<string, number>();
+  /** sha256 of every CommandEvent seen on the wire, by uuid/seq: resends must be identical (R-O2). */
+  wire = new Map<string, string>();
+  resends = 0;
+  wireEvents = 0;
   faultsOn = true;
   submitting = true;
   stopping = false;
@@ -319,7 +324,7 @@ class Chaos {
     for (let i = 0; i < this.o.agents; i++) {
       const id = `chaos-a${i}`;
       this.clientIds.push(id);
-      const proxy = new TcpProxy(this.agentPort, "127.0.0.1", { tap: false });
+      const proxy = new TcpProxy(this.agentPort, "127.0.0.1", { onEvent: (e) => this.onWire(e.uuid, e.seq, e.bytes) });
       await proxy.start();
       this.proxies.push(proxy);
       const state = path.join(this.dir, `agent-${i}`);
@@ -342,6 +347,18 @@ class Chaos {
       const cs = await this.ctl.listClients({}).catch(() => null);
       if (cs && this.clientIds.every((id) => cs.clients.some((c) => c.clientId === id && c.connected))) break;
       await sleep(200);
+    }
+  }
+
+  onWire(uuid: string, seq: number, bytes: Buffer): void {
+    this.wireEvents++;
+    const k = `${uuid}/${seq}`;
+    const h = createHash("sha256").update(bytes).digest("base64");
+    const prev = this.wire.get(k);
+    if (prev === undefined) this.wire.set(k, h);
+    else {
+      this.resends++;
+      if (prev !== h) this.violation("resend-differs", `event ${seq} was resent with different bytes`, uuid);
     }
   }
 
@@ -623,11 +640,19 @@ class Chaos {
   async faultLoop(): Promise<void> {
     const r = this.rng;
     let lastDiskFull = 0;
+    const weights = { "kill9-server": 14, "kill9-agent": 20, "term-restart": 4, cut: 18, "cut-all": 5, stall: 12, "stall-up": 6, "stall-down": 6, "disk-full": 8 };
+    // Every kind once first (in a seeded order), so even a short run sees each of them.
+    const first = Object.keys(weights).filter((k) => k !== "disk-full" || this.mounted !== null) as Array<keyof typeof weights>;
+    for (let i = first.length - 1; i > 0; i--) {
+      const j = r.int(0, i);
+      [first[i], first[j]] = [first[j]!, first[i]!];
+    }
     while (this.faultsOn && !this.aborter.signal.aborted) {
       await sleep(r.int(this.o.faultEvery * 500, this.o.faultEvery * 1500));
       if (!this.faultsOn) break;
       const canDisk = this.mounted !== null && Date.now() - lastDiskFull > (this.o.light ? 20_000 : 180_000);
-      const kind = r.weighted({ "kill9-server": 14, "kill9-agent": 20, "term-restart": 4, cut: 18, "cut-all": 5, stall: 12, "stall-up": 6, "stall-down": 6, ...(canDisk ? { "disk-full": 8 } : {}) });
+      const { "disk-full": diskWeight, ...rest } = weights;
+      const kind = first.shift() ?? r.weighted<keyof typeof weights>(canDisk ? { ...rest, "disk-full": diskWeight } : rest);
       const a = r.int(0, this.o.agents - 1);
       this.fault(kind);
       this.log(`fault ${kind}${kind.includes("agent") || kind.startsWith("cut") && kind !== "cut-all" || kind.startsWith("stall") ? ` agent-${a}` : ""}`);
@@ -643,13 +668,13 @@ class Chaos {
           else if (kind === "stall-up") p.stallUpstream();
           else p.stallDownstream();
           // Below and above the 30 s heartbeat deadline.
-          await sleep(r.next() < 0.6 ? r.int(1000, 12_000) : r.int(31_000, 45_000));
+          await sleep(this.o.light ? r.int(1000, 6000) : r.next() < 0.6 ? r.int(1000, 12_000) : r.int(31_000, 45_000));
           p.resume();
           break;
         }
         case "disk-full": {
           lastDiskFull = Date.now();
-          await this.diskFull(r.int(3000, 15_000));
+          await this.diskFull(this.o.light ? r.int(2000, 5000) : r.int(3000, 15_000));
           break;
         }
       }
@@ -857,6 +882,7 @@ class Chaos {
       `  ${this.mountNote}`,
       `  daemon starts: server ${this.server.starts}, ${this.agents.map((a) => `${a.name} ${a.starts}`).join(", ")}`,
       `bytes verified: ${this.bytesVerified} (${(this.bytesVerified / MiB).toFixed(1)} MiB) byte for byte against what the processes printed; ${this.bytesMarked} bytes (${(this.bytesMarked / MiB).toFixed(1)} MiB) covered by ${markers} truncation/retention markers; ${incompletes} commands with an incomplete marker`,
+      `wire: ${this.wireEvents} CommandEvents seen by the proxies, ${this.resends} resends, each byte-identical to the first send unless listed below (R-O2)`,
       `followers resumed ${this.cmds.reduce((s, c) => s + c.followErrors, 0)} times after a broken FollowOutput stream`,
       `notes: ${this.notes.length}${this.notes.length ? "\n  " + this.notes.slice(0, 20).join("\n  ") : ""}`,
       `violations: ${this.violations.length}`,
@@ -866,7 +892,7 @@ class Chaos {
     const summary = {
       seed: this.o.seed, minutes: this.o.minutes, commands: this.cmds.length, acknowledged: this.cmds.filter((c) => c.acked).length,
       byKind: Object.fromEntries(byKind), byState: Object.fromEntries(byState), faults: Object.fromEntries(this.faults), faultTotal: faults,
-      diskFull: this.mountNote, bytesVerified: this.bytesVerified, bytesMarked: this.bytesMarked, markers, incompletes,
+      diskFull: this.mountNote, wireEvents: this.wireEvents, resends: this.resends, bytesVerified: this.bytesVerified, bytesMarked: this.bytesMarked, markers, incompletes,
       violations: this.violations, notes: this.notes.length, runDir: this.dir,
     };
     writeFileSync(path.join(this.dir, "summary.json"), JSON.stringify(summary, null, 2));

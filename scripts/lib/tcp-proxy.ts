@@ -3,7 +3,8 @@
 // connection, stall (stop reading both ways) and resume, and decodes the
 // agent->server WebSocket frames it forwards (masked client frames), so tests
 // can check that resent events are byte-identical. `{ tap: false }` forwards
-// only (no decoding, nothing kept), for long runs.
+// only (no decoding, nothing kept); `{ onEvent }` decodes and hands each
+// CommandEvent to the caller instead of keeping it (for long runs).
 import * as net from "node:net";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { AgentEnvelopeSchema, type AgentEnvelope } from "../../protos/gen/rvbox/v1/agent_pb.js";
@@ -87,7 +88,7 @@ export class TcpProxy {
   constructor(
     private readonly targetPort: number,
     private readonly targetHost = "127.0.0.1",
-    private readonly opts: { tap?: boolean } = {},
+    private readonly opts: { tap?: boolean; onEvent?: (e: SeenEvent) => void } = {},
   ) {
     this.server = net.createServer((a) => this.accept(a));
   }
@@ -110,10 +111,13 @@ export class TcpProxy {
     const tap = new WsTap((msg) => {
       try {
         const env = fromBinary(AgentEnvelopeSchema, msg);
-        this.envelopes.push(env);
+        const onEvent = this.opts.onEvent;
+        if (!onEvent) this.envelopes.push(env);
         if (env.payload.case === "commandEvent") {
           const ev = env.payload.value;
-          this.events.push({ uuid: ev.issueUuid, seq: Number(ev.eventSeq), bytes: Buffer.from(toBinary(CommandEventSchema, ev)) });
+          const seen = { uuid: ev.issueUuid, seq: Number(ev.eventSeq), bytes: Buffer.from(toBinary(CommandEventSchema, ev)) };
+          if (onEvent) onEvent(seen);
+          else this.events.push(seen);
         }
       } catch {
         // not an envelope (tests of malformed frames)
