@@ -26,7 +26,7 @@ import { Code as ConnectCode, ConnectError, createClient, type Client, type Inte
 import { createConnectTransport } from "@connectrpc/connect-node";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { CommandLifecycle as L, ControlErrorSchema, OutputStream, ShellType, SignalKind } from "../protos/gen/rvbox/v1/common_pb.js";
-import { ControlService, type Command, type SubmitCommandRequestSchema } from "../protos/gen/rvbox/v1/control_pb.js";
+import { ControlService, TerminalSource, type Command, type SubmitCommandRequestSchema } from "../protos/gen/rvbox/v1/control_pb.js";
 import { checkEcho, echoAwk, genAwk, genExpected, type GenParams, tickerExpected, tickerSh } from "./lib/chaos-output.js";
 import { freePort, TcpProxy } from "./lib/tcp-proxy.js";
 
@@ -802,6 +802,8 @@ class Chaos {
       if ((f.state === L.SUCCEEDED || exited) && !launched) this.violation("never-launched", `${stateName(f.state)} (exit ${f.exitCode}) but the process never ran`, c.uuid);
       if ((f.state === L.REJECTED || f.state === L.EXPIRED) && launched) this.violation("mislabeled", `${stateName(f.state)} but the process ran`, c.uuid);
       if ((c.out.dataBytes > 0 || c.err.dataBytes > 0) && !launched) this.violation("invented", `output stored but the process never ran`, c.uuid);
+      // An agent that restarted under a running command never drained its pipes: R-O8 wants a marker.
+      if (f.state === L.INTERRUPTED && f.terminalSource === TerminalSource.AGENT && launched && !c.incomplete) this.violation("R-O8", `interrupted by an agent restart after launch, but no OutputIncomplete marker`, c.uuid);
       const cleanExit = e?.done.includes(0) ?? false;
       if (c.gen) {
         const exp = genExpected(c.nonce, c.gen);
