@@ -15,11 +15,12 @@
 //
 // Flags: --minutes N (required), --agents N (4), --rate R commands/s (1),
 // --seed S, --light (small outputs, for the test), --drain-minutes M (6),
-// --fault-every S (12), --dir DIR (keep the run there), --keep, --no-build,
+// --fault-every S (mean seconds between faults: 8, light 5), --dir DIR (keep the run there), --keep, --no-build,
 // --dist DIR (build into / run from DIR instead of dist/), --no-disk-full.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import { setMaxListeners } from "node:events";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Code as ConnectCode, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
@@ -88,7 +89,7 @@ export function parseChaosArgs(argv: string[]): Opts {
     }
   }
   if (Number.isNaN(o.minutes)) fail(`--minutes is required (${USAGE})`);
-  if (!argv.some((a) => a === "--fault-every" || a.startsWith("--fault-every="))) o.faultEvery = o.light ? 5 : 12;
+  if (!argv.some((a) => a === "--fault-every" || a.startsWith("--fault-every="))) o.faultEvery = o.light ? 5 : 8;
   return o;
 }
 
@@ -220,6 +221,8 @@ class Chaos {
   inflight = 0;
   maxInflight: number;
   aborter = new AbortController();
+  // One abort for every FollowOutput stream of the run.
+  private readonly _listeners = setMaxListeners(100_000, this.aborter.signal);
   repairs = 0;
   bytesVerified = 0;
   bytesMarked = 0;
@@ -314,7 +317,7 @@ class Chaos {
         "operator-token": path.join(this.dir, "operator-token"),
         "log-level": "warn",
         // Small retention so server retention markers are part of the run.
-        limits: light ? { outputPerCommand: 2 * MiB, outputPerClient: 6 * MiB } : { outputPerCommand: 8 * MiB, outputPerClient: 48 * MiB },
+        limits: light ? { outputPerCommand: MiB / 2, outputPerClient: 2 * MiB } : { outputPerCommand: 2 * MiB, outputPerClient: 24 * MiB },
       }),
     );
     this.server = { name: "server", argv: ["server", "--config", cfg], proc: null, expectExit: false, log: "", starts: 0 };
@@ -331,9 +334,12 @@ class Chaos {
       mkdirSync(state, { recursive: true });
       if (i === 0 && this.o.diskFull) this.mountTmpfs(state);
       writeFileSync(path.join(this.dir, `launches-${i}`), "");
+      // Small raw watermarks and budgets, so an agent cut off from the server summarizes output (R-W6, R-O7).
+      const agentCfg = path.join(this.dir, `agent-${i}.json`);
+      writeFileSync(agentCfg, JSON.stringify({ limits: { rawHigh: 4 * MiB, rawLow: 2 * MiB, outputPerCommand: 16 * MiB, outputTotal: 96 * MiB } }));
       const d: Daemon = {
         name: `agent-${i}`,
-        argv: ["agent", "--server", `ws://127.0.0.1:${proxy.port}/v1/agent`, "--client-id", id, "--state", state, "--token", path.join(this.dir, "agent-token"), "--log-level", "warn", "--max-running", "8", "--max-queued", "32", "--cwd", this.dir],
+        argv: ["agent", "--config", agentCfg, "--server", `ws://127.0.0.1:${proxy.port}/v1/agent`, "--client-id", id, "--state", state, "--token", path.join(this.dir, "agent-token"), "--log-level", "warn", "--max-running", "8", "--max-queued", "32", "--cwd", this.dir],
         proc: null,
         expectExit: false,
         log: "",
@@ -411,7 +417,7 @@ class Chaos {
       case "large": {
         // light: 2-4 MiB; full: 8-40 MiB
         const mib = light ? r.int(2, 4) : r.int(8, 40);
-        c.gen = g(Math.round((mib * MiB) / 4030), 1000, 7000, r.next() < 0.3 ? 1 : 0, r.next() < 0.2 ? 7 : 0);
+        c.gen = g(Math.round((mib * MiB) / 4030), 1000, 7000, r.next() < 0.5 ? 1 : 0, r.next() < 0.2 ? 7 : 0);
         c.timeoutMs = 600_000;
         break;
       }
@@ -520,13 +526,15 @@ class Chaos {
           const it = m.item;
           const seq = Number(m.eventSeq);
           if (it.case === "output") {
-            this.onData(c, it.value.stream === OutputStream.STDERR ? "err" : "out", Number(it.value.streamOffset), Buffer.from(it.value.data));
+            this.onData(c, it.value.stream === OutputStream.STDERR ? "err" : "out", Number(it.value.streamOffset), Buffer.from(it.value.data), seq, from);
             from = Math.max(from, seq + 1);
           } else if (it.case === "truncation" || it.case === "retention") {
             c.markers++;
-            for (const b of it.value.removedBytes) this.onMarker(c, b.stream === OutputStream.STDERR ? "err" : "out", Number(b.offset), Number(b.length));
-            const last = it.value.removedEvents ? Number(it.value.removedEvents.lastEventSeq) : seq;
-            from = Math.max(from, (it.case === "truncation" ? seq : last) + 1);
+            const info = `${it.case} marker at seq ${seq}${it.value.removedEvents ? ` removing events ${it.value.removedEvents.firstEventSeq}..${it.value.removedEvents.lastEventSeq}` : ""}, read from seq ${from}`;
+            for (const b of it.value.removedBytes) this.onMarker(c, b.stream === OutputStream.STDERR ? "err" : "out", Number(b.offset), Number(b.length), info);
+            // Resume after the marker's own position, not after its removed range: events inside
+            // that range that were not removed (agent markers, lifecycle) still follow it.
+            from = Math.max(from, seq + 1);
           } else if (it.case === "incomplete") {
             c.incomplete = true;
             from = Math.max(from, seq + 1);
@@ -556,9 +564,9 @@ class Chaos {
     return null;
   }
 
-  onData(c: Cmd, s: "out" | "err", off: number, data: Buffer): void {
+  onData(c: Cmd, s: "out" | "err", off: number, data: Buffer, seq: number, from: number): void {
     const st = c[s];
-    if (off > st.next) this.violation("gap", `${s} bytes ${st.next}..${off} missing with no marker`, c.uuid);
+    if (off > st.next) this.violation("gap", `${s} bytes ${st.next}..${off} missing with no marker (output event ${seq}, read from seq ${from})`, c.uuid);
     const exp = this.expected(c);
     if (exp) {
       const want = (s === "out" ? exp.stdout : exp.stderr).subarray(off, off + data.length);
@@ -580,9 +588,9 @@ class Chaos {
     st.next = Math.max(st.next, off + data.length);
   }
 
-  onMarker(c: Cmd, s: "out" | "err", off: number, len: number): void {
+  onMarker(c: Cmd, s: "out" | "err", off: number, len: number, info: string): void {
     const st = c[s];
-    if (off > st.next) this.violation("gap", `${s} bytes ${st.next}..${off} missing before a marker at ${off}`, c.uuid);
+    if (off > st.next) this.violation("gap", `${s} bytes ${st.next}..${off} missing before a marker at ${off} (${info})`, c.uuid);
     const fresh = Math.max(0, off + len - Math.max(st.next, off));
     st.markerBytes += fresh;
     this.bytesMarked += fresh;
@@ -668,7 +676,7 @@ class Chaos {
           else if (kind === "stall-up") p.stallUpstream();
           else p.stallDownstream();
           // Below and above the 30 s heartbeat deadline.
-          await sleep(this.o.light ? r.int(1000, 6000) : r.next() < 0.6 ? r.int(1000, 12_000) : r.int(31_000, 45_000));
+          await sleep(this.o.light ? r.int(1000, 6000) : r.next() < 0.75 ? r.int(1000, 12_000) : r.int(31_000, 45_000));
           p.resume();
           break;
         }

@@ -196,6 +196,53 @@ describe("e2e: recovery, retention, truncation", () => {
     }
   }, 60_000);
 
+  it("R-O5 R-O7: when retention removes a stretch holding agent truncation markers, FollowOutput still sends every byte range in stream order", async () => {
+    // Found by npm run chaos: the cumulative retention marker was sent where it begins with all
+    // its ranges, ahead of the agent markers that fill the holes between them, so a reader saw
+    // the stream jump forward and then back.
+    const s = await startServer({ limits: { outputPerCommand: 1024 * 1024, segmentBytes: 256 * 1024 } });
+    const proxy = new TcpProxy(s.daemon.agentAddress.port);
+    await proxy.start();
+    const agent = await startAgent(`ws://127.0.0.1:${proxy.port}/v1/agent`, "holes", {
+      pauseRawBytes: Number.MAX_SAFE_INTEGER,
+      limits: { rawHigh: 2 * 1024 * 1024, rawLow: 1024 * 1024, outputPerCommand: 3 * 1024 * 1024 },
+    });
+    try {
+      await waitFor("connected", () => agent.connected);
+      const r = await s.client.submitCommand({ clientId: "holes", program: { case: "shell", value: { commandLine: "sleep 1.5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000; sleep 5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000" } } });
+      const uuid = r.command!.issueUuid;
+      await waitFor("running", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.RUNNING);
+      proxy.stall();
+      await sleep(4000);
+      proxy.resume();
+      await waitFor("finished", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.SUCCEEDED, 30_000);
+      const kinds = new Set<string>();
+      let next = 0;
+      const order: string[] = [];
+      for await (const m of s.client.followOutput({ issueUuid: uuid, fromEventSeq: 1n, follow: false })) {
+        const it = m.item;
+        if (it.case === "output") {
+          order.push(`data ${it.value.streamOffset}+${it.value.data.length}`);
+          expect(Number(it.value.streamOffset), order.slice(-4).join(", ")).toBe(next);
+          next += it.value.data.length;
+        } else if (it.case === "retention" || it.case === "truncation") {
+          kinds.add(it.case);
+          for (const b of it.value.removedBytes) {
+            order.push(`${it.case} ${b.offset}+${b.length}`);
+            expect(Number(b.offset), order.slice(-4).join(", ")).toBeLessThanOrEqual(next);
+            next = Math.max(next, Number(b.offset + b.length));
+          }
+        }
+      }
+      expect(next).toBe(16_000_000);
+      expect([...kinds].sort()).toEqual(["retention", "truncation"]);
+    } finally {
+      await agent.close({ killProcesses: true });
+      await proxy.close();
+      await s.close();
+    }
+  }, 60_000);
+
   it("R-D3: a full agent queue rejects with CAPACITY; the server requeues with backoff and everything runs once", async () => {
     const s = await startServer();
     const work = await tempDir("rvbox-cap-");
