@@ -317,7 +317,7 @@ class Chaos {
         "operator-token": path.join(this.dir, "operator-token"),
         "log-level": "warn",
         // Small retention so server retention markers are part of the run.
-        limits: light ? { outputPerCommand: MiB / 2, outputPerClient: 2 * MiB } : { outputPerCommand: 2 * MiB, outputPerClient: 24 * MiB },
+        limits: light ? { outputPerCommand: MiB / 2, outputPerClient: 2 * MiB } : { outputPerCommand: 6 * MiB, outputPerClient: 48 * MiB },
       }),
     );
     this.server = { name: "server", argv: ["server", "--config", cfg], proc: null, expectExit: false, log: "", starts: 0 };
