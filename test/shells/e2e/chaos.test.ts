@@ -30,7 +30,7 @@ interface Summary {
 }
 
 describe("real chaos (npm run chaos)", () => {
-  it("R-D1 R-D2 R-H6 R-O2 R-O3 R-O5 R-S1 R-W11: a minute of kill -9, cuts, stalls and a full disk against the compiled daemons: every command terminal, none launched twice, every byte read back exact or covered by a marker, resends identical", async () => {
+  it("R-D1 R-D2 R-H6 R-O2 R-O3 R-O5 R-O8 R-S1 R-W11: a minute of kill -9, cuts, stalls and a full disk against the compiled daemons: every command terminal, none launched twice, every byte read back exact and in order or covered by a marker, interrupted commands marked incomplete, resends identical", async () => {
     const child = spawn(process.execPath, [...TSX, SCRIPT, "--minutes", "1", "--light", "--seed", "20261201", "--drain-minutes", "3", "--dist", "dist/chaos-test"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
