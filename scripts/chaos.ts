@@ -658,12 +658,9 @@ class Chaos {
     const r = this.rng;
     let lastDiskFull = 0;
     const weights = { "kill9-server": 14, "kill9-agent": 20, "term-restart": 4, cut: 18, "cut-all": 5, stall: 12, "stall-up": 6, "stall-down": 6, "disk-full": 8 };
-    // Every kind once first (in a seeded order), so even a short run sees each of them.
-    const first = Object.keys(weights).filter((k) => k !== "disk-full" || this.mounted !== null) as Array<keyof typeof weights>;
-    for (let i = first.length - 1; i > 0; i--) {
-      const j = r.int(0, i);
-      [first[i], first[j]] = [first[j]!, first[i]!];
-    }
+    // Every kind once first, the crashes first, so even a one-minute run sees each of them.
+    const order: Array<keyof typeof weights> = ["kill9-server", "kill9-agent", "disk-full", "cut", "stall", "stall-up", "stall-down", "cut-all", "term-restart"];
+    const first = order.filter((k) => k !== "disk-full" || this.mounted !== null);
     while (this.faultsOn && !this.aborter.signal.aborted) {
       await sleep(r.int(this.o.faultEvery * 500, this.o.faultEvery * 1500));
       if (!this.faultsOn) break;
