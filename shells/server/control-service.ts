@@ -476,6 +476,22 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     throw toConnectError({ code: Code.NOT_FOUND, message: next > 1 ? `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` : missingMessage(d.state, uuid) });
   };
   current();
+  // A reader resuming from a later event has had everything before it: start each stream
+  // where those events left it, so retention ranges are clipped to what it has not seen and
+  // are not held back for bytes it already has.
+  for (let seq = 1; seq < next; ) {
+    const rows = d.storage.readEvents(uuid, seq, next - 1, 512);
+    if (rows.length === 0) break;
+    for (const v of rows) {
+      if (v["kind"] === "output") {
+        const key = v["stream"] as StreamKey;
+        if (key in streamSent) streamSent[key] = Math.max(streamSent[key], (v["offset"] as number) + (v["originalSize"] as number));
+      } else if (v["kind"] === "truncation") {
+        for (const r of v["ranges"] as Marker["ranges"]) streamSent[r.stream] = Math.max(streamSent[r.stream], r.offset + r.length);
+      }
+    }
+    seq = (rows[rows.length - 1]!["seq"] as number) + 1;
+  }
   for (;;) {
     if (ctx.signal.aborted) return;
     let c = current();

@@ -216,26 +216,37 @@ describe("e2e: recovery, retention, truncation", () => {
       await sleep(4000);
       proxy.resume();
       await waitFor("finished", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.SUCCEEDED, 30_000);
-      const kinds = new Set<string>();
-      let next = 0;
-      const order: string[] = [];
-      for await (const m of s.client.followOutput({ issueUuid: uuid, fromEventSeq: 1n, follow: false })) {
-        const it = m.item;
-        if (it.case === "output") {
-          order.push(`data ${it.value.streamOffset}+${it.value.data.length}`);
-          expect(Number(it.value.streamOffset), order.slice(-4).join(", ")).toBe(next);
-          next += it.value.data.length;
-        } else if (it.case === "retention" || it.case === "truncation") {
-          kinds.add(it.case);
-          for (const b of it.value.removedBytes) {
-            order.push(`${it.case} ${b.offset}+${b.length}`);
-            expect(Number(b.offset), order.slice(-4).join(", ")).toBeLessThanOrEqual(next);
-            next = Math.max(next, Number(b.offset + b.length));
+      // Read from `from`; every range must continue the stream (the first may start anywhere a resumed reader left off).
+      const read = async (from: bigint) => {
+        const kinds = new Set<string>();
+        const truncSeqs: bigint[] = [];
+        let next = -1;
+        const order: string[] = [];
+        const take = (what: string, off: number, len: number) => {
+          order.push(`${what} ${off}+${len}`);
+          if (next >= 0) expect(off, order.slice(-4).join(", ")).toBeLessThanOrEqual(next);
+          next = Math.max(next, off + len);
+        };
+        for await (const m of s.client.followOutput({ issueUuid: uuid, fromEventSeq: from, follow: false })) {
+          const it = m.item;
+          if (it.case === "output") {
+            if (next >= 0) expect(Number(it.value.streamOffset), order.slice(-4).join(", ")).toBe(next);
+            take("data", Number(it.value.streamOffset), it.value.data.length);
+          } else if (it.case === "retention" || it.case === "truncation") {
+            kinds.add(it.case);
+            if (it.case === "truncation") truncSeqs.push(m.eventSeq);
+            for (const b of it.value.removedBytes) take(it.case, Number(b.offset), Number(b.length));
           }
         }
-      }
-      expect(next).toBe(16_000_000);
-      expect([...kinds].sort()).toEqual(["retention", "truncation"]);
+        return { kinds, truncSeqs, next, first: order[0] };
+      };
+      const all = await read(1n);
+      expect(all.first).toMatch(/ 0\+/);
+      expect(all.next).toBe(16_000_000);
+      expect([...all.kinds].sort()).toEqual(["retention", "truncation"]);
+      // A reader resuming right after the first agent marker continues where that marker ended.
+      const resumed = await read(all.truncSeqs[0]! + 1n);
+      expect(resumed.next).toBe(16_000_000);
     } finally {
       await agent.close({ killProcesses: true });
       await proxy.close();
