@@ -32,6 +32,8 @@ import {
   CommandLifecycle,
   ControlErrorSchema,
   LifecycleTransitionSchema,
+  OutputIncompleteSchema,
+  OutputStream,
   Platform,
   ShellType as ShellTypeEnum,
   type ShellType,
@@ -321,6 +323,13 @@ function finishInterrupted(st: AgentState, ctx: AgentCtx, c: AgentCommand, reaso
   c.lifecycle = CommandLifecycle.INTERRUPTED;
   ctx.persist(commandRecord(c));
   if (cb && !cb.closed) {
+    // The capture pipes went with the old agent process: whatever the command
+    // wrote after the last durable output was never read, so neither stream
+    // was drained to a provable EOF (R-O8). No byte count is claimed.
+    const records: PersistRecord[] = [];
+    const value = create(OutputIncompleteSchema, { streams: [OutputStream.STDOUT, OutputStream.STDERR], reason: "agent restarted: capture pipes not drained to EOF" });
+    appendMeta(st.outbox, cb, { case: "incomplete", value }, c.revision, ctx.now, records);
+    ctx.persist(...records);
     appendLifecycle(st, ctx, c, CommandLifecycle.INTERRUPTED, { reason });
   }
 }

@@ -430,28 +430,65 @@ function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["r
  * range begins, clipped to what this reader has not yet received, and again
  * whenever it has grown past what was sent. Output rows inside the marker's
  * range are not sent (their bytes are gone); other events in that range are.
- * Events are sent only through the committed (durable) storedThrough.
+ * Those include the agent's own truncation markers (R-O7), whose byte ranges
+ * sit between the retention marker's ranges: each retention range is
+ * therefore sent only once the stream has reached its offset, so a reader
+ * sees every byte range, data or marker, in stream order (found by
+ * `npm run chaos`). Events are sent only through the committed (durable)
+ * storedThrough.
  */
 async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: HandlerContext): AsyncGenerator<FollowItem> {
   let next = Math.max(1, from);
   let markerThrough = 0;
   const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };
+  // Ranges of the last retention marker not sent yet: they begin past what this reader has reached.
+  let pending: { m: Marker; ranges: Marker["ranges"] } | null = null;
   const covered = (c: ServerCommand, seq: number): boolean => c.retention.some((m) => m.firstSeq <= seq && seq <= m.lastSeq);
+  /** The pending ranges that now continue their streams (all of them if `force`), as one marker. */
+  const release = (firstSeq: number, force = false): FollowItem | null => {
+    if (!pending) return null;
+    const out: Marker["ranges"] = [];
+    for (let moved = true; moved; ) {
+      moved = false;
+      for (const r of [...pending.ranges].sort((a, b) => a.offset - b.offset)) {
+        if (!force && r.offset > streamSent[r.stream]) continue;
+        pending.ranges.splice(pending.ranges.indexOf(r), 1);
+        moved = true;
+        const start = Math.max(r.offset, streamSent[r.stream]);
+        const end = r.offset + r.length;
+        if (end > start) out.push({ stream: r.stream, offset: start, length: end - start });
+        streamSent[r.stream] = Math.max(streamSent[r.stream], end);
+      }
+    }
+    const m = pending.m;
+    if (pending.ranges.length === 0) pending = null;
+    return out.length > 0 ? markerItem(uuid, Math.max(firstSeq, m.firstSeq), m, out) : null;
+  };
   const due = (c: ServerCommand, upto: number): FollowItem | null => {
     for (const m of c.retention) {
       if (m.lastSeq <= markerThrough || m.firstSeq > upto) continue;
       markerThrough = m.lastSeq;
       if (m.lastSeq < next) continue; // removed after this reader had it all
-      const ranges: Marker["ranges"] = [];
-      for (const r of m.ranges) {
-        const start = Math.max(r.offset, streamSent[r.stream]);
-        const end = r.offset + r.length;
-        if (end > start) ranges.push({ stream: r.stream, offset: start, length: end - start });
-      }
-      for (const r of ranges) streamSent[r.stream] = Math.max(streamSent[r.stream], r.offset + r.length);
-      if (ranges.length > 0) return markerItem(uuid, Math.max(m.firstSeq, next), m, ranges);
+      pending = { m, ranges: m.ranges.filter((r) => r.offset + r.length > streamSent[r.stream]).map((r) => ({ ...r })) };
+      const item = release(next);
+      if (item) return item;
     }
     return null;
+  };
+  /** What an item sent moves each stream to; then any retention range that now continues. */
+  const advance = (item: FollowItem, seq: number): FollowItem | null => {
+    const it = item.item;
+    if (it?.case === "output") {
+      const o = it.value as { stream: OutputStream; streamOffset: bigint; data: Uint8Array };
+      const key: StreamKey = o.stream === OutputStream.STDOUT ? "stdout" : "stderr";
+      streamSent[key] = Math.max(streamSent[key], Number(o.streamOffset) + o.data.length);
+    } else if (it?.case === "truncation") {
+      for (const r of (it.value as { removedBytes: Array<{ stream: OutputStream; offset: bigint; length: bigint }> }).removedBytes) {
+        const key: StreamKey = r.stream === OutputStream.STDOUT ? "stdout" : "stderr";
+        if (Number(r.offset) <= streamSent[key]) streamSent[key] = Math.max(streamSent[key], Number(r.offset + r.length));
+      }
+    } else return null;
+    return release(seq + 1);
   };
   // History pruning may remove a finished command between two reads (its
   // segments go with it): the reader is told so, never shown a short stream.
@@ -461,6 +498,22 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     throw toConnectError({ code: Code.NOT_FOUND, message: next > 1 ? `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` : missingMessage(d.state, uuid) });
   };
   current();
+  // A reader resuming from a later event has had everything before it: start each stream
+  // where those events left it, so retention ranges are clipped to what it has not seen and
+  // are not held back for bytes it already has.
+  for (let seq = 1; seq < next; ) {
+    const rows = d.storage.readEvents(uuid, seq, next - 1, 512);
+    if (rows.length === 0) break;
+    for (const v of rows) {
+      if (v["kind"] === "output") {
+        const key = v["stream"] as StreamKey;
+        if (key in streamSent) streamSent[key] = Math.max(streamSent[key], (v["offset"] as number) + (v["originalSize"] as number));
+      } else if (v["kind"] === "truncation") {
+        for (const r of v["ranges"] as Marker["ranges"]) streamSent[r.stream] = Math.max(streamSent[r.stream], r.offset + r.length);
+      }
+    }
+    seq = (rows[rows.length - 1]!["seq"] as number) + 1;
+  }
   for (;;) {
     if (ctx.signal.aborted) return;
     let c = current();
@@ -483,12 +536,9 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
           const m2 = due(c, seq);
           if (m2) yield m2;
         } else {
-          if (item.item?.case === "output") {
-            const o = item.item.value as { stream: OutputStream; streamOffset: bigint; data: Uint8Array };
-            const key: StreamKey = o.stream === OutputStream.STDOUT ? "stdout" : "stderr";
-            streamSent[key] = Number(o.streamOffset) + o.data.length;
-          }
           yield item;
+          const m3 = advance(item, seq);
+          if (m3) yield m3;
         }
         next = seq + 1;
       }
@@ -501,6 +551,9 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     c = current();
     const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
     if (settled || !keepFollowing) {
+      // Nothing is left to continue the stream up to a held range: send it as it is.
+      const rest = release(next, true);
+      if (rest) yield rest;
       yield { issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c, d) } };
       return;
     }

@@ -1043,6 +1043,28 @@ describe("restart", () => {
     expect(back.st.instanceId).toBe(r.st.instanceId);
   });
 
+  it("R-O8: a command interrupted by an agent restart gets an OutputIncomplete for both streams, with no byte count, right before INTERRUPTED", () => {
+    // Found by the real chaos run (npm run chaos): after kill -9 of an agent, running
+    // commands ended interrupted with no marker although their pipes were never drained.
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1", argv("sleep", "100"), 555);
+    r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new TextEncoder().encode("partial") });
+    const back = new AgentRig();
+    back.disk = r.disk;
+    back.disk.pending = [];
+    back.st = restoreAgent(r.cfg, back.disk.tables(), 9);
+    back.step({ type: "start" });
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    const evs = eventsIn(back.reconcile([]), "c1");
+    const tail = evs.slice(-2);
+    expect(tail.map((e) => e.event.case)).toEqual(["incomplete", "lifecycle"]);
+    expect(tail[0]!.event.value).toMatchObject({ streams: [1, 2], reason: "agent restarted: capture pipes not drained to EOF" });
+    expect((tail[1]!.event.value as { state: L }).state).toBe(L.INTERRUPTED);
+    expect(Number(tail[1]!.eventSeq)).toBe(Number(tail[0]!.eventSeq) + 1);
+  });
+
   it("R-O2: restored pinned events are only those above the acknowledged seq, and all are durable", () => {
     const r = new AgentRig();
     r.establish();

@@ -196,6 +196,64 @@ describe("e2e: recovery, retention, truncation", () => {
     }
   }, 60_000);
 
+  it("R-O5 R-O7: when retention removes a stretch holding agent truncation markers, FollowOutput still sends every byte range in stream order", async () => {
+    // Found by npm run chaos: the cumulative retention marker was sent where it begins with all
+    // its ranges, ahead of the agent markers that fill the holes between them, so a reader saw
+    // the stream jump forward and then back.
+    const s = await startServer({ limits: { outputPerCommand: 1024 * 1024, segmentBytes: 256 * 1024 } });
+    const proxy = new TcpProxy(s.daemon.agentAddress.port);
+    await proxy.start();
+    const agent = await startAgent(`ws://127.0.0.1:${proxy.port}/v1/agent`, "holes", {
+      pauseRawBytes: Number.MAX_SAFE_INTEGER,
+      limits: { rawHigh: 2 * 1024 * 1024, rawLow: 1024 * 1024, outputPerCommand: 3 * 1024 * 1024 },
+    });
+    try {
+      await waitFor("connected", () => agent.connected);
+      const r = await s.client.submitCommand({ clientId: "holes", program: { case: "shell", value: { commandLine: "sleep 1.5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000; sleep 5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000" } } });
+      const uuid = r.command!.issueUuid;
+      await waitFor("running", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.RUNNING);
+      proxy.stall();
+      await sleep(4000);
+      proxy.resume();
+      await waitFor("finished", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.SUCCEEDED, 30_000);
+      // Read from `from`; every range must continue the stream (the first may start anywhere a resumed reader left off).
+      const read = async (from: bigint) => {
+        const kinds = new Set<string>();
+        const truncSeqs: bigint[] = [];
+        let next = -1;
+        const order: string[] = [];
+        const take = (what: string, off: number, len: number) => {
+          order.push(`${what} ${off}+${len}`);
+          if (next >= 0) expect(off, order.slice(-4).join(", ")).toBeLessThanOrEqual(next);
+          next = Math.max(next, off + len);
+        };
+        for await (const m of s.client.followOutput({ issueUuid: uuid, fromEventSeq: from, follow: false })) {
+          const it = m.item;
+          if (it.case === "output") {
+            if (next >= 0) expect(Number(it.value.streamOffset), order.slice(-4).join(", ")).toBe(next);
+            take("data", Number(it.value.streamOffset), it.value.data.length);
+          } else if (it.case === "retention" || it.case === "truncation") {
+            kinds.add(it.case);
+            if (it.case === "truncation") truncSeqs.push(m.eventSeq);
+            for (const b of it.value.removedBytes) take(it.case, Number(b.offset), Number(b.length));
+          }
+        }
+        return { kinds, truncSeqs, next, first: order[0] };
+      };
+      const all = await read(1n);
+      expect(all.first).toMatch(/ 0\+/);
+      expect(all.next).toBe(16_000_000);
+      expect([...all.kinds].sort()).toEqual(["retention", "truncation"]);
+      // A reader resuming right after the first agent marker continues where that marker ended.
+      const resumed = await read(all.truncSeqs[0]! + 1n);
+      expect(resumed.next).toBe(16_000_000);
+    } finally {
+      await agent.close({ killProcesses: true });
+      await proxy.close();
+      await s.close();
+    }
+  }, 60_000);
+
   it("R-D3: a full agent queue rejects with CAPACITY; the server requeues with backoff and everything runs once", async () => {
     const s = await startServer();
     const work = await tempDir("rvbox-cap-");
