@@ -36,3 +36,43 @@ export function parseLogLevel(s: string | undefined, fallback: LogLevel = "info"
   if (s in ORDER) return s as LogLevel;
   throw new Error(`unknown log level ${JSON.stringify(s)} (debug, info, warn, error, silent)`);
 }
+
+/** Lines of one kind a RateLimitedLog writes per window; the rest are counted. */
+export const LOG_LINES_PER_KIND_PER_WINDOW = 20;
+export const LOG_WINDOW_MS = 10_000;
+
+/**
+ * Lines a peer can cause (a closed connection, a refused token, a claim)
+ * through a per-kind budget: at most LOG_LINES_PER_KIND_PER_WINDOW lines of
+ * a kind per LOG_WINDOW_MS; past it the lines are counted, and the first line
+ * of that kind after the window says how many were left out. A flood of
+ * hostile frames so costs a few lines a second, not one per connection.
+ */
+export class RateLimitedLog {
+  private kinds = new Map<string, { windowStart: number; written: number; suppressed: number }>();
+  constructor(
+    private readonly log: Logger,
+    private readonly now: () => number = () => performance.now(),
+    private readonly perWindow = LOG_LINES_PER_KIND_PER_WINDOW,
+    private readonly windowMs = LOG_WINDOW_MS,
+  ) {}
+
+  write(level: "info" | "warn", kind: string, msg: string, detail?: Record<string, unknown>): void {
+    if (this.log.level === "silent" || ORDER[level] < ORDER[this.log.level]) return;
+    const t = this.now();
+    let k = this.kinds.get(kind);
+    if (!k || t - k.windowStart >= this.windowMs) {
+      const suppressed = k?.suppressed ?? 0;
+      k = { windowStart: t, written: 0, suppressed: 0 };
+      this.kinds.set(kind, k);
+      if (this.kinds.size > 1024) this.kinds.delete(this.kinds.keys().next().value!); // bounded: kinds are few
+      if (suppressed > 0) this.log[level](`${suppressed} more "${kind}" lines were left out in the last ${this.windowMs / 1000} s`);
+    }
+    if (k.written >= this.perWindow) {
+      k.suppressed++;
+      return;
+    }
+    k.written++;
+    this.log[level](msg, detail);
+  }
+}

@@ -122,6 +122,11 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
   };
   const call = async (req: Parameters<ServerDaemon["control"]>[0]) => {
     const r = await d.control(req);
+    // Every operator action that changes something, at INFO (rate-limited per kind).
+    const f = req as unknown as Record<string, unknown>;
+    const detail: Record<string, unknown> = {};
+    for (const k of ["clientId", "uuid", "instanceId", "incidentId", "signal"]) if (f[k] !== undefined && f[k] !== "") detail[k] = f[k];
+    d.logOperatorAction(req.op, detail, r.ok ? "ok" : codeName(r.error.code));
     if (!r.ok) throw toConnectError(r.error);
     return r;
   };

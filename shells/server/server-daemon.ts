@@ -48,7 +48,7 @@ import { AgentErrorSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
-import { createLogger, type Logger } from "../runtime/log.js";
+import { createLogger, RateLimitedLog, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { tablesView } from "../storage/kv-store.js";
@@ -116,6 +116,8 @@ interface ConnInfo {
 export class ServerDaemon {
   state: ServerState;
   readonly log: Logger;
+  /** Lines a peer (or a busy operator) can repeat: a per-kind budget. */
+  private readonly peerLog: RateLimitedLog;
   readonly loop: NodeLoop<ServerInput>;
   readonly ports: CorePorts;
   private readonly conns = new Map<number, ConnInfo>();
@@ -139,6 +141,7 @@ export class ServerDaemon {
     readonly storage: ServerStorage,
   ) {
     this.log = opts.log ?? createLogger("server");
+    this.peerLog = new RateLimitedLog(this.log);
     this.ports = realPorts();
     const config = defaultServerConfig();
     config.limits = { ...config.limits, ...opts.limits };
@@ -231,7 +234,7 @@ export class ServerDaemon {
     const token = bearer(req.headers.authorization);
     const client = token === null ? null : this.opts.agentTokens.check(token);
     if (client === null) {
-      this.log.warn("agent refused: bad or missing bearer token", { remote: remoteOf(req) });
+      this.peerLog.write("warn", "bad_token", "agent refused: bad or missing bearer token", { remote: remoteOf(req) });
       return refuse(socket, 401, "unauthorized");
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws, req, client));
@@ -345,8 +348,43 @@ export class ServerDaemon {
         break;
       case "trace":
         if (this.log.level === "debug") this.log.debug(e.event, e.detail);
+        else this.logFleetEvent(e.event, e.detail);
         break;
     }
+  }
+
+  /**
+   * What an operator wants in the journal at INFO: registrations, fencing,
+   * identity claims, authorizations used, forgotten clients and incidents.
+   * Everything a peer can repeat at will goes through the rate-limited log.
+   */
+  private logFleetEvent(event: string, d: Record<string, unknown>): void {
+    switch (event) {
+      case "registered":
+        return this.peerLog.write("info", "registered", "client registered", { client: d["client"], generation: d["generation"], conn: d["conn"] });
+      case "conn_closed": {
+        const code = String(d["code"] ?? "");
+        if (code === "STALE_GENERATION") return this.peerLog.write("info", "fenced", "session fenced by a newer registration", { client: d["client"], conn: d["conn"] });
+        if (code === "IDENTITY_CONFLICT") return this.peerLog.write("warn", "claim", "identity claim: another instance tried a live client id (rvbox claims)", { client: d["client"], conn: d["conn"] });
+        if (code === "UNSPECIFIED") return this.peerLog.write("info", "disconnected", "session closed", { client: d["client"], conn: d["conn"], why: d["message"] });
+        return this.peerLog.write("warn", "refused", "connection closed with an error", { client: d["client"], conn: d["conn"], code, why: d["message"] });
+      }
+      case "authorization_consumed":
+        return this.peerLog.write("info", "authorization", "one-shot authorization consumed", { client: d["client"], instance: d["instance"] });
+      case "client_forgotten":
+        return this.log.info("client forgotten", d);
+      case "incident":
+        return this.peerLog.write("warn", "incident", "incident opened", { id: d["id"], client: d["client"], uuid: d["uuid"], kind: d["kind"] });
+      case "incident_dropped":
+        return this.peerLog.write("warn", "incident_dropped", "incident counted, not stored (incident bounds)", d);
+      default:
+        return;
+    }
+  }
+
+  /** Log one operator call at INFO (who is not known yet: one operator token). */
+  logOperatorAction(method: string, detail: Record<string, unknown>, outcome: string): void {
+    this.peerLog.write("info", `operator:${method}`, `operator ${method}`, { ...detail, outcome });
   }
 
   private die(err: unknown): void {
