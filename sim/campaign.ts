@@ -12,6 +12,10 @@ const WORKER_ENTRY = new URL(import.meta.url.endsWith(".js") ? "./campaign-worke
 export interface CampaignOptions {
   variant: string | null;
   swarmOptions: SwarmOptions | null;
+  /** Full invariants after every step (sim --paranoid). */
+  paranoid?: boolean;
+  /** Per-frame decode/digest caches (default on; the bench's baseline turns them off). */
+  wireCaches?: boolean;
 }
 
 export interface CampaignSummary {
