@@ -9,6 +9,9 @@ import type { SwarmOptions } from "./swarm.js";
 /** Run from source (tsx), a worker needs the loader registered first; from the compiled tree (dist/), it loads the JS directly. */
 const WORKER_ENTRY = new URL(import.meta.url.endsWith(".js") ? "./campaign-worker.js" : "./campaign-worker-boot.mjs", import.meta.url);
 
+/** Young generation of a campaign worker (V8: three semi-spaces' worth; node's default semi-space is 16 MiB). */
+export const YOUNG_GENERATION_MB = 96;
+
 export interface CampaignOptions {
   variant: string | null;
   swarmOptions: SwarmOptions | null;
@@ -108,7 +111,9 @@ export async function runCampaign(
   await Promise.all(
     Array.from({ length: n }, () =>
       new Promise<void>((resolve, reject) => {
-        const w = new Worker(WORKER_ENTRY, { workerData: opts });
+        // A larger young generation (semi-spaces of 32 MiB instead of 16): the simulator allocates many
+        // short-lived frames, lines and records, and fewer scavenges promote fewer of them.
+        const w = new Worker(WORKER_ENTRY, { workerData: opts, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } });
         const next = (): void => {
           const seed = control.stop ? undefined : queue.shift();
           if (seed === undefined) {

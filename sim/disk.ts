@@ -106,9 +106,14 @@ export function cloneValue<T>(v: T): T {
     return out as unknown as T;
   }
   const proto = Object.getPrototypeOf(v);
-  // A literal for plain objects: same result as Object.create(Object.prototype), faster.
-  const out: Record<string, unknown> = proto === Object.prototype ? {} : Object.create(proto);
   const src = v as Record<string, unknown>;
+  if (proto === Object.prototype) {
+    // Plain objects (most records): a literal, and for-in (own keys only: Object.prototype has no enumerable ones).
+    const out: Record<string, unknown> = {};
+    for (const k in src) out[k] = cloneValue(src[k]);
+    return out as T;
+  }
+  const out: Record<string, unknown> = Object.create(proto);
   for (const k of Object.keys(src)) out[k] = cloneValue(src[k]);
   return out as T;
 }

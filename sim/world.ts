@@ -491,8 +491,10 @@ function describe(input: { type: string } & Record<string, unknown>): string {
     return `control ${r.op} ${r.requestId} ${r.uuid ?? r.clientId ?? ""}${r.signal !== undefined ? " sig=" + r.signal : ""}${r.instanceId ? " instance=" + r.instanceId.slice(0, 12) : ""}`;
   }
   let s = input.type;
-  for (const [k, v] of Object.entries(input)) {
+  // for-in: the same keys in the same order as Object.entries (inputs are literals), without the arrays.
+  for (const k in input) {
     if (k === "type") continue;
+    const v = input[k];
     if (v instanceof Uint8Array) s += ` ${k}=${v.length}:${input.type === "frame" ? frameDigest(v) : shortDigest(v)}`;
     else if (typeof v === "object" && v !== null) s += ` ${k}=${JSON.stringify(v)}`;
     else s += ` ${k}=${String(v)}`;
