@@ -9,13 +9,26 @@ import type { SwarmOptions } from "./swarm.js";
 /** Run from source (tsx), a worker needs the loader registered first; from the compiled tree (dist/), it loads the JS directly. */
 const WORKER_ENTRY = new URL(import.meta.url.endsWith(".js") ? "./campaign-worker.js" : "./campaign-worker-boot.mjs", import.meta.url);
 
+/** Young generation of a campaign worker (V8: three semi-spaces' worth; node's default semi-space is 16 MiB). */
+export const YOUNG_GENERATION_MB = 96;
+
 export interface CampaignOptions {
   variant: string | null;
   swarmOptions: SwarmOptions | null;
+  /** Full invariants after every step (sim --paranoid). */
+  paranoid?: boolean;
+  /** Per-frame decode/digest caches (default on; the bench's baseline turns them off). */
+  wireCaches?: boolean;
 }
 
 export interface CampaignSummary {
   seeds: number;
+  /** Seeds asked for; more than `seeds` when the campaign was stopped early. */
+  requested: number;
+  /** Stopped by a signal (SIGINT/SIGTERM) before every seed ran. */
+  interrupted: boolean;
+  /** Requested seeds that completed, as ranges ("1..5012,5014"). */
+  completedRanges: string;
   wallMs: number;
   virtualMs: number;
   steps: number;
@@ -28,8 +41,21 @@ export interface CampaignSummary {
   hashes: Map<number, string>;
 }
 
-export function summarize(results: RunResult[], wallMs: number): CampaignSummary {
-  const s: CampaignSummary = { seeds: results.length, wallMs, virtualMs: 0, steps: 0, failures: [], faultsEnabled: {}, faultsSeen: {}, states: {}, commands: 0, stats: {}, hashes: new Map() };
+/** Seeds as compact ranges, in order: "1..5012,5014,5020..5021". */
+export function seedRanges(seeds: number[]): string {
+  const v = [...seeds].sort((a, b) => a - b);
+  const out: string[] = [];
+  for (let i = 0; i < v.length; ) {
+    let j = i;
+    while (j + 1 < v.length && v[j + 1] === v[j]! + 1) j++;
+    out.push(j === i ? `${v[i]}` : `${v[i]}..${v[j]}`);
+    i = j + 1;
+  }
+  return out.join(",");
+}
+
+export function summarize(results: RunResult[], wallMs: number, requested = results.length, interrupted = false): CampaignSummary {
+  const s: CampaignSummary = { seeds: results.length, requested, interrupted, completedRanges: seedRanges(results.map((r) => r.seed)), wallMs, virtualMs: 0, steps: 0, failures: [], faultsEnabled: {}, faultsSeen: {}, states: {}, commands: 0, stats: {}, hashes: new Map() };
   for (const r of results) {
     s.virtualMs += r.virtualMs;
     s.steps += r.steps;
@@ -44,25 +70,52 @@ export function summarize(results: RunResult[], wallMs: number): CampaignSummary
   return s;
 }
 
-export async function runCampaign(seeds: number[], jobs: number, opts: CampaignOptions, progress: (line: string) => void = () => {}): Promise<CampaignSummary> {
+/**
+ * Stops a campaign early: no new seed is handed out once `stop` is set; the
+ * seeds in flight finish and the summary covers exactly the seeds that ran.
+ */
+export interface CampaignControl {
+  stop: boolean;
+}
+
+export async function runCampaign(
+  seeds: number[],
+  jobs: number,
+  opts: CampaignOptions,
+  progress: (line: string) => void = () => {},
+  control: CampaignControl = { stop: false },
+): Promise<CampaignSummary> {
   const t0 = performance.now();
   const results: RunResult[] = [];
   const queue = seeds.slice();
   const n = Math.max(1, Math.min(jobs || availableParallelism(), seeds.length));
   let done = 0;
   let failed = 0;
+  let virtualMs = 0;
   const tty = process.stderr.isTTY === true;
+  // Without a terminal: a line every 10 % of the seeds, at most every 500 seeds, and at least once a minute.
+  const every = Math.max(1, Math.min(500, Math.floor(seeds.length / 10)));
+  let lastLine = t0;
   const tick = (): void => {
-    const el = (performance.now() - t0) / 1000;
-    if (!tty && done % Math.max(1, Math.floor(seeds.length / 10)) !== 0 && done !== seeds.length) return;
-    progress((tty ? "" : "\n") + `\r  ${done}/${seeds.length} seeds, ${failed} failed, ${el.toFixed(1)}s, ${(done / Math.max(el, 1e-3) * 60).toFixed(0)} seeds/min   `);
+    const now = performance.now();
+    const el = (now - t0) / 1000;
+    if (!tty && done % every !== 0 && done !== seeds.length && now - lastLine < 60_000) return;
+    lastLine = now;
+    const ranges = seedRanges(results.map((r) => r.seed));
+    progress(
+      (tty ? "\r" : "") +
+        `  ${done}/${seeds.length} seeds, ${failed} failed, ${el.toFixed(1)}s, ${((done / Math.max(el, 1e-3)) * 60).toFixed(0)} seeds/min, ${(virtualMs / Math.max(now - t0, 1e-3)).toFixed(0)}x real time` +
+        (tty ? "   " : `; completed ${ranges.length > 80 ? ranges.slice(0, 40) + "..." + ranges.slice(-36) : ranges}\n`),
+    );
   };
   await Promise.all(
     Array.from({ length: n }, () =>
       new Promise<void>((resolve, reject) => {
-        const w = new Worker(WORKER_ENTRY, { workerData: opts });
+        // A larger young generation (semi-spaces of 32 MiB instead of 16): the simulator allocates many
+        // short-lived frames, lines and records, and fewer scavenges promote fewer of them.
+        const w = new Worker(WORKER_ENTRY, { workerData: opts, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } });
         const next = (): void => {
-          const seed = queue.shift();
+          const seed = control.stop ? undefined : queue.shift();
           if (seed === undefined) {
             void w.terminate();
             resolve();
@@ -73,7 +126,12 @@ export async function runCampaign(seeds: number[], jobs: number, opts: CampaignO
         w.on("message", (r: RunResult) => {
           results.push(r);
           done++;
-          if (!r.ok) failed++;
+          virtualMs += r.virtualMs;
+          if (!r.ok) {
+            failed++;
+            // At once, so that a campaign killed hard still names its failures.
+            progress(`${tty ? "\n" : ""}  FAIL seed ${r.seed} hash ${r.hash} [${r.failure!.oracle}] ${r.failure!.message.split("\n")[0]!.slice(0, 200)}\n`);
+          }
           tick();
           next();
         });
@@ -82,12 +140,13 @@ export async function runCampaign(seeds: number[], jobs: number, opts: CampaignO
       }),
     ),
   );
-  progress("\n");
+  if (tty) progress("\n");
   results.sort((a, b) => a.seed - b.seed);
-  return summarize(results, performance.now() - t0);
+  return summarize(results, performance.now() - t0, seeds.length, results.length < seeds.length);
 }
 
 export function printCampaign(s: CampaignSummary, out: (line: string) => void): void {
+  if (s.interrupted) out(`campaign STOPPED EARLY by a signal: ${s.seeds} of ${s.requested} requested seeds ran; the figures below cover exactly these seeds: ${s.completedRanges}`);
   out(`campaign: ${s.seeds} seeds in ${(s.wallMs / 1000).toFixed(1)}s wall (${((s.seeds / s.wallMs) * 60000).toFixed(0)} seeds/min), ${(s.virtualMs / 3600_000).toFixed(1)} virtual hours (${(s.virtualMs / s.wallMs).toFixed(0)}x real time), ${s.steps} core steps`);
   out(`commands: ${s.commands}; final states: ${Object.entries(s.states).sort().map(([k, v]) => `${k}=${v}`).join(" ")}`);
   out("faults            seeds-on  occurrences");

@@ -4,6 +4,11 @@
 //   npx tsx sim/cli.ts campaign --seeds A..B [--jobs J] [--variant NAME] [--only ...]
 //   npx tsx sim/cli.ts replay --seed S [--node X] [--command UUID] [--plan]
 //   npx tsx sim/cli.ts shrink --seed S [--variant NAME]
+//   --paranoid (run, campaign, shrink): every node's full invariants after
+//   every step (default: every CHECK_EVERY steps, and a failing run is rerun
+//   paranoid to localize it); replay is always paranoid.
+//   A campaign stopped by SIGINT/SIGTERM finishes the seeds in flight and
+//   prints the summary of exactly the seeds that ran.
 //
 // Every failure prints the seed and the trace hash; `replay` with the same
 // seed reproduces it exactly.
@@ -44,7 +49,7 @@ function runOptions(flags: Map<string, string>): RunOptions {
   const variant = variantName ? VARIANTS.find((v) => v.name === variantName) : undefined;
   if (variantName && !variant) throw new Error(`unknown variant ${variantName}; known: ${VARIANTS.map((v) => v.name).join(", ")}`);
   const so = swarmOptions(flags);
-  return { ...(variant ? { variant } : {}), ...(so ? { swarmOptions: so } : {}) };
+  return { ...(variant ? { variant } : {}), ...(so ? { swarmOptions: so } : {}), ...(flags.has("paranoid") ? { paranoid: true } : {}) };
 }
 
 function parseSeeds(s: string): number[] {
@@ -106,7 +111,25 @@ async function main(argv: string[]): Promise<void> {
       const seeds = parseSeeds(flags.get("seeds") ?? "1..100");
       const jobs = Number(flags.get("jobs") ?? 2);
       const opts = runOptions(flags);
-      const summary = await runCampaign(seeds, jobs, { variant: opts.variant?.name ?? null, swarmOptions: opts.swarmOptions ?? null }, (line) => process.stderr.write(line));
+      // SIGINT/SIGTERM: hand out no new seed, let the ones in flight finish, print the summary of what ran.
+      // A second signal ends the process at once.
+      const control = { stop: false };
+      const onSignal = (sig: NodeJS.Signals): void => {
+        if (control.stop) process.exit(130);
+        control.stop = true;
+        process.stderr.write(`\n  ${sig}: stopping after the seeds in flight (signal again to quit at once)\n`);
+      };
+      process.on("SIGINT", onSignal);
+      process.on("SIGTERM", onSignal);
+      const summary = await runCampaign(
+        seeds,
+        jobs,
+        { variant: opts.variant?.name ?? null, swarmOptions: opts.swarmOptions ?? null, ...(opts.paranoid ? { paranoid: true } : {}) },
+        (line) => process.stderr.write(line),
+        control,
+      );
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
       printCampaign(summary, (l) => console.log(l));
       process.exitCode = summary.failures.length === 0 ? 0 : 1;
       return;
@@ -126,7 +149,7 @@ async function main(argv: string[]): Promise<void> {
     }
     default:
       process.exitCode = cmd === undefined || cmd === "help" || cmd === "--help" ? 0 : 2;
-      console.log("usage: rvbox sim run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S");
+      console.log("usage: rvbox sim run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S   (run/campaign/shrink: --paranoid = full invariants after every step)");
   }
 }
 

@@ -95,10 +95,25 @@ export function cloneValue<T>(v: T): T {
   // (checked for pinned events by the R-O2 oracle, which compares the wire
   // bytes with this durable copy).
   if (v instanceof Uint8Array) return v;
-  if (Array.isArray(v)) return v.map(cloneValue) as unknown as T;
-  if (v instanceof Map) return new Map([...v].map(([k, x]) => [k, cloneValue(x)])) as unknown as T;
+  if (Array.isArray(v)) {
+    const out = new Array<unknown>(v.length);
+    for (let i = 0; i < v.length; i++) out[i] = cloneValue(v[i]);
+    return out as unknown as T;
+  }
+  if (v instanceof Map) {
+    const out = new Map<unknown, unknown>();
+    for (const [k, x] of v) out.set(k, cloneValue(x));
+    return out as unknown as T;
+  }
   const proto = Object.getPrototypeOf(v);
+  const src = v as Record<string, unknown>;
+  if (proto === Object.prototype) {
+    // Plain objects (most records): a literal, and for-in (own keys only: Object.prototype has no enumerable ones).
+    const out: Record<string, unknown> = {};
+    for (const k in src) out[k] = cloneValue(src[k]);
+    return out as T;
+  }
   const out: Record<string, unknown> = Object.create(proto);
-  for (const k of Object.keys(v)) out[k] = cloneValue((v as Record<string, unknown>)[k]);
+  for (const k of Object.keys(src)) out[k] = cloneValue(src[k]);
   return out as T;
 }

@@ -13,7 +13,10 @@ export interface ShrinkResult {
   runs: number;
 }
 
-export function shrink(seed: number, opts: RunOptions, log: (line: string) => void = () => {}, maxRuns = 400): ShrinkResult | null {
+export function shrink(seed: number, opts0: RunOptions, log: (line: string) => void = () => {}, maxRuns = 400): ShrinkResult | null {
+  // Paranoid: every candidate is judged by the per-step checks directly (a failing
+  // candidate would otherwise be run a second time to localize its failure).
+  const opts: RunOptions = { ...opts0, paranoid: true };
   const swarm = opts.swarm ?? drawSwarm(seed, opts.swarmOptions ?? opts.variant?.swarm ?? {});
   const full = opts.schedule ?? planSchedule(seed, swarm);
   const first = runSeed(seed, { ...opts, swarm, schedule: full });

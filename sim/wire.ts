@@ -9,9 +9,28 @@ import type { AgentEnvelope } from "../protos/gen/rvbox/v1/agent_pb.js";
 
 export type Envelope = AgentEnvelope & { payload: { case: PayloadCase } };
 
+/**
+ * Per-buffer caches of what the simulator computes about a frame. One frame
+ * object is looked at several times (the sender's effect line and oracle, the
+ * receiver's input line and oracle); wire bytes are never written after they
+ * are emitted (the R-O2 oracle compares resends byte for byte), so what was
+ * computed once holds. `wireCaches.enabled = false` recomputes every time
+ * (the bench's baseline).
+ */
+export const wireCaches = { enabled: true };
+const decoded = new WeakMap<Uint8Array, Envelope | null>();
+const digests = new WeakMap<Uint8Array, string>();
+
+/** Decode with the core's own codec. The result is shared: read it, never write it. */
 export function decodeEnvelope(data: Uint8Array): Envelope | null {
+  if (wireCaches.enabled) {
+    const hit = decoded.get(data);
+    if (hit !== undefined) return hit;
+  }
   const d = decodeFrame(data, true);
-  return d.ok ? d.envelope : null;
+  const env = d.ok ? d.envelope : null;
+  if (wireCaches.enabled) decoded.set(data, env);
+  return env;
 }
 
 /** Field number of each payload in AgentEnvelope (agent.proto). */
@@ -98,6 +117,14 @@ export function rawField(b: Uint8Array, field: number): Uint8Array | null {
     } else return null;
   }
   return found;
+}
+
+/** shortDigest of a frame, remembered per buffer (a frame is digested when sent and again when delivered). */
+export function frameDigest(b: Uint8Array): string {
+  if (!wireCaches.enabled) return shortDigest(b);
+  let d = digests.get(b);
+  if (d === undefined) digests.set(b, (d = shortDigest(b)));
+  return d;
 }
 
 /** A short, stable digest of bytes (for trace lines and maps). */

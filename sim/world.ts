@@ -3,7 +3,10 @@
 // by one seed through one event queue.
 //
 // Every input a core receives goes through `serverInput` / `agentInput`:
-// the step runs, the node's invariants are checked, the oracles look at the
+// the step runs, the node's invariants are checked (all of them every
+// `checkEvery` steps of that node, before a crash drops its state and at the
+// end of the run; after every step with --paranoid: see sim/run.ts for how a
+// failure is localized), the oracles look at the
 // input and the effects, and the effects are executed (persist -> disk,
 // send/ping/close -> network, wake -> event queue, spawn... -> executor).
 // No effect re-enters a core synchronously, so a step is always atomic.
@@ -27,7 +30,7 @@ import { simPorts } from "./sim-ports.js";
 import type { Swarm, SwarmOptions } from "./swarm.js";
 import { fmtDetail, Timeline } from "./timeline.js";
 import { TraceHash } from "./trace-hash.js";
-import { frameSummary, shortDigest } from "./wire.js";
+import { frameDigest, frameSummary, shortDigest } from "./wire.js";
 import { applyFault, heal } from "./faults.js";
 
 export interface Variant {
@@ -40,6 +43,13 @@ export interface Variant {
 }
 
 const env = { ports: simPorts };
+
+/**
+ * Default spacing of the full invariant check, in steps of one node. The full
+ * check walks every command, connection and outbox entry, so after every step
+ * it cost more than the oracles together; every 32nd step it is noise.
+ */
+export const CHECK_EVERY = 32;
 
 export function agentConfigFor(client: number, sw: Swarm): AgentConfig {
   const base = defaultAgentConfig(`agent-${client}`, { maxRunning: sw.maxRunning, maxQueued: sw.maxQueued });
@@ -111,6 +121,12 @@ export class World {
   identityFaults = false;
   private sameTimeSteps = 0;
   private lastStepTime = -1;
+  /** Full invariants of a node after every `checkEvery`-th of its steps (1: after every step, --paranoid). */
+  checkEvery = CHECK_EVERY;
+  /** Steps of each node until its next full invariant check (the server is keyed by its host too). */
+  private readonly checkDue = new Map<object, number>();
+  /** Full invariant checks run (for the bench and tests). */
+  fullChecks = 0;
 
   constructor(
     readonly seed: number,
@@ -233,6 +249,7 @@ export class World {
   crashServer(downMs: number, why: string): void {
     const h = this.server;
     if (!h.up) return;
+    this.checkServerNow("before a crash");
     this.timeline?.add(this.q.now, h.label, `CRASH (${why}); ${h.disk.pending.length} unsynced batches lost`);
     h.up = false;
     h.state = null;
@@ -248,6 +265,7 @@ export class World {
 
   crashAgent(h: AgentHost, downMs: number, why: string, corrupt: string | null = null): void {
     if (!h.up) return;
+    this.checkAgentNow(h, "before a crash");
     this.timeline?.add(this.q.now, h.label, `CRASH (${why}); ${h.disk.pending.length} unsynced batches lost`);
     h.up = false;
     h.state = null;
@@ -260,6 +278,49 @@ export class World {
     h.inc++;
     const inc = h.inc;
     if (Number.isFinite(downMs) && !h.retired) this.q.after(downMs, () => !h.up && h.inc === inc && this.startAgent(h));
+  }
+
+  // ------------------------------------------------------------------ invariants
+
+  /** Is a full check of `node` due after this step? Counts the step. */
+  private checkDueNow(node: object): boolean {
+    const due = (this.checkDue.get(node) ?? 1) - 1;
+    if (due > 0) {
+      this.checkDue.set(node, due);
+      return false;
+    }
+    this.checkDue.set(node, this.checkEvery);
+    this.fullChecks++;
+    return true;
+  }
+
+  /** The server's full invariants now (outside a step: before a crash, at the end). */
+  checkServerNow(when: string): void {
+    const h = this.server;
+    if (!h.up || !h.state || this.checkEvery <= 1) return;
+    this.fullChecks++;
+    try {
+      serverInvariants(h.state);
+    } catch (e) {
+      throw new SimFailure("server-core-threw", `${(e as Error).name}: ${(e as Error).message} (full invariant check ${when})`, this.q.now);
+    }
+  }
+
+  /** An agent's full invariants now (outside a step: before a crash, at the end). */
+  checkAgentNow(h: AgentHost, when: string): void {
+    if (!h.up || !h.state || this.checkEvery <= 1) return;
+    this.fullChecks++;
+    try {
+      agentInvariants(h.state);
+    } catch (e) {
+      throw new SimFailure("agent-core-threw", `${h.label}: ${(e as Error).name}: ${(e as Error).message} (full invariant check ${when})`, this.q.now);
+    }
+  }
+
+  /** Every live node's full invariants (the end of a run). */
+  checkAllNow(when: string): void {
+    this.checkServerNow(when);
+    for (const h of this.hosts) this.checkAgentNow(h, when);
   }
 
   // ------------------------------------------------------------------ stepping
@@ -288,7 +349,7 @@ export class World {
     try {
       res = h.step(h.state, input, now, env, h.wall());
       h.state = res.state;
-      serverInvariants(h.state);
+      if (this.checkDueNow(h)) serverInvariants(h.state);
     } catch (e) {
       if (e instanceof SimFailure) throw e;
       throw new SimFailure("server-core-threw", `${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`, this.q.now);
@@ -360,7 +421,7 @@ export class World {
     try {
       res = h.step(h.state, input, now, env, h.wall());
       h.state = res.state;
-      agentInvariants(h.state);
+      if (this.checkDueNow(h)) agentInvariants(h.state);
     } catch (e) {
       if (e instanceof SimFailure) throw e;
       throw new SimFailure("agent-core-threw", `${h.label}: ${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`, this.q.now);
@@ -458,9 +519,11 @@ function describe(input: { type: string } & Record<string, unknown>): string {
     return `control ${r.op} ${r.requestId} ${r.uuid ?? r.clientId ?? ""}${r.signal !== undefined ? " sig=" + r.signal : ""}${r.instanceId ? " instance=" + r.instanceId.slice(0, 12) : ""}`;
   }
   let s = input.type;
-  for (const [k, v] of Object.entries(input)) {
+  // for-in: the same keys in the same order as Object.entries (inputs are literals), without the arrays.
+  for (const k in input) {
     if (k === "type") continue;
-    if (v instanceof Uint8Array) s += ` ${k}=${v.length}:${shortDigest(v)}`;
+    const v = input[k];
+    if (v instanceof Uint8Array) s += ` ${k}=${v.length}:${input.type === "frame" ? frameDigest(v) : shortDigest(v)}`;
     else if (typeof v === "object" && v !== null) s += ` ${k}=${JSON.stringify(v)}`;
     else s += ` ${k}=${String(v)}`;
   }
@@ -470,7 +533,7 @@ function describe(input: { type: string } & Record<string, unknown>): string {
 function effectLine(e: { type: string } & Record<string, unknown>): string {
   switch (e.type) {
     case "send":
-      return `> send ${e["conn"]} ${e["kind"]} ${(e["data"] as Uint8Array).length}:${shortDigest(e["data"] as Uint8Array)}`;
+      return `> send ${e["conn"]} ${e["kind"]} ${(e["data"] as Uint8Array).length}:${frameDigest(e["data"] as Uint8Array)}`;
     case "persist":
       return `> persist ${e["id"]} ${(e["records"] as Array<{ table: string; key: string }>).map((r) => r.table + "/" + r.key).join(",")}`;
     case "trace":

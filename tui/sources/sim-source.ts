@@ -192,6 +192,8 @@ export class SimSource implements DataSource, TimelineControl {
     this.filt = { node: o.node ?? null, command: o.command ?? null };
     this.label = `sim seed ${o.seed}${o.variant ? ` variant ${o.variant}` : ""} (${swarm.agents} agents)`;
     this.world = new World(o.seed, swarm, schedule, variant ?? null, tl);
+    // A replay stops where a per-step check would (as `sim replay` does).
+    this.world.checkEvery = 1;
     try {
       this.world.start();
     } catch (e) {
