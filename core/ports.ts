@@ -1,6 +1,7 @@
 // Pure functions the core needs but does not implement itself. They are
 // deterministic (same input, same output, no I/O), so injecting them keeps
-// every reducer pure, like an injected PRNG. Shells pass zstd-codec/fzstd and
+// every reducer pure, like an injected PRNG. Shells pass node:zlib zstd (or
+// zstd-codec/fzstd where node:zlib has none) and
 // node:crypto; the simulator passes raw-block zstd frames and node:crypto.
 
 import type { Code } from "./errors.js";

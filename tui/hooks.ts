@@ -18,8 +18,10 @@ export interface TermSize {
 
 /** The terminal's size, following resizes (`resize` on stdout). 80x24 when unknown. */
 export function useTerminalSize(): TermSize {
-  const { stdout } = useStdout();
-  const read = (): TermSize => ({ columns: stdout.columns > 0 ? stdout.columns : 80, rows: stdout.rows > 0 ? stdout.rows : 24 });
+  // Ink 8 types the stream as NodeJS.WritableStream; a TTY (or the test
+  // harness's fake) carries columns/rows, anything else reads as 80x24.
+  const stdout = useStdout().stdout as NodeJS.WritableStream & { columns?: number; rows?: number };
+  const read = (): TermSize => ({ columns: (stdout.columns ?? 0) > 0 ? stdout.columns! : 80, rows: (stdout.rows ?? 0) > 0 ? stdout.rows! : 24 });
   const [size, setSize] = useState(read);
   useEffect(() => {
     const on = (): void => setSize(read());

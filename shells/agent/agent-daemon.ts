@@ -59,7 +59,7 @@ import { ProcRegistry } from "./proc-identity.js";
 import { tablesView } from "../storage/kv-store.js";
 import { SpillStore } from "../storage/spill-store.js";
 import type { DurableDb } from "../store/index.js";
-import { initZstd } from "../zstd/index.js";
+import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 
 export interface AgentDaemonOptions {
   /** Clock source (tests inject a fake wall clock); default the system's. */
@@ -213,6 +213,8 @@ export class AgentDaemon {
       tornTail: r.tornTail ? r.tornTail.reason : "none",
       commands: d.state.commands.size,
       instance: d.state.instanceId || "(new)",
+      node: process.version,
+      zstd: ZSTD_BACKEND,
     });
     d.loop.feed({ type: "start" });
     if (incident) {

@@ -1,7 +1,8 @@
 /**
- * The core's pure-function ports for the real daemons: zstd-codec
- * compression (call `await initZstd()` once first), fzstd validated
- * decompression, node:crypto SHA-256.
+ * The core's pure-function ports for the real daemons: zstd compression and
+ * validated decompression on the backend chosen at startup (native node:zlib
+ * where present, else zstd-codec + fzstd; call `await initZstd()` once
+ * first), node:crypto SHA-256.
  */
 import { createHash } from "node:crypto";
 import { Code, type CorePorts } from "../../core/index.js";

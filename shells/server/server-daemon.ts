@@ -53,7 +53,7 @@ import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../r
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
-import { initZstd } from "../zstd/index.js";
+import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { AgentTokens, ANY_CLIENT, bearer, OperatorToken } from "./auth.js";
 import { controlServiceImpl } from "./control-service.js";
 import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
@@ -212,7 +212,7 @@ export class ServerDaemon {
     await listen(d.controlHttp, opts.control);
     // First tick arms the timers (heartbeats, expiry, redelivery).
     d.loop.feed({ type: "tick" });
-    d.log.info("listening", { agents: addr(d.agentHttp), control: addr(d.controlHttp), commands: d.state.commands.size, clients: d.state.clients.size });
+    d.log.info("listening", { agents: addr(d.agentHttp), control: addr(d.controlHttp), commands: d.state.commands.size, clients: d.state.clients.size, node: process.version, zstd: ZSTD_BACKEND });
     return d;
   }
 

@@ -1,9 +1,13 @@
 /**
- * zstd compression through `zstd-codec` (Emscripten build of libzstd, WASM
- * with an asm.js fallback; CommonJS, no native addon, no install script).
+ * zstd compression: native (`node:zlib`, see native.ts) where this Node has
+ * it, otherwise through `zstd-codec` (Emscripten build of libzstd, WASM with
+ * an asm.js fallback; CommonJS, no native addon, no install script).
  *
- * Usage: `await initZstd()` once (instantiates the WASM module, ~30 ms), then
- * call the synchronous `compress` as often as needed.
+ * Usage: `await initZstd()` once (on the portable backend it instantiates the
+ * WASM module, ~30 ms; on the native one it does nothing), then call the
+ * synchronous `compress` as often as needed. Both backends enforce the same
+ * limits below and re-check the same frame property (exact content size), so
+ * callers cannot tell them apart except by speed.
  *
  * Frame format: `zstd-codec`'s `Simple.compress` is libzstd's one-shot
  * `ZSTD_compress`, which always writes Frame_Content_Size (verified for sizes
@@ -21,6 +25,7 @@
  */
 import { createRequire } from 'node:module';
 import { readZstdFrameContentSize } from './frame-header.js';
+import { nativeCompress, ZSTD_BACKEND, type ZstdBackend } from './native.js';
 import type { ZstdCodecPackage, ZstdSimple } from './zstd-codec.js';
 
 export const DEFAULT_ZSTD_LEVEL = 3;
@@ -41,8 +46,8 @@ let initPromise: Promise<void> | null = null;
  * a failed attempt can be retried. After `compress` reports a codec abort,
  * call it again to get a fresh WASM instance.
  */
-export function initZstd(): Promise<void> {
-  if (simple) return Promise.resolve();
+export function initZstd(backend: ZstdBackend = ZSTD_BACKEND): Promise<void> {
+  if (backend === 'native' || simple) return Promise.resolve();
   if (initPromise) return initPromise;
   const attempt = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -72,21 +77,28 @@ export function initZstd(): Promise<void> {
   return initPromise;
 }
 
-/** True once `initZstd()` has completed (and no abort has happened since). */
-export function isZstdReady(): boolean {
-  return simple !== null;
+/**
+ * True when `compress` can run on `backend`: always for native, once
+ * `initZstd()` has completed (and no abort has happened since) for portable.
+ */
+export function isZstdReady(backend: ZstdBackend = ZSTD_BACKEND): boolean {
+  return backend === 'native' || simple !== null;
 }
 
 /**
  * Compress `raw` into exactly one zstd frame that carries its exact
- * Frame_Content_Size. Synchronous; requires a completed `initZstd()`.
- * Throws on: not initialised, input over MAX_COMPRESS_INPUT_BYTES, a level
- * that is not an integer in -7..22, or a codec failure. Level 0 means the
- * default (3), as in libzstd.
+ * Frame_Content_Size. Synchronous; on the portable backend it requires a
+ * completed `initZstd()`. Throws on: not initialised, input over
+ * MAX_COMPRESS_INPUT_BYTES, a level that is not an integer in -7..22, or a
+ * codec failure. Level 0 means the default (3), as in libzstd.
  */
-export function compress(raw: Uint8Array, level: number = DEFAULT_ZSTD_LEVEL): Uint8Array {
+export function compress(
+  raw: Uint8Array,
+  level: number = DEFAULT_ZSTD_LEVEL,
+  backend: ZstdBackend = ZSTD_BACKEND,
+): Uint8Array {
   const codec = simple;
-  if (!codec) throw new Error('zstd codec is not initialised: await initZstd() first');
+  if (backend === 'portable' && !codec) throw new Error('zstd codec is not initialised: await initZstd() first');
   if (!(raw instanceof Uint8Array)) throw new TypeError('compress: raw must be a Uint8Array');
   if (raw.length > MAX_COMPRESS_INPUT_BYTES) {
     throw new RangeError(
@@ -97,9 +109,11 @@ export function compress(raw: Uint8Array, level: number = DEFAULT_ZSTD_LEVEL): U
     throw new RangeError(`compress: level must be an integer in ${MIN_ZSTD_LEVEL}..${MAX_ZSTD_LEVEL}, got ${level}`);
   }
 
+  if (backend === 'native') return checkedFrame(nativeCompress(raw, level === 0 ? DEFAULT_ZSTD_LEVEL : level), raw, 'node:zlib');
+
   let frame: Uint8Array | null;
   try {
-    frame = codec.compress(raw, level);
+    frame = codec!.compress(raw, level);
   } catch (err) {
     // An Emscripten abort (e.g. OOM) leaves the instance unusable: drop it so
     // the next initZstd() builds a fresh one.
@@ -108,11 +122,14 @@ export function compress(raw: Uint8Array, level: number = DEFAULT_ZSTD_LEVEL): U
     throw new Error(`zstd-codec aborted; call initZstd() again before compressing: ${String(err)}`);
   }
   if (!frame) throw new Error('zstd-codec failed to compress (returned null)');
+  return checkedFrame(frame, raw, 'zstd-codec');
+}
 
+function checkedFrame(frame: Uint8Array, raw: Uint8Array, who: string): Uint8Array {
   const header = readZstdFrameContentSize(frame);
   if (!header.ok || header.contentSize !== raw.length) {
     throw new Error(
-      `zstd-codec produced a frame without the expected Frame_Content_Size (${
+      `${who} produced a frame without the expected Frame_Content_Size (${
         header.ok ? String(header.contentSize) : header.reason
       }, expected ${raw.length})`,
     );

@@ -1,5 +1,6 @@
 /**
- * Validated zstd decompression of one peer-supplied frame with `fzstd`.
+ * Validated zstd decompression of one peer-supplied frame: natively with
+ * `node:zlib` where this Node has zstd (native.ts), otherwise with `fzstd`.
  *
  * Everything that can be checked without decoding is checked first, from the
  * frame's own structure (see `scanZstdFrame`):
@@ -17,7 +18,12 @@
  *   5. the structural size bounds admit the declared size (Raw/RLE bytes are
  *      known exactly, compressed blocks are bounded by Block_Maximum_Size).
  *
- * Only then is the frame decoded, with fzstd's streaming `Decompress`: every
+ * Only then is the frame decoded. Natively (the default where available):
+ * `zstdDecompressSync` with `maxOutputLength` = the declared size and one
+ * output buffer of declared + 1 bytes (native.ts `nativeDecode`), so a frame
+ * that lies about its size fails inside that buffer; libzstd also verifies a
+ * Content_Checksum when a frame carries one. Portable: fzstd's streaming
+ * `Decompress`: every
  * decoded piece is copied into a preallocated `new Uint8Array(declared)` and
  * decoding is aborted as soon as the output would exceed it, so the output
  * can never exceed what was declared, and the exact decoded length is known
@@ -27,12 +33,13 @@
  * are bounded by the checks above. Any exception from fzstd becomes
  * BAD_COMPRESSION; this function never throws for any input bytes.
  *
- * Not verified: the optional XXH64 Content_Checksum (fzstd skips it; RVBox
- * frames carry none). A corrupted compressed block that still decodes to the
+ * Not verified on the portable path: the optional XXH64 Content_Checksum
+ * (fzstd skips it; RVBox frames carry none). A corrupted compressed block that still decodes to the
  * declared length is therefore returned as ok.
  */
 import { Decompress } from 'fzstd';
 import { scanZstdFrame } from './frame-header.js';
+import { nativeDecode, ZSTD_BACKEND, type ZstdBackend } from './native.js';
 
 export const DEFAULT_DECOMPRESS_LIMIT = 64 * 1024;
 /**
@@ -64,6 +71,7 @@ export function decompressValidated(
   frame: Uint8Array,
   declaredOriginalSize: number,
   limit: number = DEFAULT_DECOMPRESS_LIMIT,
+  backend: ZstdBackend = ZSTD_BACKEND,
 ): DecompressResult {
   if (!Number.isSafeInteger(limit) || limit < 0) {
     throw new RangeError(`decompressValidated: limit must be a non-negative integer, got ${limit}`);
@@ -99,6 +107,18 @@ export function decompressValidated(
     return bad(
       `zstd blocks cannot decode to ${declared} bytes (raw/RLE ${scan.rawAndRleBytes}, upper bound ${scan.decodedSizeUpperBound})`,
     );
+  }
+
+  if (backend === 'native') {
+    const r = nativeDecode(frame, declared);
+    if (r.ok) {
+      if (r.data.length !== declared) {
+        return bad(`zstd frame decoded to ${r.data.length} bytes but ${declared} were declared`);
+      }
+      return { ok: true, data: r.data };
+    }
+    if (r.overflow) return bad(`zstd frame decodes to more than the declared ${declared} bytes`);
+    return bad(`zstd decoding failed: ${r.message}`);
   }
 
   const out = new Uint8Array(declared);

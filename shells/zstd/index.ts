@@ -1,7 +1,10 @@
 /**
- * RVBox shell-side zstd: compression (zstd-codec, WASM), validated
- * decompression (fzstd) and pure frame-structure helpers.
+ * RVBox shell-side zstd: compression and validated decompression, native
+ * (node:zlib) where this Node has zstd, else portable (zstd-codec WASM to
+ * compress, fzstd to decode); and pure frame-structure helpers.
  */
+export { ZSTD_BACKEND, ZSTD_BACKENDS, NATIVE_ZSTD_AVAILABLE } from './native.js';
+export type { ZstdBackend } from './native.js';
 export {
   ZSTD_MAGIC,
   ZSTD_BLOCK_SIZE_MAX,

@@ -1,14 +1,17 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { decompress as fzstdDecompress } from 'fzstd';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   compress,
   decompressValidated,
   initZstd,
   isZstdReady,
   MAX_COMPRESS_INPUT_BYTES,
+  NATIVE_ZSTD_AVAILABLE,
   readZstdFrameContentSize,
+  ZSTD_BACKEND,
+  ZSTD_BACKENDS,
 } from '../../../shells/zstd/index.js';
 
 function hasZstdCli(): boolean {
@@ -27,16 +30,47 @@ const text = (n: number): Uint8Array => {
   return out;
 };
 
-describe('compress', () => {
+describe('backend selection', () => {
+  it('native node:zlib zstd is found on this Node (>= 22.15) and is the default', () => {
+    expect(NATIVE_ZSTD_AVAILABLE).toBe(true);
+    expect(ZSTD_BACKEND).toBe(process.env['RVBOX_ZSTD'] === 'portable' ? 'portable' : 'native');
+    expect(ZSTD_BACKENDS).toEqual(['native', 'portable']);
+  });
+
+  it('native needs no initialisation', () => {
+    expect(isZstdReady('native')).toBe(true);
+    expect(readZstdFrameContentSize(compress(text(100), 3, 'native'))).toMatchObject({ ok: true, contentSize: 100 });
+  });
+});
+
+describe('compress (portable: zstd-codec)', () => {
   it('throws before initZstd()', () => {
-    expect(isZstdReady()).toBe(false);
-    expect(() => compress(new Uint8Array(1))).toThrow(/initZstd/);
+    expect(isZstdReady('portable')).toBe(false);
+    expect(() => compress(new Uint8Array(1), 3, 'portable')).toThrow(/initZstd/);
   });
 
   it('initZstd is idempotent and concurrency-safe', async () => {
-    await Promise.all([initZstd(), initZstd(), initZstd()]);
-    await initZstd();
-    expect(isZstdReady()).toBe(true);
+    await Promise.all([initZstd('portable'), initZstd('portable'), initZstd('portable')]);
+    await initZstd('portable');
+    expect(isZstdReady('portable')).toBe(true);
+  });
+
+  it('every level -7..22 works up to MAX_COMPRESS_INPUT_BYTES without exhausting the WASM heap', () => {
+    const raw = new Uint8Array(randomBytes(MAX_COMPRESS_INPUT_BYTES));
+    raw.fill(0, 0, MAX_COMPRESS_INPUT_BYTES / 2);
+    for (let level = -7; level <= 22; level++) {
+      const frame = compress(raw, level, 'portable');
+      const r = decompressValidated(frame, raw.length, MAX_COMPRESS_INPUT_BYTES, 'portable');
+      expect(r.ok).toBe(true);
+    }
+    expect(isZstdReady('portable')).toBe(true);
+  });
+});
+
+describe.each(ZSTD_BACKENDS)('compress (%s)', (backend) => {
+  const compress3 = (raw: Uint8Array, level = 3): Uint8Array => compress(raw, level, backend);
+  beforeAll(async () => {
+    await initZstd(backend);
   });
 
   const cases: Array<[string, Uint8Array]> = [
@@ -48,44 +82,44 @@ describe('compress', () => {
     ['64 KiB zeros', new Uint8Array(65536)],
   ];
   it.each(cases)('%s: frame carries exact FCS; round-trips via decompressValidated and fzstd', (_name, raw) => {
-    const frame = compress(raw);
+    const frame = compress3(raw);
     expect(readZstdFrameContentSize(frame)).toMatchObject({ ok: true, contentSize: raw.length });
-    const r = decompressValidated(frame, raw.length);
+    const r = decompressValidated(frame, raw.length, undefined, backend);
     expect(r.ok).toBe(true);
     if (r.ok) expect(Buffer.from(r.data).equals(Buffer.from(raw))).toBe(true);
     expect(Buffer.from(fzstdDecompress(frame)).equals(Buffer.from(raw))).toBe(true);
   });
 
   it('text compresses well; results are independent copies', () => {
-    const a = compress(text(65536));
+    const a = compress3(text(65536));
     expect(a.length).toBeLessThan(2000);
     const snapshot = Buffer.from(a);
-    compress(new Uint8Array(randomBytes(65536)));
+    compress3(new Uint8Array(randomBytes(65536)));
     expect(Buffer.from(a).equals(snapshot)).toBe(true);
   });
 
-  it('every level -7..22 works up to MAX_COMPRESS_INPUT_BYTES without exhausting the WASM heap', () => {
+  it('every level -7..22 works up to MAX_COMPRESS_INPUT_BYTES', () => {
     const raw = new Uint8Array(randomBytes(MAX_COMPRESS_INPUT_BYTES));
     raw.fill(0, 0, MAX_COMPRESS_INPUT_BYTES / 2);
     for (let level = -7; level <= 22; level++) {
-      const frame = compress(raw, level);
-      const r = decompressValidated(frame, raw.length, MAX_COMPRESS_INPUT_BYTES);
+      const frame = compress3(raw, level);
+      const r = decompressValidated(frame, raw.length, MAX_COMPRESS_INPUT_BYTES, backend);
       expect(r.ok).toBe(true);
+      if (r.ok) expect(Buffer.from(r.data).equals(Buffer.from(raw))).toBe(true);
     }
-    expect(isZstdReady()).toBe(true);
   });
 
   it('refuses oversize input and bad levels', () => {
-    expect(() => compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES + 1))).toThrow(RangeError);
-    expect(() => compress(new Uint8Array(1), 23)).toThrow(RangeError);
-    expect(() => compress(new Uint8Array(1), -8)).toThrow(RangeError);
-    expect(() => compress(new Uint8Array(1), 1.5)).toThrow(RangeError);
-    expect(isZstdReady()).toBe(true);
+    expect(() => compress3(new Uint8Array(MAX_COMPRESS_INPUT_BYTES + 1))).toThrow(RangeError);
+    expect(() => compress3(new Uint8Array(1), 23)).toThrow(RangeError);
+    expect(() => compress3(new Uint8Array(1), -8)).toThrow(RangeError);
+    expect(() => compress3(new Uint8Array(1), 1.5)).toThrow(RangeError);
+    expect(isZstdReady(backend)).toBe(true);
   });
 
   it.runIf(hasZstdCli())('the reference zstd CLI decodes our frames', () => {
     const raw = Buffer.concat([Buffer.from(text(40000)), randomBytes(25536)]);
-    const out = execFileSync('zstd', ['-d', '-c', '-q'], { input: compress(raw) });
+    const out = execFileSync('zstd', ['-d', '-c', '-q'], { input: compress3(raw) });
     expect(out.equals(raw)).toBe(true);
   });
 });

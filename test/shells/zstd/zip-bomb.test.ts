@@ -1,6 +1,7 @@
 /**
- * Zip bombs are refused without the decoder ever allocating their content.
- * fzstd is wrapped (vi.mock) to count decoder instances and decoded bytes.
+ * Zip bombs are refused without the decoder ever allocating their content,
+ * on both backends. fzstd and node:zlib's zstdDecompressSync are wrapped
+ * (vi.mock) to count decoder runs and decoded bytes (R-T3).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -8,17 +9,29 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import type * as Fzstd from 'fzstd';
-import { compress, decompressValidated, initZstd, MAX_COMPRESS_INPUT_BYTES, scanZstdFrame } from '../../../shells/zstd/index.js';
+import type * as Zlib from 'node:zlib';
+import {
+  compress,
+  decompressValidated as decompressOn,
+  initZstd,
+  MAX_COMPRESS_INPUT_BYTES,
+  scanZstdFrame,
+  ZSTD_BACKENDS,
+  type ZstdBackend,
+} from '../../../shells/zstd/index.js';
 
-const counters = vi.hoisted(() => ({ decoders: 0, decodedBytes: 0 }));
+const all = vi.hoisted(() => ({
+  portable: { decoders: 0, decodedBytes: 0 },
+  native: { decoders: 0, decodedBytes: 0 },
+}));
 
 vi.mock('fzstd', async (importOriginal) => {
   const orig = await importOriginal<typeof Fzstd>();
   class CountingDecompress extends orig.Decompress {
     constructor(ondata?: Fzstd.ZstdStreamHandler) {
-      counters.decoders += 1;
+      all.portable.decoders += 1;
       super((data, final) => {
-        counters.decodedBytes += data.length;
+        all.portable.decodedBytes += data.length;
         return ondata?.(data, final);
       });
     }
@@ -27,10 +40,21 @@ vi.mock('fzstd', async (importOriginal) => {
     ...orig,
     Decompress: CountingDecompress,
     decompress: (...args: Parameters<typeof orig.decompress>) => {
-      counters.decoders += 1;
+      all.portable.decoders += 1;
       return orig.decompress(...args);
     },
   };
+});
+
+vi.mock('node:zlib', async (importOriginal) => {
+  const orig = await importOriginal<typeof Zlib>();
+  const zstdDecompressSync = (buf: Zlib.InputType, opts?: Zlib.ZstdOptions): Buffer => {
+    all.native.decoders += 1;
+    const out = orig.zstdDecompressSync(buf, opts);
+    all.native.decodedBytes += out.length;
+    return out;
+  };
+  return { ...orig, zstdDecompressSync, default: { ...orig, zstdDecompressSync } };
 });
 
 const KiB = 1024;
@@ -51,16 +75,21 @@ function rleBomb(total: number, fcs: number): Uint8Array {
 }
 
 beforeAll(async () => {
-  await initZstd();
+  await initZstd('portable');
 });
 beforeEach(() => {
-  counters.decoders = 0;
-  counters.decodedBytes = 0;
+  for (const c of Object.values(all)) {
+    c.decoders = 0;
+    c.decodedBytes = 0;
+  }
 });
 
-describe('zip bombs', () => {
+describe.each(ZSTD_BACKENDS)('R-T3: zip bombs (%s)', (backend: ZstdBackend) => {
+  const counters = all[backend];
+  const decompressValidated = (frame: Uint8Array, declared: number): ReturnType<typeof decompressOn> =>
+    decompressOn(frame, declared, undefined, backend);
   it('sanity: the counting wrapper sees normal decodes', () => {
-    const r = decompressValidated(compress(new Uint8Array(1000)), 1000);
+    const r = decompressValidated(compress(new Uint8Array(1000), 3, backend), 1000);
     expect(r.ok).toBe(true);
     expect(counters.decoders).toBe(1);
     expect(counters.decodedBytes).toBe(1000);
@@ -91,20 +120,59 @@ describe('zip bombs', () => {
   });
 
   it('our largest compressible input (256 KiB of zeros) declared as 64 KiB: refused before decoding', () => {
-    const frame = compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES));
+    const frame = compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES), 3, backend);
     const r = decompressValidated(frame, 64 * KiB);
     expect(r).toMatchObject({ ok: false, code: 'BAD_COMPRESSION' });
     expect(counters.decoders).toBe(0);
   });
 
   it('a lying header on compressed blocks: decoding stops at the declared size', () => {
-    const frame = compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES)).slice();
+    // zstd-codec's frame: its 128 KiB blocks still pass the structural checks
+    // after the lie, so the decoder itself has to stop
+    const frame = compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES), 3, 'portable').slice();
     new DataView(frame.buffer).setUint32(5, 64 * KiB, true); // 4-byte FCS at offset 5 (single segment)
-    const r = decompressValidated(frame, 64 * KiB);
-    expect(r).toMatchObject({ ok: false, code: 'BAD_COMPRESSION' });
+    const allocated: number[] = [];
+    const real = Buffer.allocUnsafe;
+    const spy = vi.spyOn(Buffer, 'allocUnsafe').mockImplementation((size: number) => {
+      allocated.push(size);
+      return real.call(Buffer, size);
+    });
+    let r: ReturnType<typeof decompressOn>;
+    try {
+      r = decompressValidated(frame, 64 * KiB);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(r).toMatchObject({ ok: false, code: 'BAD_COMPRESSION', message: expect.stringMatching(/more than the declared/) });
     expect(counters.decoders).toBe(1);
-    // at most the declared size plus one block was ever produced by the decoder
-    expect(counters.decodedBytes).toBeLessThanOrEqual(64 * KiB + 128 * KiB);
+    if (backend === 'portable') {
+      // at most the declared size plus one block was ever produced by the decoder
+      expect(counters.decodedBytes).toBeLessThanOrEqual(64 * KiB + 128 * KiB);
+    } else {
+      // node:zlib: nothing returned, and its only output buffer is declared + 1 bytes
+      expect(counters.decodedBytes).toBe(0);
+      expect(allocated).toEqual([64 * KiB + 1]);
+    }
+  });
+
+  it.runIf(backend === 'native')('a frame that decodes to exactly the declared size uses one output buffer of declared + 1 bytes', () => {
+    const raw = new Uint8Array(64 * KiB).map((_, i) => i % 251);
+    const frame = compress(raw, 3, 'native');
+    const allocated: number[] = [];
+    const real = Buffer.allocUnsafe;
+    const spy = vi.spyOn(Buffer, 'allocUnsafe').mockImplementation((size: number) => {
+      allocated.push(size);
+      return real.call(Buffer, size);
+    });
+    let r: ReturnType<typeof decompressOn>;
+    try {
+      r = decompressValidated(frame, raw.length);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(r.ok).toBe(true);
+    if (r.ok) expect(Buffer.from(r.data).equals(Buffer.from(raw))).toBe(true);
+    expect(allocated).toEqual([64 * KiB + 1]);
   });
 
   it.runIf(hasZstdCli())('10 MiB of zeros compressed by the reference zstd CLI, declared as 64 KiB', () => {

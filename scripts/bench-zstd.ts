@@ -1,0 +1,121 @@
+// `npm run bench:zstd`: the two zstd backends side by side, in one process,
+// on the same log-like text cut into RVBox's 64 KiB output chunks:
+//   compress  native node:zlib  vs  zstd-codec (WASM)         (the agent's side)
+//   validate  native node:zlib  vs  fzstd (pure JS)            (the server's side:
+//             decompressValidated, structural checks + bounded decode)
+// Rounds alternate the backends (A B A B ...) so that a noisy machine slows
+// both alike; each figure is the median over rounds and each line ends with
+// the ratio. Flags: --mib=N text size (default 16), --rounds=N (default 7),
+// --level=N (default 3).
+import { compress, decompressValidated, initZstd, NATIVE_ZSTD_AVAILABLE, type ZstdBackend } from "../shells/zstd/index.js";
+
+const args = process.argv.slice(2);
+const flag = (name: string, dflt: number): number => {
+  const a = args.find((x) => x.startsWith(`--${name}=`));
+  return a ? Number(a.slice(name.length + 3)) : dflt;
+};
+const MIB = flag("mib", 16);
+const ROUNDS = flag("rounds", 7);
+const LEVEL = flag("level", 3);
+const CHUNK = 64 * 1024;
+
+/** The same log-like text as scripts/bench.ts's throughput bench (seeded xorshift). */
+function logLike(bytes: number): Uint8Array {
+  let x = 0x9e3779b9;
+  const rnd = (): number => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return x >>> 0;
+  };
+  const levels = ["INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"];
+  const paths = ["/api/v1/items", "/api/v1/users", "/healthz", "/api/v1/orders", "/static/app.js"];
+  const parts: Buffer[] = [];
+  let n = 0;
+  while (n < bytes) {
+    let s = "";
+    for (let i = 0; i < 500; i++) {
+      const t = 1_764_500_000_000 + n;
+      s += `${new Date(t).toISOString()} ${levels[rnd() % 6]} worker-${rnd() % 16} req=${rnd().toString(16).padStart(8, "0")} ${paths[rnd() % 5]}/${rnd() % 100000} status=${[200, 200, 200, 404, 500][rnd() % 5]} bytes=${rnd() % 50000} dur_ms=${(rnd() % 100000) / 100}\n`;
+    }
+    const b = Buffer.from(s);
+    parts.push(b);
+    n += b.length;
+  }
+  return new Uint8Array(Buffer.concat(parts).subarray(0, bytes));
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] ?? 0;
+}
+
+function time(fn: () => void): number {
+  const t0 = process.hrtime.bigint();
+  fn();
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+async function main(): Promise<void> {
+  if (!NATIVE_ZSTD_AVAILABLE) {
+    console.log(`bench:zstd: node:zlib has no zstd in Node ${process.version}; nothing to compare`);
+    return;
+  }
+  await initZstd("portable");
+  const text = logLike(MIB * 1024 * 1024);
+  const chunks: Uint8Array[] = [];
+  for (let i = 0; i < text.length; i += CHUNK) chunks.push(text.subarray(i, i + CHUNK));
+  const mib = text.length / (1024 * 1024);
+
+  const frames: Record<ZstdBackend, Uint8Array[]> = { native: [], portable: [] };
+  const compressSecs: Record<ZstdBackend, number[]> = { native: [], portable: [] };
+  // validate[decoder][encoder]
+  const validateSecs: Record<ZstdBackend, Record<ZstdBackend, number[]>> = {
+    native: { native: [], portable: [] },
+    portable: { native: [], portable: [] },
+  };
+  const order: ZstdBackend[] = ["native", "portable"];
+  for (let round = 0; round < ROUNDS; round++) {
+    const seq = round % 2 === 0 ? order : [...order].reverse();
+    for (const b of seq) {
+      let out: Uint8Array[] = [];
+      compressSecs[b].push(time(() => (out = chunks.map((c) => compress(c, LEVEL, b)))));
+      frames[b] = out;
+    }
+    for (const dec of seq) {
+      for (const enc of order) {
+        const fs = frames[enc];
+        validateSecs[dec][enc].push(
+          time(() => {
+            for (let i = 0; i < fs.length; i++) {
+              const r = decompressValidated(fs[i]!, chunks[i]!.length, CHUNK, dec);
+              if (!r.ok) throw new Error(`${dec} refused a ${enc} frame: ${r.message}`);
+            }
+          }),
+        );
+      }
+    }
+  }
+  const size = (b: ZstdBackend): number => frames[b].reduce((a, f) => a + f.length, 0);
+  const rate = (secs: number[]): number => mib / median(secs);
+  const cN = rate(compressSecs.native);
+  const cP = rate(compressSecs.portable);
+  console.log(
+    `bench:zstd on Node ${process.version}: ${mib.toFixed(0)} MiB of log-like text in ${chunks.length} chunks of 64 KiB, level ${LEVEL}, median of ${ROUNDS} alternating rounds`,
+  );
+  console.log(
+    `compress: native ${cN.toFixed(0)} MiB/s (ratio ${(text.length / size("native")).toFixed(2)}:1) | zstd-codec ${cP.toFixed(0)} MiB/s (ratio ${(text.length / size("portable")).toFixed(2)}:1) | native/zstd-codec ${(cN / cP).toFixed(2)}x`,
+  );
+  for (const enc of order) {
+    const vN = rate(validateSecs.native[enc]);
+    const vP = rate(validateSecs.portable[enc]);
+    console.log(
+      `validate ${enc === "native" ? "native" : "zstd-codec"} frames: native ${vN.toFixed(0)} MiB/s | fzstd ${vP.toFixed(0)} MiB/s | native/fzstd ${(vN / vP).toFixed(2)}x`,
+    );
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

