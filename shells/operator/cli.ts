@@ -67,6 +67,8 @@ export const STDIN_BUFFER_MAX = 1024 * 1024;
 const COMMON: FlagSpecs = {
   server: { type: "string" },
   token: { type: "string" },
+  ca: { type: "string" },
+  "request-timeout": { type: "string" },
   help: { type: "boolean", short: "h" },
 };
 const JSON_FLAG: FlagSpecs = { json: { type: "boolean" } };
@@ -84,11 +86,17 @@ interface Ctx {
   /** Created on first use: `tui --sim` never needs a token. */
   client(): ControlClient;
   token(): string;
+  /** Deadline of each unary call (never of a stream: a follow may last for hours). */
+  requestTimeoutMs: number;
   out(line: string): void;
   err(line: string): void;
 }
 
-const GLOBAL_HELP = `global flags: --server URL (env RVBOX_SERVER, default ${DEFAULT_SERVER})  --token FILE (env RVBOX_TOKEN_FILE)`;
+/** How long a unary control call may take before the CLI gives up (--request-timeout). */
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+const GLOBAL_HELP = `global flags: --server URL (env RVBOX_SERVER, default ${DEFAULT_SERVER})  --token FILE (env RVBOX_TOKEN_FILE)
+              --ca FILE (env RVBOX_CA: PEM CA bundle for an https:// server)  --request-timeout DURATION (default 30s)`;
 
 const SUBS: Record<string, Sub> = {
   run: {
@@ -403,6 +411,17 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
     }
     if (p.rest !== null && name !== "run") throw new UsageError("unexpected `--`");
     const server = normalizeServerUrl(str(p, "server") ?? io.env["RVBOX_SERVER"] ?? DEFAULT_SERVER);
+    const caFile = str(p, "ca") ?? io.env["RVBOX_CA"];
+    let ca: Buffer | undefined;
+    if (caFile !== undefined) {
+      try {
+        ca = readFileSync(caFile);
+      } catch (e) {
+        throw new UsageError(`--ca ${caFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
+      }
+    }
+    const rt = str(p, "request-timeout") ?? io.env["RVBOX_REQUEST_TIMEOUT"];
+    const requestTimeoutMs = rt === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : parseDuration(rt, "--request-timeout");
     let token: string | undefined;
     let client: ControlClient | undefined;
     const ctx: Ctx = {
@@ -417,9 +436,10 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
         return token;
       },
       client() {
-        client ??= createControlClient({ baseUrl: server, token: this.token() });
+        client ??= createControlClient({ baseUrl: server, token: this.token(), ...(ca !== undefined ? { ca } : {}) });
         return client;
       },
+      requestTimeoutMs,
       out: (line) => void io.stdout.write(`${line}\n`),
       err,
     };
@@ -470,9 +490,25 @@ async function resolveId(ctx: Ctx, typed: string): Promise<string> {
   throw new UsageError(`ambiguous id prefix ${typed}: ${hits.length} commands match\n${shown.join("\n")}${hits.length > 10 ? "\n  …" : ""}`);
 }
 
+/**
+ * The client with ctx.requestTimeoutMs as the deadline of every unary call
+ * that names none (the streaming calls, followOutput and watchFleet, are left
+ * without one).
+ */
+function timed(ctx: Ctx): ControlClient {
+  const c = ctx.client();
+  return new Proxy(c, {
+    get(target, k, recv) {
+      const f = Reflect.get(target, k, recv) as unknown;
+      if (typeof f !== "function" || k === "followOutput" || k === "watchFleet") return f;
+      return (req: unknown, opts?: { timeoutMs?: number }) => (f as (r: unknown, o: unknown) => unknown).call(target, req, { timeoutMs: ctx.requestTimeoutMs, ...opts });
+    },
+  });
+}
+
 /** One control call; its error becomes an OperatorError with the right exit code. */
 async function call<T>(ctx: Ctx, what: string, fn: (c: ControlClient) => Promise<T>): Promise<T> {
-  const c = ctx.client();
+  const c = timed(ctx);
   try {
     return await fn(c);
   } catch (e) {
@@ -482,7 +518,7 @@ async function call<T>(ctx: Ctx, what: string, fn: (c: ControlClient) => Promise
 
 /** Retry a call whose request id makes it idempotent while the server is unreachable. */
 async function callIdempotent<T>(ctx: Ctx, what: string, fn: (c: ControlClient) => Promise<T>, tries = 4): Promise<T> {
-  const c = ctx.client();
+  const c = timed(ctx);
   for (let i = 0; ; i++) {
     try {
       return await fn(c);

@@ -4,6 +4,7 @@
  * sentence and an exit code (no stack traces).
  */
 import { readFileSync } from "node:fs";
+import * as tls from "node:tls";
 import { Code as ConnectCode, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Code as RvCode, ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -17,6 +18,8 @@ export interface ControlOptions {
   baseUrl: string;
   token: string;
   httpVersion?: "1.1" | "2";
+  /** PEM CA bundle to verify an https:// server (a self-signed nginx), in addition to the system's. */
+  ca?: string | Buffer;
 }
 
 export function createControlClient(o: ControlOptions): ControlClient {
@@ -24,7 +27,8 @@ export function createControlClient(o: ControlOptions): ControlClient {
     req.header.set("Authorization", `Bearer ${o.token}`);
     return next(req);
   };
-  return createClient(ControlService, createConnectTransport({ baseUrl: o.baseUrl, httpVersion: o.httpVersion ?? "1.1", interceptors: [auth] }));
+  const nodeOptions = o.ca !== undefined ? { ca: [...tls.rootCertificates, o.ca.toString()] } : undefined;
+  return createClient(ControlService, createConnectTransport({ baseUrl: o.baseUrl, httpVersion: "1.1", interceptors: [auth], ...(nodeOptions ? { nodeOptions } : {}) }));
 }
 
 /** An error the CLI reports as one line with an exit code. */
@@ -71,6 +75,8 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
         break;
     }
   }
+  if (!detail && /self[- ]signed|unable to (verify|get local issuer)|certificate/i.test(ce.rawMessage))
+    return new OperatorError(`cannot verify the TLS certificate of ${ctx.server ?? "the server"} (${ce.rawMessage}); pass its CA with --ca FILE or RVBOX_CA`, EXIT.UNAVAILABLE);
   switch (ce.code) {
     case ConnectCode.Unauthenticated:
     case ConnectCode.PermissionDenied:
@@ -90,7 +96,7 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
     case ConnectCode.ResourceExhausted:
       return new OperatorError(`${what}temporarily refused: ${msg}; try again`, EXIT.TEMPORARY);
     case ConnectCode.DeadlineExceeded:
-      return new OperatorError(`${what}the server did not answer in time`, EXIT.UNAVAILABLE);
+      return new OperatorError(`${what}the server${ctx.server ? ` at ${ctx.server}` : ""} did not answer in time (--request-timeout)`, EXIT.UNAVAILABLE);
     default:
       return new OperatorError(`${what}${msg || String(err)}`, EXIT.ERROR);
   }
