@@ -217,6 +217,8 @@ export class Operator {
       uuid: a.uuid,
       clientId: `agent-${a.client}`,
       spec,
+      // The schedule submits from the first instant, before agents register.
+      allowUnknownClient: true,
       ...(script ? { script } : {}),
       ...(expiry ? { queueExpiry: expiry } : {}),
     };

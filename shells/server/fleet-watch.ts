@@ -347,6 +347,6 @@ export class FleetWatch {
       if ((w.wantsAll() && i < WATCH_COMMANDS_PER_CLIENT) || (clients.has(c.clientId) && n < WATCH_COMMANDS_PER_CLIENT)) picked.add(c.uuid);
       per.set(c.clientId, n + 1);
     }
-    return all.filter((c) => picked.has(c.uuid)).map(toCommand);
+    return all.filter((c) => picked.has(c.uuid)).map((c) => toCommand(c));
   }
 }
