@@ -57,7 +57,7 @@ export class Harness {
   now = 1_700_000_000_000;
   server: ServerState;
   serverDisk = new Disk();
-  agents = new Map<string, { st: AgentState; disk: Disk; conn: number; serverConn: number; cfg: AgentConfig; procs: Map<string, Proc>; spawns: string[] }>();
+  agents = new Map<string, { st: AgentState; disk: Disk; conn: number; serverConn: number; closedServerConn?: number; cfg: AgentConfig; procs: Map<string, Proc>; spawns: string[] }>();
   /** Every envelope sent, in order, with its direction. */
   wire: Array<{ from: string; to: string; env: Envelope; data: Uint8Array }> = [];
   replies = new Map<string, ControlResult>();
@@ -198,8 +198,11 @@ export class Harness {
         this.wire.push({ from: "server", to: client, env: decode(e.data), data: e.data });
         if (a && a.serverConn === e.conn) {
           const conn = a.conn;
+          // A priority frame sent just before a close (an AgentError) still
+          // arrives: the writer flushes the priority lane before it closes.
+          const flushed = e.lane === "priority";
           this.later(() => {
-            if (a.serverConn === e.conn) this.agentInput(client, { type: "frame", conn, data: e.data });
+            if (a.serverConn === e.conn || (flushed && a.closedServerConn === e.conn)) this.agentInput(client, { type: "frame", conn, data: e.data });
           });
         }
         break;
@@ -209,6 +212,7 @@ export class Harness {
         const a = client ? this.agents.get(client) : undefined;
         if (a && a.serverConn === e.conn) {
           const conn = a.conn;
+          a.closedServerConn = e.conn;
           a.serverConn = 0;
           a.conn = 0;
           this.later(() => this.agentInput(client!, { type: "transport_closed", conn, reason: e.reason }));
