@@ -100,7 +100,7 @@ export function waitingReason(c: ServerCommand, fleet?: FleetReader): string {
   }
   if (s === CommandLifecycle.DISPATCHED) return c.attempts > 1 ? `dispatched to ${c.clientId} ${c.attempts} times without an answer yet` : "";
   if (k.maxRunning + k.maxQueued - k.running - k.queued - conn.inflight <= 0)
-    return `queued behind ${k.running} running${k.queued > 0 ? ` and ${k.queued} queued` : ""} on ${c.clientId} (agent capacity full: ${k.maxRunning} running, ${k.maxQueued} queued)`;
+    return `queued behind ${[`${k.running} running`, k.queued > 0 ? `${k.queued} queued` : "", conn.inflight > 0 ? `${conn.inflight} being dispatched` : ""].filter(Boolean).join(", ")} on ${c.clientId} (agent capacity full: ${k.maxRunning} running, ${k.maxQueued} queued)`;
   if (conn.inflight >= st.config.limits.maxInflightDispatches)
     return `server capacity full: ${conn.inflight} dispatches to ${c.clientId} await an answer (at most ${st.config.limits.maxInflightDispatches})`;
   if (c.nextAttemptAt > Date.now()) return `${c.clientId} refused it for capacity; retrying`;
