@@ -232,6 +232,24 @@ export class Operator {
     });
   }
 
+  /**
+   * Heal-phase cleanup: a real agent an impostor's authorized takeover
+   * displaced is refused (CODE_REPLACED) until an operator authorizes it
+   * again, which is what an operator does once the impostor is gone.
+   */
+  readmitReplaced(): void {
+    const st = this.w.server.state;
+    if (!st) return;
+    for (const h of this.w.hosts) {
+      if (h.kind !== "agent" || !h.state) continue;
+      const rec = st.clients.get(`agent-${h.client}`);
+      const rep = rec?.replaced;
+      if (!rec || !rep || !rep.authorized || rep.instanceId !== h.state.instanceId || rec.instanceId === h.state.instanceId) continue;
+      if (rec.authorization?.instanceId === rep.instanceId) continue;
+      this.send({ op: "authorize", requestId: this.nextId(), clientId: rec.clientId, instanceId: rep.instanceId }, undefined, 0);
+    }
+  }
+
   /** Heal-phase cleanup: close stdin of / cancel everything not yet terminal. */
   cleanup(kind: "close_stdin" | "cancel"): void {
     const st = this.w.server.state;
