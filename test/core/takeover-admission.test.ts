@@ -46,7 +46,7 @@ describe("client names in refusals", () => {
 });
 
 describe("submit admission: unknown client ids", () => {
-  it("a submit for a client id the server has never seen is refused NOT_FOUND with the closest known ids, and nothing is stored", () => {
+  it("R-D1: a submit for a client id the server has never seen is refused NOT_FOUND with the closest known ids and nothing stored; allow_unknown_client queues it", () => {
     const r = new ServerRig();
     r.connect("web-1");
     r.connect("web-2");
@@ -61,18 +61,15 @@ describe("submit admission: unknown client ids", () => {
     // A server nobody has registered with yet says so.
     const empty = new ServerRig();
     expect(submit(empty, "web-1", "u3")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: expect.stringContaining("no client has registered yet") } });
-  });
-
-  it("R-D1: with allow_unknown_client the command is queued for the id and dispatched once it registers", () => {
-    const r = new ServerRig();
-    expect(submit(r, "later", "u1", true)).toEqual({ ok: true, uuid: "u1", revision: 1 });
-    expect(r.st.commands.get("u1")!.state).toBe(L.QUEUED);
+    // R-D1: with allow_unknown_client the command is queued for the id and dispatched once it registers.
+    expect(submit(r, "later", "u9", true)).toEqual({ ok: true, uuid: "u9", revision: 1 });
+    expect(r.st.commands.get("u9")!.state).toBe(L.QUEUED);
     const c = r.connect("later");
-    expect(r.st.commands.get("u1")!.state).toBe(L.DISPATCHED);
-    expect(r.st.commands.get("u1")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
+    expect(r.st.commands.get("u9")!.state).toBe(L.DISPATCHED);
+    expect(r.st.commands.get("u9")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
   });
 
-  it("an id with ',' or '*' is refused as a list or wildcard, naming the known ids it matches, even with allow_unknown_client", () => {
+  it("an unknown id with ',' or '*' is refused as a list or wildcard, naming the known ids it matches, even with allow_unknown_client; a known one is admitted", () => {
     const r = new ServerRig();
     r.connect("web-1");
     r.connect("web-2");
@@ -82,12 +79,10 @@ describe("submit admission: unknown client ids", () => {
     });
     expect(submit(r, "db-*", "u2")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") } });
     expect(r.st.commands.size).toBe(0);
-  });
-
-  it("a known client id is admitted whatever its characters, and a retried submit is answered like the original after the client was forgotten", () => {
-    const r = new ServerRig();
-    const c = r.connect("odd,id*");
-    r.step({ type: "conn_closed", conn: c, reason: "gone" });
+    // A known client id is admitted whatever its characters, and a retried submit is answered
+    // like the original even after the client was forgotten.
+    const odd = r.connect("odd,id*");
+    r.step({ type: "conn_closed", conn: odd, reason: "gone" });
     expect(submit(r, "odd,id*", "u1")).toMatchObject({ ok: true });
     r.control({ op: "signal", requestId: "cancel", uuid: "u1", signal: SignalKind.CANCEL });
     expect(r.control({ op: "forget_client", requestId: "f", clientId: "odd,id*" })).toEqual({ ok: true });
