@@ -503,10 +503,10 @@ describe("errors: clear messages and exit codes, no stack traces", () => {
 describe("mistyped clients and waiting commands", () => {
   it("run for a client id the server never saw exits 66 naming the closest known ids; nothing is queued", async () => {
     const before = (await s.client.listCommands({})).commands.length;
-    const r = await cli(["run", "host-b", "--", "true"], { env });
+    const r = await cli(["run", "host-q", "--", "true"], { env });
     expect(r.code).toBe(66);
     expect(r.stdout).toBe("");
-    expect(r.stderr).toMatch(/no client host-b has registered with this server; did you mean host-a\b.*--allow-unknown-client/);
+    expect(r.stderr).toMatch(/no client host-q has registered with this server; did you mean host-a\b.*--allow-unknown-client/);
     const f = await cli(["run", "nosuch-client", "--follow", "--", "true"], { env });
     expect(f.code).toBe(66);
     expect((await s.client.listCommands({})).commands.length).toBe(before);
@@ -516,7 +516,7 @@ describe("mistyped clients and waiting commands", () => {
     for (const id of ["host-a,host-b", "host-*"]) {
       const r = await cli(["run", id, "--allow-unknown-client", "--", "true"], { env });
       expect(r.code).toBe(65);
-      expect(r.stderr).toMatch(/looks like a list or a wildcard \(it names host-a\); multi-client runs are not supported yet/);
+      expect(r.stderr).toMatch(/looks like a list or a wildcard \(it names host-a[^)]*\); multi-client runs are not supported yet/);
     }
   });
 
