@@ -30,6 +30,12 @@ export const BACKOFF_STABLE_RESET_MS = 60_000;
 export const AUTHORIZATION_TTL_MS = 5 * 60_000;
 /** Pending identity claims remembered per client id (newest wins). */
 export const MAX_PENDING_CLAIMS_PER_CLIENT = 1;
+/** Displaced instances a client record remembers (ClientRecord.replaced: the latest only). */
+export const MAX_REPLACED_INSTANCES_PER_CLIENT = 1;
+/** Known client ids a refused submit to an unknown one names at most (closest first). */
+export const MAX_CLIENT_SUGGESTIONS = 3;
+/** Edit distance up to which a known client id counts as close to a mistyped one. */
+export const CLIENT_SUGGESTION_MAX_DISTANCE = 3;
 
 /** spec: unacknowledged encoded wire bytes per command and per session. */
 export const WINDOW_PER_COMMAND_BYTES = 1 * MiB;

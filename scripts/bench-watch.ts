@@ -25,6 +25,7 @@ for (let i = 0; i < N; i++) {
     conn: i + 1,
     pendingClaim: null,
     authorization: null,
+    replaced: null,
     capacity: { running: 1, queued: 0, maxRunning: 4, maxQueued: 16 },
     lastSeen: now,
   });

@@ -276,6 +276,12 @@ export function heal(w: World): void {
     if (!h.up) w.startAgent(h);
     else if (wasCorrupt || h.state?.storeIncident !== null) h.deliver(h.inc, { type: "store_repaired" });
   }
+  const readmit = (): void => {
+    if (w.phase !== "heal") return;
+    w.ops.readmitReplaced();
+    w.q.after(60_000, readmit);
+  };
+  w.q.after(1_000, readmit);
   w.q.after(60_000, () => w.ops.cleanup("close_stdin"));
   const cancelLoop = (): void => {
     if (w.phase !== "heal") return;

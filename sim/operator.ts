@@ -218,6 +218,8 @@ export class Operator {
       uuid: a.uuid,
       clientId: `agent-${a.client}`,
       spec,
+      // The schedule submits from the first instant, before agents register.
+      allowUnknownClient: true,
       ...(script ? { script } : {}),
       ...(expiry ? { queueExpiry: expiry } : {}),
     };
@@ -229,6 +231,24 @@ export class Operator {
       // A full metadata tier refuses new work with CODE_CAPACITY: a bound, not a bug.
       else if (r.error.code !== Code.CONFLICT && r.error.code !== Code.CAPACITY) this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
     });
+  }
+
+  /**
+   * Heal-phase cleanup: a real agent an impostor's authorized takeover
+   * displaced is refused (CODE_REPLACED) until an operator authorizes it
+   * again, which is what an operator does once the impostor is gone.
+   */
+  readmitReplaced(): void {
+    const st = this.w.server.state;
+    if (!st) return;
+    for (const h of this.w.hosts) {
+      if (h.kind !== "agent" || !h.state) continue;
+      const rec = st.clients.get(`agent-${h.client}`);
+      const rep = rec?.replaced;
+      if (!rec || !rep || !rep.authorized || rep.instanceId !== h.state.instanceId || rec.instanceId === h.state.instanceId) continue;
+      if (rec.authorization?.instanceId === rep.instanceId) continue;
+      this.send({ op: "authorize", requestId: this.nextId(), clientId: rec.clientId, instanceId: rep.instanceId }, undefined, 0);
+    }
   }
 
   /** Heal-phase cleanup: close stdin of / cancel everything not yet terminal. */

@@ -162,7 +162,9 @@ export class Oracles implements ExecObserver {
       const auth = client?.authorization;
       const authorized = auth && auth.instanceId === h.clientInstanceId && !authorizationExpired(st, auth, this.w.server.now());
       const wellFormed = /^agent-\d+$/.test(h.clientId) && h.clientInstanceId.length > 0 && h.supportedProtocol?.min?.major === 1;
-      if (conn && conn.phase === "hello" && live && client!.instanceId !== h.clientInstanceId && !authorized && wellFormed) {
+      // An instance an authorized takeover displaced is refused (CODE_REPLACED), not recorded as a claim.
+      const replaced = client?.replaced?.authorized === true && client.replaced.instanceId === h.clientInstanceId && client.instanceId !== h.clientInstanceId;
+      if (conn && conn.phase === "hello" && live && client!.instanceId !== h.clientInstanceId && !authorized && !replaced && wellFormed) {
         pre.helloReject = { clientId: h.clientId, instanceId: h.clientInstanceId };
       }
       return pre;

@@ -357,7 +357,7 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
     }
     if (/^[1-4]$/.test(input)) return switchTab(TABS[Number(input) - 1]!);
     if (simKeys(input)) return;
-    if (source.readOnly && (input === "s" || input === "c" || input === "x" || input === "i" || input === "D" || (input === "a" && cur.tab !== "commands") || (key.return && cur.tab === "claims"))) {
+    if (source.readOnly && (input === "s" || input === "c" || input === "x" || input === "i" || input === "D" || (input === "a" && cur.tab !== "commands") || ((key.return || input === "d") && cur.tab === "claims"))) {
       return say("read-only: this is a simulation replay (actions are refused)", true);
     }
     if (input === "s") {
@@ -403,6 +403,10 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
         if (c && (key.return || input === "a"))
           update({
             prompt: { kind: "confirm", text: `Authorize instance ${c.instanceId} to take over ${c.clientId} once?`, pending: "authorizing…", run: () => source.authorize(c.clientId, c.instanceId) },
+          });
+        if (c && input === "d")
+          update({
+            prompt: { kind: "confirm", text: `Dismiss the claim of instance ${c.instanceId} for ${c.clientId} (without authorizing it)?`, pending: "dismissing…", run: () => source.dismissClaim(c.clientId) },
           });
         if (key.escape) switchTab("sessions");
         return;

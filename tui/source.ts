@@ -122,6 +122,8 @@ export interface DataSource {
   watchOutput(uuid: string): () => void;
 
   authorize(clientId: string, instanceId: string): Promise<string>;
+  /** Forget a client's pending claim without authorizing it. */
+  dismissClaim(clientId: string): Promise<string>;
   ackIncident(id: string): Promise<void>;
   /** Returns the new command's id. */
   submit(spec: SubmitSpec): Promise<string>;

@@ -55,6 +55,7 @@ import {
   sessionConnect,
   sessionDeadline,
   sessionFail,
+  sessionHoldOff,
   sessionTick,
   sessionTransportClosed,
   sessionTransportOpen,
@@ -95,7 +96,7 @@ import {
   agentCommandInvariants,
   countCapacity,
 } from "./agent-commands.js";
-import { handleReconcileRequest, handleReconcileResult, sendSnapshot } from "./agent-reconcile.js";
+import { endLocalWork, handleReconcileRequest, handleReconcileResult, sendSnapshot } from "./agent-reconcile.js";
 
 export type AgentCtx = StepContext<AgentEffect, AgentDeferred>;
 
@@ -129,6 +130,7 @@ export function restoreAgent(config: AgentConfig, tables: AgentTables, seed: num
     started: false,
     pendingSnapshotTombstones: [],
     tombstoneSeq: 0,
+    replaced: null,
   };
   const tomb = tables.get("tombstone");
   if (tomb) {
@@ -384,6 +386,7 @@ function onFrame(st: AgentState, ctx: AgentCtx, acts: SessionAction[], data: Uin
     }
     if (p.case === "error") {
       sessionFail(s, `registration refused: ${codeName(p.value.error?.code ?? 0)} ${p.value.error?.message ?? ""}`, ctx.now, st.rng, acts);
+      if (p.value.error?.code === Code.REPLACED) onReplaced(st, ctx, p.value.error.message);
       return;
     }
     protocolFailure(st, ctx, acts, Code.PROTOCOL_ERROR, `${p.case} before ServerWelcome`);
@@ -429,11 +432,27 @@ function onFrame(st: AgentState, ctx: AgentCtx, acts: SessionAction[], data: Uin
     case "error":
       if (p.value.closeSession) sessionFail(s, `server error: ${codeName(p.value.error?.code ?? 0)} ${p.value.error?.message ?? ""}`, ctx.now, st.rng, acts);
       else ctx.emit(trace("server_error", { code: codeName(p.value.error?.code ?? 0), message: p.value.error?.message ?? "" }));
+      if (p.value.closeSession && p.value.error?.code === Code.REPLACED) onReplaced(st, ctx, p.value.error.message);
       break;
     default:
       // A payload only an agent sends, or one for the registration phase.
       protocolFailure(st, ctx, acts, Code.PROTOCOL_ERROR, `unexpected ${p.case} from server`);
   }
+}
+
+/**
+ * An operator authorized another instance to take over this client id. What
+ * this instance still runs is out of everyone's reach (the server ended those
+ * commands when the new instance reconciled), so it is ended here: processes
+ * killed, every local command tombstoned (never launched again, its output
+ * never sent). The agent then retries only at the backoff cap, so it does not
+ * keep claiming the id; an operator may authorize it again.
+ */
+function onReplaced(st: AgentState, ctx: AgentCtx, message: string): void {
+  const ended = endLocalWork(st, ctx, "this instance was replaced by another one (CODE_REPLACED)");
+  st.replaced = message;
+  sessionHoldOff(st.session, ctx.now + LIM.BACKOFF_CAP_MS);
+  ctx.emit(trace("replaced", { message, ended, retryInMs: LIM.BACKOFF_CAP_MS }));
 }
 
 /** Send a structured error and close the session (R-W10). */
@@ -504,6 +523,7 @@ function applySessionActions(st: AgentState, ctx: AgentCtx, acts: SessionAction[
         break;
       case "established":
         st.lastCapacity = "";
+        st.replaced = null;
         ctx.emit(trace("established", { conn: a.conn, generation: st.session.fence?.generation ?? 0 }));
         break;
     }

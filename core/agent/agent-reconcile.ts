@@ -129,16 +129,27 @@ export function sendSnapshot(st: AgentState, ctx: AgentCtx): void {
   void AgentEnvelopeSchema;
 }
 
-export function handleReconcileResult(st: AgentState, ctx: AgentCtx, res: ReconcileResult): void {
-  for (const uuid of res.terminateLocalIssueUuids) {
-    const c = st.commands.get(uuid);
-    if (!c) continue;
-    if ((c.phase === "running" || c.phase === "launching") && c.pid > 0) {
-      ctx.emit({ type: "signal", uuid, signal: SignalKind.KILL, revision: c.revision });
-    }
-    if (c.script?.path) ctx.emit({ type: "discard_script", uuid, path: c.script.path });
-    tombstoneAndRemove(st, ctx, uuid, "terminated by reconcile result");
+/** Kill (if running) and tombstone one local command: it never runs again and nothing more of it is sent. */
+function terminateLocal(st: AgentState, ctx: AgentCtx, uuid: string, why: string): boolean {
+  const c = st.commands.get(uuid);
+  if (!c) return false;
+  if ((c.phase === "running" || c.phase === "launching") && c.pid > 0) {
+    ctx.emit({ type: "signal", uuid, signal: SignalKind.KILL, revision: c.revision });
   }
+  if (c.script?.path) ctx.emit({ type: "discard_script", uuid, path: c.script.path });
+  tombstoneAndRemove(st, ctx, uuid, why);
+  return true;
+}
+
+/** Every local command, ended as a ReconcileResult would terminate it (CODE_REPLACED). Returns how many. */
+export function endLocalWork(st: AgentState, ctx: AgentCtx, why: string): number {
+  let n = 0;
+  for (const uuid of [...st.commands.keys()]) if (terminateLocal(st, ctx, uuid, why)) n++;
+  return n;
+}
+
+export function handleReconcileResult(st: AgentState, ctx: AgentCtx, res: ReconcileResult): void {
+  for (const uuid of res.terminateLocalIssueUuids) terminateLocal(st, ctx, uuid, "terminated by reconcile result");
   for (const uuid of res.discardLocalTerminalIssueUuids) {
     const c = st.commands.get(uuid);
     if (c && c.phase === "done") tombstoneAndRemove(st, ctx, uuid, "discarded by reconcile result");

@@ -110,6 +110,13 @@ export interface AgentState {
   pendingSnapshotTombstones: Array<{ uuid: string; hash: string }>;
   /** Insertion counter of the tombstone ledger (its order survives restarts). */
   tombstoneSeq: number;
+  /**
+   * The server said another instance took over this client id
+   * (CODE_REPLACED): the local work was ended, and the agent retries only at
+   * the backoff cap until a registration is accepted again. Not durable: a
+   * restarted agent learns it again from its first hello.
+   */
+  replaced: string | null;
 }
 
 export type AgentInput =

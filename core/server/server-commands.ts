@@ -46,7 +46,7 @@ import {
   SignalKind,
   type CommandEvent,
 } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { concatBytes, digest53, fromHex, toHex } from "../bytes.js";
+import { concatBytes, digest53, fromHex, isPrintableAscii, toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
 import { canTransition, isTerminal } from "../dispatch/lifecycle.js";
 import { assert, Code, coreError, isPermanentRejection, isTransientRejection, codeName } from "../errors.js";
@@ -57,6 +57,7 @@ import {
   DEFAULT_QUEUE_EXPIRY_MS,
   MAX_CHUNK_BYTES,
   MAX_INCIDENTS_KEPT,
+  MAX_INSTANCE_ID_CHARS,
   MAX_OPEN_INCIDENTS,
   MAX_OPEN_INCIDENTS_PER_CLIENT,
   MAX_PENDING_SIGNALS,
@@ -72,6 +73,7 @@ import {
 } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
+import { clientsNamedBy, closestClients } from "./client-names.js";
 import { historyInvariants, missingMessage, noteEnded, prunedFor, recharge, restoreHistory } from "./server-history.js";
 import { closeConn, send, sendAck, type ServerCtx, type ServerTables } from "./server-node.js";
 import type {
@@ -96,7 +98,7 @@ export const serverEventKey = (uuid: string, seq: number): string => `${uuid}/${
 export const serverEventPrefix = (uuid: string): string => `${uuid}/`;
 
 export function clientRecord(c: ClientRecord): PersistRecord {
-  return { table: "client", key: c.clientId, value: { ...c, conn: 0, capacity: { ...c.capacity }, pendingClaim: c.pendingClaim && { ...c.pendingClaim }, authorization: c.authorization && { ...c.authorization } } };
+  return { table: "client", key: c.clientId, value: { ...c, conn: 0, capacity: { ...c.capacity }, pendingClaim: c.pendingClaim && { ...c.pendingClaim }, authorization: c.authorization && { ...c.authorization }, replaced: c.replaced && { ...c.replaced } } };
 }
 
 /** The outward view a durable copy of `c` would show. */
@@ -429,12 +431,27 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       persistCommand(st, ctx, c);
       return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
     }
-    case "authorize": {
+    case "authorize":
+      return authorize(st, ctx, r);
+    case "revoke_authorization": {
       const client = st.clients.get(r.clientId);
-      if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, `unknown client ${r.clientId}`);
-      client.authorization = { instanceId: r.instanceId, expiresAt: ctx.now + st.config.limits.authorizationTtlMs };
+      if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+      const auth = client.authorization;
+      if (!auth || auth.expiresAt <= ctx.now) return replyError(ctx, r.requestId, Code.NOT_FOUND, `client ${r.clientId} has no authorization to revoke`);
+      client.authorization = null;
       ctx.persist(clientRecord(client));
-      return reply(ctx, r.requestId, { ok: true });
+      ctx.emit({ type: "trace", event: "authorization_revoked", detail: { client: r.clientId, instance: auth.instanceId } });
+      return reply(ctx, r.requestId, { ok: true, instanceId: auth.instanceId });
+    }
+    case "dismiss_claim": {
+      const client = st.clients.get(r.clientId);
+      if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+      const claim = client.pendingClaim;
+      if (!claim) return replyError(ctx, r.requestId, Code.NOT_FOUND, `client ${r.clientId} has no pending claim`);
+      client.pendingClaim = null;
+      ctx.persist(clientRecord(client));
+      ctx.emit({ type: "trace", event: "claim_dismissed", detail: { client: r.clientId, instance: claim.instanceId } });
+      return reply(ctx, r.requestId, { ok: true, instanceId: claim.instanceId });
     }
     case "ack_incident": {
       const inc = st.incidents.get(r.incidentId);
@@ -447,6 +464,47 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
     case "forget_client":
       return forgetClient(st, ctx, r.requestId, r.clientId);
   }
+}
+
+/**
+ * R-F5: an operator authorizes exactly one instance, once. Only the pending
+ * claimant (the instance the server refused, R-F4) or the instance a takeover
+ * displaced may be named, character for character; any other instance only
+ * with `instanceNotYetSeen` (one that has not tried to register yet). So a
+ * prefix, a typo or a client without a claim is refused instead of creating
+ * an authorization nobody will ever consume.
+ */
+function authorize(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "authorize" }>): void {
+  const client = st.clients.get(r.clientId);
+  if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+  const id = r.instanceId;
+  if (id.length < 1 || id.length > MAX_INSTANCE_ID_CHARS || !isPrintableAscii(id))
+    return replyError(ctx, r.requestId, Code.VALIDATION, `instance id must be 1-${MAX_INSTANCE_ID_CHARS} printable ASCII characters`);
+  if (id === client.instanceId) return replyError(ctx, r.requestId, Code.VALIDATION, `instance ${id} already holds client ${r.clientId}; nothing to authorize`);
+  const claim = client.pendingClaim;
+  const known = claim?.instanceId === id || client.replaced?.instanceId === id;
+  if (!known && !r.instanceNotYetSeen) {
+    if (claim) {
+      const hint = claim.instanceId.startsWith(id) ? "; give the full id, not a prefix" : "";
+      return replyError(ctx, r.requestId, Code.VALIDATION, `instance ${id} is not the pending claimant of client ${r.clientId} (that is ${claim.instanceId})${hint}`);
+    }
+    return replyError(
+      ctx,
+      r.requestId,
+      Code.VALIDATION,
+      `client ${r.clientId} has no pending claim: no other instance has tried it; to authorize an instance that has not tried yet, set instance_not_yet_seen`,
+    );
+  }
+  client.authorization = { instanceId: id, expiresAt: ctx.now + st.config.limits.authorizationTtlMs };
+  ctx.persist(clientRecord(client));
+  return reply(ctx, r.requestId, { ok: true, instanceId: id });
+}
+
+/** A submit, authorize or revoke named a client id the server has no record of. */
+export function unknownClientMessage(st: ServerState, clientId: string): string {
+  const near = closestClients(st.clients.keys(), clientId);
+  const hint = near.length > 0 ? `; did you mean ${near.join(", ")}?` : st.clients.size === 0 ? "; no client has registered yet" : "";
+  return `no client ${clientId} has registered with this server${hint}`;
 }
 
 /**
@@ -502,6 +560,16 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
     // Never run a pruned command again: the same request already ran.
     if (gone.hash === hash) return replyError(ctx, r.requestId, Code.ALREADY_EXECUTED, missingMessage(st, r.uuid), r.uuid);
     return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request (since pruned from history)", r.uuid);
+  }
+  // A mistyped client id would wait silently for an agent that never comes
+  // (or for whichever agent registers under that id later).
+  if (!st.clients.has(r.clientId)) {
+    if (r.clientId.includes(",") || r.clientId.includes("*")) {
+      const named = clientsNamedBy(st.clients.keys(), r.clientId);
+      const which = named.total === 0 ? "it names no known client" : `it names ${named.ids.join(", ")}${named.total > named.ids.length ? ` and ${named.total - named.ids.length} more` : ""}`;
+      return replyError(ctx, r.requestId, Code.VALIDATION, `client id ${r.clientId} looks like a list or a wildcard (${which}); multi-client runs are not supported yet: submit once per client`);
+    }
+    if (!r.allowUnknownClient) return replyError(ctx, r.requestId, Code.NOT_FOUND, `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`);
   }
   // One pass: this client's active commands, and the metadata all active ones hold.
   let active = 0;
@@ -838,9 +906,16 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
   };
   const result = classify(requested, lookup, agentViews);
   const revisions = new Map(snap.retainedCommands.map((r) => [r.issueUuid, safeNumber(r.commandRevision) ?? 0]));
+  // This session's instance displaced another one: the commands that other
+  // instance held were not lost by this one (no invariant failed).
+  const rep = st.clients.get(conn.clientId)?.replaced;
+  const replacedFor = rep && rep.by === conn.instanceId ? rep : null;
+  let takenOver: NonNullable<typeof rep> | null = null;
   for (const v of result.verdicts) {
     const c = st.commands.get(v.uuid);
-    if (v.incident) openIncident(st, ctx, conn.clientId, v.uuid, `reconcile_${v.action}`, v.incident);
+    takenOver = replacedFor && c && v.action === "interrupt" && c.dispatchedOn <= replacedFor.generation ? replacedFor : null;
+    if (takenOver && c) openIncident(st, ctx, conn.clientId, v.uuid, "takeover_interrupt", takeoverIncident(conn.clientId, c, takenOver));
+    else if (v.incident) openIncident(st, ctx, conn.clientId, v.uuid, `reconcile_${v.action}`, v.incident);
     if (!c || c.clientId !== conn.clientId) continue;
     switch (v.action) {
       case "requeue":
@@ -850,7 +925,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
         persistCommand(st, ctx, c);
         break;
       case "interrupt":
-        setState(st, ctx, c, L.INTERRUPTED, "server", "agent lost an accepted command");
+        setState(st, ctx, c, L.INTERRUPTED, "server", takenOver ? takeoverReason(c, takenOver) : "agent lost an accepted command");
         break;
       case "already_executed":
         setState(st, ctx, c, L.INTERRUPTED, "server", "agent tombstone: already executed; outcome not retained");
@@ -871,6 +946,22 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
   ctx.persist({ table: "reconcile", key: conn.clientId, value: { generation: conn.generation, terminate: result.terminate, discard: result.discard } });
   ctx.emit({ type: "trace", event: "reconciled", detail: { conn: conn.conn, client: conn.clientId, terminate: result.terminate.length, discard: result.discard.length } });
   ctx.afterDurable({ kind: "reconcile_result", conn: conn.conn, terminate: result.terminate, discard: result.discard });
+}
+
+type Replaced = NonNullable<ClientRecord["replaced"]>;
+
+const heldAs = (c: ServerCommand): string => (c.state === L.RUNNING ? "running on" : "accepted by");
+
+function takeoverIncident(clientId: string, c: ServerCommand, r: Replaced): string {
+  const how = r.authorized ? "was taken over by" : "registered from a new";
+  const tail = r.authorized
+    ? "; its process may still run there until that instance reconnects and is told it was replaced"
+    : " while no session was live; its process may still run on the previous instance";
+  return `${clientId} ${how} instance ${r.by}; the command was ${heldAs(c)} the previous instance ${r.instanceId}${tail}`;
+}
+
+function takeoverReason(c: ServerCommand, r: Replaced): string {
+  return `${r.authorized ? "client taken over by" : "client re-registered from"} instance ${r.by}; the command was ${heldAs(c)} the previous instance ${r.instanceId}`;
 }
 
 // ------------------------------------------------------------------ events

@@ -135,7 +135,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   };
   for (const [id, v] of tables.get("client") ?? []) {
     const c = v as ClientRecord;
-    st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity } });
+    st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null });
   }
   for (const [id, v] of tables.get("incident") ?? []) {
     st.incidents.set(id, { ...(v as ServerState["incidents"] extends Map<string, infer I> ? I : never) });
@@ -300,16 +300,26 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
       conn: 0,
       pendingClaim: null,
       authorization: null,
+      replaced: null,
       capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
       lastSeen: ctx.wall,
     };
     st.clients.set(h.clientId, client);
   }
   const live = client.conn !== 0 ? st.conns.get(client.conn) : undefined;
+  const authorized = client.authorization !== null && client.authorization.instanceId === h.clientInstanceId && !authorizationExpired(st, client.authorization, ctx.now);
+  const rep = client.replaced;
+  if (rep && rep.authorized && rep.instanceId === h.clientInstanceId && client.instanceId !== h.clientInstanceId && !authorized) {
+    // An operator chose another instance for this id: this one must end the
+    // work it still holds, not become the next pending claim.
+    closeConn(st, ctx, conn.conn, Code.REPLACED, replacedMessage(h.clientId, h.clientInstanceId, rep.by), true);
+    return;
+  }
+  let takeover = false;
   if (live && client.instanceId !== h.clientInstanceId) {
-    const auth = client.authorization;
-    if (auth && auth.instanceId === h.clientInstanceId && !authorizationExpired(st, auth, ctx.now)) {
+    if (authorized) {
       client.authorization = null; // one-shot: consumed (R-F5)
+      takeover = true;
       ctx.emit({ type: "trace", event: "authorization_consumed", detail: { client: h.clientId, instance: h.clientInstanceId } });
     } else {
       // R-F4: refused, and remembered as the current pending claim.
@@ -325,8 +335,14 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
     }
   }
   if (live) {
-    // R-F3: the newer registration fences the older session.
-    closeConn(st, ctx, live.conn, Code.STALE_GENERATION, "fenced by a newer registration of this client", true);
+    // R-F3: the newer registration fences the older session; an authorized
+    // takeover tells the displaced instance that it was replaced.
+    if (takeover) closeConn(st, ctx, live.conn, Code.REPLACED, replacedMessage(h.clientId, client.instanceId, h.clientInstanceId), true);
+    else closeConn(st, ctx, live.conn, Code.STALE_GENERATION, "fenced by a newer registration of this client", true);
+  }
+  if (client.instanceId !== h.clientInstanceId) {
+    takeover ||= authorized;
+    client.replaced = { instanceId: client.instanceId, generation: client.generation, by: h.clientInstanceId, at: ctx.now, authorized: takeover };
   }
   client.generation++;
   client.instanceId = h.clientInstanceId;
@@ -353,6 +369,10 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
   ctx.persist(clientRecord(client));
   ctx.emit({ type: "trace", event: "registered", detail: { conn: conn.conn, client: h.clientId, generation: client.generation } });
   ctx.afterDurable({ kind: "welcome", conn: conn.conn, generation: client.generation });
+}
+
+function replacedMessage(clientId: string, instanceId: string, by: string): string {
+  return `client id ${clientId} was taken over by instance ${by} (an operator authorized it); this instance ${instanceId} was replaced: end its local commands and stop claiming the id (an operator may authorize it again)`;
 }
 
 export function clientsFullMessage(st: ServerState, clientId: string): string {
@@ -555,6 +575,11 @@ export function serverInvariants(st: ServerState): void {
   }
   for (const client of st.clients.values()) {
     if (client.conn !== 0) assert(st.conns.get(client.conn)?.clientId === client.clientId, `client ${client.clientId} points at a foreign conn`);
+    const rep = client.replaced;
+    if (rep) {
+      assert(rep.instanceId !== client.instanceId, `client ${client.clientId} replaced by its own instance`);
+      assert(rep.generation < client.generation, `client ${client.clientId} replacement beyond its generation`);
+    }
   }
   assert(st.gate.durableThrough <= st.gate.lastId, "durable beyond last persist");
   assert(st.conns.size <= LIM.MAX_SERVER_CONNECTIONS, "connections over their bound");

@@ -192,6 +192,13 @@ export interface ClientRecord {
   pendingClaim: { instanceId: string; at: number; attempts: number } | null;
   /** `expiresAt`: deadline clock; shown converted to wall time. */
   authorization: { instanceId: string; expiresAt: number } | null;
+  /**
+   * The instance an accepted registration of another instance displaced
+   * (MAX_REPLACED_INSTANCES_PER_CLIENT: one, the latest). `authorized`: an
+   * operator's one-shot authorization did it (a takeover); such an instance's
+   * hellos are refused with CODE_REPLACED until it is authorized again.
+   */
+  replaced: { instanceId: string; generation: number; by: string; at: number; authorized: boolean } | null;
   capacity: { running: number; queued: number; maxRunning: number; maxQueued: number };
   /** Wall clock. */
   lastSeen: number;
@@ -302,16 +309,21 @@ export type ControlRequest =
       script?: Uint8Array;
       /** Wall clock, ms since the epoch (the operator's instant); 0 = default expiry. */
       queueExpiry?: number;
+      /** Queue it for a client id the server does not know (never registered, or forgotten). */
+      allowUnknownClient?: boolean;
     }
   | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean }
   | { op: "close_stdin"; requestId: string; uuid: string }
   | { op: "signal"; requestId: string; uuid: string; signal: SignalKind }
-  | { op: "authorize"; requestId: string; clientId: string; instanceId: string }
+  /** `instanceNotYetSeen`: an instance that is neither the pending claimant nor the replaced one. */
+  | { op: "authorize"; requestId: string; clientId: string; instanceId: string; instanceNotYetSeen?: boolean }
+  | { op: "revoke_authorization"; requestId: string; clientId: string }
+  | { op: "dismiss_claim"; requestId: string; clientId: string }
   | { op: "ack_incident"; requestId: string; incidentId: string }
   | { op: "forget_client"; requestId: string; clientId: string };
 
 export type ControlResult =
-  | { ok: true; uuid?: string; revision?: number; writeSeq?: number }
+  | { ok: true; uuid?: string; revision?: number; writeSeq?: number; instanceId?: string }
   | { ok: false; error: CoreError };
 
 export type ServerInput =

@@ -141,6 +141,13 @@ function enterBackoff(s: AgentSession, reason: string, now: number, rng: RngStat
   acts.push({ type: "lost", conn, reason });
 }
 
+/** Wait in backoff at least until `at` (the server said this instance was replaced). */
+export function sessionHoldOff(s: AgentSession, at: number): void {
+  if (s.phase !== "backoff") return;
+  s.retryAt = Math.max(s.retryAt, at);
+  s.attempt = 64;
+}
+
 /** Timer work: heartbeat, stable reset, backoff expiry. */
 export function sessionTick(s: AgentSession, now: number, rng: RngState, acts: SessionAction[]): void {
   if (s.phase === "backoff" && now >= s.retryAt) {

@@ -255,7 +255,8 @@ export class AgentDaemon {
         if (execTransportEffect(e, (c) => this.links.get(c)?.writer, (at) => this.loop.setWake(at), this.log, "closing session")) this.stats.framesOut++;
         break;
       case "trace":
-        if (this.log.level === "debug") this.log.debug(e.event, e.detail);
+        if (e.event === "replaced") this.log.warn("replaced: another instance took over this client id; local commands ended, retrying only every 60 s until an operator authorizes this instance again", e.detail);
+        else if (this.log.level === "debug") this.log.debug(e.event, e.detail);
         else if (e.event === "established" || e.event === "session_lost" || e.event === "protocol_failure") this.log.info(e.event, e.detail);
         break;
       case "connect":

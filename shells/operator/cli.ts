@@ -1,7 +1,7 @@
 /**
  * The operator CLI: `rvbox run | logs | stdin | close-stdin | signal | cancel |
- * get | ls | clients | forget-client | claims | authorize | incidents |
- * ack-incident | tui`.
+ * get | ls | clients | forget-client | claims | authorize | dismiss-claim |
+ * incidents | ack-incident | tui`.
  *
  * Every subcommand talks to the server's control API only (ConnectRPC,
  * protos/rvbox/v1/control.proto) with the operator bearer token:
@@ -119,6 +119,7 @@ with the command's exit code (below).
   -i, --stdin             stream this CLI's stdin to the command as it arrives; EOF closes it
   --open-stdin            keep the command's stdin open for later \`rvbox stdin\` / \`close-stdin\`
   --id UUID               the command's issue UUID (resubmitting it is idempotent)
+  --allow-unknown-client  queue it for a client id that has not registered yet (else refused, exit 66)
   --events                with --follow: also print lifecycle/stdin/signal events on stderr
   --json                  print the submitted command as JSON (without --follow)
 
@@ -137,6 +138,7 @@ ${EXIT_CODE_HELP}`,
       "open-stdin": { type: "boolean" },
       id: { type: "string" },
       events: { type: "boolean" },
+      "allow-unknown-client": { type: "boolean" },
     },
     run: cmdRun,
   },
@@ -257,7 +259,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     },
   },
   claims: {
-    usage: `usage: rvbox claims [--json]\n\nLists pending identity claims: another instance tried a live client id (R-F4).\nAuthorize one with: rvbox authorize CLIENT INSTANCE`,
+    usage: `usage: rvbox claims [--json]\n\nLists pending identity claims: another instance tried a live client id (R-F4).\nAuthorize one with: rvbox authorize CLIENT INSTANCE; forget one with: rvbox dismiss-claim CLIENT`,
     flags: JSON_FLAG,
     run: async (ctx, p) => {
       const r = await call(ctx, "", (c) => c.listClaims({}));
@@ -276,14 +278,43 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     },
   },
   authorize: {
-    usage: `usage: rvbox authorize CLIENT INSTANCE\n\nAuthorizes exactly INSTANCE to take over CLIENT once (R-F5); the authorization expires\n(default 5 min) and is consumed by that instance's next registration.`,
-    flags: {},
+    usage: `usage: rvbox authorize CLIENT INSTANCE [--instance-not-yet-seen]
+       rvbox authorize --revoke CLIENT
+
+Authorizes exactly INSTANCE to take over CLIENT once (R-F5); the authorization expires
+(default 5 min) and is consumed by that instance's next registration. INSTANCE must be
+the full id of CLIENT's pending claimant (rvbox claims) or of the instance a takeover
+replaced; anything else is refused (exit 65) unless --instance-not-yet-seen (an instance
+that has not tried to register yet). An unknown CLIENT exits 66.
+
+  --revoke               withdraw CLIENT's unconsumed authorization (none: exit 66)
+  --instance-not-yet-seen  authorize an instance the server has not seen`,
+    flags: { revoke: { type: "boolean" }, "instance-not-yet-seen": { type: "boolean" } },
     run: async (ctx, p) => {
+      if (bool(p, "revoke")) {
+        if (p.positionals.length !== 1) throw new UsageError("--revoke takes CLIENT only");
+        if (bool(p, "instance-not-yet-seen")) throw new UsageError("--revoke and --instance-not-yet-seen do not go together");
+        const clientId = p.positionals[0]!;
+        const r = await call(ctx, `client ${clientId}`, (c) => c.revokeAuthorization({ clientId, requestId: randomUUID() }));
+        ctx.out(`revoked the authorization of instance ${r.instanceId} for client ${clientId}`);
+        return EXIT.OK;
+      }
       if (p.positionals.length !== 2) throw new UsageError("expected CLIENT and INSTANCE (see rvbox claims)");
       const [clientId, instanceId] = p.positionals as [string, string];
-      const r = await call(ctx, `client ${clientId}`, (c) => c.authorizeInstance({ clientId, instanceId, requestId: randomUUID() }));
+      const instanceNotYetSeen = bool(p, "instance-not-yet-seen");
+      const r = await call(ctx, `authorize ${clientId}`, (c) => c.authorizeInstance({ clientId, instanceId, requestId: randomUUID(), instanceNotYetSeen }));
       const until = r.expiryTime ? new Date(Number(r.expiryTime.seconds) * 1000).toISOString() : "?";
       ctx.out(`authorized instance ${instanceId} for client ${clientId} once, until ${until}`);
+      return EXIT.OK;
+    },
+  },
+  "dismiss-claim": {
+    usage: `usage: rvbox dismiss-claim CLIENT\n\nForgets CLIENT's pending identity claim (rvbox claims) without authorizing it. If that\ninstance tries again while CLIENT is live it becomes the pending claim again. No claim: exit 66.`,
+    flags: {},
+    run: async (ctx, p) => {
+      const clientId = onePositional(p, "CLIENT");
+      const r = await call(ctx, `client ${clientId}`, (c) => c.dismissClaim({ clientId, requestId: randomUUID() }));
+      ctx.out(`dismissed the pending claim of instance ${r.instanceId} for client ${clientId}`);
       return EXIT.OK;
     },
   },
@@ -644,6 +675,7 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
     stdinOpen: bool(p, "stdin") || bool(p, "open-stdin"),
     issueUuid: str(p, "id") ?? randomUUID(),
     requestId: randomUUID(),
+    allowUnknownClient: bool(p, "allow-unknown-client"),
   };
   const timeout = str(p, "timeout");
   if (timeout !== undefined) {
@@ -725,7 +757,14 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   const req = buildSubmit(p);
   const follow = bool(p, "follow");
-  const r = await callIdempotent(ctx, `submit to ${req.clientId}`, (c) => c.submitCommand(req as SubmitCommandRequest));
+  let r: Awaited<ReturnType<ControlClient["submitCommand"]>>;
+  try {
+    r = await callIdempotent(ctx, `submit to ${req.clientId}`, (c) => c.submitCommand(req as SubmitCommandRequest));
+  } catch (e) {
+    // The server names its request field; the operator types the flag.
+    if (e instanceof OperatorError) e.message = e.message.replace("allow_unknown_client", "--allow-unknown-client");
+    throw e;
+  }
   const cmd = commandInfo(r.command!);
   const uuid = cmd.uuid;
   if (!follow) {

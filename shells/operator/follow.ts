@@ -7,6 +7,7 @@
  * twice and nothing is skipped.
  */
 import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { describeError, isTransient, type ControlClient } from "./control-client.js";
 import { eventText } from "./markers.js";
@@ -32,6 +33,12 @@ export interface FollowOptions {
   server?: string;
   /** Called for every item (tests, `--json`). */
   onItem?: (it: OutputItem) => void;
+  /**
+   * While the command has not started, say on stderr why it waits (the
+   * server's Command.waiting_reason), once and again whenever it changes;
+   * polled every this many ms (0: never). Default 2 s when following.
+   */
+  waitingPollMs?: number;
   /** Line-oriented view (`logs --tail/--since/--timestamps`); absent: bytes untouched. */
   lines?: LineOptions;
   /** Write the one stream asked for (`--stream stderr`) to stdout. */
@@ -125,6 +132,29 @@ class LineShaper {
   async end(sinkOf: (s: StreamName) => Sink): Promise<void> {
     for (const s of ["stdout", "stderr"] as const) await this.flushPartial(s, sinkOf(s));
     await this.live();
+  }
+}
+
+const NOT_STARTED = new Set<number>([CommandLifecycle.QUEUED, CommandLifecycle.DISPATCHED, CommandLifecycle.ACCEPTED]);
+
+/** One GetCommand per poll, only until the command starts: cheap, and silent when nothing holds it back. */
+async function noteWaiting(client: ControlClient, io: FollowIO, uuid: string, everyMs: number, signal: AbortSignal): Promise<void> {
+  let last = "";
+  while (!signal.aborted) {
+    try {
+      const cmd = (await client.getCommand({ issueUuid: uuid }, { signal })).command;
+      if (!cmd || !NOT_STARTED.has(cmd.state)) return;
+      const why = cmd.waitingReason;
+      if (why !== last && why !== "") await write(io.stderr, `rvbox: waiting: ${why}\n`);
+      last = why;
+    } catch (e) {
+      if (e instanceof OutputClosedError || signal.aborted) return;
+      // The output stream reports an unreachable server; this note is best effort.
+    }
+    await new Promise<void>((r) => {
+      const t = setTimeout(r, everyMs);
+      signal.addEventListener("abort", () => (clearTimeout(t), r()), { once: true });
+    });
   }
 }
 
@@ -230,61 +260,75 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   let delay = 200;
   let warned = false;
   const budget = o.reconnectForMs ?? 5 * 60_000;
-  for (;;) {
-    try {
-      for await (const m of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(next), follow: o.follow }, { signal: o.signal })) {
-        outageSince = null;
-        delay = 200;
-        if (warned) {
-          warned = false;
-          await write(io.stderr, `rvbox: reconnected; resuming at event ${next}\n`);
-        }
-        if (m.item.case === "finished") {
-          res.finished = m.item.value;
-          continue;
-        }
-        const it = outputItem(m);
-        if (!it) continue;
-        if (lastSeqOf(it) < next) continue; // already printed before a reconnect
-        const shown = ledger.admit(it, next);
-        next = Math.max(next, lastSeqOf(it) + 1);
-        const time = m.time ? timestampMs(m.time) : 0;
-        const old = o.lines?.since !== undefined && time > 0 && time < o.lines.since;
-        for (const x of shown) {
-          o.onItem?.(x);
-          if (!concerns(x, o.stream) || old) continue;
-          if (x.kind === "output") {
-            const s = x.stream === "stderr" ? "stderr" : "stdout";
-            res.bytes[s] += x.data.length;
-            if (shaper) await shaper.output(s, sinkOf(s), x.data, time);
-            else await write(sinkOf(s) === "stderr" ? io.stderr : io.stdout, x.data);
-          } else if (x.kind === "truncation" || x.kind === "incomplete" || x.kind === "gap") {
-            res.markers++;
-            await marker(eventText(x) ?? x.kind);
-          } else if (o.events) {
-            await marker(eventText(x) ?? x.kind);
+  const waitPoll = o.waitingPollMs ?? (o.follow ? 2000 : 0);
+  const stopNotes = new AbortController();
+  const stopOnAbort = () => stopNotes.abort();
+  o.signal?.addEventListener("abort", stopOnAbort, { once: true });
+  const notes = waitPoll > 0 ? noteWaiting(client, io, o.uuid, waitPoll, stopNotes.signal).catch(() => undefined) : Promise.resolve();
+  try {
+    return await followLoop();
+  } finally {
+    stopNotes.abort();
+    o.signal?.removeEventListener("abort", stopOnAbort);
+    await notes;
+  }
+  async function followLoop(): Promise<FollowResult> {
+    for (;;) {
+      try {
+        for await (const m of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(next), follow: o.follow }, { signal: o.signal })) {
+          outageSince = null;
+          delay = 200;
+          if (warned) {
+            warned = false;
+            await write(io.stderr, `rvbox: reconnected; resuming at event ${next}\n`);
           }
+          if (m.item.case === "finished") {
+            res.finished = m.item.value;
+            continue;
+          }
+          const it = outputItem(m);
+          if (!it) continue;
+          if (lastSeqOf(it) < next) continue; // already printed before a reconnect
+          const shown = ledger.admit(it, next);
+          next = Math.max(next, lastSeqOf(it) + 1);
+          const time = m.time ? timestampMs(m.time) : 0;
+          const old = o.lines?.since !== undefined && time > 0 && time < o.lines.since;
+          for (const x of shown) {
+            o.onItem?.(x);
+            if (!concerns(x, o.stream) || old) continue;
+            if (x.kind === "output") {
+              const s = x.stream === "stderr" ? "stderr" : "stdout";
+              res.bytes[s] += x.data.length;
+              if (shaper) await shaper.output(s, sinkOf(s), x.data, time);
+              else await write(sinkOf(s) === "stderr" ? io.stderr : io.stdout, x.data);
+            } else if (x.kind === "truncation" || x.kind === "incomplete" || x.kind === "gap") {
+              res.markers++;
+              await marker(eventText(x) ?? x.kind);
+            } else if (o.events) {
+              await marker(eventText(x) ?? x.kind);
+            }
+          }
+          if (shaper && next > storedAtStart) await shaper.live();
         }
-        if (shaper && next > storedAtStart) await shaper.live();
-      }
-      await shaper?.end(sinkOf);
-      return res;
-    } catch (err) {
-      if (o.signal?.aborted) {
-        res.aborted = true;
+        await shaper?.end(sinkOf);
         return res;
+      } catch (err) {
+        if (o.signal?.aborted) {
+          res.aborted = true;
+          return res;
+        }
+        if (err instanceof OutputClosedError) throw err;
+        if (!isTransient(err)) throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
+        const now = Date.now();
+        outageSince ??= now;
+        if (now - outageSince > budget) throw describeError(err, { server: o.server });
+        if (!warned) {
+          warned = true;
+          await write(io.stderr, `rvbox: lost the output stream (${describeError(err, { server: o.server }).message}); retrying from event ${next}\n`);
+        }
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, 5000);
       }
-      if (err instanceof OutputClosedError) throw err;
-      if (!isTransient(err)) throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
-      const now = Date.now();
-      outageSince ??= now;
-      if (now - outageSince > budget) throw describeError(err, { server: o.server });
-      if (!warned) {
-        warned = true;
-        await write(io.stderr, `rvbox: lost the output stream (${describeError(err, { server: o.server }).message}); retrying from event ${next}\n`);
-      }
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 5000);
     }
   }
 }

@@ -79,7 +79,36 @@ function invalid(message: string): ConnectError {
   return toConnectError({ code: Code.VALIDATION, message });
 }
 
-export function toCommand(c: ServerCommand, d: Pick<FleetReader, "toWall">): Command {
+/**
+ * Why a command that has not started is still waiting, from what the server
+ * holds now (one client lookup; empty when nothing holds it back). `fleet`
+ * absent (a pushed change): not computed.
+ */
+export function waitingReason(c: ServerCommand, fleet?: FleetReader): string {
+  if (!fleet) return "";
+  const s = c.committed.state;
+  if (s !== CommandLifecycle.QUEUED && s !== CommandLifecycle.DISPATCHED && s !== CommandLifecycle.ACCEPTED) return "";
+  const st = fleet.state;
+  const cl = st.clients.get(c.clientId);
+  if (!cl) return `client ${c.clientId} has never registered (or was forgotten); the command waits for an agent under that id`;
+  const conn = cl.conn !== 0 ? st.conns.get(cl.conn) : undefined;
+  if (!conn) return `client ${c.clientId} offline since ${new Date(clientActivity(fleet, cl)).toISOString().replace(/\.\d{3}Z$/, "Z")}`;
+  if (conn.phase !== "ready") return `client ${c.clientId} is reconnecting (${conn.phase})`;
+  const k = cl.capacity;
+  if (s === CommandLifecycle.ACCEPTED) {
+    return k.maxRunning > 0 && k.running >= k.maxRunning ? `accepted by ${c.clientId}; queued there behind ${k.running} running (agent capacity full)` : "";
+  }
+  if (s === CommandLifecycle.DISPATCHED) return c.attempts > 1 ? `dispatched to ${c.clientId} ${c.attempts} times without an answer yet` : "";
+  if (k.maxRunning + k.maxQueued - k.running - k.queued - conn.inflight <= 0)
+    return `queued behind ${[`${k.running} running`, k.queued > 0 ? `${k.queued} queued` : "", conn.inflight > 0 ? `${conn.inflight} being dispatched` : ""].filter(Boolean).join(", ")} on ${c.clientId} (agent capacity full: ${k.maxRunning} running, ${k.maxQueued} queued)`;
+  if (conn.inflight >= st.config.limits.maxInflightDispatches)
+    return `server capacity full: ${conn.inflight} dispatches to ${c.clientId} await an answer (at most ${st.config.limits.maxInflightDispatches})`;
+  if (fleet.toWall(c.nextAttemptAt) > Date.now()) return `${c.clientId} refused it for capacity; retrying`;
+  return "";
+}
+
+/** `waiting`: compute waiting_reason (reads; pushed changes skip it). */
+export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Command {
   return create(CommandSchema, {
     issueUuid: c.uuid,
     clientId: c.clientId,
@@ -101,6 +130,7 @@ export function toCommand(c: ServerCommand, d: Pick<FleetReader, "toWall">): Com
     requestSha256: c.hash,
     startedTime: c.committed.startedTime > 0 ? timestampFromMs(c.committed.startedTime) : undefined,
     endedTime: c.committed.endedTime > 0 ? timestampFromMs(c.committed.endedTime) : undefined,
+    waitingReason: waitingReason(c, waiting ? d : undefined),
   });
 }
 
@@ -171,7 +201,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         stdinOpen: req.stdinOpen,
       });
       const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
-      const request = { op: "submit" as const, requestId: requestId(req.requestId, "submit"), uuid, clientId: req.clientId, spec, queueExpiry };
+      const request = { op: "submit" as const, requestId: requestId(req.requestId, "submit"), uuid, clientId: req.clientId, spec, queueExpiry, allowUnknownClient: req.allowUnknownClient };
       await call(script ? { ...request, script } : request);
       return { command: toCommand(command(uuid), d) };
     },
@@ -236,9 +266,27 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
     async authorizeInstance(req) {
       if (req.clientId === "" || req.instanceId === "") throw invalid("client_id and instance_id are required");
-      await call({ op: "authorize", requestId: requestId(req.requestId, "authorize"), clientId: req.clientId, instanceId: req.instanceId });
+      await call({
+        op: "authorize",
+        requestId: requestId(req.requestId, "authorize"),
+        clientId: req.clientId,
+        instanceId: req.instanceId,
+        instanceNotYetSeen: req.instanceNotYetSeen,
+      });
       const auth = d.state.clients.get(req.clientId)?.authorization;
       return { expiryTime: auth ? timestampFromMs(d.toWall(auth.expiresAt)) : undefined };
+    },
+
+    async revokeAuthorization(req) {
+      if (req.clientId === "") throw invalid("client_id is required");
+      const r = await call({ op: "revoke_authorization", requestId: requestId(req.requestId, "revoke"), clientId: req.clientId });
+      return { instanceId: r.instanceId ?? "" };
+    },
+
+    async dismissClaim(req) {
+      if (req.clientId === "") throw invalid("client_id is required");
+      const r = await call({ op: "dismiss_claim", requestId: requestId(req.requestId, "dismiss-claim"), clientId: req.clientId });
+      return { instanceId: r.instanceId ?? "" };
     },
 
     async listIncidents(req) {

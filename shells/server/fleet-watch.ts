@@ -279,7 +279,7 @@ export class FleetWatch {
         continue;
       }
       if (c.committed.state === CommandLifecycle.UNSPECIFIED) continue;
-      change({ case: "command", value: toCommand(c, this.d) }, c.clientId);
+      change({ case: "command", value: toCommand(c, this.d, false) }, c.clientId);
     }
     this.dirtyCommands.clear();
 
@@ -348,6 +348,6 @@ export class FleetWatch {
       if ((w.wantsAll() && i < WATCH_COMMANDS_PER_CLIENT) || (clients.has(c.clientId) && n < WATCH_COMMANDS_PER_CLIENT)) picked.add(c.uuid);
       per.set(c.clientId, n + 1);
     }
-    return all.filter((c) => picked.has(c.uuid)).map((c) => toCommand(c, this.d));
+    return all.filter((c) => picked.has(c.uuid)).map((c) => toCommand(c, this.d, false));
   }
 }

@@ -5,7 +5,7 @@ import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
 import { cleanupTemp, OPERATOR_TOKEN, ROOT, startAgent, startServer, tempDir, waitFor, type TestServer } from "../shells/e2e/helpers.js";
 import { cli } from "./helpers.js";
@@ -480,6 +480,40 @@ describe("rvbox clients, claims, authorize, incidents", () => {
     }
   });
 
+  it("R-F5: authorize refuses what is not the exact pending claimant (65) or an unknown client (66); --revoke and dismiss-claim say when there is nothing", async () => {
+    const noClaim = await cli(["authorize", "host-a", "0123abcd"], { env });
+    expect(noClaim.code).toBe(65);
+    expect(noClaim.stderr).toMatch(/client host-a has no pending claim/);
+    const unknown = await cli(["authorize", "host-zz", "0123abcd"], { env });
+    expect(unknown.code).toBe(66);
+    const seen = await cli(["authorize", "host-a", "0123abcd", "--instance-not-yet-seen"], { env });
+    expect(seen.code).toBe(0);
+    const rv = await cli(["authorize", "--revoke", "host-a"], { env });
+    expect(rv.code).toBe(0);
+    expect(rv.stdout).toBe("revoked the authorization of instance 0123abcd for client host-a\n");
+    expect((await cli(["authorize", "--revoke", "host-a"], { env })).code).toBe(66);
+    const d = await cli(["dismiss-claim", "host-a"], { env });
+    expect(d.code).toBe(66);
+    expect(d.stderr).toMatch(/client host-a has no pending claim/);
+  });
+
+  it("R-F4: dismiss-claim forgets a pending claim; authorize of a prefix of the claimant is refused (65)", async () => {
+    const other = await startAgent(s.url, "host-a", {});
+    try {
+      const claim = await waitFor("claim", async () => (await s.client.listClaims({})).claims.find((c) => c.clientId === "host-a"));
+      const p = await cli(["authorize", "host-a", claim.instanceId.slice(0, 6)], { env });
+      expect(p.code).toBe(65);
+      expect(p.stderr).toMatch(/give the full id, not a prefix/);
+      await other.close();
+      const d = await cli(["dismiss-claim", "host-a"], { env });
+      expect(d.code).toBe(0);
+      expect(d.stdout).toBe(`dismissed the pending claim of instance ${claim.instanceId} for client host-a\n`);
+      expect((await s.client.listClaims({})).claims.find((c) => c.clientId === "host-a")).toBeUndefined();
+    } finally {
+      await other.close();
+    }
+  });
+
   it("incidents says when there are none; ack-incident of an unknown id exits 66", async () => {
     const r = await cli(["incidents"], { env });
     expect(r.code).toBe(0);
@@ -529,5 +563,35 @@ describe("errors: clear messages and exit codes, no stack traces", () => {
   it("submitting to a client with an invalid request is refused with exit 65", async () => {
     const r = await cli(["run", "", "--", "true"], { env });
     expect(r.code === 2 || r.code === 65).toBe(true);
+  });
+});
+
+describe("mistyped clients and waiting commands", () => {
+  it("run for a client id the server never saw exits 66 naming the closest known ids; nothing is queued", async () => {
+    const before = (await s.client.listCommands({})).commands.length;
+    const r = await cli(["run", "host-q", "--", "true"], { env });
+    expect(r.code).toBe(66);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/no client host-q has registered with this server; did you mean host-a\b.*--allow-unknown-client/);
+    const f = await cli(["run", "nosuch-client", "--follow", "--", "true"], { env });
+    expect(f.code).toBe(66);
+    expect((await s.client.listCommands({})).commands.length).toBe(before);
+  });
+
+  it("a list or a wildcard as the client exits 65: multi-client runs are not supported yet", async () => {
+    for (const id of ["host-a,host-b", "host-*"]) {
+      const r = await cli(["run", id, "--allow-unknown-client", "--", "true"], { env });
+      expect(r.code).toBe(65);
+      expect(r.stderr).toMatch(/looks like a list or a wildcard \(it names host-a[^)]*\); multi-client runs are not supported yet/);
+    }
+  });
+
+  it("run --allow-unknown-client --follow queues it and says on stderr, once, why it waits", async () => {
+    const r = await cli(["run", "not-yet-here", "--allow-unknown-client", "--follow", "--", "true"], { env, interruptAfterMs: 5_000 });
+    expect(r.code).toBe(130); // detached by the interrupt
+    const notes = r.stderr.split("\n").filter((l) => l.startsWith("rvbox: waiting: "));
+    expect(notes).toEqual(["rvbox: waiting: client not-yet-here has never registered (or was forgotten); the command waits for an agent under that id"]);
+    const id = /command (\S+) submitted/.exec(r.stderr)![1]!;
+    await s.client.signalCommand({ issueUuid: id, signal: SignalKind.CANCEL });
   });
 });

@@ -9,6 +9,7 @@ import { ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/commo
 import { defaultServerConfig, newServer, serverInvariants, serverStep, type ControlRequest, type ControlResult } from "../../core/index.js";
 import { MAX_REQUEST_IDS_PER_COMMAND } from "../../core/limits.js";
 import { testPorts } from "../support/ports.js";
+import { lenient } from "../support/server-rig.js";
 
 const T0 = 1_700_000_000_000;
 
@@ -17,7 +18,7 @@ describe("found bugs (red until fixed): server request-id memory", () => {
     const st = newServer(defaultServerConfig(), 1);
     const replies = new Map<string, ControlResult>();
     const control = (request: ControlRequest): ControlResult | undefined => {
-      const r = serverStep(st, { type: "control", request }, T0, { ports: testPorts });
+      const r = serverStep(st, { type: "control", request: lenient(request) }, T0, { ports: testPorts });
       serverInvariants(st);
       let last = r.effects.filter((e) => e.type === "persist").at(-1) as { id: number } | undefined;
       for (const e of r.effects) if (e.type === "reply") replies.set(e.requestId, e.result);

@@ -333,8 +333,8 @@ describe("identity: fencing, claims and authorizations", () => {
   it("R-F5: an authorization admits exactly that instance until 1 ms before its expiry, once", () => {
     const r = new ServerRig({ authorizationTtlMs: 1_000 });
     const a = r.connect("a", "i1");
-    expect(r.control({ op: "authorize", requestId: "x", clientId: "nobody", instanceId: "i2" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "unknown client nobody" } });
-    expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true });
+    expect(r.control({ op: "authorize", requestId: "x", clientId: "nobody", instanceId: "i2" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" } });
+    expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2" });
     expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     expect((r.disk.durable.get("client")!.get("a") as { authorization: unknown }).authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     // A different instance does not use it.
@@ -347,9 +347,9 @@ describe("identity: fencing, claims and authorizations", () => {
     expect(of(out, "trace").some((t) => t.event === "authorization_consumed")).toBe(true);
     expect(r.st.conns.has(a)).toBe(false); // fenced
     expect(r.st.clients.get("a")).toMatchObject({ conn: b, instanceId: "i2", authorization: null });
-    // one-shot: i1 is now refused
+    // one-shot: i1 is now refused (as the instance this takeover replaced)
     const back = r.open();
-    expectClosed(r, r.hello(back, "a", "i1"), back, Code.IDENTITY_CONFLICT);
+    expectClosed(r, r.hello(back, "a", "i1"), back, Code.REPLACED);
   });
 
   it("R-F5: at exactly its expiry an authorization no longer admits, and the tick clears it durably", () => {
@@ -389,12 +389,18 @@ describe("identity: fencing, claims and authorizations", () => {
     expect(r.disk.durable.get("client")?.get("a")).toMatchObject({ authorization: null });
     r.snapshot(j2);
     r.step({ type: "conn_closed", conn: j2, reason: "gone" });
-    // I is live again; J comes back: without a new authorization it is refused, and I keeps its session.
+    // I comes back: J took over by an operator's authorization, so I is told it was replaced
+    // (no pending claim); authorized again, I is accepted.
+    const i1 = r.open();
+    expectClosed(r, r.hello(i1, "a", "I"), i1, Code.REPLACED);
+    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect(r.control({ op: "authorize", requestId: "auth-i", clientId: "a", instanceId: "I", instanceNotYetSeen: false })).toMatchObject({ ok: true });
     const i2 = r.open();
     r.hello(i2, "a", "I");
     r.snapshot(i2);
+    // J comes back: without a new authorization it is refused, and I keeps its session.
     const j3 = r.open();
-    expectClosed(r, r.hello(j3, "a", "J"), j3, Code.IDENTITY_CONFLICT);
+    expectClosed(r, r.hello(j3, "a", "J"), j3, Code.REPLACED);
     expect(r.st.conns.get(i2)?.phase).toBe("ready");
     expect(r.st.clients.get("a")!.instanceId).toBe("I");
   });

@@ -188,7 +188,7 @@ describe("registration and fencing", () => {
         if (a.serverConn) h.serverInput({ type: "activity", conn: a.serverConn });
       }
     };
-    expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: b.st.instanceId })).toEqual({ ok: true });
+    expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: b.st.instanceId })).toEqual({ ok: true, instanceId: b.st.instanceId });
     // While b is in backoff the authorization expires unused.
     b.st.session.retryAt = h.now + 10 * 60_000;
     live(5 * 60_000 + 5_000);
@@ -207,12 +207,13 @@ describe("registration and fencing", () => {
     expect(h.server.clients.get("a")!.instanceId).toBe(b.st.instanceId);
     expect(h.server.clients.get("a")!.pendingClaim).toBeNull();
     expect(a.st.session.phase).toBe("backoff");
-    // One-shot: the old instance is now the different one and is refused.
+    // One-shot: the old instance is now the different one and is refused; it was
+    // taken over, so it is told so (CODE_REPLACED) instead of becoming the next claim.
     h.now = Math.max(h.now, a.st.session.retryAt);
     h.agentInput("a", { type: "tick" });
     expect(a.st.session.phase).toBe("backoff");
-    expect(lastError(h, "a")?.error?.code).toBe(Code.IDENTITY_CONFLICT);
-    expect(h.server.clients.get("a")!.pendingClaim?.instanceId).toBe(a.st.instanceId);
+    expect(lastError(h, "a")?.error?.code).toBe(Code.REPLACED);
+    expect(h.server.clients.get("a")!.pendingClaim).toBeNull();
   });
 
   it("R-F6: with no live session for the client id, a new instance is accepted normally", () => {

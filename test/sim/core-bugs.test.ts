@@ -41,7 +41,7 @@ describe("core bugs found by the simulator", () => {
   // durable; the acknowledged command is gone.
   it("R-D1: a duplicate submit is not acknowledged before the command is durable", () => {
     const s = new Driver<ServerState, ServerInput>(newServer(defaultServerConfig(), 1), serverStep);
-    const submit = (requestId: string): ControlRequest => ({ op: "submit", requestId, uuid: "u-1", clientId: "agent-0", spec: argvSpec("true") });
+    const submit = (requestId: string): ControlRequest => ({ op: "submit", requestId, uuid: "u-1", clientId: "agent-0", spec: argvSpec("true"), allowUnknownClient: true });
     const first = s.step({ type: "control", request: submit("req-1") }, false);
     expect(first.some((e) => e.type === "persist")).toBe(true);
     expect(first.some((e) => e.type === "reply")).toBe(false); // correct: waits for durability

@@ -51,6 +51,17 @@ describe("claims view", () => {
     await eventually(() => expect(src.calls).toEqual([{ op: "authorize", clientId: "web-1", instanceId: "inst-claimer-aaaa" }]));
   });
 
+  it("R-F4: d asks, y dismisses the selected claim without authorizing it", async () => {
+    const src = source();
+    h = await mount(src, { columns: 120 });
+    await h.press("3", "j", "d");
+    expect(h.frame()).toContain("Dismiss the claim of instance inst-claimer-bbbb for web-2 (without authorizing it)? (y/n)");
+    await h.press("y");
+    await eventually(() => expect(h!.frame()).toContain("dismissed the claim of instance inst-claimer-bbbb for web-2"));
+    expect(src.calls).toEqual([{ op: "dismiss_claim", clientId: "web-2" }]);
+    expect(h.frame()).toContain("3 Claims (1)");
+  });
+
   it("says so when there are no claims", async () => {
     h = await mount(new FakeSource({}));
     await h.press("3");

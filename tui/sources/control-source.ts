@@ -256,6 +256,11 @@ export class ControlSource implements DataSource {
     return `authorized instance ${instanceId} for ${clientId} once, until ${until}`;
   }
 
+  async dismissClaim(clientId: string): Promise<string> {
+    const r = await this.call(`dismiss claim ${clientId}`, () => this.rpc.dismissClaim({ clientId, requestId: randomUUID() }));
+    return `dismissed the claim of instance ${r.instanceId} for ${clientId}`;
+  }
+
   async ackIncident(id: string): Promise<void> {
     await this.call(`incident ${id}`, () => this.rpc.acknowledgeIncident({ incidentId: id, requestId: randomUUID() }));
   }

@@ -27,6 +27,7 @@ export const FAKE_NOW = Date.UTC(2025, 0, 15, 12, 0, 0);
 
 export type FakeCall =
   | { op: "authorize"; clientId: string; instanceId: string }
+  | { op: "dismiss_claim"; clientId: string }
   | { op: "ack"; id: string }
   | { op: "submit"; spec: SubmitSpec }
   | { op: "signal"; uuid: string; signal: SignalName }
@@ -210,6 +211,15 @@ export class FakeSource implements DataSource {
     this.sessions = this.sessions.map((s) => (s.clientId === clientId ? { ...s, authorizedInstance: instanceId } : s));
     this.changed();
     return `authorized ${instanceId} for ${clientId} until 12:05:00`;
+  }
+
+  async dismissClaim(clientId: string): Promise<string> {
+    this.check();
+    this.calls.push({ op: "dismiss_claim", clientId });
+    const c = this.claims.find((x) => x.clientId === clientId);
+    this.claims = this.claims.filter((x) => x.clientId !== clientId);
+    this.changed();
+    return `dismissed the claim of instance ${c?.instanceId ?? "?"} for ${clientId}`;
   }
 
   async ackIncident(id: string): Promise<void> {

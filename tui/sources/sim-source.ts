@@ -526,6 +526,9 @@ export class SimSource implements DataSource, TimelineControl {
   async authorize(): Promise<string> {
     throw new ReadOnlyError();
   }
+  async dismissClaim(): Promise<string> {
+    throw new ReadOnlyError();
+  }
   async ackIncident(): Promise<void> {
     throw new ReadOnlyError();
   }

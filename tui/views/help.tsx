@@ -9,7 +9,7 @@ const LINES: Record<HelpContext, string> = {
   sessions: "↑↓/jk move · enter commands · s submit · tab/1-4 views · ? help · q quit",
   commands: "↑↓ move · enter output · s submit · c cancel · x signal · i stdin · D close stdin · a all clients · esc back · q quit",
   output: "↑↓/jk PgUp/PgDn scroll · G follow · c cancel · x signal · i stdin · D close stdin · esc back · q quit",
-  claims: "↑↓ move · a/enter authorize the claiming instance (once) · tab views · q quit",
+  claims: "↑↓ move · a/enter authorize the claiming instance (once) · d dismiss the claim · tab views · q quit",
   incidents: "↑↓ move · a/enter acknowledge · h show acknowledged · tab views · q quit",
 };
 
@@ -33,6 +33,7 @@ const ALL: Array<[string, string]> = [
   ["c / x", "cancel the selected command / send it a signal"],
   ["i / D", "write a line to its stdin (ctrl-n: no newline) / close its stdin"],
   ["a", "authorize a claim · acknowledge an incident · all clients (commands)"],
+  ["d", "dismiss a claim without authorizing it"],
   ["h", "incidents: show acknowledged ones too"],
   ["q, ctrl-c", "quit"],
   ["sim: , .", "step one frame back / forward"],

@@ -156,13 +156,13 @@ describe("e2e: protocol abuse and authentication", () => {
 
   it("R-W10: the control API answers bad requests with errors, not crashes", async () => {
     await expect(s.client.submitCommand({ clientId: "", program: { case: "argv", value: { argv: ["x"] } } })).rejects.toBeInstanceOf(ConnectError);
-    await expect(s.client.submitCommand({ clientId: "c", issueUuid: "bad uuid with spaces", program: { case: "argv", value: { argv: ["x"] } } })).rejects.toMatchObject({
+    await expect(s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "bad uuid with spaces", program: { case: "argv", value: { argv: ["x"] } } })).rejects.toMatchObject({
       code: ConnectCode.InvalidArgument,
     });
-    await s.client.submitCommand({ clientId: "c", issueUuid: "dup-1", program: { case: "argv", value: { argv: ["x"] } } });
+    await s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["x"] } } });
     // Same uuid, same request: idempotent. Different request: conflict.
-    await s.client.submitCommand({ clientId: "c", issueUuid: "dup-1", program: { case: "argv", value: { argv: ["x"] } } });
-    await expect(s.client.submitCommand({ clientId: "c", issueUuid: "dup-1", program: { case: "argv", value: { argv: ["y"] } } })).rejects.toMatchObject({ code: ConnectCode.AlreadyExists });
+    await s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["x"] } } });
+    await expect(s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["y"] } } })).rejects.toMatchObject({ code: ConnectCode.AlreadyExists });
     await expect(s.client.getCommand({ issueUuid: "nope" })).rejects.toMatchObject({ code: ConnectCode.NotFound });
     await expect(s.client.writeStdin({ issueUuid: "dup-1", data: new Uint8Array(70_000) })).rejects.toBeInstanceOf(ConnectError);
     await stillServing();

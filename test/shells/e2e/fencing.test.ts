@@ -94,4 +94,57 @@ describe("e2e: fencing", () => {
       await s.close();
     }
   }, 60_000);
+
+  it("R-F3 R-F5: an authorized takeover kills the old instance's process, words the incident as a takeover, and the old instance stops claiming (CODE_REPLACED)", async () => {
+    const s = await startServer();
+    const linesA: string[] = [];
+    const a = await startAgent(s.url, "web-1", { log: createLogger("a", "info", (l) => linesA.push(l)) });
+    const dir = await tempDir("rvbox-takeover-");
+    const pidFile = path.join(dir, "pid");
+    let b: Awaited<ReturnType<typeof startAgent>> | undefined;
+    const alive = (pid: number): boolean => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    let pid = 0;
+    try {
+      await waitFor("A connected", () => a.connected);
+      const r = await s.client.submitCommand({ clientId: "web-1", program: { case: "shell", value: { commandLine: `echo $$ > ${pidFile}; exec sleep 300` } } });
+      const uuid = r.command!.issueUuid;
+      pid = Number(await waitFor("pid file", async () => (await fsp.readFile(pidFile, "utf8").catch(() => "")).trim()));
+      expect(alive(pid)).toBe(true);
+      b = await startAgent(s.url, "web-1");
+      const claim = await waitFor("B's pending claim", async () => (await s.client.listClaims({})).claims.find((x) => x.clientId === "web-1" && x.instanceId === b!.instanceId));
+      // A prefix of the claimant is refused; the exact id is authorized.
+      await expect(s.client.authorizeInstance({ clientId: "web-1", instanceId: claim.instanceId.slice(0, 8) })).rejects.toThrow(/not the pending claimant/);
+      await s.client.authorizeInstance({ clientId: "web-1", instanceId: claim.instanceId });
+      await waitFor("B took over", () => b!.connected, 45_000);
+      const cmd = await waitFor("command interrupted", async () => {
+        const c = (await s.client.getCommand({ issueUuid: uuid })).command!;
+        return c.state === L.INTERRUPTED ? c : undefined;
+      });
+      expect(cmd.reason).toBe(`client taken over by instance ${b.instanceId}; the command was running on the previous instance ${a.instanceId}`);
+      const inc = (await s.client.listIncidents({})).incidents.filter((i) => i.issueUuid === uuid);
+      expect(inc.map((i) => i.kind)).toEqual(["takeover_interrupt"]);
+      expect(inc[0]!.detail).toContain(`web-1 was taken over by instance ${b.instanceId}; the command was running on the previous instance ${a.instanceId}`);
+      // The old host was told at once and ended its process.
+      await waitFor("A's process killed", () => !alive(pid), 15_000);
+      await waitFor("A logged that it was replaced", () => linesA.some((l) => /replaced: another instance took over this client id/.test(l)));
+      // It does not come back as the next pending claimant (it waits at the backoff cap).
+      await sleep(3_000);
+      expect((await s.client.listClaims({})).claims).toEqual([]);
+      expect(a.connected).toBe(false);
+      expect(b.connected).toBe(true);
+      expect(s.daemon.fatal).toBeNull();
+    } finally {
+      if (pid > 0 && alive(pid)) process.kill(pid, "SIGKILL");
+      await b?.close();
+      await a.close();
+      await s.close();
+    }
+  }, 90_000);
 });

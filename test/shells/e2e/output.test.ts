@@ -118,7 +118,7 @@ describe("e2e: output, stdin, signals, scripts (in-process server and agent, rea
     expect(got.finished?.signalName).toBe("SIGKILL");
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
     // A command for a client that is not connected stays queued; cancel ends it at the server.
-    const q = await s.client.submitCommand({ clientId: "nobody-here", program: { case: "argv", value: { argv: ["true"] } } });
+    const q = await s.client.submitCommand({ clientId: "nobody-here", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } });
     await s.client.signalCommand({ issueUuid: q.command!.issueUuid, signal: SignalKind.CANCEL });
     const g = await s.client.getCommand({ issueUuid: q.command!.issueUuid });
     expect(g.command!.state).toBe(L.CANCELLED);

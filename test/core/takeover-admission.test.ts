@@ -1,0 +1,236 @@
+// Issue 12 items 5-7: submits to unknown clients, exact-instance
+// authorization (revoke, dismiss), and what an authorized takeover does to
+// the instance it displaced (CODE_REPLACED).
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../core/errors.js";
+import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../core/limits.js";
+import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../core/server/client-names.js";
+import { restoreServer } from "../../core/index.js";
+import { Harness } from "../support/harness.js";
+import { expectClosed, ServerRig } from "../support/server-rig.js";
+
+const spec = () => create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["true"] } } });
+const submit = (r: ServerRig, clientId: string, uuid: string, allowUnknownClient = false) =>
+  r.control({ op: "submit", requestId: `s-${uuid}`, uuid, clientId, spec: spec(), allowUnknownClient });
+const lastError = (h: Harness, to: string) => h.sent("error", to).at(-1)?.payload.value as { error?: { code: number; message: string } } | undefined;
+
+describe("client names in refusals", () => {
+  it("edit distance is exact up to its bound and stops beyond it", () => {
+    expect(boundedDistance("web-1", "web-1", 3)).toBe(0);
+    expect(boundedDistance("web-1", "wbe-1", 3)).toBe(2);
+    expect(boundedDistance("web-1", "web-12", 3)).toBe(1);
+    expect(boundedDistance("abcdef", "uvwxyz", 3)).toBe(4);
+    expect(boundedDistance("a", "abcdefgh", 3)).toBe(4);
+  });
+
+  it("closest ids: prefixes first, then by distance, at most MAX_CLIENT_SUGGESTIONS, none further than the bound", () => {
+    const known = ["web-1", "web-2", "web-10", "db-1", "cache", "webserver-long-name"];
+    expect(closestClients(known, "web")).toEqual(["web-1", "web-10", "web-2"].slice(0, MAX_CLIENT_SUGGESTIONS));
+    expect(closestClients(known, "web-3")).toEqual(["web-1", "web-2", "web-10"]);
+    expect(closestClients(known, "cahce")).toEqual(["cache"]);
+    expect(closestClients(known, "x".repeat(CLIENT_SUGGESTION_MAX_DISTANCE + 2))).toEqual([]);
+    expect(closestClients(known, "CACHE")).toEqual(["cache"]);
+  });
+
+  it("lists and wildcards name the known ids they match", () => {
+    expect(globMatches("web-*", "web-1")).toBe(true);
+    expect(globMatches("*-1", "db-1")).toBe(true);
+    expect(globMatches("w*b*1", "web-1")).toBe(true);
+    expect(globMatches("web-*", "db-1")).toBe(false);
+    expect(globMatches("a*a", "a")).toBe(false);
+    expect(clientsNamedBy(["web-1", "web-2", "db-1", "web-3", "web-4"], "web-*")).toEqual({ ids: ["web-1", "web-2", "web-3"], total: 4 });
+    expect(clientsNamedBy(["web-1", "web-2", "db-1"], "web-1,db-1")).toEqual({ ids: ["web-1", "db-1"], total: 2 });
+  });
+});
+
+describe("submit admission: unknown client ids", () => {
+  it("R-D1: a submit for a client id the server has never seen is refused NOT_FOUND with the closest known ids and nothing stored; allow_unknown_client queues it", () => {
+    const r = new ServerRig();
+    r.connect("web-1");
+    r.connect("web-2");
+    const res = submit(r, "web-3", "u1");
+    expect(res).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no client web-3 has registered with this server; did you mean web-1, web-2? (allow_unknown_client queues it for an id that has not registered yet)" },
+    });
+    expect(r.st.commands.has("u1")).toBe(false);
+    expect(r.disk.durable.get("command")?.has("u1") ?? false).toBe(false);
+    expect(submit(r, "nosuch-client", "u2")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: expect.stringMatching(/^no client nosuch-client has registered with this server \(/) } });
+    // A server nobody has registered with yet says so.
+    const empty = new ServerRig();
+    expect(submit(empty, "web-1", "u3")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: expect.stringContaining("no client has registered yet") } });
+    // R-D1: with allow_unknown_client the command is queued for the id and dispatched once it registers.
+    expect(submit(r, "later", "u9", true)).toEqual({ ok: true, uuid: "u9", revision: 1 });
+    expect(r.st.commands.get("u9")!.state).toBe(L.QUEUED);
+    const c = r.connect("later");
+    expect(r.st.commands.get("u9")!.state).toBe(L.DISPATCHED);
+    expect(r.st.commands.get("u9")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
+  });
+
+  it("an unknown id with ',' or '*' is refused as a list or wildcard, naming the known ids it matches, even with allow_unknown_client; a known one is admitted", () => {
+    const r = new ServerRig();
+    r.connect("web-1");
+    r.connect("web-2");
+    expect(submit(r, "web-1,web-2", "u1", true)).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "client id web-1,web-2 looks like a list or a wildcard (it names web-1, web-2); multi-client runs are not supported yet: submit once per client" },
+    });
+    expect(submit(r, "db-*", "u2")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") } });
+    expect(r.st.commands.size).toBe(0);
+    // A known client id is admitted whatever its characters, and a retried submit is answered
+    // like the original even after the client was forgotten.
+    const odd = r.connect("odd,id*");
+    r.step({ type: "conn_closed", conn: odd, reason: "gone" });
+    expect(submit(r, "odd,id*", "u1")).toMatchObject({ ok: true });
+    r.control({ op: "signal", requestId: "cancel", uuid: "u1", signal: SignalKind.CANCEL });
+    expect(r.control({ op: "forget_client", requestId: "f", clientId: "odd,id*" })).toEqual({ ok: true });
+    expect(submit(r, "odd,id*", "u1")).toEqual({ ok: true, uuid: "u1", revision: 2 });
+  });
+});
+
+describe("authorize: only the exact pending or replaced instance", () => {
+  const claimed = (): ServerRig => {
+    const r = new ServerRig();
+    r.connect("a", "I-0123456789abcdef");
+    const j = r.open();
+    expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
+    return r;
+  };
+  const auth = (r: ServerRig, instanceId: string, instanceNotYetSeen = false, clientId = "a") =>
+    r.control({ op: "authorize", requestId: `a-${instanceId}-${instanceNotYetSeen}-${clientId}`, clientId, instanceId, instanceNotYetSeen });
+
+  it("R-F5: a prefix of the claimant, another instance, or the current one is refused VALIDATION and stores nothing", () => {
+    const r = claimed();
+    expect(auth(r, "J-fedcba")).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "instance J-fedcba is not the pending claimant of client a (that is J-fedcba9876543210); give the full id, not a prefix" },
+    });
+    expect(auth(r, "K")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance K is not the pending claimant of client a (that is J-fedcba9876543210)" } });
+    expect(auth(r, "I-0123456789abcdef")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance I-0123456789abcdef already holds client a; nothing to authorize" } });
+    expect(auth(r, "I-0123456789abcdef", true)).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(auth(r, "", true)).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance id must be 1-128 printable ASCII characters" } });
+    expect(r.st.clients.get("a")!.authorization).toBeNull();
+  });
+
+  it("R-F5: a client with no claim is refused unless instance_not_yet_seen; an unknown client is NOT_FOUND", () => {
+    const r = new ServerRig();
+    r.connect("a", "I");
+    expect(auth(r, "J")).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "client a has no pending claim: no other instance has tried it; to authorize an instance that has not tried yet, set instance_not_yet_seen" },
+    });
+    expect(auth(r, "J", false, "b")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client b has registered with this server; did you mean a?" } });
+    expect(auth(r, "J", true)).toEqual({ ok: true, instanceId: "J" });
+    expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
+  });
+
+  it("R-F5: the exact claimant is authorized; revoking withdraws it durably, so its next hello is refused again", () => {
+    const r = claimed();
+    expect(auth(r, "J-fedcba9876543210")).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
+    expect(r.control({ op: "revoke_authorization", requestId: "rv", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
+    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect((r.disk.durable.get("client")!.get("a") as { authorization: unknown }).authorization).toBeNull();
+    expect(r.control({ op: "revoke_authorization", requestId: "rv2", clientId: "a" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "client a has no authorization to revoke" } });
+    expect(r.control({ op: "revoke_authorization", requestId: "rv3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
+    const j = r.open();
+    expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
+  });
+
+  it("R-F4: dismissing a claim forgets it durably; with none (or an unknown client) it is NOT_FOUND; the claimant trying again is recorded anew", () => {
+    const r = claimed();
+    expect(r.control({ op: "dismiss_claim", requestId: "d", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
+    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect((r.disk.durable.get("client")!.get("a") as { pendingClaim: unknown }).pendingClaim).toBeNull();
+    expect(r.control({ op: "dismiss_claim", requestId: "d2", clientId: "a" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "client a has no pending claim" } });
+    expect(r.control({ op: "dismiss_claim", requestId: "d3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
+    expect(auth(r, "J-fedcba9876543210")).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    const j = r.open();
+    expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
+    expect(r.st.clients.get("a")!.pendingClaim).toMatchObject({ instanceId: "J-fedcba9876543210", attempts: 1 });
+  });
+});
+
+describe("an authorized takeover ends the displaced instance's work", () => {
+  it("R-F3 R-F5: the old instance is fenced with CODE_REPLACED, its running command ends interrupted as a takeover, it kills and tombstones its work, and it stops claiming until authorized again", () => {
+    const h = new Harness();
+    h.addAgent("old", { clientId: "web-1" }, 7);
+    const oldA = h.agents.get("old")!;
+    h.submit("web-1", "u1", { argv: ["sleep", "1000"] });
+    expect(h.cmd("u1").state).toBe(L.RUNNING);
+    const I = oldA.st.instanceId;
+    // A new host claims the id while the old one is live: refused, recorded.
+    h.addAgent("new", { clientId: "web-1" }, 99);
+    const newA = h.agents.get("new")!;
+    const J = newA.st.instanceId;
+    expect(lastError(h, "new")?.error?.code).toBe(Code.IDENTITY_CONFLICT);
+    expect(h.server.clients.get("web-1")!.pendingClaim?.instanceId).toBe(J);
+    expect(h.control({ op: "authorize", requestId: "auth", clientId: "web-1", instanceId: J, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: J });
+    h.now = newA.st.session.retryAt;
+    h.agentInput("new", { type: "tick" });
+    expect(newA.st.session.phase).toBe("established");
+
+    // The server: a takeover, not an invariant failure.
+    const cmd = h.cmd("u1");
+    expect(cmd.state).toBe(L.INTERRUPTED);
+    expect(cmd.reason).toBe(`client taken over by instance ${J}; the command was running on the previous instance ${I}`);
+    const incidents = [...h.server.incidents.values()].filter((i) => i.uuid === "u1");
+    expect(incidents.map((i) => [i.kind, i.detail])).toEqual([
+      ["takeover_interrupt", `web-1 was taken over by instance ${J}; the command was running on the previous instance ${I}; its process may still run there until that instance reconnects and is told it was replaced`],
+    ]);
+    expect(h.server.clients.get("web-1")!.replaced).toMatchObject({ instanceId: I, by: J, authorized: true });
+
+    // The old instance was told at once (its live session was fenced with CODE_REPLACED).
+    expect(lastError(h, "old")?.error?.code).toBe(Code.REPLACED);
+    expect(lastError(h, "old")?.error?.message).toContain(`was taken over by instance ${J}`);
+    expect(oldA.procs.get("u1")!.signals).toEqual([SignalKind.KILL]);
+    expect(oldA.st.commands.has("u1")).toBe(false);
+    expect(oldA.st.tombstones.has("u1")).toBe(true);
+    expect(oldA.st.replaced).not.toBeNull();
+    expect(oldA.st.session.phase).toBe("backoff");
+    expect(oldA.st.session.retryAt).toBe(h.now + BACKOFF_CAP_MS);
+
+    // It comes back: refused again with CODE_REPLACED, never recorded as a claim, and it waits the cap again.
+    h.now = oldA.st.session.retryAt;
+    h.agentInput("old", { type: "tick" });
+    expect(lastError(h, "old")?.error?.code).toBe(Code.REPLACED);
+    expect(h.server.clients.get("web-1")!.pendingClaim).toBeNull();
+    expect(oldA.st.session.retryAt).toBe(h.now + BACKOFF_CAP_MS);
+    expect(newA.st.session.phase).toBe("established");
+
+    // The operator may re-admit it: the replaced instance is one authorize accepts by name.
+    expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: I });
+    h.now = oldA.st.session.retryAt;
+    h.agentInput("old", { type: "tick" });
+    expect(oldA.st.session.phase).toBe("established");
+    expect(oldA.st.replaced).toBeNull();
+    expect(h.server.clients.get("web-1")!.replaced).toMatchObject({ instanceId: J, by: I, authorized: true });
+    expect(lastError(h, "new")?.error?.code).toBe(Code.REPLACED);
+  });
+
+  it("R-F6: a new instance accepted with no live session (no authorization) is no takeover: the old instance is not refused as replaced", () => {
+    const r = new ServerRig();
+    const i = r.connect("a", "I");
+    r.step({ type: "conn_closed", conn: i, reason: "gone" });
+    const j = r.connect("a", "J");
+    expect(r.st.clients.get("a")!.replaced).toMatchObject({ instanceId: "I", by: "J", authorized: false });
+    const back = r.open();
+    expectClosed(r, r.hello(back, "a", "I"), back, Code.IDENTITY_CONFLICT);
+    expect(r.st.clients.get("a")!.pendingClaim?.instanceId).toBe("I");
+    void j;
+  });
+
+  it("R-F5: the displaced instance survives a server restart (it is part of the durable client record)", () => {
+    const r = new ServerRig();
+    r.connect("a", "I");
+    const j = r.open();
+    expectClosed(r, r.hello(j, "a", "J"), j, Code.IDENTITY_CONFLICT);
+    r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J", instanceNotYetSeen: false });
+    r.connect("a", "J");
+    expect((r.disk.durable.get("client")!.get("a") as { replaced: unknown }).replaced).toMatchObject({ instanceId: "I", by: "J", authorized: true });
+    r.st = restoreServer(r.cfg, r.disk.tables(), 2);
+    const back = r.open();
+    expectClosed(r, r.hello(back, "a", "I"), back, Code.REPLACED);
+  });
+});
