@@ -56,7 +56,7 @@ describe("e2e: wall clock stepped ±1 h", () => {
       for await (const m of s.client.followOutput({ issueUuid: r.command!.issueUuid, fromEventSeq: 1n, follow: false })) events.push(m);
       expect(events.length).toBeGreaterThan(1);
       for (const m of events) if (m.time) near(timestampMs(m.time), Date.now());
-      const auth = await s.client.authorizeInstance({ clientId: "clk-a", instanceId: "other" });
+      const auth = await s.client.authorizeInstance({ clientId: "clk-a", instanceId: "other", instanceNotYetSeen: true });
       near(timestampMs(auth.expiryTime!), Date.now() + 5 * 60_000);
       // Past the 10 s heartbeat deadline: on both sides the tick finds the
       // session idle for seconds, not for an hour.

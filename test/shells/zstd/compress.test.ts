@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { hasZstdCli } from '../../support/zstd-cli.js';
 import { randomBytes } from 'node:crypto';
 import { decompress as fzstdDecompress } from 'fzstd';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -14,14 +15,6 @@ import {
   ZSTD_BACKENDS,
 } from '../../../shells/zstd/index.js';
 
-function hasZstdCli(): boolean {
-  try {
-    execFileSync('zstd', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const text = (n: number): Uint8Array => {
   const line = new TextEncoder().encode('2024-01-01T00:00:00Z INFO rvbox agent: command 42 wrote a line of output\n');

@@ -6,6 +6,7 @@
  * whichever one each side picked at startup (R-T3).
  */
 import { execFileSync } from 'node:child_process';
+import { hasZstdCli } from '../../support/zstd-cli.js';
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import zlib from 'node:zlib';
@@ -17,14 +18,6 @@ import type { ZstdCodecPackage, ZstdSimple } from '../../../shells/zstd/zstd-cod
 
 const KiB = 1024;
 
-function hasZstdCli(): boolean {
-  try {
-    execFileSync('zstd', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** Log-like text: timestamps, levels, varying numbers, repeated phrases. */
 function logText(n: number): Uint8Array {

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { hasZstdCli } from '../../support/zstd-cli.js';
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import { decompress as fzstdDecompress } from 'fzstd';
@@ -13,14 +14,6 @@ import {
 
 const MAGIC = [0x28, 0xb5, 0x2f, 0xfd];
 
-function hasZstdCli(): boolean {
-  try {
-    execFileSync('zstd', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 const zstdCli = hasZstdCli();
 
 /** header bytes: magic, FHD, then the rest */

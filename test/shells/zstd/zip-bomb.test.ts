@@ -4,6 +4,7 @@
  * (vi.mock) to count decoder runs and decoded bytes (R-T3).
  */
 import { execFileSync } from 'node:child_process';
+import { hasZstdCli } from '../../support/zstd-cli.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -191,11 +192,3 @@ describe.each(ZSTD_BACKENDS)('R-T3: zip bombs (%s)', (backend: ZstdBackend) => {
   });
 });
 
-function hasZstdCli(): boolean {
-  try {
-    execFileSync('zstd', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
