@@ -71,7 +71,18 @@ const COMMON: FlagSpecs = {
   "request-timeout": { type: "string" },
   help: { type: "boolean", short: "h" },
 };
-const JSON_FLAG: FlagSpecs = { json: { type: "boolean" } };
+const JSON_FLAG: FlagSpecs = { json: { type: "boolean" }, output: { type: "string", short: "o" } };
+
+/** `--json`, or `-o json|wide` as kubectl has it: how a listing is printed. */
+function outputMode(p: Parsed): "table" | "json" | "wide" {
+  const o = str(p, "output");
+  if (o !== undefined && o !== "json" && o !== "wide") throw new UsageError(`-o/--output: expected json or wide, got ${JSON.stringify(o)}`);
+  if (bool(p, "json")) {
+    if (o === "wide") throw new UsageError("--json and -o wide do not go together");
+    return "json";
+  }
+  return o ?? "table";
+}
 
 interface Sub {
   usage: string;
@@ -121,6 +132,8 @@ with the command's exit code (below).
   --id UUID               the command's issue UUID (resubmitting it is idempotent)
   --allow-unknown-client  queue it for a client id that has not registered yet (else refused, exit 66)
   --events                with --follow: also print lifecycle/stdin/signal events on stderr
+  --cancel-on-interrupt   with --follow: Ctrl-C cancels the command and waits for its end
+                          (a second Ctrl-C detaches); without it Ctrl-C detaches at once
   --json                  print the submitted command as JSON (without --follow)
 
 ${EXIT_CODE_HELP}`,
@@ -139,6 +152,7 @@ ${EXIT_CODE_HELP}`,
       id: { type: "string" },
       events: { type: "boolean" },
       "allow-unknown-client": { type: "boolean" },
+      "cancel-on-interrupt": { type: "boolean" },
     },
     run: cmdRun,
   },
@@ -223,13 +237,13 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
       const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.getCommand({ issueUuid: id }));
       const c = commandInfo(r.command!);
-      if (bool(p, "json")) ctx.out(JSON.stringify(c, null, 2));
+      if (outputMode(p) === "json") ctx.out(JSON.stringify(c, null, 2));
       else ctx.out(describeCommand(c));
       return EXIT.OK;
     },
   },
   ls: {
-    usage: `usage: rvbox ls [--client CLIENT] [--state STATE[,STATE...]] [--limit N] [--json]\n\nLists commands, newest first. States: ${LIFECYCLES.join(", ")}, or "active" / "terminal".`,
+    usage: `usage: rvbox ls [--client CLIENT] [--state STATE[,STATE...]] [--limit N] [--json | -o json|wide]\n\nLists commands, newest first. States: ${LIFECYCLES.join(", ")}, or "active" / "terminal".`,
     flags: { ...JSON_FLAG, client: { type: "string" }, state: { type: "string", multiple: true }, limit: { type: "string" } },
     run: cmdLs,
   },
@@ -239,7 +253,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     run: async (ctx, p) => {
       const [cl, se] = await Promise.all([call(ctx, "", (c) => c.listClients({})), call(ctx, "", (c) => c.listSessions({}))]);
       const rows = sessionInfos(cl.clients, se.sessions);
-      if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
+      if (outputMode(p) === "json") ctx.out(JSON.stringify(rows, null, 2));
       else {
         ctx.out(clientsTable(rows));
         // Servers older than the bound report 0: say nothing.
@@ -264,7 +278,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     run: async (ctx, p) => {
       const r = await call(ctx, "", (c) => c.listClaims({}));
       const rows = r.claims.map(claimInfo);
-      if (bool(p, "json")) ctx.out(JSON.stringify(rows, null, 2));
+      if (outputMode(p) === "json") ctx.out(JSON.stringify(rows, null, 2));
       else
         ctx.out(
           rows.length === 0
@@ -330,7 +344,7 @@ that has not tried to register yet). An unknown CLIENT exits 66.
         maxOpen: r.maxOpen,
         byClient: r.dropped.map((d) => ({ clientId: d.clientId, count: Number(d.count), lastAt: d.lastTime ? Number(d.lastTime.seconds) * 1000 + Math.floor(d.lastTime.nanos / 1e6) : null, lastKind: d.lastKind })),
       };
-      if (bool(p, "json")) {
+      if (outputMode(p) === "json") {
         ctx.out(JSON.stringify(bool(p, "dropped") ? dropped : rows, null, 2));
         return EXIT.OK;
       }
@@ -768,7 +782,7 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   const cmd = commandInfo(r.command!);
   const uuid = cmd.uuid;
   if (!follow) {
-    if (bool(p, "json")) ctx.out(JSON.stringify(cmd, null, 2));
+    if (outputMode(p) === "json") ctx.out(JSON.stringify(cmd, null, 2));
     else ctx.out(uuid);
     if (bool(p, "stdin")) await pumpStdin(ctx, uuid, new AbortController().signal);
     return EXIT.OK;
@@ -777,14 +791,29 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   const prog = (req as SubmitCommandRequest).program;
   const first = prog?.case === "argv" ? prog.value.argv[0] ?? "" : "";
   const notFoundHint = /[\s$]/.test(first) ? `argv[0] ${JSON.stringify(first)} looks like a shell command line: run it with --shell (rvbox run ${cmd.clientId} --shell -- '…')` : undefined;
-  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint });
+  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint, cancelOnInterrupt: bool(p, "cancel-on-interrupt") });
 }
 
 /** Stream to the end and turn the outcome into the exit code contract. */
-async function followToEnd(ctx: Ctx, uuid: string, o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number; notFoundHint?: string; lines?: LineOptions }): Promise<number> {
+async function followToEnd(
+  ctx: Ctx,
+  uuid: string,
+  o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number; notFoundHint?: string; lines?: LineOptions; cancelOnInterrupt?: boolean },
+): Promise<number> {
   const abort = new AbortController();
   let interrupted = false;
+  let cancelSent = false;
   const off = ctx.io.onInterrupt(() => {
+    if (o.cancelOnInterrupt && !cancelSent) {
+      // The first Ctrl-C cancels the command (as ssh passes it on); the follow goes on to its end.
+      cancelSent = true;
+      ctx.err(`\nrvbox: cancelling ${uuid} (Ctrl-C again to detach)`);
+      const requestId = randomUUID();
+      void callIdempotent(ctx, `cancel of ${uuid}`, (c) => c.signalCommand({ issueUuid: uuid, signal: signalKind("CANCEL"), requestId })).catch((e: unknown) =>
+        ctx.err(`rvbox: cancel: ${describeError(e).message}`),
+      );
+      return;
+    }
     interrupted = true;
     abort.abort();
   });
@@ -937,7 +966,7 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
   if (!Number.isSafeInteger(limit) || limit <= 0) throw new UsageError(`--limit: expected a positive number, got ${JSON.stringify(limitText)}`);
   const r = await call(ctx, "", (c) => c.listCommands({ clientId: str(p, "client") ?? "", states: [...states], pageSize: Math.min(limit, 10_000) }));
   const rows = r.commands.map(commandInfo).slice(0, limit);
-  if (bool(p, "json")) {
+  if (outputMode(p) === "json") {
     ctx.out(JSON.stringify(rows, null, 2));
     return EXIT.OK;
   }
@@ -945,11 +974,18 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
     ctx.out("no commands");
     return EXIT.OK;
   }
+  const wide = outputMode(p) === "wide";
+  const now = Date.now();
   ctx.out(
-    table(
-      ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "DURATION", "PROGRAM"],
-      rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), durationText(c, Date.now()), c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program]),
-    ),
+    wide
+      ? table(
+          ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "STARTED", "ENDED", "DURATION", "EVENTS", "PROGRAM", "REASON"],
+          rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), c.startedAt !== null ? iso(c.startedAt) : "-", c.endedAt !== null ? iso(c.endedAt) : "-", durationText(c, now), String(c.storedThrough), c.program, c.reason || "-"]),
+        )
+      : table(
+          ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "DURATION", "PROGRAM"],
+          rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), durationText(c, now), c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program]),
+        ),
   );
   if (r.nextPageToken !== "" && rows.length >= limit) ctx.err(`(more than ${limit}; --limit N shows more)`);
   return EXIT.OK;

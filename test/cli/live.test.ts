@@ -169,6 +169,14 @@ describe("rvbox run", () => {
     await cli(["cancel", "detach-me-1"], { env });
   });
 
+  it("R-S4: with --cancel-on-interrupt, Ctrl-C cancels the command and the CLI exits when it has ended cancelled", async () => {
+    const r = await cli(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "interrupt-cancels-1", "--", "sleep", "30"], { env, interruptAfterMs: 1500 });
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain("cancelling interrupt-cancels-1 (Ctrl-C again to detach)");
+    expect(r.stderr).not.toContain("detached");
+    expect((await s.client.getCommand({ issueUuid: "interrupt-cancels-1" })).command!.state).toBe(L.CANCELLED);
+  });
+
   it("R-C4: a missing program ends rejected (never failed) and the CLI exits 127 as a shell does; argv[0] with spaces gets a --shell hint", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "no-such-program-xyz", "arg"], { env });
     expect(r.code).toBe(127);
@@ -279,6 +287,23 @@ describe("short id prefixes", () => {
     expect(amb.stderr).toContain("ambiguous id prefix abcd0000: 2 commands match");
     for (const t of twins) expect(amb.stderr).toContain(t);
     expect((await cli(["get", "abcd0000-0000-4000-8000-0000000000"], { env })).code).toBe(2);
+  });
+});
+
+describe("-o json|wide", () => {
+  it("-o json is --json; -o wide lists every column with the program untruncated; anything else is a usage error", async () => {
+    const long = `echo ${"x".repeat(80)}`;
+    const r = await cli(["run", "host-a", "-f", "--shell", "--", long], { env });
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    expect(JSON.parse((await cli(["get", id, "-o", "json"], { env })).stdout)).toMatchObject({ uuid: id, state: "succeeded" });
+    const js = JSON.parse((await cli(["ls", "--client", "host-a", "-o", "json"], { env })).stdout) as Array<{ uuid: string }>;
+    expect(js.some((c) => c.uuid === id)).toBe(true);
+    const wide = (await cli(["ls", "--client", "host-a", "-o", "wide", "--limit", "200"], { env })).stdout;
+    expect(wide.split("\n")[0]).toMatch(/STARTED\s+ENDED\s+DURATION\s+EVENTS\s+PROGRAM\s+REASON/);
+    expect(wide).toContain(`sh: ${long}`);
+    const narrow = (await cli(["ls", "--client", "host-a", "--limit", "200"], { env })).stdout;
+    expect(narrow).not.toContain(`sh: ${long}`);
+    expect((await cli(["ls", "-o", "yaml"], { env })).stderr).toContain('-o/--output: expected json or wide, got "yaml"');
   });
 });
 
