@@ -8,6 +8,7 @@
 // the ratio. Flags: --mib=N text size (default 16), --rounds=N (default 7),
 // --level=N (default 3).
 import { compress, decompressValidated, initZstd, NATIVE_ZSTD_AVAILABLE, type ZstdBackend } from "../shells/zstd/index.js";
+import { logLikeChunks } from "./lib/log-text.js";
 
 const args = process.argv.slice(2);
 const flag = (name: string, dflt: number): number => {
@@ -19,26 +20,13 @@ const ROUNDS = flag("rounds", 7);
 const LEVEL = flag("level", 3);
 const CHUNK = 64 * 1024;
 
-/** The same log-like text as scripts/bench.ts's throughput bench (seeded xorshift). */
+/** The same log-like text as scripts/bench.ts's throughput bench. */
 function logLike(bytes: number): Uint8Array {
-  let x = 0x9e3779b9;
-  const rnd = (): number => {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    return x >>> 0;
-  };
-  const levels = ["INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"];
-  const paths = ["/api/v1/items", "/api/v1/users", "/healthz", "/api/v1/orders", "/static/app.js"];
+  const next = logLikeChunks();
   const parts: Buffer[] = [];
   let n = 0;
   while (n < bytes) {
-    let s = "";
-    for (let i = 0; i < 500; i++) {
-      const t = 1_764_500_000_000 + n;
-      s += `${new Date(t).toISOString()} ${levels[rnd() % 6]} worker-${rnd() % 16} req=${rnd().toString(16).padStart(8, "0")} ${paths[rnd() % 5]}/${rnd() % 100000} status=${[200, 200, 200, 404, 500][rnd() % 5]} bytes=${rnd() % 50000} dur_ms=${(rnd() % 100000) / 100}\n`;
-    }
-    const b = Buffer.from(s);
+    const b = Buffer.from(next(n));
     parts.push(b);
     n += b.length;
   }

@@ -31,6 +31,7 @@ import { WebSocket, WebSocketServer } from "ws";
 import { CommandLifecycle } from "../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService } from "../protos/gen/rvbox/v1/control_pb.js";
 import { isTerminal } from "../core/index.js";
+import { logLikeChunks } from "./lib/log-text.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const MiB = 1024 * 1024;
@@ -179,23 +180,11 @@ function logLikeFile(file: string, bytes: number): Promise<void> {
   return new Promise((resolve) => {
     const out = createWriteStream(file);
     let n = 0;
-    let x = 0x9e3779b9;
-    const rnd = (): number => {
-      x ^= x << 13;
-      x ^= x >>> 17;
-      x ^= x << 5;
-      return x >>> 0;
-    };
-    const levels = ["INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"];
-    const paths = ["/api/v1/items", "/api/v1/users", "/healthz", "/api/v1/orders", "/static/app.js"];
+    const next = logLikeChunks();
     const write = (): void => {
       let ok = true;
       while (n < bytes && ok) {
-        let chunk = "";
-        for (let i = 0; i < 500; i++) {
-          const t = 1_764_500_000_000 + n;
-          chunk += `${new Date(t).toISOString()} ${levels[rnd() % 6]} worker-${rnd() % 16} req=${rnd().toString(16).padStart(8, "0")} ${paths[rnd() % 5]}/${rnd() % 100000} status=${[200, 200, 200, 404, 500][rnd() % 5]} bytes=${rnd() % 50000} dur_ms=${(rnd() % 100000) / 100}\n`;
-        }
+        const chunk = next(n);
         const b = Buffer.from(chunk).subarray(0, Math.min(Buffer.byteLength(chunk), bytes - n));
         n += b.length;
         ok = out.write(b);

@@ -497,7 +497,7 @@ function authorize(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, {
   }
   client.authorization = { instanceId: id, expiresAt: ctx.now + st.config.limits.authorizationTtlMs };
   ctx.persist(clientRecord(client));
-  return reply(ctx, r.requestId, { ok: true, instanceId: id });
+  return reply(ctx, r.requestId, { ok: true, instanceId: id, expiresAt: client.authorization.expiresAt });
 }
 
 /** A submit, authorize or revoke named a client id the server has no record of. */

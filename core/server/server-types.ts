@@ -323,7 +323,8 @@ export type ControlRequest =
   | { op: "forget_client"; requestId: string; clientId: string };
 
 export type ControlResult =
-  | { ok: true; uuid?: string; revision?: number; writeSeq?: number; instanceId?: string }
+  /** `expiresAt`: an authorization's expiry (deadline clock), as set by the request. */
+  | { ok: true; uuid?: string; revision?: number; writeSeq?: number; instanceId?: string; expiresAt?: number }
   | { ok: false; error: CoreError };
 
 export type ServerInput =

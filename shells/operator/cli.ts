@@ -759,8 +759,7 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
       await send(piece);
     }
   } finally {
-    poke(wakeReader);
-    if (signal.aborted) await Promise.race([reader, Promise.resolve()]);
+    poke(wakeReader); // a reader held back by a full buffer goes on (and ends at EOF)
   }
   if (readErr) throw readErr;
   await reader;

@@ -266,15 +266,15 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
     async authorizeInstance(req) {
       if (req.clientId === "" || req.instanceId === "") throw invalid("client_id and instance_id are required");
-      await call({
+      const r = await call({
         op: "authorize",
         requestId: requestId(req.requestId, "authorize"),
         clientId: req.clientId,
         instanceId: req.instanceId,
         instanceNotYetSeen: req.instanceNotYetSeen,
       });
-      const auth = d.state.clients.get(req.clientId)?.authorization;
-      return { expiryTime: auth ? timestampFromMs(d.toWall(auth.expiresAt)) : undefined };
+      // From the reply, not the state: the claimant may already have registered and consumed it (R-F5).
+      return { expiryTime: r.expiresAt !== undefined ? timestampFromMs(d.toWall(r.expiresAt)) : undefined };
     },
 
     async revokeAuthorization(req) {

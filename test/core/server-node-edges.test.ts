@@ -334,7 +334,7 @@ describe("identity: fencing, claims and authorizations", () => {
     const r = new ServerRig({ authorizationTtlMs: 1_000 });
     const a = r.connect("a", "i1");
     expect(r.control({ op: "authorize", requestId: "x", clientId: "nobody", instanceId: "i2" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" } });
-    expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2" });
+    expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2", expiresAt: T0 + 1_000 });
     expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     expect((r.disk.durable.get("client")!.get("a") as { authorization: unknown }).authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     // A different instance does not use it.

@@ -188,7 +188,7 @@ describe("registration and fencing", () => {
         if (a.serverConn) h.serverInput({ type: "activity", conn: a.serverConn });
       }
     };
-    expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: b.st.instanceId })).toEqual({ ok: true, instanceId: b.st.instanceId });
+    expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: b.st.instanceId })).toEqual({ ok: true, instanceId: b.st.instanceId, expiresAt: h.now + 5 * 60_000 });
     // While b is in backoff the authorization expires unused.
     b.st.session.retryAt = h.now + 10 * 60_000;
     live(5 * 60_000 + 5_000);

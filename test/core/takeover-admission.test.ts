@@ -122,13 +122,13 @@ describe("authorize: only the exact pending or replaced instance", () => {
       error: { code: Code.VALIDATION, message: "client a has no pending claim: no other instance has tried it; to authorize an instance that has not tried yet, set instance_not_yet_seen" },
     });
     expect(auth(r, "J", false, "b")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client b has registered with this server; did you mean a?" } });
-    expect(auth(r, "J", true)).toEqual({ ok: true, instanceId: "J" });
+    expect(auth(r, "J", true)).toEqual({ ok: true, instanceId: "J", expiresAt: r.now + r.cfg.limits.authorizationTtlMs });
     expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
   });
 
   it("R-F5: the exact claimant is authorized; revoking withdraws it durably, so its next hello is refused again", () => {
     const r = claimed();
-    expect(auth(r, "J-fedcba9876543210")).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
+    expect(auth(r, "J-fedcba9876543210")).toEqual({ ok: true, instanceId: "J-fedcba9876543210", expiresAt: r.now + r.cfg.limits.authorizationTtlMs });
     expect(r.control({ op: "revoke_authorization", requestId: "rv", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
     expect(r.st.clients.get("a")!.authorization).toBeNull();
     expect((r.disk.durable.get("client")!.get("a") as { authorization: unknown }).authorization).toBeNull();
@@ -166,7 +166,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     const J = newA.st.instanceId;
     expect(lastError(h, "new")?.error?.code).toBe(Code.IDENTITY_CONFLICT);
     expect(h.server.clients.get("web-1")!.pendingClaim?.instanceId).toBe(J);
-    expect(h.control({ op: "authorize", requestId: "auth", clientId: "web-1", instanceId: J, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: J });
+    expect(h.control({ op: "authorize", requestId: "auth", clientId: "web-1", instanceId: J, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: J, expiresAt: h.now + 5 * 60_000 });
     h.now = newA.st.session.retryAt;
     h.agentInput("new", { type: "tick" });
     expect(newA.st.session.phase).toBe("established");
@@ -200,7 +200,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(newA.st.session.phase).toBe("established");
 
     // The operator may re-admit it: the replaced instance is one authorize accepts by name.
-    expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: I });
+    expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: I, expiresAt: h.now + 5 * 60_000 });
     h.now = oldA.st.session.retryAt;
     h.agentInput("old", { type: "tick" });
     expect(oldA.st.session.phase).toBe("established");

@@ -85,6 +85,21 @@ beforeEach(() => {
   }
 });
 
+/** Run `f`, recording the size of every Buffer.allocUnsafe it makes. */
+function recordingAllocations<T>(f: () => T): { result: T; allocated: number[] } {
+  const allocated: number[] = [];
+  const real = Buffer.allocUnsafe;
+  const spy = vi.spyOn(Buffer, 'allocUnsafe').mockImplementation((size: number) => {
+    allocated.push(size);
+    return real.call(Buffer, size);
+  });
+  try {
+    return { result: f(), allocated };
+  } finally {
+    spy.mockRestore();
+  }
+}
+
 describe.each(ZSTD_BACKENDS)('R-T3: zip bombs (%s)', (backend: ZstdBackend) => {
   const counters = all[backend];
   const decompressValidated = (frame: Uint8Array, declared: number): ReturnType<typeof decompressOn> =>
@@ -132,18 +147,7 @@ describe.each(ZSTD_BACKENDS)('R-T3: zip bombs (%s)', (backend: ZstdBackend) => {
     // after the lie, so the decoder itself has to stop
     const frame = compress(new Uint8Array(MAX_COMPRESS_INPUT_BYTES), 3, 'portable').slice();
     new DataView(frame.buffer).setUint32(5, 64 * KiB, true); // 4-byte FCS at offset 5 (single segment)
-    const allocated: number[] = [];
-    const real = Buffer.allocUnsafe;
-    const spy = vi.spyOn(Buffer, 'allocUnsafe').mockImplementation((size: number) => {
-      allocated.push(size);
-      return real.call(Buffer, size);
-    });
-    let r: ReturnType<typeof decompressOn>;
-    try {
-      r = decompressValidated(frame, 64 * KiB);
-    } finally {
-      spy.mockRestore();
-    }
+    const { result: r, allocated } = recordingAllocations(() => decompressValidated(frame, 64 * KiB));
     expect(r).toMatchObject({ ok: false, code: 'BAD_COMPRESSION', message: expect.stringMatching(/more than the declared/) });
     expect(counters.decoders).toBe(1);
     if (backend === 'portable') {
@@ -159,18 +163,7 @@ describe.each(ZSTD_BACKENDS)('R-T3: zip bombs (%s)', (backend: ZstdBackend) => {
   it.runIf(backend === 'native')('a frame that decodes to exactly the declared size uses one output buffer of declared + 1 bytes', () => {
     const raw = new Uint8Array(64 * KiB).map((_, i) => i % 251);
     const frame = compress(raw, 3, 'native');
-    const allocated: number[] = [];
-    const real = Buffer.allocUnsafe;
-    const spy = vi.spyOn(Buffer, 'allocUnsafe').mockImplementation((size: number) => {
-      allocated.push(size);
-      return real.call(Buffer, size);
-    });
-    let r: ReturnType<typeof decompressOn>;
-    try {
-      r = decompressValidated(frame, raw.length);
-    } finally {
-      spy.mockRestore();
-    }
+    const { result: r, allocated } = recordingAllocations(() => decompressValidated(frame, raw.length));
     expect(r.ok).toBe(true);
     if (r.ok) expect(Buffer.from(r.data).equals(Buffer.from(raw))).toBe(true);
     expect(allocated).toEqual([64 * KiB + 1]);
