@@ -1,7 +1,7 @@
 // deploy/: the systemd units, the sysusers.d and tmpfiles.d files, checked
 // by systemd's own tools, and the defaults docs/DEPLOY.md promises.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -114,5 +114,27 @@ describe("deploy: systemd units", () => {
       "tls/privkey.pem": "600 0:0",
       "tls/fullchain.pem": "644 0:0",
     });
+  });
+});
+
+describe("docs/DEPLOY.md", () => {
+  const doc = readFileSync(path.join(ROOT, "docs/DEPLOY.md"), "utf8");
+  it("names every file under deploy/, and every deploy/ and test/ path it names exists", () => {
+    const files = readdirSync(DEPLOY, { recursive: true, encoding: "utf8" }).filter((f) => statSync(path.join(DEPLOY, f)).isFile());
+    expect(files.length).toBeGreaterThan(5);
+    for (const f of files) {
+      const rel = `deploy/${f}`;
+      // the table names files by full path or, below a folder already named, by file name
+      expect(doc.includes(rel) || doc.includes(path.basename(f)), rel).toBe(true);
+    }
+    for (const m of doc.matchAll(/`((?:deploy|test|shells|docs)\/[^`\s]+?)`/g)) expect(existsSync(path.join(ROOT, m[1]!)), m[1]).toBe(true);
+  });
+
+  it("covers what issue 12 item 11 asks: install, accounts, token modes, certificates, rotation with reload, upgrades, backups and restore", () => {
+    for (const h of ["## 1. Install the tree", "## 2. Accounts, directories, files", "## 3. Certificates", "## Rotating tokens", "## Upgrading", "## Backups", "**Restore.**", "## Stopping and restarting: what happens to running commands"]) {
+      expect(doc, h).toContain(h);
+    }
+    expect(doc).toContain("npm prune --omit=dev");
+    expect(doc).toContain("systemctl reload rvbox-server");
   });
 });
