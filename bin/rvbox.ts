@@ -6,6 +6,8 @@ import { UsageError } from "../shells/cli/config.js";
 
 interface Subcommand {
   summary: string;
+  /** Not in the usage list nor in completion (`__complete`). */
+  hidden?: boolean;
   /** Loaded lazily so that `rvbox agent` does not load the control plane, etc. */
   run(argv: string[]): Promise<number>;
 }
@@ -70,10 +72,25 @@ const OPERATOR: Record<string, string> = {
 for (const [name, summary] of Object.entries(OPERATOR)) {
   COMMANDS[name] = { summary, run: async (argv) => (await import("../shells/operator/cli.js")).runOperatorCli([name, ...argv]) };
 }
+COMMANDS["completion"] = {
+  summary: "print a shell completion script: source <(rvbox completion bash) (or zsh)",
+  run: async (argv) =>
+    (await import("../shells/cli/completion-cli.js")).completionMain(
+      argv,
+      Object.entries(COMMANDS).map(([name, c]) => ({ name, summary: c.summary, ...(c.hidden ? { hidden: true } : {}) })),
+    ),
+};
+// What the completion scripts call for client names and command ids.
+COMMANDS["__complete"] = {
+  summary: "client names and command ids for the completion scripts",
+  hidden: true,
+  run: async (argv) => (await import("../shells/operator/cli.js")).runOperatorCli(["__complete", ...argv]),
+};
 
 function usage(): string {
-  const w = Math.max(...Object.keys(COMMANDS).map((k) => k.length));
-  return `usage: rvbox <command> [flags]   (rvbox <command> --help for its flags)\n\ncommands:\n${Object.entries(COMMANDS)
+  const shown = Object.entries(COMMANDS).filter(([, c]) => !c.hidden);
+  const w = Math.max(...shown.map(([k]) => k.length));
+  return `usage: rvbox <command> [flags]   (rvbox <command> --help for its flags)\n\ncommands:\n${shown
     .map(([k, c]) => `  ${k.padEnd(w)}  ${c.summary}`)
     .join("\n")}`;
 }

@@ -224,6 +224,11 @@ export class AgentDaemon {
     return d;
   }
 
+  /** A new bearer token (the token file was re-read on SIGHUP): the next connection uses it; the session that is up stays up. */
+  setToken(token: string): void {
+    this.opts.token = token;
+  }
+
   get instanceId(): string {
     return this.state.instanceId;
   }

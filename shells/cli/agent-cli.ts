@@ -4,7 +4,7 @@ import type { ParseArgsConfig } from "node:util";
 import { defaultAgentConfig } from "../../core/index.js";
 import { AgentDaemon } from "../agent/agent-daemon.js";
 import { createLogger, parseLogLevel } from "../runtime/log.js";
-import { numericLimits, readSecret, settings, untilSignal } from "./config.js";
+import { numericLimits, onReload, readSecret, settings, untilSignal } from "./config.js";
 
 export const AGENT_USAGE = `usage: rvbox agent --server URL --client-id ID --state DIR --token FILE
                    [--max-running N] [--max-queued N] [--cwd DIR] [--ca FILE] [--insecure]
@@ -13,7 +13,7 @@ export const AGENT_USAGE = `usage: rvbox agent --server URL --client-id ID --sta
   --server URL        ws://HOST:PORT/v1/agent or wss://HOST/v1/agent (behind nginx)
   --client-id ID      this host's client id (1-128 printable ASCII)
   --state DIR         durable state: store (instance id, spool, tombstones), scripts
-  --token FILE        bearer token for the WebSocket upgrade
+  --token FILE        bearer token for the WebSocket upgrade (SIGHUP re-reads it)
   --max-running N     concurrent commands (default 4); --max-queued N (default 16)
   --cwd DIR           working directory of commands that name none (default: current)
   --ca FILE           PEM CA bundle to verify the server's TLS certificate
@@ -59,7 +59,18 @@ export async function agentMain(argv: string[]): Promise<number> {
     limits: numericLimits(s.object("limits"), defaultAgentConfig(clientId).limits, "limits"),
     log,
   });
+  // Token rotation: SIGHUP (systemctl reload) re-reads the token file; the
+  // next connection presents it. A file that cannot be read changes nothing.
+  const stopReload = onReload(() => {
+    try {
+      daemon.setToken(readSecret(tokenFile, "--token"));
+      log.info("token reloaded", { file: tokenFile });
+    } catch (err) {
+      log.error("token reload failed; the previous token stays in force", { err: (err as Error).message });
+    }
+  });
   const sig = await untilSignal();
+  stopReload();
   log.info("stopping", { signal: sig });
   // Commands this agent launched are reported `interrupted` after a restart
   // and never relaunched (the core's rule), so stop them with the agent.

@@ -120,6 +120,25 @@ export function numericLimits<T extends object>(given: Record<string, unknown> |
   return out as Partial<T>;
 }
 
+/**
+ * Call `reload` on every SIGHUP until the returned function is called
+ * (without a handler, SIGHUP would end the process). Reloads do not overlap.
+ */
+export function onReload(reload: () => void | Promise<void>): () => void {
+  let busy = false;
+  const on = (): void => {
+    if (busy) return;
+    busy = true;
+    void Promise.resolve()
+      .then(reload)
+      .finally(() => {
+        busy = false;
+      });
+  };
+  process.on("SIGHUP", on);
+  return () => process.off("SIGHUP", on);
+}
+
 /** Resolve on SIGINT/SIGTERM (once). */
 export function untilSignal(): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {

@@ -71,8 +71,11 @@ function show(title: string, r: Awaited<ReturnType<typeof follow>>): void {
   if (r.stderr) console.log(r.stderr.replace(/\n$/, "").split("\n").map((l) => `   stderr| ${l}`).join("\n"));
 }
 
+/** The demo's flags (its parser's table; shell completion reads it too). */
+export const DEMO_OPTIONS = { dir: { type: "string" }, "log-level": { type: "string" } } as const;
+
 export async function demoMain(argv: string[]): Promise<number> {
-  const s = settings(argv, { dir: { type: "string" }, "log-level": { type: "string" } }, USAGE);
+  const s = settings(argv, DEMO_OPTIONS, USAGE);
   const dir = path.resolve(s.get("dir") ?? ".rvbox-demo");
   const level = parseLogLevel(s.get("log-level"), "warn");
   rmSync(dir, { recursive: true, force: true });

@@ -20,6 +20,7 @@ import type { SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
+import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "./control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "./exit-codes.js";
 import { followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
@@ -87,6 +88,13 @@ function outputMode(p: Parsed): "table" | "json" | "wide" {
 interface Sub {
   usage: string;
   flags: FlagSpecs;
+  /** What the positional arguments are, for shell completion (completion.ts); `rest`: the words after `--`. */
+  args?: Values[];
+  rest?: Values;
+  /** Values of this command's flags where the flag's name alone does not say (completion.ts). */
+  values?: Record<string, Values>;
+  /** Not listed in help or completion (`__complete`). */
+  hidden?: boolean;
   /** Needs a server connection (all but `tui --sim`). */
   run(ctx: Ctx, p: Parsed): Promise<number>;
 }
@@ -108,6 +116,11 @@ const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 const GLOBAL_HELP = `global flags: --server URL (env RVBOX_SERVER, default ${DEFAULT_SERVER})  --token FILE (env RVBOX_TOKEN_FILE)
               --ca FILE (env RVBOX_CA: PEM CA bundle for an https:// server)  --request-timeout DURATION (default 30s)`;
+
+/** `rvbox __complete ids` looks among this many of the newest commands (as an id prefix does). */
+const COMPLETE_IDS = 1000;
+/** …and gives up after this long: a TAB must not hang. */
+const COMPLETE_TIMEOUT_MS = 2000;
 
 const SUBS: Record<string, Sub> = {
   run: {
@@ -154,6 +167,8 @@ ${EXIT_CODE_HELP}`,
       "allow-unknown-client": { type: "boolean" },
       "cancel-on-interrupt": { type: "boolean" },
     },
+    args: [CLIENT],
+    rest: { kind: "command" },
     run: cmdRun,
   },
   logs: {
@@ -183,6 +198,7 @@ so a shortened stream never looks complete.
       events: { type: "boolean" },
       "exit-code": { type: "boolean" },
     },
+    args: [ID],
     run: cmdLogs,
   },
   stdin: {
@@ -194,11 +210,13 @@ run --stdin). A newline is appended by default (R-S2); --no-newline sends the
 bytes exactly. With --file the file's bytes are sent in 64 KiB writes and the
 newline (unless --no-newline) follows the last one. Use --file - for this CLI's stdin.`,
     flags: { newline: { type: "boolean", negatable: true }, file: { type: "string" } },
+    args: [ID, WORD],
     run: cmdStdin,
   },
   "close-stdin": {
     usage: `usage: rvbox close-stdin ID\n\nCloses a command's stdin (idempotent).`,
     flags: {},
+    args: [ID],
     run: async (ctx, p) => {
       const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.closeStdin({ issueUuid: id, requestId: randomUUID() }));
@@ -209,6 +227,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
   signal: {
     usage: `usage: rvbox signal ID SIGNAL\n\nSends SIGNAL (TERM, INT, KILL, HUP, QUIT, USR1, USR2; names or numbers) and prints the revision it got.\nA requested signal that ends the process ends the command cancelled.`,
     flags: {},
+    args: [ID, choices(["TERM", "INT", "KILL", "HUP", "QUIT", "USR1", "USR2"])],
     run: async (ctx, p) => {
       if (p.positionals.length !== 2) throw new UsageError("expected ID and SIGNAL");
       const [idText, sigText] = p.positionals as [string, string];
@@ -223,6 +242,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
   cancel: {
     usage: `usage: rvbox cancel ID\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.`,
     flags: {},
+    args: [ID],
     run: async (ctx, p) => {
       const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind("CANCEL"), requestId: randomUUID() }));
@@ -233,6 +253,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
   get: {
     usage: `usage: rvbox get ID [--json]\n\nShows one command.`,
     flags: JSON_FLAG,
+    args: [ID],
     run: async (ctx, p) => {
       const id = await resolveId(ctx, onePositional(p, "ID"));
       const r = await call(ctx, `command ${id}`, (c) => c.getCommand({ issueUuid: id }));
@@ -245,6 +266,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
   ls: {
     usage: `usage: rvbox ls [--client CLIENT] [--state STATE[,STATE...]] [--limit N] [--json | -o json|wide]\n\nLists commands, newest first. States: ${LIFECYCLES.join(", ")}, or "active" / "terminal".`,
     flags: { ...JSON_FLAG, client: { type: "string" }, state: { type: "string", multiple: true }, limit: { type: "string" } },
+    values: { state: choices([...LIFECYCLES, "active", "terminal"]) },
     run: cmdLs,
   },
   clients: {
@@ -265,6 +287,7 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
   "forget-client": {
     usage: `usage: rvbox forget-client ID\n\nForgets a client record, freeing its place under the server's client bound. Refused while\nthe client has a live session or non-terminal commands. Its commands' history stays; the\nid may register again later.`,
     flags: {},
+    args: [CLIENT],
     run: async (ctx, p) => {
       const id = onePositional(p, "ID");
       await call(ctx, `client ${id}`, (c) => c.forgetClient({ clientId: id, requestId: randomUUID() }));
@@ -304,6 +327,7 @@ that has not tried to register yet). An unknown CLIENT exits 66.
   --revoke               withdraw CLIENT's unconsumed authorization (none: exit 66)
   --instance-not-yet-seen  authorize an instance the server has not seen`,
     flags: { revoke: { type: "boolean" }, "instance-not-yet-seen": { type: "boolean" } },
+    args: [CLIENT, WORD],
     run: async (ctx, p) => {
       if (bool(p, "revoke")) {
         if (p.positionals.length !== 1) throw new UsageError("--revoke takes CLIENT only");
@@ -325,6 +349,7 @@ that has not tried to register yet). An unknown CLIENT exits 66.
   "dismiss-claim": {
     usage: `usage: rvbox dismiss-claim CLIENT\n\nForgets CLIENT's pending identity claim (rvbox claims) without authorizing it. If that\ninstance tries again while CLIENT is live it becomes the pending claim again. No claim: exit 66.`,
     flags: {},
+    args: [CLIENT],
     run: async (ctx, p) => {
       const clientId = onePositional(p, "CLIENT");
       const r = await call(ctx, `client ${clientId}`, (c) => c.dismissClaim({ clientId, requestId: randomUUID() }));
@@ -398,11 +423,56 @@ and two agents with a trickle of sample commands and opens the TUI on it.
       refresh: { type: "string" },
       client: { type: "string" },
     },
+    values: { sim: WORD, node: WORD },
     run: cmdTui,
+  },
+  __complete: {
+    usage: `usage: rvbox __complete clients|ids [--prefix P]
+
+For the shell completion scripts (rvbox completion bash|zsh): client ids, or
+the ids of the newest ${COMPLETE_IDS} commands starting with P, one per line.
+Prints nothing and exits 1 when the server does not answer within 2 s
+(--request-timeout), the token is missing, or anything else goes wrong.`,
+    flags: { prefix: { type: "string" } },
+    hidden: true,
+    run: async (ctx, p) => {
+      ctx.requestTimeoutMs = Math.min(ctx.requestTimeoutMs, COMPLETE_TIMEOUT_MS);
+      const prefix = (str(p, "prefix") ?? "").toLowerCase();
+      try {
+        let words: string[];
+        if (p.positionals[0] === "clients") words = (await call(ctx, "", (c) => c.listClients({}))).clients.map((c) => c.clientId);
+        else if (p.positionals[0] === "ids") words = (await call(ctx, "", (c) => c.listCommands({ pageSize: COMPLETE_IDS }))).commands.map((c) => c.issueUuid);
+        else return EXIT.USAGE;
+        const hits = words.filter((w) => w.toLowerCase().startsWith(prefix));
+        if (hits.length > 0) ctx.out(hits.join("\n"));
+        return EXIT.OK;
+      } catch (e) {
+        if (ctx.io.env["RVBOX_DEBUG"]) ctx.err(String((e as Error).stack ?? e));
+        return EXIT.ERROR;
+      }
+    },
   },
 };
 
-export const OPERATOR_COMMANDS = Object.keys(SUBS);
+export const OPERATOR_COMMANDS = Object.keys(SUBS).filter((k) => !SUBS[k]!.hidden);
+
+/**
+ * The operator subcommands for shell completion, from the parser's own table:
+ * each command's flags are exactly what runOperatorCli parses for it.
+ */
+export function operatorCompletion(summaries: Record<string, string>): CompletionCommand[] {
+  return Object.entries(SUBS).map(([name, sub]) => {
+    const c: CompletionCommand = { name, summary: summaries[name] ?? "", flags: fromFlagSpecs({ ...COMMON, ...sub.flags }, sub.values), args: sub.args ?? [] };
+    if (sub.rest) c.rest = sub.rest;
+    if (sub.hidden) c.hidden = true;
+    return c;
+  });
+}
+
+/** Every subcommand's parser table (tests check the completion against it). */
+export function operatorFlagTables(): Record<string, FlagSpecs> {
+  return Object.fromEntries(Object.entries(SUBS).map(([name, sub]) => [name, { ...COMMON, ...sub.flags }]));
+}
 
 export function operatorUsage(name: string): string | undefined {
   const s = SUBS[name];

@@ -49,8 +49,11 @@ export function readTokenFile(file: string): string {
     const e = err as NodeJS.ErrnoException;
     throw new OperatorError(`cannot read the token file ${file}: ${e.code === "ENOENT" ? "no such file" : e.code === "EACCES" ? "permission denied" : e.message}`, EXIT.USAGE);
   }
-  if (s === "") throw new OperatorError(`the token file ${file} is empty`, EXIT.USAGE);
-  return s;
+  // The server's --operator-token file may hold several tokens, one per line
+  // (a rotation): the CLI sends the first; `#` comments are skipped.
+  const first = s.split("\n").map((l) => l.replace(/#.*$/, "").trim()).find((l) => l !== "");
+  if (first === undefined) throw new OperatorError(`the token file ${file} is empty`, EXIT.USAGE);
+  return first;
 }
 
 /** Why a call failed, in the operator's words, with the exit code to use. */

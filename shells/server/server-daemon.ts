@@ -106,6 +106,8 @@ interface ConnInfo {
   remote: string;
   /** Client id the upgrade token is bound to ("*": any). */
   tokenClient: string;
+  /** The upgrade's bearer token, checked again after a token reload. */
+  token: string;
   helloChecked: boolean;
   /** Closed by the shell before the core saw a hello. */
   refused: boolean;
@@ -237,10 +239,26 @@ export class ServerDaemon {
       this.peerLog.write("warn", "bad_token", "agent refused: bad or missing bearer token", { remote: remoteOf(req) });
       return refuse(socket, 401, "unauthorized");
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws, req, client));
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.onConnection(ws, req, client, token!));
   }
 
-  private onConnection(ws: WebSocket, req: http.IncomingMessage, tokenClient: string): void {
+  /**
+   * After the agent tokens were replaced (SIGHUP): close every session whose
+   * upgrade token is no longer valid, or now bound differently; its agent
+   * reconnects with the token it has now. Returns how many were closed.
+   */
+  closeRevokedSessions(): number {
+    let n = 0;
+    for (const c of this.conns.values()) {
+      if (c.refused || this.opts.agentTokens.check(c.token) === c.tokenClient) continue;
+      n++;
+      this.log.warn("closing session: its token is no longer in --agent-tokens", { conn: c.conn, remote: c.remote, token: c.tokenClient });
+      c.ws.close(1008, "token revoked");
+    }
+    return n;
+  }
+
+  private onConnection(ws: WebSocket, req: http.IncomingMessage, tokenClient: string, token: string): void {
     const conn = ++this.connSeq;
     const info: ConnInfo = {
       conn,
@@ -248,6 +266,7 @@ export class ServerDaemon {
       writer: new ConnWriter(ws, this.opts.writer ?? DEFAULT_WRITER_LIMITS, (why) => this.log.warn("connection terminated", { conn, why })),
       remote: remoteOf(req),
       tokenClient,
+      token,
       helloChecked: tokenClient === ANY_CLIENT,
       refused: false,
       lastInbound: this.loop.now(),
