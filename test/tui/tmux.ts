@@ -51,6 +51,11 @@ export class TmuxSession {
     for (const k of keys) this.tmux("send-keys", "-t", this.name, k);
   }
 
+  /** Press one key n times (tmux send-keys -N). */
+  repeat(key: string, n: number): void {
+    this.tmux("send-keys", "-t", this.name, "-N", String(n), key);
+  }
+
   /** Type literal text. */
   type(text: string): void {
     this.tmux("send-keys", "-t", this.name, "-l", text);

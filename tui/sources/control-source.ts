@@ -58,10 +58,14 @@ interface OutputWatch {
   gen: number;
 }
 
-/** Events a window over the end starts with (up to 64 × 64 KiB chunks: reading them costs well under a second). */
-export const TAIL_EVENTS = 64;
-/** Events an "earlier" step reads at least, and at most. */
-export const EARLIER_EVENTS = { min: 64, max: 4096 } as const;
+/**
+ * Events a window over the end starts with: at most 16 chunks of 64 KiB, so
+ * the end shows after reading at most 1 MiB, which fills the pane unless the
+ * lines are long; ↑ at the top loads more.
+ */
+export const TAIL_EVENTS = 16;
+/** Events an "earlier" step reads at least, and at most (the number aims at half a pane at the window's lines per event). */
+export const EARLIER_EVENTS = { min: 8, max: 4096 } as const;
 
 export class ControlSource implements DataSource {
   private readonly em = new Emitter();
