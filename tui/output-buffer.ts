@@ -232,7 +232,7 @@ export class OutputBuffer {
       uuid: this.uuid,
       lines,
       offset: this.dropped - (top ? 1 : 0),
-      ...(this.reloadable ? { window: { before, paused: this.paused, next: this.next, held: this.held } } : {}),
+      ...(this.reloadable ? { window: { before, paused: this.paused, full: this.full, next: this.next, held: this.held } } : {}),
       items: this.items,
       markers: this.markerCount,
       finished: this.finished,

@@ -84,6 +84,8 @@ export interface OutputWindowInfo {
   before: number;
   /** The reader stopped pulling before the end: its buffer is full (or it reached what it was asked for). */
   paused: boolean;
+  /** The buffer is at its bound and may let nothing more go. */
+  full: boolean;
   /** The next event the window would read. */
   next: number;
   /** What the buffer holds now, against its bound (PANE_MAX_LINES, PANE_MAX_TEXT). */

@@ -58,6 +58,8 @@ interface OutputWatch {
   gen: number;
 }
 
+const TERMINAL_STATES: ReadonlySet<string> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
+
 /**
  * Events a window over the end starts with: at most 16 chunks of 64 KiB, so
  * the end shows after reading at most 1 MiB, which fills the pane unless the
@@ -343,7 +345,8 @@ export class ControlSource implements DataSource {
               const it = outputItem(m);
               if (!it) continue;
               buf.add(it);
-              if (it.kind === "lifecycle" && buf.command) {
+              // A window over earlier events replays old transitions: a terminal state never changes back.
+              if (it.kind === "lifecycle" && buf.command && !TERMINAL_STATES.has(buf.command.state)) {
                 const c = { ...buf.command, state: it.state, revision: Math.max(buf.command.revision, it.revision) };
                 if (it.exitCode !== null) c.exitCode = it.exitCode;
                 if (it.signalName) c.signalName = it.signalName;

@@ -84,7 +84,7 @@ export function OutputView(p: OutputViewProps): React.ReactElement {
   const held = w ? `events ${w.before + 1}–${w.next - 1}${c && c.storedThrough > 0 ? ` of ${Math.max(c.storedThrough, w.next - 1)}` : ""}` : "";
   const status = [
     ended ? "ended" : "live",
-    w?.paused ? "paused: pane full (↓ reads on · G end)" : p.top === null ? "following" : "scrolled (G: follow)",
+    w?.paused ? `paused: ${w.full ? "pane full" : "rest not loaded"} (↓ reads on · G end)` : p.top === null ? "following" : "scrolled (G: follow)",
     `${w ? w.held.lines : s.lines.length} lines`,
     held,
     markers ? `${markers} marker${markers > 1 ? "s" : ""}` : "",
