@@ -366,18 +366,57 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
     }
 
     if (cur.outputOf) {
-      const total = now.output?.lines.length ?? 0;
+      // outTop counts lines from the start of the source's window (snapshot.offset is lines[0]'s
+      // number), so lines a window lets go of at its front do not move what the pane shows.
+      const uuid = cur.outputOf;
+      const out = now.output;
+      const total = out?.lines.length ?? 0;
+      const off = out?.offset ?? 0;
+      const win = out?.window;
       const page = Math.max(1, body - 3);
       const maxTop = Math.max(0, total - (body - 2));
-      const top = cur.outTop ?? maxTop;
-      const down = (n: number): void => update({ outTop: top + n >= maxTop ? null : top + n });
+      const top = cur.outTop === null ? maxTop : Math.max(0, Math.min(cur.outTop - off, maxTop));
+      const setTop = (t: number | null): void => {
+        source.followOutput?.(uuid, t === null);
+        update({ outTop: t === null ? null : off + t });
+      };
+      const up = (n: number): void => {
+        // At the top of a window that starts after the first event: load the events before it,
+        // and show their end (just above what was shown).
+        if (top === 0 && win && win.before > 0 && source.moveOutput) {
+          source.followOutput?.(uuid, true);
+          source.moveOutput(uuid, "earlier");
+          return update({ outTop: null });
+        }
+        setTop(Math.max(0, top - n));
+      };
+      const down = (n: number): void => {
+        if (top + n < maxTop) return setTop(top + n);
+        // At the bottom of a window whose reader stopped: read on, staying where the pane is.
+        if (win?.paused && source.moveOutput) {
+          setTop(maxTop);
+          return source.moveOutput(uuid, "later");
+        }
+        setTop(null);
+      };
       if (key.escape) return update({ outputOf: null });
-      if (key.upArrow || input === "k") return update({ outTop: Math.max(0, top - 1) });
+      if (key.upArrow || input === "k") return up(1);
       if (key.downArrow || input === "j") return down(1);
-      if (key.pageUp || (key.ctrl && input === "u")) return update({ outTop: Math.max(0, top - page) });
+      if (key.pageUp || (key.ctrl && input === "u")) return up(page);
       if (key.pageDown || (key.ctrl && input === "d")) return down(page);
-      if (input === "g" || key.home) return update({ outTop: 0 });
-      if (input === "G" || input === "f" || key.end) return update({ outTop: null });
+      if (input === "g" || key.home) {
+        if (win && win.before > 0 && source.moveOutput) {
+          source.followOutput?.(uuid, false);
+          source.moveOutput(uuid, "start");
+          return update({ outTop: 0 });
+        }
+        return setTop(0);
+      }
+      if (input === "G" || input === "f" || key.end) {
+        source.followOutput?.(uuid, true);
+        source.moveOutput?.(uuid, "end");
+        return update({ outTop: null });
+      }
       return commandKeys(input, now.outCommand);
     }
 
@@ -456,7 +495,7 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
   if (prompt?.kind === "help") {
     view = <HelpOverlay width={width} height={body} />;
   } else if (u.outputOf && d.output) {
-    view = <OutputView snapshot={d.output} top={u.outTop} width={width} height={body} />;
+    view = <OutputView snapshot={d.output} top={u.outTop === null ? null : Math.max(0, u.outTop - d.output.offset)} width={width} height={body} />;
   } else {
     switch (u.tab) {
       case "sessions":

@@ -58,8 +58,19 @@ export interface OutputSnapshot {
   uuid: string;
   /** Display lines, oldest first (bounded: see `elided`). */
   lines: readonly OutputLine[];
-  /** Raw items kept (bounded), for tests and detail views. */
+  /**
+   * The absolute number of lines[0] in its window: lines the window let go
+   * from the front move it up, so a scroll position kept as `offset + index`
+   * stays on the same line. A new window starts again at 0 (or -1 with a
+   * marker line above it).
+   */
+  offset: number;
+  /** Which part of the output the lines are (absent: all of it, as it arrived). */
+  window?: OutputWindowInfo;
+  /** Non-output items kept (markers, lifecycle, stdin and signal events; bounded), for tests and detail views. */
   items: readonly OutputItem[];
+  /** Truncation, incomplete and gap markers seen. */
+  markers: number;
   /** The stream reached the command's end (terminal and everything stored was sent). */
   finished: boolean;
   command: CommandInfo | null;
@@ -67,6 +78,30 @@ export interface OutputSnapshot {
   /** Output the viewer let go of to stay bounded (shown as a viewer marker line). */
   elided: { bytes: number; events: number };
 }
+
+export interface OutputWindowInfo {
+  /** Events before the first one held (0: the window starts at the first event). */
+  before: number;
+  /** The reader stopped pulling before the end: its buffer is full (or it reached what it was asked for). */
+  paused: boolean;
+  /** The buffer is at its bound and may let nothing more go. */
+  full: boolean;
+  /** The next event the window would read. */
+  next: number;
+  /** What the buffer holds now, against its bound (PANE_MAX_LINES, PANE_MAX_TEXT). */
+  held: { lines: number; text: number };
+}
+
+/** What the output pane asks of a source that loads output in windows. */
+export type OutputMove =
+  /** Jump to the end: a window over the last events, following. */
+  | "end"
+  /** Load from the first event, up to the bound. */
+  | "start"
+  /** The view is at the top of the window: load the events before it. */
+  | "earlier"
+  /** The view is at the bottom of a paused window: read on. */
+  | "later";
 
 export interface SubmitSpec {
   clientId: string;
@@ -120,6 +155,13 @@ export interface DataSource {
   watchCommands(clientId: string | null): () => void;
   /** Stream this command's output while the returned release is not called. */
   watchOutput(uuid: string): () => void;
+  /**
+   * Sources that read output in bounded windows (ControlSource): move the
+   * window. Others hold all they show and have no such call.
+   */
+  moveOutput?(uuid: string, move: OutputMove): void;
+  /** Whether the pane follows the tail: a window may then let old lines go; otherwise its reader stops when full. */
+  followOutput?(uuid: string, following: boolean): void;
 
   authorize(clientId: string, instanceId: string): Promise<string>;
   /** Forget a client's pending claim without authorizing it. */
@@ -161,7 +203,7 @@ export class Emitter {
   }
 }
 
-export const EMPTY_OUTPUT = (uuid: string): OutputSnapshot => ({ uuid, lines: [], items: [], finished: false, command: null, error: null, elided: { bytes: 0, events: 0 } });
+export const EMPTY_OUTPUT = (uuid: string): OutputSnapshot => ({ uuid, lines: [], offset: 0, items: [], markers: 0, finished: false, command: null, error: null, elided: { bytes: 0, events: 0 } });
 
 export class ReadOnlyError extends Error {
   constructor() {

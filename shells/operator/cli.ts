@@ -500,6 +500,11 @@ function defaultIO(): OperatorIO {
     runTui: async (opts) => {
       // Ink draws only the final frame when it thinks it runs in CI; an interactive terminal is not CI.
       if (process.stdout.isTTY) for (const k of ["CI", "CONTINUOUS_INTEGRATION"]) if (process.env[k] !== undefined) process.env[k] = "0";
+      // React's development build (chosen when NODE_ENV is not "production", e.g. unset) times every
+      // component render and diffs its props into a performance.measure() detail, which is structured-
+      // cloned: an output pane's line arrays, per render. That made opening a 15 MB command cost
+      // minutes and gigabytes. The TUI is a product, not a React app under development: always production.
+      process.env["NODE_ENV"] = "production";
       return (await import("../../tui/main.js")).runTui(opts);
     },
   };

@@ -3,6 +3,7 @@
 // sample commands) and `rvbox tui --sim 42`.
 //
 //   npx tsx test/tui/capture-screens.ts
+//   npx tsx test/tui/capture-screens.ts --only=large   # only the output-large-*.txt screens
 import { mkdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { ROOT, TmuxSession } from "./tmux.js";
@@ -132,5 +133,48 @@ async function sim(): Promise<void> {
   }
 }
 
-await live();
-await sim();
+/** A finished 14.9 MB command (seq 1 2000000) in the demo fleet: its end, the top of that window, one step earlier, the start. */
+async function large(): Promise<void> {
+  const t = new TmuxSession("capture-large", 120, 32);
+  try {
+    t.start(["tui", "--demo"]);
+    await t.waitFor((x) => /demo-b\s+connected/.test(x), "the demo fleet", 60_000);
+    t.keys("s");
+    await t.waitFor((x) => x.includes("Submit a command"), "the submit form");
+    t.type("seq 1 2000000");
+    t.keys("Enter");
+    await t.waitFor((x) => /^2000000\s*$/m.test(x) && x.includes("ended"), "the command to finish", 120_000);
+    t.keys("Escape");
+    await sleep(500);
+    await select(t, /seq 1 2000000/);
+    t.keys("Enter");
+    const scr = await t.waitFor((x) => /^2000000\s*$/m.test(x) && /events \d+–\d+ of \d+/.test(x) && x.includes("── succeeded"), "the end", 60_000);
+    save("output-large-end", scr, "output pane: a finished 14.9 MB command opened at its end");
+    // 32 rows: 25 rows of output, PageUp moves 24; the marker line is one more.
+    const lines = Number(/· (\d+) lines ·/.exec(scr)![1]);
+    t.repeat("PageUp", Math.ceil((lines + 1 - 25) / 24));
+    await t.waitFor((x) => x.includes("earlier events not loaded") && x.includes("scrolled"), "the top of the window", 60_000);
+    await sleep(300);
+    save("output-large-top", t.screen(), "output pane: the top of the window over the end");
+    t.keys("Up");
+    await t.waitFor((x) => x.includes("not loaded yet") && x.includes("paused"), "the events before it", 60_000);
+    await sleep(300);
+    save("output-large-earlier", t.screen(), "output pane: ↑ at the top loaded the events before it");
+    t.keys("g");
+    await t.waitFor((x) => /events 1–\d+/.test(x) && x.includes("paused: pane full"), "the start", 60_000);
+    await sleep(300);
+    save("output-large-start", t.screen(), "output pane: g loaded from the first event up to the pane's bound");
+    t.keys("q");
+    await t.waitFor((x) => x.includes("[exited 0]"), "exit");
+  } finally {
+    t.kill();
+  }
+}
+
+const only = process.argv.find((a) => a.startsWith("--only="))?.slice(7);
+if (only === "large") await large();
+else {
+  await live();
+  await sim();
+  await large();
+}

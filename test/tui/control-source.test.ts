@@ -4,7 +4,8 @@ import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { ControlClient } from "../../shells/operator/control-client.js";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
-import { ControlSource } from "../../tui/sources/control-source.js";
+import { ControlSource, TAIL_EVENTS } from "../../tui/sources/control-source.js";
+import { PANE_MAX_LINES } from "../../tui/output-buffer.js";
 import { RefreshFeed, WatchFeed } from "../../tui/sources/fleet-feed.js";
 import { cleanupTemp, controlClient, OPERATOR_TOKEN, startAgent, startServer, waitFor, type TestServer } from "../shells/e2e/helpers.js";
 
@@ -206,9 +207,61 @@ describe("control source (live server)", () => {
       await waitFor("done", async () => (await s.client.getCommand({ issueUuid: uuid })).command?.state === L.SUCCEEDED);
       src.watchOutput(uuid);
       await waitFor("finished", () => src.output(uuid).finished);
+      // The pane opens at the end; what it did not read is said at its top. From the start, the marker.
+      const top = src.output(uuid).lines[0]!;
+      if (top.kind === "viewer") {
+        expect(top.text).toMatch(/^\[… \d+ earlier events? not loaded \(press g \/ Home to load from the start/);
+        src.followOutput(uuid, false);
+        src.moveOutput(uuid, "start");
+        await waitFor("from the start", () => src.output(uuid).finished && src.output(uuid).window?.before === 0);
+      }
       const markers = src.output(uuid).lines.filter((l) => l.kind === "marker").map((l) => l.text);
       expect(markers.some((m) => /removed by server retention: events \d+–\d+; stdout bytes 0–\d+/.test(m))).toBe(true);
       expect(src.output(uuid).lines.some((l) => l.text === "done")).toBe(true);
+    } finally {
+      src.close();
+    }
+  });
+
+  it("a large finished command opens at its end; from the start the reader stops at the pane's bound and reads on only when asked", async () => {
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN });
+    try {
+      const uuid = await src.submit({ clientId: "tui-a", program: { kind: "argv", argv: ["seq", "1", "900000"] } });
+      const c = await waitFor("done", async () => ((await s.client.getCommand({ issueUuid: uuid })).command?.state === L.SUCCEEDED ? (await s.client.getCommand({ issueUuid: uuid })).command : null));
+      const events = Number(c.storedThroughEventSeq);
+      expect(events).toBeGreaterThan(3 * TAIL_EVENTS);
+      src.watchOutput(uuid);
+      await waitFor("the end", () => src.output(uuid).finished);
+      let o = src.output(uuid);
+      expect(o.window!.next).toBe(events + 1);
+      expect(o.window!.before).toBeGreaterThanOrEqual(events - TAIL_EVENTS);
+      expect(o.lines.at(-2)!.text).toBe("900000");
+      // From the start, not following: it stops pulling at the bound, and stays stopped.
+      src.followOutput(uuid, false);
+      src.moveOutput(uuid, "start");
+      await waitFor("paused", () => src.output(uuid).window?.paused);
+      o = src.output(uuid);
+      const next = o.window!.next;
+      expect(o.window!.before).toBe(0);
+      expect(o.window!.held.lines).toBeGreaterThanOrEqual(PANE_MAX_LINES);
+      expect(o.window!.held.lines).toBeLessThanOrEqual(PANE_MAX_LINES + 65_536);
+      // (This server keeps 256 KiB per command: the events its retention removed cost nothing to pass.)
+      const removed = o.items.find((i) => i.kind === "truncation" && i.events);
+      const removedThrough = removed && removed.kind === "truncation" ? (removed.events?.last ?? 0) : 0;
+      expect(next - removedThrough).toBeLessThan((events - removedThrough) / 3);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(src.output(uuid).window!.next).toBe(next);
+      // Read on: half a pane more, letting as much go from the front; then stopped again.
+      src.moveOutput(uuid, "later");
+      await waitFor("read on, then paused", () => src.output(uuid).window!.next > next && src.output(uuid).window!.paused);
+      o = src.output(uuid);
+      expect(o.window!.held.lines).toBeLessThanOrEqual(PANE_MAX_LINES + 65_536);
+      expect(o.offset).toBeGreaterThan(0);
+      // The end again, without reading what lies between.
+      src.followOutput(uuid, true);
+      src.moveOutput(uuid, "end");
+      await waitFor("the end again", () => src.output(uuid).finished && src.output(uuid).window!.next === events + 1);
+      expect(src.output(uuid).window!.before).toBeGreaterThanOrEqual(events - TAIL_EVENTS);
     } finally {
       src.close();
     }

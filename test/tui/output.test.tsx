@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { OutputBuffer, sanitize } from "../../tui/output-buffer.js";
+import { OutputBuffer, PANE_MAX_LINE_CHARS, sanitize } from "../../tui/output-buffer.js";
 import { fakeCommand, fakeSession, FakeSource } from "../../tui/sources/fake-source.js";
 import { eventually, KEY, lineWith, mount, type Harness } from "./helpers.js";
 
@@ -210,5 +210,51 @@ describe("output buffer", () => {
     expect(sanitize("a\tb")).toBe("a    b");
     expect(sanitize("10%\r50%\r100%")).toBe("100%");
     expect(sanitize("bell\x07")).toBe("bell·");
+  });
+
+  it("bounds what it holds by lines and by characters, whatever arrives; output items' bytes are not kept", () => {
+    const b = new OutputBuffer("u", { maxLines: 100, maxItems: 10, maxText: 10_000 });
+    let off = 0;
+    for (let i = 1; i <= 500; i++) {
+      const data = enc(`${"y".repeat(i % 7 === 0 ? 3000 : 20)}\n`);
+      b.add({ kind: "output", seq: i, stream: "stdout", offset: off, data });
+      off += data.length;
+      expect(b.held.lines).toBeLessThanOrEqual(100);
+      expect(b.held.text).toBeLessThanOrEqual(10_000 + 3001);
+    }
+    expect(b.snapshot().items).toEqual([]);
+    // One endless line is cut, once, with "…".
+    const c = new OutputBuffer("v");
+    for (let i = 0; i < 100; i++) c.add({ kind: "output", seq: i + 1, stream: "stdout", offset: i * 1000, data: enc("z".repeat(1000)) });
+    const l = c.snapshot().lines;
+    expect(l).toHaveLength(1);
+    expect(l[0]!.text).toHaveLength(PANE_MAX_LINE_CHARS);
+    expect(l[0]!.text.endsWith("z…")).toBe(true);
+  });
+
+  it("a window that may not let lines go stops at its bound (full) and keeps its first lines; a later start says what it lacks", () => {
+    const b = new OutputBuffer("u", { maxLines: 50, maxItems: 10 }, { reloadable: true });
+    b.trimAllowance = 0;
+    let i = 1;
+    while (!b.full) {
+      b.add({ kind: "output", seq: i, stream: "stdout", offset: (i - 1) * 4, data: enc(`${String(i).padStart(3, "0")}\n`) });
+      i++;
+    }
+    expect(b.held.lines).toBe(50);
+    expect(b.snapshot().lines[0]!.text).toBe("001");
+    // Allowed 10 more: lets 10 go from the front, and keeps the scroll offset in step.
+    b.trimAllowance = 10;
+    for (let k = 0; k < 10; k++, i++) b.add({ kind: "output", seq: i, stream: "stdout", offset: (i - 1) * 4, data: enc(`${String(i).padStart(3, "0")}\n`) });
+    const s = b.snapshot();
+    expect(b.full).toBe(true);
+    expect(s.lines[0]!.text).toBe("[… 10 earlier events not loaded (press g / Home to load from the start; ↑ at the top loads earlier ones) …]");
+    expect(s.lines[1]!.text).toBe("011");
+    expect(s.offset).toBe(9); // lines[1] ("011") is line 10 of the window, as before
+    const w = new OutputBuffer("w", undefined, { startSeq: 700, reloadable: true });
+    w.add({ kind: "output", seq: 700, stream: "stdout", offset: 123456, data: enc("tail\n") });
+    expect(w.snapshot().lines.map((x) => x.text)).toEqual(["[… 699 earlier events not loaded (press g / Home to load from the start; ↑ at the top loads earlier ones) …]", "tail"]);
+    w.paused = true;
+    w.touch();
+    expect(w.snapshot().lines.at(-1)!.text).toBe("[… events from 701 on not loaded yet (↓ at the bottom loads more; G / End jumps to the end) …]");
   });
 });

@@ -1,7 +1,7 @@
 // Drive a real terminal: the TUI runs in a detached tmux session on a private
 // socket; tests send keys and read the screen with capture-pane.
 import { execFileSync, spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 
 export const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -34,12 +34,12 @@ export class TmuxSession {
     return execFileSync("tmux", ["-L", this.socket, ...args], { encoding: "utf8" });
   }
 
-  /** Start `rvbox ARGS` (tsx loader, no CI mode so Ink redraws live). */
-  start(args: string[], env: Record<string, string> = {}): void {
+  /** Start `rvbox ARGS` (tsx loader, no CI mode so Ink redraws live), from the tree at `root` (default this one). */
+  start(args: string[], env: Record<string, string> = {}, root = ROOT): void {
     const envs = Object.entries({ CI: "0", CONTINUOUS_INTEGRATION: "0", TERM: "xterm-256color", ...env })
       .map(([k, v]) => `${k}=${q(v)}`)
       .join(" ");
-    const cmd = `cd ${q(ROOT)} && env ${envs} ${q(process.execPath)} --import tsx ${[...operatorEntry(), ...args].map(q).join(" ")}; echo "[exited $?]"; sleep 30`;
+    const cmd = `cd ${q(root)} && env ${envs} ${q(process.execPath)} --import tsx ${[...operatorEntry(), ...args].map(q).join(" ")}; echo "[exited $?]"; sleep 30`;
     this.tmux("new-session", "-d", "-s", this.name, "-x", String(this.width), "-y", String(this.height), cmd);
   }
 
@@ -49,6 +49,11 @@ export class TmuxSession {
 
   keys(...keys: string[]): void {
     for (const k of keys) this.tmux("send-keys", "-t", this.name, k);
+  }
+
+  /** Press one key n times (tmux send-keys -N). */
+  repeat(key: string, n: number): void {
+    this.tmux("send-keys", "-t", this.name, "-N", String(n), key);
   }
 
   /** Type literal text. */
@@ -71,7 +76,33 @@ export class TmuxSession {
     }
   }
 
+  /** The pid of the program running in the pane (the shell's node child), or null once it is gone. */
+  programPid(): number | null {
+    const shell = Number(this.tmux("display-message", "-p", "-t", this.name, "#{pane_pid}").trim());
+    for (const d of readdirSync("/proc")) {
+      if (!/^\d+$/.test(d)) continue;
+      try {
+        const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+        const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        if (Number(f[1]) === shell && /node$/.test(readFileSync(`/proc/${d}/cmdline`, "utf8").split("\0")[0]!)) return Number(d);
+      } catch {
+        // gone while we looked
+      }
+    }
+    return null;
+  }
+
   kill(): void {
     spawnSync("tmux", ["-L", this.socket, "kill-server"]);
+  }
+}
+
+/** Resident and peak resident memory of a process, in KiB (VmRSS, VmHWM); zeros once it is gone. */
+export function memKiB(pid: number): { rss: number; peak: number } {
+  try {
+    const st = readFileSync(`/proc/${pid}/status`, "utf8");
+    return { rss: Number(/VmRSS:\s+(\d+) kB/.exec(st)?.[1] ?? 0), peak: Number(/VmHWM:\s+(\d+) kB/.exec(st)?.[1] ?? 0) };
+  } catch {
+    return { rss: 0, peak: 0 };
   }
 }

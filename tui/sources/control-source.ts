@@ -14,12 +14,13 @@ import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { createControlClient, describeError, isTransient, type ControlClient } from "../../shells/operator/control-client.js";
 import { claimInfo, commandInfo, incidentInfo, outputItem, sessionInfos, signalKind } from "../../shells/operator/model.js";
-import { OutputBuffer } from "../output-buffer.js";
+import { OutputBuffer, PANE_MAX_LINES } from "../output-buffer.js";
 import {
   Emitter,
   type CommandInfo,
   type DataSource,
   type FleetSnapshot,
+  type OutputMove,
   type OutputSnapshot,
   type SignalName,
   type SourceStatus,
@@ -47,7 +48,26 @@ interface OutputWatch {
   buf: OutputBuffer;
   refs: number;
   abort: AbortController | null;
+  /** The pane follows the tail (the window may let old lines go). */
+  following: boolean;
+  /** Stop pulling once the window reaches this event ("earlier": it ends where the previous one began). */
+  stopBefore: number | null;
+  /** Wakes a reader that stopped pulling. */
+  wake: (() => void) | null;
+  /** Bumped by every new window: an older reader ends. */
+  gen: number;
 }
+
+const TERMINAL_STATES: ReadonlySet<string> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
+
+/**
+ * Events a window over the end starts with: at most 16 chunks of 64 KiB, so
+ * the end shows after reading at most 1 MiB, which fills the pane unless the
+ * lines are long; ↑ at the top loads more.
+ */
+export const TAIL_EVENTS = 16;
+/** Events an "earlier" step reads at least, and at most (the number aims at half a pane at the window's lines per event). */
+export const EARLIER_EVENTS = { min: 8, max: 4096 } as const;
 
 export class ControlSource implements DataSource {
   private readonly em = new Emitter();
@@ -146,87 +166,217 @@ export class ControlSource implements DataSource {
     return { ...s, command: listed };
   }
 
+  /**
+   * Output is read in windows bounded by the pane's limits (PANE_MAX_LINES,
+   * PANE_MAX_TEXT). A command opens at its end: the stream starts TAIL_EVENTS
+   * before the last stored event, so a finished 100 MB command shows its end
+   * after reading at most a few MiB. `moveOutput` loads other parts; while
+   * the pane does not follow the tail, a full window stops pulling the
+   * stream (its iterator is not advanced, so HTTP/2 flow control holds the
+   * server back) instead of letting go of lines the operator is reading.
+   */
   watchOutput(uuid: string): () => void {
     let w = this.outputs.get(uuid);
     if (!w) {
-      w = { buf: new OutputBuffer(uuid), refs: 0, abort: null };
+      w = { buf: new OutputBuffer(uuid, undefined, { reloadable: true }), refs: 0, abort: null, following: true, stopBefore: null, wake: null, gen: 0 };
       this.outputs.set(uuid, w);
+      void this.openAtEnd(w);
+    } else {
+      // A pane opens following the tail.
+      w.following = true;
+      if (w.stopBefore === null) w.buf.trimAllowance = Number.POSITIVE_INFINITY;
+      if (!w.abort && !w.buf.finished) this.stream(w);
     }
     // Most recently used last (for trimming).
     this.outputs.delete(uuid);
     this.outputs.set(uuid, w);
     w.refs++;
-    if (!w.abort && !w.buf.finished) this.stream(w);
-    if (!w.buf.command) void this.loadCommand(w);
     let released = false;
     return () => {
       if (released) return;
       released = true;
       w.refs--;
       if (w.refs === 0) {
-        w.abort?.abort();
-        w.abort = null;
+        this.stop(w);
         this.trimOutputs();
       }
     };
   }
 
+  private stop(w: OutputWatch): void {
+    w.gen++;
+    w.abort?.abort();
+    w.abort = null;
+    w.wake?.();
+    w.wake = null;
+  }
+
+  /** Start a window over the last events (once the command's stored count is known). */
+  private async openAtEnd(w: OutputWatch): Promise<void> {
+    const gen = w.gen;
+    const c = await this.loadCommand(w);
+    if (w.gen !== gen || w.refs === 0 || this.closed) return;
+    const through = c?.storedThrough ?? 0;
+    this.newWindow(w, { startSeq: Math.max(1, through - TAIL_EVENTS + 1), following: true, stopBefore: null });
+  }
+
+  private newWindow(w: OutputWatch, o: { startSeq: number; following: boolean; stopBefore: number | null }): void {
+    this.stop(w);
+    const old = w.buf;
+    const buf = new OutputBuffer(old.uuid, undefined, { startSeq: o.startSeq, reloadable: true });
+    buf.command = old.command;
+    w.buf = buf;
+    w.following = o.following;
+    w.stopBefore = o.stopBefore;
+    buf.trimAllowance = o.following || o.stopBefore !== null ? Number.POSITIVE_INFINITY : 0;
+    this.em.changed();
+    if (w.refs > 0) this.stream(w);
+  }
+
+  moveOutput(uuid: string, move: OutputMove): void {
+    const w = this.outputs.get(uuid);
+    if (!w || w.refs === 0) return;
+    const b = w.buf;
+    switch (move) {
+      case "end": {
+        // Already at the end, or reading close to it: just follow; otherwise a new window over the last events.
+        const through = b.command?.storedThrough ?? 0;
+        const near = b.finished || (!b.paused && w.stopBefore === null && w.abort !== null && b.next + TAIL_EVENTS > through);
+        if (near) return this.followOutput(uuid, true);
+        return void this.openAtEnd(w);
+      }
+      case "start":
+        if (b.firstSeq <= 1) return;
+        return this.newWindow(w, { startSeq: 1, following: false, stopBefore: null });
+      case "earlier": {
+        const first = b.firstSeq;
+        if (first <= 1) return;
+        // As many events as would fill half the pane at this window's lines per event.
+        const events = Math.max(1, b.next - first);
+        const perLine = events / Math.max(1, b.held.lines);
+        const n = Math.round(Math.min(EARLIER_EVENTS.max, Math.max(EARLIER_EVENTS.min, (PANE_MAX_LINES / 2) * perLine)));
+        return this.newWindow(w, { startSeq: Math.max(1, first - n), following: true, stopBefore: first });
+      }
+      case "later":
+        if (!b.paused) return;
+        // Read on for half a pane; the window lets that much go from its front.
+        w.stopBefore = null;
+        b.trimAllowance = w.following ? Number.POSITIVE_INFINITY : Math.max(b.trimAllowance, 0) + Math.floor(PANE_MAX_LINES / 2);
+        return this.resume(w);
+    }
+  }
+
+  followOutput(uuid: string, following: boolean): void {
+    const w = this.outputs.get(uuid);
+    if (!w || w.following === following) return;
+    w.following = following;
+    if (w.stopBefore !== null) return;
+    if (following) {
+      w.buf.trimAllowance = Number.POSITIVE_INFINITY;
+      this.resume(w);
+    } else if (w.buf.trimAllowance === Number.POSITIVE_INFINITY) w.buf.trimAllowance = 0;
+  }
+
+  private resume(w: OutputWatch): void {
+    const wake = w.wake;
+    w.wake = null;
+    wake?.();
+  }
+
+  /** The reader must stop pulling: at the end it was asked for, or full while the pane is not following. */
+  private mustWait(w: OutputWatch): boolean {
+    return (w.stopBefore !== null && w.buf.next >= w.stopBefore) || w.buf.full;
+  }
+
   private trimOutputs(): void {
     const keep = this.o.keepOutputs ?? 8;
+    for (const [uuid, w] of this.outputs) {
+      // A pane closed with much output lets its lines go (reopening reads the end again, which is cheap).
+      if (w.refs === 0 && (w.buf.held.lines > 2000 || w.buf.held.text > 256 * 1024)) this.outputs.delete(uuid);
+    }
     for (const [uuid, w] of this.outputs) {
       if (this.outputs.size <= keep) break;
       if (w.refs === 0) this.outputs.delete(uuid);
     }
   }
 
-  private async loadCommand(w: OutputWatch): Promise<void> {
+  private async loadCommand(w: OutputWatch): Promise<CommandInfo | null> {
     try {
       const r = await this.rpc.getCommand({ issueUuid: w.buf.uuid });
-      if (r.command && !w.buf.command) {
-        w.buf.command = commandInfo(r.command);
-        this.em.changed();
+      if (r.command) {
+        const c = commandInfo(r.command);
+        if (!w.buf.command) {
+          w.buf.command = c;
+          w.buf.touch();
+          this.em.changed();
+        }
+        return c;
       }
     } catch (err) {
       if (ConnectError.from(err).code === ConnectCode.NotFound) {
         w.buf.error = `no command ${w.buf.uuid}`;
+        w.buf.touch();
         this.em.changed();
+        return null;
       }
     }
+    return w.buf.command;
   }
 
   private stream(w: OutputWatch): void {
     const abort = new AbortController();
     w.abort = abort;
+    const gen = w.gen;
+    const live = (): boolean => !abort.signal.aborted && !this.closed && w.gen === gen;
     const run = async (): Promise<void> => {
       let delay = 250;
-      while (!abort.signal.aborted && !this.closed) {
+      while (live()) {
+        const buf = w.buf;
         try {
-          for await (const m of this.rpc.followOutput({ issueUuid: w.buf.uuid, fromEventSeq: BigInt(w.buf.next), follow: true }, { signal: abort.signal })) {
+          for await (const m of this.rpc.followOutput({ issueUuid: buf.uuid, fromEventSeq: BigInt(buf.next), follow: true }, { signal: abort.signal })) {
             delay = 250;
-            if (w.buf.error) w.buf.error = null;
+            if (buf.error) buf.error = null;
             if (m.item.case === "finished") {
               const c = commandInfo(m.item.value);
-              w.buf.command = c;
-              w.buf.finished = true;
+              buf.command = c;
+              buf.finished = true;
               this.patchCommand(c);
             } else {
               const it = outputItem(m);
               if (!it) continue;
-              w.buf.add(it);
-              if (it.kind === "lifecycle" && w.buf.command) {
-                const c = { ...w.buf.command, state: it.state, revision: Math.max(w.buf.command.revision, it.revision) };
+              buf.add(it);
+              // A window over earlier events replays old transitions: a terminal state never changes back.
+              if (it.kind === "lifecycle" && buf.command && !TERMINAL_STATES.has(buf.command.state)) {
+                const c = { ...buf.command, state: it.state, revision: Math.max(buf.command.revision, it.revision) };
                 if (it.exitCode !== null) c.exitCode = it.exitCode;
                 if (it.signalName) c.signalName = it.signalName;
-                w.buf.command = c;
+                buf.command = c;
                 this.patchCommand(c);
               }
             }
+            buf.touch();
             this.em.changed();
+            // Back-pressure: while the window must not take more, do not advance the iterator.
+            while (live() && !buf.finished && this.mustWait(w)) {
+              if (!buf.paused) {
+                buf.paused = true;
+                buf.touch();
+                this.em.changed();
+              }
+              await new Promise<void>((r) => (w.wake = r));
+            }
+            if (!live()) break;
+            if (buf.paused) {
+              buf.paused = false;
+              buf.touch();
+              this.em.changed();
+            }
           }
-          if (w.buf.finished) break;
+          if (buf.finished || !live()) break;
         } catch (err) {
-          if (abort.signal.aborted || this.closed) break;
-          w.buf.error = describeError(err, { server: this.o.baseUrl }).message;
+          if (!live()) break;
+          buf.error = describeError(err, { server: this.o.baseUrl }).message;
+          buf.touch();
           this.em.changed();
           if (!isTransient(err)) break;
         }

@@ -26,7 +26,7 @@ export function HelpLine(p: { ctx: HelpContext; sim: boolean; width: number }): 
 const ALL: Array<[string, string]> = [
   ["tab / shift-tab, 1-4", "switch view: sessions, commands, claims, incidents"],
   ["↑ ↓ / j k", "move the selection (scroll in the output pane)"],
-  ["PgUp PgDn, g G, Home End", "page, first, last (G in output: follow the tail)"],
+  ["PgUp PgDn, g G, Home End", "page, first, last (output: g loads from the start, G jumps to the end and follows)"],
   ["enter", "drill in: session → its commands → a command's output"],
   ["esc", "back (output → commands → sessions); cancels a prompt"],
   ["s", "submit a command (client, shell command line, stdin open)"],

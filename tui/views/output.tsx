@@ -10,7 +10,9 @@ import { Box, Text } from "ink";
 import { clip, fit, shortId, stateColor } from "../format.js";
 import type { OutputLine, OutputSnapshot } from "../source.js";
 import { outcomeText } from "./commands.js";
-import { durationText } from "../../shells/operator/model.js";
+import { durationText, type Lifecycle } from "../../shells/operator/model.js";
+
+const TERMINAL: ReadonlySet<Lifecycle> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
 
 function wrap(text: string, width: number): string[] {
   if (width <= 0) return [];
@@ -75,11 +77,16 @@ export function OutputView(p: OutputViewProps): React.ReactElement {
   const title = c
     ? `${shortId(c.uuid, 13)} on ${c.clientId} · ${c.state}${outcomeText(c) ? ` (${outcomeText(c)})` : ""}${c.startedAt !== null ? ` · ${durationText(c, Date.now())}` : ""} · rev ${c.revision} · ${c.program}`
     : `${s.uuid}`;
-  const markers = s.items.filter((i) => i.kind === "truncation" || i.kind === "incomplete" || i.kind === "gap").length;
+  const markers = s.markers;
+  const w = s.window;
+  const ended = s.finished || (c !== null && TERMINAL.has(c.state));
+  // A windowed source says which events the pane holds (of how many stored), and when its reader waits.
+  const held = w ? `events ${w.before + 1}–${w.next - 1}${c && c.storedThrough > 0 ? ` of ${Math.max(c.storedThrough, w.next - 1)}` : ""}` : "";
   const status = [
-    s.finished ? "ended" : "live",
-    p.top === null ? "following" : "scrolled (G: follow)",
-    `${s.lines.length} lines`,
+    ended ? "ended" : "live",
+    w?.paused ? `paused: ${w.full ? "pane full" : "rest not loaded"} (↓ reads on · G end)` : p.top === null ? "following" : "scrolled (G: follow)",
+    `${w ? w.held.lines : s.lines.length} lines`,
+    held,
     markers ? `${markers} marker${markers > 1 ? "s" : ""}` : "",
     s.error ? `error: ${s.error}` : "",
   ]
