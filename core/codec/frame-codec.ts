@@ -87,3 +87,57 @@ export function encodeEventEnvelope(fence: Fence, commandEvent: Uint8Array): Uin
   out.set(commandEvent, head.length + 1 + len.length);
   return out;
 }
+
+/**
+ * The bytes of top-level length-delimited field `field` of an encoded
+ * message, exactly as received, when it occurs exactly once and the message
+ * parses as a sequence of well-formed fields; otherwise null (the caller
+ * re-encodes the decoded message instead). Protobuf merges repeated
+ * occurrences of a message field, so only a single occurrence is the same
+ * message as the bytes it was decoded from.
+ */
+export function singleFieldBytes(b: Uint8Array, field: number): Uint8Array | null {
+  let pos = 0;
+  let found: Uint8Array | null = null;
+  const n = b.length;
+  while (pos < n) {
+    // Tag and lengths: varints of at most 5 bytes (field numbers and frame sizes fit in 32 bits).
+    let tag = 0;
+    let shift = 0;
+    for (;;) {
+      if (pos >= n || shift > 28) return null;
+      const x = b[pos++]!;
+      tag += (x & 0x7f) * 2 ** shift;
+      shift += 7;
+      if (!(x & 0x80)) break;
+    }
+    const wt = tag % 8;
+    const f = Math.floor(tag / 8);
+    if (wt === 0) {
+      let i = 0;
+      for (;;) {
+        if (pos >= n || i++ >= 10) return null;
+        if (!(b[pos++]! & 0x80)) break;
+      }
+    } else if (wt === 1) pos += 8;
+    else if (wt === 5) pos += 4;
+    else if (wt === 2) {
+      let len = 0;
+      shift = 0;
+      for (;;) {
+        if (pos >= n || shift > 28) return null;
+        const x = b[pos++]!;
+        len += (x & 0x7f) * 2 ** shift;
+        shift += 7;
+        if (!(x & 0x80)) break;
+      }
+      if (pos + len > n) return null;
+      if (f === field) {
+        if (found !== null) return null;
+        found = b.subarray(pos, pos + len);
+      }
+      pos += len;
+    } else return null;
+  }
+  return pos === n ? found : null;
+}
