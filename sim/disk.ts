@@ -12,6 +12,8 @@ import { applyRecord, type PersistRecord } from "../core/effects.js";
 
 export type Tables = Map<string, Map<string, unknown>>;
 
+const same = (v: unknown): unknown => v;
+
 export interface PendingBatch {
   id: number;
   records: PersistRecord[];
@@ -34,7 +36,12 @@ export class SimDisk {
 
   /** Queue a batch; returns when it will be durable. */
   append(id: number, records: readonly PersistRecord[], now: number, latency: number): number {
-    const copy = records.map((r) => ({ table: r.table, key: r.key, value: r.value === null ? null : cloneValue(r.value), ...(r.prefix ? { prefix: r.prefix } : {}) }));
+    const copy = new Array<PersistRecord>(records.length);
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
+      const value = r.value === null ? null : cloneValue(r.value);
+      copy[i] = r.prefix ? { table: r.table, key: r.key, value, prefix: r.prefix } : { table: r.table, key: r.key, value };
+    }
     const durableAt = Math.max(this.lastDurableAt, now + latency);
     this.lastDurableAt = durableAt;
     this.pending.push({ id, records: copy, durableAt });
@@ -46,7 +53,7 @@ export class SimDisk {
     const done: PendingBatch[] = [];
     while (this.pending.length > 0 && this.pending[0]!.durableAt <= now) {
       const b = this.pending.shift()!;
-      for (const r of b.records) applyRecord(this.tables, r, (v) => v); // already copied in append
+      for (const r of b.records) applyRecord(this.tables, r, same); // already copied in append
       done.push(b);
     }
     return done;

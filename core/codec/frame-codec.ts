@@ -58,6 +58,36 @@ export function encodeEnvelope(fence: Fence | null, payload: Payload): Uint8Arra
   return toBinary(AgentEnvelopeSchema, env);
 }
 
+/**
+ * The fence fields of an envelope (session_id = 1, session_generation = 2),
+ * encoded as protobuf-es encodes them: in field order, each only when not
+ * its default. Written directly for an ASCII session id of under 128 bytes
+ * (every id a server issues); anything else goes through toBinary.
+ */
+export function envelopeHead(fence: Fence): Uint8Array {
+  const id = fence.sessionId;
+  let gen = fence.generation;
+  let ascii = id.length < 128;
+  for (let i = 0; ascii && i < id.length; i++) if (id.charCodeAt(i) > 0x7f) ascii = false;
+  if (!ascii || !Number.isSafeInteger(gen) || gen < 0) {
+    return toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId: id, sessionGeneration: BigInt(gen) }));
+  }
+  const out: number[] = [];
+  if (id.length > 0) {
+    out.push((1 << 3) | 2, id.length);
+    for (let i = 0; i < id.length; i++) out.push(id.charCodeAt(i));
+  }
+  if (gen > 0) {
+    out.push((2 << 3) | 0);
+    while (gen > 0x7f) {
+      out.push((gen % 128) | 0x80);
+      gen = Math.floor(gen / 128);
+    }
+    out.push(gen);
+  }
+  return Uint8Array.from(out);
+}
+
 /** A uint64 from the wire as a safe JS number, or null if it cannot be one. */
 export function safeNumber(v: bigint): number | null {
   return v >= 0n && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : null;
@@ -69,10 +99,7 @@ export function safeNumber(v: bigint): number | null {
  * (R-O2), and no work is spent re-encoding them on every resend.
  */
 export function encodeEventEnvelope(fence: Fence, commandEvent: Uint8Array): Uint8Array {
-  const head = toBinary(
-    AgentEnvelopeSchema,
-    create(AgentEnvelopeSchema, { sessionId: fence.sessionId, sessionGeneration: BigInt(fence.generation) }),
-  );
+  const head = envelopeHead(fence);
   const len: number[] = [];
   let n = commandEvent.length;
   while (n > 0x7f) {

@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { AgentEnvelopeSchema, ClientHelloSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { decodeFrame, encodeEnvelope, encodeEventEnvelope, singleFieldBytes } from "../../core/codec/frame-codec.js";
+import { decodeFrame, encodeEnvelope, encodeEventEnvelope, envelopeHead, singleFieldBytes } from "../../core/codec/frame-codec.js";
 import { CommandEventSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../core/codec/version.js";
 import { Code } from "../../core/errors.js";
@@ -126,5 +126,15 @@ describe("event envelopes", () => {
       expect(singleFieldBytes(new Uint8Array([...viaEnvelope, 0x80]), 7)).toBeNull();
     }
     expect(singleFieldBytes(hello(), 7)).toBeNull();
+  });
+
+  it("envelopeHead writes the fence fields exactly as protobuf-es does", () => {
+    const ids = ["", "s1", "0123456789abcdef0123456789abcdef", "é-non-ascii", "x".repeat(127), "y".repeat(128), "z".repeat(300)];
+    const gens = [0, 1, 127, 128, 300, 16_383, 16_384, 2 ** 31, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER];
+    for (const sessionId of ids)
+      for (const generation of gens) {
+        const want = toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId, sessionGeneration: BigInt(generation) }));
+        expect(Buffer.from(envelopeHead({ sessionId, generation })).equals(Buffer.from(want))).toBe(true);
+      }
   });
 });
