@@ -96,7 +96,8 @@ async function main(): Promise<void> {
   }
   console.log(`  (load average now ${loadavg().map((x) => x.toFixed(1)).join(" ")} on ${availableParallelism()} cores: wall figures shrink on a busy machine)`);
 
-  // 2. A campaign per mode.
+  // 2. A campaign per mode (--seeds 0: none).
+  if (seeds <= 0) return;
   const campaignSeeds = Array.from({ length: seeds }, (_, i) => 5000 + i);
   const wallOf = new Map<string, number>();
   for (const m of modes) {

@@ -62,7 +62,7 @@ function parseSeeds(s: string): number[] {
   return s.split(",").map(Number);
 }
 
-function quietOnEpipe(): void {
+export function quietOnEpipe(): void {
   process.stdout.on("error", (e: NodeJS.ErrnoException) => {
     if (e.code === "EPIPE") process.exit(0);
     throw e;

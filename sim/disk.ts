@@ -12,6 +12,8 @@ import { applyRecord, type PersistRecord } from "../core/effects.js";
 
 export type Tables = Map<string, Map<string, unknown>>;
 
+const same = (v: unknown): unknown => v;
+
 export interface PendingBatch {
   id: number;
   records: PersistRecord[];
@@ -34,7 +36,12 @@ export class SimDisk {
 
   /** Queue a batch; returns when it will be durable. */
   append(id: number, records: readonly PersistRecord[], now: number, latency: number): number {
-    const copy = records.map((r) => ({ table: r.table, key: r.key, value: r.value === null ? null : cloneValue(r.value), ...(r.prefix ? { prefix: r.prefix } : {}) }));
+    const copy = new Array<PersistRecord>(records.length);
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i]!;
+      const value = r.value === null ? null : cloneValue(r.value);
+      copy[i] = r.prefix ? { table: r.table, key: r.key, value, prefix: r.prefix } : { table: r.table, key: r.key, value };
+    }
     const durableAt = Math.max(this.lastDurableAt, now + latency);
     this.lastDurableAt = durableAt;
     this.pending.push({ id, records: copy, durableAt });
@@ -46,7 +53,7 @@ export class SimDisk {
     const done: PendingBatch[] = [];
     while (this.pending.length > 0 && this.pending[0]!.durableAt <= now) {
       const b = this.pending.shift()!;
-      for (const r of b.records) applyRecord(this.tables, r, (v) => v); // already copied in append
+      for (const r of b.records) applyRecord(this.tables, r, same); // already copied in append
       done.push(b);
     }
     return done;
@@ -90,30 +97,47 @@ export class SimDisk {
 
 /** Deep copy of plain data (objects, arrays, Uint8Array, primitives, bigint). */
 export function cloneValue<T>(v: T): T {
-  if (v === null || typeof v !== "object") return v;
+  return (v === null || typeof v !== "object" ? v : cloneObject(v as object)) as T;
+}
+
+// One small function per kind of value, each called with few shapes: a
+// single recursive function over every record shape went megamorphic and
+// was deoptimized again and again (node --trace-deopt).
+function cloneObject(v: object): unknown {
+  const proto = Object.getPrototypeOf(v);
+  // Plain objects (most records): a literal, and for-in (own keys only: Object.prototype has no enumerable ones).
+  if (proto === Object.prototype) return clonePlain(v as Record<string, unknown>);
+  if (proto === Array.prototype) return cloneArray(v as unknown[]);
   // Byte arrays are shared: the core never writes into bytes it emitted
   // (checked for pinned events by the R-O2 oracle, which compares the wire
   // bytes with this durable copy).
   if (v instanceof Uint8Array) return v;
-  if (Array.isArray(v)) {
-    const out = new Array<unknown>(v.length);
-    for (let i = 0; i < v.length; i++) out[i] = cloneValue(v[i]);
-    return out as unknown as T;
-  }
+  if (Array.isArray(v)) return cloneArray(v);
   if (v instanceof Map) {
     const out = new Map<unknown, unknown>();
     for (const [k, x] of v) out.set(k, cloneValue(x));
-    return out as unknown as T;
+    return out;
   }
-  const proto = Object.getPrototypeOf(v);
   const src = v as Record<string, unknown>;
-  if (proto === Object.prototype) {
-    // Plain objects (most records): a literal, and for-in (own keys only: Object.prototype has no enumerable ones).
-    const out: Record<string, unknown> = {};
-    for (const k in src) out[k] = cloneValue(src[k]);
-    return out as T;
-  }
   const out: Record<string, unknown> = Object.create(proto);
   for (const k of Object.keys(src)) out[k] = cloneValue(src[k]);
-  return out as T;
+  return out;
+}
+
+function clonePlain(src: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k in src) {
+    const x = src[k];
+    out[k] = x === null || typeof x !== "object" ? x : cloneObject(x);
+  }
+  return out;
+}
+
+function cloneArray(v: unknown[]): unknown[] {
+  const out = new Array<unknown>(v.length);
+  for (let i = 0; i < v.length; i++) {
+    const x = v[i];
+    out[i] = x === null || typeof x !== "object" ? x : cloneObject(x as object);
+  }
+  return out;
 }

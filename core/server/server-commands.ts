@@ -640,12 +640,16 @@ function readyConn(st: ServerState, clientId: string): ConnState | undefined {
   return conn && conn.phase === "ready" ? conn : undefined;
 }
 
-/** Non-terminal commands, oldest first (the index keeps submission order). */
-function* activeCommands(st: ServerState): Generator<ServerCommand> {
-  for (const uuid of [...st.active]) {
-    const c = st.commands.get(uuid)!;
-    if (!isTerminal(c.state)) yield c;
-  }
+/**
+ * Non-terminal commands, oldest first (the index keeps submission order), as
+ * a snapshot for loops that change commands: a loop skips any that became
+ * terminal before its turn (`isTerminal` at the visit), and never visits one
+ * submitted during it. Loops that change no command walk `st.active` itself.
+ */
+function activeCommands(st: ServerState): ServerCommand[] {
+  const out: ServerCommand[] = [];
+  for (const uuid of st.active) out.push(st.commands.get(uuid)!);
+  return out;
 }
 
 /**
@@ -659,7 +663,9 @@ function* activeCommands(st: ServerState): Generator<ServerCommand> {
 export function reconcileTargets(st: ServerState, clientId: string): ServerCommand[] {
   const inFlight: ServerCommand[] = [];
   const queued: ServerCommand[] = [];
-  for (const c of activeCommands(st)) {
+  for (const uuid of st.active) {
+    const c = st.commands.get(uuid)!;
+    if (isTerminal(c.state)) continue;
     if (c.clientId !== clientId) continue;
     if (c.state === L.QUEUED) queued.push(c);
     else if (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING) inFlight.push(c);
@@ -669,7 +675,9 @@ export function reconcileTargets(st: ServerState, clientId: string): ServerComma
 
 export function onSessionReady(st: ServerState, conn: ConnState): void {
   // Resend from the last acknowledged point on the new session.
-  for (const c of activeCommands(st)) {
+  for (const uuid of st.active) {
+    const c = st.commands.get(uuid)!;
+    if (isTerminal(c.state)) continue;
     if (c.clientId !== conn.clientId) continue;
     c.stdin.sentThrough = c.stdin.ackedThrough;
     c.scriptSent = c.scriptAcked;
@@ -680,7 +688,9 @@ export function onSessionReady(st: ServerState, conn: ConnState): void {
 
 export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   const inflightByConn = new Map<number, number>();
-  for (const c of activeCommands(st)) {
+  const active = activeCommands(st);
+  for (const c of active) {
+    if (isTerminal(c.state)) continue;
     // Queue expiry passes at the server only for commands no agent can hold.
     if (c.state === L.QUEUED && ctx.now >= c.queueExpiry) {
       setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
@@ -693,7 +703,8 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     }
   }
   for (const conn of st.conns.values()) conn.inflight = inflightByConn.get(conn.conn) ?? 0;
-  for (const c of activeCommands(st)) {
+  for (const c of active) {
+    if (isTerminal(c.state)) continue;
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
     // A command submitted in this very step may be dispatched at once: its
@@ -976,6 +987,8 @@ export function handleCommandEvent(
   frameBytes: number,
   env: ServerEnv,
   fail: Fail,
+  /** The encoded CommandEvent exactly as received, when the frame holds it once (else null: re-encoded). */
+  evBytes: Uint8Array | null = null,
 ): void {
   const c = st.commands.get(ev.issueUuid);
   if (!c && prunedFor(st, ev.issueUuid, conn.clientId)) {
@@ -994,7 +1007,12 @@ export function handleCommandEvent(
   // (Checking sequences first would close every session on a "gap" and the
   // result that ends the copy would never arrive: a livelock.)
   if (isTerminal(c.state) && c.terminalSource === "server") return;
-  const digest = digest53(toBinary(CommandEventSchema, ev));
+  // The digest of the event's bytes as received: every retry must resend
+  // identical bytes (R-O2). For a canonical encoder (every RVBox agent:
+  // protobuf-es, whose sub-message bytes inside an envelope are those of the
+  // message alone) this is the digest of the re-encoded event, without
+  // encoding it again.
+  const digest = digest53(evBytes ?? toBinary(CommandEventSchema, ev));
   if (isTerminal(c.state)) {
     // History is settled. An identical resend (its ack was lost) is acknowledged
     // again; anything else comes from a copy that diverged (e.g. a cloned
@@ -1191,7 +1209,9 @@ export function commandDeadline(st: ServerState, now: number): number | null {
   const take = (t: number): void => {
     if (t > now) d = d === null ? t : Math.min(d, t);
   };
-  for (const c of activeCommands(st)) {
+  for (const uuid of st.active) {
+    const c = st.commands.get(uuid)!;
+    if (isTerminal(c.state)) continue;
     if (c.state === L.QUEUED) {
       take(c.queueExpiry);
       if (!retryDue(c, now)) take(c.nextAttemptAt);

@@ -35,7 +35,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AgentErrorSchema, ReconcileRequestSchema, ReconcileTargetSchema, ServerWelcomeSchema, type ClientHello } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, ControlErrorSchema, ProtocolVersionSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { fromHex, isPrintableAscii } from "../bytes.js";
-import { decodeFrame, encodeEnvelope, type Payload } from "../codec/frame-codec.js";
+import { decodeFrame, encodeEnvelope, singleFieldBytes, type Payload } from "../codec/frame-codec.js";
 import { negotiate, rangeFromWire, SUPPORTED_PROTOCOL } from "../codec/version.js";
 import { assert, Code, codeName } from "../errors.js";
 import * as LIM from "../limits.js";
@@ -244,7 +244,8 @@ function onFrame(st: ServerState, ctx: ServerCtx, connId: number, data: Uint8Arr
       handleAccepted(st, ctx, conn, p.value, fail);
       return;
     case "commandEvent":
-      handleCommandEvent(st, ctx, conn, p.value, data.length, env, fail);
+      // The event's own bytes as received (field 7 of the envelope), for its digest.
+      handleCommandEvent(st, ctx, conn, p.value, data.length, env, fail, singleFieldBytes(data, 7));
       return;
     case "clientCapacity": {
       const cl = st.clients.get(conn.clientId)!;

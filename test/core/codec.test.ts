@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { AgentEnvelopeSchema, ClientHelloSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { decodeFrame, encodeEnvelope, encodeEventEnvelope } from "../../core/codec/frame-codec.js";
+import { decodeFrame, encodeEnvelope, encodeEventEnvelope, envelopeHead, singleFieldBytes } from "../../core/codec/frame-codec.js";
 import { CommandEventSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../core/codec/version.js";
 import { Code } from "../../core/errors.js";
@@ -107,5 +107,34 @@ describe("event envelopes", () => {
       // The last bytes on the wire are exactly the pinned bytes.
       expect(Buffer.from(wire.subarray(wire.length - payload.length)).equals(Buffer.from(payload))).toBe(true);
     }
+  });
+
+  it("singleFieldBytes: the received CommandEvent bytes are the re-encoded event (the server digests them); anything odd is null", () => {
+    const ev = create(CommandEventSchema, { issueUuid: "u", eventSeq: 7n, commandRevision: 2n, event: { case: "stdinAck", value: { writeSeq: 3n } } });
+    const out = create(CommandEventSchema, { issueUuid: "u", eventSeq: 8n, event: { case: "output", value: { originalSize: 70000, zstdData: new Uint8Array(70000).fill(5) } } });
+    for (const e of [ev, out]) {
+      const viaEnvelope = encodeEnvelope({ sessionId: "s1", generation: 300 }, { case: "commandEvent", value: e });
+      expect(Buffer.from(singleFieldBytes(viaEnvelope, 7)!).equals(Buffer.from(toBinary(CommandEventSchema, e)))).toBe(true);
+      const pinned = encodeEventEnvelope({ sessionId: "s1", generation: 300 }, toBinary(CommandEventSchema, e));
+      expect(Buffer.from(singleFieldBytes(pinned, 7)!).equals(Buffer.from(toBinary(CommandEventSchema, e)))).toBe(true);
+      // Twice (protobuf merges the two), truncated, trailing garbage: null, the caller re-encodes.
+      const field7Alone = encodeEventEnvelope({ sessionId: "", generation: 0 }, toBinary(CommandEventSchema, e));
+      const twice = new Uint8Array([...viaEnvelope, ...field7Alone]);
+      expect(decodeFrame(twice).ok).toBe(true);
+      expect(singleFieldBytes(twice, 7)).toBeNull();
+      expect(singleFieldBytes(viaEnvelope.subarray(0, viaEnvelope.length - 1), 7)).toBeNull();
+      expect(singleFieldBytes(new Uint8Array([...viaEnvelope, 0x80]), 7)).toBeNull();
+    }
+    expect(singleFieldBytes(hello(), 7)).toBeNull();
+  });
+
+  it("envelopeHead writes the fence fields exactly as protobuf-es does", () => {
+    const ids = ["", "s1", "0123456789abcdef0123456789abcdef", "é-non-ascii", "x".repeat(127), "y".repeat(128), "z".repeat(300)];
+    const gens = [0, 1, 127, 128, 300, 16_383, 16_384, 2 ** 31, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER];
+    for (const sessionId of ids)
+      for (const generation of gens) {
+        const want = toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId, sessionGeneration: BigInt(generation) }));
+        expect(Buffer.from(envelopeHead({ sessionId, generation })).equals(Buffer.from(want))).toBe(true);
+      }
   });
 });
