@@ -1,4 +1,11 @@
-#!/usr/bin/env node
+#!/bin/sh
+":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); n="${s%/*}/../node_modules/.bin/node"; [ -x "$n" ] || n=node; exec "$n" "$s" "$@"
+// ^ Executed as a program (`./bin/rvbox.js`, node_modules/.bin/rvbox, a
+// symlink on PATH), the line above is a shell command: it starts the
+// project's node_modules/.bin/node directly (or `node` where npm installed
+// none), so an older system Node is never started just to re-execute. To
+// Node the same line is a string statement and a comment.
+//
 // Runs bin/rvbox.ts with tsx's ESM loader registered in this process, so
 // `node bin/rvbox.js`, `npx rvbox` / `npm exec rvbox` and a systemd ExecStart
 // all work without a build step. Signals and exit codes are the process's own.

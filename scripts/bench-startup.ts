@@ -4,13 +4,14 @@
 //
 // Commands: `rvbox --version`, `rvbox clients` and `rvbox run c --follow --
 // true`, the last two against a live loopback server and agent started here.
-// Each is run in four ways, interleaved round by round:
+// Each is run in several ways, interleaved round by round:
 //   before   RVBOX_BUNDLE=0 NODE_DISABLE_COMPILE_CACHE=1: the sources through
 //            tsx, no compile cache (what bin/rvbox.js did before the bundle)
 //   after    bin/rvbox.js as it is: the cached bundle and V8's compile cache
-// each started by the project's Node (npx, npm scripts) and by an older
-// system Node, the README's `node bin/rvbox.js` on Debian (which re-executes
-// itself under node_modules/.bin/node). Medians of --runs=N (default 15);
+// each started as `node bin/rvbox.js` by the project's Node (npx, npm
+// scripts) and by an older system Node (the README's `node bin/rvbox.js` on
+// Debian, which re-executes itself under node_modules/.bin/node), and after
+// also as `./bin/rvbox.js` executed (its sh line starts the project's Node). Medians of --runs=N (default 15);
 // --old=PATH (default /usr/bin/node; skipped unless older than 22.15).
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -92,25 +93,28 @@ async function main(): Promise<void> {
       ["rvbox run c --follow -- true", ["run", "c", "--follow", "--", "true"]],
     ];
     const before = { ...cliEnv, RVBOX_BUNDLE: "0", NODE_DISABLE_COMPILE_CACHE: "1" };
-    const ways: Array<[string, string, NodeJS.ProcessEnv]> = [
-      [`before, Node ${newVersion}`, PACKAGED, before],
-      [`after,  Node ${newVersion}`, PACKAGED, cliEnv],
+    // [label, program, its leading arguments, environment]
+    const ways: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
+      [`before, node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], before],
+      [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], cliEnv],
       ...(withOld
         ? ([
-            [`before, started by ${oldVersion} (re-exec)`, OLD, before],
-            [`after,  started by ${oldVersion} (re-exec)`, OLD, cliEnv],
-          ] as Array<[string, string, NodeJS.ProcessEnv]>)
+            [`before, node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], before],
+            [`after,  node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], cliEnv],
+            // executed as a program with the old Node first on PATH: its sh line starts the project's Node
+            [`after,  ./bin/rvbox.js (\`node\` on PATH ${oldVersion})`, BIN, [], { ...cliEnv, PATH: `${path.dirname(OLD)}:${process.env["PATH"] ?? ""}` }],
+          ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
         : []),
     ];
     // Warm-up: builds the bundle if it is missing or stale, fills the compile cache and the page cache.
-    for (const [, argv] of commands) for (const [, node, env] of ways) ms(node, [BIN, ...argv], env);
+    for (const [, argv] of commands) for (const [, cmd, pre, env] of ways) ms(cmd, [...pre, ...argv], env);
     const bare: number[] = [];
     const bareOld: number[] = [];
     const t = commands.map(() => ways.map(() => [] as number[]));
     for (let i = 0; i < RUNS; i++) {
       bare.push(ms(PACKAGED, ["-e", "0"]));
       if (withOld) bareOld.push(ms(OLD, ["-e", "0"]));
-      commands.forEach(([, argv], c) => ways.forEach(([, node, env], w) => t[c]![w]!.push(ms(node, [BIN, ...argv], env))));
+      commands.forEach(([, argv], c) => ways.forEach(([, cmd, pre, env], w) => t[c]![w]!.push(ms(cmd, [...pre, ...argv], env))));
     }
     const base = median(bare);
     console.log(`bench:startup: median of ${RUNS}, interleaved; load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
@@ -119,7 +123,7 @@ async function main(): Promise<void> {
       console.log(`  ${name}`);
       ways.forEach(([way], w) => {
         const m = median(t[c]![w]!);
-        console.log(`    ${way.padEnd(40)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0`);
+        console.log(`    ${way.padEnd(52)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0`);
       });
     });
     const manifest = path.join(ROOT, "node_modules/.cache/rvbox-cli");
