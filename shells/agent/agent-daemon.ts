@@ -62,6 +62,11 @@ import { SpillStore } from "../storage/spill-store.js";
 import type { DurableDb } from "../store/index.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 
+function spawnHelperFor(opts: AgentDaemonOptions): SpawnHelper | undefined {
+  if (opts.spawnHelper === false) return undefined;
+  return opts.spawnHelper ?? (process.platform === "linux" ? sharedSpawnHelper() : undefined);
+}
+
 export interface AgentDaemonOptions {
   /** Clock source (tests inject a fake wall clock); default the system's. */
   time?: TimeSource;
@@ -163,7 +168,7 @@ export class AgentDaemon {
     this.scriptDir = path.join(opts.stateDir, "scripts");
     this.procsDir = path.join(opts.stateDir, "procs");
     this.procIds = new ProcRegistry(this.procsDir);
-    this.helper = opts.spawnHelper ?? (process.platform === "linux" ? sharedSpawnHelper() : false);
+    this.helper = spawnHelperFor(opts) ?? false;
     this.pauseRaw = opts.pauseRawBytes ?? 8 * 1024 * 1024;
     this.pauseQueued = opts.pauseQueuedBytes ?? 4 * 1024 * 1024;
     this.offlineGrace = opts.offlineGraceMs ?? 30_000;
@@ -199,6 +204,9 @@ export class AgentDaemon {
   }
 
   static async start(opts: AgentDaemonOptions): Promise<AgentDaemon> {
+    // Fork the spawn helper first, while this process is at its smallest (that
+    // one fork still copies its page tables), so the first command does not wait for it to start.
+    spawnHelperFor(opts)?.warm();
     await initZstd();
     mkdirSync(opts.stateDir, { recursive: true, mode: 0o700 });
     const store = await SpillStore.open({ dir: opts.stateDir, checkpointEveryBytes: opts.checkpointEveryBytes, repair: opts.repairStore });

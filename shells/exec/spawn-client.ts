@@ -68,6 +68,11 @@ export class SpawnHelper {
     return this.child?.pid;
   }
 
+  /** Fork the helper now if it is not running (it does not keep this process alive while idle). */
+  warm(): void {
+    this.ensure();
+  }
+
   private ensure(): ChildProcess {
     if (this.child) return this.child;
     const { file, execArgv } = helperEntry();
