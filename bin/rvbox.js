@@ -1,4 +1,11 @@
-#!/usr/bin/env node
+#!/bin/sh
+":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); n="${s%/*}/../node_modules/.bin/node"; [ -x "$n" ] || n=node; exec "$n" "$s" "$@"
+// ^ Executed as a program (`./bin/rvbox.js`, node_modules/.bin/rvbox, a
+// symlink on PATH), the line above is a shell command: it starts the
+// project's node_modules/.bin/node directly (or `node` where npm installed
+// none), so an older system Node is never started just to re-execute. To
+// Node the same line is a string statement and a comment.
+//
 // Runs bin/rvbox.ts with tsx's ESM loader registered in this process, so
 // `node bin/rvbox.js`, `npx rvbox` / `npm exec rvbox` and a systemd ExecStart
 // all work without a build step. Signals and exit codes are the process's own.
@@ -12,7 +19,15 @@
 // (measured in docs/ARCHITECTURE.md, "Runtime"); nothing is loaded twice.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+// Long-running or heavy commands run the sources through tsx as they always
+// did; every other command (the operator commands, version, help) runs the
+// esbuild bundle of bin/rvbox.ts that bin/cli-bundle.js keeps current, or tsx
+// when it cannot build one. RVBOX_BUNDLE=0 forces tsx.
+const UNBUNDLED_COMMANDS = new Set(["server", "agent", "demo", "sim", "tui"]);
+/** Their modules, left out of the bundle (bin/rvbox.ts and shells/operator/cli.ts import them lazily). */
+const UNBUNDLED_IMPORTS = ["../shells/cli/server-cli.js", "../shells/cli/agent-cli.js", "../shells/demo/demo.js", "../sim/cli.js", "../../tui/main.js"];
 
 const MIN_MAJOR = 22;
 const MIN_MINOR = 15;
@@ -61,7 +76,22 @@ if (tooOld(process.versions.node)) {
     process.exit(code ?? 1);
   });
 } else {
-  const { register } = await import("tsx/esm/api");
-  register();
-  await import("./rvbox.ts");
+  // V8's compile cache (Node >= 22.1): the bundle's and tsx's compiled code is
+  // reused across starts; Node keys each entry by the source's hash itself.
+  const { enableCompileCache } = await import("node:module");
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  enableCompileCache?.(fileURLToPath(new URL("../node_modules/.cache/rvbox-cli/v8", import.meta.url)));
+  let entry;
+  if (!UNBUNDLED_COMMANDS.has(process.argv[2]) && process.env.RVBOX_BUNDLE !== "0") {
+    const { buildBundle, cacheDirFor, currentBundle } = await import("./cli-bundle.js");
+    const dir = cacheDirFor(root);
+    entry = currentBundle(dir) ?? (await buildBundle({ root, entry: "bin/rvbox.ts", dir, unbundled: UNBUNDLED_IMPORTS }));
+  }
+  if (entry !== undefined) {
+    await import(pathToFileURL(entry).href);
+  } else {
+    const { register } = await import("tsx/esm/api");
+    register();
+    await import("./rvbox.ts");
+  }
 }

@@ -30,11 +30,15 @@ const COMMANDS: Record<string, Subcommand> = {
     run: async () => {
       const { ZSTD_BACKEND } = await import("../shells/zstd/index.js");
       const { readFileSync } = await import("node:fs");
-      // bin/rvbox.ts (through tsx) or dist/bin/rvbox.js: package.json is one or two levels up
+      const { pathToFileURL } = await import("node:url");
+      // bin/rvbox.ts (through tsx) or dist/bin/rvbox.js: package.json is one or two levels up;
+      // from the CLI bundle (node_modules/.cache/rvbox-cli/...), next to the launcher bin/rvbox.js
       let version = "?";
-      for (const rel of ["../package.json", "../../package.json"]) {
+      const here = [new URL("../package.json", import.meta.url), new URL("../../package.json", import.meta.url)];
+      const launcher = process.argv[1] ? [new URL("../package.json", pathToFileURL(process.argv[1]))] : [];
+      for (const url of [...here, ...launcher]) {
         try {
-          version = (JSON.parse(readFileSync(new URL(rel, import.meta.url), "utf8")) as { name?: string; version?: string }).version ?? "?";
+          version = (JSON.parse(readFileSync(url, "utf8")) as { name?: string; version?: string }).version ?? "?";
           break;
         } catch {
           // not there: try the next level
@@ -101,7 +105,7 @@ async function main(argv: string[]): Promise<number> {
     console.log(usage());
     return name === undefined ? 2 : 0;
   }
-  const cmd = COMMANDS[name];
+  const cmd = COMMANDS[name === "--version" || name === "-V" ? "version" : name];
   if (!cmd) {
     console.error(`rvbox: unknown command ${JSON.stringify(name)}\n\n${usage()}`);
     return 2;

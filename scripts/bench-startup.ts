@@ -1,10 +1,23 @@
-// `npm run bench:startup`: what bin/rvbox.js's re-exec costs. `rvbox version`
-// started by the project's Node (direct) and by an older system Node (which
-// re-executes it under node_modules/.bin/node), alternating, median wall time
-// of each and the ratio. Flags: --runs=N (default 15), --old=PATH (default
-// /usr/bin/node; it must be older than 22.15 to re-exec).
-import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+// `npm run bench:startup`: how long the README's `rvbox` takes from exec to
+// exit, before and after the CLI bundle (bin/cli-bundle.js), against `node -e 0`
+// in the same invocation.
+//
+// Commands: `rvbox --version`, `rvbox clients` and `rvbox run c --follow --
+// true`, the last two against a live loopback server and agent started here.
+// Each is run in several ways, interleaved round by round:
+//   before   RVBOX_BUNDLE=0 NODE_DISABLE_COMPILE_CACHE=1: the sources through
+//            tsx, no compile cache (what bin/rvbox.js did before the bundle)
+//   after    bin/rvbox.js as it is: the cached bundle and V8's compile cache
+// each started as `node bin/rvbox.js` by the project's Node (npx, npm
+// scripts) and by an older system Node (the README's `node bin/rvbox.js` on
+// Debian, which re-executes itself under node_modules/.bin/node), and after
+// also as `./bin/rvbox.js` executed (its sh line starts the project's Node). Medians of --runs=N (default 15);
+// --old=PATH (default /usr/bin/node; skipped unless older than 22.15).
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import os from "node:os";
 import path from "node:path";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
@@ -14,29 +27,113 @@ const OLD = args.find((a) => a.startsWith("--old="))?.slice(6) ?? "/usr/bin/node
 const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
 const BIN = path.join(ROOT, "bin/rvbox.js");
 
-function ms(cmd: string, argv: string[]): number {
-  const t0 = process.hrtime.bigint();
-  const r = spawnSync(cmd, argv, { cwd: ROOT, stdio: "ignore" });
-  if (r.status !== 0) throw new Error(`${cmd} ${argv.join(" ")} exited ${r.status}`);
-  return Number(process.hrtime.bigint() - t0) / 1e6;
-}
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
-if (!existsSync(OLD) || !existsSync(PACKAGED)) {
-  console.log(`bench:startup: needs ${OLD} and ${PACKAGED}`);
-  process.exit(0);
+function ms(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): number {
+  const t0 = process.hrtime.bigint();
+  const r = spawnSync(cmd, argv, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"], env });
+  const t = Number(process.hrtime.bigint() - t0) / 1e6;
+  if (r.status !== 0) throw new Error(`${cmd} ${argv.join(" ")} exited ${r.status}: ${r.stderr.toString()}`);
+  return t;
 }
-const oldVersion = execFileSync(OLD, ["--version"], { encoding: "utf8" }).trim();
-const newVersion = execFileSync(PACKAGED, ["--version"], { encoding: "utf8" }).trim();
-const direct: number[] = [];
-const reexec: number[] = [];
-const bare: number[] = [];
-ms(PACKAGED, [BIN, "version"]); // warm the page cache
-for (let i = 0; i < RUNS; i++) {
-  direct.push(ms(PACKAGED, [BIN, "version"]));
-  reexec.push(ms(OLD, [BIN, "version"]));
-  bare.push(ms(OLD, ["-e", "0"]));
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.on("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const a = s.address();
+      s.close(() => resolve(typeof a === "object" && a ? a.port : 0));
+    });
+  });
 }
-console.log(
-  `bench:startup: rvbox version, median of ${RUNS}: direct on ${newVersion} ${median(direct).toFixed(0)} ms | started by ${oldVersion} (re-exec) ${median(reexec).toFixed(0)} ms | ${oldVersion} -e 0 alone ${median(bare).toFixed(0)} ms | re-exec/direct ${(median(reexec) / median(direct)).toFixed(2)}x`,
-);
+
+function daemon(argv: string[]): ChildProcess {
+  const p = spawn(PACKAGED, [BIN, ...argv], { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  p.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+  p.on("exit", (code, sig) => {
+    if (sig !== "SIGTERM" && code !== 0 && code !== 143) process.stderr.write(`bench:startup: ${argv[0]} exited ${code}\n${err}\n`);
+  });
+  return p;
+}
+
+async function main(): Promise<void> {
+  if (!existsSync(PACKAGED)) {
+    console.log(`bench:startup: needs ${PACKAGED} (npm ci)`);
+    return;
+  }
+  const oldVersion = existsSync(OLD) ? execFileSync(OLD, ["-p", "process.versions.node"], { encoding: "utf8" }).trim() : "";
+  const [maj = 0, min = 0] = oldVersion.split(".").map(Number);
+  const withOld = oldVersion !== "" && (maj < 22 || (maj === 22 && min < 15));
+  const newVersion = execFileSync(PACKAGED, ["-p", "process.versions.node"], { encoding: "utf8" }).trim();
+
+  const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-startup-"));
+  const operator = randomBytes(16).toString("hex");
+  const fleet = randomBytes(16).toString("hex");
+  writeFileSync(path.join(dir, "operator-token"), operator + "\n", { mode: 0o600 });
+  writeFileSync(path.join(dir, "agent-tokens"), `* ${fleet}\n`, { mode: 0o600 });
+  writeFileSync(path.join(dir, "agent-token"), fleet + "\n", { mode: 0o600 });
+  const [ap, cp] = [await freePort(), await freePort()];
+  const server = daemon(["server", "--listen", `127.0.0.1:${ap}`, "--control", `127.0.0.1:${cp}`, "--data", path.join(dir, "server"), "--agent-tokens", path.join(dir, "agent-tokens"), "--operator-token", path.join(dir, "operator-token"), "--log-level", "warn"]);
+  const agent = daemon(["agent", "--server", `ws://127.0.0.1:${ap}/v1/agent`, "--client-id", "c", "--state", path.join(dir, "agent"), "--token", path.join(dir, "agent-token"), "--log-level", "warn", "--cwd", dir]);
+  const cliEnv = { ...process.env, RVBOX_SERVER: `http://127.0.0.1:${cp}`, RVBOX_TOKEN_FILE: path.join(dir, "operator-token") };
+  try {
+    // Wait for the agent's session (clients lists "c" connected).
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const r = spawnSync(PACKAGED, [BIN, "clients", "--json"], { cwd: ROOT, env: cliEnv, encoding: "utf8" });
+      if (r.status === 0 && /"clientId":\s*"c"[^}]*"link":\s*"connected"/.test(r.stdout)) break;
+      if (Date.now() > deadline) throw new Error(`agent c never connected: ${r.stdout}${r.stderr}`);
+      await new Promise((res) => setTimeout(res, 300));
+    }
+    const commands: Array<[string, string[]]> = [
+      ["rvbox --version", ["--version"]],
+      ["rvbox clients", ["clients"]],
+      ["rvbox run c --follow -- true", ["run", "c", "--follow", "--", "true"]],
+    ];
+    const before = { ...cliEnv, RVBOX_BUNDLE: "0", NODE_DISABLE_COMPILE_CACHE: "1" };
+    // [label, program, its leading arguments, environment]
+    const ways: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
+      [`before, node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], before],
+      [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], cliEnv],
+      ...(withOld
+        ? ([
+            [`before, node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], before],
+            [`after,  node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], cliEnv],
+            // executed as a program with the old Node first on PATH: its sh line starts the project's Node
+            [`after,  ./bin/rvbox.js (\`node\` on PATH ${oldVersion})`, BIN, [], { ...cliEnv, PATH: `${path.dirname(OLD)}:${process.env["PATH"] ?? ""}` }],
+          ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
+        : []),
+    ];
+    // Warm-up: builds the bundle if it is missing or stale, fills the compile cache and the page cache.
+    for (const [, argv] of commands) for (const [, cmd, pre, env] of ways) ms(cmd, [...pre, ...argv], env);
+    const bare: number[] = [];
+    const bareOld: number[] = [];
+    const t = commands.map(() => ways.map(() => [] as number[]));
+    for (let i = 0; i < RUNS; i++) {
+      bare.push(ms(PACKAGED, ["-e", "0"]));
+      if (withOld) bareOld.push(ms(OLD, ["-e", "0"]));
+      commands.forEach(([, argv], c) => ways.forEach(([, cmd, pre, env], w) => t[c]![w]!.push(ms(cmd, [...pre, ...argv], env))));
+    }
+    const base = median(bare);
+    console.log(`bench:startup: median of ${RUNS}, interleaved; load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
+    console.log(`  node -e 0 (Node ${newVersion}): ${base.toFixed(0)} ms${withOld ? ` | node -e 0 (Node ${oldVersion}): ${median(bareOld).toFixed(0)} ms` : ""}`);
+    commands.forEach(([name], c) => {
+      console.log(`  ${name}`);
+      ways.forEach(([way], w) => {
+        const m = median(t[c]![w]!);
+        console.log(`    ${way.padEnd(52)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0`);
+      });
+    });
+    const manifest = path.join(ROOT, "node_modules/.cache/rvbox-cli");
+    if (existsSync(manifest)) console.log(`  (bundle cache: ${manifest})`);
+  } finally {
+    server.kill("SIGTERM");
+    agent.kill("SIGTERM");
+    await Promise.all([server, agent].map((p) => new Promise((r) => (p.exitCode !== null ? r(null) : p.once("exit", r)))));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

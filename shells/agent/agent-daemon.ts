@@ -50,16 +50,22 @@ import {
   type CorePorts,
 } from "../../core/index.js";
 import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { killProcessGroup, startProcess, writeScriptFile, type ProcessHandle, type ProcessSpec, type ShellName, type SignalName } from "../exec/index.js";
+import { killProcessGroup, startProcess, writeScriptFile, type ProcessHandle, type ProcessHooks, type ProcessSpec, type ShellName, type SignalName } from "../exec/index.js";
 import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
 import { createLogger, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { ProcRegistry } from "./proc-identity.js";
+import { sharedSpawnHelper, type SpawnHelper } from "../exec/spawn-client.js";
 import { tablesView } from "../storage/kv-store.js";
 import { SpillStore } from "../storage/spill-store.js";
 import type { DurableDb } from "../store/index.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
+
+function spawnHelperFor(opts: AgentDaemonOptions): SpawnHelper | undefined {
+  if (opts.spawnHelper === false) return undefined;
+  return opts.spawnHelper ?? (process.platform === "linux" ? sharedSpawnHelper() : undefined);
+}
 
 export interface AgentDaemonOptions {
   /** Clock source (tests inject a fake wall clock); default the system's. */
@@ -90,6 +96,13 @@ export interface AgentDaemonOptions {
   checkpointEveryBytes?: number;
   checkInvariants?: boolean;
   onFatal?: (err: unknown) => void;
+  /**
+   * Who spawns the commands: a small helper process (default on Linux: one
+   * per process, shells/exec/spawn-client.ts), so that a spawn does not block
+   * this thread for longer as the agent's RSS grows; false spawns from this
+   * process (process-runner.ts directly, the default elsewhere).
+   */
+  spawnHelper?: SpawnHelper | false;
 }
 
 /** Per-connection staging bound; large enough for the server's windows (stdin and script: 256 KiB per command, even as tiny writes). */
@@ -130,6 +143,8 @@ export class AgentDaemon {
   private readonly procs = new Map<string, ProcessHandle>();
   private readonly scriptDir: string;
   private readonly procIds: ProcRegistry;
+  private readonly procsDir: string;
+  private readonly helper: SpawnHelper | false;
   private paused = false;
   private queuedOutput = 0;
   private lastOnline = 0;
@@ -151,7 +166,9 @@ export class AgentDaemon {
     this.log = opts.log ?? createLogger(`agent ${opts.clientId}`);
     this.ports = realPorts(opts.zstdLevel ?? 3);
     this.scriptDir = path.join(opts.stateDir, "scripts");
-    this.procIds = new ProcRegistry(path.join(opts.stateDir, "procs"));
+    this.procsDir = path.join(opts.stateDir, "procs");
+    this.procIds = new ProcRegistry(this.procsDir);
+    this.helper = spawnHelperFor(opts) ?? false;
     this.pauseRaw = opts.pauseRawBytes ?? 8 * 1024 * 1024;
     this.pauseQueued = opts.pauseQueuedBytes ?? 4 * 1024 * 1024;
     this.offlineGrace = opts.offlineGraceMs ?? 30_000;
@@ -187,6 +204,9 @@ export class AgentDaemon {
   }
 
   static async start(opts: AgentDaemonOptions): Promise<AgentDaemon> {
+    // Fork the spawn helper first, while this process is at its smallest (that
+    // one fork still copies its page tables), so the first command does not wait for it to start.
+    spawnHelperFor(opts)?.warm();
     await initZstd();
     mkdirSync(opts.stateDir, { recursive: true, mode: 0o700 });
     const store = await SpillStore.open({ dir: opts.stateDir, checkpointEveryBytes: opts.checkpointEveryBytes, repair: opts.repairStore });
@@ -415,9 +435,10 @@ export class AgentDaemon {
         return;
     }
     this.stats.spawned++;
-    const h = startProcess(ps, {
-      onSpawn: (pid) => {
-        this.procIds.record(uuid, pid);
+    const helper = this.helper;
+    const hooks = {
+      onSpawn: (pid: number) => {
+        if (!helper) this.procIds.record(uuid, pid); // the helper wrote it before reporting the pid
         this.loop.feed({ type: "process_started", uuid, pid });
       },
       onSpawnError: (err) => {
@@ -437,7 +458,23 @@ export class AgentDaemon {
         if (!info.outputComplete.stderr) incompleteStreams.push("stderr");
         this.loop.feed({ type: "process_exited", uuid, exitCode: info.exitCode, signal: info.signal, timedOut: info.timedOut, incompleteStreams });
       },
-    });
+    } satisfies ProcessHooks;
+    const h = helper
+      ? helper.startProcess(
+          ps,
+          {
+            ...hooks,
+            // The helper died with this command launching or running: whether it
+            // started, and how it ended, is unknown here. That is this agent's
+            // crash: the restart ends it `interrupted` (R-C4) with its output
+            // incomplete (R-O8) and kills what is left of it (kill_orphan).
+            onLost: (why) => {
+              if (!this.stopped) this.die(new Error(`${why} while command ${uuid} was launching or running; its outcome is unknown`));
+            },
+          },
+          { dir: this.procsDir, uuid },
+        )
+      : startProcess(ps, hooks);
     this.procs.set(uuid, h);
     if (this.paused) h.pauseOutput();
   }
@@ -479,6 +516,7 @@ export class AgentDaemon {
     this.loop.stop();
     for (const l of this.links.values()) l.ws.terminate();
     if (opts.killProcesses) for (const h of this.procs.values()) h.signal("SIGKILL");
+    if (this.helper) for (const h of this.procs.values()) this.helper.abandon(h);
     await this.store.close();
   }
 }

@@ -5,7 +5,7 @@
  * Debian's system Node 20).
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -83,6 +83,23 @@ describe("runtime", () => {
       status = (err as { status: number | null }).status;
     }
     expect(status).toBe(2);
+  });
+
+  it.runIf(oldNode !== null && existsSync(PACKAGED))("bin/rvbox.js executed as a program starts node_modules/.bin/node directly: the older `node` on PATH never runs", () => {
+    // A `node` first on PATH that leaves a mark and then is the old Node.
+    const fake = mkdtempSync(path.join(tmp, "path-"));
+    const mark = path.join(fake, "ran");
+    writeFileSync(path.join(fake, "node"), `#!/bin/sh\necho ran >> ${mark}\nexec ${oldNode} "$@"\n`, { mode: 0o755 });
+    const env = { ...process.env, PATH: `${fake}:/usr/bin:/bin` };
+    const out = execFileSync(BIN, ["--version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 });
+    expect(out).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
+    expect(existsSync(mark)).toBe(false);
+    // Through a symlink elsewhere (an `rvbox` on PATH) as well; and `node bin/rvbox.js` still goes through that `node`.
+    symlinkSync(BIN, path.join(fake, "rvbox"));
+    expect(execFileSync(path.join(fake, "rvbox"), ["version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 })).toContain(realpathSync(PACKAGED));
+    expect(existsSync(mark)).toBe(false);
+    expect(execFileSync("node", [BIN, "version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 })).toContain(realpathSync(PACKAGED));
+    expect(readFileSync(mark, "utf8")).toBe("ran\n");
   });
 
   it.runIf(oldNode !== null && existsSync(PACKAGED))("a SIGTERM sent to the re-executing process stops the server gracefully (forwarded, exit 0)", async () => {
