@@ -440,10 +440,14 @@ export class ServerDaemon {
     this.notifyScheduled = true;
     setImmediate(() => {
       this.notifyScheduled = false;
-      for (const w of [...this.waiters]) {
-        const c = this.state.commands.get(w.uuid);
-        if (c === undefined || c.committed !== w.seen) w.done();
+      // No copy of the set per notify (this runs after most loop slices): only the woken are collected.
+      let wake: Array<() => void> | null = null;
+      const commands = this.state.commands;
+      for (const w of this.waiters) {
+        const c = commands.get(w.uuid);
+        if (c === undefined || c.committed !== w.seen) (wake ??= []).push(w.done);
       }
+      if (wake) for (const f of wake) f();
     });
   }
 
