@@ -195,13 +195,15 @@ const STATEMENT_CACHE_MAX = 64;
 
 function cachedStatement(db: SqlJsDatabase, sql: string): SqlJsStatement {
   let cache = statementCache.get(db);
-  if (!cache) statementCache.set(db, (cache = new Map()));
-  let st = cache.get(sql);
-  if (!st) {
-    if (cache.size >= STATEMENT_CACHE_MAX) forgetStatements(db);
-    st = db.prepare(sql);
-    statementCache.get(db)!.set(sql, st);
+  let st = cache?.get(sql);
+  if (st) return st;
+  if (cache && cache.size >= STATEMENT_CACHE_MAX) {
+    forgetStatements(db);
+    cache = undefined;
   }
+  if (!cache) statementCache.set(db, (cache = new Map()));
+  st = db.prepare(sql);
+  cache.set(sql, st);
   return st;
 }
 
