@@ -16,6 +16,7 @@
 //        --tsx (run the daemons from source through the tsx loader instead of dist/)
 //        --no-build (use dist/ as it is, e.g. after instrumenting it by hand)
 //        --repeat=N (throughput and latency N times each, then the median ratio)
+//        --fleet-procs=N (the fleet's 200 agents in N processes instead of one)
 //        --soak=N (commands for the soak; default 20,000), --soak-budget=MiB (the
 //        server's metadata tier for the soak; default the product's 64 MiB),
 //        --soak-pruned=N (its pruned-ledger bound; default 100,000)
@@ -46,6 +47,8 @@ const QUICK = args.includes("--quick");
 // RVBOX_BENCH_PROF=DIR writes a V8 CPU profile of each daemon there.
 const LOG_LEVEL = process.env["RVBOX_BENCH_LOG_LEVEL"] ?? "warn";
 const ONLY = args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
+/** --fleet-procs=N: how many processes the fleet bench's agents share (default 1). */
+const FLEET_PROCS = Math.max(1, Number(args.find((a) => a.startsWith("--fleet-procs="))?.slice(14) ?? 1) || 1);
 
 type Ctl = Client<typeof ControlService>;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -287,12 +290,19 @@ async function benchFleet(env: Env): Promise<void> {
   );
   const baseRate = total / ((performance.now() - tb) / 1000);
   const srv = await startServer(env, "fleet");
-  const fleet = child(["--import", "tsx", path.join(ROOT, "scripts/bench.ts"), "--fleet", srv.url, String(agents), env.tokenFile, path.join(env.dir, "fleet")], "fleet");
+  // The agents share FLEET_PROCS processes (--fleet-procs=N, default 1): every spawn() forks its
+  // whole process, so one process holding all 200 agents pays for all of their memory per spawn.
+  const per = Math.ceil(agents / FLEET_PROCS);
+  const fleets = Array.from({ length: Math.ceil(agents / per) }, (_, p) =>
+    child(["--import", "tsx", path.join(ROOT, "scripts/bench.ts"), "--fleet", srv.url, String(Math.min(per, agents - p * per)), env.tokenFile, path.join(env.dir, "fleet"), String(p * per)], `fleet ${p}`),
+  );
   const ids = Array.from({ length: agents }, (_, i) => `fleet-${i}`);
   await connected(srv.ctl, ids);
   next = 0;
   const srvCpu0 = cpuSecs(srv.proc.pid!);
-  const fleetCpu0 = cpuSecs(fleet.pid!);
+  const fleetsCpu = (): number => fleets.reduce((a, f) => a + cpuSecs(f.pid!), 0);
+  const fleetRss = (): number => fleets.reduce((a, f) => a + rssKiB(f.pid!), 0) / 1024;
+  const fleetCpu0 = fleetsCpu();
   const t0 = performance.now();
   let failed = 0;
   await Promise.all(
@@ -306,8 +316,8 @@ async function benchFleet(env: Env): Promise<void> {
     }),
   );
   const secs = (performance.now() - t0) / 1000;
-  const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' process ${(cpuSecs(fleet.pid!) - fleetCpu0).toFixed(1)} s CPU`;
-  fleet.kill("SIGTERM");
+  const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' ${fleets.length === 1 ? "process" : `${fleets.length} processes`} ${(fleetsCpu() - fleetCpu0).toFixed(1)} s CPU, ${fleetRss().toFixed(0)} MiB RSS`;
+  for (const f of fleets) f.kill("SIGTERM");
   await srv.stop();
   report(`fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`);
 }
@@ -401,12 +411,12 @@ async function benchSoak(env: Env): Promise<void> {
 
 // ------------------------------------------------------------------ roles
 
-async function fleetRole(url: string, n: number, tokenFile: string, dir: string): Promise<void> {
+async function fleetRole(url: string, n: number, tokenFile: string, dir: string, first: number): Promise<void> {
   const { AgentDaemon } = await import("../shells/agent/agent-daemon.js");
   const { createLogger } = await import("../shells/runtime/log.js");
   const token = readFileSync(tokenFile, "utf8").trim();
   const agents = [];
-  for (let i = 0; i < n; i++) {
+  for (let i = first; i < first + n; i++) {
     agents.push(await AgentDaemon.start({ serverUrl: url, clientId: `fleet-${i}`, stateDir: path.join(dir, String(i)), token, maxRunning: 8, maxQueued: 32, log: createLogger(`fleet-${i}`, "warn") }));
   }
   await new Promise<void>((r) => process.once("SIGTERM", () => r()));
@@ -436,7 +446,7 @@ async function idleRole(url: string, n: number, token: string): Promise<void> {
 // ------------------------------------------------------------------ main
 
 async function main(): Promise<void> {
-  if (args[0] === "--fleet") return fleetRole(args[1]!, Number(args[2]), args[3]!, args[4]!);
+  if (args[0] === "--fleet") return fleetRole(args[1]!, Number(args[2]), args[3]!, args[4]!, Number(args[5] ?? 0));
   if (args[0] === "--idle") return idleRole(args[1]!, Number(args[2]), args[3]!);
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-"));
   const env: Env = { dir, operator: randomBytes(16).toString("hex"), fleet: randomBytes(16).toString("hex"), tokenFile: path.join(dir, "agent-token") };

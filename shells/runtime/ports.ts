@@ -6,14 +6,14 @@
  */
 import { createHash } from "node:crypto";
 import { Code, type CorePorts } from "../../core/index.js";
-import { compress, decompressValidated } from "../zstd/index.js";
+import { compress, validateCompressed } from "../zstd/index.js";
 
 export function realPorts(level = 3): CorePorts {
   return {
     compress: (raw) => compress(raw, level),
     checkCompressed: (frame, declared) => {
-      const r = decompressValidated(frame, declared);
-      if (r.ok) return { ok: true, size: r.data.length };
+      const r = validateCompressed(frame, declared);
+      if (r.ok) return { ok: true, size: r.size };
       return { ok: false, code: r.code === "PAYLOAD_TOO_LARGE" ? Code.PAYLOAD_TOO_LARGE : Code.BAD_COMPRESSION, message: r.message };
     },
     sha256: (d) => new Uint8Array(createHash("sha256").update(d).digest()),

@@ -611,7 +611,7 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
       return;
     }
     // Wait only if nothing new was committed while we were sending.
-    if (next > c.committed.storedThrough) await d.waitForChange(ctx.signal);
+    if (next > c.committed.storedThrough) await d.waitForCommand(uuid, ctx.signal);
   }
 }
 

@@ -125,7 +125,14 @@ export class ServerDaemon {
   private readonly conns = new Map<number, ConnInfo>();
   private connSeq = 0;
   private readonly pending = new Map<string, Array<(r: ControlResult) => void>>();
-  private readonly waiters = new Set<() => void>();
+  /**
+   * Readers waiting for a command's committed view to move (FollowOutput).
+   * Each remembers the committed view it last saw; a notify wakes only those
+   * whose command's view was replaced since (the core swaps in a new object
+   * whenever it changes) or is gone, so 200 followers do not all re-read
+   * their commands after every step.
+   */
+  private readonly waiters = new Set<{ uuid: string; seen: unknown; done: () => void }>();
   private notifyScheduled = false;
   private readonly agentHttp: http.Server;
   private readonly controlHttp: http.Server;
@@ -426,16 +433,24 @@ export class ServerDaemon {
     });
   }
 
-  /** Resolves at the next state change worth re-checking (durable events, control, ticks). */
-  waitForChange(signal?: AbortSignal): Promise<void> {
+  /**
+   * Resolves once the committed view of command `uuid` is no longer the one
+   * it is now (it moved, or the command is gone), on abort, or at close.
+   */
+  waitForCommand(uuid: string, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
-      const done = (): void => {
-        this.waiters.delete(done);
-        signal?.removeEventListener("abort", done);
-        resolve();
+      const w = {
+        uuid,
+        seen: this.state.commands.get(uuid)?.committed,
+        done: (): void => {
+          this.waiters.delete(w);
+          signal?.removeEventListener("abort", w.done);
+          resolve();
+        },
       };
-      this.waiters.add(done);
-      signal?.addEventListener("abort", done, { once: true });
+      if (signal?.aborted) return resolve();
+      this.waiters.add(w);
+      signal?.addEventListener("abort", w.done, { once: true });
     });
   }
 
@@ -444,7 +459,14 @@ export class ServerDaemon {
     this.notifyScheduled = true;
     setImmediate(() => {
       this.notifyScheduled = false;
-      for (const w of [...this.waiters]) w();
+      // No copy of the set per notify (this runs after most loop slices): only the woken are collected.
+      let wake: Array<() => void> | null = null;
+      const commands = this.state.commands;
+      for (const w of this.waiters) {
+        const c = commands.get(w.uuid);
+        if (c === undefined || c.committed !== w.seen) (wake ??= []).push(w.done);
+      }
+      if (wake) for (const f of wake) f();
     });
   }
 
@@ -471,7 +493,7 @@ export class ServerDaemon {
     await Promise.all([closeServer(this.agentHttp), closeServer(this.controlHttp)]);
     this.loop.stop();
     this.watch.close();
-    for (const w of [...this.waiters]) w();
+    for (const w of [...this.waiters]) w.done();
     await this.storage.close();
   }
 }

@@ -62,7 +62,7 @@ import * as path from "node:path";
 import type { PersistEffect, PersistRecord } from "../../core/index.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
-import { fsyncDir } from "../store/fs-util.js";
+import { fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, foldRecord, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 
 export const SEGMENT_DIR = "segments";
@@ -352,11 +352,9 @@ export class ServerStorage implements PersistSink {
     if (writes.size > 0) {
       await Promise.all(
         [...writes].map(async ([seg, w]) => {
-          const data = w.parts.length === 1 ? w.parts[0]! : Buffer.concat(w.parts);
-          const index = Buffer.concat(w.index);
-          await Promise.all([writeAll(seg.seg, data, w.at), writeAll(seg.idx, index, w.entriesAt * INDEX_ENTRY_BYTES)]);
+          const [n] = await Promise.all([writeAllParts(seg.seg, w.parts, w.at), writeAll(seg.idx, Buffer.concat(w.index), w.entriesAt * INDEX_ENTRY_BYTES)]);
           await Promise.all([seg.seg.datasync(), seg.idx.datasync()]);
-          this.segmentBytesWritten += data.length;
+          this.segmentBytesWritten += n;
           seg.isNew = false;
         }),
       );

@@ -35,7 +35,7 @@ import { promises as fsp } from "node:fs";
 import * as path from "node:path";
 import type { PersistEffect, PersistRecord } from "../../core/index.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
-import { fsyncDir } from "../store/fs-util.js";
+import { fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, foldRecord, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 import { decodeValue } from "./value-codec.js";
 
@@ -225,14 +225,9 @@ export class SpillStore implements PersistSink {
     if (writes.size > 0) {
       await Promise.all(
         [...writes].map(async ([f, w]) => {
-          const data = w.parts.length === 1 ? w.parts[0]! : Buffer.concat(w.parts);
-          let off = 0;
-          while (off < data.length) {
-            const { bytesWritten } = await f.fh.write(data, off, data.length - off, w.at + off);
-            off += bytesWritten;
-          }
+          const n = await writeAllParts(f.fh, w.parts, w.at);
           await f.fh.datasync();
-          this.bytesSpilled += data.length;
+          this.bytesSpilled += n;
         }),
       );
       if (newFile) await fsyncDir(this.spillDir);

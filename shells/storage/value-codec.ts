@@ -86,6 +86,28 @@ class Writer {
   }
 
   string(s: string): void {
+    // Short ASCII strings (keys, ids, states: most of a record) are written
+    // directly: the same bytes as UTF-8 with a one-byte varint length, without
+    // the allocation TextEncoder.encode makes per string.
+    const n = s.length;
+    if (n < 0x80) {
+      let ascii = true;
+      for (let i = 0; i < n; i++) {
+        if (s.charCodeAt(i) >= 0x80) {
+          ascii = false;
+          break;
+        }
+      }
+      if (ascii) {
+        this.ensure(n + 1);
+        const buf = this.buf;
+        let at = this.len;
+        buf[at++] = n;
+        for (let i = 0; i < n; i++) buf[at++] = s.charCodeAt(i);
+        this.len = at;
+        return;
+      }
+    }
     const b = enc.encode(s);
     this.varint(b.length);
     this.bytes(b);

@@ -103,7 +103,7 @@ import {
   unlinkIfExists,
   writeFully,
 } from './fs-util.js';
-import { loadSqlJs, type SqlJsDatabase, type SqlJsStatic, type SqlValue } from './sql-js.js';
+import { loadSqlJs, type SqlJsDatabase, type SqlJsStatement, type SqlJsStatic, type SqlValue } from './sql-js.js';
 
 export type { Param, Stmt } from './journal.js';
 export type { SqlValue } from './sql-js.js';
@@ -183,14 +183,66 @@ interface LoadedState {
 
 const TXN_CONTROL = /^(?:\s|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|ATTACH|DETACH|VACUUM)\b/i;
 
+/**
+ * Prepared statements per database, by SQL text: sql.js's `db.run(sql)`
+ * parses and plans the statement on every call, which was most of the cost
+ * of a small batch (every output chunk's rows). The cache is bounded (a store
+ * uses a handful of statement texts) and is dropped whenever sql.js frees the
+ * statements itself (`export()`, `close()`).
+ */
+const statementCache = new WeakMap<SqlJsDatabase, Map<string, SqlJsStatement>>();
+const STATEMENT_CACHE_MAX = 64;
+
+function cachedStatement(db: SqlJsDatabase, sql: string): SqlJsStatement {
+  let cache = statementCache.get(db);
+  let st = cache?.get(sql);
+  if (st) return st;
+  if (cache && cache.size >= STATEMENT_CACHE_MAX) {
+    forgetStatements(db);
+    cache = undefined;
+  }
+  if (!cache) statementCache.set(db, (cache = new Map()));
+  st = db.prepare(sql);
+  cache.set(sql, st);
+  return st;
+}
+
+/** Free the cached statements of `db` (before export/close, which would free them anyway). */
+function forgetStatements(db: SqlJsDatabase): void {
+  const cache = statementCache.get(db);
+  if (!cache) return;
+  statementCache.delete(db);
+  for (const st of cache.values()) {
+    try {
+      st.free();
+    } catch {
+      // already freed by sql.js
+    }
+  }
+}
+
+/** Run one statement (no result rows wanted) through the cache. */
+function runCached(db: SqlJsDatabase, sql: string, params?: readonly Param[]): void {
+  const st = cachedStatement(db, sql);
+  try {
+    if (params !== undefined && params.length > 0) st.bind(params as SqlValue[]);
+    while (st.step()) {
+      // statements run for their effect; a row (e.g. from a PRAGMA) is skipped
+    }
+  } finally {
+    st.reset();
+  }
+}
+
 function executeBatch(db: SqlJsDatabase, stmts: readonly Stmt[]): void {
-  db.exec('PRAGMA query_only=0; BEGIN');
+  runCached(db, 'PRAGMA query_only=0');
+  runCached(db, 'BEGIN');
   try {
     for (const s of stmts) {
       if (s.params === undefined) db.run(s.sql);
-      else db.run(s.sql, s.params);
+      else runCached(db, s.sql, s.params);
     }
-    db.exec('COMMIT');
+    runCached(db, 'COMMIT');
   } catch (err) {
     try {
       db.exec('ROLLBACK');
@@ -199,7 +251,7 @@ function executeBatch(db: SqlJsDatabase, stmts: readonly Stmt[]): void {
     }
     throw err;
   } finally {
-    db.exec('PRAGMA query_only=1');
+    runCached(db, 'PRAGMA query_only=1');
   }
 }
 
@@ -629,6 +681,7 @@ export class DurableDb {
   private async runCheckpoint(): Promise<void> {
     // Synchronous section: the image holds exactly the batches applied so far,
     // including queued ones not yet in the journal ("covered").
+    forgetStatements(this.db);
     const image = this.db.export();
     const covered = this.pending.splice(0);
     const epoch = this.snapEpoch + 1;

@@ -66,6 +66,36 @@ export async function writeFully(fh: fsp.FileHandle, data: Uint8Array, position:
   }
 }
 
+/**
+ * Write `parts` one after another at `position`, with one `pwritev` where the
+ * kernel takes them all (no concatenated copy of the group's bytes); a short
+ * write continues with the rest.
+ */
+export async function writeAllParts(fh: fsp.FileHandle, parts: readonly Uint8Array[], position: number): Promise<number> {
+  let total = 0;
+  for (const p of parts) total += p.length;
+  if (parts.length === 1) {
+    await writeFully(fh, parts[0]!, position);
+    return total;
+  }
+  const { bytesWritten } = await fh.writev(parts as Uint8Array[], position);
+  if (bytesWritten < total) {
+    // Rare: finish what the kernel did not take, from where it stopped.
+    let skip = bytesWritten;
+    const rest: Uint8Array[] = [];
+    for (const p of parts) {
+      if (skip >= p.length) {
+        skip -= p.length;
+        continue;
+      }
+      rest.push(skip > 0 ? p.subarray(skip) : p);
+      skip = 0;
+    }
+    await writeFully(fh, Buffer.concat(rest), position + bytesWritten);
+  }
+  return total;
+}
+
 export async function readIfExists(file: string): Promise<Buffer | null> {
   try {
     return await fsp.readFile(file);

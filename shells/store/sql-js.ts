@@ -11,6 +11,7 @@ export type SqlValue = number | string | Uint8Array | bigint | null;
 export interface SqlJsStatement {
   bind(values?: SqlValue[]): boolean;
   step(): boolean;
+  reset(): boolean;
   getAsObject(params?: null, config?: { useBigInt?: boolean }): Record<string, SqlValue>;
   free(): boolean;
 }

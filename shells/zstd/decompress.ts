@@ -39,7 +39,7 @@
  */
 import { Decompress } from 'fzstd';
 import { scanZstdFrame } from './frame-header.js';
-import { nativeDecode, ZSTD_BACKEND, type ZstdBackend } from './native.js';
+import { nativeDecode, nativeDecodedSize, ZSTD_BACKEND, type ZstdBackend } from './native.js';
 
 export const DEFAULT_DECOMPRESS_LIMIT = 64 * 1024;
 /**
@@ -67,12 +67,8 @@ function bad(message: string): DecompressResult {
  * `limit` must be a non-negative integer (a RangeError is thrown otherwise:
  * that is a caller bug, not bad input).
  */
-export function decompressValidated(
-  frame: Uint8Array,
-  declaredOriginalSize: number,
-  limit: number = DEFAULT_DECOMPRESS_LIMIT,
-  backend: ZstdBackend = ZSTD_BACKEND,
-): DecompressResult {
+/** Everything checked before decoding (see the module comment); null when the frame may be decoded. */
+function precheck(frame: Uint8Array, declaredOriginalSize: number, limit: number): DecompressResult | null {
   if (!Number.isSafeInteger(limit) || limit < 0) {
     throw new RangeError(`decompressValidated: limit must be a non-negative integer, got ${limit}`);
   }
@@ -108,6 +104,48 @@ export function decompressValidated(
       `zstd blocks cannot decode to ${declared} bytes (raw/RLE ${scan.rawAndRleBytes}, upper bound ${scan.decodedSizeUpperBound})`,
     );
   }
+
+  return null;
+}
+
+/**
+ * The same verdict as `decompressValidated`, for a caller that needs only the
+ * decoded size (the server validating a frame it stores as it came, R-T3):
+ * on the native backend the frame is decoded into a reused scratch buffer
+ * with a reused context (`nativeDecodedSize`), so nothing is allocated per
+ * frame.
+ */
+export function validateCompressed(
+  frame: Uint8Array,
+  declaredOriginalSize: number,
+  limit: number = DEFAULT_DECOMPRESS_LIMIT,
+  backend: ZstdBackend = ZSTD_BACKEND,
+): { ok: true; size: number } | { ok: false; code: DecompressErrorCode; message: string } {
+  if (backend !== 'native') {
+    const r = decompressValidated(frame, declaredOriginalSize, limit, backend);
+    return r.ok ? { ok: true, size: r.data.length } : r;
+  }
+  const refused = precheck(frame, declaredOriginalSize, limit);
+  if (refused) return refused as { ok: false; code: DecompressErrorCode; message: string };
+  const declared = declaredOriginalSize;
+  const r = nativeDecodedSize(frame, declared);
+  if (r.ok) {
+    if (r.size !== declared) return { ok: false, code: 'BAD_COMPRESSION', message: `zstd frame decoded to ${r.size} bytes but ${declared} were declared` };
+    return r;
+  }
+  if (r.overflow) return { ok: false, code: 'BAD_COMPRESSION', message: `zstd frame decodes to more than the declared ${declared} bytes` };
+  return { ok: false, code: 'BAD_COMPRESSION', message: `zstd decoding failed: ${r.message}` };
+}
+
+export function decompressValidated(
+  frame: Uint8Array,
+  declaredOriginalSize: number,
+  limit: number = DEFAULT_DECOMPRESS_LIMIT,
+  backend: ZstdBackend = ZSTD_BACKEND,
+): DecompressResult {
+  const refused = precheck(frame, declaredOriginalSize, limit);
+  if (refused) return refused;
+  const declared = declaredOriginalSize;
 
   if (backend === 'native') {
     const r = nativeDecode(frame, declared);

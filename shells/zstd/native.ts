@@ -111,6 +111,101 @@ export function nativeDecode(frame: Uint8Array, declared: number): NativeDecodeR
   return { ok: true, data: new Uint8Array(out.buffer, out.byteOffset, out.length) };
 }
 
+/**
+ * One reused native decoder for validation only (the server checks every
+ * incoming frame against its declared size, R-T3, and keeps the frame, not
+ * the output): `zstdDecompressSync` builds a zlib stream object, a libzstd
+ * context and an output buffer per call, which cost more than the decoding
+ * of a 64 KiB frame. Here one context is reset before each frame and decodes
+ * into one scratch buffer of declared + 1 bytes (the same bound as
+ * `nativeDecode`: output past the declared size is detected inside it,
+ * nothing more is ever written). This drives node:zlib's stream handle
+ * directly (`_handle.writeSync`, `_writeState`), which is not public API:
+ * when those members are missing (another Node), or after any error, it falls
+ * back to `nativeDecode`, so the verdict never depends on this path existing.
+ */
+interface ZstdStreamHandle {
+  writeSync(flush: number, input: Uint8Array, inOff: number, inLen: number, out: Uint8Array, outOff: number, outLen: number): void;
+  reset(): void;
+  close(): void;
+  onerror: (message: string, errno: number, code: string) => void;
+}
+
+interface ReusedDecoder {
+  handle: ZstdStreamHandle;
+  state: Uint32Array;
+  error: { message: string; code: string } | null;
+}
+
+let reused: ReusedDecoder | null = null;
+let reuseUnavailable = false;
+let scratch = new Uint8Array(64 * 1024 + 1);
+
+function reusedDecoder(): ReusedDecoder | null {
+  if (reused || reuseUnavailable || !api) return reused;
+  try {
+    const c = api.constants;
+    const Ctor = (zlib as unknown as { ZstdDecompress?: new (o: object) => { _handle?: unknown; _writeState?: unknown; on(e: string, f: () => void): void } }).ZstdDecompress;
+    if (typeof Ctor !== 'function') throw new Error('no ZstdDecompress');
+    const engine = new Ctor({ params: { [c['ZSTD_d_windowLogMax']!]: NATIVE_WINDOW_LOG_MAX } });
+    engine.on('error', () => {});
+    const handle = engine._handle as Partial<ZstdStreamHandle> | undefined;
+    const state = engine._writeState;
+    if (!handle || typeof handle.writeSync !== 'function' || typeof handle.reset !== 'function' || !(state instanceof Uint32Array) || state.length < 2) {
+      throw new Error('node:zlib internals differ');
+    }
+    const d: ReusedDecoder = { handle: handle as ZstdStreamHandle, state, error: null };
+    d.handle.onerror = (message, _errno, code) => {
+      d.error = { message, code };
+    };
+    reused = d;
+  } catch {
+    reuseUnavailable = true;
+  }
+  return reused;
+}
+
+function dropReused(): void {
+  const d = reused;
+  reused = null;
+  try {
+    d?.handle.close();
+  } catch {
+    // gone already
+  }
+}
+
+/**
+ * The decoded size of one frame, decoding at most `declared` + 1 bytes
+ * (the caller has checked the frame's structure, as for `nativeDecode`).
+ * `ok` with the exact size produced, or an overflow / failure.
+ */
+export function nativeDecodedSize(frame: Uint8Array, declared: number): { ok: true; size: number } | { ok: false; overflow: boolean; message: string } {
+  if (!api) throw new Error('node:zlib has no zstd in this Node');
+  const d = reusedDecoder();
+  if (d) {
+    const cap = declared + 1;
+    if (scratch.length < cap) scratch = new Uint8Array(cap);
+    d.error = null;
+    try {
+      d.handle.reset();
+      d.handle.writeSync(api.constants['ZSTD_e_end'] ?? 2, frame, 0, frame.length, scratch, 0, cap);
+    } catch (err) {
+      d.error = { message: err instanceof Error ? err.message : String(err), code: '' };
+    }
+    if (!d.error) {
+      const produced = cap - d.state[0]!;
+      const leftIn = d.state[1]!;
+      if (produced > declared) return { ok: false, overflow: true, message: 'overflow' };
+      if (leftIn === 0) return { ok: true, size: produced };
+    }
+    // An error, or input left over: decide on the one-shot path, from a fresh context next time.
+    dropReused();
+  }
+  const r = nativeDecode(frame, declared);
+  return r.ok ? { ok: true, size: r.data.length } : r;
+}
+
 function selfTest(): boolean {
   if (!api) return false;
   try {

@@ -31,6 +31,28 @@ describe("storage value codec", () => {
     );
   });
 
+  it("writes a string as tag, varint UTF-8 length, UTF-8 bytes, on the ASCII fast path and off it (stored rows stay readable)", () => {
+    const varint = (n: number): number[] => {
+      const out: number[] = [];
+      while (n >= 0x80) {
+        out.push((n % 0x80) | 0x80);
+        n = Math.floor(n / 0x80);
+      }
+      out.push(n);
+      return out;
+    };
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ maxLength: 200 }), fc.string({ unit: "grapheme", maxLength: 200 }), fc.string({ unit: "binary-ascii", minLength: 120, maxLength: 140 })), (str) => {
+        const utf8 = [...Buffer.from(str, "utf8")];
+        const bytes = [...encodeValue(str)];
+        // the tag byte, then exactly the length and bytes any UTF-8 writer produces
+        expect(bytes.slice(1)).toEqual([...varint(utf8.length), ...utf8]);
+        expect(decodeValue(encodeValue(str))).toBe(str);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it("is canonical: key order does not change the bytes", () => {
     fc.assert(
       fc.property(fc.dictionary(fc.string().filter((k) => k !== "__proto__"), fc.integer(), { maxKeys: 8 }), (o) => {

@@ -80,6 +80,30 @@ describe('DurableDb basics', () => {
   });
 });
 
+describe('prepared statements', () => {
+  it('more distinct statements than the cache holds, reused around a checkpoint (which frees them), give the same rows live and after replay', async () => {
+    const dir = await tempDir();
+    const db = await openDb(dir);
+    const want: number[] = [];
+    // 150 distinct SQL texts (the cache holds 64), each used twice, a checkpoint in the middle.
+    for (let round = 0; round < 2; round++) {
+      for (let k = 0; k < 150; k++) {
+        const n = round * 1000 + k;
+        await db.apply([{ sql: `INSERT INTO seqs (n) VALUES (? + ${k})`, params: [n - k] }]);
+        want.push(n);
+        if (round === 0 && k === 100) await db.checkpoint();
+      }
+    }
+    await expect(db.apply([{ sql: 'INSERT INTO seqs (n) VALUES (? + 5)', params: [0] }])).rejects.toMatchObject({ code: 'SQLITE_CONSTRAINT_PRIMARYKEY' });
+    await db.apply([{ sql: 'INSERT INTO seqs (n) VALUES (? + 5)', params: [9000] }]);
+    want.push(9005);
+    expect(seqs(db)).toEqual(want);
+    await closeDb(db);
+    const db2 = await openDb(dir);
+    expect(seqs(db2)).toEqual(want);
+  });
+});
+
 describe('group commit', () => {
   it('200 concurrent applies share few fsyncs and resolve in apply order', async () => {
     const dir = await tempDir();
