@@ -106,6 +106,10 @@ export interface AgentDaemonOptions {
 }
 
 /** Per-connection staging bound; large enough for the server's windows (stdin and script: 256 KiB per command, even as tiny writes). */
+/** `close({killProcesses})`: how long commands get between SIGTERM and SIGKILL (ms). Below systemd's TimeoutStopSec (90 s). */
+export const STOP_KILL_GRACE_MS = 5000;
+/** How often `close()` looks whether the commands it sent SIGTERM have exited (ms). */
+const STOP_POLL_MS = 50;
 export const DEFAULT_AGENT_STAGING: StagingLimits = { maxBytes: 24 * 1024 * 1024, maxCount: 262_144 };
 
 const SHELLS: Partial<Record<ShellType, ShellName>> = {
@@ -508,15 +512,37 @@ export class AgentDaemon {
     else process.exit(70);
   }
 
-  /** Stop: close the link, leave processes running (a restart reports them interrupted). */
-  async close(opts: { killProcesses?: boolean } = {}): Promise<void> {
+  /**
+   * Stop: close the link, then either leave processes running (a restart
+   * reports them interrupted) or, with `killProcesses`, stop them as an
+   * admin expects of `systemctl stop`: SIGTERM to every command's process
+   * group, up to `killGraceMs` (default STOP_KILL_GRACE_MS) for them to
+   * exit, then SIGKILL to whatever is left. The core no longer runs while
+   * they exit, so their ends are not recorded: after a restart they are
+   * `interrupted` (the agent lost them), never relaunched.
+   */
+  async close(opts: { killProcesses?: boolean; killGraceMs?: number } = {}): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
     clearInterval(this.deadlineTimer);
     this.loop.stop();
     for (const l of this.links.values()) l.ws.terminate();
-    if (opts.killProcesses) for (const h of this.procs.values()) h.signal("SIGKILL");
+    if (opts.killProcesses) await this.stopProcesses(opts.killGraceMs ?? STOP_KILL_GRACE_MS);
     if (this.helper) for (const h of this.procs.values()) this.helper.abandon(h);
     await this.store.close();
+  }
+
+  private async stopProcesses(graceMs: number): Promise<void> {
+    const live = (): ProcessHandle[] => [...this.procs.values()].filter((h) => h.state === "starting" || h.state === "running");
+    let left = live();
+    if (left.length === 0) return;
+    for (const h of left) h.signal("SIGTERM");
+    const deadline = Date.now() + graceMs;
+    while (left.length > 0 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, STOP_POLL_MS));
+      left = live();
+    }
+    for (const h of left) h.signal("SIGKILL");
+    if (left.length > 0) this.log.info("stopped commands that outlived the grace", { sigkilled: left.length, graceMs });
   }
 }
