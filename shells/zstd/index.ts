@@ -33,6 +33,7 @@ export {
 } from './compress.js';
 export {
   decompressValidated,
+  decompressRun,
   DEFAULT_DECOMPRESS_LIMIT,
   DECODER_MAX_WINDOW_BYTES,
 } from './decompress.js';

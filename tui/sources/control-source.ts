@@ -13,7 +13,7 @@ import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { createControlClient, describeError, isTransient, type ControlClient } from "../../shells/operator/control-client.js";
-import { claimInfo, commandInfo, incidentInfo, outputItem, sessionInfos, signalKind } from "../../shells/operator/model.js";
+import { claimInfo, commandInfo, FOLLOW_MAX_BATCH_BYTES, followEvents, incidentInfo, outputItem, sessionInfos, signalKind } from "../../shells/operator/model.js";
 import { OutputBuffer } from "../output-buffer.js";
 import {
   Emitter,
@@ -201,24 +201,27 @@ export class ControlSource implements DataSource {
       let delay = 250;
       while (!abort.signal.aborted && !this.closed) {
         try {
-          for await (const m of this.rpc.followOutput({ issueUuid: w.buf.uuid, fromEventSeq: BigInt(w.buf.next), follow: true }, { signal: abort.signal })) {
+          for await (const batch of this.rpc.followOutput({ issueUuid: w.buf.uuid, fromEventSeq: BigInt(w.buf.next), follow: true, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES }, { signal: abort.signal })) {
             delay = 250;
             if (w.buf.error) w.buf.error = null;
-            if (m.item.case === "finished") {
-              const c = commandInfo(m.item.value);
-              w.buf.command = c;
-              w.buf.finished = true;
-              this.patchCommand(c);
-            } else {
-              const it = outputItem(m);
-              if (!it) continue;
-              w.buf.add(it);
-              if (it.kind === "lifecycle" && w.buf.command) {
-                const c = { ...w.buf.command, state: it.state, revision: Math.max(w.buf.command.revision, it.revision) };
-                if (it.exitCode !== null) c.exitCode = it.exitCode;
-                if (it.signalName) c.signalName = it.signalName;
+            // A batch of events is one change for the view.
+            for (const m of followEvents(batch)) {
+              if (m.item.case === "finished") {
+                const c = commandInfo(m.item.value);
                 w.buf.command = c;
+                w.buf.finished = true;
                 this.patchCommand(c);
+              } else {
+                const it = outputItem(m);
+                if (!it) continue;
+                w.buf.add(it);
+                if (it.kind === "lifecycle" && w.buf.command) {
+                  const c = { ...w.buf.command, state: it.state, revision: Math.max(w.buf.command.revision, it.revision) };
+                  if (it.exitCode !== null) c.exitCode = it.exitCode;
+                  if (it.signalName) c.signalName = it.signalName;
+                  w.buf.command = c;
+                  this.patchCommand(c);
+                }
               }
             }
             this.em.changed();
