@@ -250,11 +250,11 @@ async function write(s: NodeJS.WritableStream, data: Uint8Array | string): Promi
  * then the same wait for drain and the same errors as `write`.
  */
 async function writeMany(s: NodeJS.WritableStream, parts: Uint8Array[]): Promise<void> {
-  const w = s as NodeJS.WritableStream & { cork?: () => void; uncork?: () => void };
-  if (parts.length === 1 || typeof w.cork !== "function" || typeof w.uncork !== "function") {
-    for (const p of parts) await write(s, p);
-    return;
-  }
+  const w = s as NodeJS.WritableStream & { cork?: () => void; uncork?: () => void; _writev?: unknown };
+  if (parts.length === 1) return write(s, parts[0]!);
+  // Without a writev, corked writes would still reach the stream one by one (and go on after
+  // an EPIPE): one concatenated write instead.
+  if (typeof w.cork !== "function" || typeof w.uncork !== "function" || typeof w._writev !== "function") return write(s, Buffer.concat(parts));
   if (watch(s).error !== null) throw new OutputClosedError(watch(s).error);
   w.cork();
   let last: Promise<void>;

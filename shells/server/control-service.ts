@@ -54,7 +54,6 @@ import {
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { promises as fsp } from "node:fs";
 import { decompressRun } from "../zstd/index.js";
-import { batchResponse } from "./follow-wire.js";
 import type { SegmentPointer } from "../storage/server-storage.js";
 import type { ServerDaemon } from "./server-daemon.js";
 
@@ -237,7 +236,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         const budget = batched ? Math.min(req.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
         for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx, budget)) {
           if (!batched || batch.length === 1) yield* batch;
-          else yield batchResponse(req.issueUuid, batch);
+          else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
         }
       } catch (err) {
         if (!(err instanceof ConnectError)) d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
@@ -495,7 +494,7 @@ function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["r
  * `npm run chaos`). Events are sent only through the committed (durable)
  * storedThrough.
  */
-async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: HandlerContext, budget: number): AsyncGenerator<FollowItem[]> {
+export async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: { signal: AbortSignal }, budget: number): AsyncGenerator<FollowItem[]> {
   let next = Math.max(1, from);
   let markerThrough = 0;
   const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };

@@ -4,13 +4,12 @@
  * protobuf-es copies every output byte several times (each nested message is
  * written, then moved when its length prefix widens, then the writer's
  * buffer is grown by doubling and sliced) and that was most of the server's
- * CPU on a read-back. Here the bytes of field 14 are laid out by hand in one
- * buffer of the exact size: each output event's few scalar fields, then its
- * data copied in once from the decompressed run. The response itself is a
- * protobuf-es message whose field 14 travels as one pre-encoded unknown field
- * (`$unknown`), which protobuf-es writes verbatim after its known fields, so
- * readers decode an ordinary `events` list. Events other than output (markers,
- * lifecycle) are few and go through toBinary.
+ * CPU on a read-back (and Connect's envelope copies the result once more).
+ * Here a batch is laid out by hand in one buffer of the exact size, envelope
+ * included: each output event's few scalar fields, then its data copied in
+ * once from the decompressed run; follow-http.ts writes that buffer to the
+ * socket as it is. Events other than output (markers, lifecycle) are few and
+ * go through toBinary.
  *
  * The layout is the standard protobuf encoding of FollowOutputResponse
  * (protos/rvbox/v1/control.proto), checked against toBinary in
@@ -19,13 +18,12 @@
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import { OutputStream } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { FollowOutputResponseSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
 
-/** Field 14 of FollowOutputResponse (`events`). */
-const EVENTS_FIELD = 14;
-const TAG_EVENTS = (EVENTS_FIELD << 3) | WireType.LengthDelimited;
+/** Field 14 of FollowOutputResponse (`events`), length-delimited. */
+const TAG_EVENTS = (14 << 3) | WireType.LengthDelimited;
 
 function varintLen(v: number): number {
   let n = 1;
@@ -127,14 +125,15 @@ function asOutput(it: FollowItem): OutputEvent | null {
 }
 
 /**
- * One response carrying `items` as its `events` (field 14), encoded once:
- * the bytes of all of them, with their tags and lengths, in one buffer that
- * protobuf-es writes verbatim.
+ * The Connect envelope (1 flag byte, 4 length bytes) and the encoded
+ * FollowOutputResponse carrying `items` as its `events` (field 14), in one
+ * buffer of the exact size: each output event's data is copied once, from
+ * the decompressed run into place.
  */
-export function batchResponse(uuid: string, items: readonly FollowItem[]): FollowOutputResponse {
+export function batchEnvelope(uuid: string, items: readonly FollowItem[]): Buffer {
   const uuidBytes = utf8.encode(uuid);
   const parts: Array<{ out: OutputEvent; z: ReturnType<typeof outputSizes> } | Uint8Array> = [];
-  let total = 0;
+  let events = 0;
   for (const it of items) {
     const out = asOutput(it);
     let len: number;
@@ -147,14 +146,28 @@ export function batchResponse(uuid: string, items: readonly FollowItem[]): Follo
       parts.push(b);
       len = b.length;
     }
-    total += 1 + varintLen(len) + len;
+    events += 1 + varintLen(len) + len;
   }
-  // protobuf-es writes the unknown field as tag + these bytes: the first tag is its.
+  const lastSeq = Number(items[items.length - 1]?.eventSeq ?? 0n);
+  // FollowOutputResponse { issue_uuid = 1; event_seq = 2; repeated events = 14; }
+  const message = (uuidBytes.length > 0 ? 1 + varintLen(uuidBytes.length) + uuidBytes.length : 0) + (lastSeq !== 0 ? 1 + varintLen(lastSeq) : 0) + events;
   // Not zero-filled: every byte is written below (checked at the end).
-  const buf = Buffer.allocUnsafe(total - 1);
-  let at = 0;
-  for (const [i, p] of parts.entries()) {
-    if (i > 0) buf[at++] = TAG_EVENTS;
+  const buf = Buffer.allocUnsafe(5 + message);
+  buf[0] = 0; // flags: an uncompressed message
+  buf.writeUInt32BE(message, 1);
+  let at = 5;
+  if (uuidBytes.length > 0) {
+    buf[at++] = 0x0a;
+    at = putVarint(buf, at, uuidBytes.length);
+    buf.set(uuidBytes, at);
+    at += uuidBytes.length;
+  }
+  if (lastSeq !== 0) {
+    buf[at++] = 0x10;
+    at = putVarint(buf, at, lastSeq);
+  }
+  for (const p of parts) {
+    buf[at++] = TAG_EVENTS;
     if (p instanceof Uint8Array) {
       at = putVarint(buf, at, p.length);
       buf.set(p, at);
@@ -165,8 +178,15 @@ export function batchResponse(uuid: string, items: readonly FollowItem[]): Follo
     }
   }
   if (at !== buf.length) throw new Error(`FollowOutput batch encoding: wrote ${at} of ${buf.length} bytes`);
-  const last = items[items.length - 1];
-  const m = create(FollowOutputResponseSchema, { issueUuid: uuid, eventSeq: last?.eventSeq ?? 0n });
-  m.$unknown = [{ no: EVENTS_FIELD, wireType: WireType.LengthDelimited, data: buf }];
-  return m;
+  return buf;
+}
+
+/** One event alone (the original form), enveloped. */
+export function singleEnvelope(it: FollowItem): Buffer {
+  const b = toBinary(FollowOutputResponseSchema, create(FollowOutputResponseSchema, it));
+  const buf = Buffer.allocUnsafe(5 + b.length);
+  buf[0] = 0;
+  buf.writeUInt32BE(b.length, 1);
+  buf.set(b, 5);
+  return buf;
 }

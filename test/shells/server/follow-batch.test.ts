@@ -13,12 +13,15 @@ import { CommandLifecycle as L, OutputStream, TruncationCause } from "../../../p
 import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../../protos/gen/rvbox/v1/control_pb.js";
 import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
 import { FOLLOW_BATCH_BYTES, followGauge } from "../../../shells/server/control-service.js";
-import { batchResponse } from "../../../shells/server/follow-wire.js";
+import { batchEnvelope } from "../../../shells/server/follow-wire.js";
 import { followEvents } from "../../../shells/operator/model.js";
-import { cleanupTemp, sleep, startAgent, startServer, tempDir, waitFor, type TestServer } from "../e2e/helpers.js";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ControlService } from "../../../protos/gen/rvbox/v1/control_pb.js";
+import { cleanupTemp, OPERATOR_TOKEN, sleep, startAgent, startServer, tempDir, waitFor, type TestServer } from "../e2e/helpers.js";
 
 describe("FollowOutput batches: encoding", () => {
-  it("R-O4: a hand-laid batch decodes exactly like protobuf-es's encoding of the same events", () => {
+  it("R-O4: a hand-laid batch is byte for byte protobuf-es's encoding of the same events, in a Connect envelope", () => {
     const uuid = "0b7f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b";
     const data = (n: number, seed: number) => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255);
     const items = [
@@ -33,7 +36,10 @@ describe("FollowOutput batches: encoding", () => {
       },
       { issueUuid: uuid, eventSeq: 10n, commandRevision: 3n, time: timestampFromMs(99_999), item: { case: "lifecycle" as const, value: { state: L.SUCCEEDED, exitCode: 0 } } },
     ];
-    const ours = toBinary(FollowOutputResponseSchema, batchResponse(uuid, items));
+    const env = batchEnvelope(uuid, items);
+    expect(env[0]).toBe(0);
+    expect(env.readUInt32BE(1)).toBe(env.length - 5);
+    const ours = env.subarray(5);
     const theirs = toBinary(FollowOutputResponseSchema, create(FollowOutputResponseSchema, { issueUuid: uuid, eventSeq: 10n, events: items }));
     expect(Buffer.from(ours).equals(Buffer.from(theirs))).toBe(true);
     const back = fromBinary(FollowOutputResponseSchema, ours);
@@ -77,14 +83,16 @@ describe("FollowOutput batches: in-process server and agent", () => {
     const r = await s.client.submitCommand({ clientId: "host-b", program: { case: "argv", value: { argv: ["cat", file] } } });
     const uuid = r.command!.issueUuid;
     await finished(uuid);
-    const read = async (maxBatchBytes: number) => {
+    // JSON is served by connect-node's handler, the binary form by follow-http.ts: both batch.
+    const json = createClient(ControlService, createConnectTransport({ baseUrl: s.controlUrl, httpVersion: "1.1", useBinaryFormat: false, interceptors: [(next) => (req) => (req.header.set("Authorization", `Bearer ${OPERATOR_TOKEN}`), next(req))] }));
+    const read = async (maxBatchBytes: number, client = s.client) => {
       const h = createHash("sha256");
       let responses = 0;
       let events = 0;
       let outputs = 0;
       let seq = 0;
       let maxBytes = 0;
-      for await (const m of s.client.followOutput({ issueUuid: uuid, follow: false, maxBatchBytes })) {
+      for await (const m of client.followOutput({ issueUuid: uuid, follow: false, maxBatchBytes })) {
         responses++;
         let bytes = 0;
         for (const e of followEvents(m)) {
@@ -112,6 +120,12 @@ describe("FollowOutput batches: in-process server and agent", () => {
     expect(batched.events).toBe(single.events);
     expect(batched.responses * 8).toBeLessThanOrEqual(batched.events);
     expect(batched.maxBytes).toBeLessThanOrEqual(FOLLOW_BATCH_BYTES);
+    const viaJson = await read(1024 * 1024, json);
+    expect(viaJson.sha).toBe(want);
+    expect(viaJson.responses).toBe(batched.responses);
+    expect(viaJson.events).toBe(batched.events);
+    const singleJson = await read(0, json);
+    expect(singleJson.responses).toBe(single.responses);
     // A small max_batch_bytes is honoured (one 64 KiB event is always allowed).
     const small = await read(64 * 1024);
     expect(small.sha).toBe(want);
