@@ -367,7 +367,7 @@ async function benchRetention(env: Env): Promise<void> {
 }
 
 /** Runs argv to exit; stdout hashed (and counted), never buffered whole. */
-function timedRun(argv: string[], env?: NodeJS.ProcessEnv): Promise<{ secs: number; code: number | null; bytes: number; sha: string }> {
+function timedRun(argv: string[], env?: NodeJS.ProcessEnv): Promise<{ secs: number; code: number | null; bytes: number; sha: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     const p = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: env ?? process.env });
@@ -383,7 +383,7 @@ function timedRun(argv: string[], env?: NodeJS.ProcessEnv): Promise<{ secs: numb
     p.on("close", (code) => {
       const secs = (performance.now() - t0) / 1000;
       if (code !== 0) process.stderr.write(`bench: ${argv.slice(0, 4).join(" ")} ... exited ${code}: ${err.trim()}\n`);
-      resolve({ secs, code, bytes, sha: h.digest("hex") });
+      resolve({ secs, code, bytes, sha: h.digest("hex"), stderr: err.trim() });
     });
   });
 }
@@ -415,8 +415,8 @@ async function benchSsh(env: Env): Promise<void> {
     const cliEnv = { ...process.env, RVBOX_SERVER: srv.controlUrl, RVBOX_TOKEN_FILE: path.join(env.dir, "operator-token") };
     const rvbox = (...a: string[]) => [process.execPath, path.join(ROOT, "bin/rvbox.js"), ...a];
     const mb = size / MiB;
-    const exact = (r: { sha: string; bytes: number }, who: string) => {
-      if (r.sha !== want) throw new Error(`${who}: received ${r.bytes} bytes whose SHA-256 differs from the file's (${size} bytes)`);
+    const exact = (r: { sha: string; bytes: number; stderr: string }, who: string) => {
+      if (r.sha !== want) throw new Error(`${who}: received ${r.bytes} bytes whose SHA-256 differs from the file's (${size} bytes); its stderr: ${r.stderr.slice(-1500) || "(empty)"}`);
     };
     // (a) live and (b) read back, alternating with ssh's `cat`.
     const live: number[] = [];
