@@ -10,7 +10,7 @@
 import { randomUUID, createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   Code,
   MAX_OPEN_INCIDENTS,
