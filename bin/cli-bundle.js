@@ -115,7 +115,7 @@ export async function buildBundle({ root, entry, dir, unbundled = [], external =
       outdir: tmp,
       entryNames: "[name]",
       external,
-      logLevel: "silent",
+      logLevel: process.env.RVBOX_BUNDLE_DEBUG ? "error" : "silent",
       plugins: [
         {
           name: "rvbox-inputs",

@@ -25,9 +25,12 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 // did; every other command (the operator commands, version, help) runs the
 // esbuild bundle of bin/rvbox.ts that bin/cli-bundle.js keeps current, or tsx
 // when it cannot build one. RVBOX_BUNDLE=0 forces tsx.
-const UNBUNDLED_COMMANDS = new Set(["server", "agent", "demo", "sim", "tui"]);
+// `completion` reads the daemons' own option tables (it imports their CLIs), so it
+// runs through tsx too: it runs once per install, not per keystroke (`__complete`,
+// what a TAB runs, is bundled).
+const UNBUNDLED_COMMANDS = new Set(["server", "agent", "demo", "sim", "tui", "completion"]);
 /** Their modules, left out of the bundle (bin/rvbox.ts and shells/operator/cli.ts import them lazily). */
-const UNBUNDLED_IMPORTS = ["../shells/cli/server-cli.js", "../shells/cli/agent-cli.js", "../shells/demo/demo.js", "../sim/cli.js", "../../tui/main.js"];
+const UNBUNDLED_IMPORTS = ["../shells/cli/completion-cli.js", "../shells/cli/server-cli.js", "../shells/cli/agent-cli.js", "../shells/demo/demo.js", "../sim/cli.js", "../../tui/main.js"];
 
 const MIN_MAJOR = 22;
 const MIN_MINOR = 15;

@@ -10,6 +10,11 @@
 //   fleet        commands/s across 200 agents  vs  bare spawns/s of `true`
 //   sessions     server RSS with 2,000 idle registered agent sessions
 //   retention    server RSS before/after retaining 1 GiB of output
+//   ssh          through the README's `rvbox` CLI (bin/rvbox.js) against `ssh` to a
+//                throwaway loopback sshd (scripts/lib/sshd.ts), same invocation:
+//                (a) 64 MiB of log text to the operator's stdout, live (`run --follow -- cat`)
+//                (b) the same read back once finished (`logs ID`), both byte-exact (SHA-256)
+//                (c) `run --follow -- true` from the shell to exit  vs  `ssh host true`
 //   soak         (only with --only=soak) both daemons' RSS over many short commands
 //
 // Flags: --only=a,b  --quick (smaller sizes, for a smoke run)
@@ -22,7 +27,7 @@
 //        --soak-pruned=N (its pruned-ledger bound; default 100,000)
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { appendFileSync, createWriteStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -33,6 +38,7 @@ import { CommandLifecycle } from "../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService } from "../protos/gen/rvbox/v1/control_pb.js";
 import { isTerminal } from "../core/index.js";
 import { logLikeChunks } from "./lib/log-text.js";
+import { startSshd } from "./lib/sshd.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const MiB = 1024 * 1024;
@@ -102,6 +108,8 @@ interface Env {
 interface ServerProc {
   proc: ChildProcess;
   url: string;
+  /** http://127.0.0.1:PORT of its control API. */
+  controlUrl: string;
   ctl: Ctl;
   stop(): Promise<void>;
 }
@@ -152,6 +160,7 @@ async function startServer(env: Env, name: string, limits?: Record<string, numbe
   return {
     proc,
     url: `ws://127.0.0.1:${ap}/v1/agent`,
+    controlUrl: `http://127.0.0.1:${cp}`,
     ctl,
     stop: async () => {
       proc.kill("SIGTERM");
@@ -367,6 +376,106 @@ async function benchRetention(env: Env): Promise<void> {
   report(`retention: server RSS ${points.join(" -> ")} retained (random bytes, default caps 256 MiB/command and 4 GiB/client, ${segs} segment+index files on disk, ${secs.toFixed(0)} s to push)`);
 }
 
+/** Runs argv to exit; stdout hashed (and counted), never buffered whole. */
+function timedRun(argv: string[], env?: NodeJS.ProcessEnv): Promise<{ secs: number; code: number | null; bytes: number; sha: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const p = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: env ?? process.env });
+    const h = createHash("sha256");
+    let bytes = 0;
+    let err = "";
+    p.stdout!.on("data", (d: Buffer) => {
+      bytes += d.length;
+      h.update(d);
+    });
+    p.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+    p.on("error", reject);
+    p.on("close", (code) => {
+      const secs = (performance.now() - t0) / 1000;
+      if (code !== 0) process.stderr.write(`bench: ${argv.slice(0, 4).join(" ")} ... exited ${code}: ${err.trim()}\n`);
+      resolve({ secs, code, bytes, sha: h.digest("hex"), stderr: err.trim() });
+    });
+  });
+}
+
+function sha256File(file: string): string {
+  return createHash("sha256").update(readFileSync(file)).digest("hex");
+}
+
+/**
+ * The operator's view against ssh's, in one invocation: a throwaway sshd on a
+ * loopback port (scripts/lib/sshd.ts) and a compiled server and agent on the
+ * same machine. The rvbox side is the README's `rvbox` (bin/rvbox.js, started
+ * by the project's Node), its stdout a pipe into this process, hashed; the
+ * ssh side is `ssh host CMD` over a multiplexed master connection, hashed
+ * the same way. Runs alternate (ssh, rvbox, ssh, rvbox, ...).
+ */
+async function benchSsh(env: Env): Promise<void> {
+  const size = QUICK ? 16 * MiB : 64 * MiB;
+  const rounds = QUICK ? 1 : 3;
+  const trues = QUICK ? 5 : 15;
+  const file = path.join(env.dir, "ssh-log.txt");
+  await logLikeFile(file, size);
+  const want = sha256File(file);
+  const sshd = await startSshd();
+  const srv = await startServer(env, "ssh");
+  const agent = startAgent(env, srv.url, "ssh-agent");
+  try {
+    await connected(srv.ctl, ["ssh-agent"]);
+    const cliEnv = { ...process.env, RVBOX_SERVER: srv.controlUrl, RVBOX_TOKEN_FILE: path.join(env.dir, "operator-token") };
+    const rvbox = (...a: string[]) => [process.execPath, path.join(ROOT, "bin/rvbox.js"), ...a];
+    const mb = size / MiB;
+    const exact = (r: { sha: string; bytes: number; stderr: string }, who: string) => {
+      if (r.sha !== want) throw new Error(`${who}: received ${r.bytes} bytes whose SHA-256 differs from the file's (${size} bytes); its stderr: ${r.stderr.slice(-1500) || "(empty)"}`);
+    };
+    // (a) live and (b) read back, alternating with ssh's `cat`.
+    const live: number[] = [];
+    const back: number[] = [];
+    const sshCat: number[] = [];
+    let srvCpuBack = 0;
+    let lastId = "";
+    for (let i = 0; i < rounds; i++) {
+      const s1 = await timedRun([...sshd.ssh, "--", `cat ${file}`]);
+      exact(s1, "ssh cat");
+      sshCat.push(s1.secs);
+      const a = await timedRun(rvbox("run", "ssh-agent", "--follow", "--", "cat", file), cliEnv);
+      exact(a, "rvbox run --follow");
+      live.push(a.secs);
+      // The id of the command just run: the newest of this client's.
+      const cs = (await srv.ctl.listCommands({ clientId: "ssh-agent" })).commands;
+      lastId = cs[0]!.issueUuid;
+      const s2 = await timedRun([...sshd.ssh, "--", `cat ${file}`]);
+      exact(s2, "ssh cat");
+      sshCat.push(s2.secs);
+      const cpu0 = cpuSecs(srv.proc.pid!);
+      const b = await timedRun(rvbox("logs", lastId), cliEnv);
+      srvCpuBack = cpuSecs(srv.proc.pid!) - cpu0;
+      exact(b, "rvbox logs");
+      back.push(b.secs);
+    }
+    const med = (xs: number[]) => pct(xs, 0.5);
+    const sshRate = mb / med(sshCat);
+    report(`ssh(a): rvbox run --follow -- cat ${mb} MiB to stdout, live, byte-exact: ${(mb / med(live)).toFixed(1)} MiB/s (median of ${rounds}: ${live.map((x) => x.toFixed(2)).join(", ")} s) | baseline ssh cat ${sshRate.toFixed(1)} MiB/s (median of ${sshCat.length}: ${sshCat.map((x) => x.toFixed(2)).join(", ")} s) | ratio ${(med(sshCat) / med(live)).toFixed(3)}x (target >= 1.0x)`);
+    report(`ssh(b): rvbox logs ID (finished, ${mb} MiB) to stdout, byte-exact: ${(mb / med(back)).toFixed(1)} MiB/s (median of ${rounds}: ${back.map((x) => x.toFixed(2)).join(", ")} s; server ${srvCpuBack.toFixed(2)} s CPU in the last) | baseline ssh cat ${sshRate.toFixed(1)} MiB/s | ratio ${(med(sshCat) / med(back)).toFixed(3)}x (target >= 2x)`);
+    // (c) `true`, shell to exit.
+    const rt: number[] = [];
+    const st: number[] = [];
+    for (let i = 0; i < trues + 1; i++) {
+      const s = await timedRun([...sshd.ssh, "--", "true"]);
+      const r = await timedRun(rvbox("run", "ssh-agent", "--follow", "--", "true"), cliEnv);
+      if (r.code !== 0 || s.code !== 0) throw new Error(`true: rvbox exited ${r.code}, ssh ${s.code}`);
+      if (i === 0) continue; // warm-up
+      rt.push(r.secs * 1000);
+      st.push(s.secs * 1000);
+    }
+    report(`ssh(c): rvbox run --follow -- true, shell to exit: p50 ${med(rt).toFixed(0)} ms (min ${Math.min(...rt).toFixed(0)}, n=${rt.length}) | baseline ssh host true p50 ${med(st).toFixed(0)} ms (min ${Math.min(...st).toFixed(0)}) | ratio ${(med(rt) / med(st)).toFixed(3)}x (target <= 0.5x)`);
+  } finally {
+    agent.kill("SIGTERM");
+    await srv.stop();
+    await sshd.close();
+  }
+}
+
 /**
  * Not in the default set (`--only=soak`, or `npm run soak`): many short commands through one
  * server and agent, both daemons' RSS sampled as they accumulate. The agent should level off
@@ -468,6 +577,7 @@ async function main(): Promise<void> {
     ["fleet", benchFleet],
     ["sessions", benchSessions],
     ["retention", benchRetention],
+    ["ssh", benchSsh],
     ["soak", benchSoak],
   ];
   try {

@@ -12,7 +12,7 @@ import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { describeError, isTransient, type ControlClient } from "./control-client.js";
 import { eventText } from "./markers.js";
 import { StreamLedger } from "./ledger.js";
-import { outputItem, type OutputItem, type StreamName } from "./model.js";
+import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "./model.js";
 
 export interface FollowIO {
   stdout: NodeJS.WritableStream;
@@ -135,6 +135,26 @@ class LineShaper {
   }
 }
 
+/** Output bytes for one sink, gathered across a batch's events and written at once (one writev). */
+class PendingWrite {
+  private to: Sink = "stdout";
+  private parts: Uint8Array[] = [];
+  constructor(private readonly out: (to: Sink, data: Uint8Array[]) => Promise<void>) {}
+
+  async add(to: Sink, data: Uint8Array): Promise<void> {
+    if (this.parts.length > 0 && to !== this.to) await this.flush();
+    this.parts.push(data);
+    this.to = to;
+  }
+
+  async flush(): Promise<void> {
+    if (this.parts.length === 0) return;
+    const parts = this.parts;
+    this.parts = [];
+    await this.out(this.to, parts);
+  }
+}
+
 const NOT_STARTED = new Set<number>([CommandLifecycle.QUEUED, CommandLifecycle.DISPATCHED, CommandLifecycle.ACCEPTED]);
 
 /** One GetCommand per poll, only until the command starts: cheap, and silent when nothing holds it back. */
@@ -225,6 +245,28 @@ async function write(s: NodeJS.WritableStream, data: Uint8Array | string): Promi
   if (failed !== null || w.error !== null) throw new OutputClosedError(failed ?? w.error);
 }
 
+/**
+ * Several buffers to one stream as one write (corked: a pipe gets one writev),
+ * then the same wait for drain and the same errors as `write`.
+ */
+async function writeMany(s: NodeJS.WritableStream, parts: Uint8Array[]): Promise<void> {
+  const w = s as NodeJS.WritableStream & { cork?: () => void; uncork?: () => void; _writev?: unknown };
+  if (parts.length === 1) return write(s, parts[0]!);
+  // Without a writev, corked writes would still reach the stream one by one (and go on after
+  // an EPIPE): one concatenated write instead.
+  if (typeof w.cork !== "function" || typeof w.uncork !== "function" || typeof w._writev !== "function") return write(s, Buffer.concat(parts));
+  if (watch(s).error !== null) throw new OutputClosedError(watch(s).error);
+  w.cork();
+  let last: Promise<void>;
+  try {
+    for (let i = 0; i < parts.length - 1; i++) s.write(parts[i]!);
+    last = write(s, parts[parts.length - 1]!);
+  } finally {
+    w.uncork();
+  }
+  await last;
+}
+
 function concerns(it: OutputItem, stream: StreamName | undefined): boolean {
   if (!stream) return true;
   if (it.kind === "output") return it.stream === stream;
@@ -253,6 +295,7 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
       throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
     }
   }
+  const pending = new PendingWrite((to, parts) => writeMany(to === "stderr" ? io.stderr : io.stdout, parts));
   const marker = async (text: string): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`) : write(io.stderr, `rvbox: ${text}\n`));
   let next = Math.max(1, o.from ?? 1);
   const ledger = new StreamLedger(next === 1);
@@ -275,40 +318,47 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   async function followLoop(): Promise<FollowResult> {
     for (;;) {
       try {
-        for await (const m of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(next), follow: o.follow }, { signal: o.signal })) {
+        for await (const batch of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES }, { signal: o.signal })) {
           outageSince = null;
           delay = 200;
           if (warned) {
             warned = false;
             await write(io.stderr, `rvbox: reconnected; resuming at event ${next}\n`);
           }
-          if (m.item.case === "finished") {
-            res.finished = m.item.value;
-            continue;
-          }
-          const it = outputItem(m);
-          if (!it) continue;
-          if (lastSeqOf(it) < next) continue; // already printed before a reconnect
-          const shown = ledger.admit(it, next);
-          next = Math.max(next, lastSeqOf(it) + 1);
-          const time = m.time ? timestampMs(m.time) : 0;
-          const old = o.lines?.since !== undefined && time > 0 && time < o.lines.since;
-          for (const x of shown) {
-            o.onItem?.(x);
-            if (!concerns(x, o.stream) || old) continue;
-            if (x.kind === "output") {
-              const s = x.stream === "stderr" ? "stderr" : "stdout";
-              res.bytes[s] += x.data.length;
-              if (shaper) await shaper.output(s, sinkOf(s), x.data, time);
-              else await write(sinkOf(s) === "stderr" ? io.stderr : io.stdout, x.data);
-            } else if (x.kind === "truncation" || x.kind === "incomplete" || x.kind === "gap") {
-              res.markers++;
-              await marker(eventText(x) ?? x.kind);
-            } else if (o.events) {
-              await marker(eventText(x) ?? x.kind);
+          // Consecutive output for one sink goes out as one write (a batch holds up to
+          // FOLLOW_MAX_BATCH_BYTES); anything else flushes it first, so order is kept.
+          for (const m of followEvents(batch)) {
+            if (m.item.case === "finished") {
+              res.finished = m.item.value;
+              continue;
             }
+            const it = outputItem(m);
+            if (!it) continue;
+            if (lastSeqOf(it) < next) continue; // already printed before a reconnect
+            const shown = ledger.admit(it, next);
+            next = Math.max(next, lastSeqOf(it) + 1);
+            const time = m.time ? timestampMs(m.time) : 0;
+            const old = o.lines?.since !== undefined && time > 0 && time < o.lines.since;
+            for (const x of shown) {
+              o.onItem?.(x);
+              if (!concerns(x, o.stream) || old) continue;
+              if (x.kind === "output") {
+                const s = x.stream === "stderr" ? "stderr" : "stdout";
+                res.bytes[s] += x.data.length;
+                if (shaper) await shaper.output(s, sinkOf(s), x.data, time);
+                else await pending.add(sinkOf(s), x.data);
+              } else if (x.kind === "truncation" || x.kind === "incomplete" || x.kind === "gap") {
+                await pending.flush();
+                res.markers++;
+                await marker(eventText(x) ?? x.kind);
+              } else if (o.events) {
+                await pending.flush();
+                await marker(eventText(x) ?? x.kind);
+              }
+            }
+            if (shaper && next > storedAtStart) await shaper.live();
           }
-          if (shaper && next > storedAtStart) await shaper.live();
+          await pending.flush();
         }
         await shaper?.end(sinkOf);
         return res;

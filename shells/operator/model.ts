@@ -323,6 +323,17 @@ export function truncationSource(c: TruncationCause): TruncationSource {
   }
 }
 
+/**
+ * Output bytes a reader asks the server to put in one FollowOutput response
+ * (FollowOutputRequest.max_batch_bytes; the server caps it at its own limit).
+ */
+export const FOLLOW_MAX_BATCH_BYTES = 1024 * 1024;
+
+/** The events of one FollowOutput response: its batch (`events`), or itself. */
+export function followEvents(m: FollowOutputResponse): readonly FollowOutputResponse[] {
+  return m.events.length > 0 ? m.events : [m];
+}
+
 /** A FollowOutput message as an OutputItem; `finished` (and an empty item) give null. */
 export function outputItem(m: FollowOutputResponse): OutputItem | null {
   const seq = Number(m.eventSeq);

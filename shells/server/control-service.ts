@@ -10,7 +10,7 @@
 import { randomUUID, createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   Code,
   MAX_OPEN_INCIDENTS,
@@ -52,7 +52,8 @@ import {
   type PendingClaim,
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { decompressValidated } from "../zstd/index.js";
+import { promises as fsp } from "node:fs";
+import { decompressRun } from "../zstd/index.js";
 import type { SegmentPointer } from "../storage/server-storage.js";
 import type { ServerDaemon } from "./server-daemon.js";
 
@@ -229,7 +230,14 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
     async *followOutput(req, ctx) {
       try {
-        yield* follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx);
+        // Batches for a reader that asked for them (max_batch_bytes), one event per
+        // response otherwise; the loop below bounds what it holds either way.
+        const batched = req.maxBatchBytes > 0;
+        const budget = batched ? Math.min(req.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
+        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx, budget)) {
+          if (!batched || batch.length === 1) yield* batch;
+          else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
+        }
       } catch (err) {
         if (!(err instanceof ConnectError)) d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
         throw err;
@@ -410,17 +418,13 @@ export function incidentView(i: ServerIncident): Incident {
   return create(IncidentSchema, { incidentId: i.id, clientId: i.clientId, issueUuid: i.uuid, kind: i.kind, detail: i.detail, time: timestampFromMs(i.at), acknowledged: i.acknowledged });
 }
 
-/** One stored event row (see core/server/server-commands.ts handleCommandEvent) as a stream item. */
-async function eventItem(d: ServerDaemon, uuid: string, v: Record<string, unknown>): Promise<FollowItem | "gone"> {
+/** One stored event row (see core/server/server-commands.ts handleCommandEvent) as a stream item; `data`: an output row's decompressed bytes (null: its segment is gone). */
+function eventItem(uuid: string, v: Record<string, unknown>, data: Uint8Array | null | undefined): FollowItem | "gone" {
   const base = { issueUuid: uuid, eventSeq: BigInt(v["seq"] as number), commandRevision: BigInt((v["revision"] as number) ?? 0), time: timestampFromMs((v["time"] as number) ?? 0) };
   switch (v["kind"]) {
     case "output": {
-      const ptr = v["seg"] as SegmentPointer | undefined;
-      const zstd = ptr ? await d.storage.readSegment(ptr) : ((v["zstd"] as Uint8Array | undefined) ?? null);
-      if (!zstd) return "gone";
-      const r = decompressValidated(zstd, v["originalSize"] as number);
-      if (!r.ok) throw new ConnectError(`stored output ${uuid}/${v["seq"]} does not decompress: ${r.message}`, ConnectCode.DataLoss);
-      return { ...base, item: { case: "output", value: { stream: streamEnum(v["stream"]), streamOffset: BigInt(v["offset"] as number), data: r.data } } };
+      if (!data) return "gone";
+      return { ...base, item: { case: "output", value: { stream: streamEnum(v["stream"]), streamOffset: BigInt(v["offset"] as number), data } } };
     }
     case "lifecycle": {
       const err = v["error"] as { code: Code; message: string } | null;
@@ -490,7 +494,7 @@ function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["r
  * `npm run chaos`). Events are sent only through the committed (durable)
  * storedThrough.
  */
-async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: HandlerContext): AsyncGenerator<FollowItem> {
+export async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: { signal: AbortSignal }, budget: number): AsyncGenerator<FollowItem[]> {
   let next = Math.max(1, from);
   let markerThrough = 0;
   const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };
@@ -567,52 +571,202 @@ async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowin
     }
     seq = (rows[rows.length - 1]!["seq"] as number) + 1;
   }
-  for (;;) {
-    if (ctx.signal.aborted) return;
-    let c = current();
-    const through = c.committed.storedThrough;
-    while (next <= through) {
-      const rows = d.storage.readEvents(uuid, next, through, 128);
-      for (const v of rows) {
-        const seq = v["seq"] as number;
-        const m = due(c, seq);
-        if (m) yield m;
-        if (v["kind"] === "output" && covered(c, seq)) {
-          next = seq + 1;
-          continue;
+  const reader = new SegmentReader(d);
+  try {
+    for (;;) {
+      if (ctx.signal.aborted) return;
+      let c = current();
+      const through = c.committed.storedThrough;
+      while (next <= through) {
+        const rows = d.storage.readEvents(uuid, next, through, FOLLOW_ROWS);
+        // Sub-batches of at most `budget` output bytes (at least one event): each is
+        // read with one read per contiguous run of a segment file, decoded in one call
+        // per run, and sent as one batch; the next is read once this one is taken.
+        for (let i = 0; i < rows.length; ) {
+          let j = i;
+          let bytes = 0;
+          for (; j < rows.length; j++) {
+            const v = rows[j]!;
+            const size = v["kind"] === "output" && !covered(c, v["seq"] as number) ? ((v["originalSize"] as number) ?? 0) : 0;
+            if (j > i && bytes + size > budget) break;
+            bytes += size;
+          }
+          const part = rows.slice(i, j);
+          i = j;
+          const data = await reader.load(uuid, part.filter((v) => v["kind"] === "output" && !covered(c, v["seq"] as number)));
+          const batch: FollowItem[] = [];
+          for (const v of part) {
+            const seq = v["seq"] as number;
+            const m = due(c, seq);
+            if (m) batch.push(m);
+            if (v["kind"] === "output" && covered(c, seq)) {
+              next = seq + 1;
+              continue;
+            }
+            const item = eventItem(uuid, v, data.get(seq));
+            if (item === "gone") {
+              // Retention removed it while we were reading: the marker says so.
+              c = current();
+              if (!covered(c, seq)) throw new ConnectError(`output ${uuid}/${seq} is missing from the segment store`, ConnectCode.DataLoss);
+              const m2 = due(c, seq);
+              if (m2) batch.push(m2);
+            } else {
+              batch.push(item);
+              const m3 = advance(item, seq);
+              if (m3) batch.push(m3);
+            }
+            next = seq + 1;
+          }
+          if (batch.length > 0) {
+            // Held until the transport takes the batch: it asks for the next one only
+            // once this one is written and the socket has drained (backpressure).
+            followGauge.hold(bytes);
+            try {
+              yield batch;
+            } finally {
+              followGauge.release(bytes);
+            }
+          }
         }
-        const item = await eventItem(d, uuid, v);
-        if (item === "gone") {
-          // Retention removed it while we were reading: the marker says so.
-          c = current();
-          if (!covered(c, seq)) throw new ConnectError(`output ${uuid}/${seq} is missing from the segment store`, ConnectCode.DataLoss);
-          const m2 = due(c, seq);
-          if (m2) yield m2;
-        } else {
-          yield item;
-          const m3 = advance(item, seq);
-          if (m3) yield m3;
+        if (rows.length < FOLLOW_ROWS) {
+          const m = due(c, through);
+          if (m) yield [m];
+          next = through + 1;
         }
-        next = seq + 1;
       }
-      if (rows.length < 128) {
-        const m = due(c, through);
-        if (m) yield m;
-        next = through + 1;
+      c = current();
+      const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
+      if (settled || !keepFollowing) {
+        // Nothing is left to continue the stream up to a held range: send it as it is.
+        const rest = release(next, true);
+        if (rest) yield [rest];
+        yield [{ issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c, d) } }];
+        return;
+      }
+      // Wait only if nothing new was committed while we were sending (no file held open meanwhile).
+      if (next > c.committed.storedThrough) {
+        // Start waiting before the close yields: a view committed meanwhile still wakes it.
+        const changed = d.waitForCommand(uuid, ctx.signal);
+        await reader.close();
+        await changed;
       }
     }
-    c = current();
-    const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
-    if (settled || !keepFollowing) {
-      // Nothing is left to continue the stream up to a held range: send it as it is.
-      const rest = release(next, true);
-      if (rest) yield rest;
-      yield { issueUuid: uuid, eventSeq: BigInt(c.committed.storedThrough), item: { case: "finished", value: toCommand(c, d) } };
-      return;
-    }
-    // Wait only if nothing new was committed while we were sending.
-    if (next > c.committed.storedThrough) await d.waitForCommand(uuid, ctx.signal);
+  } finally {
+    await reader.close();
   }
+}
+
+/**
+ * Output bytes one FollowOutput batch carries at most (a reader's
+ * max_batch_bytes is capped at this): 1 MiB less one 64 KiB chunk, so that a
+ * batch of full chunks with its fields encodes to under 1 MiB (protobuf-es's
+ * writer grows by doubling: a little over 1 MiB would cost a 2 MiB buffer).
+ */
+export const FOLLOW_BATCH_BYTES = 1024 * 1024 - 64 * 1024;
+/** Stored events read from the store per step (one sql.js query and the index reads they need). */
+const FOLLOW_ROWS = 512;
+
+/**
+ * Decompressed output the FollowOutput loops hold, for tests and stats: a
+ * batch counts from when it is read until the transport asks for the next,
+ * so with a reader that does not read, each stream holds at most one batch
+ * (FOLLOW_BATCH_BYTES, or one event if a single event is larger).
+ */
+export const followGauge = {
+  /** Bytes read and decompressed, not yet taken by the transport. */
+  held: 0,
+  /** The most `held` has been. */
+  peak: 0,
+  /** Bytes the transport has taken (written to the socket, which has drained). */
+  taken: 0,
+  hold(n: number): void {
+    this.held += n;
+    if (this.held > this.peak) this.peak = this.held;
+  },
+  release(n: number): void {
+    this.held -= n;
+    this.taken += n;
+  },
+};
+
+/**
+ * Reads output rows' stored frames for one follow loop: rows that sit back to
+ * back in one segment file (the usual case: a command's file is appended in
+ * seq order) are one read and one decode; the file stays open while the loop
+ * moves through it.
+ */
+class SegmentReader {
+  private file = "";
+  private fh: fsp.FileHandle | null = null;
+  constructor(private readonly d: ServerDaemon) {}
+
+  /** seq -> decompressed bytes, or null where the bytes are gone (retention meanwhile). */
+  async load(uuid: string, rows: Array<Record<string, unknown>>): Promise<Map<number, Uint8Array | null>> {
+    const out = new Map<number, Uint8Array | null>();
+    for (let i = 0; i < rows.length; ) {
+      const v = rows[i]!;
+      const ptr = v["seg"] as SegmentPointer | undefined;
+      if (!ptr) {
+        // Inline bytes (not from a segment file).
+        const z = v["zstd"] as Uint8Array | undefined;
+        out.set(v["seq"] as number, z ? decoded(uuid, [v], decompressRun(z, [{ length: z.length, originalSize: v["originalSize"] as number }])) : null);
+        i++;
+        continue;
+      }
+      let j = i + 1;
+      let end = ptr.o + ptr.n;
+      for (; j < rows.length; j++) {
+        const p = rows[j]!["seg"] as SegmentPointer | undefined;
+        if (!p || p.f !== ptr.f || p.o !== end) break;
+        end = p.o + p.n;
+      }
+      const run = rows.slice(i, j);
+      i = j;
+      const span = await this.read(ptr.f, ptr.o, end - ptr.o);
+      if (!span) {
+        for (const r of run) out.set(r["seq"] as number, null);
+        continue;
+      }
+      const data = decoded(uuid, run, decompressRun(span, run.map((r) => ({ length: (r["seg"] as SegmentPointer).n, originalSize: r["originalSize"] as number }))));
+      let at = 0;
+      for (const r of run) {
+        const n = r["originalSize"] as number;
+        out.set(r["seq"] as number, data.subarray(at, at + n));
+        at += n;
+      }
+    }
+    return out;
+  }
+
+  private async read(file: string, at: number, n: number): Promise<Uint8Array | null> {
+    if (this.file !== file || !this.fh) {
+      await this.close();
+      const fh = await this.d.storage.openSegment(file);
+      if (!fh) return null;
+      this.fh = fh;
+      this.file = file;
+    }
+    const buf = Buffer.allocUnsafe(n);
+    for (let off = 0; off < n; ) {
+      const { bytesRead } = await this.fh.read(buf, off, n - off, at + off);
+      if (bytesRead === 0) return null;
+      off += bytesRead;
+    }
+    return buf;
+  }
+
+  async close(): Promise<void> {
+    const fh = this.fh;
+    this.fh = null;
+    this.file = "";
+    if (fh) await fh.close().catch(() => {});
+  }
+}
+
+function decoded(uuid: string, run: Array<Record<string, unknown>>, r: ReturnType<typeof decompressRun>): Uint8Array {
+  if (r.ok) return r.data;
+  const seqs = run.length === 1 ? String(run[0]!["seq"]) : `${String(run[0]!["seq"])}..${String(run[run.length - 1]!["seq"])}`;
+  throw new ConnectError(`stored output ${uuid}/${seqs} does not decompress: ${r.message}`, ConnectCode.DataLoss);
 }
 
 export { CommandLifecycle };

@@ -27,6 +27,7 @@ import * as http from "node:http";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { serveFollowFast } from "./follow-http.js";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   Code,
@@ -195,6 +196,8 @@ export class ServerDaemon {
         res.end(JSON.stringify({ code: "unauthenticated", message: "operator bearer token required" }));
         return;
       }
+      // FollowOutput in the CLI's and the TUI's form is served without connect-node's copies (follow-http.ts).
+      if (serveFollowFast(this, req, res)) return;
       handler(req, res);
     });
     this.controlHttp.on("clientError", (_err, socket) => socket.destroy());

@@ -467,6 +467,15 @@ export class ServerStorage implements PersistSink {
     return out.length > limit ? out.slice(0, limit) : out;
   }
 
+  /** A segment file opened for reading (FollowOutput reads runs of frames from it); null if it is gone. */
+  async openSegment(file: string): Promise<fsp.FileHandle | null> {
+    try {
+      return await fsp.open(path.join(this.segDir, `${file}.seg`), "r");
+    } catch {
+      return null;
+    }
+  }
+
   /** The stored zstd frame a pointer names; null if its segment is gone. */
   async readSegment(ptr: SegmentPointer): Promise<Uint8Array | null> {
     let fh: fsp.FileHandle;

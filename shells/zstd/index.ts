@@ -34,6 +34,7 @@ export {
 export {
   decompressValidated,
   validateCompressed,
+  decompressRun,
   DEFAULT_DECOMPRESS_LIMIT,
   DECODER_MAX_WINDOW_BYTES,
 } from './decompress.js';

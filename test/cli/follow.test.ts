@@ -109,6 +109,34 @@ describe("logs / run --follow output streaming", () => {
     expect(r.finished).not.toBe(null);
   });
 
+  it("R-O5 R-O7: batched responses (events) print like single ones: stdout and stderr bytes and a marker in stream order, resuming after the batch's last event", async () => {
+    const trunc = create(FollowOutputResponseSchema, {
+      issueUuid: U,
+      eventSeq: 3n,
+      item: { case: "truncation", value: { cause: TruncationCause.AGENT_WATERMARK, removedBytes: [{ stream: OutputStream.STDOUT, offset: 4n, length: 10n }] } },
+    });
+    const batch = (...events: FollowOutputResponse[]) => create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: events[events.length - 1]!.eventSeq, events });
+    const { client, froms } = fakeClient(async function* (from, call) {
+      if (call === 1) {
+        yield batch(out(1, OutputStream.STDOUT, 0, "ab"), out(2, OutputStream.STDOUT, 2, "cd"), trunc, out(4, OutputStream.STDERR, 0, "E1"), out(5, OutputStream.STDOUT, 14, "ef"));
+        throw new ConnectError("reset", Code.Unavailable);
+      }
+      expect(from).toBe(6);
+      yield batch(out(6, OutputStream.STDOUT, 16, "gh"), out(7, OutputStream.STDERR, 2, "E2"));
+      yield finished();
+    });
+    const o = collector();
+    const e = collector();
+    const r = await followOutput(client, { stdout: o.stream, stderr: e.stream }, { uuid: U, follow: true, reconnectForMs: 10_000 });
+    expect(o.bytes().toString()).toBe("abcdefgh");
+    expect(e.bytes().toString()).toContain("E1");
+    expect(e.bytes().toString().indexOf("dropped by the agent")).toBeLessThan(e.bytes().toString().indexOf("E1"));
+    expect(e.bytes().toString().endsWith("E2")).toBe(true);
+    expect(froms).toEqual([1, 6]);
+    expect(r.markers).toBe(1);
+    expect(r.bytes).toEqual({ stdout: 8, stderr: 4 });
+  });
+
   it("an unknown command is a clear, non-transient error", async () => {
     const { client } = fakeClient(async function* () {
       throw new ConnectError(`NOT_FOUND: no command ${U}`, Code.NotFound);
