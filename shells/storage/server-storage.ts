@@ -35,12 +35,11 @@
  * holds `segmentBytes` (the core's rule for its retention segments). Files get
  * a fresh name per daemon start; nothing is appended to an older file.
  *
- * Retention (R-O5): the core's `drop_output {uuid, throughSeq}` comes in the
- * same step as the persist that records the OutputTruncation marker (table
- * "retention"); the drop is queued behind that persist, so it lands in the
- * same atomic batch: output of this group through `throughSeq` is never
- * written, segment rows wholly covered are deleted, and their files are
- * unlinked once that is durable. A file only partly covered stays until a
+ * Retention (R-O5): the core emits `drop_output {uuid, throughSeq}` once the
+ * persist that records the OutputTruncation marker (table "retention") is
+ * durable, and the drop goes into the next group at once: output of that
+ * group through `throughSeq` is never written, segment rows wholly covered
+ * are deleted, and their files are unlinked once that is durable. A file only partly covered stays until a
  * later drop covers it; readers skip what the marker covers.
  *
  * Pruning: once the core's batch that forgets a command is durable,
@@ -168,7 +167,6 @@ export class ServerStorage implements PersistSink {
     (group) => this.commitGroup(group),
     (err) => this.onError(err),
   );
-  private readonly pendingDrops: Op[] = [];
   private readonly open = new Map<string, OpenSegment>();
   private fileSeq = 0;
   private readonly prefix = Date.now().toString(36);
@@ -265,12 +263,19 @@ export class ServerStorage implements PersistSink {
   }
 
   persist(effect: PersistEffect): void {
-    // Drops wait for the persist that records their retention marker.
-    this.writer.push({ kind: "persist", effect }, ...this.pendingDrops.splice(0));
+    this.writer.push({ kind: "persist", effect });
   }
 
+  /**
+   * The core dropped `uuid`'s output through `throughSeq` and the retention
+   * marker that records it is already durable (the core emits `drop_output`
+   * only after that persist: `afterDurable`), so the files it covers go in
+   * the next group. (They used to wait for the next persist, which a command
+   * that had gone quiet never made: fully covered segment files stayed on
+   * disk indefinitely.)
+   */
   dropOutput(uuid: string, throughSeq: number): void {
-    this.pendingDrops.push({ kind: "drop", uuid, throughSeq });
+    this.writer.push({ kind: "drop", uuid, throughSeq });
   }
 
   /**
@@ -364,7 +369,7 @@ export class ServerStorage implements PersistSink {
     // 2. Retention: whole files the drops cover.
     const unlink: string[] = [];
     for (const d of drops) {
-      for (const f of this.coveredFiles(d.uuid, d.throughSeq)) {
+      for (const f of this.coveredFiles(d.uuid, d.throughSeq, writes.keys())) {
         stmts.push({ sql: "DELETE FROM segment WHERE file = ?", params: [f] });
         unlink.push(f);
       }
@@ -403,9 +408,20 @@ export class ServerStorage implements PersistSink {
   }
 
   /** Committed files of `uuid` whose every entry is at or below `throughSeq` (never one still being appended past it). */
-  private coveredFiles(uuid: string, throughSeq: number): string[] {
+  /**
+   * The files of `uuid` whose every event is at or below `throughSeq`, judged
+   * by the database's rows and, for the files this group writes (`pending`),
+   * by their in-memory last event: their rows are in the same batch, not yet
+   * in the database, so a file created, filled and rolled within one group
+   * would otherwise outlive the drop covering it, and a file this group
+   * appended to would be judged by its old last event.
+   */
+  private coveredFiles(uuid: string, throughSeq: number, pending: Iterable<OpenSegment>): string[] {
     const cur = this.open.get(uuid);
-    const files = this.db.query<{ file: string }>("SELECT file FROM segment WHERE uuid = ? AND last_seq <= ?", [uuid, throughSeq]).map((r) => r.file);
+    // A row's last_seq is as of the last group; this group's writes may have moved it on.
+    const last = new Map(this.db.query<{ file: string; last_seq: number }>("SELECT file, last_seq FROM segment WHERE uuid = ?", [uuid]).map((r) => [r.file, r.last_seq]));
+    for (const seg of pending) if (seg.uuid === uuid) last.set(seg.file, seg.lastSeq);
+    const files = [...last].filter(([, l]) => l <= throughSeq).map(([f]) => f);
     const out: string[] = [];
     for (const f of files) {
       if (cur && cur.file === f) {

@@ -51,27 +51,27 @@ describe("server storage: kv rows + output segment files", () => {
     await s2.close();
   });
 
-  it("R-O5: drop_output deletes the output rows and the files wholly covered, only after the persist that carries the marker; orphans are collected at open", async () => {
+  it("R-O5: drop_output (which the core emits once the marker's persist is durable) deletes the output rows and the files wholly covered with no later persist; orphans are collected at open", async () => {
     const dir = await tempDir("rvbox-ss-drop-");
     const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
     for (let i = 1; i <= 10; i++) s.persist(outputEvent(i, "cmd-b", i, 300));
     await s.whenIdle();
     expect((await segFiles(dir)).length).toBe(3);
-    s.dropOutput("cmd-b", 4);
-    expect(s.readEvents("cmd-b", 1, 100, 100).length).toBe(10); // waits for the next persist
+    // The core's order: the marker's persist, durable, then drop_output.
     s.persist({ type: "persist", id: 11, records: [{ table: "retention", key: "cmd-b", value: { uuid: "cmd-b", firstSeq: 1, lastSeq: 4 } }] });
+    await s.whenIdle();
+    s.dropOutput("cmd-b", 4);
+    // Nothing else is persisted (a command that has gone quiet): the drop still lands.
     await s.whenIdle();
     expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([5, 6, 7, 8, 9, 10]);
     expect((await segFiles(dir)).length).toBe(2);
     // A partly covered file stays until a later drop covers it (readers skip
     // what the retention marker covers).
     s.dropOutput("cmd-b", 6);
-    s.persist({ type: "persist", id: 12, records: [] });
     await s.whenIdle();
     expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([5, 6, 7, 8, 9, 10]);
     expect((await segFiles(dir)).length).toBe(2);
     s.dropOutput("cmd-b", 8);
-    s.persist({ type: "persist", id: 13, records: [] });
     await s.whenIdle();
     expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([9, 10]);
     expect((await segFiles(dir)).length).toBe(1);
