@@ -6,7 +6,7 @@ import { promises as fsp } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { cleanupTemp, startAgent, startServer, tempDir, waitFor, type TestServer } from "./helpers.js";
+import { cleanupTemp, processAlive, startAgent, startServer, tempDir, waitFor, type TestServer } from "./helpers.js";
 
 async function read(file: string): Promise<string> {
   try {
@@ -16,14 +16,7 @@ async function read(file: string): Promise<string> {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+const alive = processAlive;
 
 describe("e2e: agent stop", () => {
   let s: TestServer | undefined;

@@ -4,7 +4,7 @@ import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { createLogger } from "../../../shells/runtime/log.js";
-import { cleanupTemp, collect, sleep, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
+import { cleanupTemp, collect, processAlive, sleep, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
 
 describe("e2e: fencing", () => {
   afterAll(cleanupTemp);
@@ -102,14 +102,7 @@ describe("e2e: fencing", () => {
     const dir = await tempDir("rvbox-takeover-");
     const pidFile = path.join(dir, "pid");
     let b: Awaited<ReturnType<typeof startAgent>> | undefined;
-    const alive = (pid: number): boolean => {
-      try {
-        process.kill(pid, 0);
-        return true;
-      } catch {
-        return false;
-      }
-    };
+    const alive = processAlive;
     let pid = 0;
     try {
       await waitFor("A connected", () => a.connected);

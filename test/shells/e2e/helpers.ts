@@ -101,6 +101,16 @@ export async function waitFor<T>(what: string, fn: () => T | Promise<T>, timeout
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Whether a process with this pid exists (signal 0). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export interface Collected {
   stdout: Buffer;
   stderr: Buffer;

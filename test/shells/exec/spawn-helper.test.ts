@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import type { ExitInfo, ProcessSpec } from "../../../shells/exec/process-runner.js";
 import { SpawnHelper, type HelperHooks } from "../../../shells/exec/spawn-client.js";
-import { cleanupTemp, collect, sleep, startAgent, startServer, tempDir, waitFor } from "../e2e/helpers.js";
+import { cleanupTemp, collect, processAlive, sleep, startAgent, startServer, tempDir, waitFor } from "../e2e/helpers.js";
 
 afterAll(async () => {
   await cleanupTemp();
@@ -63,14 +63,7 @@ function run(helper: SpawnHelper, spec: ProcessSpec, extra: Partial<HelperHooks>
   return { ...r, h, get pid() { return r.pid; } } as Run & { h: typeof h };
 }
 
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+const alive = processAlive;
 const ppid = (pid: number): number => Number(readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")[1]);
 
 describe.runIf(process.platform === "linux")("spawn helper", () => {
