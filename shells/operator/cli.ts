@@ -23,7 +23,7 @@ import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, st
 import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "./control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "./exit-codes.js";
-import { followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
+import { flushed, followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
 import { humanBytes } from "./markers.js";
 import {
   claimInfo,
@@ -516,6 +516,16 @@ function defaultIO(): OperatorIO {
  */
 export async function runOperatorCli(argv: readonly string[], ioIn: Partial<OperatorIO> = {}): Promise<number> {
   const io: OperatorIO = { ...defaultIO(), ...ioIn };
+  try {
+    return await runWith(io, argv);
+  } finally {
+    // The caller exits next (process.exit), which drops writes still queued in
+    // this process: a pipe that was full when the last output or marker went out.
+    await Promise.all([flushed(io.stdout), flushed(io.stderr)]);
+  }
+}
+
+async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number> {
   const [name, ...rest] = argv;
   const err = (line: string): void => void io.stderr.write(`${line}\n`);
   const sub = name !== undefined ? SUBS[name] : undefined;

@@ -221,33 +221,48 @@ export function isClosedOutput(e: unknown): boolean {
   return code === "EPIPE" || code === "ERR_STREAM_DESTROYED" || code === "ERR_STREAM_WRITE_AFTER_END";
 }
 
+/**
+ * One write, resolved once the stream has taken it (its callback ran: a
+ * pipe's bytes are in the kernel), not merely once it is buffered under the
+ * high-water mark. A write that returns true can still be queued in this
+ * process when the pipe is full; the CLI exits right after its last write,
+ * and process.exit drops what is queued, so `run --follow` to a reader that
+ * was behind lost the tail of the output with no marker.
+ */
 async function write(s: NodeJS.WritableStream, data: Uint8Array | string): Promise<void> {
   const w = watch(s);
   if (w.error !== null) throw new OutputClosedError(w.error);
-  let failed: unknown = null;
-  const ok = s.write(data, (e?: Error | null) => {
-    if (e) failed = e;
-  });
-  if (!ok) {
-    await new Promise<void>((resolve, reject) => {
-      const onError = (e: unknown) => {
-        s.removeListener("drain", onDrain);
-        reject(new OutputClosedError(e));
-      };
-      const onDrain = () => {
-        w.waiters.delete(onError);
-        resolve();
-      };
-      w.waiters.add(onError);
-      s.once("drain", onDrain);
+  await new Promise<void>((resolve, reject) => {
+    const onError = (e: unknown) => reject(new OutputClosedError(e));
+    w.waiters.add(onError);
+    s.write(data, (e?: Error | null) => {
+      w.waiters.delete(onError);
+      if (e) reject(new OutputClosedError(e));
+      else resolve();
     });
-  }
-  if (failed !== null || w.error !== null) throw new OutputClosedError(failed ?? w.error);
+  });
+  if (w.error !== null) throw new OutputClosedError(w.error);
 }
 
 /**
+ * Resolves once everything written to `s` so far has been taken (the callback
+ * of an empty write queued behind it), or at once if nothing is queued or `s`
+ * is gone. The CLI waits for this on stdout and stderr before it returns its
+ * exit code (the entry points call process.exit).
+ */
+export function flushed(s: NodeJS.WritableStream): Promise<void> {
+  const w = s as NodeJS.WritableStream & { writableLength?: number; destroyed?: boolean; writableEnded?: boolean };
+  if (w.destroyed === true || w.writableEnded === true || !w.writableLength) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    s.write(EMPTY, () => resolve());
+  });
+}
+const EMPTY = new Uint8Array(0);
+
+/**
  * Several buffers to one stream as one write (corked: a pipe gets one writev),
- * then the same wait for drain and the same errors as `write`.
+ * then the same wait (the last part's callback runs after the others') and
+ * the same errors as `write`.
  */
 async function writeMany(s: NodeJS.WritableStream, parts: Uint8Array[]): Promise<void> {
   const w = s as NodeJS.WritableStream & { cork?: () => void; uncork?: () => void; _writev?: unknown };

@@ -1,9 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle, OutputStream, TruncationCause } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { ControlClient } from "../../shells/operator/control-client.js";
+import { runOperatorCli } from "../../shells/operator/cli.js";
 import { followOutput } from "../../shells/operator/follow.js";
 import { collector } from "./helpers.js";
 
@@ -135,6 +137,59 @@ describe("logs / run --follow output streaming", () => {
     expect(froms).toEqual([1, 6]);
     expect(r.markers).toBe(1);
     expect(r.bytes).toEqual({ stdout: 8, stderr: 4 });
+  });
+
+  it("R-O3 R-O8: followOutput resolves only once stdout and stderr have taken every byte and marker (a write under the high-water mark may still be queued; the CLI exits next)", async () => {
+    const { client } = fakeClient(async function* () {
+      yield out(1, OutputStream.STDOUT, 0, "x".repeat(1000));
+      yield create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: 2n, item: { case: "incomplete", value: { streams: [OutputStream.STDOUT], reason: "drain deadline" } } });
+      yield out(3, OutputStream.STDOUT, 1000, "tail");
+      yield finished();
+    });
+    // A sink that takes each write only when told to, as a full pipe does (its 16 KiB high-water
+    // mark is not reached, so write() returns true for every one of these writes).
+    const held: Array<() => void> = [];
+    const sink = (taken: Buffer[]) =>
+      new Writable({
+        highWaterMark: 16 * 1024,
+        write(c: Buffer, _e, cb) {
+          held.push(() => (taken.push(Buffer.from(c)), cb()));
+        },
+      });
+    const outTaken: Buffer[] = [];
+    const errTaken: Buffer[] = [];
+    let done = false;
+    const p = followOutput(client, { stdout: sink(outTaken), stderr: sink(errTaken) }, { uuid: U, follow: true }).then((r) => ((done = true), r));
+    for (let i = 0; i < 50 && !done; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      held.shift()?.();
+    }
+    const r = await p;
+    expect(held).toHaveLength(0);
+    expect(Buffer.concat(outTaken).toString()).toBe("x".repeat(1000) + "tail");
+    expect(Buffer.concat(errTaken).toString()).toContain("output incomplete at event 2");
+    expect(r.finished?.state).toBe(CommandLifecycle.SUCCEEDED);
+  });
+
+  it("R-O3 R-O8: runOperatorCli returns its exit code (the entry points then call process.exit) only once stdout has taken what it wrote", async () => {
+    const held: Array<() => void> = [];
+    let taken = "";
+    const stdout = new Writable({
+      highWaterMark: 1 << 20,
+      write(c: Buffer, _e, cb) {
+        held.push(() => ((taken += c.toString()), cb()));
+      },
+    });
+    let done = false;
+    const p = runOperatorCli(["ls", "--help"], { stdout, stderr: collector().stream, env: {}, onInterrupt: () => () => {} }).then((c) => ((done = true), c));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(done).toBe(false);
+    for (let i = 0; i < 50 && !done; i++) {
+      held.shift()?.();
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(await p).toBe(0);
+    expect(taken).toContain("usage: rvbox ls");
   });
 
   it("an unknown command is a clear, non-transient error", async () => {

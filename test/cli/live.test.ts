@@ -1,13 +1,14 @@
 // The operator CLI against a REAL server and agent on loopback (in-process
 // daemons, the CLI in-process with captured stdio, one run as a child process).
-import { spawn } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
-import { cleanupTemp, OPERATOR_TOKEN, ROOT, startAgent, startServer, tempDir, waitFor, type TestServer } from "../shells/e2e/helpers.js";
+import { cleanupTemp, OPERATOR_TOKEN, ROOT, sleep, startAgent, startServer, tempDir, waitFor, type TestServer } from "../shells/e2e/helpers.js";
 import { cli } from "./helpers.js";
 
 let s: TestServer;
@@ -349,6 +350,61 @@ describe("rvbox logs --tail, --since, --timestamps", () => {
     await cli(["close-stdin", id], { env });
     expect((await follow).stdout).toBe("99\n100\nlive\n");
   });
+});
+
+describe("stdout to a pipe that is behind", () => {
+  it("R-O3 R-O8: run --follow exits only once its stdout pipe has taken the last bytes (they were dropped by process.exit, with no marker, when the pipe was full)", async () => {
+    // 64 KiB (what a pipe holds) and, once that is in the pipe, 4,000 bytes more. Nothing reads
+    // the pipe (a FIFO) until the command has ended and the CLI has had time to exit, so the
+    // last write finds the pipe full: under the high-water mark, queued in the CLI's process.
+    const payload = randomBytes(65536 + 4000);
+    const a = path.join(dir, "late-a.bin");
+    const b = path.join(dir, "late-b.bin");
+    writeFileSync(a, payload.subarray(0, 65536));
+    writeFileSync(b, payload.subarray(65536));
+    const fifo = path.join(dir, "late.fifo");
+    execFileSync("mkfifo", [fifo]);
+    const rd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    const wr = openSync(fifo, "w");
+    const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), "run", "host-a", "--follow", "--shell", "--", `cat ${a}; sleep 0.5; cat ${b}`], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", wr, "pipe"],
+    });
+    closeSync(wr);
+    let err = "";
+    child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+    let code: number | null = null;
+    const exited = new Promise<void>((r) => child.on("exit", (c) => ((code = c), r())));
+    try {
+      const id = await waitFor("submitted", () => /command ([0-9a-f-]{36})/.exec(err)?.[1], 60_000);
+      await waitFor("ended", async () => (await s.client.getCommand({ issueUuid: id })).command?.state === L.SUCCEEDED, 60_000);
+      await Promise.race([exited, sleep(1500)]);
+      const got: Buffer[] = [];
+      const buf = Buffer.alloc(65536);
+      for (const end = Date.now() + 30_000; Date.now() < end; ) {
+        let n: number;
+        try {
+          n = readSync(rd, buf, 0, buf.length, null);
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code !== "EAGAIN") throw e;
+          await sleep(5);
+          continue;
+        }
+        if (n === 0) break; // EOF: the CLI has exited
+        got.push(Buffer.from(buf.subarray(0, n)));
+      }
+      await exited;
+      const all = Buffer.concat(got);
+      expect(all.length).toBe(payload.length);
+      expect(all.equals(payload)).toBe(true);
+      expect(code).toBe(0);
+      expect(err).not.toMatch(/rvbox: \[/);
+    } finally {
+      closeSync(rd);
+      child.kill();
+    }
+  }, 90_000);
 });
 
 describe("rvbox logs | head", () => {
