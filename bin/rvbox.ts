@@ -66,6 +66,7 @@ const OPERATOR: Record<string, string> = {
   ls: "list commands",
   clients: "list clients and sessions",
   "forget-client": "forget an idle client record (frees its place under the client bound)",
+  drain: "stop dispatching new commands to a client before an agent restart (--wait, --off)",
   claims: "list pending identity claims",
   authorize: "authorize one instance to take over a client id once (--revoke withdraws it)",
   "dismiss-claim": "forget a client's pending identity claim without authorizing it",

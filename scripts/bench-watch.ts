@@ -23,6 +23,7 @@ for (let i = 0; i < N; i++) {
     generation: 1,
     instanceId: `inst-${i}`,
     conn: i + 1,
+    draining: false,
     pendingClaim: null,
     authorization: null,
     replaced: null,

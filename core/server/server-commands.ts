@@ -463,6 +463,18 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
     }
     case "forget_client":
       return forgetClient(st, ctx, r.requestId, r.clientId);
+    case "set_draining": {
+      const client = st.clients.get(r.clientId);
+      if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+      const was = client.draining;
+      if (was !== r.draining) {
+        client.draining = r.draining;
+        ctx.persist(clientRecord(client));
+        ctx.emit({ type: "trace", event: r.draining ? "client_draining" : "client_undrained", detail: { client: r.clientId } });
+      }
+      // Undrained: this step's pumpCommands dispatches what waited.
+      return reply(ctx, r.requestId, { ok: true, wasDraining: was });
+    }
   }
 }
 
@@ -711,7 +723,10 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     // create and its `dispatched` record then share one persist batch, and the
     // send still waits for that batch to be durable (R-D1), one fsync not two.
     if (c.state === L.QUEUED && retryDue(c, ctx.now)) {
-      const cl = st.clients.get(c.clientId)!.capacity;
+      const client = st.clients.get(c.clientId)!;
+      // Drained (rvbox drain): it stays queued; its queue expiry still applies.
+      if (client.draining) continue;
+      const cl = client.capacity;
       const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
       if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
       dispatch(st, ctx, conn, c);

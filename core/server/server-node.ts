@@ -135,7 +135,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   };
   for (const [id, v] of tables.get("client") ?? []) {
     const c = v as ClientRecord;
-    st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null });
+    st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null, draining: c.draining === true });
   }
   for (const [id, v] of tables.get("incident") ?? []) {
     st.incidents.set(id, { ...(v as ServerState["incidents"] extends Map<string, infer I> ? I : never) });
@@ -304,6 +304,7 @@ function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: ClientHel
       replaced: null,
       capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
       lastSeen: ctx.wall,
+      draining: false,
     };
     st.clients.set(h.clientId, client);
   }
@@ -576,6 +577,7 @@ export function serverInvariants(st: ServerState): void {
   }
   for (const client of st.clients.values()) {
     if (client.conn !== 0) assert(st.conns.get(client.conn)?.clientId === client.clientId, `client ${client.clientId} points at a foreign conn`);
+    assert(typeof client.draining === "boolean", `client ${client.clientId} drain flag is not a boolean`);
     const rep = client.replaced;
     if (rep) {
       assert(rep.instanceId !== client.instanceId, `client ${client.clientId} replaced by its own instance`);

@@ -202,6 +202,13 @@ export interface ClientRecord {
   capacity: { running: number; queued: number; maxRunning: number; maxQueued: number };
   /** Wall clock. */
   lastSeen: number;
+  /**
+   * An operator drains the client (rvbox drain, before an agent upgrade): no
+   * queued command is dispatched to it while set; commands already
+   * dispatched, accepted or running go on. Durable; records written before
+   * the flag existed restore as false.
+   */
+  draining: boolean;
 }
 
 export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready" | "closed";
@@ -320,11 +327,14 @@ export type ControlRequest =
   | { op: "revoke_authorization"; requestId: string; clientId: string }
   | { op: "dismiss_claim"; requestId: string; clientId: string }
   | { op: "ack_incident"; requestId: string; incidentId: string }
-  | { op: "forget_client"; requestId: string; clientId: string };
+  | { op: "forget_client"; requestId: string; clientId: string }
+  /** Drain (cordon) a client or end its drain. */
+  | { op: "set_draining"; requestId: string; clientId: string; draining: boolean };
 
 export type ControlResult =
   /** `expiresAt`: an authorization's expiry (deadline clock), as set by the request. */
-  | { ok: true; uuid?: string; revision?: number; writeSeq?: number; instanceId?: string; expiresAt?: number }
+  /** `wasDraining`: the drain flag before a set_draining request. */
+  | { ok: true; uuid?: string; revision?: number; writeSeq?: number; instanceId?: string; expiresAt?: number; wasDraining?: boolean }
   | { ok: false; error: CoreError };
 
 export type ServerInput =

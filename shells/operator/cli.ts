@@ -1,6 +1,6 @@
 /**
  * The operator CLI: `rvbox run | logs | stdin | close-stdin | signal | cancel |
- * get | ls | clients | forget-client | claims | authorize | dismiss-claim |
+ * get | ls | clients | forget-client | drain | claims | authorize | dismiss-claim |
  * incidents | ack-incident | tui`.
  *
  * Every subcommand talks to the server's control API only (ConnectRPC,
@@ -15,7 +15,7 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
@@ -294,6 +294,25 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
       ctx.out(`client ${id} forgotten`);
       return EXIT.OK;
     },
+  },
+  drain: {
+    usage: `usage: rvbox drain CLIENT [--wait] [--timeout DUR]
+       rvbox drain CLIENT --off
+
+Drains (cordons) CLIENT before its agent is restarted or upgraded: the server dispatches
+no new command to it (they stay queued, waiting with "client draining"; their queue
+expiry still applies); commands already dispatched, accepted or running go on. The drain
+is durable (it survives a server restart) and lasts until rvbox drain CLIENT --off.
+An unknown CLIENT exits 66.
+
+  --wait           then wait until CLIENT has no dispatched, accepted or running command
+                   and print "drained: safe to restart rvbox-agent on CLIENT"
+  --timeout DUR    with --wait: give up after DUR (e.g. 90s, 10m), list what still runs
+                   and exit 75; the drain stays on (default: wait without a limit)
+  --off            end the drain: queued commands are dispatched again`,
+    flags: { wait: { type: "boolean" }, timeout: { type: "string" }, off: { type: "boolean" } },
+    args: [CLIENT],
+    run: cmdDrain,
   },
   claims: {
     usage: `usage: rvbox claims [--json]\n\nLists pending identity claims: another instance tried a live client id (R-F4).\nAuthorize one with: rvbox authorize CLIENT INSTANCE; forget one with: rvbox dismiss-claim CLIENT`,
@@ -711,6 +730,47 @@ function ago(ms: number | null): string {
   return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.floor(s / 60)}m ago` : `${Math.floor(s / 3600)}h ago`;
 }
 
+/** How often `drain --wait` asks whether CLIENT still has dispatched, accepted or running commands. */
+const DRAIN_POLL_MS = 500;
+/** Commands `drain --wait` lists when it gives up (the rest are counted). */
+const DRAIN_LIST_MAX = 20;
+const IN_FLIGHT_STATES = [L.DISPATCHED, L.ACCEPTED, L.RUNNING];
+
+async function cmdDrain(ctx: Ctx, p: Parsed): Promise<number> {
+  const clientId = onePositional(p, "CLIENT");
+  const off = bool(p, "off");
+  const wait = bool(p, "wait");
+  const timeoutText = str(p, "timeout");
+  if (off && (wait || timeoutText !== undefined)) throw new UsageError("--off does not go with --wait or --timeout");
+  if (timeoutText !== undefined && !wait) throw new UsageError("--timeout needs --wait");
+  const timeoutMs = timeoutText === undefined ? null : parseDuration(timeoutText, "--timeout");
+  if (timeoutMs !== null && timeoutMs <= 0) throw new UsageError("--timeout must be positive");
+  const r = await call(ctx, `client ${clientId}`, (c) => c.setClientDraining({ clientId, draining: !off, requestId: randomUUID() }));
+  if (off) {
+    ctx.out(r.wasDraining ? `client ${clientId}: drain ended, queued commands are dispatched again` : `client ${clientId} was not draining; nothing changed`);
+    return EXIT.OK;
+  }
+  ctx.out(`client ${clientId} draining: no new command is dispatched to it (rvbox drain ${clientId} --off ends it)`);
+  if (!wait) return EXIT.OK;
+  const deadline = timeoutMs === null ? null : Date.now() + timeoutMs;
+  for (;;) {
+    const left = await call(ctx, `client ${clientId}`, (c) => c.listCommands({ clientId, states: IN_FLIGHT_STATES, pageSize: DRAIN_LIST_MAX }));
+    if (left.commands.length === 0) {
+      ctx.out(`drained: safe to restart rvbox-agent on ${clientId}`);
+      return EXIT.OK;
+    }
+    if (deadline !== null && Date.now() >= deadline) {
+      const rows = left.commands.map(commandInfo);
+      const more = left.nextPageToken !== "" ? " (and more)" : "";
+      ctx.err(`rvbox: drain of ${clientId} timed out after ${timeoutText}: ${rows.length}${more} command${rows.length === 1 && !more ? "" : "s"} still dispatched, accepted or running (the drain stays on):`);
+      ctx.err(table(["ID", "STATE", "CREATED", "PROGRAM"], rows.map((c) => [c.uuid, c.state, iso(c.createdAt), c.program])));
+      return EXIT.TEMPORARY;
+    }
+    const pause = deadline === null ? DRAIN_POLL_MS : Math.max(0, Math.min(DRAIN_POLL_MS, deadline - Date.now()));
+    await new Promise((res) => setTimeout(res, pause));
+  }
+}
+
 function clientsTable(rows: SessionInfo[]): string {
   if (rows.length === 0) return "no clients have registered yet";
   return table(
@@ -724,7 +784,7 @@ function clientsTable(rows: SessionInfo[]): string {
       `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}`,
       String(s.active ?? "-"),
       ago(s.lastActivity),
-      [s.detail, s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "", s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : ""].filter(Boolean).join("; "),
+      [s.draining ? "draining" : "", s.detail, s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "", s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : ""].filter(Boolean).join("; "),
     ]),
   );
 }

@@ -122,6 +122,8 @@ export interface SessionInfo {
   kind: "agent" | "clone" | "impostor";
   /** Incidents of this client counted instead of stored (the server's incident bounds); absent: unknown. */
   incidentsDropped?: number;
+  /** An operator drains the client (rvbox drain): no new command is dispatched to it. */
+  draining?: boolean;
 }
 
 export interface CommandInfo {
@@ -283,6 +285,7 @@ export function sessionInfos(clients: readonly Client[], sessions: readonly Sess
       authorizationExpiry: ms(c.authorizationExpiryTime),
       kind: "agent",
       incidentsDropped: Number(c.incidentsDropped),
+      draining: c.draining,
     };
   });
 }

@@ -92,6 +92,7 @@ export function waitingReason(c: ServerCommand, fleet?: FleetReader): string {
   const st = fleet.state;
   const cl = st.clients.get(c.clientId);
   if (!cl) return `client ${c.clientId} has never registered (or was forgotten); the command waits for an agent under that id`;
+  if (s === CommandLifecycle.QUEUED && cl.draining) return `client draining: ${c.clientId} takes no new command until rvbox drain ${c.clientId} --off`;
   const conn = cl.conn !== 0 ? st.conns.get(cl.conn) : undefined;
   if (!conn) return `client ${c.clientId} offline since ${new Date(clientActivity(fleet, cl)).toISOString().replace(/\.\d{3}Z$/, "Z")}`;
   if (conn.phase !== "ready") return `client ${c.clientId} is reconnecting (${conn.phase})`;
@@ -297,6 +298,12 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { instanceId: r.instanceId ?? "" };
     },
 
+    async setClientDraining(req) {
+      if (req.clientId === "") throw invalid("client_id is required");
+      const r = await call({ op: "set_draining", requestId: requestId(req.requestId, "set-draining"), clientId: req.clientId, draining: req.draining });
+      return { wasDraining: r.wasDraining ?? false };
+    },
+
     async listIncidents(req) {
       return {
         incidents: [...d.state.incidents.values()].filter((i) => req.includeAcknowledged || !i.acknowledged).map(incidentView),
@@ -386,6 +393,7 @@ export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<
     retainedOutputBytes: BigInt(d.state.clientOutput.get(c.clientId)?.bytes ?? 0),
     outputBudgetBytes: BigInt(d.state.config.limits.outputPerClient),
     incidentsDropped: BigInt(d.state.incidentDrops.get(c.clientId)?.count ?? 0),
+    draining: c.draining,
   });
 }
 

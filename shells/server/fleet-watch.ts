@@ -305,7 +305,7 @@ export class FleetWatch {
     const act = Math.floor(clientActivity(this.d, c) / WATCH_ACTIVITY_RESOLUTION_MS);
     const cap = c.capacity;
     const auth = c.authorization ? `${c.authorization.instanceId}@${c.authorization.expiresAt}` : "";
-    return `${c.instanceId}|${c.generation}|${c.conn !== 0}|${act}|${cap.running}/${cap.maxRunning}|${cap.queued}/${cap.maxQueued}|${active.get(c.clientId) ?? 0}|${auth}|${st.clientOutput.get(c.clientId)?.bytes ?? 0}|${st.incidentDrops.get(c.clientId)?.count ?? 0}`;
+    return `${c.instanceId}|${c.generation}|${c.conn !== 0}|${act}|${cap.running}/${cap.maxRunning}|${cap.queued}/${cap.maxQueued}|${active.get(c.clientId) ?? 0}|${auth}|${st.clientOutput.get(c.clientId)?.bytes ?? 0}|${st.incidentDrops.get(c.clientId)?.count ?? 0}|${c.draining}`;
   }
 
   private sessionPrint(c: ConnState): string {

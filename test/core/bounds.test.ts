@@ -41,7 +41,7 @@ function seeded(perClient: Record<string, number>, acknowledged = 0): ServerRig 
   };
   for (let i = 0; i < acknowledged; i++) add("old", true);
   for (const [client, k] of Object.entries(perClient)) {
-    clients.set(client, { clientId: client, generation: 1, instanceId: `inst-${client}`, conn: 0, pendingClaim: null, authorization: null, capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 }, lastSeen: T0 });
+    clients.set(client, { clientId: client, generation: 1, instanceId: `inst-${client}`, conn: 0, pendingClaim: null, authorization: null, capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 }, lastSeen: T0, draining: false });
     for (let i = 0; i < k; i++) add(client, false);
   }
   const tables = new Map<string, Map<string, unknown>>([
@@ -194,7 +194,7 @@ describe("client records (R-F6)", () => {
     const r = new ServerRig();
     r.store = false;
     expect(r.cfg.limits.maxClients).toBe(MAX_CLIENTS);
-    for (let i = 0; i < MAX_CLIENTS - 1; i++) r.st.clients.set(`c${i}`, { clientId: `c${i}`, generation: 1, instanceId: "i", conn: 0, pendingClaim: null, authorization: null, replaced: null, capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 }, lastSeen: T0 });
+    for (let i = 0; i < MAX_CLIENTS - 1; i++) r.st.clients.set(`c${i}`, { clientId: `c${i}`, generation: 1, instanceId: "i", conn: 0, pendingClaim: null, authorization: null, replaced: null, capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 }, lastSeen: T0, draining: false });
     r.connect("last");
     expect(r.st.clients.size).toBe(MAX_CLIENTS);
     const c = r.open();

@@ -27,6 +27,14 @@ describe("sessions view", () => {
     expect(lineWith(f, "batch-1")).toMatch(/backoff.*retry in 3\.2s/);
   });
 
+  it("says draining in DETAIL for a client an operator drains (rvbox drain)", async () => {
+    const src = new FakeSource({ sessions: [fakeSession(0, { clientId: "web-1", link: "connected", detail: "ready 127.0.0.1:1", draining: true }), fakeSession(1, { clientId: "db-1", link: "connected", detail: "ready 127.0.0.1:2" })] });
+    h = await mount(src, { columns: 140 });
+    const f = h.frame();
+    expect(lineWith(f, "web-1")).toMatch(/draining; ready 127\.0\.0\.1:1/);
+    expect(lineWith(f, "db-1")).not.toContain("draining");
+  });
+
   it("moves the selection with j/k and the arrow keys", async () => {
     h = await mount(fakeFleet(5));
     expect(selectedRow(h.frame())).toContain("host-0000");
