@@ -4,6 +4,7 @@
 //   npx tsx sim/cli.ts campaign --seeds A..B [--jobs J] [--variant NAME] [--only ...]
 //   npx tsx sim/cli.ts replay --seed S [--node X] [--command UUID] [--plan]
 //   npx tsx sim/cli.ts shrink --seed S [--variant NAME]
+//   npx tsx sim/cli.ts hashes --seeds A..B   (one line per seed: hash, steps, states, oracle work; diff before/after a refactor)
 //   --paranoid (run, campaign, shrink): every node's full invariants after
 //   every step (default: every CHECK_EVERY steps, and a failing run is rerun
 //   paranoid to localize it); replay is always paranoid.
@@ -132,6 +133,21 @@ async function main(argv: string[]): Promise<void> {
       process.off("SIGTERM", onSignal);
       printCampaign(summary, (l) => console.log(l));
       process.exitCode = summary.failures.length === 0 ? 0 : 1;
+      return;
+    }
+    case "hashes": {
+      // One line per seed: seed, ok, trace hash, steps, virtual ms, final states and oracle work.
+      // A behaviour-preserving change to the core or the simulator leaves this output byte-identical:
+      //   npm run -s sim -- hashes --seeds 1..100 > before.txt; (change); ... > after.txt; diff before.txt after.txt
+      const seeds = parseSeeds(flags.get("seeds") ?? "1..100");
+      const opts = runOptions(flags);
+      let bad = 0;
+      for (const seed of seeds) {
+        const r = runSeed(seed, opts);
+        if (!r.ok) bad++;
+        console.log(`${seed} ${r.ok ? "ok" : "FAIL"} ${r.hash} steps=${r.steps} virtual=${r.virtualMs} states=${JSON.stringify(r.states)} stats=${JSON.stringify(r.stats)}`);
+      }
+      process.exitCode = bad === 0 ? 0 : 1;
       return;
     }
     case "shrink": {
