@@ -50,7 +50,6 @@ import { concatBytes, digest53, fromHex, isPrintableAscii, toHex } from "../byte
 import { safeNumber } from "../codec/frame-codec.js";
 import { canTransition, isTerminal } from "../dispatch/lifecycle.js";
 import { assert, Code, coreError, isPermanentRejection, isTransientRejection, codeName } from "../errors.js";
-import type { PersistRecord } from "../effects.js";
 import {
   CAPACITY_RETRY_CAP_MS,
   CAPACITY_RETRY_INITIAL_MS,
@@ -75,7 +74,31 @@ import { nextFloat } from "../rng.js";
 import { classify, type AgentView, type ServerView } from "../reconcile/classify.js";
 import { clientsNamedBy, closestClients } from "./client-names.js";
 import { historyInvariants, missingMessage, noteEnded, prunedFor, recharge, restoreHistory } from "./server-history.js";
-import { closeConn, send, sendAck, type ServerCtx, type ServerTables } from "./server-node.js";
+import { closeConn, send, sendAck, type ServerCtx } from "./server-node.js";
+import {
+  clientDelete,
+  clientRecord,
+  commandRecord,
+  eventRecord,
+  generationFloorOf,
+  generationFloorRecord,
+  incidentDelete,
+  incidentDropRecord,
+  incidentKey,
+  incidentRecord,
+  incidentsDroppedOf,
+  incidentsDroppedRecord,
+  reconcileDelete,
+  reconcileRecord,
+  restoreCommand,
+  retentionRecord,
+  rowsOf,
+  scriptDelete,
+  scriptRecord,
+  type EventRow,
+  type ScriptRow,
+  type ServerTables,
+} from "./store.js";
 import type {
   ClientRecord,
   ConnState,
@@ -91,15 +114,6 @@ import type {
 import type { StreamName } from "../window/outbox.js";
 
 type Fail = (code: Code, message: string, close: boolean, uuid?: string) => void;
-
-const pad = (n: number): string => n.toString().padStart(12, "0");
-export const serverEventKey = (uuid: string, seq: number): string => `${uuid}/${pad(seq)}`;
-/** Every event key of `uuid` starts with this (uuids contain no '/'). */
-export const serverEventPrefix = (uuid: string): string => `${uuid}/`;
-
-export function clientRecord(c: ClientRecord): PersistRecord {
-  return { table: "client", key: c.clientId, value: { ...c, conn: 0, capacity: { ...c.capacity }, pendingClaim: c.pendingClaim && { ...c.pendingClaim }, authorization: c.authorization && { ...c.authorization }, replaced: c.replaced && { ...c.replaced } } };
-}
 
 /** The outward view a durable copy of `c` would show. */
 export function viewOf(c: ServerCommand): CommittedView {
@@ -123,79 +137,20 @@ function persistCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand): void
   ctx.afterDurable({ kind: "committed", uuid: c.uuid, view: viewOf(c) });
 }
 
-export function commandRecord(c: ServerCommand): PersistRecord {
-  const { script, committed, charged, ...rest } = c;
-  void script;
-  void committed;
-  void charged;
-  return {
-    table: "command",
-    key: c.uuid,
-    value: {
-      ...rest,
-      // A record claims what will be durable with it: events through receivedThrough.
-      storedThrough: c.receivedThrough,
-      streamNext: { ...c.streamNext },
-      stdin: { ...c.stdin, queue: c.stdin.queue.map((o) => ({ ...o })), sentThrough: c.stdin.ackedThrough },
-      signals: c.signals.map((s) => ({ ...s, sentOn: 0 })),
-      segments: c.segments.map((s) => ({ ...s, ranges: s.ranges.map((r) => ({ ...r })) })),
-      retention: c.retention.map((m) => ({ ...m, ranges: m.ranges.map((r) => ({ ...r })) })),
-      requests: { ...c.requests },
-      digests: {},
-      dispatchedOn: 0,
-    },
-  };
-}
-
 export function restoreCommands(st: ServerState, tables: ServerTables): void {
   const scripts = tables.get("script");
-  for (const [uuid, v] of tables.get("command") ?? []) {
-    const r = v as ServerCommand;
-    const c: ServerCommand = {
-      ...r,
-      script: (scripts?.get(uuid) as { data: Uint8Array } | undefined)?.data ?? null,
-      receivedThrough: r.storedThrough,
-      streamNext: { ...r.streamNext },
-      stdin: { ...r.stdin, queue: r.stdin.queue.map((o) => ({ ...o })), sentThrough: r.stdin.ackedThrough },
-      signals: r.signals.map((s) => ({ ...s })),
-      segments: r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
-      retention: r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
-      requests: { ...r.requests },
-      digests: {},
-      dispatchedOn: 0,
-      // Records written before history pruning lack these three.
-      endedAt: r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0),
-      // Records written before command times lack these two.
-      startedTime: r.startedTime ?? 0,
-      endedTime: r.endedTime ?? 0,
-      specBytes: r.specBytes ?? toBinary(ExecutionSpecSchema, r.spec).length,
-      rowEvents: r.rowEvents ?? 0,
-      charged: 0,
-      scriptSent: r.scriptAcked,
-      scriptCommitSentOn: 0,
-      committed: {
-        state: r.state,
-        exitCode: r.exitCode,
-        signalName: r.signalName,
-        reason: r.reason,
-        storedThrough: r.storedThrough,
-        revision: r.revision,
-        stdinAssigned: r.stdin.nextSeq - 1,
-        startedTime: r.startedTime ?? 0,
-        endedTime: r.endedTime ?? 0,
-      },
-    };
+  for (const [uuid, r] of rowsOf(tables, "command")) {
+    const c = restoreCommand(r, scripts?.get(uuid) as ScriptRow | undefined);
     st.commands.set(uuid, c);
     if (!isTerminal(c.state)) st.active.add(uuid);
     if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
     recharge(st, c);
   }
-  restoreHistory(st, tables.get("pruned")?.values() ?? []);
+  restoreHistory(st, rowsOf(tables, "pruned"));
   // Digests of the most recent stored events, for resend checks after a restart.
-  for (const [key, v] of tables.get("event") ?? []) {
+  for (const [key, e] of rowsOf(tables, "event")) {
     const uuid = key.slice(0, key.lastIndexOf("/"));
     const c = st.commands.get(uuid);
-    const e = v as { seq: number; digest: number };
     if (c && e.seq > c.storedThrough - SERVER_RECENT_DIGESTS) c.digests[e.seq] = e.digest;
   }
 }
@@ -226,22 +181,22 @@ export function openIncident(st: ServerState, ctx: ServerCtx, clientId: string, 
     assert(victim !== undefined, `no open incident of ${heavy} to make room`);
     st.incidents.delete(victim.id);
     noteOpen(st, heavy, -1);
-    ctx.persist({ table: "incident", key: victim.id, value: null });
+    ctx.persist(incidentDelete(victim.id));
     dropIncident(st, ctx, heavy, victim.uuid, victim.kind, `evicted for ${clientId}'s incident (total bound)`);
   }
   if (st.incidents.size >= MAX_INCIDENTS_KEPT) {
     for (const [id, i] of st.incidents) {
       if (!i.acknowledged) continue;
       st.incidents.delete(id);
-      ctx.persist({ table: "incident", key: id, value: null });
+      ctx.persist(incidentDelete(id));
       break;
     }
   }
   st.incidentSeq++;
-  const inc: Incident = { id: `inc-${st.incidentSeq}`, clientId, uuid, kind, detail, at: ctx.wall, acknowledged: false };
+  const inc: Incident = { id: incidentKey(st.incidentSeq), clientId, uuid, kind, detail, at: ctx.wall, acknowledged: false };
   st.incidents.set(inc.id, inc);
   noteOpen(st, clientId, 1);
-  ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
+  ctx.persist(incidentRecord(inc));
   ctx.emit({ type: "trace", event: "incident", detail: { id: inc.id, client: clientId, uuid, kind, detail } });
 }
 
@@ -267,21 +222,19 @@ function dropIncident(st: ServerState, ctx: ServerCtx, clientId: string, uuid: s
 export function flushIncidentDrops(st: ServerState, ctx: ServerCtx): void {
   if (st.dropsDirty.size === 0) return;
   for (const id of st.dropsDirty) {
-    const d = st.incidentDrops.get(id);
-    ctx.persist({ table: "incident_drop", key: id, value: d ? { ...d } : null });
+    ctx.persist(incidentDropRecord(id, st.incidentDrops.get(id)));
   }
   st.dropsDirty.clear();
-  ctx.persist({ table: "counter", key: "incidents_dropped", value: { count: st.incidentsDropped } });
+  ctx.persist(incidentsDroppedRecord(st.incidentsDropped));
 }
 
 /** Rebuild the incident indexes and drop counters (after the `incident` table is loaded). */
 export function restoreIncidentIndex(st: ServerState, tables: ServerTables): void {
   for (const i of st.incidents.values()) if (!i.acknowledged) noteOpen(st, i.clientId, 1);
   for (const [id, n] of st.openByClient) if (n > MAX_OPEN_INCIDENTS_PER_CLIENT) st.openOverByClient.set(id, n);
-  for (const [id, v] of tables.get("incident_drop") ?? []) st.incidentDrops.set(id, { ...(v as IncidentDrops) });
-  const counters = tables.get("counter");
-  st.incidentsDropped = (counters?.get("incidents_dropped") as { count: number } | undefined)?.count ?? 0;
-  st.generationFloor = (counters?.get("generation_floor") as { generation: number } | undefined)?.generation ?? 0;
+  for (const [id, d] of rowsOf(tables, "incident_drop")) st.incidentDrops.set(id, { ...d });
+  st.incidentsDropped = incidentsDroppedOf(tables);
+  st.generationFloor = generationFloorOf(tables);
 }
 
 export function incidentInvariants(st: ServerState): void {
@@ -338,7 +291,7 @@ function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, sour
     c.terminalSource = source;
     if (reason) c.reason = reason;
     c.script = null;
-    ctx.persist({ table: "script", key: c.uuid, value: null });
+    ctx.persist(scriptDelete(c.uuid));
     c.stdin.queue = [];
     c.stdin.queuedBytes = 0;
     c.signals = [];
@@ -458,7 +411,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       if (!inc) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no incident ${r.incidentId}`);
       if (!inc.acknowledged) noteOpen(st, inc.clientId, -1);
       inc.acknowledged = true;
-      ctx.persist({ table: "incident", key: inc.id, value: { ...inc } });
+      ctx.persist(incidentRecord(inc));
       return reply(ctx, r.requestId, { ok: true });
     }
     case "forget_client":
@@ -537,11 +490,11 @@ function forgetClient(st: ServerState, ctx: ServerCtx, requestId: string, client
   st.clients.delete(clientId);
   st.generationFloor = Math.max(st.generationFloor, client.generation);
   ctx.persist(
-    { table: "client", key: clientId, value: null },
-    { table: "reconcile", key: clientId, value: null },
-    { table: "counter", key: "generation_floor", value: { generation: st.generationFloor } },
+    clientDelete(clientId),
+    reconcileDelete(clientId),
+    generationFloorRecord(st.generationFloor),
   );
-  if (st.incidentDrops.delete(clientId)) ctx.persist({ table: "incident_drop", key: clientId, value: null });
+  if (st.incidentDrops.delete(clientId)) ctx.persist(incidentDropRecord(clientId, undefined));
   ctx.emit({ type: "trace", event: "client_forgotten", detail: { client: clientId, generation: client.generation } });
   reply(ctx, requestId, { ok: true });
 }
@@ -639,7 +592,7 @@ function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op
   st.commands.set(c.uuid, c);
   st.active.add(c.uuid);
   persistCommand(st, ctx, c);
-  if (c.script) ctx.persist({ table: "script", key: c.uuid, value: { data: c.script } });
+  if (c.script) ctx.persist(scriptRecord(c.uuid, c.script));
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
   reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: 1 });
 }
@@ -969,7 +922,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
     const rev = revisions.get(v.uuid) ?? 0;
     if (c.signals.length > 0) c.signals = c.signals.filter((s) => s.revision > rev);
   }
-  ctx.persist({ table: "reconcile", key: conn.clientId, value: { generation: conn.generation, terminate: result.terminate, discard: result.discard } });
+  ctx.persist(reconcileRecord(conn.clientId, { generation: conn.generation, terminate: result.terminate, discard: result.discard }));
   ctx.emit({ type: "trace", event: "reconciled", detail: { conn: conn.conn, client: conn.clientId, terminate: result.terminate.length, discard: result.discard.length } });
   ctx.afterDurable({ kind: "reconcile_result", conn: conn.conn, terminate: result.terminate, discard: result.discard });
 }
@@ -1061,7 +1014,7 @@ export function handleCommandEvent(
   const rev = safeNumber(ev.commandRevision) ?? 0;
   const time = ev.time ? timestampMs(ev.time) : ctx.wall;
   const base = { seq, revision: rev, time, digest };
-  let record: Record<string, unknown>;
+  let record: EventRow;
   const e = ev.event;
   switch (e.case) {
     case "output": {
@@ -1132,7 +1085,7 @@ export function handleCommandEvent(
       if (e.value.complete) {
         c.scriptCommitted = true;
         c.script = null;
-        ctx.persist({ table: "script", key: c.uuid, value: null });
+        ctx.persist(scriptDelete(c.uuid));
       }
       record = { ...base, kind: "script_upload", receivedBytes: got, complete: e.value.complete };
       break;
@@ -1148,7 +1101,7 @@ export function handleCommandEvent(
   c.digests[seq] = digest;
   delete c.digests[seq - SERVER_RECENT_DIGESTS];
   conn.ingressPending += frameBytes;
-  ctx.persist({ table: "event", key: serverEventKey(c.uuid, seq), value: record });
+  ctx.persist(eventRecord(c.uuid, record));
   persistCommand(st, ctx, c);
   ctx.afterDurable({ kind: "ack", conn: conn.conn, uuid: c.uuid, through: seq, bytes: frameBytes });
 }
@@ -1211,7 +1164,7 @@ function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): v
     else marker.ranges.push({ ...r });
   }
   recharge(st, c);
-  ctx.persist({ table: "retention", key: c.uuid, value: { uuid: c.uuid, ...marker, ranges: marker.ranges.map((r) => ({ ...r })) } });
+  ctx.persist(retentionRecord(c.uuid, marker));
   // Files go only once the marker that says so is durable.
   ctx.afterDurable({ kind: "drop_output", uuid: c.uuid, throughSeq: seg.lastSeq });
   ctx.emit({ type: "trace", event: "retention", detail: { uuid: c.uuid, firstSeq: seg.firstSeq, lastSeq: seg.lastSeq } });

@@ -43,7 +43,8 @@ import {
   SERVER_SEGMENT_ENTRY_BYTES,
 } from "../limits.js";
 import type { ServerCtx } from "./server-node.js";
-import { noteOutput, serverEventPrefix } from "./server-commands.js";
+import { noteOutput } from "./server-commands.js";
+import { commandDelete, eventsDelete, prunedDelete, prunedRecord, retentionDelete, type PrunedRow } from "./store.js";
 import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
 
 /** Bytes one command record is charged against the metadata tier. */
@@ -129,10 +130,10 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
     endedAt: c.endedAt,
     at: ctx.now,
   };
-  ctx.persist({ table: "command", key: c.uuid, value: null });
-  ctx.persist({ table: "event", key: serverEventPrefix(c.uuid), value: null, prefix: true });
-  if (c.retention.length > 0) ctx.persist({ table: "retention", key: c.uuid, value: null });
-  ctx.persist({ table: "pruned", key: c.uuid, value: { ...entry } });
+  ctx.persist(commandDelete(c.uuid));
+  ctx.persist(eventsDelete(c.uuid));
+  if (c.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
+  ctx.persist(prunedRecord(entry));
   // Output files go once the batch that forgets the command is durable.
   // (Retention never drops a command's last segment: no segments, no files.)
   if (c.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
@@ -153,7 +154,7 @@ function forgetPruned(st: ServerState, ctx: ServerCtx): void {
   for (const uuid of st.pruned.keys()) {
     if (st.pruned.size <= st.config.limits.prunedMax) break;
     st.pruned.delete(uuid);
-    ctx.persist({ table: "pruned", key: uuid, value: null });
+    ctx.persist(prunedDelete(uuid));
   }
 }
 
@@ -171,11 +172,11 @@ export function missingMessage(st: ServerState, uuid: string): string {
   return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state}${exit} and was pruned from history`;
 }
 
-export function restoreHistory(st: ServerState, pruned: Iterable<unknown>): void {
+export function restoreHistory(st: ServerState, pruned: Iterable<[string, PrunedRow]>): void {
   const ended = [...st.commands.values()].filter((c) => isTerminal(c.state));
   ended.sort((a, b) => a.endedAt - b.endedAt || a.createdAt - b.createdAt);
   for (const c of ended) st.history.set(c.uuid, c.endedAt);
-  const ledger = [...pruned].map((v) => v as PrunedCommand);
+  const ledger = [...pruned].map(([, v]) => v);
   ledger.sort((a, b) => a.at - b.at || a.endedAt - b.endedAt);
   for (const p of ledger) if (!st.commands.has(p.uuid)) st.pruned.set(p.uuid, { ...p });
 }

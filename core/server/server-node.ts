@@ -53,7 +53,6 @@ import {
   commandDeadline,
   restoreCommands,
   serverCommandInvariants,
-  clientRecord,
   flushIncidentDrops,
   incidentInvariants,
   openIncident,
@@ -73,12 +72,11 @@ import type {
   ServerState,
 } from "./server-types.js";
 import type { Step } from "../agent/agent-types.js";
+import { clientRecord, parseIncidentKey, rowsOf, type ServerTables } from "./store.js";
 
 export type ServerCtx = StepContext<ServerEffect, ServerDeferred>;
 
-export interface ServerTables {
-  get(table: string): ReadonlyMap<string, unknown> | undefined;
-}
+export type { ServerTables } from "./store.js";
 
 export function defaultServerConfig(): ServerConfig {
   return {
@@ -133,13 +131,12 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     clientsAtRestore: 0,
     gate: newGate<ServerDeferred>(),
   };
-  for (const [id, v] of tables.get("client") ?? []) {
-    const c = v as ClientRecord;
+  for (const [id, c] of rowsOf(tables, "client")) {
     st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null, draining: c.draining === true });
   }
-  for (const [id, v] of tables.get("incident") ?? []) {
-    st.incidents.set(id, { ...(v as ServerState["incidents"] extends Map<string, infer I> ? I : never) });
-    const n = Number(id.replace(/^inc-/, ""));
+  for (const [id, v] of rowsOf(tables, "incident")) {
+    st.incidents.set(id, { ...v });
+    const n = parseIncidentKey(id);
     if (Number.isFinite(n) && n > st.incidentSeq) st.incidentSeq = n;
   }
   restoreIncidentIndex(st, tables);
