@@ -40,7 +40,7 @@ import { toBinary } from "@bufbuild/protobuf";
 import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
 import type { ServerCommand, ServerEffect, ServerInput, ServerState } from "../core/server/server-types.js";
-import { authorizationExpired } from "../core/server/server-node.js";
+import { authorizationExpired } from "../core/server/clients.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../protos/gen/rvbox/v1/common_pb.js";
 import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";

@@ -8,7 +8,7 @@ import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, Outp
 import { restoreServer, serverInvariants, type Incident, type ServerState } from "../../core/index.js";
 import { Code, InvariantViolation } from "../../core/errors.js";
 import { MAX_CLIENTS, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT, SERVER_RECENT_DIGESTS, SERVER_ROW_EVENTS_PER_COMMAND, STDIN_WRITES_IN_FLIGHT } from "../../core/limits.js";
-import { rowEventBound } from "../../core/server/server-commands.js";
+import { rowEventBound } from "../../core/server/ingest.js";
 import { T0, sha, of, ServerRig, expectClosed, type StateInit } from "../support/server-rig.js";
 
 const unknownRunning = (uuid: string): StateInit => ({ issueUuid: uuid, lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: sha(uuid) });

@@ -29,41 +29,17 @@
 //
 // New submits are refused with CODE_CAPACITY while active commands alone take
 // more than SERVER_ACTIVE_METADATA_SHARE of the tier, so history, final states
-// and event rows always have room (server-commands.ts `submit`).
+// and event rows always have room (submit.ts).
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { assert } from "../errors.js";
-import {
-  SERVER_DIGEST_BYTES,
-  SERVER_EVENT_ROW_BYTES,
-  SERVER_PRUNES_PER_STEP,
-  SERVER_RECENT_DIGESTS,
-  SERVER_RECORD_BASE_BYTES,
-  SERVER_SEGMENT_ENTRY_BYTES,
-} from "../limits.js";
-import type { ServerCtx } from "./server-node.js";
-import { noteOutput } from "./server-commands.js";
-import { commandDelete, eventsDelete, prunedDelete, prunedRecord, retentionDelete, type PrunedRow } from "./store.js";
-import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
-
-/** Bytes one command record is charged against the metadata tier. */
-export function metaCharge(c: ServerCommand): number {
-  return (
-    SERVER_RECORD_BASE_BYTES +
-    c.specBytes +
-    c.rowEvents * SERVER_EVENT_ROW_BYTES +
-    Math.min(c.receivedThrough, SERVER_RECENT_DIGESTS) * SERVER_DIGEST_BYTES +
-    (c.segments.length + c.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
-  );
-}
-
-/** Re-charge `c` after a change to anything metaCharge reads. */
-export function recharge(st: ServerState, c: ServerCommand): void {
-  const now = metaCharge(c);
-  st.metaBytes += now - c.charged;
-  c.charged = now;
-}
+import { SERVER_PRUNES_PER_STEP } from "../limits.js";
+import type { PrunedCommand, ServerCommand, ServerDeferred, ServerState } from "./server-types.js";
+import { type PrunedRow, commandDelete, eventsDelete, prunedDelete, prunedRecord, retentionDelete } from "./store.js";
+import type { ServerCtx } from "./io.js";
+import { metaCharge } from "./metadata.js";
+import { noteOutput } from "./retention.js";
 
 /** `c` just became terminal: it is history from now on. */
 export function noteEnded(st: ServerState, c: ServerCommand, now: number): void {
@@ -198,4 +174,9 @@ export function historyInvariants(st: ServerState): void {
   assert(st.pruned.size <= st.config.limits.prunedMax, "pruned ledger over its bound");
   // (No assertion on end order: a wall clock may step back; pruning then
   // follows the order commands ended in, which is what the index keeps.)
+}
+
+/** A pruned command's output files go once the batch that forgets it is durable (prune). */
+export function releasePrune(ctx: ServerCtx, a: Extract<ServerDeferred, { kind: "prune" }>): void {
+  ctx.emit({ type: "prune_output", uuid: a.uuid });
 }
