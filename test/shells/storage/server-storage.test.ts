@@ -93,6 +93,33 @@ describe("server storage: kv rows + output segment files", () => {
     await s3.close();
   });
 
+  it("R-O5 R-O3: a drop in the same group as new output never deletes a file that group appended past the drop (rolled or still open)", async () => {
+    const dir = await tempDir("rvbox-ss-drop-group-");
+    const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
+    for (let i = 1; i <= 3; i++) s.persist(outputEvent(i, "cmd-g", i, 300));
+    await s.whenIdle();
+    s.persist({ type: "persist", id: 4, records: [{ table: "retention", key: "cmd-g", value: { uuid: "cmd-g", firstSeq: 1, lastSeq: 3 } }] });
+    await s.whenIdle();
+    // One group: event 4 is appended to the first file (its row still says
+    // last_seq 3), event 5 rolls it and opens a second file, and the drop
+    // through 3 arrives with them. The first file now holds event 4: it stays.
+    s.persist(outputEvent(5, "cmd-g", 4, 300));
+    s.persist(outputEvent(6, "cmd-g", 5, 300));
+    s.dropOutput("cmd-g", 3);
+    await s.whenIdle();
+    // (It is only partly covered, so its entries 1..3 stay too; readers skip what the marker covers.)
+    const rows = s.readEvents("cmd-g", 1, 100, 100);
+    expect(rows.map((r) => r["seq"])).toEqual([1, 2, 3, 4, 5]);
+    expect(await s.readSegment(rows[3]!["seg"] as never)).toEqual(new Uint8Array(300).fill(4));
+    expect((await segFiles(dir)).length).toBe(2);
+    // A later drop through 4 covers the first file wholly: now it goes.
+    s.dropOutput("cmd-g", 4);
+    await s.whenIdle();
+    expect((await segFiles(dir)).length).toBe(1);
+    expect(s.readEvents("cmd-g", 1, 100, 100).map((r) => r["seq"])).toEqual([5]);
+    await s.close();
+  });
+
   it("pruning: one prefix record deletes a command's event rows (not another's), pruneOutput deletes all its segments at once, and rows left by a crash are collected at open", async () => {
     const dir = await tempDir("rvbox-ss-prune-");
     const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
