@@ -493,28 +493,6 @@ export class ServerStorage implements PersistSink {
     }
   }
 
-  /** The stored zstd frame a pointer names; null if its segment is gone. */
-  async readSegment(ptr: SegmentPointer): Promise<Uint8Array | null> {
-    let fh: fsp.FileHandle;
-    try {
-      fh = await fsp.open(path.join(this.segDir, `${ptr.f}.seg`), "r");
-    } catch {
-      return null;
-    }
-    try {
-      const buf = Buffer.allocUnsafe(ptr.n);
-      let off = 0;
-      while (off < ptr.n) {
-        const { bytesRead } = await fh.read(buf, off, ptr.n - off, ptr.o + off);
-        if (bytesRead === 0) return null;
-        off += bytesRead;
-      }
-      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
-    } finally {
-      await fh.close();
-    }
-  }
-
   async segmentStats(): Promise<{ files: number; bytes: number }> {
     const r = this.db.query<{ n: number; b: number | null }>("SELECT COUNT(*) AS n, SUM(bytes) AS b FROM segment");
     return { files: r[0]?.n ?? 0, bytes: r[0]?.b ?? 0 };
