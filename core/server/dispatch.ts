@@ -78,7 +78,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
  * away than the longest retry delay: a deadline clock re-anchored backwards
  * at a restart must not hold a queued command back by the wall-clock step.
  */
-function retryDue(c: ServerCommand, now: number): boolean {
+export function retryDue(c: ServerCommand, now: number): boolean {
   return now >= c.nextAttemptAt || c.nextAttemptAt - now > CAPACITY_RETRY_CAP_MS;
 }
 
@@ -93,7 +93,7 @@ function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, no
 }
 
 /** When a dispatch sent on a live session and durably recorded may be sent again (null: none). */
-function redeliveryAt(st: ServerState, c: ServerCommand): number | null {
+export function redeliveryAt(st: ServerState, c: ServerCommand): number | null {
   const armed = c.state === L.DISPATCHED && c.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED;
   return armed ? c.dispatchedAt + st.config.limits.redeliveryMs : null;
 }
@@ -179,23 +179,4 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
     return;
   }
   fail(Code.PROTOCOL_ERROR, `rejection with code ${code} is not a dispatch answer`, true);
-}
-
-export function commandDeadline(st: ServerState, now: number): number | null {
-  let d: number | null = null;
-  const take = (t: number): void => {
-    if (t > now) d = d === null ? t : Math.min(d, t);
-  };
-  for (const uuid of st.active) {
-    const c = st.commands.get(uuid)!;
-    if (isTerminal(c.state)) continue;
-    if (c.state === L.QUEUED) {
-      take(c.queueExpiry);
-      if (!retryDue(c, now)) take(c.nextAttemptAt);
-    } else {
-      const at = redeliveryAt(st, c);
-      if (at !== null) take(at);
-    }
-  }
-  return d;
 }

@@ -79,20 +79,6 @@ export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
   return false;
 }
 
-/**
- * When the oldest history entry reaches historyMs (null: never by age, or
- * already due: then it waits only for its last persist, and the durable input
- * that settles it runs the next step).
- */
-export function historyDeadline(st: ServerState, now: number): number | null {
-  // (historyMs 0: every entry is already "due", so this returns null.)
-  for (const endedAt of st.history.values()) {
-    const due = endedAt + st.config.limits.historyMs;
-    return due > now ? due : null;
-  }
-  return null;
-}
-
 function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   assert(c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough, `${c.uuid}: pruned with events not yet durable`);
   const entry: PrunedCommand = {

@@ -47,14 +47,15 @@ import type { ServerDeferred, ServerEffect, ServerEnv, ServerInput, ServerState 
 import { expireAuthorizations } from "./clients.js";
 import { releaseCommitted } from "./commands.js";
 import { handleControl } from "./control.js";
-import { commandDeadline, handleAccepted, pumpCommands, releaseDispatch } from "./dispatch.js";
-import { historyDeadline, pruneHistory, releasePrune } from "./history.js";
+import { handleAccepted, pumpCommands, releaseDispatch } from "./dispatch.js";
+import { pruneHistory, releasePrune } from "./history.js";
 import { flushIncidentDrops, openIncident } from "./incidents.js";
 import { type AckBatch, handleCommandEvent, releaseAck, sendAcks } from "./ingest.js";
 import { type ServerCtx, closeConn, dropConn, releaseReply, sendError } from "./io.js";
 import { handleSnapshot, releaseReconcileResult } from "./reconcile.js";
 import { onCapacity, register, releaseWelcome } from "./registration.js";
 import { releaseDropOutput } from "./retention.js";
+import { nextWake } from "./timers.js";
 
 export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv, wall: number = now): Step<ServerState, ServerEffect> {
   const ctx: ServerCtx = new StepContext(now, wall);
@@ -234,16 +235,8 @@ function pump(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   const backlog = pruneHistory(st, ctx);
   ready = ctx.seal(st.gate);
   assert(ready.length === 0, "pruning released deferred work");
-  let d: number | null = backlog ? ctx.now : historyDeadline(st, ctx.now);
-  for (const conn of st.conns.values()) {
-    const h = heartbeatDeadline(conn.hb);
-    d = d === null ? h : Math.min(d, h);
-  }
-  for (const client of st.clients.values()) {
-    if (client.authorization) d = d === null ? client.authorization.expiresAt : Math.min(d, client.authorization.expiresAt);
-  }
-  const c = commandDeadline(st, ctx.now);
-  if (c !== null) d = d === null ? c : Math.min(d, c);
   assert(st.dropsDirty.size === 0, "incident drop counters changed after they were flushed");
-  if (d !== null) ctx.emit({ type: "wake", at: Math.max(d, ctx.now) });
+  const w = nextWake(st, ctx.now, backlog);
+  st.wake = w && { at: Math.max(w.at, ctx.now), timer: w.timer };
+  if (st.wake) ctx.emit({ type: "wake", at: st.wake.at });
 }

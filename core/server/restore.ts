@@ -66,6 +66,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     generationFloor: 0,
     clientsAtRestore: 0,
     gate: newGate<ServerDeferred>(),
+    wake: null,
   };
   for (const [id, c] of rowsOf(tables, "client")) {
     st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null, draining: c.draining === true });
