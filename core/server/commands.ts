@@ -48,9 +48,20 @@ export function remember(c: ServerCommand, requestId: string, n: number): void {
   if (keys.length > MAX_REQUEST_IDS_PER_COMMAND) delete c.requests[keys[0]!];
 }
 
-/** `at`: the wall time of the transition (the agent's event time for its own events). */
-export function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = "", at = ctx.wall): void {
+/**
+ * The one writer of a command's state. `at`: the wall time of the transition
+ * (the agent's event time for its own events). `announce` false: a move
+ * between queued and dispatched (or staying queued) that the caller persists
+ * itself and traces in its own words (dispatch, requeue); nothing else may be
+ * silent, and a terminal state is always announced.
+ */
+export function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = "", at = ctx.wall, announce = true): void {
   assert(!isTerminal(c.state), `terminal ${L[c.state]} of ${c.uuid} may not change to ${L[to]}`);
+  if (!announce) {
+    assert((to === L.QUEUED || to === L.DISPATCHED) && (to === c.state || canTransition(c.state, to)), `silent transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
+    c.state = to;
+    return;
+  }
   assert(canTransition(c.state, to), `illegal transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
   c.state = to;
   if (to === L.RUNNING && c.startedTime === 0) c.startedTime = at;

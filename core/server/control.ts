@@ -1,5 +1,6 @@
 // Operator requests: one router to the module that answers each.
 
+import { unreachable } from "../errors.js";
 import type { ControlRequest, ServerEnv, ServerState } from "./server-types.js";
 import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining } from "./clients.js";
 import { ackIncident } from "./incidents.js";
@@ -30,5 +31,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       return forgetClient(st, ctx, r.requestId, r.clientId);
     case "set_draining":
       return setDraining(st, ctx, r);
+    default:
+      return unreachable(r, "control request");
   }
 }

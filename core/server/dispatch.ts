@@ -107,7 +107,7 @@ export function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: Se
     // The first send waits until `dispatched` is durable: a server that crashed
     // after sending but before recording it would believe the command never
     // left, and could expire or cancel it on its own while the agent runs it.
-    c.state = L.DISPATCHED;
+    setState(st, ctx, c, L.DISPATCHED, "server", "", ctx.wall, false);
     persistCommand(st, ctx, c);
     ctx.afterDurable({ kind: "dispatch", uuid: c.uuid, conn: conn.conn, generation: conn.generation });
     return;
@@ -171,7 +171,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
     return;
   }
   if (isTransientRejection(code) || code === Code.STALE_GENERATION) {
-    c.state = L.QUEUED;
+    setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
     const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.attempts, 20));
     c.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
     persistCommand(st, ctx, c);

@@ -15,7 +15,7 @@ import { type CommandEvent, CommandEventSchema, CommandLifecycle as L, OutputStr
 import { digest53 } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
 import { canTransition, isTerminal } from "../dispatch/lifecycle.js";
-import { Code } from "../errors.js";
+import { Code, unreachable } from "../errors.js";
 import { MAX_CHUNK_BYTES, SCRIPT_CHUNK_BYTES, SERVER_RECENT_DIGESTS, SERVER_ROW_EVENTS_PER_COMMAND } from "../limits.js";
 import type { StreamName } from "../window/outbox.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
@@ -173,8 +173,10 @@ export function handleCommandEvent(
     case "incomplete":
       record = { ...base, kind: "incomplete", streams: e.value.streams.map((s) => streamName(s)), reason: e.value.reason };
       break;
-    default:
+    case undefined:
       return fail(Code.PROTOCOL_ERROR, "command event without a recognized payload", true);
+    default:
+      return unreachable(e, "command event payload");
   }
   c.receivedThrough = seq;
   if (e.case !== "output") c.rowEvents++;

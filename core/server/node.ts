@@ -39,7 +39,8 @@
 
 import type { Step } from "../agent/agent-types.js";
 import { decodeFrame, singleFieldBytes } from "../codec/frame-codec.js";
-import { Code, assert, codeName } from "../errors.js";
+import { Code, assert, codeName, unreachable } from "../errors.js";
+import { serverAccepts } from "../protocol/envelopes.js";
 import * as LIM from "../limits.js";
 import { heartbeatDeadline, heartbeatDue, newHeartbeat, onActivity } from "../session/heartbeat.js";
 import { StepContext, releaseDurable } from "../step-context.js";
@@ -106,6 +107,8 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
     case "control":
       handleControl(st, ctx, input.request, env);
       break;
+    default:
+      unreachable(input, "server input");
   }
   pump(st, ctx, env);
   return { state: st, effects: ctx.effects as ServerEffect[] };
@@ -122,6 +125,7 @@ function onFrame(st: ServerState, ctx: ServerCtx, connId: number, data: Uint8Arr
   onActivity(conn.hb, ctx.now);
   const e = d.envelope;
   const p = e.payload;
+  // core/protocol/envelopes.ts says which kinds each phase accepts.
   if (conn.phase === "hello") {
     if (p.case !== "clientHello") {
       closeConn(st, ctx, connId, Code.PROTOCOL_ERROR, `${p.case} before ClientHello`, true);
@@ -142,10 +146,16 @@ function onFrame(st: ServerState, ctx: ServerCtx, connId: number, data: Uint8Arr
     if (close) closeConn(st, ctx, connId, code, message, true);
     else sendError(ctx, conn, code, message, false, uuid);
   };
+  if (p.case === undefined || !serverAccepts(p.case, conn.phase)) {
+    // R-W10: a kind the agent never sends, or not in this phase (a snapshot
+    // once the session is ready can only be a second one).
+    const second = p.case === "reconcileSnapshot";
+    return fail(Code.PROTOCOL_ERROR, second ? "second ReconcileSnapshot on one session" : `unexpected ${p.case} from agent`, true);
+  }
   switch (p.case) {
     case "reconcileSnapshot":
       // One per session, also while the first one's result waits for durability.
-      if (conn.phase !== "reconciling" || conn.snapshotReceived) return fail(Code.PROTOCOL_ERROR, "second ReconcileSnapshot on one session", true);
+      if (conn.snapshotReceived) return fail(Code.PROTOCOL_ERROR, "second ReconcileSnapshot on one session", true);
       conn.snapshotReceived = true;
       handleSnapshot(st, ctx, conn, p.value);
       return;
@@ -169,8 +179,21 @@ function onFrame(st: ServerState, ctx: ServerCtx, connId: number, data: Uint8Arr
       if (p.value.closeSession) closeConn(st, ctx, connId, Code.UNSPECIFIED, "agent closed the session", false);
       return;
     }
+    case "clientHello":
+    case "serverWelcome":
+    case "commandDispatch":
+    case "eventAck":
+    case "stdinWrite":
+    case "closeStdin":
+    case "signalCommand":
+    case "scriptChunk":
+    case "scriptCommit":
+    case "reconcileRequest":
+    case "reconcileResult":
+      // Refused above: ENVELOPES accepts none of these from an agent on a welcomed session.
+      return assert(false, `ENVELOPES accepted ${p.case} in phase ${conn.phase}`);
     default:
-      fail(Code.PROTOCOL_ERROR, `unexpected ${p.case} from agent`, true);
+      return unreachable(p, "agent payload");
   }
 }
 
@@ -207,6 +230,8 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
       case "prune":
         releasePrune(ctx, a);
         break;
+      default:
+        unreachable(a, "deferred action");
     }
   }
   sendAcks(st, ctx, acks);

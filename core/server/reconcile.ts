@@ -2,6 +2,8 @@
 // names, how the snapshot is applied (reconcile/classify.ts judges it), and
 // the result, which leaves only once durable; only then is the session ready.
 
+import { unreachable } from "../errors.js";
+import { setPhase } from "./conn-phase.js";
 import type { ReconcileSnapshot } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { toHex } from "../bytes.js";
@@ -83,7 +85,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
     switch (v.action) {
       case "requeue":
         if (c.state === L.QUEUED) break; // never dispatched: nothing to undo
-        c.state = L.QUEUED;
+        setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
         c.nextAttemptAt = 0;
         persistCommand(st, ctx, c);
         break;
@@ -99,8 +101,13 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
       case "adopt":
         setState(st, ctx, c, v.adopt!, "agent");
         break;
+      case "terminate_local":
+      case "discard":
+      case "keep":
+      case "none":
+        break; // the result (terminate, discard) or nothing: the command itself stays as it is
       default:
-        break;
+        unreachable(v.action, "reconcile verdict");
     }
     // Signals the agent already applied need not be sent again.
     const rev = revisions.get(v.uuid) ?? 0;
@@ -119,7 +126,7 @@ export function releaseReconcileResult(st: ServerState, ctx: ServerCtx, a: Extra
     case: "reconcileResult",
     value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: a.terminate, discardLocalTerminalIssueUuids: a.discard },
   });
-  conn.phase = "ready";
+  setPhase(conn, "ready");
   ctx.emit({ type: "trace", event: "session_ready", detail: { conn: a.conn, client: conn.clientId, generation: conn.generation } });
   onSessionReady(st, conn);
 }

@@ -10,6 +10,7 @@
 // After the welcome the server sends a ReconcileRequest naming the commands
 // it considers in flight for that client (R-D6).
 
+import { setPhase } from "./conn-phase.js";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { type ClientCapacity, type ClientHello, ReconcileRequestSchema, ReconcileTargetSchema, ServerWelcomeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
@@ -114,7 +115,7 @@ export function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: Cl
     client.authorization = null;
     ctx.emit({ type: "trace", event: "authorization_consumed", detail: { client: h.clientId, instance: h.clientInstanceId } });
   }
-  conn.phase = "welcoming";
+  setPhase(conn, "welcoming");
   conn.clientId = h.clientId;
   conn.instanceId = h.clientInstanceId;
   conn.generation = client.generation;
@@ -156,7 +157,7 @@ export function releaseWelcome(st: ServerState, ctx: ServerCtx, a: Extract<Serve
       immutableRequestSha256: fromHex(c.hash),
     }),
   );
-  conn.phase = "reconciling";
+  setPhase(conn, "reconciling");
   send(ctx, conn, { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets }) });
 }
 

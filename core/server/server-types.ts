@@ -211,7 +211,8 @@ export interface ClientRecord {
   draining: boolean;
 }
 
-export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready" | "closed";
+/** conn-phase.ts: the phases, their order and their one writer (a closed connection is dropped). */
+export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready";
 
 export interface ConnState {
   conn: number;
