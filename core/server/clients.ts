@@ -36,7 +36,12 @@ export function authorize(st: ServerState, ctx: ServerCtx, r: Extract<ControlReq
   if (!known && !r.instanceNotYetSeen) {
     if (claim) {
       const hint = claim.instanceId.startsWith(id) ? "; give the full id, not a prefix" : "";
-      return replyError(ctx, r.requestId, Code.VALIDATION, `instance ${id} is not the pending claimant of client ${r.clientId} (that is ${claim.instanceId})${hint}`);
+      return replyError(
+        ctx,
+        r.requestId,
+        Code.VALIDATION,
+        `instance ${id} is not the pending claimant of client ${r.clientId} (that is ${claim.instanceId})${hint}`,
+      );
     }
     return replyError(
       ctx,
@@ -86,14 +91,15 @@ export function forgetClient(st: ServerState, ctx: ServerCtx, requestId: string,
   let active = 0;
   for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === clientId) active++;
   if (active > 0)
-    return replyError(ctx, requestId, Code.CONFLICT, `client ${clientId} has ${active} non-terminal command${active === 1 ? "" : "s"}; cancel them or let them finish first`);
+    return replyError(
+      ctx,
+      requestId,
+      Code.CONFLICT,
+      `client ${clientId} has ${active} non-terminal command${active === 1 ? "" : "s"}; cancel them or let them finish first`,
+    );
   st.clients.delete(clientId);
   st.generationFloor = Math.max(st.generationFloor, client.generation);
-  ctx.persist(
-    clientDelete(clientId),
-    reconcileDelete(clientId),
-    generationFloorRecord(st.generationFloor),
-  );
+  ctx.persist(clientDelete(clientId), reconcileDelete(clientId), generationFloorRecord(st.generationFloor));
   if (st.incidentDrops.delete(clientId)) ctx.persist(incidentDropRecord(clientId, undefined));
   ctx.emit({ type: "trace", event: "client_forgotten", detail: { client: clientId, generation: client.generation } });
   reply(ctx, requestId, { ok: true });

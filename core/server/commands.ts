@@ -55,10 +55,22 @@ export function remember(c: ServerCommand, requestId: string, n: number): void {
  * itself and traces in its own words (dispatch, requeue); nothing else may be
  * silent, and a terminal state is always announced.
  */
-export function setState(st: ServerState, ctx: ServerCtx, c: ServerCommand, to: L, source: "agent" | "server", reason = "", at = ctx.wall, announce = true): void {
+export function setState(
+  st: ServerState,
+  ctx: ServerCtx,
+  c: ServerCommand,
+  to: L,
+  source: "agent" | "server",
+  reason = "",
+  at = ctx.wall,
+  announce = true,
+): void {
   assert(!isTerminal(c.state), `terminal ${L[c.state]} of ${c.uuid} may not change to ${L[to]}`);
   if (!announce) {
-    assert((to === L.QUEUED || to === L.DISPATCHED) && (to === c.state || canTransition(c.state, to)), `silent transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
+    assert(
+      (to === L.QUEUED || to === L.DISPATCHED) && (to === c.state || canTransition(c.state, to)),
+      `silent transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`,
+    );
     c.state = to;
     return;
   }

@@ -4,7 +4,17 @@
 import { Code, assert } from "../errors.js";
 import { MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT } from "../limits.js";
 import type { ControlRequest, Incident, ServerState } from "./server-types.js";
-import { type ServerTables, generationFloorOf, incidentDelete, incidentDropRecord, incidentKey, incidentRecord, incidentsDroppedOf, incidentsDroppedRecord, rowsOf } from "./store.js";
+import {
+  type ServerTables,
+  generationFloorOf,
+  incidentDelete,
+  incidentDropRecord,
+  incidentKey,
+  incidentRecord,
+  incidentsDroppedOf,
+  incidentsDroppedRecord,
+  rowsOf,
+} from "./store.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
 
 /**

@@ -104,7 +104,8 @@ export function handleCommandEvent(
       if (size > MAX_CHUNK_BYTES) return fail(Code.PAYLOAD_TOO_LARGE, `output chunk declares ${size} bytes`, true);
       if (e.value.zstdData.length > MAX_CHUNK_BYTES + 1024) return fail(Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs", true);
       const offset = safeNumber(e.value.streamOffset);
-      if (offset !== c.streamNext[stream]) return fail(Code.SEQUENCE_VIOLATION, `${stream} offset ${e.value.streamOffset}, expected ${c.streamNext[stream]}`, true);
+      if (offset !== c.streamNext[stream])
+        return fail(Code.SEQUENCE_VIOLATION, `${stream} offset ${e.value.streamOffset}, expected ${c.streamNext[stream]}`, true);
       const chk = env.ports.checkCompressed(e.value.zstdData, size);
       if (!chk.ok) return fail(chk.code, chk.message, true);
       c.streamNext[stream] += size;
@@ -135,7 +136,15 @@ export function handleCommandEvent(
       if (to === L.ACCEPTED || to === L.QUEUED || to === L.DISPATCHED) return fail(Code.PROTOCOL_ERROR, `agent lifecycle event ${L[to]}`, true);
       if (e.value.exitCode !== undefined) c.exitCode = e.value.exitCode;
       c.signalName = e.value.signalName;
-      record = { ...base, kind: "lifecycle", state: to, exitCode: e.value.exitCode ?? null, signalName: e.value.signalName, reason: e.value.reason, error: e.value.error ? { code: e.value.error.code, message: e.value.error.message } : null };
+      record = {
+        ...base,
+        kind: "lifecycle",
+        state: to,
+        exitCode: e.value.exitCode ?? null,
+        signalName: e.value.signalName,
+        reason: e.value.reason,
+        error: e.value.error ? { code: e.value.error.code, message: e.value.error.message } : null,
+      };
       if (to !== c.state) setState(st, ctx, c, to, "agent", e.value.reason, time);
       if (isTerminal(to)) c.signals = [];
       break;

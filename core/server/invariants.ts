@@ -37,7 +37,10 @@ export function serverInvariants(st: ServerState): void {
   }
   assert(st.gate.durableThrough <= st.gate.lastId, "durable beyond last persist");
   assert(st.conns.size <= LIM.MAX_SERVER_CONNECTIONS, "connections over their bound");
-  assert(st.clients.size <= Math.max(st.config.limits.maxClients, st.clientsAtRestore), `${st.clients.size} client records over the bound ${st.config.limits.maxClients}`);
+  assert(
+    st.clients.size <= Math.max(st.config.limits.maxClients, st.clientsAtRestore),
+    `${st.clients.size} client records over the bound ${st.config.limits.maxClients}`,
+  );
   incidentInvariants(st);
   serverCommandInvariants(st);
 }
@@ -61,7 +64,10 @@ export function serverCommandInvariants(st: ServerState): void {
     for (const s of c.segments) seg += s.bytes;
     assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
     assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
-    assert(c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND, `${uuid}: a per-command bound exceeded`);
+    assert(
+      c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND,
+      `${uuid}: a per-command bound exceeded`,
+    );
     // Digests grow only while a command is active (events of terminal ones are never stored).
     if (!isTerminal(c.state)) assert(Object.keys(c.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
     assert(c.rowEvents <= rowEventBound(c), `${uuid}: ${c.rowEvents} stored non-output events over the bound`);

@@ -53,7 +53,13 @@ export function onSessionReady(st: ServerState, conn: ConnState): void {
 }
 
 export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState, snap: ReconcileSnapshot): void {
-  const view = (c: ServerCommand): ServerView => ({ uuid: c.uuid, state: c.state, terminalSource: c.terminalSource, hash: c.hash, storedThrough: c.storedThrough });
+  const view = (c: ServerCommand): ServerView => ({
+    uuid: c.uuid,
+    state: c.state,
+    terminalSource: c.terminalSource,
+    hash: c.hash,
+    storedThrough: c.storedThrough,
+  });
   const requested: ServerView[] = reconcileTargets(st, conn.clientId).map(view);
   const agentViews: AgentView[] = snap.retainedCommands.map((r) => ({
     uuid: r.issueUuid,
@@ -114,7 +120,11 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
     if (c.signals.length > 0) c.signals = c.signals.filter((s) => s.revision > rev);
   }
   ctx.persist(reconcileRecord(conn.clientId, { generation: conn.generation, terminate: result.terminate, discard: result.discard }));
-  ctx.emit({ type: "trace", event: "reconciled", detail: { conn: conn.conn, client: conn.clientId, terminate: result.terminate.length, discard: result.discard.length } });
+  ctx.emit({
+    type: "trace",
+    event: "reconciled",
+    detail: { conn: conn.conn, client: conn.clientId, terminate: result.terminate.length, discard: result.discard.length },
+  });
   ctx.afterDurable({ kind: "reconcile_result", conn: conn.conn, terminate: result.terminate, discard: result.discard });
 }
 

@@ -13,7 +13,13 @@
 import { setPhase } from "./conn-phase.js";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { type ClientCapacity, type ClientHello, ReconcileRequestSchema, ReconcileTargetSchema, ServerWelcomeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  type ClientCapacity,
+  type ClientHello,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+  ServerWelcomeSchema,
+} from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { ProtocolVersionSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { fromHex, isPrintableAscii } from "../bytes.js";
 import { negotiate, rangeFromWire } from "../codec/version.js";
@@ -45,8 +51,7 @@ export function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: Cl
   let client = st.clients.get(h.clientId);
   if (!client) {
     // Bounded: a refused hello creates no record (existing clients are unaffected).
-    if (st.clients.size >= st.config.limits.maxClients)
-      return closeConn(st, ctx, conn.conn, Code.CAPACITY, clientsFullMessage(st, h.clientId), true);
+    if (st.clients.size >= st.config.limits.maxClients) return closeConn(st, ctx, conn.conn, Code.CAPACITY, clientsFullMessage(st, h.clientId), true);
     client = {
       clientId: h.clientId,
       generation: st.generationFloor,
@@ -62,7 +67,8 @@ export function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: Cl
     st.clients.set(h.clientId, client);
   }
   const live = client.conn !== 0 ? st.conns.get(client.conn) : undefined;
-  const authorized = client.authorization !== null && client.authorization.instanceId === h.clientInstanceId && !authorizationExpired(st, client.authorization, ctx.now);
+  const authorized =
+    client.authorization !== null && client.authorization.instanceId === h.clientInstanceId && !authorizationExpired(st, client.authorization, ctx.now);
   const rep = client.replaced;
   if (rep && rep.authorized && rep.instanceId === h.clientInstanceId && client.instanceId !== h.clientInstanceId && !authorized) {
     // An operator chose another instance for this id: this one must end the
@@ -141,13 +147,18 @@ export function releaseWelcome(st: ServerState, ctx: ServerCtx, a: Extract<Serve
   if (!conn || conn.phase !== "welcoming" || conn.generation !== generation) return;
   const client = st.clients.get(conn.clientId);
   if (!client || client.conn !== connId) return;
-  send(ctx, conn, {
-    case: "serverWelcome",
-    value: create(ServerWelcomeSchema, {
-      selectedProtocol: create(ProtocolVersionSchema, conn.version!),
-      serverTime: timestampFromMs(ctx.wall),
-    }),
-  }, "priority");
+  send(
+    ctx,
+    conn,
+    {
+      case: "serverWelcome",
+      value: create(ServerWelcomeSchema, {
+        selectedProtocol: create(ProtocolVersionSchema, conn.version!),
+        serverTime: timestampFromMs(ctx.wall),
+      }),
+    },
+    "priority",
+  );
   // R-D6: ask about every command the server holds non-terminal for this client.
   const targets = reconcileTargets(st, conn.clientId).map((c) =>
     create(ReconcileTargetSchema, {

@@ -19,7 +19,14 @@ export function noteOutput(st: ServerState, c: ServerCommand, delta: number): vo
   else e.uuids.delete(c.uuid);
 }
 
-export function addToSegments(st: ServerState, ctx: ServerCtx, c: ServerCommand, seq: number, bytes: number, range: { stream: StreamName; offset: number; length: number }): void {
+export function addToSegments(
+  st: ServerState,
+  ctx: ServerCtx,
+  c: ServerCommand,
+  seq: number,
+  bytes: number,
+  range: { stream: StreamName; offset: number; length: number },
+): void {
   const L2 = st.config.limits;
   let seg = c.segments[c.segments.length - 1];
   if (!seg || seg.bytes >= L2.segmentBytes) {

@@ -21,7 +21,8 @@ export function controlSignal(st: ServerState, ctx: ServerCtx, r: Extract<Contro
   if (prior !== undefined) return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: prior });
   if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
   if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
-  if (c.signals.length >= MAX_PENDING_SIGNALS) return replyError(ctx, r.requestId, Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`, r.uuid);
+  if (c.signals.length >= MAX_PENDING_SIGNALS)
+    return replyError(ctx, r.requestId, Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`, r.uuid);
   const ending = r.signal !== SignalKind.USER1 && r.signal !== SignalKind.USER2;
   // Refused before anything is remembered: a refusal must not evict the
   // remembered answer of an earlier request (R-S5).
@@ -44,7 +45,10 @@ export function pumpSignals(ctx: ServerCtx, conn: ConnState, c: ServerCommand): 
     // A revision not yet durable could be handed out again after a crash, and the
     // agent would discard the second request as a duplicate.
     if (s.revision > c.committed.revision) continue;
-    send(ctx, conn, { case: "signalCommand", value: create(SignalCommandSchema, { issueUuid: c.uuid, commandRevision: BigInt(s.revision), signal: s.signal }) });
+    send(ctx, conn, {
+      case: "signalCommand",
+      value: create(SignalCommandSchema, { issueUuid: c.uuid, commandRevision: BigInt(s.revision), signal: s.signal }),
+    });
     s.sentOn = conn.generation;
   }
 }

@@ -49,7 +49,8 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
   if (p.case === undefined) return replyError(ctx, r.requestId, Code.VALIDATION, "no program (argv, shell or script)");
   if (p.case === "script") {
     const bytes = r.script;
-    if (!bytes || bytes.length === 0 || bytes.length > MAX_SCRIPT_BYTES) return replyError(ctx, r.requestId, Code.VALIDATION, `script of 1..${MAX_SCRIPT_BYTES} bytes required`);
+    if (!bytes || bytes.length === 0 || bytes.length > MAX_SCRIPT_BYTES)
+      return replyError(ctx, r.requestId, Code.VALIDATION, `script of 1..${MAX_SCRIPT_BYTES} bytes required`);
     if (Number(p.value.sizeBytes) !== bytes.length || toHex(env.ports.sha256(bytes)) !== toHex(p.value.sha256))
       return replyError(ctx, r.requestId, Code.VALIDATION, "script descriptor does not match the script bytes");
   }
@@ -74,10 +75,24 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
   if (!st.clients.has(r.clientId)) {
     if (r.clientId.includes(",") || r.clientId.includes("*")) {
       const named = clientsNamedBy(st.clients.keys(), r.clientId);
-      const which = named.total === 0 ? "it names no known client" : `it names ${named.ids.join(", ")}${named.total > named.ids.length ? ` and ${named.total - named.ids.length} more` : ""}`;
-      return replyError(ctx, r.requestId, Code.VALIDATION, `client id ${r.clientId} looks like a list or a wildcard (${which}); multi-client runs are not supported yet: submit once per client`);
+      const which =
+        named.total === 0
+          ? "it names no known client"
+          : `it names ${named.ids.join(", ")}${named.total > named.ids.length ? ` and ${named.total - named.ids.length} more` : ""}`;
+      return replyError(
+        ctx,
+        r.requestId,
+        Code.VALIDATION,
+        `client id ${r.clientId} looks like a list or a wildcard (${which}); multi-client runs are not supported yet: submit once per client`,
+      );
     }
-    if (!r.allowUnknownClient) return replyError(ctx, r.requestId, Code.NOT_FOUND, `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`);
+    if (!r.allowUnknownClient)
+      return replyError(
+        ctx,
+        r.requestId,
+        Code.NOT_FOUND,
+        `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`,
+      );
   }
   // One pass: this client's active commands, and the metadata all active ones hold.
   let active = 0;
@@ -99,7 +114,17 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
     spec: r.spec,
     script: p.case === "script" ? r.script! : null,
     createdAt: ctx.wall,
-    committed: { state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0, startedTime: 0, endedTime: 0 },
+    committed: {
+      state: L.UNSPECIFIED,
+      exitCode: null,
+      signalName: "",
+      reason: "",
+      storedThrough: 0,
+      revision: 0,
+      stdinAssigned: 0,
+      startedTime: 0,
+      endedTime: 0,
+    },
     queueExpiry,
     state: L.QUEUED,
     terminalSource: "",

@@ -6,15 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { defaultServerConfig, restoreServer, serverInvariants, type ServerCommand } from "../../../core/index.js";
-import {
-  COMMAND_FIELDS,
-  commandRecord,
-  eventKey,
-  eventPrefix,
-  parseEventKey,
-  restoreCommand,
-  type CommandRow,
-} from "../../../core/server/store.js";
+import { COMMAND_FIELDS, commandRecord, eventKey, eventPrefix, parseEventKey, restoreCommand, type CommandRow } from "../../../core/server/store.js";
 
 /** A command in which every field holds a value no default or reset has. */
 function sample(): ServerCommand {
