@@ -3,13 +3,13 @@
 // the instance it displaced (CODE_REPLACED).
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { Code } from "../../core/errors.js";
-import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../core/limits.js";
-import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../core/server/client-names.js";
-import { restoreServer } from "../../core/index.js";
-import { Harness } from "../support/harness.js";
-import { expectClosed, ServerRig } from "../support/server-rig.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../../core/errors.js";
+import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../../core/limits.js";
+import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../../core/server/client-names.js";
+import { restoreServer } from "../../../core/index.js";
+import { Harness } from "../../support/harness.js";
+import { expectClosed, ServerRig } from "../../support/server-rig.js";
 
 const spec = () => create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["true"] } } });
 const submit = (r: ServerRig, clientId: string, uuid: string, allowUnknownClient = false) =>

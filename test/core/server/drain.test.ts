@@ -2,10 +2,10 @@
 // dispatches no new command to a draining client; what it already dispatched
 // goes on; the flag is a durable client-record field.
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { Code } from "../../core/errors.js";
-import { restoreServer } from "../../core/index.js";
-import { argv, lifecycle, ServerRig, T0 } from "../support/server-rig.js";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../../core/errors.js";
+import { restoreServer } from "../../../core/index.js";
+import { argv, lifecycle, ServerRig, T0 } from "../../support/server-rig.js";
 
 const drain = (r: ServerRig, clientId: string, draining: boolean, requestId = `drain-${clientId}-${draining}-${r.now}`) =>
   r.control({ op: "set_draining", requestId, clientId, draining });
