@@ -1,6 +1,7 @@
 // Event ingest at the server: acknowledgements, validation of every event kind, command times (core/server/ingest.ts).
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
+import { rowOf } from "../../../core/server/store.js";
 import { createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -191,7 +192,7 @@ describe("command events", () => {
     const { r, c } = ready();
     r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, new Uint8Array(MAX_CHUNK_BYTES)));
     expect(r.cmd("c1").streamNext).toEqual({ stdout: MAX_CHUNK_BYTES, stderr: 0 });
-    const rec = r.disk.durable.get("event")!.get("c1/000000000002") as Record<string, unknown>;
+    const rec = rowOf(r.disk.durable, "event", "c1/000000000002")!;
     expect(rec).toMatchObject({ seq: 2, revision: 1, kind: "output", stream: "stdout", offset: 0, originalSize: MAX_CHUNK_BYTES });
   });
 

@@ -1,6 +1,7 @@
 // Registration at the server: connections, frames before and around the hello, fencing, identity claims and authorizations (core/server/registration.ts, clients.ts).
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
+import { rowOf } from "../../../core/server/store.js";
 import { createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -294,8 +295,8 @@ describe("identity: fencing, claims and authorizations", () => {
     const out = r.hello(c, "a", "i1");
     expectClosed(r, out, old, Code.STALE_GENERATION, "fenced by a newer registration of this client");
     expect(r.st.clients.get("a")).toMatchObject({ generation: 2, conn: c, instanceId: "i1" });
-    expect((r.disk.durable.get("client")!.get("a") as { generation: number; conn: number }).generation).toBe(2);
-    expect((r.disk.durable.get("client")!.get("a") as { conn: number }).conn).toBe(0);
+    expect(rowOf(r.disk.durable, "client", "a")!.generation).toBe(2);
+    expect(rowOf(r.disk.durable, "client", "a")!.conn).toBe(0);
   });
 
   it("R-F4: another instance while a session is live is IDENTITY_CONFLICT and becomes the pending claim; repeated attempts are counted", () => {
@@ -311,7 +312,7 @@ describe("identity: fencing, claims and authorizations", () => {
     const c3 = r.open();
     r.hello(c3, "a", "i3");
     expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
-    expect((r.disk.durable.get("client")!.get("a") as { pendingClaim: unknown }).pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
+    expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
     expect(r.st.clients.get("a")!).toMatchObject({ conn: a, generation: 1, instanceId: "i1" });
   });
 
@@ -335,7 +336,7 @@ describe("identity: fencing, claims and authorizations", () => {
     expect(r.control({ op: "authorize", requestId: "x", clientId: "nobody", instanceId: "i2" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" } });
     expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2", expiresAt: T0 + 1_000 });
     expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
-    expect((r.disk.durable.get("client")!.get("a") as { authorization: unknown }).authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
+    expect(rowOf(r.disk.durable, "client", "a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     // A different instance does not use it.
     const x = r.open();
     expectClosed(r, r.hello(x, "a", "i9"), x, Code.IDENTITY_CONFLICT);

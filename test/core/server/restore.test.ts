@@ -1,6 +1,7 @@
 // A server restarted from its durable tables (core/server/restore.ts).
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
+import { rowOf } from "../../../core/server/store.js";
 import { createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -87,7 +88,7 @@ describe("server restart", () => {
     const r = new ServerRig();
     const c = r.connect();
     r.running(c, "c1");
-    const rec = r.disk.durable.get("command")!.get("c1") as Record<string, unknown>;
+    const rec = rowOf(r.disk.durable, "command", "c1")!;
     const events = r.disk.durable.get("event")!;
     const top = SERVER_RECENT_DIGESTS + 5;
     for (let s = 2; s <= top; s++) events.set(`c1/${String(s).padStart(12, "0")}`, { seq: s, digest: s * 3 });
