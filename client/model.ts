@@ -12,9 +12,9 @@ import {
   OutputStream,
   SignalKind,
   TruncationCause,
-} from "../../protos/gen/rvbox/v1/common_pb.js";
-import { lifecycleName, programSummary, times, type CommandInfo } from "../../core/reader/command-view.js";
-import type { Lifecycle, OutputItem, StreamName, TruncationSource } from "../../core/reader/items.js";
+} from "../protos/gen/rvbox/v1/common_pb.js";
+import { lifecycleName, programSummary, times, type CommandInfo } from "../core/reader/command-view.js";
+import type { Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
 import {
   TerminalSource,
   type Client,
@@ -23,7 +23,7 @@ import {
   type Incident,
   type PendingClaim,
   type Session,
-} from "../../protos/gen/rvbox/v1/control_pb.js";
+} from "../protos/gen/rvbox/v1/control_pb.js";
 
 export const LIFECYCLES: readonly Lifecycle[] = ["queued", "dispatched", "accepted", "running", "succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"];
 export const TERMINAL_STATES: ReadonlySet<Lifecycle> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
@@ -69,9 +69,9 @@ export function signalKindName(k: SignalKind): string {
   return SignalKind[k] ?? String(k);
 }
 
-export { lifecycleName, programSummary, shellQuote, times, type CommandInfo } from "../../core/reader/command-view.js";
-export type { ByteSpan, Lifecycle, OutputItem, StreamName, TruncationSource } from "../../core/reader/items.js";
-export { lastSeqOf } from "../../core/reader/items.js";
+export { lifecycleName, programSummary, shellQuote, times, type CommandInfo } from "../core/reader/command-view.js";
+export type { ByteSpan, Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
+export { lastSeqOf } from "../core/reader/items.js";
 
 const ms = (t: Timestamp | undefined): number | null => (t ? timestampMs(t) : null);
 

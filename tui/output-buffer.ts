@@ -18,8 +18,8 @@
  * (each event once, byte gaps made visible) is the core's follow cursor.
  */
 import { admit, newCursor, type FollowCursor } from "../core/reader/follow-cursor.js";
-import { eventText, viewerElisionText } from "../shells/operator/markers.js";
-import type { CommandInfo, OutputItem } from "../shells/operator/model.js";
+import { eventText, viewerElisionText } from "../client/markers.js";
+import type { CommandInfo, OutputItem } from "../client/model.js";
 import type { OutputLine, OutputSnapshot } from "./source.js";
 
 // eslint-disable-next-line no-control-regex

@@ -9,7 +9,7 @@
  * sources/sim-source.ts (a recorded simulated world with a timeline cursor),
  * sources/fake-source.ts (tests).
  */
-import type { ClaimInfo, CommandInfo, IncidentInfo, OutputItem, SessionInfo, SignalName } from "../shells/operator/model.js";
+import type { ClaimInfo, CommandInfo, IncidentInfo, OutputItem, SessionInfo, SignalName } from "../client/model.js";
 
 export type {
   ClaimInfo,
@@ -22,7 +22,7 @@ export type {
   SignalName,
   StreamName,
   Usage,
-} from "../shells/operator/model.js";
+} from "../client/model.js";
 
 export interface SourceStatus {
   mode: "live" | "sim" | "fake";

@@ -12,10 +12,10 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { cursorErrorText, newCursor, step } from "../../core/reader/follow-cursor.js";
-import { describeError, isTransient, OperatorError, type ControlClient } from "./control-client.js";
-import { EXIT } from "./exit-codes.js";
-import { eventText } from "./markers.js";
-import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "./model.js";
+import { describeError, isTransient, OperatorError, type ControlClient } from "../../client/control-client.js";
+import { EXIT } from "../../client/exit-codes.js";
+import { eventText } from "../../client/markers.js";
+import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "../../client/model.js";
 
 export interface FollowIO {
   stdout: NodeJS.WritableStream;
