@@ -6,7 +6,8 @@
  * a recorded timeline); views cannot tell and never poll.
  *
  * Three implementations: sources/control-source.ts (a live server),
- * sources/sim-source.ts (a recorded simulated world with a timeline cursor),
+ * sim/tui-source.ts (a recorded simulated world with a timeline cursor; it
+ * lives with the simulator and is injected by shells/operator/tui-open.ts),
  * sources/fake-source.ts (tests).
  */
 import type { ClaimInfo, CommandInfo, IncidentInfo, OutputItem, SessionInfo, SignalName } from "../client/model.js";

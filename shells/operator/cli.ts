@@ -524,7 +524,7 @@ function defaultIO(): OperatorIO {
       // cloned: an output pane's line arrays, per render. That made opening a 15 MB command cost
       // minutes and gigabytes. The TUI is a product, not a React app under development: always production.
       process.env["NODE_ENV"] = "production";
-      return (await import("../../tui/main.js")).runTui(opts);
+      return (await import("./tui-open.js")).runTui(opts);
     },
   };
 }
