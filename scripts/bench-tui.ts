@@ -28,7 +28,7 @@ import { AgentDaemon } from "../shells/agent/agent-daemon.js";
 import { AgentTokens, OperatorToken } from "../shells/server/auth.js";
 import { ServerDaemon } from "../shells/server/server-daemon.js";
 import { createLogger } from "../shells/runtime/log.js";
-import { commandInfo } from "../shells/operator/model.js";
+import { commandInfo } from "../client/model.js";
 import { memKiB, ROOT, TmuxSession } from "../test/tui/tmux.js";
 
 const args = process.argv.slice(2);

@@ -16,7 +16,7 @@ const specPath = resolve(root, "../shared/spec/requirements.md");
 const docPath = join(root, "docs/SPEC-COVERAGE.md");
 
 /** Where each requirement is enforced. Kept by hand; reviewed with the code. */
-const CODE: Record<string, string> = {
+export const CODE: Record<string, string> = {
   "R-T1": "core/codec/frame-codec.ts `decodeFrame` (text frames refused); shells' socket handlers pass `binary`",
   "R-T2": "core/codec/frame-codec.ts `decodeFrame` (size before `fromBinary`); `ws` `maxPayload` in shells/server",
   "R-T3": "core/server/ingest.ts `handleCommandEvent` (declared size, then `ports.checkCompressed`); shells/zstd/decompress.ts `decompressValidated`; core/agent/agent-commands.ts `handleScriptChunk`",

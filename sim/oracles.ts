@@ -50,6 +50,7 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { decodeEnvelope, envelopeGeneration, rawField, shortDigest, PAYLOAD_FIELD } from "./wire.js";
 import { coverageOf, type StoredEvent } from "./coverage.js";
 import { parseEventKey, rowOf, rowsOf, type CommandRow, type EventRow, type PrunedRow } from "../core/server/store.js";
+import { followCoverageOf, type RetentionSpan } from "./follow-oracle.js";
 import type { World } from "./world.js";
 import type { ControlRequest, ControlResult } from "../core/server/server-types.js";
 import { bytesEqual, concatBytes } from "../core/bytes.js";
@@ -88,6 +89,8 @@ const pad12 = (n: number): string => n.toString().padStart(12, "0");
 export class Oracles implements ExecObserver {
   // server disk, as it became durable
   private readonly storedEvents = new Map<string, Map<number, StoredEvent>>();
+  /** The last durable retention marker per command (outlives the record, as storedEvents does). */
+  private readonly durableRetention = new Map<string, RetentionSpan>();
   private readonly durableThrough = new Map<string, number>();
   private readonly durableTerminal = new Map<string, number>();
   // server memory, per incarnation
@@ -327,6 +330,9 @@ export class Oracles implements ExecObserver {
           let through = this.durableThrough.get(uuid) ?? 0;
           while (m.has(through + 1)) through++;
           this.durableThrough.set(uuid, through);
+        } else if (r.table === "retention") {
+          // One cumulative marker per command (key: its uuid), for the reader oracle.
+          this.durableRetention.set(r.key, r.value as RetentionSpan);
         } else if (r.table === "pruned") {
           const v = r.value as PrunedRow;
           const dt = this.durableTerminal.get(r.key);
@@ -600,8 +606,12 @@ export class Oracles implements ExecObserver {
       const candidates: Array<number | null> = this.w.identityFaults ? [...lineages, null] : lineages;
       for (const lin of candidates) {
         const o = (lin !== null && this.observed.get(`${lin}/${c.uuid}`)) || { stdout: [], stderr: [] };
-        const p = coverageOf(events, through, { stdout: concatBytes(o.stdout), stderr: concatBytes(o.stderr) }, full, this.stats);
+        const seen = { stdout: concatBytes(o.stdout), stderr: concatBytes(o.stderr) };
+        const p = coverageOf(events, through, seen, full, this.stats);
         if (p === null) {
+          // What a reader is shown of it (the core's follow cursor, redelivered batches) must agree too.
+          const r = followCoverageOf(events, through, [this.durableRetention.get(c.uuid)].filter((m) => m !== undefined), seen, full);
+          if (r !== null) this.fail("reader", `${c.uuid} (${L[c.state]}), lineage ${lin}: ${r}`);
           problems.length = 0;
           break;
         }

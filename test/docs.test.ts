@@ -11,6 +11,32 @@ describe("docs", () => {
   });
 });
 
+describe("SPEC-COVERAGE code pointers", () => {
+  it("every file a requirement's code pointer names exists, and each function named after it is defined there", async () => {
+    const { CODE } = await import("../scripts/spec-coverage.js");
+    const stale: string[] = [];
+    for (const [id, text] of Object.entries(CODE)) {
+      // "core/server/ingest.ts `handleCommandEvent` (…), `releaseAck`; shells/zstd/decompress.ts `decompressValidated`"
+      for (const part of text.split(";")) {
+        const m = /((?:core|shells|sim|client|tui|bin|scripts)\/[\w./-]+\.tsx?)/.exec(part);
+        if (!m) continue;
+        const file = resolve(root, m[1]!);
+        if (!existsSync(file)) {
+          stale.push(`${id}: ${m[1]} does not exist`);
+          continue;
+        }
+        const src = readFileSync(file, "utf8");
+        // The names up to the next file named, outside parentheses (which describe, not name).
+        const after = part.slice(m.index + m[1]!.length).split(/\b[\w-]+\.tsx?\b/)[0]!.replace(/\([^)]*\)/g, "");
+        for (const [, name] of after.matchAll(/`([A-Za-z_$][\w$]*)`/g)) {
+          if (!new RegExp(`\\b${name}\\b`).test(src)) stale.push(`${id}: \`${name}\` is not in ${m[1]}`);
+        }
+      }
+    }
+    expect(stale).toEqual([]);
+  });
+});
+
 describe("docs/CONFIG.md", () => {
   const text = readFileSync(resolve(__dirname, "../docs/CONFIG.md"), "utf8");
   /** The rows of the table under a heading: key -> default column. */

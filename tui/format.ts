@@ -1,5 +1,5 @@
 /** Small text helpers for fixed-width rows: every row is exactly `width` columns, never wrapped. */
-import { humanBytes } from "../shells/operator/markers.js";
+import { humanBytes } from "../client/markers.js";
 import type { Lifecycle, Usage } from "./source.js";
 
 export { humanBytes };

@@ -1,35 +1,35 @@
 /**
- * Opens the TUI in this terminal: picks the source (live server, simulated
- * seed, or a local demo fleet), renders the App with Ink on the alternate
- * screen, and resolves with the exit code when the operator quits.
+ * Opens the TUI in this terminal: renders the App with Ink on the alternate
+ * screen over the data source it is given, and resolves with the exit code
+ * when the operator quits. Which source (a live server, a simulated seed, a
+ * local demo fleet) is the caller's choice (shells/operator/tui-open.ts), so
+ * the TUI imports neither the simulator nor the daemons.
  */
 import React from "react";
 import { render } from "ink";
-import type { TuiLaunch } from "../shells/operator/cli.js";
 import { App } from "./app.js";
 import type { DataSource } from "./source.js";
-import { ControlSource } from "./sources/control-source.js";
-import { SimSource } from "./sources/sim-source.js";
 
-export async function runTui(launch: TuiLaunch): Promise<number> {
+/** A source to show, and what to stop once the TUI has closed it (a demo fleet). */
+export interface OpenedSource {
+  source: DataSource;
+  stop?: () => Promise<void>;
+}
+
+export interface TuiOptions {
+  /** Client selected at start. */
+  client?: string;
+}
+
+/** `open` is called once the terminal is known to be interactive. */
+export async function runTui(open: () => Promise<OpenedSource>, o: TuiOptions = {}): Promise<number> {
   if (!process.stdin.isTTY || !process.stdout.isTTY) {
     process.stderr.write("rvbox tui: needs an interactive terminal (stdin and stdout must be a TTY); use the other rvbox commands in scripts\n");
     return 2;
   }
-  let source: DataSource;
-  let stopDemo: (() => Promise<void>) | null = null;
-  if (launch.sim) {
-    source = new SimSource({ seed: launch.sim.seed, variant: launch.sim.variant, node: launch.sim.node, command: launch.sim.command });
-  } else if (launch.demo) {
-    const { startDemoFleet } = await import("../shells/operator/demo-fleet.js");
-    const fleet = await startDemoFleet({});
-    stopDemo = fleet.stop;
-    source = new ControlSource({ baseUrl: fleet.controlUrl, token: fleet.token, refreshMs: launch.refreshMs, notes: [`demo: logs in ${fleet.dir}/fleet.log`] });
-  } else if (launch.server) {
-    source = new ControlSource({ baseUrl: launch.server.baseUrl, token: launch.server.token, refreshMs: launch.refreshMs });
-  } else {
-    throw new Error("runTui: no source (server, sim or demo)");
-  }
+  const opened = await open();
+  const source = opened.source;
+  const stopDemo = opened.stop ?? null;
   const out = process.stdout;
   const alt = out.isTTY === true;
   // The terminal may go away (SIGHUP): writes then fail with EIO; that must not stop the clean-up below.
@@ -42,7 +42,7 @@ export async function runTui(launch: TuiLaunch): Promise<number> {
   process.on("SIGHUP", stop);
   process.on("SIGTERM", stop);
   try {
-    app = render(<App source={source} initialClient={launch.client} />, { exitOnCtrlC: true, patchConsole: true });
+    app = render(<App source={source} initialClient={o.client} />, { exitOnCtrlC: true, patchConsole: true });
     await app.waitUntilExit();
   } finally {
     process.off("SIGHUP", stop);

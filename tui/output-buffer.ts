@@ -14,11 +14,12 @@
  * oldest lines go, as far as `trimAllowance` lets it, and counts them. The
  * snapshot then starts with a `viewer` line that says so, so the pane never
  * looks like the complete output when it is not; a window that stopped
- * before the end (a paused reader) ends with one too.
+ * before the end (a paused reader) ends with one too. Which items are shown
+ * (each event once, byte gaps made visible) is the core's follow cursor.
  */
-import { StreamLedger } from "../shells/operator/ledger.js";
-import { eventText, viewerElisionText } from "../shells/operator/markers.js";
-import type { CommandInfo, OutputItem } from "../shells/operator/model.js";
+import { admit, newCursor, type FollowCursor } from "../core/reader/follow-cursor.js";
+import { eventText, viewerElisionText } from "../client/markers.js";
+import type { CommandInfo, OutputItem } from "../client/model.js";
 import type { OutputLine, OutputSnapshot } from "./source.js";
 
 // eslint-disable-next-line no-control-regex
@@ -81,8 +82,6 @@ export class OutputBuffer {
   finished = false;
   command: CommandInfo | null = null;
   error: string | null = null;
-  /** Next event sequence to ask for when the stream is resumed. */
-  next: number;
   /** First event of the window. */
   readonly startSeq: number;
   /**
@@ -93,7 +92,7 @@ export class OutputBuffer {
   trimAllowance = Number.POSITIVE_INFINITY;
   /** The reader stopped pulling before the end (shown as a marker line at the bottom). */
   paused = false;
-  private readonly ledger: StreamLedger;
+  private cursor: FollowCursor;
   private readonly limits: Required<OutputBufferLimits>;
   private readonly reloadable: boolean;
 
@@ -104,17 +103,20 @@ export class OutputBuffer {
   ) {
     this.limits = { maxText: PANE_MAX_TEXT, ...limits };
     this.startSeq = Math.max(1, opts.startSeq ?? 1);
-    this.next = this.startSeq;
     this.reloadable = opts.reloadable ?? false;
-    this.ledger = new StreamLedger(this.startSeq === 1);
+    this.cursor = newCursor(this.startSeq);
+  }
+
+  /** Next event sequence to ask for when the stream is resumed. */
+  get next(): number {
+    return this.cursor.next;
   }
 
   add(item: OutputItem): void {
-    const last = item.kind === "truncation" && item.events ? Math.max(item.seq, item.events.last) : item.seq;
-    if (last < this.next) return; // a resumed stream may repeat what we have
-    const shown = this.ledger.admit(item, this.next);
-    this.next = last + 1;
-    for (const it of shown) this.show(it);
+    const r = admit(this.cursor, item);
+    if (r.cursor === this.cursor) return; // a resumed stream may repeat what we have
+    this.cursor = r.cursor;
+    for (const it of r.shown) this.show(it);
     this.trim();
     this.cached = null;
   }
@@ -216,7 +218,7 @@ export class OutputBuffer {
 
   /** The next byte offset of a stream this buffer expects. */
   streamOffset(stream: "stdout" | "stderr"): number {
-    return this.ledger.offsets[stream] ?? 0;
+    return this.cursor.offsets[stream] ?? 0;
   }
 
   /** The pane's picture; the same object until something changes (a render copies nothing). */

@@ -6,10 +6,11 @@
  * a recorded timeline); views cannot tell and never poll.
  *
  * Three implementations: sources/control-source.ts (a live server),
- * sources/sim-source.ts (a recorded simulated world with a timeline cursor),
+ * sim/tui-source.ts (a recorded simulated world with a timeline cursor; it
+ * lives with the simulator and is injected by shells/operator/tui-open.ts),
  * sources/fake-source.ts (tests).
  */
-import type { ClaimInfo, CommandInfo, IncidentInfo, OutputItem, SessionInfo, SignalName } from "../shells/operator/model.js";
+import type { ClaimInfo, CommandInfo, IncidentInfo, OutputItem, SessionInfo, SignalName } from "../client/model.js";
 
 export type {
   ClaimInfo,
@@ -22,7 +23,7 @@ export type {
   SignalName,
   StreamName,
   Usage,
-} from "../shells/operator/model.js";
+} from "../client/model.js";
 
 export interface SourceStatus {
   mode: "live" | "sim" | "fake";

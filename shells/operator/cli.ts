@@ -21,10 +21,10 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
 import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
-import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "./control-client.js";
-import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "./exit-codes.js";
+import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
+import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
-import { humanBytes } from "./markers.js";
+import { humanBytes } from "../../client/markers.js";
 import {
   claimInfo,
   commandInfo,
@@ -38,7 +38,7 @@ import {
   type CommandInfo,
   type SessionInfo,
   type StreamName,
-} from "./model.js";
+} from "../../client/model.js";
 
 export interface OperatorIO {
   stdout: NodeJS.WritableStream;
@@ -524,7 +524,7 @@ function defaultIO(): OperatorIO {
       // cloned: an output pane's line arrays, per render. That made opening a 15 MB command cost
       // minutes and gigabytes. The TUI is a product, not a React app under development: always production.
       process.env["NODE_ENV"] = "production";
-      return (await import("../../tui/main.js")).runTui(opts);
+      return (await import("./tui-open.js")).runTui(opts);
     },
   };
 }

@@ -19,7 +19,7 @@ import { AgentDaemon } from "../agent/agent-daemon.js";
 import { createLogger, type LogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { ServerDaemon } from "../server/server-daemon.js";
-import { createControlClient } from "./control-client.js";
+import { createControlClient } from "../../client/control-client.js";
 
 export interface DemoFleetOptions {
   dir?: string;

@@ -4,15 +4,18 @@
  * truncation and incomplete marker is printed on stderr as its own line, so a
  * shortened stream is never silent. A dropped connection is resumed from the
  * next event sequence (FollowOutput from_event_seq), so nothing is printed
- * twice and nothing is skipped.
+ * twice and nothing is skipped: which items to print, and where to resume, is
+ * the core's follow cursor (core/reader/follow-cursor.ts); this shell fetches
+ * the batches and writes the bytes.
  */
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { describeError, isTransient, type ControlClient } from "./control-client.js";
-import { eventText } from "./markers.js";
-import { StreamLedger } from "./ledger.js";
-import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "./model.js";
+import { cursorErrorText, newCursor, step } from "../../core/reader/follow-cursor.js";
+import { describeError, isTransient, OperatorError, type ControlClient } from "../../client/control-client.js";
+import { EXIT } from "../../client/exit-codes.js";
+import { eventText } from "../../client/markers.js";
+import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "../../client/model.js";
 
 export interface FollowIO {
   stdout: NodeJS.WritableStream;
@@ -291,11 +294,6 @@ function concerns(it: OutputItem, stream: StreamName | undefined): boolean {
   return true;
 }
 
-/** The highest event sequence an item accounts for (a retention marker covers a range). */
-function lastSeqOf(it: OutputItem): number {
-  return it.kind === "truncation" && it.events ? Math.max(it.seq, it.events.last) : it.seq;
-}
-
 export async function followOutput(client: ControlClient, io: FollowIO, o: FollowOptions): Promise<FollowResult> {
   const res: FollowResult = { finished: null, bytes: { stdout: 0, stderr: 0 }, markers: 0, aborted: false };
   const sinkOf = (s: StreamName | "unknown"): Sink => (s === "stderr" && !o.onlyStreamToStdout ? "stderr" : "stdout");
@@ -312,8 +310,7 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   }
   const pending = new PendingWrite((to, parts) => writeMany(to === "stderr" ? io.stderr : io.stdout, parts));
   const marker = async (text: string): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`) : write(io.stderr, `rvbox: ${text}\n`));
-  let next = Math.max(1, o.from ?? 1);
-  const ledger = new StreamLedger(next === 1);
+  let cursor = newCursor(o.from ?? 1);
   let outageSince: number | null = null;
   let delay = 200;
   let warned = false;
@@ -333,15 +330,17 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   async function followLoop(): Promise<FollowResult> {
     for (;;) {
       try {
-        for await (const batch of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES }, { signal: o.signal })) {
+        for await (const batch of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES }, { signal: o.signal })) {
           outageSince = null;
           delay = 200;
           if (warned) {
             warned = false;
-            await write(io.stderr, `rvbox: reconnected; resuming at event ${next}\n`);
+            await write(io.stderr, `rvbox: reconnected; resuming at event ${cursor.next}\n`);
           }
           // Consecutive output for one sink goes out as one write (a batch holds up to
           // FOLLOW_MAX_BATCH_BYTES); anything else flushes it first, so order is kept.
+          const items: OutputItem[] = [];
+          const timesOf: number[] = [];
           for (const m of followEvents(batch)) {
             if (m.item.case === "finished") {
               res.finished = m.item.value;
@@ -349,10 +348,15 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
             }
             const it = outputItem(m);
             if (!it) continue;
-            if (lastSeqOf(it) < next) continue; // already printed before a reconnect
-            const shown = ledger.admit(it, next);
-            next = Math.max(next, lastSeqOf(it) + 1);
-            const time = m.time ? timestampMs(m.time) : 0;
+            items.push(it);
+            timesOf.push(m.time ? timestampMs(m.time) : 0);
+          }
+          const r = step(cursor, items);
+          if (!r.ok) throw new OperatorError(`command ${o.uuid}: ${cursorErrorText(r.error)}`, EXIT.ERROR);
+          cursor = r.cursor;
+          for (let i = 0; i < r.admitted.length; i++) {
+            const { shown, next } = r.admitted[i]!;
+            const time = timesOf[i]!;
             const old = o.lines?.since !== undefined && time > 0 && time < o.lines.since;
             for (const x of shown) {
               o.onItem?.(x);
@@ -382,14 +386,14 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
           res.aborted = true;
           return res;
         }
-        if (err instanceof OutputClosedError) throw err;
+        if (err instanceof OutputClosedError || err instanceof OperatorError) throw err;
         if (!isTransient(err)) throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
         const now = Date.now();
         outageSince ??= now;
         if (now - outageSince > budget) throw describeError(err, { server: o.server });
         if (!warned) {
           warned = true;
-          await write(io.stderr, `rvbox: lost the output stream (${describeError(err, { server: o.server }).message}); retrying from event ${next}\n`);
+          await write(io.stderr, `rvbox: lost the output stream (${describeError(err, { server: o.server }).message}); retrying from event ${cursor.next}\n`);
         }
         await new Promise((r) => setTimeout(r, delay));
         delay = Math.min(delay * 2, 5000);

@@ -2,8 +2,8 @@ import { describe, expect, it } from "vitest";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { normalizeServerUrl, parseDuration, parseEnv, parseFlags, UsageError } from "../../shells/operator/args.js";
 import { buildSubmit } from "../../shells/operator/cli.js";
-import { EXIT, exitCodeFor } from "../../shells/operator/exit-codes.js";
-import { parseSignal } from "../../shells/operator/model.js";
+import { EXIT, exitCodeFor } from "../../client/exit-codes.js";
+import { parseSignal } from "../../client/model.js";
 import { cli } from "./helpers.js";
 
 const RUN_FLAGS = {

@@ -4,7 +4,7 @@ import { Writable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle, OutputStream, TruncationCause } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
-import type { ControlClient } from "../../shells/operator/control-client.js";
+import type { ControlClient } from "../../client/control-client.js";
 import { runOperatorCli } from "../../shells/operator/cli.js";
 import { followOutput } from "../../shells/operator/follow.js";
 import { collector } from "./helpers.js";

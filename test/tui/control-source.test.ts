@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { ControlClient } from "../../shells/operator/control-client.js";
+import type { ControlClient } from "../../client/control-client.js";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
 import { ControlSource, TAIL_EVENTS } from "../../tui/sources/control-source.js";
 import { PANE_MAX_LINES } from "../../tui/output-buffer.js";

@@ -32,7 +32,7 @@ describe("demo fleet", () => {
 
   it("does not jam itself: after many rounds at most one of each sample is active and an operator's command on either client runs at once", async () => {
     fleet = await startDemoFleet({ everyMs: 25, logLevel: "warn", impostor: false });
-    const { createControlClient } = await import("../../shells/operator/control-client.js");
+    const { createControlClient } = await import("../../client/control-client.js");
     const ctl = createControlClient({ baseUrl: fleet.controlUrl, token: fleet.token });
     // Ten rounds of the eight samples (the old demo: ten sleepers and ten cats, both agents full).
     await waitFor("ten rounds", async () => (await ctl.listCommands({})).commands.length >= 8 || false, 20_000);

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { VARIANTS } from "../../sim/variants.js";
 import { runSeed } from "../../sim/run.js";
 import { fakeCommand, fakeSession, FakeSource, FakeTimeline } from "../../tui/sources/fake-source.js";
-import { SimSource } from "../../tui/sources/sim-source.js";
+import { SimSource } from "../../sim/tui-source.js";
 import { eventually, KEY, lineWith, mount, type Harness } from "./helpers.js";
 
 let h: Harness | undefined;

@@ -16,7 +16,7 @@ import {
   type WatchFleetRequest,
   type WatchFleetResponse,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
-import type { ControlClient } from "../../shells/operator/control-client.js";
+import type { ControlClient } from "../../client/control-client.js";
 import { ControlSource } from "../../tui/sources/control-source.js";
 import { COMMAND_PAGE, WatchFeed } from "../../tui/sources/fleet-feed.js";
 import { eventually, KEY, lineWith, mount, selectedRow, type Harness } from "./helpers.js";

@@ -12,8 +12,8 @@ import { randomUUID } from "node:crypto";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { createControlClient, describeError, isTransient, type ControlClient } from "../../shells/operator/control-client.js";
-import { claimInfo, commandInfo, incidentInfo, outputItem, sessionInfos, signalKind } from "../../shells/operator/model.js";
+import { createControlClient, describeError, isTransient, type ControlClient } from "../../client/control-client.js";
+import { claimInfo, commandInfo, incidentInfo, outputItem, sessionInfos, signalKind } from "../../client/model.js";
 import { OutputBuffer, PANE_MAX_LINES } from "../output-buffer.js";
 import {
   Emitter,

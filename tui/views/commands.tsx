@@ -2,7 +2,7 @@
 import React from "react";
 import { ago, shortId, stateColor } from "../format.js";
 import type { CommandInfo } from "../source.js";
-import { durationText } from "../../shells/operator/model.js";
+import { durationText } from "../../client/model.js";
 import { Table, type Column } from "./table.js";
 
 export function outcomeText(c: CommandInfo): string {

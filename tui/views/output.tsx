@@ -10,7 +10,7 @@ import { Box, Text } from "ink";
 import { clip, fit, shortId, stateColor } from "../format.js";
 import type { OutputLine, OutputSnapshot } from "../source.js";
 import { outcomeText } from "./commands.js";
-import { durationText, type Lifecycle } from "../../shells/operator/model.js";
+import { durationText, type Lifecycle } from "../../client/model.js";
 
 const TERMINAL: ReadonlySet<Lifecycle> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
 

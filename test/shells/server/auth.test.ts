@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { readTokenFile } from "../../../shells/operator/control-client.js";
+import { readTokenFile } from "../../../client/control-client.js";
 import { AgentTokens, OperatorToken } from "../../../shells/server/auth.js";
 
 const dir = mkdtempSync(path.join(tmpdir(), "rvbox-auth-"));

@@ -14,7 +14,7 @@ import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../../
 import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
 import { FOLLOW_BATCH_BYTES, followGauge } from "../../../shells/server/control-service.js";
 import { batchEnvelope } from "../../../shells/server/follow-wire.js";
-import { followEvents } from "../../../shells/operator/model.js";
+import { followEvents } from "../../../client/model.js";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ControlService } from "../../../protos/gen/rvbox/v1/control_pb.js";

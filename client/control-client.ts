@@ -7,8 +7,8 @@ import { readFileSync } from "node:fs";
 import * as tls from "node:tls";
 import { Code as ConnectCode, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { Code as RvCode, ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { Code as RvCode, ControlErrorSchema } from "../protos/gen/rvbox/v1/common_pb.js";
+import { ControlService } from "../protos/gen/rvbox/v1/control_pb.js";
 import { EXIT } from "./exit-codes.js";
 
 export type ControlClient = Client<typeof ControlService>;

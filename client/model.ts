@@ -1,19 +1,20 @@
 /**
  * The operator's plain view of the fleet: what the CLI prints (and its
  * `--json` output) and what the TUI renders. Converted from the control API
- * messages (protos/rvbox/v1/control.proto) here, and built from a simulated
- * world's state by tui/sources/sim-source.ts, so every consumer sees the same
+ * messages (protos/rvbox/v1/control.proto) here; the output items and the
+ * command view are the core's (core/reader/), which the simulator's TUI
+ * source builds from a simulated server, so every consumer sees the same
  * shapes. Times are milliseconds since the Unix epoch; counters are numbers.
  */
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   CommandLifecycle,
   OutputStream,
-  ShellType,
   SignalKind,
   TruncationCause,
-  type ExecutionSpec,
-} from "../../protos/gen/rvbox/v1/common_pb.js";
+} from "../protos/gen/rvbox/v1/common_pb.js";
+import { lifecycleName, programSummary, times, type CommandInfo } from "../core/reader/command-view.js";
+import type { Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
 import {
   TerminalSource,
   type Client,
@@ -22,30 +23,11 @@ import {
   type Incident,
   type PendingClaim,
   type Session,
-} from "../../protos/gen/rvbox/v1/control_pb.js";
-
-export type Lifecycle =
-  | "queued"
-  | "dispatched"
-  | "accepted"
-  | "running"
-  | "succeeded"
-  | "failed"
-  | "rejected"
-  | "cancelled"
-  | "interrupted"
-  | "expired"
-  | "unknown";
+} from "../protos/gen/rvbox/v1/control_pb.js";
 
 export const LIFECYCLES: readonly Lifecycle[] = ["queued", "dispatched", "accepted", "running", "succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"];
 export const TERMINAL_STATES: ReadonlySet<Lifecycle> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
 export const isTerminalState = (s: Lifecycle): boolean => TERMINAL_STATES.has(s);
-
-export function lifecycleName(s: CommandLifecycle | number): Lifecycle {
-  const n = CommandLifecycle[s as CommandLifecycle];
-  if (n === undefined || n === "UNSPECIFIED") return "unknown";
-  return n.toLowerCase() as Lifecycle;
-}
 
 export function lifecycleEnum(s: string): CommandLifecycle | null {
   const k = s.toUpperCase() as keyof typeof CommandLifecycle;
@@ -53,7 +35,6 @@ export function lifecycleEnum(s: string): CommandLifecycle | null {
   return typeof v === "number" && v !== CommandLifecycle.UNSPECIFIED ? v : null;
 }
 
-export type StreamName = "stdout" | "stderr";
 export const streamName = (s: OutputStream): StreamName | "unknown" => (s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : "unknown");
 
 /** Signals an operator can send; CANCEL is the operator cancel (TERM, then KILL after the grace period). */
@@ -87,6 +68,10 @@ export function parseSignal(s: string): SignalName | null {
 export function signalKindName(k: SignalKind): string {
   return SignalKind[k] ?? String(k);
 }
+
+export { lifecycleName, programSummary, shellQuote, times, type CommandInfo } from "../core/reader/command-view.js";
+export type { ByteSpan, Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
+export { lastSeqOf } from "../core/reader/items.js";
 
 const ms = (t: Timestamp | undefined): number | null => (t ? timestampMs(t) : null);
 
@@ -126,35 +111,6 @@ export interface SessionInfo {
   draining?: boolean;
 }
 
-export interface CommandInfo {
-  uuid: string;
-  clientId: string;
-  state: Lifecycle;
-  revision: number;
-  exitCode: number | null;
-  signalName: string;
-  reason: string;
-  terminalSource: "agent" | "server" | "";
-  createdAt: number | null;
-  queueExpiry: number | null;
-  /** When its process started (agent's clock); null if it never ran. */
-  startedAt: number | null;
-  /** When it ended; null while active. */
-  endedAt: number | null;
-  /** endedAt - startedAt once both are known (how long the process ran); null otherwise. */
-  durationMs: number | null;
-  /** A one-line summary of what runs: `sh: echo hi`, `argv: ls -l`, `script (120 B, /bin/sh)`. */
-  program: string;
-  cwd: string;
-  stdinOpen: boolean;
-  timeoutMs: number;
-  storedThrough: number;
-  retainedBytes: number;
-  retentionMarkers: number;
-  attempts: number;
-  stdinAckedThrough: number;
-}
-
 export interface ClaimInfo {
   clientId: string;
   instanceId: string;
@@ -171,31 +127,6 @@ export interface IncidentInfo {
   detail: string;
   at: number | null;
   acknowledged: boolean;
-}
-
-export function programSummary(spec: ExecutionSpec | undefined): string {
-  const p = spec?.program;
-  switch (p?.case) {
-    case "argv":
-      return `argv: ${p.value.argv.map(shellQuote).join(" ")}`;
-    case "shell": {
-      const sh = ShellType[p.value.shell]?.toLowerCase() ?? "sh";
-      return `${sh === "unspecified" ? "sh" : sh}: ${p.value.commandLine}`;
-    }
-    case "script":
-      return `script (${Number(p.value.sizeBytes)} B${p.value.interpreter ? `, ${p.value.interpreter}` : ""}${p.value.args.length ? ` ${p.value.args.join(" ")}` : ""})`;
-    default:
-      return "(no program)";
-  }
-}
-
-export function shellQuote(s: string): string {
-  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
-}
-
-/** Start, end and the duration between them (wall clock, ms). */
-export function times(startedAt: number | null, endedAt: number | null): Pick<CommandInfo, "startedAt" | "endedAt" | "durationMs"> {
-  return { startedAt, endedAt, durationMs: startedAt !== null && endedAt !== null ? Math.max(0, endedAt - startedAt) : null };
 }
 
 /** A duration as people read it: 850ms, 12.3s, 3m04s, 1h02m, 2d03h. */
@@ -291,27 +222,6 @@ export function sessionInfos(clients: readonly Client[], sessions: readonly Sess
 }
 
 // ------------------------------------------------------------------ output
-
-export interface ByteSpan {
-  stream: StreamName | "unknown";
-  offset: number;
-  length: number;
-}
-
-export type TruncationSource = "agent-watermark" | "agent-budget" | "server-retention" | "unknown";
-
-export type OutputItem =
-  | { kind: "output"; seq: number; stream: StreamName | "unknown"; offset: number; data: Uint8Array }
-  /** Output that is gone: an agent marker (R-O7, no event range) or a server retention marker (R-O5). */
-  | { kind: "truncation"; seq: number; cause: TruncationSource; events: { first: number; last: number } | null; ranges: ByteSpan[] }
-  /** A capture pipe was not drained to EOF (R-O8). */
-  | { kind: "incomplete"; seq: number; streams: Array<StreamName | "unknown">; reason: string }
-  /** Bytes the reader never got and no marker explained (made by the reader, see ledger.ts). */
-  | { kind: "gap"; seq: number; stream: StreamName; offset: number; length: number }
-  | { kind: "lifecycle"; seq: number; revision: number; state: Lifecycle; exitCode: number | null; signalName: string; reason: string; error: string }
-  | { kind: "stdin_ack"; seq: number; writeSeq: number; closed: boolean; failure: string }
-  | { kind: "signal_result"; seq: number; revision: number; signal: string; delivered: boolean; detail: string }
-  | { kind: "script_upload"; seq: number; receivedBytes: number; complete: boolean };
 
 export function truncationSource(c: TruncationCause): TruncationSource {
   switch (c) {

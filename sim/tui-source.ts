@@ -19,20 +19,21 @@
  * Actions (authorize, submit, ...) are refused: a replay is read-only.
  */
 import { Decompress } from "fzstd";
-import { isTerminal } from "../../core/dispatch/lifecycle.js";
-import { eventKey, isEventRow, rowOf, type EventRow } from "../../core/server/store.js";
-import type { ServerCommand, ServerState } from "../../core/server/server-types.js";
-import { viewerElisionText } from "../../shells/operator/markers.js";
-import { lifecycleName, programSummary, times, truncationSource, type ByteSpan, type OutputItem } from "../../shells/operator/model.js";
-import { EPOCH, type AgentHost } from "../../sim/hosts.js";
-import { SimFailure } from "../../sim/oracles.js";
-import { planSchedule } from "../../sim/schedule.js";
-import { drawSwarm, type SwarmOptions } from "../../sim/swarm.js";
-import { Timeline } from "../../sim/timeline.js";
-import { VARIANTS } from "../../sim/variants.js";
-import { World } from "../../sim/world.js";
-import { decodeRawZstdFrame } from "../../sim/zstd-raw.js";
-import { OutputBuffer } from "../output-buffer.js";
+import { isTerminal } from "../core/dispatch/lifecycle.js";
+import { eventKey, isEventRow, rowOf, type EventRow } from "../core/server/store.js";
+import type { ServerCommand, ServerState } from "../core/server/server-types.js";
+import { viewerElisionText } from "../client/markers.js";
+import { commandView, commandViewKey } from "../core/reader/command-view.js";
+import { lifecycleName, truncationSource, type ByteSpan, type OutputItem } from "../client/model.js";
+import { EPOCH, type AgentHost } from "./hosts.js";
+import { SimFailure } from "./oracles.js";
+import { planSchedule } from "./schedule.js";
+import { drawSwarm, type SwarmOptions } from "./swarm.js";
+import { Timeline } from "./timeline.js";
+import { VARIANTS } from "./variants.js";
+import { World } from "./world.js";
+import { decodeRawZstdFrame } from "./zstd-raw.js";
+import { OutputBuffer } from "../tui/output-buffer.js";
 import {
   EMPTY_OUTPUT,
   Emitter,
@@ -47,7 +48,7 @@ import {
   type SessionInfo,
   type SourceStatus,
   type TimelineControl,
-} from "../source.js";
+} from "../tui/source.js";
 
 export interface SimSourceOptions {
   seed: number;
@@ -317,34 +318,14 @@ export class SimSource implements DataSource, TimelineControl {
   private serverView(st: ServerState): { commands: CommandInfo[]; claims: ClaimInfo[]; incidents: IncidentInfo[] } {
     const commands: CommandInfo[] = [];
     for (const c of st.commands.values()) {
-      const key = `${c.state}|${c.revision}|${c.storedThrough}|${c.exitCode}|${c.signalName}|${c.reason}|${c.attempts}|${c.storedOutputBytes}|${c.retention.length}|${c.stdin.ackedThrough}`;
+      // What the control API would answer: the committed view only (core/reader/command-view.ts).
+      const key = commandViewKey(c);
       const cached = this.rowCache.get(c.uuid);
       if (cached && cached.key === key) {
         commands.push(cached.row);
         continue;
       }
-      const row: CommandInfo = {
-        uuid: c.uuid,
-        clientId: c.clientId,
-        state: lifecycleName(c.state),
-        revision: c.revision,
-        exitCode: c.exitCode,
-        signalName: c.signalName,
-        reason: c.reason,
-        terminalSource: c.terminalSource,
-        createdAt: c.createdAt,
-        queueExpiry: c.queueExpiry,
-        ...times(c.committed.startedTime || null, c.committed.endedTime || null),
-        program: programSummary(c.spec),
-        cwd: c.spec.cwd,
-        stdinOpen: c.spec.stdinOpen,
-        timeoutMs: Number(c.spec.timeoutMs),
-        storedThrough: c.storedThrough,
-        retainedBytes: c.storedOutputBytes,
-        retentionMarkers: c.retention.length,
-        attempts: c.attempts,
-        stdinAckedThrough: c.stdin.ackedThrough,
-      };
+      const row: CommandInfo = commandView(c);
       this.rowCache.set(c.uuid, { key, row });
       commands.push(row);
     }
