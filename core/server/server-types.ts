@@ -145,7 +145,7 @@ export interface ServerCommand {
   specBytes: number;
   /** Stored events that are rows rather than segment output (lifecycle, acks, markers). */
   rowEvents: number;
-  /** Bytes charged to the metadata tier at the last persist (history.ts metaCharge). */
+  /** Bytes charged to the metadata tier at the last persist (metadata.ts metaCharge). */
   charged: number;
 }
 
