@@ -105,6 +105,15 @@ export interface AgentDaemonOptions {
   spawnHelper?: SpawnHelper | false;
 }
 
+/**
+ * The zstd level the agent compresses output at (`zstdLevel` overrides it).
+ * Level 1, not libzstd's default 3: on log text cut into 64 KiB chunks it
+ * compresses as well (4.65:1 against 4.60:1 on the bench's text) for about
+ * 0.7x the CPU (scripts/bench-zstd.ts --level=N), and compression is the
+ * agent's largest cost in the ingest profile (docs/PERFORMANCE.md).
+ */
+export const AGENT_ZSTD_LEVEL = 1;
+
 /** Per-connection staging bound; large enough for the server's windows (stdin and script: 256 KiB per command, even as tiny writes). */
 /** `close({killProcesses})`: how long commands get between SIGTERM and SIGKILL (ms). Below systemd's TimeoutStopSec (90 s). */
 export const STOP_KILL_GRACE_MS = 5000;
@@ -168,7 +177,7 @@ export class AgentDaemon {
   ) {
     this.db = store.db;
     this.log = opts.log ?? createLogger(`agent ${opts.clientId}`);
-    this.ports = realPorts(opts.zstdLevel ?? 3);
+    this.ports = realPorts(opts.zstdLevel ?? AGENT_ZSTD_LEVEL);
     this.scriptDir = path.join(opts.stateDir, "scripts");
     this.procsDir = path.join(opts.stateDir, "procs");
     this.procIds = new ProcRegistry(this.procsDir);
