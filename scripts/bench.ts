@@ -50,7 +50,8 @@ const REPEAT = Math.max(1, Number(args.find((a) => a.startsWith("--repeat="))?.s
 const BIN = path.join(ROOT, TSX ? "bin/rvbox.js" : "dist/bin/rvbox.js");
 const QUICK = args.includes("--quick");
 // RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step;
-// RVBOX_BENCH_PROF=DIR writes a V8 CPU profile of each daemon there.
+// RVBOX_BENCH_PROF=DIR writes a V8 CPU profile of each daemon there; RVBOX_BENCH_NODE_ARGS adds
+// Node/V8 flags to the daemons (e.g. --trace-gc).
 const LOG_LEVEL = process.env["RVBOX_BENCH_LOG_LEVEL"] ?? "warn";
 const ONLY = args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
 /** --fleet-procs=N: how many processes the fleet bench's agents share (default 1). */
@@ -68,6 +69,15 @@ function rssKiB(pid: number): number {
 function cpuSecs(pid: number): number {
   const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
   return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+/** Live child processes of `pid`. */
+function childPids(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
 }
 
 function pct(xs: number[], p: number): number {
@@ -125,6 +135,9 @@ function controlClient(base: string, token: string): Ctl {
 function child(argv: string[], name: string): ChildProcess {
   const prof = process.env["RVBOX_BENCH_PROF"]; // a directory: V8 CPU profiles of the daemons
   if (prof) argv = ["--cpu-prof", `--cpu-prof-dir=${prof}`, ...argv];
+  // RVBOX_BENCH_NODE_ARGS="--trace-gc ...": more V8/Node flags for the daemons (not allowed in NODE_OPTIONS).
+  const extra = process.env["RVBOX_BENCH_NODE_ARGS"];
+  if (extra) argv = [...extra.split(/\s+/).filter(Boolean), ...argv];
   const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
   let err = "";
   const keep = process.env["RVBOX_BENCH_LOGS"]; // a directory: keep each daemon's log there
@@ -260,7 +273,10 @@ async function benchThroughput(env: Env): Promise<void> {
   const c = await terminal(srv.ctl, r.command!.issueUuid);
   const rv = (performance.now() - t1) / 1000;
   const stored = Number(c.retainedOutputBytes);
-  const cpu = `server ${cpuSecs(srv.proc.pid!).toFixed(1)} s CPU, agent ${cpuSecs(agent.pid!).toFixed(1)} s CPU`;
+  // The agent's children: its spawn helper (shells/exec/spawn-helper.ts), which reads the
+  // command's pipes and relays the output to the agent over IPC.
+  const helpers = childPids(agent.pid!).reduce((a, p) => a + cpuSecs(p), 0);
+  const cpu = `server ${cpuSecs(srv.proc.pid!).toFixed(1)} s CPU, agent ${cpuSecs(agent.pid!).toFixed(1)} s CPU + its spawn helper ${helpers.toFixed(1)} s`;
   agent.kill("SIGTERM");
   await srv.stop();
   const mb = size / MiB;
