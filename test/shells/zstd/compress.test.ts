@@ -119,7 +119,7 @@ describe.each(ZSTD_BACKENDS)('compress (%s)', (backend) => {
 });
 
 describe.runIf(NATIVE_ZSTD_AVAILABLE)('compress (native: one reused context)', () => {
-  it('R-O4: gives the one-shot zstdCompressSync frame byte for byte, whatever the size, level and order', () => {
+  it("R-O4: gives the one-shot zstdCompressSync frame byte for byte, whatever the size, level and order", () => {
     const sizes = [0, 1, 63, 64, 1000, 65535, 65536, 65537, MAX_COMPRESS_INPUT_BYTES];
     for (const level of [1, 3, -5, 19, 1]) {
       for (const n of sizes) {
@@ -131,7 +131,7 @@ describe.runIf(NATIVE_ZSTD_AVAILABLE)('compress (native: one reused context)', (
     }
   });
 
-  it('returns a frame of its own: the next call does not overwrite it', () => {
+  it("returns a frame of its own: the next call does not overwrite it", () => {
     const a = compress(text(65536), 1, 'native');
     const keep = Buffer.from(a);
     compress(new Uint8Array(randomBytes(65536)), 1, 'native');
