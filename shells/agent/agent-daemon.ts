@@ -277,8 +277,32 @@ export class AgentDaemon {
     if (input.type === "process_output") this.queuedOutput -= input.data.length;
     const r = agentStep(this.state, input, now, { ports: this.ports }, wall);
     if (this.opts.checkInvariants) agentInvariants(this.state);
-    for (const e of r.effects) this.exec(e);
+    // A step that sends several frames (every event a group commit made durable) writes
+    // them to the socket as one writev instead of a write() each (cork/uncork: the same
+    // bytes in the same order, flushed before this step returns).
+    const corked = this.corkForSends(r.effects);
+    try {
+      for (const e of r.effects) this.exec(e);
+    } finally {
+      for (const sock of corked) sock.uncork();
+    }
     this.flowControl(now);
+  }
+
+  /** Cork the sockets of the links this step sends at least two frames on. */
+  private corkForSends(effects: readonly AgentEffect[]): Array<{ uncork(): void }> {
+    let sends = 0;
+    for (const e of effects) if (e.type === "send" && ++sends > 1) break;
+    if (sends < 2) return [];
+    const out: Array<{ uncork(): void }> = [];
+    for (const l of this.links.values()) {
+      // `ws` keeps its net.Socket in `_socket` (not public API): without it, no cork.
+      const sock = (l.ws as unknown as { _socket?: { cork?: () => void; uncork?: () => void } })._socket;
+      if (!l.open || typeof sock?.cork !== "function" || typeof sock.uncork !== "function") continue;
+      sock.cork();
+      out.push(sock as { uncork(): void });
+    }
+    return out;
   }
 
   private exec(e: AgentEffect): void {
