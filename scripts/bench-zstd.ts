@@ -7,7 +7,12 @@
 // both alike; each figure is the median over rounds and each line ends with
 // the ratio. Flags: --mib=N text size (default 16), --rounds=N (default 7),
 // --level=N (default 3).
-import { compress, decompressValidated, initZstd, NATIVE_ZSTD_AVAILABLE, type ZstdBackend } from "../shells/zstd/index.js";
+// --levels=3,1,...: instead, native only, per level (rounds alternate the levels): CPU
+// seconds (process.cpuUsage, steadier than wall time on a shared machine) to compress with
+// a fresh context per chunk (zstdCompressSync) and with the agent's reused one, the ratio,
+// and the server's validation (validateCompressed) of those frames.
+import { compress, decompressValidated, initZstd, NATIVE_ZSTD_AVAILABLE, validateCompressed, type ZstdBackend } from "../shells/zstd/index.js";
+import { nativeCompress, nativeCompressOneShot } from "../shells/zstd/native.js";
 import { logLikeChunks } from "./lib/log-text.js";
 
 const args = process.argv.slice(2);
@@ -44,11 +49,48 @@ function time(fn: () => void): number {
   return Number(process.hrtime.bigint() - t0) / 1e9;
 }
 
+function cpu(fn: () => void): number {
+  const u = process.cpuUsage();
+  fn();
+  const d = process.cpuUsage(u);
+  return (d.user + d.system) / 1e6;
+}
+
+function levels(list: number[]): void {
+  const text = logLike(MIB * 1024 * 1024);
+  const chunks: Uint8Array[] = [];
+  for (let i = 0; i < text.length; i += CHUNK) chunks.push(text.subarray(i, i + CHUNK));
+  const mib = text.length / (1024 * 1024);
+  const t = new Map<number, { fresh: number[]; reused: number[]; validate: number[]; size: number }>();
+  for (const l of list) t.set(l, { fresh: [], reused: [], validate: [], size: 0 });
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const l of round % 2 === 0 ? list : [...list].reverse()) {
+      const r = t.get(l)!;
+      let frames: Uint8Array[] = [];
+      r.fresh.push(cpu(() => (frames = chunks.map((c) => nativeCompressOneShot(c, l)))));
+      r.reused.push(cpu(() => (frames = chunks.map((c) => nativeCompress(c, l)))));
+      r.size = frames.reduce((a, f) => a + f.length, 0);
+      r.validate.push(
+        cpu(() => {
+          for (let i = 0; i < frames.length; i++) if (!validateCompressed(frames[i]!, chunks[i]!.length, CHUNK, "native").ok) throw new Error("refused");
+        }),
+      );
+    }
+  }
+  const rate = (xs: number[]): string => `${(mib / median(xs)).toFixed(0)} MiB/s (${(mib / Math.max(...xs)).toFixed(0)}-${(mib / Math.min(...xs)).toFixed(0)})`;
+  console.log(`bench:zstd --levels on Node ${process.version}: ${mib.toFixed(0)} MiB of log-like text in 64 KiB chunks, native, CPU time, median (range) of ${ROUNDS} alternating rounds`);
+  for (const [l, r] of t) {
+    console.log(`level ${l}: ratio ${(text.length / r.size).toFixed(2)}:1 | compress, fresh context ${rate(r.fresh)}, reused context ${rate(r.reused)} | validate ${rate(r.validate)}`);
+  }
+}
+
 async function main(): Promise<void> {
   if (!NATIVE_ZSTD_AVAILABLE) {
     console.log(`bench:zstd: node:zlib has no zstd in Node ${process.version}; nothing to compare`);
     return;
   }
+  const lv = args.find((x) => x.startsWith("--levels="));
+  if (lv) return levels(lv.slice(9).split(",").map(Number));
   await initZstd("portable");
   const text = logLike(MIB * 1024 * 1024);
   const chunks: Uint8Array[] = [];

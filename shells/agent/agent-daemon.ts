@@ -106,6 +106,15 @@ export interface AgentDaemonOptions {
   spawnHelper?: SpawnHelper | false;
 }
 
+/**
+ * The zstd level the agent compresses output at (`zstdLevel` overrides it).
+ * Level 1, not libzstd's default 3: on log text cut into 64 KiB chunks it
+ * compresses as well (4.65:1 against 4.60:1 on the bench's text) for about
+ * 0.7x the CPU (scripts/bench-zstd.ts --level=N), and compression is the
+ * agent's largest cost in the ingest profile (docs/PERFORMANCE.md).
+ */
+export const AGENT_ZSTD_LEVEL = 1;
+
 /** Per-connection staging bound; large enough for the server's windows (stdin and script: 256 KiB per command, even as tiny writes). */
 /** `close({killProcesses})`: how long commands get between SIGTERM and SIGKILL (ms). Below systemd's TimeoutStopSec (90 s). */
 export const STOP_KILL_GRACE_MS = 5000;
@@ -169,7 +178,7 @@ export class AgentDaemon {
   ) {
     this.db = store.db;
     this.log = opts.log ?? createLogger(`agent ${opts.clientId}`);
-    this.ports = realPorts(opts.zstdLevel ?? 3);
+    this.ports = realPorts(opts.zstdLevel ?? AGENT_ZSTD_LEVEL);
     this.scriptDir = path.join(opts.stateDir, "scripts");
     this.procsDir = path.join(opts.stateDir, "procs");
     this.procIds = new ProcRegistry(this.procsDir);
@@ -269,8 +278,32 @@ export class AgentDaemon {
     if (input.type === "process_output") this.queuedOutput -= input.data.length;
     const r = agentStep(this.state, input, now, { ports: this.ports }, wall);
     if (this.opts.checkInvariants) agentInvariants(this.state);
-    for (const e of r.effects) this.exec(e);
+    // A step that sends several frames (every event a group commit made durable) writes
+    // them to the socket as one writev instead of a write() each (cork/uncork: the same
+    // bytes in the same order, flushed before this step returns).
+    const corked = this.corkForSends(r.effects);
+    try {
+      for (const e of r.effects) this.exec(e);
+    } finally {
+      for (const sock of corked) sock.uncork();
+    }
     this.flowControl(now);
+  }
+
+  /** Cork the sockets of the links this step sends at least two frames on. */
+  private corkForSends(effects: readonly AgentEffect[]): Array<{ uncork(): void }> {
+    let sends = 0;
+    for (const e of effects) if (e.type === "send" && ++sends > 1) break;
+    if (sends < 2) return [];
+    const out: Array<{ uncork(): void }> = [];
+    for (const l of this.links.values()) {
+      // `ws` keeps its net.Socket in `_socket` (not public API): without it, no cork.
+      const sock = (l.ws as unknown as { _socket?: { cork?: () => void; uncork?: () => void } })._socket;
+      if (!l.open || typeof sock?.cork !== "function" || typeof sock.uncork !== "function") continue;
+      sock.cork();
+      out.push(sock as { uncork(): void });
+    }
+    return out;
   }
 
   private exec(e: AgentEffect): void {

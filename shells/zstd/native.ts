@@ -15,6 +15,7 @@
  * cross-decode.test.ts decodes each one's frames with the other).
  */
 import zlib from 'node:zlib';
+import { scanZstdFrame } from './frame-header.js';
 
 export type ZstdBackend = 'native' | 'portable';
 
@@ -59,14 +60,113 @@ function compressOptions(raw: Uint8Array, level: number): object {
   };
 }
 
-/**
- * One native zstd frame of `raw` at `level`. The caller checks the level and
- * the input size and re-parses the frame header (compress.ts).
- */
-export function nativeCompress(raw: Uint8Array, level: number): Uint8Array {
+/** One native zstd frame of `raw` at `level` with a fresh context (`zstdCompressSync`). */
+export function nativeCompressOneShot(raw: Uint8Array, level: number): Uint8Array {
   if (!api) throw new Error('node:zlib has no zstd in this Node');
   const out = api.zstdCompressSync(raw, compressOptions(raw, level));
   return new Uint8Array(out.buffer, out.byteOffset, out.length);
+}
+
+/**
+ * One native zstd frame of `raw` at `level`. The caller checks the level and
+ * the input size and re-parses the frame header (compress.ts).
+ *
+ * `zstdCompressSync` builds a zlib stream object, a libzstd context and its
+ * workspace per call; for a 64 KiB output chunk that set-up and the garbage
+ * it leaves cost about a third of the compression itself (the agent's
+ * profile). So one context (for the level last used) is kept and reset before each frame,
+ * compressing into one scratch buffer of ZSTD_compressBound(input) bytes, in
+ * one ZSTD_e_end call: libzstd then takes the input size as the pledged size
+ * (the same parameters, and byte for byte the same frame, as the one-shot
+ * call; test/shells/zstd/compress.test.ts) and writes Frame_Content_Size.
+ * The frame is copied out of the scratch buffer. Like the reused decoder
+ * below, this drives node:zlib's stream handle directly, which is not public
+ * API: when its members are missing, on any error, or when the result is not
+ * exactly one complete frame of the input's size, it falls back to
+ * `zstdCompressSync` (and builds a fresh context next time).
+ */
+export function nativeCompress(raw: Uint8Array, level: number): Uint8Array {
+  if (!api) throw new Error('node:zlib has no zstd in this Node');
+  const e = reusedEncoder(level);
+  if (e) {
+    const cap = compressBound(raw.length);
+    if (encodeScratch.length < cap) encodeScratch = new Uint8Array(cap);
+    e.error = null;
+    try {
+      e.handle.reset();
+      e.handle.writeSync(api.constants['ZSTD_e_end'] ?? 2, raw, 0, raw.length, encodeScratch, 0, cap);
+    } catch (err) {
+      e.error = { message: err instanceof Error ? err.message : String(err), code: '' };
+    }
+    if (!e.error && e.state[1] === 0 && e.state[0]! > 0) {
+      const produced = cap - e.state[0]!;
+      const frame = encodeScratch.slice(0, produced);
+      const scan = scanZstdFrame(frame);
+      if (scan.ok && scan.frameSize === produced && scan.contentSize === raw.length) return frame;
+    }
+    dropEncoder();
+  }
+  return nativeCompressOneShot(raw, level);
+}
+
+/** ZSTD_COMPRESSBOUND: the largest frame libzstd makes of `n` input bytes. */
+function compressBound(n: number): number {
+  return n + (n >>> 8) + (n < 128 * 1024 ? (128 * 1024 - n) >>> 11 : 0);
+}
+
+/** The one reused encoder (an agent compresses at one level; another level replaces it). */
+let encoder: ReusedEncoder | null = null;
+let encodersUnavailable = false;
+let encodeScratch = new Uint8Array(compressBound(64 * 1024));
+
+interface ReusedEncoder {
+  level: number;
+  handle: ZstdStreamHandle;
+  state: Uint32Array;
+  error: { message: string; code: string } | null;
+}
+
+function reusedEncoder(level: number): ReusedEncoder | null {
+  if (encoder?.level === level) return encoder;
+  if (encoder) dropEncoder();
+  if (encodersUnavailable || !api) return null;
+  try {
+    const c = api.constants;
+    const Ctor = (zlib as unknown as { ZstdCompress?: new (o: object) => { _handle?: unknown; _writeState?: unknown; on(e: string, f: () => void): void } }).ZstdCompress;
+    if (typeof Ctor !== 'function') throw new Error('no ZstdCompress');
+    const engine = new Ctor({
+      params: {
+        [c['ZSTD_c_compressionLevel']!]: level,
+        [c['ZSTD_c_contentSizeFlag']!]: 1,
+        [c['ZSTD_c_checksumFlag']!]: 0,
+      },
+    });
+    engine.on('error', () => {});
+    const handle = engine._handle as Partial<ZstdStreamHandle> | undefined;
+    const state = engine._writeState;
+    if (!handle || typeof handle.writeSync !== 'function' || typeof handle.reset !== 'function' || !(state instanceof Uint32Array) || state.length < 2) {
+      throw new Error('node:zlib internals differ');
+    }
+    const e: ReusedEncoder = { level, handle: handle as ZstdStreamHandle, state, error: null };
+    e.handle.onerror = (message, _errno, code) => {
+      e.error = { message, code };
+    };
+    encoder = e;
+    return e;
+  } catch {
+    encodersUnavailable = true;
+    return null;
+  }
+}
+
+function dropEncoder(): void {
+  const e = encoder;
+  encoder = null;
+  try {
+    e?.handle.close();
+  } catch {
+    // gone already
+  }
 }
 
 export type NativeDecodeResult =

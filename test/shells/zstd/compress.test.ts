@@ -14,6 +14,7 @@ import {
   ZSTD_BACKEND,
   ZSTD_BACKENDS,
 } from '../../../shells/zstd/index.js';
+import { nativeCompress, nativeCompressOneShot } from '../../../shells/zstd/native.js';
 
 
 const text = (n: number): Uint8Array => {
@@ -114,5 +115,26 @@ describe.each(ZSTD_BACKENDS)('compress (%s)', (backend) => {
     const raw = Buffer.concat([Buffer.from(text(40000)), randomBytes(25536)]);
     const out = execFileSync('zstd', ['-d', '-c', '-q'], { input: compress3(raw) });
     expect(out.equals(raw)).toBe(true);
+  });
+});
+
+describe.runIf(NATIVE_ZSTD_AVAILABLE)('compress (native: one reused context)', () => {
+  it("R-O4: gives the one-shot zstdCompressSync frame byte for byte, whatever the size, level and order", () => {
+    const sizes = [0, 1, 63, 64, 1000, 65535, 65536, 65537, MAX_COMPRESS_INPUT_BYTES];
+    for (const level of [1, 3, -5, 19, 1]) {
+      for (const n of sizes) {
+        const raw = Buffer.concat([Buffer.from(text(Math.ceil(n / 2))), randomBytes(Math.floor(n / 2))]);
+        const frame = nativeCompress(raw, level);
+        expect(Buffer.from(frame).equals(Buffer.from(nativeCompressOneShot(raw, level)))).toBe(true);
+        expect(readZstdFrameContentSize(frame)).toMatchObject({ ok: true, contentSize: n });
+      }
+    }
+  });
+
+  it("returns a frame of its own: the next call does not overwrite it", () => {
+    const a = compress(text(65536), 1, 'native');
+    const keep = Buffer.from(a);
+    compress(new Uint8Array(randomBytes(65536)), 1, 'native');
+    expect(Buffer.from(a).equals(keep)).toBe(true);
   });
 });
