@@ -61,23 +61,9 @@ import {
 import { acknowledge, appendMeta, appendOutput, newCommandOutbox, outboxHeader, removeCommand, type MetaEvent, type StreamName } from "../window/outbox.js";
 import { appendLifecycle, send, trace, type AgentCtx } from "./agent-node.js";
 import type { AgentCommand, AgentDeferred, AgentEnv, AgentState } from "./agent-types.js";
+import { chunkKey, chunkRecord, commandRecord, deleteRecord, stdinKey, stdinRecord, tombstoneRecord } from "./store.js";
 
 export type Fail = (code: Code, message: string, close: boolean) => void;
-
-const pad = (n: number): string => n.toString().padStart(16, "0");
-
-export function commandRecord(c: AgentCommand): PersistRecord {
-  const { script, stdin, ...rest } = c;
-  return {
-    table: "command",
-    key: c.uuid,
-    value: {
-      ...rest,
-      script: script ? { ...script, chunks: [] } : null,
-      stdin: { next: stdin.next, pending: [], pendingBytes: 0, inFlight: false, closed: stdin.closed },
-    },
-  };
-}
 
 export function countCapacity(st: AgentState): { running: number; queued: number } {
   let running = 0;
@@ -374,7 +360,7 @@ export function finish(
 ): void {
   assert(c.phase !== "done", `finish twice: ${c.uuid}`);
   for (const item of c.stdin.pending) {
-    ctx.persist({ table: "stdin", key: `${c.uuid}/${pad(item.seq)}`, value: null });
+    ctx.persist(deleteRecord("stdin", stdinKey(c.uuid, item.seq)));
     appendEvent(st, ctx, c, {
       case: "stdinAck",
       value: create(StdinAckSchema, { writeSeq: BigInt(item.seq), closed: item.close, failure: "command ended before the write" }),
@@ -398,7 +384,7 @@ export function finish(
 function deleteChunks(ctx: AgentCtx, c: AgentCommand): void {
   let off = 0;
   for (const ch of c.script?.chunks ?? []) {
-    ctx.persist({ table: "chunk", key: `${c.uuid}/${pad(off)}`, value: null });
+    ctx.persist(deleteRecord("chunk", chunkKey(c.uuid, off)));
     off += ch.length;
   }
 }
@@ -454,7 +440,7 @@ export function handleStdinWrite(st: AgentState, ctx: AgentCtx, w: StdinWrite, f
   c.stdin.next++;
   c.stdin.pending.push({ seq, data, close: false });
   c.stdin.pendingBytes += data.length;
-  ctx.persist(commandRecord(c), { table: "stdin", key: `${c.uuid}/${pad(seq)}`, value: { seq, data, close: false } });
+  ctx.persist(commandRecord(c), stdinRecord(c.uuid, { seq, data, close: false }));
   ctx.afterDurable({ kind: "stdin", uuid: c.uuid });
 }
 
@@ -478,7 +464,7 @@ export function handleCloseStdin(st: AgentState, ctx: AgentCtx, w: CloseStdin, f
   }
   c.stdin.closed = true;
   c.stdin.pending.push({ seq, data: new Uint8Array(0), close: true });
-  ctx.persist(commandRecord(c), { table: "stdin", key: `${c.uuid}/${pad(seq)}`, value: { seq, data: new Uint8Array(0), close: true } });
+  ctx.persist(commandRecord(c), stdinRecord(c.uuid, { seq, data: new Uint8Array(0), close: true }));
   ctx.afterDurable({ kind: "stdin", uuid: c.uuid });
 }
 
@@ -499,7 +485,7 @@ export function handleStdinWritten(st: AgentState, ctx: AgentCtx, uuid: string, 
   c.stdin.pending.shift();
   c.stdin.pendingBytes -= item.data.length;
   c.stdin.inFlight = false;
-  ctx.persist({ table: "stdin", key: `${c.uuid}/${pad(seq)}`, value: null });
+  ctx.persist(deleteRecord("stdin", stdinKey(c.uuid, seq)));
   appendEvent(st, ctx, c, {
     case: "stdinAck",
     value: create(StdinAckSchema, { writeSeq: BigInt(seq), closed: item.close, failure: failure ?? "" }),
@@ -582,7 +568,7 @@ export function handleScriptChunk(st: AgentState, ctx: AgentCtx, ch: ScriptChunk
   if (ch.data.length === 0) return;
   sc.chunks.push(ch.data);
   sc.received += ch.data.length;
-  ctx.persist(commandRecord(c), { table: "chunk", key: `${c.uuid}/${pad(offset)}`, value: { data: ch.data } });
+  ctx.persist(commandRecord(c), chunkRecord(c.uuid, offset, ch.data));
   appendEvent(st, ctx, c, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: BigInt(sc.received) }) });
 }
 
@@ -614,19 +600,19 @@ export function tombstoneAndRemove(st: AgentState, ctx: AgentCtx, uuid: string, 
   const records: PersistRecord[] = [];
   removeCommand(st.outbox, uuid, records);
   ctx.persist(...records);
-  for (const item of c.stdin.pending) ctx.persist({ table: "stdin", key: `${uuid}/${pad(item.seq)}`, value: null });
+  for (const item of c.stdin.pending) ctx.persist(deleteRecord("stdin", stdinKey(uuid, item.seq)));
   deleteChunks(ctx, c);
-  ctx.persist({ table: "command", key: uuid, value: null });
+  ctx.persist(deleteRecord("command", uuid));
   st.commands.delete(uuid);
   st.metadataUsed -= st.config.limits.metadataPerCommand;
   if (c.script) st.scriptBytes -= c.script.size;
   st.tombstones.set(uuid, c.hash);
   st.tombstoneSeq++;
-  ctx.persist({ table: "tombstone", key: uuid, value: { hash: c.hash, order: st.tombstoneSeq } });
+  ctx.persist(tombstoneRecord(uuid, { hash: c.hash, order: st.tombstoneSeq }));
   while (st.tombstones.size > st.config.limits.maxTombstones) {
     const oldest = st.tombstones.keys().next().value as string;
     st.tombstones.delete(oldest);
-    ctx.persist({ table: "tombstone", key: oldest, value: null });
+    ctx.persist(deleteRecord("tombstone", oldest));
   }
   ctx.emit(trace("tombstoned", { uuid, why }));
 }

@@ -68,9 +68,7 @@ import {
   newOutbox,
   outboxInvariants,
   fullyAcknowledged,
-  removeCommand,
   type CommandOutbox,
-  type LocalEntry,
 } from "../window/outbox.js";
 import type { AgentCommand, AgentConfig, AgentDeferred, AgentEffect, AgentEnv, AgentInput, AgentState, Step } from "./agent-types.js";
 import {
@@ -91,28 +89,26 @@ import {
   expireQueued,
   launchReady,
   runDeferredCommand,
-  commandRecord,
   tombstoneAndRemove,
   agentCommandInvariants,
   countCapacity,
 } from "./agent-commands.js";
+import { agentRows, agentRowsByKey, commandFromRow, commandRecord, instanceIdRecord, keyUuid, META_INSTANCE_ID, type AgentTables } from "./store.js";
 import { endLocalWork, handleReconcileRequest, handleReconcileResult, sendSnapshot } from "./agent-reconcile.js";
 
 export type AgentCtx = StepContext<AgentEffect, AgentDeferred>;
 
-export interface AgentTables {
-  get(table: string): ReadonlyMap<string, unknown> | undefined;
-}
+export type { AgentTables };
 
 /**
  * Rebuild the agent from what was durably stored (R-F1: the instance id is
  * generated once and then always read back). `seed` feeds the PRNG (backoff
- * jitter, first instance id); it is not protocol state.
+ * jitter, first instance id); it is not protocol state. The rows and their
+ * keys are defined in store.ts.
  */
 export function restoreAgent(config: AgentConfig, tables: AgentTables, seed: number): AgentState {
   const rng = rngFromSeed(seed);
-  const meta = tables.get("meta");
-  const storedInstance = meta?.get("instance_id");
+  const storedInstance = tables.get("meta")?.get(META_INSTANCE_ID);
   const st: AgentState = {
     config,
     instanceId: typeof storedInstance === "string" ? storedInstance : "",
@@ -132,100 +128,61 @@ export function restoreAgent(config: AgentConfig, tables: AgentTables, seed: num
     tombstoneSeq: 0,
     replaced: null,
   };
-  const tomb = tables.get("tombstone");
-  if (tomb) {
-    const rows = [...tomb.entries()].map(([k, v]) => ({ k, v: v as { hash: string; order: number } }));
-    rows.sort((a, b) => a.v.order - b.v.order);
-    for (const r of rows) st.tombstones.set(r.k, r.v.hash);
-    st.tombstoneSeq = rows.length > 0 ? rows[rows.length - 1]!.v.order : 0;
+  const tombs = agentRows(tables, "tombstone");
+  tombs.sort((a, b) => a[1].order - b[1].order);
+  for (const [uuid, t] of tombs) st.tombstones.set(uuid, t.hash);
+  st.tombstoneSeq = tombs.length > 0 ? tombs[tombs.length - 1]![1].order : 0;
+  for (const [uuid, row] of agentRows(tables, "command")) {
+    const c = commandFromRow(row);
+    st.commands.set(uuid, c);
+    st.metadataUsed += config.limits.metadataPerCommand;
+    if (c.script) st.scriptBytes += c.script.size;
   }
-  const cmds = tables.get("command");
-  if (cmds) {
-    for (const [uuid, v] of cmds) {
-      const c = structuredCloneCommand(v as AgentCommand);
-      st.commands.set(uuid, c);
-      st.metadataUsed += config.limits.metadataPerCommand;
-      if (c.script) st.scriptBytes += c.script.size;
+  for (const [k, ch] of agentRowsByKey(tables, "chunk")) {
+    const c = st.commands.get(keyUuid(k));
+    if (c?.script) c.script.chunks.push(ch.data);
+  }
+  for (const [k, item] of agentRowsByKey(tables, "stdin")) {
+    const c = st.commands.get(keyUuid(k));
+    if (c) {
+      c.stdin.pending.push({ seq: item.seq, data: item.data, close: item.close });
+      c.stdin.pendingBytes += item.data.length;
     }
   }
-  const chunks = tables.get("chunk");
-  if (chunks) {
-    const rows = [...chunks.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1));
-    for (const [k, v] of rows) {
-      const uuid = k.slice(0, k.lastIndexOf("/"));
-      const c = st.commands.get(uuid);
-      if (c?.script) c.script.chunks.push((v as { data: Uint8Array }).data);
+  for (const [uuid, h] of agentRows(tables, "outbox")) {
+    const cb: CommandOutbox = {
+      uuid,
+      entries: [],
+      nextIdx: h.nextIdx,
+      pinned: [],
+      pinnedBytes: 0,
+      nextSeq: h.nextSeq,
+      ackedThrough: h.ackedThrough,
+      rawBytes: 0,
+      streamNext: { ...h.streamNext },
+      closed: h.closed,
+    };
+    st.outbox.commands.set(uuid, cb);
+  }
+  for (const [k, e] of agentRowsByKey(tables, "entry")) {
+    const cb = st.outbox.commands.get(keyUuid(k));
+    if (!cb) continue;
+    cb.entries.push(e.kind === "truncation" ? { ...e, ranges: e.ranges.map((r) => ({ ...r })) } : { ...e });
+    if (e.kind === "output") {
+      cb.rawBytes += e.data.length;
+      st.outbox.rawTotal += e.data.length;
     }
   }
-  const stdin = tables.get("stdin");
-  if (stdin) {
-    const rows = [...stdin.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1));
-    for (const [k, v] of rows) {
-      const uuid = k.slice(0, k.lastIndexOf("/"));
-      const c = st.commands.get(uuid);
-      const item = v as { seq: number; data: Uint8Array; close: boolean };
-      if (c) {
-        c.stdin.pending.push({ seq: item.seq, data: item.data, close: item.close });
-        c.stdin.pendingBytes += item.data.length;
-      }
-    }
-  }
-  const headers = tables.get("outbox");
-  const entries = tables.get("entry");
-  const events = tables.get("event");
-  if (headers) {
-    for (const [uuid, hv] of headers) {
-      const h = hv as Pick<CommandOutbox, "nextIdx" | "nextSeq" | "ackedThrough" | "streamNext" | "closed">;
-      const cb: CommandOutbox = {
-        uuid,
-        entries: [],
-        nextIdx: h.nextIdx,
-        pinned: [],
-        pinnedBytes: 0,
-        nextSeq: h.nextSeq,
-        ackedThrough: h.ackedThrough,
-        rawBytes: 0,
-        streamNext: { ...h.streamNext },
-        closed: h.closed,
-      };
-      st.outbox.commands.set(uuid, cb);
-    }
-  }
-  if (entries) {
-    const rows = [...entries.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1));
-    for (const [k, v] of rows) {
-      const cb = st.outbox.commands.get(k.slice(0, k.lastIndexOf("/")));
-      if (!cb) continue;
-      const e = v as LocalEntry;
-      cb.entries.push(e.kind === "truncation" ? { ...e, ranges: e.ranges.map((r) => ({ ...r })) } : { ...e });
-      if (e.kind === "output") {
-        cb.rawBytes += e.data.length;
-        st.outbox.rawTotal += e.data.length;
-      }
-    }
-  }
-  if (events) {
-    const rows = [...events.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1));
-    for (const [k, v] of rows) {
-      const cb = st.outbox.commands.get(k.slice(0, k.lastIndexOf("/")));
-      if (!cb) continue;
-      const p = v as { seq: number; bytes: Uint8Array };
-      if (p.seq <= cb.ackedThrough) continue;
-      cb.pinned.push({ seq: p.seq, bytes: p.bytes, sentOn: 0, durable: true });
-      cb.pinnedBytes += p.bytes.length;
-      st.outbox.sessionPinnedBytes += p.bytes.length;
-    }
+  for (const [k, p] of agentRowsByKey(tables, "event")) {
+    const cb = st.outbox.commands.get(keyUuid(k));
+    if (!cb) continue;
+    if (p.seq <= cb.ackedThrough) continue;
+    cb.pinned.push({ seq: p.seq, bytes: p.bytes, sentOn: 0, durable: true });
+    cb.pinnedBytes += p.bytes.length;
+    st.outbox.sessionPinnedBytes += p.bytes.length;
   }
   if (st.outbox.rawTotal > st.outbox.limits.rawHigh) st.outbox.summarizing = true;
   return st;
-}
-
-function structuredCloneCommand(c: AgentCommand): AgentCommand {
-  return {
-    ...c,
-    script: c.script ? { ...c.script, chunks: [] } : null,
-    stdin: { next: c.stdin.next, pending: [], pendingBytes: 0, inFlight: false, closed: c.stdin.closed },
-  };
 }
 
 /** A fresh agent with empty storage. */
@@ -305,7 +262,7 @@ function start(st: AgentState, ctx: AgentCtx, acts: SessionAction[]): void {
   st.started = true;
   if (st.instanceId === "") {
     st.instanceId = nextHex128(st.rng);
-    ctx.persist({ table: "meta", key: "instance_id", value: st.instanceId });
+    ctx.persist(instanceIdRecord(st.instanceId));
   }
   // Anything that was launched before a crash has an uncertain outcome.
   for (const c of st.commands.values()) {

@@ -299,6 +299,7 @@ describe("agent registration", () => {
 
 // A local stand-in for toBinary that keeps the import list above readable.
 import { toBinary } from "@bufbuild/protobuf";
+import { agentRow, stdinKey } from "../../core/agent/store.js";
 function require_toBinary(env: ReturnType<typeof decode>): Uint8Array {
   return toBinary(AgentEnvelopeSchema, env);
 }
@@ -1272,7 +1273,7 @@ describe("stdin at the agent", () => {
     const d = r.frame(stdinWrite("never", 4n, [1]));
     expect(stdinAcks(d)).toEqual([]);
     expect(r.cmd("never").stdin.next).toBe(5);
-    expect((r.disk.durable.get("command")!.get("never") as { stdin: { next: number } }).stdin.next).toBe(5);
+    expect(agentRow(r.disk.durable, "command", "never")!.stdin.next).toBe(5);
   });
 
   it("R-W2 R-S1: the pending stdin bound is inclusive; past it the write is CAPACITY without closing and its seq is not consumed", () => {
@@ -1371,7 +1372,7 @@ describe("signals at the agent", () => {
       expect(r.cmd("q").phase).toBe("queued");
       expect(r.cmd("q").revision).toBe(4);
       expect(r.cmd("q").lastSignalRevision).toBe(4);
-      expect((r.disk.durable.get("command")!.get("q") as { revision: number }).revision).toBe(4);
+      expect(agentRow(r.disk.durable, "command", "q")!.revision).toBe(4);
     }
   });
 
@@ -1874,10 +1875,9 @@ describe("agent edges found by the mutation run", () => {
     const body = new Uint8Array(10).fill(4);
     r.dispatch("s1", { program: { case: "script", value: { sizeBytes: 10n, sha256: sha(body), interpreter: "/bin/sh" } } });
     r.frame(chunk("s1", 0, body.subarray(0, 5)));
-    const rec = r.disk.durable.get("command")!;
-    expect((rec.get("c1") as { stdin: unknown }).stdin).toEqual({ next: 2, pending: [], pendingBytes: 0, inFlight: false, closed: false });
-    expect((rec.get("s1") as { script: unknown }).script).toEqual({ size: 10, sha256: Buffer.from(sha(body)).toString("hex"), received: 5, chunks: [], committed: false, path: "" });
-    expect(r.disk.durable.get("stdin")!.get("c1/0000000000000001")).toEqual({ seq: 1, data: new Uint8Array([1, 2, 3]), close: false });
+    expect(agentRow(r.disk.durable, "command", "c1")!.stdin).toEqual({ next: 2, pending: [], pendingBytes: 0, inFlight: false, closed: false });
+    expect(agentRow(r.disk.durable, "command", "s1")!.script).toEqual({ size: 10, sha256: Buffer.from(sha(body)).toString("hex"), received: 5, chunks: [], committed: false, path: "" });
+    expect(agentRow(r.disk.durable, "stdin", stdinKey("c1", 1))).toEqual({ seq: 1, data: new Uint8Array([1, 2, 3]), close: false });
   });
 
   it("R-O8: only a lifecycle with an error code carries an error; a clean exit has none", () => {
