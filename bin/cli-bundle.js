@@ -18,6 +18,10 @@
 // rebuilds; an input that no longer exists rebuilds. A build that fails (a
 // syntax error, a read-only cache) returns undefined and the caller runs the
 // sources through tsx, which reports the error as before.
+//
+// Environment: RVBOX_BUNDLE=0 skips the bundle (tsx always);
+// RVBOX_BUNDLE_DEBUG=1 prints esbuild's own errors when a build fails
+// (silent by default: the tsx fallback reports the same error).
 import { mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import path from "node:path";

@@ -53,6 +53,8 @@ import { coverageOf, type StoredEvent } from "./coverage.js";
 import type { World } from "./world.js";
 import type { ControlRequest, ControlResult } from "../core/server/server-types.js";
 import { bytesEqual, concatBytes } from "../core/bytes.js";
+import type { PayloadCase } from "../core/codec/frame-codec.js";
+import { ENVELOPES, isReconcileGatedWork, isSentBy, type Lane, type Sender } from "../core/protocol/envelopes.js";
 
 export class SimFailure extends Error {
   override name = "SimFailure";
@@ -81,7 +83,6 @@ interface Pre {
 }
 
 const DECODED_KINDS = new Set(["eventAck", "reconcileRequest", "serverWelcome", "reconcileResult"]);
-const WORK_KINDS = new Set(["commandDispatch", "scriptChunk", "scriptCommit", "stdinWrite", "closeStdin", "signalCommand"]);
 const pad12 = (n: number): string => n.toString().padStart(12, "0");
 
 export class Oracles implements ExecObserver {
@@ -187,6 +188,7 @@ export class Oracles implements ExecObserver {
         for (const r of e.records) if (r.table === "event" && r.key === pre.eventKey && r.value !== null) this.fail("R-F7", `server stored event ${r.key} from a stale envelope (${pre.stale})`);
       }
       if (e.type !== "send") continue;
+      this.checkEnvelopeRow("server", e.kind, e.lane);
       if (pre?.stale && e.conn === pre.conn && e.kind !== "error") this.fail("R-F7", `server answered a stale envelope (${pre.stale}) with ${e.kind}`);
       this.serverSend(e.conn, e.kind, e.data);
     }
@@ -206,9 +208,17 @@ export class Oracles implements ExecObserver {
     void input;
   }
 
+  /** The envelope table (core/protocol/envelopes.ts) is what the nodes do: each kind from its sender only, on its lane. */
+  private checkEnvelopeRow(sender: Sender, kind: string, lane: Lane): void {
+    if (!Object.hasOwn(ENVELOPES, kind)) return this.fail("R-T5", `${sender} sent a frame of unknown kind ${kind}`);
+    const row = ENVELOPES[kind as PayloadCase];
+    if (!isSentBy(kind as PayloadCase, sender)) this.fail("envelopes", `${sender} sent ${kind}, which the envelope table gives to ${row.from}`);
+    if (row.lane !== lane) this.fail("envelopes", `${sender} sent ${kind} on the ${lane} lane; the envelope table says ${row.lane}`);
+  }
+
   private serverSend(conn: number, kind: string, data: Uint8Array): void {
     if (!DECODED_KINDS.has(kind)) {
-      if (WORK_KINDS.has(kind) && !this.reconciledConns.has(conn)) this.fail("R-D8", `${kind} on connection ${conn} before its ReconcileResult was sent`);
+      if (isReconcileGatedWork(kind as PayloadCase) && !this.reconciledConns.has(conn)) this.fail("R-D8", `${kind} on connection ${conn} before its ReconcileResult was sent`);
       return;
     }
     const env = decodeEnvelope(data);
@@ -252,7 +262,7 @@ export class Oracles implements ExecObserver {
         break;
       }
       default:
-        if (WORK_KINDS.has(p.case) && !this.reconciledConns.has(conn)) this.fail("R-D8", `${p.case} on connection ${conn} before its ReconcileResult was sent`);
+        if (isReconcileGatedWork(p.case) && !this.reconciledConns.has(conn)) this.fail("R-D8", `${p.case} on connection ${conn} before its ReconcileResult was sent`);
     }
   }
 
@@ -443,6 +453,7 @@ export class Oracles implements ExecObserver {
         if (rec?.phase !== "launching") this.fail("at-most-once", `${h.label} spawned ${e.uuid} without a durable launch authorization (disk phase ${rec?.phase})`);
       }
       if (e.type !== "send") continue;
+      this.checkEnvelopeRow("agent", e.kind, e.lane);
       if (e.kind === "reconcileSnapshot" && st.storeIncident !== null) this.fail("R-D13", `${h.label} sent a reconcile snapshot while its store has an incident`);
       if (e.kind === "commandAccepted") {
         const env = decodeEnvelope(e.data);

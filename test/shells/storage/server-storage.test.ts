@@ -17,6 +17,19 @@ function outputEvent(id: number, uuid: string, seq: number, bytes: number): Pers
   };
 }
 
+/** The stored frame a pointer names, read through the storage's own segment opener (as FollowOutput reads runs). */
+async function readFrame(s: ServerStorage, ptr: { f: string; o: number; n: number }): Promise<Uint8Array | null> {
+  const fh = await s.openSegment(ptr.f);
+  if (!fh) return null;
+  try {
+    const buf = new Uint8Array(ptr.n);
+    const { bytesRead } = await fh.read(buf, 0, ptr.n, ptr.o);
+    return bytesRead === ptr.n ? buf : null;
+  } finally {
+    await fh.close();
+  }
+}
+
 async function segFiles(dir: string): Promise<string[]> {
   return (await fsp.readdir(path.join(dir, SEGMENT_DIR))).filter((f) => f.endsWith(".seg")).sort();
 }
@@ -40,14 +53,14 @@ describe("server storage: kv rows + output segment files", () => {
     const rows = s.readEvents("cmd-a", 1, 100, 100);
     expect(rows.length).toBe(10);
     expect(rows[0]!["zstd"]).toBeUndefined();
-    const bytes = await s.readSegment(rows[4]!["seg"] as never);
+    const bytes = await readFrame(s, rows[4]!["seg"] as never);
     expect(bytes).toEqual(new Uint8Array(300).fill(5));
     const dbBytes = s.db.query<{ n: number }>("SELECT SUM(LENGTH(v)) AS n FROM kv")[0]!.n;
     expect(dbBytes).toBeLessThan(3000);
     await s.close();
     const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
     expect(s2.tables.get("event")!.size).toBe(10);
-    expect((await s2.readSegment(s2.readEvents("cmd-a", 10, 10, 1)[0]!["seg"] as never))!).toEqual(new Uint8Array(300).fill(10));
+    expect((await readFrame(s2, s2.readEvents("cmd-a", 10, 10, 1)[0]!["seg"] as never))!).toEqual(new Uint8Array(300).fill(10));
     await s2.close();
   });
 
@@ -91,6 +104,33 @@ describe("server storage: kv rows + output segment files", () => {
     const s3 = await ServerStorage.open({ dir, segmentBytes: 1000, repair: true });
     expect(s3.readEvents("cmd-b", 1, 100, 100)).toEqual([]);
     await s3.close();
+  });
+
+  it("R-O5 R-O3: a drop in the same group as new output never deletes a file that group appended past the drop (rolled or still open)", async () => {
+    const dir = await tempDir("rvbox-ss-drop-group-");
+    const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
+    for (let i = 1; i <= 3; i++) s.persist(outputEvent(i, "cmd-g", i, 300));
+    await s.whenIdle();
+    s.persist({ type: "persist", id: 4, records: [{ table: "retention", key: "cmd-g", value: { uuid: "cmd-g", firstSeq: 1, lastSeq: 3 } }] });
+    await s.whenIdle();
+    // One group: event 4 is appended to the first file (its row still says
+    // last_seq 3), event 5 rolls it and opens a second file, and the drop
+    // through 3 arrives with them. The first file now holds event 4: it stays.
+    s.persist(outputEvent(5, "cmd-g", 4, 300));
+    s.persist(outputEvent(6, "cmd-g", 5, 300));
+    s.dropOutput("cmd-g", 3);
+    await s.whenIdle();
+    // (It is only partly covered, so its entries 1..3 stay too; readers skip what the marker covers.)
+    const rows = s.readEvents("cmd-g", 1, 100, 100);
+    expect(rows.map((r) => r["seq"])).toEqual([1, 2, 3, 4, 5]);
+    expect(await readFrame(s, rows[3]!["seg"] as never)).toEqual(new Uint8Array(300).fill(4));
+    expect((await segFiles(dir)).length).toBe(2);
+    // A later drop through 4 covers the first file wholly: now it goes.
+    s.dropOutput("cmd-g", 4);
+    await s.whenIdle();
+    expect((await segFiles(dir)).length).toBe(1);
+    expect(s.readEvents("cmd-g", 1, 100, 100).map((r) => r["seq"])).toEqual([5]);
+    await s.close();
   });
 
   it("pruning: one prefix record deletes a command's event rows (not another's), pruneOutput deletes all its segments at once, and rows left by a crash are collected at open", async () => {
