@@ -177,3 +177,14 @@ export function agentRows<T extends AgentTable>(tables: AgentTables, table: T): 
 export function agentRowsByKey<T extends AgentTable>(tables: AgentTables, table: T): Array<[string, AgentRows[T]]> {
   return agentRows(tables, table).sort((a, b) => (a[0] < b[0] ? -1 : 1));
 }
+
+/** Deletes of every `chunk` row of a command, given its received chunks in offset order. */
+export function chunkDeletes(uuid: string, chunks: readonly Uint8Array[]): PersistRecord[] {
+  const out: PersistRecord[] = [];
+  let off = 0;
+  for (const ch of chunks) {
+    out.push(deleteRecord("chunk", chunkKey(uuid, off)));
+    off += ch.length;
+  }
+  return out;
+}

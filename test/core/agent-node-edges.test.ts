@@ -40,8 +40,8 @@ import {
   type AgentInput,
   type AgentState,
 } from "../../core/index.js";
-import { validateSpec } from "../../core/agent/agent-commands.js";
-import { fitSnapshot } from "../../core/agent/agent-reconcile.js";
+import { validateSpec } from "../../core/agent/admission.js";
+import { fitSnapshot } from "../../core/agent/reconcile.js";
 import { Code, InvariantViolation } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { AGENT_SNAPSHOT_SLACK_BYTES, MAX_ARGV_ITEMS, MAX_CHUNK_BYTES, MAX_ENV_ITEMS, MAX_ENVELOPE_BYTES, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES, STDIN_WRITES_IN_FLIGHT } from "../../core/limits.js";
