@@ -30,7 +30,8 @@
 // in `pump`: admit entries into the window, launch what may launch, retire
 // fully acknowledged commands into tombstones, then seal the step: one
 // persist batch, deferred actions parked behind it, durable pinned events
-// sent on a reconciled session, and one wake effect for the earliest deadline.
+// sent on a reconciled session, and one wake effect for the earliest timer
+// (timers.ts).
 //
 // Durability ordering: CommandAccepted, the ReconcileSnapshot, a launch and
 // every event send wait for the persist batch they depend on (`afterDurable`);
@@ -44,7 +45,6 @@ import { StepContext, releaseDurable } from "../step-context.js";
 import {
   fenceMatches,
   sessionActivity,
-  sessionDeadline,
   sessionFail,
   sessionTick,
   sessionTransportClosed,
@@ -64,6 +64,7 @@ import { handleScriptChunk, handleScriptCommit, handleScriptFailed, handleScript
 import { applySessionActions, onRefused, onServerError, onWelcome, protocolFailure } from "./session.js";
 import { handleSignal } from "./signals.js";
 import { handleCloseStdin, handleStdinWrite, handleStdinWritten, runStdinDeferred } from "./stdin.js";
+import { nextWake } from "./timers.js";
 
 export function agentStep(st: AgentState, input: AgentInput, now: number, env: AgentEnv, wall: number = now): Step<AgentState, AgentEffect> {
   const ctx: AgentCtx = new StepContext(now, wall);
@@ -261,18 +262,8 @@ function pump(st: AgentState, ctx: AgentCtx, env: AgentEnv): void {
   sendCapacity(st, ctx);
   const after = ctx.seal(st.gate);
   assert(after.length === 0, "deferred work produced after the final seal");
-  const deadline = nextDeadline(st);
-  if (deadline !== null) ctx.emit({ type: "wake", at: Math.max(deadline, now) });
-}
-
-function nextDeadline(st: AgentState): number | null {
-  let d = sessionDeadline(st.session);
-  for (const c of st.commands.values()) {
-    if ((c.phase === "queued" || c.phase === "preparing") && c.queueExpiry > 0) {
-      d = d === null ? c.queueExpiry : Math.min(d, c.queueExpiry);
-    }
-  }
-  return d;
+  const wake = nextWake(st);
+  if (wake !== null) ctx.emit({ type: "wake", at: Math.max(wake.at, now) });
 }
 
 export { restoreAgent, newAgent } from "./restore.js";

@@ -21,7 +21,7 @@
 // state's PRNG (R-H4). The attempt counter resets once a session has been
 // established for 60 s. Heartbeat: 10 s silent -> Ping, 30 s -> dead (R-H1/2).
 
-import { assert } from "../errors.js";
+import { assert, unreachable } from "../errors.js";
 import { BACKOFF_STABLE_RESET_MS } from "../limits.js";
 import type { RngState } from "../rng.js";
 import { backoffDelay } from "./backoff.js";
@@ -166,19 +166,41 @@ export function sessionTick(s: AgentSession, now: number, rng: RngState, acts: S
   }
 }
 
-export function sessionDeadline(s: AgentSession): number | null {
+/** The session's named timers (R-H1, R-H2, R-H4). */
+export type SessionTimer =
+  /** The backoff is over: connect again. */
+  | { timer: "reconnect" }
+  /** No inbound activity: a Ping is due (10 s), or the session is dead (30 s). */
+  | { timer: "heartbeat"; due: "ping" | "dead" }
+  /** The session stayed up 60 s: the backoff attempt counter resets. */
+  | { timer: "backoff_reset" };
+
+/** The session's earliest timer, or null when none runs (idle, connecting). */
+export function sessionWake(s: AgentSession): { at: number; timer: SessionTimer } | null {
   switch (s.phase) {
     case "backoff":
-      return s.retryAt;
+      return { at: s.retryAt, timer: { timer: "reconnect" } };
     case "registering":
-      return heartbeatDeadline(s.hb);
+      return heartbeatWake(s);
     case "established": {
-      const hb = heartbeatDeadline(s.hb);
-      return s.stableReset ? hb : Math.min(hb, s.establishedAt + BACKOFF_STABLE_RESET_MS);
+      const hb = heartbeatWake(s);
+      const reset = s.establishedAt + BACKOFF_STABLE_RESET_MS;
+      return s.stableReset || hb.at <= reset ? hb : { at: reset, timer: { timer: "backoff_reset" } };
     }
-    default:
+    case "idle":
+    case "connecting":
       return null;
+    default:
+      return unreachable(s.phase, "agent session phase");
   }
+}
+
+function heartbeatWake(s: AgentSession): { at: number; timer: SessionTimer } {
+  return { at: heartbeatDeadline(s.hb), timer: { timer: "heartbeat", due: s.hb.pinged ? "dead" : "ping" } };
+}
+
+export function sessionDeadline(s: AgentSession): number | null {
+  return sessionWake(s)?.at ?? null;
 }
 
 /** Does an inbound envelope carry exactly the current fence? */
