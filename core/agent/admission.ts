@@ -16,7 +16,7 @@ import { CommandAcceptedSchema, type CommandDispatch } from "../../protos/gen/rv
 import { CommandLifecycle, ControlErrorSchema, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
-import { Code, codeName } from "../errors.js";
+import { Code, codeName, unreachable } from "../errors.js";
 import { MAX_ARGV_ITEMS, MAX_ENV_ITEMS, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES } from "../limits.js";
 import { newCommandOutbox, outboxHeader } from "../window/outbox.js";
 import type { AdmissionDeferred, AgentCommand, AgentState } from "./agent-types.js";
@@ -46,8 +46,10 @@ export function validateSpec(st: AgentState, spec: ExecutionSpec | undefined): {
       if (tooLong(p.value.interpreter) || p.value.args.some(tooLong)) return { code: Code.VALIDATION, message: "script interpreter/args invalid" };
       break;
     }
-    default:
+    case undefined:
       return { code: Code.VALIDATION, message: "execution spec names no program" };
+    default:
+      return unreachable(p, "execution spec program");
   }
   if (tooLong(spec.cwd)) return { code: Code.VALIDATION, message: "cwd too long or contains NUL" };
   if (spec.environment.length > MAX_ENV_ITEMS) return { code: Code.VALIDATION, message: "too many environment variables" };

@@ -1,8 +1,8 @@
 // Ending a command on the agent: the one place a command becomes `done`.
 // Pending stdin is answered, the journaled script chunks are deleted, the
 // prepared script file is discarded, and the terminal lifecycle event is
-// appended. Every terminal path (exit, rejection, cancellation, expiry,
-// restart interruption) goes through `finish`.
+// appended. Every terminal path (exit, rejection, cancellation, expiry)
+// goes through `finish`, except restart interruption (`finishInterrupted`).
 
 import { create } from "@bufbuild/protobuf";
 import { CommandLifecycle, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -11,6 +11,7 @@ import type { PersistRecord } from "../effects.js";
 import { appendMeta } from "../window/outbox.js";
 import type { AgentCommand, AgentState } from "./agent-types.js";
 import { appendEvent, appendLifecycle, trace, type AgentCtx } from "./io.js";
+import { setPhase } from "./phase.js";
 import { chunkDeletes, commandRecord, deleteRecord, stdinKey } from "./store.js";
 
 export type FinishExtra = { exitCode?: number; signalName?: string; reason?: string; code?: Code };
@@ -33,7 +34,7 @@ export function finish(st: AgentState, ctx: AgentCtx, c: AgentCommand, state: Co
     c.script.chunks = [];
   }
   if (c.script && c.script.path !== "") ctx.emit({ type: "discard_script", uuid: c.uuid, path: c.script.path });
-  c.phase = "done";
+  setPhase(c, "done");
   c.lifecycle = state;
   ctx.persist(commandRecord(c));
   appendLifecycle(st, ctx, c, state, extra, revision);
@@ -43,7 +44,7 @@ export function finish(st: AgentState, ctx: AgentCtx, c: AgentCommand, state: Co
 /** A command found launching or running after a restart: its outcome is unknown. */
 export function finishInterrupted(st: AgentState, ctx: AgentCtx, c: AgentCommand, reason: string): void {
   const cb = st.outbox.commands.get(c.uuid);
-  c.phase = "done";
+  setPhase(c, "done");
   c.lifecycle = CommandLifecycle.INTERRUPTED;
   ctx.persist(commandRecord(c));
   if (cb && !cb.closed) {

@@ -23,6 +23,7 @@ import type { AgentState, LaunchDeferred } from "./agent-types.js";
 import { countCapacity } from "./capacity.js";
 import { finish } from "./finish.js";
 import { appendEvent, appendLifecycle, trace, type AgentCtx } from "./io.js";
+import { setPhase } from "./phase.js";
 import { prepareScript } from "./scripts.js";
 import { flushStdin } from "./stdin.js";
 import { commandRecord } from "./store.js";
@@ -47,7 +48,7 @@ export function launchReady(st: AgentState, ctx: AgentCtx): void {
       running++;
       continue;
     }
-    c.phase = "launching";
+    setPhase(c, "launching");
     ctx.persist(commandRecord(c));
     ctx.emit(trace("launch_authorized", { uuid: c.uuid }));
     ctx.afterDurable({ kind: "launch", uuid: c.uuid });
@@ -75,7 +76,7 @@ export function handleProcessStarted(st: AgentState, ctx: AgentCtx, uuid: string
     return;
   }
   if (c.phase !== "launching") return;
-  c.phase = "running";
+  setPhase(c, "running");
   c.pid = pid;
   c.lifecycle = CommandLifecycle.RUNNING;
   ctx.persist(commandRecord(c));

@@ -15,6 +15,7 @@ import { MAX_CHUNK_BYTES } from "../limits.js";
 import type { AgentCommand, AgentEnv, AgentScript, AgentState } from "./agent-types.js";
 import { deleteChunks, finish } from "./finish.js";
 import { appendEvent, liveCommand, type AgentCtx, type Fail } from "./io.js";
+import { setPhase } from "./phase.js";
 import { chunkRecord, commandRecord } from "./store.js";
 
 export function handleScriptChunk(st: AgentState, ctx: AgentCtx, ch: ScriptChunk, env: AgentEnv, fail: Fail): void {
@@ -70,7 +71,7 @@ export function handleScriptCommit(st: AgentState, ctx: AgentCtx, m: ScriptCommi
 
 /** A committed script got a run slot: the executor writes its file first (answered by script_prepared or script_failed). */
 export function prepareScript(ctx: AgentCtx, c: AgentCommand, script: AgentScript): void {
-  c.phase = "preparing";
+  setPhase(c, "preparing");
   ctx.persist(commandRecord(c));
   ctx.emit({
     type: "write_script",
@@ -87,7 +88,7 @@ export function handleScriptPrepared(st: AgentState, ctx: AgentCtx, uuid: string
   deleteChunks(ctx, c);
   c.script.path = path;
   c.script.chunks = [];
-  c.phase = "queued";
+  setPhase(c, "queued");
   ctx.persist(commandRecord(c));
 }
 

@@ -8,7 +8,7 @@ import { create } from "@bufbuild/protobuf";
 import type { SignalCommand } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle, SignalKind, SignalResultSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { safeNumber } from "../codec/frame-codec.js";
-import { Code } from "../errors.js";
+import { Code, unreachable } from "../errors.js";
 import type { AgentState } from "./agent-types.js";
 import { finish } from "./finish.js";
 import { appendEvent, liveCommand, type AgentCtx, type Fail } from "./io.js";
@@ -55,5 +55,7 @@ export function handleSignal(st: AgentState, ctx: AgentCtx, s: SignalCommand, fa
       ctx.emit({ type: "signal", uuid: c.uuid, signal: s.signal, revision: rev });
       result(true, "");
       return;
+    default:
+      unreachable(c.phase, "phase of a signalled command");
   }
 }

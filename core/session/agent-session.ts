@@ -48,6 +48,21 @@ export interface AgentSession {
   stableReset: boolean;
 }
 
+/** The session phase table: from each phase, the phases it may move to (the diagram above). */
+export const SESSION_PHASES = {
+  idle: ["connecting"],
+  connecting: ["registering", "backoff"],
+  registering: ["established", "backoff"],
+  established: ["backoff"],
+  backoff: ["connecting"],
+} as const satisfies Record<AgentSessionPhase, readonly AgentSessionPhase[]>;
+
+/** The one writer of the session phase. */
+function setSessionPhase(s: AgentSession, to: AgentSessionPhase): void {
+  assert((SESSION_PHASES[s.phase] as readonly AgentSessionPhase[]).includes(to), `session phase ${s.phase} -> ${to} is not in the phase table`);
+  s.phase = to;
+}
+
 export function newAgentSession(): AgentSession {
   return {
     phase: "idle",
@@ -77,7 +92,7 @@ export function sessionConnect(s: AgentSession, now: number, acts: SessionAction
   assert(s.phase === "idle" || s.phase === "backoff", `connect from ${s.phase}`);
   s.lastConn++;
   s.conn = s.lastConn;
-  s.phase = "connecting";
+  setSessionPhase(s, "connecting");
   s.hb = newHeartbeat(now);
   s.fence = null;
   acts.push({ type: "connect", conn: s.conn });
@@ -85,7 +100,7 @@ export function sessionConnect(s: AgentSession, now: number, acts: SessionAction
 
 export function sessionTransportOpen(s: AgentSession, conn: number, now: number, acts: SessionAction[]): void {
   if (conn !== s.conn || s.phase !== "connecting") return;
-  s.phase = "registering";
+  setSessionPhase(s, "registering");
   s.hb = newHeartbeat(now);
   acts.push({ type: "send_hello", conn });
 }
@@ -97,7 +112,7 @@ export function sessionActivity(s: AgentSession, conn: number, now: number): voi
 
 export function sessionWelcome(s: AgentSession, conn: number, fence: Fence, selected: Version, now: number, acts: SessionAction[]): void {
   assert(conn === s.conn && s.phase === "registering", "welcome outside registering");
-  s.phase = "established";
+  setSessionPhase(s, "established");
   s.fence = fence;
   s.selected = selected;
   s.establishedAt = now;
@@ -134,7 +149,7 @@ function enterBackoff(s: AgentSession, reason: string, now: number, rng: RngStat
   if (s.phase === "established" && now - s.establishedAt >= BACKOFF_STABLE_RESET_MS) s.attempt = 0;
   const delay = backoffDelay(rng, s.attempt);
   s.attempt = Math.min(s.attempt + 1, 64);
-  s.phase = "backoff";
+  setSessionPhase(s, "backoff");
   s.retryAt = now + delay;
   s.fence = null;
   s.conn = 0;
