@@ -1,8 +1,8 @@
 // Ending a command on the agent: the one place a command becomes `done`.
 // Pending stdin is answered, the journaled script chunks are deleted, the
 // prepared script file is discarded, and the terminal lifecycle event is
-// appended. Every terminal path (exit, rejection, cancellation, expiry)
-// goes through `finish`, except restart interruption (`finishInterrupted`).
+// appended. Every terminal path (exit, rejection, cancellation, expiry,
+// restart interruption) goes through `finish`.
 
 import { create } from "@bufbuild/protobuf";
 import { CommandLifecycle, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -19,11 +19,13 @@ export type FinishExtra = { exitCode?: number; signalName?: string; reason?: str
 /** Make a command terminal: stdin leftovers are answered, then the lifecycle event. */
 export function finish(st: AgentState, ctx: AgentCtx, c: AgentCommand, state: CommandLifecycle, extra: FinishExtra, revision = c.revision): void {
   assert(c.phase !== "done", `finish twice: ${c.uuid}`);
+  // After a restart a pending write may or may not have reached the process.
+  const failure = state === CommandLifecycle.INTERRUPTED ? "agent restarted before the write was confirmed" : "command ended before the write";
   for (const item of c.stdin.pending) {
     ctx.persist(deleteRecord("stdin", stdinKey(c.uuid, item.seq)));
     appendEvent(st, ctx, c, {
       case: "stdinAck",
-      value: create(StdinAckSchema, { writeSeq: BigInt(item.seq), closed: item.close, failure: "command ended before the write" }),
+      value: create(StdinAckSchema, { writeSeq: BigInt(item.seq), closed: item.close, failure }),
     });
   }
   c.stdin.pending = [];
@@ -41,22 +43,22 @@ export function finish(st: AgentState, ctx: AgentCtx, c: AgentCommand, state: Co
   ctx.emit(trace("finished", { uuid: c.uuid, state: CommandLifecycle[state] ?? state }));
 }
 
-/** A command found launching or running after a restart: its outcome is unknown. */
+/**
+ * A command found launching or running after a restart: its outcome is
+ * unknown. The capture pipes went with the old agent process: whatever the
+ * command wrote after the last durable output was never read, so neither
+ * stream was drained to a provable EOF (R-O8), which an OutputIncomplete (no
+ * byte count) says before the command ends through `finish`.
+ */
 export function finishInterrupted(st: AgentState, ctx: AgentCtx, c: AgentCommand, reason: string): void {
   const cb = st.outbox.commands.get(c.uuid);
-  setPhase(c, "done");
-  c.lifecycle = CommandLifecycle.INTERRUPTED;
-  ctx.persist(commandRecord(c));
   if (cb && !cb.closed) {
-    // The capture pipes went with the old agent process: whatever the command
-    // wrote after the last durable output was never read, so neither stream
-    // was drained to a provable EOF (R-O8). No byte count is claimed.
     const records: PersistRecord[] = [];
     const value = create(OutputIncompleteSchema, { streams: [OutputStream.STDOUT, OutputStream.STDERR], reason: "agent restarted: capture pipes not drained to EOF" });
     appendMeta(st.outbox, cb, { case: "incomplete", value }, c.revision, ctx.now, records);
     ctx.persist(...records);
-    appendLifecycle(st, ctx, c, CommandLifecycle.INTERRUPTED, { reason });
   }
+  finish(st, ctx, c, CommandLifecycle.INTERRUPTED, { reason });
 }
 
 /** Delete the journaled script chunks of `c` (the in-memory list is the caller's to clear). */

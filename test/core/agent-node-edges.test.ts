@@ -1066,6 +1066,38 @@ describe("restart", () => {
     expect(Number(tail[1]!.eventSeq)).toBe(Number(tail[0]!.eventSeq) + 1);
   });
 
+  it("R-S1 R-C4: a restart interruption ends the command as every other end does: pending stdin answered, its rows gone, the script file discarded", () => {
+    // Issue 13 item 3: interruption at restart had its own copy of "finish"
+    // that skipped both, so a durable stdin write was never answered and the
+    // prepared script file stayed on disk.
+    const r = new AgentRig();
+    r.establish();
+    const body = new TextEncoder().encode("cat\n");
+    r.dispatch("s1", { program: { case: "script", value: { sizeBytes: BigInt(body.length), sha256: sha(body), interpreter: "/bin/sh" } }, stdinOpen: true });
+    r.frame(chunk("s1", 0, body));
+    expect(of(r.frame(commit("s1", body.length, sha(body))), "write_script")).toHaveLength(1);
+    expect(of(r.step({ type: "script_prepared", uuid: "s1", path: "/tmp/rvbox/s1.sh" }), "spawn").map((x) => x.scriptPath)).toEqual(["/tmp/rvbox/s1.sh"]);
+    r.step({ type: "process_started", uuid: "s1", pid: 777 });
+    // Durable and handed to the process, but the crash comes before it is confirmed.
+    expect(of(r.frame(stdinWrite("s1", 1n, [1, 2, 3])), "write_stdin")).toHaveLength(1);
+    const back = new AgentRig();
+    back.disk = r.disk;
+    back.disk.pending = [];
+    back.st = restoreAgent(r.cfg, back.disk.tables(), 9);
+    expect(back.cmd("s1").stdin.pending.map((p) => p.seq)).toEqual([1]);
+    const out = back.step({ type: "start" });
+    expect(of(out, "kill_orphan")).toEqual([{ type: "kill_orphan", uuid: "s1", pid: 777 }]);
+    expect(of(out, "discard_script")).toEqual([{ type: "discard_script", uuid: "s1", path: "/tmp/rvbox/s1.sh" }]);
+    expect(back.cmd("s1")).toMatchObject({ phase: "done", lifecycle: L.INTERRUPTED, stdin: { pending: [], pendingBytes: 0 } });
+    expect(agentRow(back.disk.durable, "stdin", stdinKey("s1", 1))).toBeUndefined();
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    const tail = eventsIn(back.reconcile([]), "s1").slice(-3);
+    expect(tail.map((e) => e.event.case)).toEqual(["incomplete", "stdinAck", "lifecycle"]);
+    expect(tail[1]!.event.value).toMatchObject({ writeSeq: 1n, closed: false, failure: "agent restarted before the write was confirmed" });
+    expect((tail[2]!.event.value as { state: L }).state).toBe(L.INTERRUPTED);
+  });
+
   it("R-O2: restored pinned events are only those above the acknowledged seq, and all are durable", () => {
     const r = new AgentRig();
     r.establish();
