@@ -1,13 +1,13 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { Harness } from "../support/harness.js";
-import { Code } from "../../core/errors.js";
-import { defaultServerConfig } from "../../core/index.js";
-import { encodeEnvelope } from "../../core/codec/frame-codec.js";
-import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { SCRIPT_CHUNK_BYTES } from "../../core/limits.js";
-import { agentRow } from "../../core/agent/store.js";
+import { Harness } from "../../support/harness.js";
+import { Code } from "../../../core/errors.js";
+import { defaultServerConfig } from "../../../core/index.js";
+import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { SCRIPT_CHUNK_BYTES } from "../../../core/limits.js";
+import { agentRow } from "../../../core/agent/store.js";
 
 const KiB = 1024;
 const events = (h: Harness, uuid: string) =>
