@@ -17,7 +17,6 @@
 // loading anything else, so every way of starting rvbox runs the same Node as
 // `npm start` and `npm test`. The cost is one extra start of the old Node
 // (measured in docs/ARCHITECTURE.md, "Runtime"); nothing is loaded twice.
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -52,6 +51,9 @@ if (tooOld(process.versions.node)) {
     );
     process.exit(1);
   }
+  // Imported here, not at the top: child_process (and net under it) costs ~12 ms of
+  // every start, and only this re-exec path needs it.
+  const { spawn } = await import("node:child_process");
   const child = spawn(packaged, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
     stdio: "inherit",
     env: { ...process.env, RVBOX_REEXEC: "1" },

@@ -3,6 +3,7 @@
  * simulator, and the operator commands (control API clients).
  */
 import { UsageError } from "../shells/cli/config.js";
+import { didYouMean } from "../shells/runtime/suggest.js";
 
 interface Subcommand {
   summary: string;
@@ -108,7 +109,8 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = COMMANDS[name === "--version" || name === "-V" ? "version" : name];
   if (!cmd) {
-    console.error(`rvbox: unknown command ${JSON.stringify(name)}\n\n${usage()}`);
+    const hint = didYouMean(name, Object.keys(COMMANDS).filter((k) => !COMMANDS[k]!.hidden));
+    console.error(`rvbox: unknown command ${JSON.stringify(name)}${hint}\n\n${usage()}`);
     return 2;
   }
   try {

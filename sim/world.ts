@@ -12,6 +12,7 @@
 // No effect re-enters a core synchronously, so a step is always atomic.
 
 import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent } from "../core/agent/node.js";
+import { unreachable } from "../core/errors.js";
 import type { AgentConfig, AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import type { PersistEffect } from "../core/effects.js";
 import { MiB, KiB } from "../core/limits.js";
@@ -406,6 +407,8 @@ export class World {
       case "prune_output":
         this.oracles.pruneOutput(e.uuid);
         return true;
+      default:
+        return unreachable(e, "server effect");
     }
   }
 

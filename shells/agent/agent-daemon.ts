@@ -33,6 +33,7 @@
  * (the journal is truncated at the corruption; see shells/store).
  */
 import { mkdirSync } from "node:fs";
+import { unreachable } from "../../core/errors.js";
 import { unlink } from "node:fs/promises";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -356,6 +357,8 @@ export class AgentDaemon {
       case "discard_script":
         void unlink(e.path).catch(() => {});
         break;
+      default:
+        unreachable(e, "agent effect");
     }
   }
 

@@ -49,8 +49,12 @@ function helperEntry(): { file: string; execArgv: string[] } {
   const ts = self.endsWith('.ts');
   return {
     file: fileURLToPath(new URL(ts ? './spawn-helper.ts' : './spawn-helper.js', self)),
+    // tsx as an absolute URL: a bare `--import tsx` is resolved from the
+    // helper's cwd, the agent's, so an agent started from outside the repo
+    // (`cd /srv && rvbox agent ...`) had a helper that died on its first
+    // launch, taking the agent down with every command interrupted.
     // A small young generation: the helper allocates little, and its RSS is what its fork() copies.
-    execArgv: [...(ts ? ['--import', 'tsx'] : []), '--max-semi-space-size=1'],
+    execArgv: [...(ts ? ['--import', import.meta.resolve('tsx')] : []), '--max-semi-space-size=1'],
   };
 }
 

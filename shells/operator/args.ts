@@ -6,6 +6,8 @@
  * and `--` after which everything is positional ("the command").
  */
 
+import { didYouMean } from "../runtime/suggest.js";
+
 export class UsageError extends Error {
   constructor(
     message: string,
@@ -75,7 +77,7 @@ export function parseFlags(argv: readonly string[], specs: FlagSpecs): Parsed {
           continue;
         }
       }
-      if (!spec) throw new UsageError(`unknown flag --${name}`);
+      if (!spec) throw new UsageError(`unknown flag --${name}${didYouMean(name, Object.keys(specs), "--")}`);
       switch (spec.type) {
         case "boolean":
           if (inline !== undefined) throw new UsageError(`--${name} takes no value`);

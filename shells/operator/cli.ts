@@ -596,7 +596,7 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
   } catch (e) {
     if (e instanceof OutputClosedError) return EXIT.OUTPUT_CLOSED; // `| head`: end quietly
     if (e instanceof UsageError) {
-      const hint = name === "run" && e.message.startsWith("unknown flag") ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)" : "";
+      const hint = name === "run" && e.message.startsWith("unknown flag") && !e.message.includes("did you mean") ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)" : "";
       err(`rvbox ${name}: ${e.message}${hint}`);
       err(`see 'rvbox ${name} --help'`);
       return e.exitCode;

@@ -24,6 +24,7 @@
  * close.
  */
 import * as http from "node:http";
+import { unreachable } from "../../core/errors.js";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -379,6 +380,8 @@ export class ServerDaemon {
         if (this.log.level === "debug") this.log.debug(e.event, e.detail);
         else this.logFleetEvent(e.event, e.detail);
         break;
+      default:
+        unreachable(e, "server effect");
     }
   }
 

@@ -5,7 +5,8 @@
  * and a helper that dies with a command launching or running handled as the
  * agent's crash: `interrupted` after the restart (R-C4), leftovers killed.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -113,6 +114,23 @@ describe.runIf(process.platform === "linux")("spawn helper", () => {
       helper.close();
     }
   }, 60_000);
+
+  it("R-O8: an agent started from a directory outside the repo (the README's `rvbox agent`, run from the sources) launches commands: the helper's loader does not depend on the cwd", async () => {
+    const elsewhere = mkdtempSync(path.join(tmpdir(), "rvbox-cwd-"));
+    const before = process.cwd();
+    process.chdir(elsewhere);
+    const helper = new SpawnHelper();
+    try {
+      const a = run(helper, { kind: "argv", argv: ["pwd"], stdinOpen: false });
+      const ai = await Promise.race([a.exit, a.lost.then((w) => Promise.reject(new Error(`helper lost: ${w}`)))]);
+      expect(ai.exitCode).toBe(0);
+      expect(Buffer.concat(a.out.stdout).toString().trim()).toBe(realpathSync(elsewhere));
+    } finally {
+      helper.close();
+      process.chdir(before);
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  }, 30_000);
 
   it("a helper killed mid-launch (its request unanswered) reports onLost once and nothing else; the next spawn forks a new helper", async () => {
     const helper = new SpawnHelper();

@@ -2,8 +2,8 @@
 // exercise only in aggregate (targets taken from the mutation report).
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { defaultAgentConfig } from "../../core/index.js";
-import type { PersistRecord } from "../../core/effects.js";
+import { defaultAgentConfig } from "../../../core/index.js";
+import type { PersistRecord } from "../../../core/effects.js";
 import {
   admit,
   appendMeta,
@@ -13,10 +13,10 @@ import {
   newOutbox,
   outboxInvariants,
   type OutboxLimits,
-} from "../../core/window/outbox.js";
-import { CommandEventSchema, CommandLifecycle as L, LifecycleTransitionSchema, SignalResultSchema, TruncationCause } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { MAX_CHUNK_BYTES } from "../../core/limits.js";
-import { testPorts } from "../support/ports.js";
+} from "../../../core/window/outbox.js";
+import { CommandEventSchema, CommandLifecycle as L, LifecycleTransitionSchema, SignalResultSchema, TruncationCause } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
 
 const KiB = 1024;
 const base = (): OutboxLimits => ({ ...defaultAgentConfig("x").limits });

@@ -10,9 +10,9 @@
 // after an output) exercise merge code written for them.
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import type { PersistRecord } from "../../core/effects.js";
-import { MAX_CHUNK_BYTES } from "../../core/limits.js";
-import type { CorePorts } from "../../core/ports.js";
+import type { PersistRecord } from "../../../core/effects.js";
+import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
+import type { CorePorts } from "../../../core/ports.js";
 import {
   acknowledge,
   admit,
@@ -33,7 +33,7 @@ import {
   type MetaEvent,
   type Outbox,
   type OutboxLimits,
-} from "../../core/window/outbox.js";
+} from "../../../core/window/outbox.js";
 import {
   CommandEventSchema,
   CommandLifecycle as L,
@@ -43,8 +43,8 @@ import {
   TruncationCause,
   type OutputChunk,
   type OutputTruncation,
-} from "../../protos/gen/rvbox/v1/common_pb.js";
-import { testPorts } from "../support/ports.js";
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { testPorts } from "../../support/ports.js";
 
 const KiB = 1024;
 const MiB = 1024 * KiB;

@@ -1,16 +1,16 @@
 import fc from "fast-check";
-import { runs } from "../support/runs.js";
+import { runs } from "../../support/runs.js";
 import { describe, expect, it } from "vitest";
-import { Harness, Disk } from "../support/harness.js";
-import { testPorts } from "../support/ports.js";
-import { Code } from "../../core/errors.js";
-import { defaultAgentConfig, defaultServerConfig, restoreAgent, type AgentLimits } from "../../core/index.js";
-import { admit, acknowledge, appendMeta, appendOutput, newCommandOutbox, newOutbox, outboxHeader, outboxInvariants, type Outbox } from "../../core/window/outbox.js";
-import type { PersistRecord } from "../../core/effects.js";
+import { Harness, Disk } from "../../support/harness.js";
+import { testPorts } from "../../support/ports.js";
+import { Code } from "../../../core/errors.js";
+import { defaultAgentConfig, defaultServerConfig, restoreAgent, type AgentLimits } from "../../../core/index.js";
+import { admit, acknowledge, appendMeta, appendOutput, newCommandOutbox, newOutbox, outboxHeader, outboxInvariants, type Outbox } from "../../../core/window/outbox.js";
+import type { PersistRecord } from "../../../core/effects.js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { CommandEventSchema, CommandLifecycle as L, SignalResultSchema, TruncationCause, type CommandEvent } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { encodeEnvelope } from "../../core/codec/frame-codec.js";
-import { encodeRawZstdFrame } from "../../shells/zstd/frame-header.js";
+import { CommandEventSchema, CommandLifecycle as L, SignalResultSchema, TruncationCause, type CommandEvent } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
+import { encodeRawZstdFrame } from "../../../shells/zstd/frame-header.js";
 
 const KiB = 1024;
 const MiB = 1024 * KiB;

@@ -1,13 +1,12 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
-import { runs } from "../support/runs.js";
+import { runs } from "../../support/runs.js";
 import { describe, expect, it } from "vitest";
-import { AgentEnvelopeSchema, ClientHelloSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { decodeFrame, encodeEnvelope, encodeEventEnvelope, envelopeHead, singleFieldBytes } from "../../core/codec/frame-codec.js";
-import { CommandEventSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../core/codec/version.js";
-import { Code } from "../../core/errors.js";
-import { MAX_ENVELOPE_BYTES } from "../../core/limits.js";
+import { AgentEnvelopeSchema, ClientHelloSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { decodeFrame, encodeEnvelope, encodeEventEnvelope, envelopeHead, singleFieldBytes } from "../../../core/codec/frame-codec.js";
+import { CommandEventSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../../core/errors.js";
+import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 
 const hello = (): Uint8Array =>
   encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
@@ -61,36 +60,6 @@ describe("frame codec", () => {
         if (!d.ok) expect([Code.PROTOCOL_ERROR, Code.PAYLOAD_TOO_LARGE]).toContain(d.error.code);
       }),
       { numRuns: runs(2000) },
-    );
-  });
-});
-
-describe("version negotiation", () => {
-  const r = (a: number, b: number, c: number, d: number): VersionRange => ({ min: { major: a, minor: b }, max: { major: c, minor: d } });
-
-  it("R-T4: the highest shared minor is chosen", () => {
-    const v = negotiate(r(1, 0, 1, 5), r(1, 2, 1, 3));
-    expect(v).toEqual({ ok: true, value: { major: 1, minor: 3 } });
-    expect(negotiate(SUPPORTED_PROTOCOL, SUPPORTED_PROTOCOL)).toEqual({ ok: true, value: { major: 1, minor: 0 } });
-  });
-
-  it("R-T4: incompatible majors are rejected", () => {
-    const v = negotiate(r(1, 0, 1, 9), r(2, 0, 2, 1));
-    expect(!v.ok && v.error.code).toBe(Code.INCOMPATIBLE_VERSION);
-  });
-
-  it("R-T4: the result is always inside both ranges, or a rejection when they are disjoint", () => {
-    const ver = fc.record({ major: fc.integer({ min: 0, max: 3 }), minor: fc.integer({ min: 0, max: 5 }) });
-    const range = fc.tuple(ver, ver).map(([a, b]) => (a.major * 10 + a.minor <= b.major * 10 + b.minor ? { min: a, max: b } : { min: b, max: a }));
-    const key = (v: { major: number; minor: number }): number => v.major * 10 + v.minor;
-    fc.assert(
-      fc.property(range, range, (a, b) => {
-        const v = negotiate(a, b);
-        const lo = Math.max(key(a.min), key(b.min));
-        const hi = Math.min(key(a.max), key(b.max));
-        if (lo > hi) expect(v.ok).toBe(false);
-        else expect(v.ok && key(v.value)).toBe(hi);
-      }),
     );
   });
 });

@@ -2,13 +2,13 @@
 // against what the two reducers do on the wire.
 import { create, type DescMessage } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { encodeEnvelope, type Payload, type PayloadCase } from "../../core/codec/frame-codec.js";
-import { Code } from "../../core/errors.js";
-import { ENVELOPES, isSentBy, laneOf, PAYLOAD_CASES } from "../../core/protocol/envelopes.js";
-import * as pb from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { AgentEnvelopeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { decode, Harness } from "../support/harness.js";
+import { encodeEnvelope, type Payload, type PayloadCase } from "../../../core/codec/frame-codec.js";
+import { Code } from "../../../core/errors.js";
+import { ENVELOPES, isSentBy, laneOf, PAYLOAD_CASES } from "../../../core/protocol/envelopes.js";
+import * as pb from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { AgentEnvelopeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { decode, Harness } from "../../support/harness.js";
 
 /** An empty payload of each kind (its message schema found by the oneof field). */
 function emptyPayload(kind: PayloadCase): Payload {
