@@ -55,7 +55,7 @@ export function finishInterrupted(st: AgentState, ctx: AgentCtx, c: AgentCommand
   if (cb && !cb.closed) {
     const records: PersistRecord[] = [];
     const value = create(OutputIncompleteSchema, { streams: [OutputStream.STDOUT, OutputStream.STDERR], reason: "agent restarted: capture pipes not drained to EOF" });
-    appendMeta(st.outbox, cb, { case: "incomplete", value }, c.revision, ctx.now, records);
+    appendMeta(st.outbox, cb, { case: "incomplete", value }, c.revision, ctx.wall, records);
     ctx.persist(...records);
   }
   finish(st, ctx, c, CommandLifecycle.INTERRUPTED, { reason });
