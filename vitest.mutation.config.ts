@@ -5,7 +5,7 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["test/core/**/*.test.ts"],
+    include: ["test/core/**/*.test.ts", "test/regressions/**/*.test.ts"],
     exclude: ["test/core/purity.test.ts"],
     testTimeout: 60_000,
     pool: "forks",

@@ -10,7 +10,7 @@ export * from "./codec/version.js";
 export * from "./dispatch/lifecycle.js";
 export * from "./reconcile/classify.js";
 export * from "./agent/agent-types.js";
-export { agentStep, agentInvariants, newAgent, restoreAgent, defaultAgentConfig } from "./agent/agent-node.js";
+export { agentStep, agentInvariants, newAgent, restoreAgent, defaultAgentConfig } from "./agent/node.js";
 export * from "./server/server-types.js";
 export { serverStep } from "./server/node.js";
 export { serverInvariants } from "./server/invariants.js";

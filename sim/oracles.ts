@@ -38,6 +38,7 @@
 
 import { toBinary } from "@bufbuild/protobuf";
 import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
+import { agentRow, eventKey as agentEventKey } from "../core/agent/store.js";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
 import type { ServerCommand, ServerEffect, ServerInput, ServerState } from "../core/server/server-types.js";
 import { authorizationExpired } from "../core/server/clients.js";
@@ -452,7 +453,7 @@ export class Oracles implements ExecObserver {
     }
     for (const e of effects) {
       if (e.type === "spawn") {
-        const rec = h.disk.get("command", e.uuid) as { phase?: string } | undefined;
+        const rec = agentRow(h.disk.tables, "command", e.uuid);
         if (rec?.phase !== "launching") this.fail("at-most-once", `${h.label} spawned ${e.uuid} without a durable launch authorization (disk phase ${rec?.phase})`);
       }
       if (e.type !== "send") continue;
@@ -463,7 +464,7 @@ export class Oracles implements ExecObserver {
         if (env?.payload.case === "commandAccepted" && env.payload.value.accepted) {
           const uuid = env.payload.value.issueUuid;
           const key = `${h.lineage}/${uuid}`;
-          if (!h.disk.get("command", uuid) && !h.disk.get("tombstone", uuid)) this.fail("R-D2", `${h.label} accepted ${uuid} before its command record is durable`);
+          if (!agentRow(h.disk.tables, "command", uuid) && !agentRow(h.disk.tables, "tombstone", uuid)) this.fail("R-D2", `${h.label} accepted ${uuid} before its command record is durable`);
           if (st.storeIncident !== null && !this.acceptedByLineage.has(key)) this.fail("R-D13", `${h.label} accepted new command ${uuid} during a store incident`);
           this.acceptedByLineage.add(key);
         }
@@ -480,7 +481,7 @@ export class Oracles implements ExecObserver {
    */
   afterStart(h: AgentHost): void {
     for (const uuid of this.w.exec.liveOrphans(h)) {
-      const rec = h.disk.get("command", uuid) as { pid?: number; phase?: string } | undefined;
+      const rec = agentRow(h.disk.tables, "command", uuid);
       if (rec && (rec.phase === "launching" || rec.phase === "running"))
         this.fail("orphan", `${h.label} restarted but did not kill the orphaned process of ${uuid} (durable phase ${rec.phase}, pid ${rec.pid})`);
       if (!this.leaked.has(`${h.name}/${uuid}`)) this.stats.orphansLeaked++;
@@ -511,7 +512,7 @@ export class Oracles implements ExecObserver {
       this.stats.resendsCompared++;
       if (prev !== dig) this.fail("R-O2", `${h.label} resent event ${uuid}#${seq} with different bytes (${prev} then ${dig})`);
     }
-    const pinned = h.disk.get("event", `${uuid}/${pad12(seq)}`) as { bytes: Uint8Array } | undefined;
+    const pinned = agentRow(h.disk.tables, "event", agentEventKey(uuid, seq));
     if (!pinned) this.fail("R-O2", `${h.label} sent event ${uuid}#${seq} that is not durably pinned`);
     if (!bytesEqual(pinned.bytes, raw)) this.fail("R-O2", `${h.label} sent event ${uuid}#${seq} whose bytes differ from its durable pinned copy`);
     void link;

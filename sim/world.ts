@@ -11,7 +11,7 @@
 // send/ping/close -> network, wake -> event queue, spawn... -> executor).
 // No effect re-enters a core synchronously, so a step is always atomic.
 
-import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent } from "../core/agent/agent-node.js";
+import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent } from "../core/agent/node.js";
 import { unreachable } from "../core/errors.js";
 import type { AgentConfig, AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import type { PersistEffect } from "../core/effects.js";

@@ -79,13 +79,22 @@ export interface AgentCommand {
   cancelRevision: number;
 }
 
-export type AgentDeferred =
-  | { kind: "send_accepted"; conn: number; uuid: string; revision: number }
-  | { kind: "send_snapshot"; conn: number }
-  | { kind: "launch"; uuid: string }
-  | { kind: "pinned"; uuid: string; seq: number }
-  | { kind: "stdin"; uuid: string }
-  | { kind: "prepare_script"; uuid: string };
+// Actions parked behind a persist batch until it is durable (the durable
+// gate, core/step-context.ts). Each kind is parked and run by one module,
+// the after-durable half beside the before half; node.ts only routes.
+
+/** admission.ts: the CommandAccepted, once the command record is durable. */
+export type AdmissionDeferred = { kind: "send_accepted"; conn: number; uuid: string; revision: number };
+/** reconcile.ts: the ReconcileSnapshot, once everything persisted before it is durable. */
+export type SnapshotDeferred = { kind: "send_snapshot"; conn: number };
+/** launch.ts: the spawn, once the launch authorization is durable. */
+export type LaunchDeferred = { kind: "launch"; uuid: string };
+/** outbox-ack.ts: a pinned event may be sent once its bytes are durable. */
+export type PinnedDeferred = { kind: "pinned"; uuid: string; seq: number };
+/** stdin.ts: the next write to the process, once its stdin row is durable. */
+export type StdinDeferred = { kind: "stdin"; uuid: string };
+
+export type AgentDeferred = AdmissionDeferred | SnapshotDeferred | LaunchDeferred | PinnedDeferred | StdinDeferred;
 
 export interface AgentState {
   config: AgentConfig;

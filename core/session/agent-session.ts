@@ -21,7 +21,7 @@
 // state's PRNG (R-H4). The attempt counter resets once a session has been
 // established for 60 s. Heartbeat: 10 s silent -> Ping, 30 s -> dead (R-H1/2).
 
-import { assert } from "../errors.js";
+import { assert, unreachable } from "../errors.js";
 import { BACKOFF_STABLE_RESET_MS } from "../limits.js";
 import type { RngState } from "../rng.js";
 import { backoffDelay } from "./backoff.js";
@@ -46,6 +46,21 @@ export interface AgentSession {
   maxGeneration: number;
   /** The backoff was reset for this session after it stayed up 60 s. */
   stableReset: boolean;
+}
+
+/** The session phase table: from each phase, the phases it may move to (the diagram above). */
+export const SESSION_PHASES = {
+  idle: ["connecting"],
+  connecting: ["registering", "backoff"],
+  registering: ["established", "backoff"],
+  established: ["backoff"],
+  backoff: ["connecting"],
+} as const satisfies Record<AgentSessionPhase, readonly AgentSessionPhase[]>;
+
+/** The one writer of the session phase. */
+function setSessionPhase(s: AgentSession, to: AgentSessionPhase): void {
+  assert((SESSION_PHASES[s.phase] as readonly AgentSessionPhase[]).includes(to), `session phase ${s.phase} -> ${to} is not in the phase table`);
+  s.phase = to;
 }
 
 export function newAgentSession(): AgentSession {
@@ -77,7 +92,7 @@ export function sessionConnect(s: AgentSession, now: number, acts: SessionAction
   assert(s.phase === "idle" || s.phase === "backoff", `connect from ${s.phase}`);
   s.lastConn++;
   s.conn = s.lastConn;
-  s.phase = "connecting";
+  setSessionPhase(s, "connecting");
   s.hb = newHeartbeat(now);
   s.fence = null;
   acts.push({ type: "connect", conn: s.conn });
@@ -85,7 +100,7 @@ export function sessionConnect(s: AgentSession, now: number, acts: SessionAction
 
 export function sessionTransportOpen(s: AgentSession, conn: number, now: number, acts: SessionAction[]): void {
   if (conn !== s.conn || s.phase !== "connecting") return;
-  s.phase = "registering";
+  setSessionPhase(s, "registering");
   s.hb = newHeartbeat(now);
   acts.push({ type: "send_hello", conn });
 }
@@ -97,7 +112,7 @@ export function sessionActivity(s: AgentSession, conn: number, now: number): voi
 
 export function sessionWelcome(s: AgentSession, conn: number, fence: Fence, selected: Version, now: number, acts: SessionAction[]): void {
   assert(conn === s.conn && s.phase === "registering", "welcome outside registering");
-  s.phase = "established";
+  setSessionPhase(s, "established");
   s.fence = fence;
   s.selected = selected;
   s.establishedAt = now;
@@ -134,7 +149,7 @@ function enterBackoff(s: AgentSession, reason: string, now: number, rng: RngStat
   if (s.phase === "established" && now - s.establishedAt >= BACKOFF_STABLE_RESET_MS) s.attempt = 0;
   const delay = backoffDelay(rng, s.attempt);
   s.attempt = Math.min(s.attempt + 1, 64);
-  s.phase = "backoff";
+  setSessionPhase(s, "backoff");
   s.retryAt = now + delay;
   s.fence = null;
   s.conn = 0;
@@ -166,19 +181,41 @@ export function sessionTick(s: AgentSession, now: number, rng: RngState, acts: S
   }
 }
 
-export function sessionDeadline(s: AgentSession): number | null {
+/** The session's named timers (R-H1, R-H2, R-H4). */
+export type SessionTimer =
+  /** The backoff is over: connect again. */
+  | { timer: "reconnect" }
+  /** No inbound activity: a Ping is due (10 s), or the session is dead (30 s). */
+  | { timer: "heartbeat"; due: "ping" | "dead" }
+  /** The session stayed up 60 s: the backoff attempt counter resets. */
+  | { timer: "backoff_reset" };
+
+/** The session's earliest timer, or null when none runs (idle, connecting). */
+export function sessionWake(s: AgentSession): { at: number; timer: SessionTimer } | null {
   switch (s.phase) {
     case "backoff":
-      return s.retryAt;
+      return { at: s.retryAt, timer: { timer: "reconnect" } };
     case "registering":
-      return heartbeatDeadline(s.hb);
+      return heartbeatWake(s);
     case "established": {
-      const hb = heartbeatDeadline(s.hb);
-      return s.stableReset ? hb : Math.min(hb, s.establishedAt + BACKOFF_STABLE_RESET_MS);
+      const hb = heartbeatWake(s);
+      const reset = s.establishedAt + BACKOFF_STABLE_RESET_MS;
+      return s.stableReset || hb.at <= reset ? hb : { at: reset, timer: { timer: "backoff_reset" } };
     }
-    default:
+    case "idle":
+    case "connecting":
       return null;
+    default:
+      return unreachable(s.phase, "agent session phase");
   }
+}
+
+function heartbeatWake(s: AgentSession): { at: number; timer: SessionTimer } {
+  return { at: heartbeatDeadline(s.hb), timer: { timer: "heartbeat", due: s.hb.pinged ? "dead" : "ping" } };
+}
+
+export function sessionDeadline(s: AgentSession): number | null {
+  return sessionWake(s)?.at ?? null;
 }
 
 /** Does an inbound envelope carry exactly the current fence? */

@@ -49,6 +49,9 @@ import { assert } from "../errors.js";
 import type { PersistRecord } from "../effects.js";
 import type { CorePorts } from "../ports.js";
 import { MAX_CHUNK_BYTES } from "../limits.js";
+import { entryKey, eventKey } from "../agent/store-keys.js";
+
+export { entryKey, eventKey };
 
 export type StreamName = "stdout" | "stderr";
 
@@ -148,30 +151,37 @@ export function newCommandOutbox(uuid: string): CommandOutbox {
   };
 }
 
-const pad = (n: number): string => n.toString().padStart(12, "0");
-export const entryKey = (uuid: string, idx: number): string => `${uuid}/${pad(idx)}`;
-export const eventKey = (uuid: string, seq: number): string => `${uuid}/${pad(seq)}`;
+/** Row of table "outbox" (key: uuid): the header of one command's outbox. */
+export type OutboxRow = Pick<CommandOutbox, "nextIdx" | "nextSeq" | "ackedThrough" | "streamNext" | "closed">;
+
+/** Row of table "event" (key: `eventKey`): a pinned event's encoded bytes, until acknowledged. */
+export type EventRow = Pick<PinnedEvent, "seq" | "bytes">;
+
+/** Row of table "entry" (key: `entryKey`): an unsequenced entry, stored as it is in memory. */
+export type EntryRow = LocalEntry;
 
 /** Persisted header of a command's outbox (table "outbox"). */
 export function outboxHeader(cb: CommandOutbox): PersistRecord {
-  return {
-    table: "outbox",
-    key: cb.uuid,
-    value: {
-      nextIdx: cb.nextIdx,
-      nextSeq: cb.nextSeq,
-      ackedThrough: cb.ackedThrough,
-      streamNext: { ...cb.streamNext },
-      closed: cb.closed,
-    },
+  const value: OutboxRow = {
+    nextIdx: cb.nextIdx,
+    nextSeq: cb.nextSeq,
+    ackedThrough: cb.ackedThrough,
+    streamNext: { ...cb.streamNext },
+    closed: cb.closed,
   };
+  return { table: "outbox", key: cb.uuid, value };
+}
+
+function eventRecord(uuid: string, seq: number, bytes: Uint8Array): PersistRecord {
+  const value: EventRow = { seq, bytes };
+  return { table: "event", key: eventKey(uuid, seq), value };
 }
 
 function entryRecord(uuid: string, e: LocalEntry): PersistRecord {
   return { table: "entry", key: entryKey(uuid, e.idx), value: freezeEntry(e) };
 }
 
-function freezeEntry(e: LocalEntry): LocalEntry {
+function freezeEntry(e: LocalEntry): EntryRow {
   return e.kind === "truncation" ? { ...e, ranges: e.ranges.map((r) => ({ ...r })) } : { ...e };
 }
 
@@ -388,7 +398,7 @@ export function admit(ob: Outbox, ports: CorePorts, out: PersistRecord[]): Array
       ob.sessionPinnedBytes += bytes.length;
       out.push(
         { table: "entry", key: entryKey(uuid, e.idx), value: null },
-        { table: "event", key: eventKey(uuid, seq), value: { seq, bytes } },
+        eventRecord(uuid, seq, bytes),
         outboxHeader(cb),
       );
       admitted.push({ uuid, seq });

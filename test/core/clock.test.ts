@@ -88,6 +88,24 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
   });
 });
 
+describe("clock: event timestamps after an agent restart", () => {
+  it("R-C4 R-O8: the OutputIncomplete and the interrupted lifecycle of a command found running after a restart carry the agent's wall clock, not its deadline clock", () => {
+    const h = new Harness();
+    h.wallStep = HOUR;
+    h.addAgent("a");
+    h.submit("a", "r1", { argv: ["sleep", "60"] });
+    expect(h.agents.get("a")!.st.commands.get("r1")!.phase).toBe("running");
+    h.restartAgent("a");
+    h.reconnectNow("a");
+    const events = h.sent("commandEvent").map((e) => e.payload.value as CommandEvent).filter((e) => e.issueUuid === "r1");
+    const incomplete = events.filter((e) => e.event.case === "incomplete");
+    expect(incomplete.length).toBeGreaterThan(0);
+    const life = events.filter((e) => e.event.case === "lifecycle" && e.event.value.state === L.INTERRUPTED);
+    expect(life.length).toBeGreaterThan(0);
+    for (const e of [...incomplete, ...life]) expect(timestampMs(e.time!), e.event.case).toBe(h.now + h.wallStep);
+  });
+});
+
 describe("clock: persisted deadlines across a restart", () => {
   it("R-F5 R-D3: an authorization and a capacity retry persisted before a restart keep their instants when the deadline clock carries on, and are bounded when it was re-anchored 1 h back", () => {
     const r = new ServerRig();

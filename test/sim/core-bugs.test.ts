@@ -7,7 +7,7 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import { agentStep, defaultAgentConfig, newAgent } from "../../core/agent/agent-node.js";
+import { agentStep, defaultAgentConfig, newAgent } from "../../core/agent/node.js";
 import type { AgentInput, AgentState } from "../../core/agent/agent-types.js";
 import { defaultServerConfig, newServer, restoreServer, serverStep } from "../../core/index.js";
 import type { ControlRequest, ServerInput, ServerState } from "../../core/server/server-types.js";
@@ -154,7 +154,7 @@ describe("core gaps found by the simulator", () => {
   // emits kill_orphan only when the durable pid is > 0. The process runs on,
   // unsupervised, after its command was declared over.
   it("at-most-once/R-D9: a command found `launching` after a restart gets a kill_orphan even without a durable pid", async () => {
-    const { restoreAgent } = await import("../../core/agent/agent-node.js");
+    const { restoreAgent } = await import("../../core/agent/node.js");
     const tables = new Map<string, Map<string, unknown>>();
     const a = new Driver<AgentState, AgentInput>(newAgent(defaultAgentConfig("agent-0"), 1), agentStep);
     const apply = (effects: Array<{ type: string } & Record<string, unknown>>): void => {

@@ -11,12 +11,14 @@
 // An agent with an unresolved store incident answers the request with an
 // AgentError(CODE_STORE_INCIDENT) instead: it cannot claim completeness.
 //
+// The snapshot waits for durability as the `send_snapshot` deferred action
+// (`runSnapshotDeferred` below); it leaves only on the session that asked.
+//
 // ReconcileResult is idempotent: it terminates (kills and tombstones) the
 // listed active commands and discards the listed terminal ones.
 
 import { create, toBinary } from "@bufbuild/protobuf";
 import {
-  AgentEnvelopeSchema,
   ReconcileCommandStateSchema,
   ReconcileSnapshotSchema,
   type ReconcileCommandState,
@@ -30,9 +32,10 @@ import { assert, Code } from "../errors.js";
 import type { PersistRecord } from "../effects.js";
 import { AGENT_SNAPSHOT_SLACK_BYTES, MAX_ENVELOPE_BYTES } from "../limits.js";
 import { acknowledge, lastAssigned } from "../window/outbox.js";
-import { send, sendError, trace, type AgentCtx } from "./agent-node.js";
-import { tombstoneAndRemove, type Fail } from "./agent-commands.js";
-import type { AgentState } from "./agent-types.js";
+import type { AgentState, SnapshotDeferred } from "./agent-types.js";
+import { send, sendError, trace, type AgentCtx, type Fail } from "./io.js";
+import { resendPinned } from "./outbox-ack.js";
+import { tombstoneAndRemove } from "./retention.js";
 
 export function handleReconcileRequest(st: AgentState, ctx: AgentCtx, req: ReconcileRequest, fail: Fail): void {
   if (st.storeIncident !== null) {
@@ -126,7 +129,16 @@ export function sendSnapshot(st: AgentState, ctx: AgentCtx): void {
   const snapshot = create(ReconcileSnapshotSchema, { retainedCommands: retained });
   send(st, ctx, { case: "reconcileSnapshot", value: snapshot });
   ctx.emit(trace("snapshot_sent", { retained: retained.length }));
-  void AgentEnvelopeSchema;
+}
+
+/** Everything persisted before the request is durable: the snapshot, then the pinned events again. */
+export function runSnapshotDeferred(st: AgentState, ctx: AgentCtx, a: SnapshotDeferred): void {
+  if (a.conn === st.session.conn && st.session.phase === "established") {
+    sendSnapshot(st, ctx);
+    st.reconciled = true;
+    // Retransmit everything pinned from the first unacknowledged event (R-H6, R-D7).
+    resendPinned(st);
+  }
 }
 
 /** Kill (if running) and tombstone one local command: it never runs again and nothing more of it is sent. */

@@ -1,12 +1,13 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { Harness } from "../support/harness.js";
-import { Code } from "../../core/errors.js";
-import { defaultServerConfig } from "../../core/index.js";
-import { encodeEnvelope } from "../../core/codec/frame-codec.js";
-import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { SCRIPT_CHUNK_BYTES } from "../../core/limits.js";
+import { Harness } from "../../support/harness.js";
+import { Code } from "../../../core/errors.js";
+import { defaultServerConfig } from "../../../core/index.js";
+import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { SCRIPT_CHUNK_BYTES } from "../../../core/limits.js";
+import { agentRow } from "../../../core/agent/store.js";
 
 const KiB = 1024;
 const events = (h: Harness, uuid: string) =>
@@ -39,7 +40,7 @@ describe("stdin", () => {
     h.agentInput("a", { type: "frame", conn: a.conn, data: w.data });
     expect(proc.stdin).toHaveLength(3);
     // Durable: the dedup point survives a restart of the agent.
-    expect((a.disk.durable.get("command")!.get("c1") as { stdin: { next: number } }).stdin.next).toBe(4);
+    expect(agentRow(a.disk.durable, "command", "c1")!.stdin.next).toBe(4);
     expect(h.cmd("c1").stdin.ackedThrough).toBe(3);
   });
 

@@ -15,8 +15,8 @@ import {
   sessionWelcome,
   type AgentSession,
   type SessionAction,
-} from "../../core/session/agent-session.js";
-import { rngFromSeed } from "../../core/rng.js";
+} from "../../../core/session/agent-session.js";
+import { rngFromSeed } from "../../../core/rng.js";
 
 function established(now = 1_000): { s: AgentSession; acts: SessionAction[] } {
   const s = newAgentSession();

@@ -1,0 +1,42 @@
+// Event acknowledgements at the agent.
+import { describe, expect, it } from "vitest";
+import { Code } from "../../../core/errors.js";
+import { sha, sends, closes, of, AgentRig, expectClosed } from "./rig.js";
+
+describe("event acknowledgements", () => {
+  it("R-O3: an ack for an unknown or retired command is ignored; one beyond the last assigned seq is SEQUENCE_VIOLATION and closes", () => {
+    const r = new AgentRig();
+    r.establish();
+    const unknown = r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "nope", throughEventSeq: 99n } });
+    expect(sends(unknown)).toEqual([]);
+    expect(r.st.session.phase).toBe("established");
+    r.run("c1");
+    const last = r.st.outbox.commands.get("c1")!.nextSeq - 1;
+    expect(last).toBe(1);
+    expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: BigInt(last + 1) } }), Code.SEQUENCE_VIOLATION, "EventAck through 2 for c1 beyond last assigned 1");
+    const u = new AgentRig();
+    u.establish();
+    u.run("c1");
+    expectClosed(u, u.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: 2n ** 60n } }), Code.SEQUENCE_VIOLATION);
+  });
+
+  it("R-O6: an ack through exactly the last seq releases the pinned events; a done command then becomes a tombstone", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    r.exit("c1", 0);
+    expect(r.st.outbox.commands.get("c1")!.pinned.map((p) => p.seq)).toEqual([1, 2]);
+    r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: 1n } });
+    expect(r.st.outbox.commands.get("c1")!.pinned.map((p) => p.seq)).toEqual([2]);
+    expect(r.st.commands.has("c1")).toBe(true);
+    const out = r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: 2n } });
+    expect(r.st.commands.has("c1")).toBe(false);
+    expect(r.st.outbox.commands.has("c1")).toBe(false);
+    expect(r.st.tombstones.has("c1")).toBe(true);
+    expect(r.st.metadataUsed).toBe(0);
+    const recs = of(out, "persist").flatMap((p) => p.records);
+    expect(recs).toContainEqual({ table: "command", key: "c1", value: null });
+    expect(recs).toContainEqual({ table: "outbox", key: "c1", value: null });
+    expect(recs).toContainEqual({ table: "tombstone", key: "c1", value: { hash: Buffer.from(sha("c1")).toString("hex"), order: 1 } });
+  });
+});

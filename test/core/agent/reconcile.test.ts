@@ -1,0 +1,218 @@
+// Reconciliation at the agent and its tombstone ledger.
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { ReconcileCommandStateSchema, ReconcileSnapshotSchema, type ReconcileSnapshot } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { defaultAgentConfig, restoreAgent } from "../../../core/index.js";
+import { fitSnapshot } from "../../../core/agent/reconcile.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
+import { toBinary } from "@bufbuild/protobuf";
+import { sha, argv, sends, accepts, eventsIn, closes, of, AgentRig, expectClosed, expectRefused, signal } from "./rig.js";
+
+describe("reconciliation at the agent", () => {
+  it("R-D7 R-T2: matching tombstones join the snapshot while it fits the envelope budget; the rest are left out, never a crash", () => {
+    const entry = (uuid: string, tombstoned: boolean) =>
+      create(ReconcileCommandStateSchema, { issueUuid: uuid, lifecycle: tombstoned ? L.UNSPECIFIED : L.RUNNING, tombstoned, immutableRequestSha256: new Uint8Array(32).fill(7) });
+    const retained = [entry("r1", false), entry("r2", false)];
+    const tombs = ["t1", "t2", "t3", "t4"].map((u) => entry(u, true));
+    const sizeWith = (n: number) => toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: [...retained, ...tombs.slice(0, n)] })).length;
+    // A budget one byte above the size with exactly two tombstones admits two of four.
+    const out = [...retained];
+    expect(fitSnapshot(out, tombs, sizeWith(2) + 1)).toBe(2);
+    expect(out.map((e) => e.issueUuid)).toEqual(["r1", "r2", "t1", "t2"]);
+    expect(toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: out })).length).toBe(sizeWith(2));
+    // At exactly that size, the second no longer fits (the budget is a strict upper bound).
+    const out2 = [...retained];
+    expect(fitSnapshot(out2, tombs, sizeWith(2))).toBe(3);
+    // Everything fits in a roomy budget.
+    const out3 = [...retained];
+    expect(fitSnapshot(out3, tombs, MAX_ENVELOPE_BYTES)).toBe(0);
+    expect(out3).toHaveLength(6);
+    // Retained records that alone do not fit are a broken bound, not a peer's fault.
+    expect(() => fitSnapshot([...retained], tombs, sizeWith(0))).toThrow(InvariantViolation);
+  });
+
+  it("R-D13: with a store incident the request is answered by STORE_INCIDENT (session kept), never by a snapshot", () => {
+    const r = new AgentRig();
+    r.register();
+    r.welcome(1, "s");
+    r.step({ type: "store_incident", detail: "journal" });
+    const out = r.reconcile([]);
+    expectRefused(r, out, Code.STORE_INCIDENT, "agent store incident, no complete snapshot possible: journal");
+    expect(sends(out, "reconcileSnapshot")).toEqual([]);
+    expect(r.st.reconciled).toBe(false);
+  });
+
+  it("R-D7: a request with more targets than retained commands plus tombstones is PAYLOAD_TOO_LARGE and closes; exactly that many is fine", () => {
+    const limits = { ...defaultAgentConfig("x").limits, maxRetained: 1, maxTombstones: 1 };
+    const t = (i: number) => ({ issueUuid: `t${i}`, immutableRequestSha256: sha(`t${i}`) });
+    const ok = new AgentRig({ limits });
+    ok.register();
+    ok.welcome(1, "s");
+    expect(sends(ok.reconcile([t(1), t(2)]), "reconcileSnapshot")).toHaveLength(1);
+    const r = new AgentRig({ limits });
+    r.register();
+    r.welcome(1, "s");
+    expectClosed(r, r.reconcile([t(1), t(2), t(3)]), Code.PAYLOAD_TOO_LARGE, "reconcile request with 3 targets");
+  });
+
+  it("R-D7: a target's last stored seq is a cumulative ack; an impossible one closes; more than this agent assigned is not an ack", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new TextEncoder().encode("x") });
+    expect(r.st.outbox.commands.get("c1")!.nextSeq).toBe(3);
+    r.drop();
+    r.register();
+    r.welcome(2, "s2");
+    const out = r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 1n, immutableRequestSha256: sha("c1") }]);
+    expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(1);
+    expect(of(out, "persist")[0]!.records.map((x) => [x.table, x.key, x.value === null])).toEqual([
+      ["event", "c1/000000000001", true],
+      ["outbox", "c1", false],
+    ]);
+    expect(eventsIn(out, "c1").map((e) => e.eventSeq)).toEqual([2n]); // resent from the first unacknowledged one
+    r.drop();
+    r.register();
+    r.welcome(3, "s3");
+    const div = r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 7n, immutableRequestSha256: sha("c1") }]);
+    expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(1);
+    expect(of(div, "trace").filter((t) => t.event === "reconcile_diverged").map((t) => t.detail)).toEqual([{ uuid: "c1", serverStored: 7, assigned: 2 }]);
+    expect(r.st.session.phase).toBe("established");
+    // Exactly the last assigned seq is an ack of everything.
+    r.drop();
+    r.register();
+    r.welcome(4, "s4");
+    r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n, immutableRequestSha256: sha("c1") }]);
+    expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(2);
+    r.drop();
+    r.register();
+    r.welcome(5, "s5");
+    expectClosed(r, r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n ** 60n, immutableRequestSha256: sha("c1") }]), Code.SEQUENCE_VIOLATION, `server claims an impossible event_seq ${2n ** 60n}`);
+  });
+
+  it("R-D7 R-D10: the snapshot lists every retained command exactly, plus requested tombstones whose hash matches", () => {
+    const r = new AgentRig({ maxRunning: 1 });
+    r.establish();
+    r.run("done");
+    r.exit("done", 0);
+    r.ackAll("done");
+    r.run("run");
+    r.dispatch("queued", argv("true"), { rev: 1n });
+    r.drop();
+    r.register();
+    r.welcome(2, "s2");
+    const out = r.reconcile([
+      { issueUuid: "done", immutableRequestSha256: sha("done") },
+      { issueUuid: "other-hash", immutableRequestSha256: sha("x") },
+      { issueUuid: "run", lastServerEventSeq: 1n, immutableRequestSha256: sha("WRONG") },
+    ]);
+    const snap = sends(out, "reconcileSnapshot")[0]!.env.payload.value as ReconcileSnapshot;
+    expect(snap.retainedCommands.map((c) => ({ uuid: c.issueUuid, life: c.lifecycle, seq: c.lastClientEventSeq, rev: c.commandRevision, tomb: c.tombstoned, hash: Buffer.from(c.immutableRequestSha256).toString("hex") }))).toEqual([
+      { uuid: "run", life: L.RUNNING, seq: 1n, rev: 1n, tomb: false, hash: Buffer.from(sha("run")).toString("hex") },
+      { uuid: "queued", life: L.ACCEPTED, seq: 0n, rev: 1n, tomb: false, hash: Buffer.from(sha("queued")).toString("hex") },
+      { uuid: "done", life: L.UNSPECIFIED, seq: 0n, rev: 0n, tomb: true, hash: Buffer.from(sha("done")).toString("hex") },
+    ]);
+    // A target with a different hash is no ack.
+    expect(r.st.outbox.commands.get("run")!.ackedThrough).toBe(0);
+    expect(r.st.pendingSnapshotTombstones).toEqual([]);
+  });
+
+  it("R-D7: the snapshot waits until everything persisted is durable, and only for the connection that asked", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.autoDurable = false;
+    r.dispatch("c1");
+    r.drop();
+    r.register();
+    r.welcome(2, "s2");
+    const req = r.reconcile([]);
+    expect(sends(req, "reconcileSnapshot")).toEqual([]);
+    expect(r.st.reconciled).toBe(false);
+    r.drop(); // the session that asked is gone before the persist is durable
+    const out = r.flush();
+    expect(sends(out)).toEqual([]);
+    expect(r.st.reconciled).toBe(false);
+  });
+
+  it("R-D11 R-D12: the result kills and tombstones running commands, discards only terminal ones, and is idempotent", () => {
+    const r = new AgentRig({ maxRunning: 1 });
+    r.establish();
+    r.run("run", argv("sleep", "9"), 77);
+    r.dispatch("queued");
+    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["run", "queued", "missing"], discardLocalTerminalIssueUuids: [] } });
+    expect(of(out, "signal")).toEqual([{ type: "signal", uuid: "run", signal: SignalKind.KILL, revision: 1 }]);
+    expect(r.st.commands.size).toBe(0);
+    expect([...r.st.tombstones.keys()]).toEqual(["run", "queued"]);
+
+    const d = new AgentRig();
+    d.establish();
+    d.run("live");
+    d.run("fin");
+    d.exit("fin", 1);
+    const disc = d.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: [], discardLocalTerminalIssueUuids: ["live", "fin", "missing"] } });
+    expect(d.st.commands.has("live")).toBe(true);
+    expect(d.st.commands.has("fin")).toBe(false);
+    expect(d.st.tombstones.has("fin")).toBe(true);
+    expect(of(disc, "signal")).toEqual([]);
+    const again = d.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["fin"], discardLocalTerminalIssueUuids: ["fin"] } });
+    expect(of(again, "persist")).toEqual([]);
+    expect(d.st.tombstones.size).toBe(1);
+  });
+
+  it("R-D11: terminating a done command neither signals nor fails; it becomes a tombstone", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    r.exit("c1", 0);
+    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] } });
+    expect(of(out, "signal")).toEqual([]);
+    expect(r.st.tombstones.has("c1")).toBe(true);
+  });
+});
+
+describe("tombstone ledger", () => {
+  it("R-D10: the ledger keeps at most maxTombstones, forgetting the oldest first, and its order survives a restart", () => {
+    const limits = { ...defaultAgentConfig("x").limits, maxTombstones: 2 };
+    const r = new AgentRig({ limits });
+    r.establish();
+    for (const u of ["t1", "t2", "t3"]) {
+      r.run(u);
+      r.exit(u, 0);
+      const out = r.ackAll(u);
+      if (u === "t3") expect(of(out, "persist").flatMap((p) => p.records)).toContainEqual({ table: "tombstone", key: "t1", value: null });
+    }
+    expect([...r.st.tombstones.keys()]).toEqual(["t2", "t3"]);
+    expect(r.st.tombstoneSeq).toBe(3);
+    // A forgotten UUID is new again.
+    expect(accepts(r.dispatch("t1"))[0]!.accepted).toBe(true);
+    const back = restoreAgent(r.cfg, r.disk.tables(), 1);
+    expect([...back.tombstones.entries()]).toEqual([...r.st.tombstones.entries()]);
+    expect(back.tombstoneSeq).toBe(3);
+    // The restored order decides which goes next.
+    expect([...r.disk.durable.get("tombstone")!.keys()].sort()).toEqual(["t2", "t3"]);
+  });
+
+  it("R-D10: restore orders the ledger by insertion order, not by key, and continues the counter", () => {
+    const cfg = defaultAgentConfig("x");
+    const tables = new Map<string, Map<string, unknown>>([
+      [
+        "tombstone",
+        new Map<string, unknown>([
+          ["b", { hash: "hb", order: 7 }],
+          ["a", { hash: "ha", order: 9 }],
+          ["c", { hash: "hc", order: 3 }],
+        ]),
+      ],
+    ]);
+    const st = restoreAgent(cfg, { get: (t) => tables.get(t) }, 1);
+    expect([...st.tombstones.entries()]).toEqual([
+      ["c", "hc"],
+      ["b", "hb"],
+      ["a", "ha"],
+    ]);
+    expect(st.tombstoneSeq).toBe(9);
+    expect(restoreAgent(cfg, { get: () => undefined }, 1).tombstoneSeq).toBe(0);
+  });
+});

@@ -1,0 +1,205 @@
+// The hand-stepped agent rig of the agent core tests (test/core/agent/*):
+// one agent, persists applied to an in-memory disk and reported durable at
+// once unless autoDurable is off, invariants checked after every step, and
+// the helpers that build server frames and read what the agent sent.
+import { createHash } from "node:crypto";
+import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { expect, it } from "vitest";
+import { AgentEnvelopeSchema, CommandDispatchSchema, ReconcileRequestSchema, ReconcileTargetSchema, ServerWelcomeSchema, type AgentError, type CommandAccepted } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, ProtocolVersionSchema, SignalKind, type CommandEvent, type ExecutionSpec } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent, type AgentConfig, type AgentEffect, type AgentInput, type AgentState } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
+import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
+import { Disk } from "../../support/harness.js";
+import { testPorts } from "../../support/ports.js";
+import { toBinary } from "@bufbuild/protobuf";
+export const T0 = 1_700_000_000_000;
+export const sha = (b: Uint8Array | string): Uint8Array => new Uint8Array(createHash("sha256").update(b).digest());
+export const decode = (d: Uint8Array) => fromBinary(AgentEnvelopeSchema, d);
+export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
+export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a } } });
+
+export function sends(effects: AgentEffect[], kind?: string) {
+  return effects.filter((e) => e.type === "send").map((e) => ({ env: decode((e as { data: Uint8Array }).data), lane: (e as { lane: string }).lane })).filter((s) => !kind || s.env.payload.case === kind);
+}
+export const errorsIn = (effects: AgentEffect[]) => sends(effects, "error").map((s) => s.env.payload.value as AgentError);
+export const accepts = (effects: AgentEffect[]) => sends(effects, "commandAccepted").map((s) => s.env.payload.value as CommandAccepted);
+export const eventsIn = (effects: AgentEffect[], uuid?: string) =>
+  sends(effects, "commandEvent")
+    .map((s) => s.env.payload.value as CommandEvent)
+    .filter((e) => !uuid || e.issueUuid === uuid);
+export const lifecycles = (effects: AgentEffect[], uuid?: string) =>
+  eventsIn(effects, uuid)
+    .filter((e) => e.event.case === "lifecycle")
+    .map((e) => e.event.value as { state: L; reason: string; exitCode?: number; signalName: string; error?: { code: Code } });
+export const closes = (effects: AgentEffect[]) => effects.filter((e) => e.type === "close");
+export const of = <T extends AgentEffect["type"]>(effects: AgentEffect[], type: T) => effects.filter((e) => e.type === type) as Array<Extract<AgentEffect, { type: T }>>;
+
+/** One agent, stepped by hand: persists are applied to a disk and reported durable at once unless autoDurable is off. */
+export class AgentRig {
+  now = T0;
+  st: AgentState;
+  cfg: AgentConfig;
+  disk = new Disk();
+  log: AgentEffect[] = [];
+  autoDurable = true;
+
+  constructor(over: Partial<AgentConfig> = {}, seed = 7) {
+    this.cfg = defaultAgentConfig("agent-1", over);
+    this.st = restoreAgent(this.cfg, this.disk.tables(), seed);
+  }
+
+  step(input: AgentInput): AgentEffect[] {
+    const r = agentStep(this.st, input, this.now, { ports: testPorts });
+    agentInvariants(this.st);
+    for (const e of of(r.effects, "persist")) for (const rec of e.records) expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value });
+    this.log.push(...r.effects);
+    const out = [...r.effects];
+    for (const e of r.effects) if (e.type === "persist") (this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e));
+    const last = of(r.effects, "persist").at(-1);
+    if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
+    return out;
+  }
+
+  flush(): AgentEffect[] {
+    for (const p of this.disk.pending) this.disk.apply(p);
+    this.disk.pending = [];
+    return this.step({ type: "durable", through: this.st.gate.lastId });
+  }
+
+  frame(payload: Payload, fence: Fence | null = this.st.session.fence): AgentEffect[] {
+    return this.step({ type: "frame", conn: this.st.session.conn, data: encodeEnvelope(fence, payload) });
+  }
+
+  welcome(generation = 1, sessionId = "sess-1", selected: { major: number; minor: number } | null = { major: 1, minor: 0 }): AgentEffect[] {
+    return this.frame(
+      { case: "serverWelcome", value: create(ServerWelcomeSchema, selected ? { selectedProtocol: create(ProtocolVersionSchema, selected) } : {}) },
+      { sessionId, generation },
+    );
+  }
+
+  /** start (or reconnect) up to registering. */
+  register(): void {
+    if (this.st.session.phase === "idle") this.step({ type: "start" });
+    else if (this.st.session.phase === "backoff") {
+      this.now = Math.max(this.now, this.st.session.retryAt);
+      this.step({ type: "tick" });
+    }
+    this.step({ type: "transport_open", conn: this.st.session.conn });
+    expect(this.st.session.phase).toBe("registering");
+  }
+
+  establish(generation = 1, sessionId = `sess-${generation}`): void {
+    this.register();
+    this.welcome(generation, sessionId);
+    this.reconcile([]);
+    expect(this.st.session.phase).toBe("established");
+    expect(this.st.reconciled).toBe(true);
+  }
+
+  reconcile(targets: Array<MessageInitShape<typeof ReconcileTargetSchema>>): AgentEffect[] {
+    return this.frame({ case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets: targets.map((t) => create(ReconcileTargetSchema, t)) }) });
+  }
+
+  drop(reason = "cut"): AgentEffect[] {
+    return this.step({ type: "transport_closed", conn: this.st.session.conn, reason });
+  }
+
+  dispatch(uuid: string, spec: SpecInit | null = argv("true"), o: { rev?: bigint; gen?: bigint; hash?: Uint8Array; expiry?: number } = {}): AgentEffect[] {
+    return this.frame({
+      case: "commandDispatch",
+      value: create(CommandDispatchSchema, {
+        issueUuid: uuid,
+        commandRevision: o.rev ?? 1n,
+        targetSessionGeneration: o.gen ?? BigInt(this.st.session.fence?.generation ?? 0),
+        ...(spec ? { spec: create(ExecutionSpecSchema, spec) } : {}),
+        immutableRequestSha256: o.hash ?? sha(uuid),
+        ...(o.expiry !== undefined ? { queueExpiryTime: timestampFromMs(o.expiry) } : {}),
+      }),
+    });
+  }
+
+  /** Dispatch and start the process. */
+  run(uuid: string, spec: SpecInit = argv("true"), pid = 4242): AgentEffect[] {
+    const out = this.dispatch(uuid, spec);
+    expect(of(out, "spawn").map((s) => s.uuid)).toEqual([uuid]);
+    const started = this.step({ type: "process_started", uuid, pid });
+    expect(of(started, "signal")).toEqual([]); // nothing asked it to end
+    const sent = of(started, "send").filter((x) => x.kind === "commandEvent");
+    expect(sent.map((x) => x.lane)).toEqual(sent.map(() => "data"));
+    return [...out, ...started];
+  }
+
+  exit(uuid: string, exitCode: number | null, extra: Partial<Extract<AgentInput, { type: "process_exited" }>> = {}): AgentEffect[] {
+    return this.step({ type: "process_exited", uuid, exitCode, signal: null, timedOut: false, incompleteStreams: [], ...extra });
+  }
+
+  ackAll(uuid: string): AgentEffect[] {
+    const cb = this.st.outbox.commands.get(uuid)!;
+    return this.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: uuid, throughEventSeq: BigInt(cb.nextSeq - 1) } });
+  }
+
+  cmd(uuid: string) {
+    return this.st.commands.get(uuid)!;
+  }
+}
+
+/** The frame was refused with `code` and the session closed (error first, on the priority lane). */
+export function expectClosed(r: AgentRig, effects: AgentEffect[], code: Code, message?: string): void {
+  const errs = sends(effects, "error");
+  if (message !== undefined) expect((errs[0]?.env.payload.value as AgentError | undefined)?.error?.message).toBe(message);
+  expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([[code, true, "priority"]]);
+  expect(closes(effects)).toHaveLength(1);
+  const errAt = effects.findIndex((e) => e.type === "send" && e.kind === "error");
+  expect(errAt).toBeLessThan(effects.findIndex((e) => e.type === "close"));
+  expect(r.st.session.phase).toBe("backoff");
+  expect(r.st.reconciled).toBe(false);
+}
+
+/** The frame was refused with `code` and the session stays up. */
+export function expectRefused(r: AgentRig, effects: AgentEffect[], code: Code, message?: string): void {
+  if (message !== undefined) expect(errorsIn(effects)[0]?.error?.message).toBe(message);
+  expect(errorsIn(effects).map((e) => [e.error?.code, e.closeSession])).toEqual([[code, false]]);
+  expect(closes(effects)).toHaveLength(0);
+  expect(r.st.session.phase).toBe("established");
+}
+
+// A local stand-in for toBinary that keeps the import list above readable.
+
+export function require_toBinary(env: ReturnType<typeof decode>): Uint8Array {
+  return toBinary(AgentEnvelopeSchema, env);
+}
+
+void MAX_CHUNK_BYTES;
+
+// ------------------------------------------------------------------ commands
+
+export const stdinWrite = (uuid: string, seq: bigint, data: number[] | Uint8Array, appendNewline = false): Payload => ({
+  case: "stdinWrite",
+  value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: uuid, writeSeq: seq, data: data instanceof Uint8Array ? data : new Uint8Array(data), appendNewline },
+});
+export const closeStdin = (uuid: string, seq: bigint): Payload => ({ case: "closeStdin", value: { $typeName: "rvbox.v1.CloseStdin", issueUuid: uuid, writeSeq: seq } });
+export const signal = (uuid: string, rev: bigint, kind: SignalKind): Payload => ({ case: "signalCommand", value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: uuid, commandRevision: rev, signal: kind } });
+export const chunk = (uuid: string, offset: number | bigint, data: Uint8Array, digest = sha(data)): Payload => ({
+  case: "scriptChunk",
+  value: { $typeName: "rvbox.v1.ScriptChunk", issueUuid: uuid, offset: BigInt(offset), data, sha256: digest },
+});
+export const commit = (uuid: string, size: number, digest: Uint8Array): Payload => ({ case: "scriptCommit", value: { $typeName: "rvbox.v1.ScriptCommit", issueUuid: uuid, sizeBytes: BigInt(size), sha256: digest } });
+export const stdinAcks = (effects: AgentEffect[], uuid?: string) =>
+  eventsIn(effects, uuid)
+    .filter((e) => e.event.case === "stdinAck")
+    .map((e) => {
+      const v = e.event.value as { writeSeq: bigint; closed: boolean; failure: string };
+      return [Number(v.writeSeq), v.closed, v.failure];
+    });
+export const signalResults = (effects: AgentEffect[], uuid?: string) =>
+  eventsIn(effects, uuid)
+    .filter((e) => e.event.case === "signalResult")
+    .map((e) => {
+      const v = e.event.value as { signal: SignalKind; delivered: boolean; detail: string };
+      return [Number(e.commandRevision), v.signal, v.delivered, v.detail];
+    });
+
+export const enc = (s: string) => new TextEncoder().encode(s);

@@ -1,0 +1,189 @@
+// Scripts at the agent.
+import { describe, expect, it } from "vitest";
+import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { type AgentConfig, type AgentEffect } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
+import { T0, sha, SpecInit, argv, sends, errorsIn, eventsIn, lifecycles, closes, of, AgentRig, expectClosed, expectRefused, signal, chunk, commit } from "./rig.js";
+
+describe("scripts at the agent", () => {
+  const body = new Uint8Array(100).map((_, i) => (i * 13) % 251);
+  const scriptDesc = (digest = sha(body), size = 100): SpecInit => ({ program: { case: "script", value: { sizeBytes: BigInt(size), sha256: digest, interpreter: "/bin/sh" } } });
+  const progress = (effects: AgentEffect[]) =>
+    eventsIn(effects)
+      .filter((e) => e.event.case === "scriptUpload")
+      .map((e) => {
+        const v = e.event.value as { receivedBytes: bigint; complete: boolean };
+        return [Number(v.receivedBytes), v.complete];
+      });
+  function withScript(over: Partial<AgentConfig> = {}, desc = scriptDesc()): AgentRig {
+    const r = new AgentRig(over);
+    r.establish();
+    r.dispatch("s1", desc);
+    expect(r.cmd("s1").phase).toBe("queued");
+    return r;
+  }
+
+  it("R-C2: script frames for an argv command are VALIDATION, for an unknown one NOT_FOUND; neither closes", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    expectRefused(r, r.frame(chunk("c1", 0, body)), Code.VALIDATION);
+    expect(errorsIn(r.frame(commit("c1", 100, sha(body))))[0]!.error).toMatchObject({ code: Code.VALIDATION, message: "c1 is not a script command" });
+    expectRefused(r, r.frame(chunk("nope", 0, body)), Code.NOT_FOUND);
+    expectRefused(r, r.frame(commit("nope", 100, sha(body))), Code.NOT_FOUND);
+  });
+
+  it("R-C3: chunks append in order with a durable cumulative progress event each; an empty chunk changes nothing", () => {
+    const r = withScript();
+    const a = r.frame(chunk("s1", 0, body.subarray(0, 40)));
+    expect(progress(a)).toEqual([[40, false]]);
+    expect(of(a, "persist").flatMap((p) => p.records).filter((x) => x.table === "chunk").map((x) => x.key)).toEqual(["s1/0000000000000000"]);
+    const e = r.frame(chunk("s1", 40, new Uint8Array(0)));
+    expect(progress(e)).toEqual([]);
+    const b = r.frame(chunk("s1", 40, body.subarray(40, 100)));
+    expect(progress(b)).toEqual([[100, false]]);
+    expect(r.cmd("s1").script!.received).toBe(100);
+  });
+
+  it("R-C3: a resent chunk with the same bytes is ignored; different bytes, or one reaching past what was received, reject", () => {
+    const r = withScript();
+    r.frame(chunk("s1", 0, body.subarray(0, 40)));
+    expect(sends(r.frame(chunk("s1", 0, body.subarray(0, 40))))).toEqual([]);
+    expect(sends(r.frame(chunk("s1", 10, body.subarray(10, 30))))).toEqual([]);
+    expect(r.cmd("s1").script!.received).toBe(40);
+    const diff = new Uint8Array(body.subarray(10, 30));
+    diff[3] = diff[3]! ^ 1;
+    const out = r.frame(chunk("s1", 10, diff));
+    expect(lifecycles(out, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script chunk at 10 differs from the bytes already received", error: expect.objectContaining({ code: Code.VALIDATION }) })]);
+    const o = withScript();
+    o.frame(chunk("s1", 0, body.subarray(0, 40)));
+    expect(lifecycles(o.frame(chunk("s1", 30, body.subarray(30, 50))), "s1")[0]!.state).toBe(L.REJECTED);
+  });
+
+  it("R-C3: a chunk after a gap is SEQUENCE_VIOLATION without closing; an impossible offset closes", () => {
+    const r = withScript();
+    r.frame(chunk("s1", 0, body.subarray(0, 40)));
+    const out = r.frame(chunk("s1", 41, body.subarray(41, 50)));
+    expectRefused(r, out, Code.SEQUENCE_VIOLATION);
+    expect(errorsIn(out)[0]!.error?.message).toBe("script chunk at 41, expected 40");
+    const u = withScript();
+    expectClosed(u, u.frame(chunk("s1", 2n ** 60n, body.subarray(0, 10))), Code.SEQUENCE_VIOLATION, "script chunk offset out of range");
+  });
+
+  it("R-T2 R-C3: a chunk over 64 KiB is PAYLOAD_TOO_LARGE and closes; exactly 64 KiB is accepted", () => {
+    const big = new Uint8Array(MAX_CHUNK_BYTES + 1).fill(1);
+    const r = withScript({}, scriptDesc(sha(big), big.length));
+    expectClosed(r, r.frame(chunk("s1", 0, big)), Code.PAYLOAD_TOO_LARGE, `script chunk of ${MAX_CHUNK_BYTES + 1} bytes`);
+    const ok = withScript({}, scriptDesc(sha(big), big.length));
+    expect(progress(ok.frame(chunk("s1", 0, big.subarray(0, MAX_CHUNK_BYTES))))).toEqual([[MAX_CHUNK_BYTES, false]]);
+  });
+
+  it("R-C4: a chunk whose digest does not match, or bytes past the declared size, reject the command before any launch", () => {
+    const r = withScript();
+    const out = r.frame(chunk("s1", 0, body.subarray(0, 40), sha("something else")));
+    expect(lifecycles(out, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script chunk at 0: SHA-256 mismatch" })]);
+    const long = withScript({}, scriptDesc(sha(body), 50));
+    long.frame(chunk("s1", 0, body.subarray(0, 40)));
+    const past = long.frame(chunk("s1", 40, body.subarray(40, 51)));
+    expect(lifecycles(past, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script longer than its declared 50 bytes" })]);
+    // exactly the declared size is fine
+    const exact = withScript({}, scriptDesc(sha(body.subarray(0, 50)), 50));
+    exact.frame(chunk("s1", 0, body.subarray(0, 40)));
+    expect(progress(exact.frame(chunk("s1", 40, body.subarray(40, 50))))).toEqual([[50, false]]);
+    expect(of(r.log, "spawn")).toEqual([]);
+  });
+
+  it("R-C3: a commit before every byte arrived is SEQUENCE_VIOLATION (no close); a wrong size or digest rejects", () => {
+    const r = withScript();
+    r.frame(chunk("s1", 0, body.subarray(0, 40)));
+    const early = r.frame(commit("s1", 100, sha(body)));
+    expectRefused(r, early, Code.SEQUENCE_VIOLATION);
+    expect(errorsIn(early)[0]!.error?.message).toBe("script commit at 40 of 100 bytes");
+    const size = r.frame(commit("s1", 99, sha(body)));
+    expect(lifecycles(size, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script commit size 99 != declared 100" })]);
+
+    const d = withScript();
+    d.frame(chunk("s1", 0, body));
+    expect(lifecycles(d.frame(commit("s1", 100, sha("x"))), "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script SHA-256 mismatch" })]);
+
+    // Every chunk matches its own digest but the whole does not match the descriptor.
+    const w = withScript({}, scriptDesc(sha("another script")));
+    w.frame(chunk("s1", 0, body));
+    expect(lifecycles(w.frame(commit("s1", 100, sha("another script"))), "s1")[0]).toMatchObject({ state: L.REJECTED, reason: "script SHA-256 mismatch" });
+  });
+
+  it("R-C2: a committed script is written out, prepared, then launched from its path; its journaled chunks are deleted", () => {
+    const r = withScript();
+    r.frame(chunk("s1", 0, body.subarray(0, 60)));
+    r.frame(chunk("s1", 60, body.subarray(60)));
+    const out = r.frame(commit("s1", 100, sha(body)));
+    expect(progress(out)).toEqual([[100, true]]);
+    expect(r.cmd("s1").script!.committed).toBe(true);
+    expect(r.cmd("s1").phase).toBe("preparing");
+    expect(of(out, "write_script")).toEqual([{ type: "write_script", uuid: "s1", data: body, sha256: sha(body) }]);
+    // Later frames for a committed script change nothing.
+    expect(sends(r.frame(chunk("s1", 100, new Uint8Array([1]))))).toEqual([]);
+    expect(sends(r.frame(commit("s1", 100, sha(body))))).toEqual([]);
+    expect(r.step({ type: "script_failed", uuid: "other", reason: "x" }).some((e) => e.type === "persist")).toBe(false);
+    const prep = r.step({ type: "script_prepared", uuid: "s1", path: "/run/s1.sh" });
+    expect(of(prep, "persist").flatMap((p) => p.records).filter((x) => x.table === "chunk")).toEqual([
+      { table: "chunk", key: "s1/0000000000000000", value: null },
+      { table: "chunk", key: "s1/0000000000000060", value: null },
+    ]);
+    expect(of(prep, "spawn")).toEqual([expect.objectContaining({ uuid: "s1", scriptPath: "/run/s1.sh" })]);
+    expect(r.cmd("s1").script).toMatchObject({ path: "/run/s1.sh", chunks: [] });
+    // A second report is ignored (not preparing any more).
+    expect(r.step({ type: "script_prepared", uuid: "s1", path: "/elsewhere" }).some((e) => e.type === "spawn")).toBe(false);
+    r.step({ type: "process_started", uuid: "s1", pid: 8 });
+    const fin = r.exit("s1", 0);
+    expect(of(fin, "discard_script")).toEqual([{ type: "discard_script", uuid: "s1", path: "/run/s1.sh" }]);
+  });
+
+  it("R-C4: a preparation failure rejects; a command cancelled during upload deletes its journaled chunks", () => {
+    const r = withScript();
+    r.frame(chunk("s1", 0, body));
+    r.frame(commit("s1", 100, sha(body)));
+    const out = r.step({ type: "script_failed", uuid: "s1", reason: "EACCES" });
+    expect(lifecycles(out, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "could not prepare script: EACCES", error: expect.objectContaining({ code: Code.VALIDATION }) })]);
+    expect(r.st.scriptBytes).toBe(100); // released only when retired
+
+    const c = withScript();
+    c.frame(chunk("s1", 0, body.subarray(0, 30)));
+    const cancel = c.frame(signal("s1", 2n, SignalKind.CANCEL));
+    expect(of(cancel, "persist").flatMap((p) => p.records)).toContainEqual({ table: "chunk", key: "s1/0000000000000000", value: null });
+    expect(c.cmd("s1").script!.chunks).toEqual([]);
+    expect(of(cancel, "discard_script")).toEqual([]);
+    expect(sends(c.frame(chunk("s1", 30, body.subarray(30))))).toEqual([]); // done: ignored
+    c.ackAll("s1");
+    expect(c.st.scriptBytes).toBe(0);
+  });
+
+  it("R-C2: preparing a script occupies a running slot, and a terminated prepared script's file is discarded", () => {
+    const r = withScript({ maxRunning: 1 });
+    r.frame(chunk("s1", 0, body));
+    r.frame(commit("s1", 100, sha(body)));
+    r.dispatch("c2");
+    expect(r.cmd("c2").phase).toBe("queued");
+    r.step({ type: "script_prepared", uuid: "s1", path: "/p/s1" });
+    expect(r.cmd("s1").phase).toBe("launching");
+    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["s1"], discardLocalTerminalIssueUuids: [] } });
+    expect(of(out, "discard_script")).toEqual([{ type: "discard_script", uuid: "s1", path: "/p/s1" }]);
+    expect(of(out, "signal")).toEqual([]); // launching, no pid yet
+    expect(of(out, "spawn").map((s) => s.uuid)).toEqual(["c2"]);
+  });
+
+  it("R-D1: a preparing script's queue expiry still counts as a deadline and expires it", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.dispatch("s1", scriptDesc(), { expiry: T0 + 3_000 });
+    r.frame(chunk("s1", 0, body));
+    const out = r.frame(commit("s1", 100, sha(body)));
+    expect(r.cmd("s1").phase).toBe("preparing");
+    expect(of(out, "wake").at(-1)!.at).toBe(T0 + 3_000);
+    r.now = T0 + 3_000;
+    r.step({ type: "tick" });
+    expect(r.cmd("s1").lifecycle).toBe(L.EXPIRED);
+    expect(r.step({ type: "script_prepared", uuid: "s1", path: "/p" }).some((e) => e.type === "spawn")).toBe(false);
+  });
+});
