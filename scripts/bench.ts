@@ -506,7 +506,7 @@ async function benchSsh(env: Env): Promise<void> {
  * Not in the default set (`--only=soak`, or `npm run soak`): many short commands through one
  * server and agent, both daemons' RSS sampled as they accumulate. The agent should level off
  * (its per-command state is bounded by MAX_TOMBSTONES); the server's by its reserved metadata
- * tier, which prunes settled history once full (core/server/server-history.ts). A small
+ * tier, which prunes settled history once full (core/server/history.ts). A small
  * --soak-budget makes the server reach that plateau within the run. --soak=N commands.
  */
 async function benchSoak(env: Env): Promise<void> {

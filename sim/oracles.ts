@@ -41,7 +41,7 @@ import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import { agentRow, eventKey as agentEventKey } from "../core/agent/store.js";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
 import type { ServerCommand, ServerEffect, ServerInput, ServerState } from "../core/server/server-types.js";
-import { authorizationExpired } from "../core/server/server-node.js";
+import { authorizationExpired } from "../core/server/clients.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../protos/gen/rvbox/v1/common_pb.js";
 import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";
@@ -50,6 +50,7 @@ import type { Submitted } from "./operator.js";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { decodeEnvelope, envelopeGeneration, rawField, shortDigest, PAYLOAD_FIELD } from "./wire.js";
 import { coverageOf, type StoredEvent } from "./coverage.js";
+import { parseEventKey, rowOf, rowsOf, type CommandRow, type EventRow, type PrunedRow } from "../core/server/store.js";
 import { followCoverageOf, type RetentionSpan } from "./follow-oracle.js";
 import type { World } from "./world.js";
 import type { ControlRequest, ControlResult } from "../core/server/server-types.js";
@@ -246,7 +247,7 @@ export class Oracles implements ExecObserver {
         const cs = this.w.server.state!.conns.get(conn);
         const client = cs?.clientId ?? "";
         const gen = Number(env.sessionGeneration);
-        const rec = this.w.server.disk.get("client", client) as { generation: number } | undefined;
+        const rec = rowOf(this.w.server.disk.tables, "client", client);
         if (!rec || rec.generation < gen) this.fail("R-F2", `welcome with generation ${gen} for ${client} before the client record is durable (disk: ${rec?.generation})`);
         this.fence.set(conn, { sessionId: env.sessionId, gen, client });
         // Timestamps come from the wall clock, deadlines from the deadline
@@ -259,7 +260,7 @@ export class Oracles implements ExecObserver {
       }
       case "reconcileResult": {
         const f = this.fence.get(conn);
-        const rec = f && (this.w.server.disk.get("reconcile", f.client) as { generation: number } | undefined);
+        const rec = f && rowOf(this.w.server.disk.tables, "reconcile", f.client);
         if (!rec || rec.generation !== f!.gen) this.fail("R-D8", `ReconcileResult on connection ${conn} before it is durable`);
         this.reconciledConns.add(conn);
         break;
@@ -320,12 +321,10 @@ export class Oracles implements ExecObserver {
       for (const r of b.records) {
         if (r.value === null) continue;
         if (r.table === "event") {
-          const i = r.key.lastIndexOf("/");
-          const uuid = r.key.slice(0, i);
-          const seq = Number(r.key.slice(i + 1));
+          const { uuid, seq } = parseEventKey(r.key)!;
           let m = this.storedEvents.get(uuid);
           if (!m) this.storedEvents.set(uuid, (m = new Map()));
-          const v = r.value as StoredEvent;
+          const v: StoredEvent = r.value as EventRow;
           const prev = m.get(seq);
           if (prev && prev.kind !== v.kind) this.fail("R-O2", `server stored event ${r.key} twice with different content`);
           m.set(seq, v);
@@ -336,12 +335,12 @@ export class Oracles implements ExecObserver {
           // One cumulative marker per command (key: its uuid), for the reader oracle.
           this.durableRetention.set(r.key, r.value as RetentionSpan);
         } else if (r.table === "pruned") {
-          const v = r.value as { state: number; terminalSource: string };
+          const v = r.value as PrunedRow;
           const dt = this.durableTerminal.get(r.key);
           if (dt === undefined || dt !== v.state) this.fail("terminal", `${r.key} pruned as ${L[v.state]} but its durable terminal state is ${dt === undefined ? "none" : L[dt]}`);
           this.prunedDurable.set(r.key, { state: v.state, terminalSource: v.terminalSource });
         } else if (r.table === "command") {
-          const v = r.value as ServerCommand;
+          const v = r.value as CommandRow;
           const dt = this.durableTerminal.get(r.key);
           if (dt !== undefined && v.state !== dt) this.fail("terminal", `durable record of ${r.key} changed from terminal ${L[dt]} to ${L[v.state]}`);
           if (isTerminal(v.state)) this.durableTerminal.set(r.key, v.state);
@@ -396,8 +395,7 @@ export class Oracles implements ExecObserver {
    */
   checkRetention(): void {
     const covered = new Map<string, number>();
-    for (const v of this.w.server.disk.tables.get("retention")?.values() ?? []) {
-      const m = v as { uuid: string; lastSeq: number };
+    for (const [, m] of rowsOf(this.w.server.disk.tables, "retention")) {
       covered.set(m.uuid, Math.max(m.lastSeq, covered.get(m.uuid) ?? 0));
     }
     for (const [uuid, through] of this.dropped) {

@@ -20,7 +20,7 @@
  */
 import { Decompress } from "fzstd";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
-import { serverEventKey } from "../core/server/server-commands.js";
+import { eventKey, isEventRow, rowOf, type EventRow } from "../core/server/store.js";
 import type { ServerCommand, ServerState } from "../core/server/server-types.js";
 import { viewerElisionText } from "../client/markers.js";
 import { commandView, commandViewKey } from "../core/reader/command-view.js";
@@ -110,39 +110,39 @@ const decoder = (zstd: Uint8Array, size: number): Uint8Array => {
 
 const streamOf = (s: unknown): "stdout" | "stderr" | "unknown" => (s === "stdout" ? "stdout" : s === "stderr" ? "stderr" : "unknown");
 
-/** A stored server event row (core/server/server-commands.ts) as an OutputItem. */
-export function eventRowItem(v: Record<string, unknown>): OutputItem | null {
-  const seq = v["seq"] as number;
-  switch (v["kind"]) {
+/** A stored server event row (core/server/store.ts EventRow) as an OutputItem. */
+export function eventRowItem(v: EventRow): OutputItem | null {
+  const seq = v.seq;
+  switch (v.kind) {
     case "output":
-      return { kind: "output", seq, stream: streamOf(v["stream"]), offset: v["offset"] as number, data: decoder(v["zstd"] as Uint8Array, v["originalSize"] as number) };
+      return { kind: "output", seq, stream: streamOf(v.stream), offset: v.offset, data: decoder(v.zstd, v.originalSize) };
     case "truncation":
       return {
         kind: "truncation",
         seq,
-        cause: truncationSource(v["cause"] as number),
+        cause: truncationSource(v.cause),
         events: null,
-        ranges: ((v["ranges"] as Array<{ stream: string; offset: number; length: number }>) ?? []).map((r) => ({ stream: streamOf(r.stream), offset: r.offset, length: r.length })),
+        ranges: (v.ranges ?? []).map((r) => ({ stream: streamOf(r.stream), offset: r.offset, length: r.length })),
       };
     case "incomplete":
-      return { kind: "incomplete", seq, streams: ((v["streams"] as unknown[]) ?? []).map(streamOf), reason: (v["reason"] as string) ?? "" };
+      return { kind: "incomplete", seq, streams: (v.streams ?? []).map(streamOf), reason: v.reason ?? "" };
     case "lifecycle":
       return {
         kind: "lifecycle",
         seq,
-        revision: (v["revision"] as number) ?? 0,
-        state: lifecycleName(v["state"] as number),
-        exitCode: (v["exitCode"] as number | null) ?? null,
-        signalName: (v["signalName"] as string) ?? "",
-        reason: (v["reason"] as string) ?? "",
-        error: (v["error"] as { message?: string } | null)?.message ?? "",
+        revision: v.revision ?? 0,
+        state: lifecycleName(v.state),
+        exitCode: v.exitCode ?? null,
+        signalName: v.signalName ?? "",
+        reason: v.reason ?? "",
+        error: v.error?.message ?? "",
       };
     case "stdin_ack":
-      return { kind: "stdin_ack", seq, writeSeq: v["writeSeq"] as number, closed: v["closed"] as boolean, failure: (v["failure"] as string) ?? "" };
+      return { kind: "stdin_ack", seq, writeSeq: v.writeSeq, closed: v.closed, failure: v.failure ?? "" };
     case "signal_result":
-      return { kind: "signal_result", seq, revision: (v["revision"] as number) ?? 0, signal: String(v["signal"]), delivered: v["delivered"] as boolean, detail: (v["detail"] as string) ?? "" };
+      return { kind: "signal_result", seq, revision: v.revision ?? 0, signal: String(v.signal), delivered: v.delivered, detail: v.detail ?? "" };
     case "script_upload":
-      return { kind: "script_upload", seq, receivedBytes: v["receivedBytes"] as number, complete: v["complete"] as boolean };
+      return { kind: "script_upload", seq, receivedBytes: v.receivedBytes, complete: v.complete };
     default:
       return null;
   }
@@ -414,17 +414,17 @@ export class SimSource implements DataSource, TimelineControl {
 
   /** Log newly durable events of every command from the server's disk (once per event). */
   private readEvents(st: ServerState): void {
-    const table = this.world.server.disk.tables.get("event");
-    if (!table) return;
+    const tables = this.world.server.disk.tables;
+    if (!tables.has("event")) return;
     for (const c of st.commands.values()) {
       let log = this.logs.get(c.uuid);
       if (!log) this.logs.set(c.uuid, (log = { items: [], through: 0, outputBytes: 0, elidedBytes: 0, elidedEvents: 0 }));
       for (let seq = log.through + 1; seq <= c.storedThrough; seq++) {
-        const v = table.get(serverEventKey(c.uuid, seq)) as Record<string, unknown> | undefined;
+        const v = rowOf(tables, "event", eventKey(c.uuid, seq));
         log.through = seq;
-        if (!v) continue;
-        if (v["kind"] === "output" && log.outputBytes >= this.outputCap) {
-          log.elidedBytes += (v["originalSize"] as number) ?? 0;
+        if (!v || !isEventRow(v)) continue;
+        if (v.kind === "output" && log.outputBytes >= this.outputCap) {
+          log.elidedBytes += v.originalSize ?? 0;
           log.elidedEvents++;
           continue;
         }

@@ -16,7 +16,7 @@ import { unreachable } from "../core/errors.js";
 import type { AgentConfig, AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import type { PersistEffect } from "../core/effects.js";
 import { MiB, KiB } from "../core/limits.js";
-import { defaultServerConfig, restoreServer, serverInvariants, serverStep } from "../core/server/server-node.js";
+import { defaultServerConfig, restoreServer, serverInvariants, serverStep } from "../core/index.js";
 import type { ServerConfig, ServerEffect, ServerInput } from "../core/server/server-types.js";
 import { SimDisk, type PendingBatch } from "./disk.js";
 import { EventQueue } from "./event-queue.js";

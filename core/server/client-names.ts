@@ -62,7 +62,10 @@ export function globMatches(pattern: string, id: string): boolean {
 
 /** Known ids a comma-separated list of ids or wildcards names (at most `max`, in the order known), and how many matched in all. */
 export function clientsNamedBy(known: Iterable<string>, list: string, max = MAX_CLIENT_SUGGESTIONS): { ids: string[]; total: number } {
-  const patterns = list.split(",").map((p) => p.trim()).filter((p) => p.length > 0);
+  const patterns = list
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0);
   const ids: string[] = [];
   let total = 0;
   for (const id of known) {

@@ -145,7 +145,7 @@ export interface ServerCommand {
   specBytes: number;
   /** Stored events that are rows rather than segment output (lifecycle, acks, markers). */
   rowEvents: number;
-  /** Bytes charged to the metadata tier at the last persist (history.ts metaCharge). */
+  /** Bytes charged to the metadata tier at the last persist (metadata.ts metaCharge). */
   charged: number;
 }
 
@@ -211,7 +211,8 @@ export interface ClientRecord {
   draining: boolean;
 }
 
-export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready" | "closed";
+/** conn-phase.ts: the phases, their order and their one writer (a closed connection is dropped). */
+export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready";
 
 export interface ConnState {
   conn: number;
@@ -261,6 +262,28 @@ export type ServerDeferred =
   | { kind: "drop_output"; uuid: string; throughSeq: number }
   | { kind: "prune"; uuid: string };
 
+/**
+ * The server's named timers (timers.ts): what a `wake` is for. `at` of each is
+ * on the deadline clock.
+ */
+export type Timer =
+  /** A connection's heartbeat: ping it, or close it as dead (R-H1). */
+  | { kind: "heartbeat"; conn: number }
+  /** An unused one-shot authorization expires (R-F5). */
+  | { kind: "authorization_expiry"; clientId: string }
+  /** The oldest terminal command reaches limits.historyMs. */
+  | { kind: "history_age"; uuid: string }
+  /** Pruning stopped at its per-step bound with more to do: at once. */
+  | { kind: "prune_backlog" }
+  /** A queued command's queue expiry passes (R-D1). */
+  | { kind: "queue_expiry"; uuid: string }
+  /** A requeued command's capacity retry is due (R-D3). */
+  | { kind: "capacity_retry"; uuid: string }
+  /** An unanswered dispatch is sent again (R-D1). */
+  | { kind: "redelivery"; uuid: string };
+
+export type TimerKind = Timer["kind"];
+
 export interface ServerState {
   config: ServerConfig;
   rng: RngState;
@@ -303,6 +326,12 @@ export interface ServerState {
   /** Client records found on restore (maxClients may have been lowered since). */
   clientsAtRestore: number;
   gate: DurableGate<ServerDeferred>;
+  /**
+   * The wake last asked for and the timer it is for (null: none). Kept in the
+   * state, not in the `wake` effect, so that naming it changes no trace hash;
+   * a tick at or after `at` is that timer firing. Derived; null on restore.
+   */
+  wake: { at: number; timer: Timer } | null;
 }
 
 export type ControlRequest =

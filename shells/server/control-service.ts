@@ -54,7 +54,7 @@ import {
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { promises as fsp } from "node:fs";
 import { decompressRun } from "../zstd/index.js";
-import type { SegmentPointer } from "../storage/server-storage.js";
+import type { StoredEventRow, StoredOutputRow } from "../storage/server-storage.js";
 import type { ServerDaemon } from "./server-daemon.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
@@ -426,46 +426,46 @@ export function incidentView(i: ServerIncident): Incident {
   return create(IncidentSchema, { incidentId: i.id, clientId: i.clientId, issueUuid: i.uuid, kind: i.kind, detail: i.detail, time: timestampFromMs(i.at), acknowledged: i.acknowledged });
 }
 
-/** One stored event row (see core/server/server-commands.ts handleCommandEvent) as a stream item; `data`: an output row's decompressed bytes (null: its segment is gone). */
-function eventItem(uuid: string, v: Record<string, unknown>, data: Uint8Array | null | undefined): FollowItem | "gone" {
-  const base = { issueUuid: uuid, eventSeq: BigInt(v["seq"] as number), commandRevision: BigInt((v["revision"] as number) ?? 0), time: timestampFromMs((v["time"] as number) ?? 0) };
-  switch (v["kind"]) {
+/** One stored event row (core/server/store.ts EventRow) as a stream item; `data`: an output row's decompressed bytes (null: its segment is gone). */
+function eventItem(uuid: string, v: StoredEventRow, data: Uint8Array | null | undefined): FollowItem | "gone" {
+  const base = { issueUuid: uuid, eventSeq: BigInt(v.seq), commandRevision: BigInt(v.revision ?? 0), time: timestampFromMs(v.time ?? 0) };
+  switch (v.kind) {
     case "output": {
       if (!data) return "gone";
-      return { ...base, item: { case: "output", value: { stream: streamEnum(v["stream"]), streamOffset: BigInt(v["offset"] as number), data } } };
+      return { ...base, item: { case: "output", value: { stream: streamEnum(v.stream), streamOffset: BigInt(v.offset), data } } };
     }
     case "lifecycle": {
-      const err = v["error"] as { code: Code; message: string } | null;
-      const exit = v["exitCode"] as number | null | undefined;
+      const err = v.error;
+      const exit = v.exitCode as number | null | undefined;
       return {
         ...base,
         item: {
           case: "lifecycle",
           value: {
-            state: v["state"] as CommandLifecycle,
+            state: v.state,
             exitCode: exit === null ? undefined : exit,
-            signalName: (v["signalName"] as string) ?? "",
-            reason: (v["reason"] as string) ?? "",
+            signalName: v.signalName ?? "",
+            reason: v.reason ?? "",
             error: err ? { code: err.code, message: err.message, issueUuid: uuid } : undefined,
           },
         },
       };
     }
     case "stdin_ack":
-      return { ...base, item: { case: "stdinAck", value: { writeSeq: BigInt(v["writeSeq"] as number), closed: v["closed"] as boolean, failure: (v["failure"] as string) ?? "" } } };
+      return { ...base, item: { case: "stdinAck", value: { writeSeq: BigInt(v.writeSeq), closed: v.closed, failure: v.failure ?? "" } } };
     case "signal_result":
-      return { ...base, item: { case: "signalResult", value: { signal: v["signal"] as number, delivered: v["delivered"] as boolean, detail: (v["detail"] as string) ?? "" } } };
+      return { ...base, item: { case: "signalResult", value: { signal: v.signal, delivered: v.delivered, detail: v.detail ?? "" } } };
     case "script_upload":
-      return { ...base, item: { case: "scriptUpload", value: { receivedBytes: BigInt(v["receivedBytes"] as number), complete: v["complete"] as boolean } } };
+      return { ...base, item: { case: "scriptUpload", value: { receivedBytes: BigInt(v.receivedBytes), complete: v.complete } } };
     case "truncation":
       return {
         ...base,
-        item: { case: "truncation", value: { cause: v["cause"] as TruncationCause, removedBytes: rangesToWire(v["ranges"] as Array<{ stream: string; offset: number; length: number }>) } },
+        item: { case: "truncation", value: { cause: v.cause as TruncationCause, removedBytes: rangesToWire(v.ranges) } },
       };
     case "incomplete":
-      return { ...base, item: { case: "incomplete", value: { streams: (v["streams"] as unknown[]).map(streamEnum), reason: (v["reason"] as string) ?? "" } } };
+      return { ...base, item: { case: "incomplete", value: { streams: v.streams.map(streamEnum), reason: v.reason ?? "" } } };
     default:
-      throw new ConnectError(`stored event of unknown kind ${String(v["kind"])}`, ConnectCode.Internal);
+      throw new ConnectError(`stored event of unknown kind ${String((v as { kind?: unknown }).kind)}`, ConnectCode.Internal);
   }
 }
 
@@ -570,14 +570,14 @@ export async function* follow(d: ServerDaemon, uuid: string, from: number, keepF
     const rows = d.storage.readEvents(uuid, seq, next - 1, 512);
     if (rows.length === 0) break;
     for (const v of rows) {
-      if (v["kind"] === "output") {
-        const key = v["stream"] as StreamKey;
-        if (key in streamSent) streamSent[key] = Math.max(streamSent[key], (v["offset"] as number) + (v["originalSize"] as number));
-      } else if (v["kind"] === "truncation") {
-        for (const r of v["ranges"] as Marker["ranges"]) streamSent[r.stream] = Math.max(streamSent[r.stream], r.offset + r.length);
+      if (v.kind === "output") {
+        const key: StreamKey = v.stream;
+        if (key in streamSent) streamSent[key] = Math.max(streamSent[key], v.offset + v.originalSize);
+      } else if (v.kind === "truncation") {
+        for (const r of v.ranges) streamSent[r.stream] = Math.max(streamSent[r.stream], r.offset + r.length);
       }
     }
-    seq = (rows[rows.length - 1]!["seq"] as number) + 1;
+    seq = rows[rows.length - 1]!.seq + 1;
   }
   const reader = new SegmentReader(d);
   try {
@@ -595,19 +595,19 @@ export async function* follow(d: ServerDaemon, uuid: string, from: number, keepF
           let bytes = 0;
           for (; j < rows.length; j++) {
             const v = rows[j]!;
-            const size = v["kind"] === "output" && !covered(c, v["seq"] as number) ? ((v["originalSize"] as number) ?? 0) : 0;
+            const size = v.kind === "output" && !covered(c, v.seq) ? (v.originalSize ?? 0) : 0;
             if (j > i && bytes + size > budget) break;
             bytes += size;
           }
           const part = rows.slice(i, j);
           i = j;
-          const data = await reader.load(uuid, part.filter((v) => v["kind"] === "output" && !covered(c, v["seq"] as number)));
+          const data = await reader.load(uuid, part.filter((v): v is StoredOutputRow => v.kind === "output" && !covered(c, v.seq)));
           const batch: FollowItem[] = [];
           for (const v of part) {
-            const seq = v["seq"] as number;
+            const seq = v.seq;
             const m = due(c, seq);
             if (m) batch.push(m);
-            if (v["kind"] === "output" && covered(c, seq)) {
+            if (v.kind === "output" && covered(c, seq)) {
               next = seq + 1;
               continue;
             }
@@ -709,22 +709,22 @@ class SegmentReader {
   constructor(private readonly d: ServerDaemon) {}
 
   /** seq -> decompressed bytes, or null where the bytes are gone (retention meanwhile). */
-  async load(uuid: string, rows: Array<Record<string, unknown>>): Promise<Map<number, Uint8Array | null>> {
+  async load(uuid: string, rows: StoredOutputRow[]): Promise<Map<number, Uint8Array | null>> {
     const out = new Map<number, Uint8Array | null>();
     for (let i = 0; i < rows.length; ) {
       const v = rows[i]!;
-      const ptr = v["seg"] as SegmentPointer | undefined;
+      const ptr = v.seg;
       if (!ptr) {
         // Inline bytes (not from a segment file).
-        const z = v["zstd"] as Uint8Array | undefined;
-        out.set(v["seq"] as number, z ? decoded(uuid, [v], decompressRun(z, [{ length: z.length, originalSize: v["originalSize"] as number }])) : null);
+        const z = v.zstd;
+        out.set(v.seq, z ? decoded(uuid, [v], decompressRun(z, [{ length: z.length, originalSize: v.originalSize }])) : null);
         i++;
         continue;
       }
       let j = i + 1;
       let end = ptr.o + ptr.n;
       for (; j < rows.length; j++) {
-        const p = rows[j]!["seg"] as SegmentPointer | undefined;
+        const p = rows[j]!.seg;
         if (!p || p.f !== ptr.f || p.o !== end) break;
         end = p.o + p.n;
       }
@@ -732,14 +732,14 @@ class SegmentReader {
       i = j;
       const span = await this.read(ptr.f, ptr.o, end - ptr.o);
       if (!span) {
-        for (const r of run) out.set(r["seq"] as number, null);
+        for (const r of run) out.set(r.seq, null);
         continue;
       }
-      const data = decoded(uuid, run, decompressRun(span, run.map((r) => ({ length: (r["seg"] as SegmentPointer).n, originalSize: r["originalSize"] as number }))));
+      const data = decoded(uuid, run, decompressRun(span, run.map((r) => ({ length: r.seg!.n, originalSize: r.originalSize }))));
       let at = 0;
       for (const r of run) {
-        const n = r["originalSize"] as number;
-        out.set(r["seq"] as number, data.subarray(at, at + n));
+        const n = r.originalSize;
+        out.set(r.seq, data.subarray(at, at + n));
         at += n;
       }
     }
@@ -771,9 +771,9 @@ class SegmentReader {
   }
 }
 
-function decoded(uuid: string, run: Array<Record<string, unknown>>, r: ReturnType<typeof decompressRun>): Uint8Array {
+function decoded(uuid: string, run: StoredOutputRow[], r: ReturnType<typeof decompressRun>): Uint8Array {
   if (r.ok) return r.data;
-  const seqs = run.length === 1 ? String(run[0]!["seq"]) : `${String(run[0]!["seq"])}..${String(run[run.length - 1]!["seq"])}`;
+  const seqs = run.length === 1 ? String(run[0]!.seq) : `${String(run[0]!.seq)}..${String(run[run.length - 1]!.seq)}`;
   throw new ConnectError(`stored output ${uuid}/${seqs} does not decompress: ${r.message}`, ConnectCode.DataLoss);
 }
 

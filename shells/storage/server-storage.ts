@@ -59,6 +59,7 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
 import type { PersistEffect, PersistRecord } from "../../core/index.js";
+import { eventKey, eventPrefix, rowsOf, type EventRow, type OutputEventRow } from "../../core/server/store.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { fsyncDir, writeAllParts } from "../store/fs-util.js";
@@ -80,6 +81,11 @@ export interface SegmentPointer {
   o: number;
   n: number;
 }
+
+/** An output event as this storage reads it back: its frame is in a segment file (`seg`), or inline (`zstd`). */
+export type StoredOutputRow = Omit<OutputEventRow, "zstd"> & { zstd?: Uint8Array; seg?: SegmentPointer };
+/** A stored server event (core/server/store.ts EventRow) as readEvents returns it. */
+export type StoredEventRow = Exclude<EventRow, OutputEventRow> | StoredOutputRow;
 
 export interface IndexEntry {
   seq: number;
@@ -217,7 +223,7 @@ export class ServerStorage implements PersistSink {
     const rows = this.db.query<SegmentRow>("SELECT file, uuid, first_seq, last_seq, bytes, entries FROM segment ORDER BY uuid, first_seq");
     const known = new Set<string>();
     const stored = new Map<string, number>();
-    for (const [uuid, v] of this.tables.get("command") ?? []) stored.set(uuid, (v as { storedThrough?: number }).storedThrough ?? 0);
+    for (const [uuid, v] of rowsOf(this.tables, "command")) stored.set(uuid, v.storedThrough ?? 0);
     const damaged: string[] = [];
     const pruned: string[] = [];
     let events = this.tables.get("event");
@@ -249,7 +255,7 @@ export class ServerStorage implements PersistSink {
           damaged.push(r.file);
           continue;
         }
-        for (const e of entries) events.set(`${r.uuid}/${e.seq.toString().padStart(12, "0")}`, { seq: e.seq, digest: e.digest });
+        for (const e of entries) events.set(eventKey(r.uuid, e.seq), { seq: e.seq, digest: e.digest });
       }
     }
     if (damaged.length > 0) {
@@ -298,14 +304,14 @@ export class ServerStorage implements PersistSink {
     const drops: Array<{ uuid: string; throughSeq: number }> = [];
     let maxId = 0;
     const isOutput = (r: PersistRecord): boolean => {
-      const v = r.value as Record<string, unknown> | null;
-      return r.table === "event" && v !== null && typeof v === "object" && v["kind"] === "output" && v["zstd"] instanceof Uint8Array;
+      const v = r.value as EventRow | null;
+      return r.table === "event" && v !== null && typeof v === "object" && v.kind === "output" && v.zstd instanceof Uint8Array;
     };
     for (const op of group) {
       if (op.kind === "drop") {
         drops.push(op);
         for (const [k, r] of net) {
-          if (isOutput(r) && r.key.startsWith(`${op.uuid}/`) && ((r.value as { seq: number }).seq) <= op.throughSeq) net.delete(k);
+          if (isOutput(r) && r.key.startsWith(eventPrefix(op.uuid)) && (r.value as OutputEventRow).seq <= op.throughSeq) net.delete(k);
         }
         continue;
       }
@@ -322,10 +328,10 @@ export class ServerStorage implements PersistSink {
         stmts.push(recordStmt(r));
         continue;
       }
-      const v = r.value as Record<string, unknown>;
+      const v = r.value as OutputEventRow;
       const uuid = r.key.slice(0, r.key.lastIndexOf("/"));
-      const zstd = v["zstd"] as Uint8Array;
-      const seq = v["seq"] as number;
+      const zstd = v.zstd;
+      const seq = v.seq;
       const seg = await this.segmentFor(uuid, seq, toClose);
       if (seg.isNew) newFiles = true;
       let w = writes.get(seg);
@@ -334,14 +340,14 @@ export class ServerStorage implements PersistSink {
       w.index.push(
         encodeIndexEntry({
           seq,
-          revision: (v["revision"] as number) ?? 0,
-          time: (v["time"] as number) ?? 0,
-          digest: (v["digest"] as number) ?? 0,
-          offset: v["offset"] as number,
+          revision: v.revision ?? 0,
+          time: v.time ?? 0,
+          digest: v.digest ?? 0,
+          offset: v.offset,
           segOffset: seg.size,
           length: zstd.length,
-          originalSize: v["originalSize"] as number,
-          stream: v["stream"] === "stderr" ? "stderr" : "stdout",
+          originalSize: v.originalSize,
+          stream: v.stream === "stderr" ? "stderr" : "stdout",
         }),
       );
       seg.size += zstd.length;
@@ -442,19 +448,19 @@ export class ServerStorage implements PersistSink {
    * `limit`: non-output rows from the db merged with output index entries
    * (as `{ kind: "output", ..., seg: pointer }`).
    */
-  readEvents(uuid: string, fromSeq: number, toSeq: number, limit: number): Array<Record<string, unknown>> {
+  readEvents(uuid: string, fromSeq: number, toSeq: number, limit: number): StoredEventRow[] {
     if (toSeq < fromSeq) return [];
-    const prefix = `${uuid}/`;
-    const from = `${prefix}${Math.max(0, fromSeq).toString().padStart(12, "0")}`;
-    const out: Array<Record<string, unknown>> = [];
+    const prefix = eventPrefix(uuid);
+    const from = eventKey(uuid, Math.max(0, fromSeq));
+    const out: StoredEventRow[] = [];
     for (const r of queryPrefix(this.db, "event", prefix, from, limit)) {
-      const v = r.v as Record<string, unknown>;
-      if ((v["seq"] as number) > toSeq) break;
+      const v = r.v as StoredEventRow;
+      if (v.seq > toSeq) break;
       out.push(v);
     }
     // Output: from the index files of the segments overlapping the range,
     // up to where `limit` rows would end anyway.
-    const upTo = out.length === limit ? (out[out.length - 1]!["seq"] as number) : toSeq;
+    const upTo = out.length === limit ? out[out.length - 1]!.seq : toSeq;
     const segs = this.db.query<SegmentRow>(
       "SELECT file, uuid, first_seq, last_seq, bytes, entries FROM segment WHERE uuid = ? AND last_seq >= ? AND first_seq <= ? ORDER BY first_seq",
       [uuid, fromSeq, upTo],
@@ -480,7 +486,7 @@ export class ServerStorage implements PersistSink {
         if (++taken >= limit) break;
       }
     }
-    out.sort((a, b) => (a["seq"] as number) - (b["seq"] as number));
+    out.sort((a, b) => a.seq - b.seq);
     return out.length > limit ? out.slice(0, limit) : out;
   }
 

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { rowOf } from "../../core/server/store.js";
 import { Harness } from "../support/harness.js";
 import { Code } from "../../core/errors.js";
 import { defaultServerConfig } from "../../core/index.js";
@@ -41,7 +42,7 @@ describe("dispatch", () => {
     expect(h.replies.get("submit-c1")).toEqual({ ok: true, uuid: "c1", revision: 1 });
     // With the agent ready, the create and the dispatched state share one
     // batch: once it is durable the dispatch leaves, after one flush, not two.
-    expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.DISPATCHED);
+    expect(rowOf(h.serverDisk.durable, "command", "c1")!.state).toBe(L.DISPATCHED);
     expect(h.sent("commandDispatch")).toHaveLength(1);
   });
 
@@ -52,11 +53,11 @@ describe("dispatch", () => {
     h.autoDurable = false;
     h.submit("a", "c1");
     h.flush("server");
-    expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.QUEUED);
+    expect(rowOf(h.serverDisk.durable, "command", "c1")!.state).toBe(L.QUEUED);
     readyWithDiskStalled(h, "a");
     expect(dispatchesOf(h, "c1")).toHaveLength(0);
     h.flush("server");
-    expect((h.serverDisk.durable.get("command")!.get("c1") as { state: number }).state).toBe(L.DISPATCHED);
+    expect(rowOf(h.serverDisk.durable, "command", "c1")!.state).toBe(L.DISPATCHED);
     expect(dispatchesOf(h, "c1")).toHaveLength(1);
   });
 

@@ -1,4 +1,5 @@
 import fc from "fast-check";
+import { rowOf } from "../../core/server/store.js";
 import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { Harness } from "../support/harness.js";
@@ -303,7 +304,7 @@ describe("regressions", () => {
     const a = h.agents.get("a")!;
     h.cutLink("a");
     // The server ended c1 itself and knows only its first event (e.g. after a divergence).
-    const rec = h.serverDisk.durable.get("command")!.get("c1") as Record<string, unknown>;
+    const rec = rowOf(h.serverDisk.durable, "command", "c1")!;
     h.serverDisk.durable.get("command")!.set("c1", { ...rec, state: L.INTERRUPTED, terminalSource: "server", storedThrough: 0 });
     h.restartServer();
     h.now = a.st.session.retryAt;

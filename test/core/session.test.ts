@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { rowOf } from "../../core/server/store.js";
 import fc from "fast-check";
 import { Harness } from "../support/harness.js";
 import { Code } from "../../core/errors.js";
@@ -171,7 +172,7 @@ describe("registration and fencing", () => {
     expect(h.agents.get("a")!.st.session.phase).toBe("established");
     const claim = h.server.clients.get("a")!.pendingClaim;
     expect(claim?.instanceId).toBe(intruder.st.instanceId);
-    expect((h.serverDisk.durable.get("client")!.get("a") as { pendingClaim: { instanceId: string } }).pendingClaim.instanceId).toBe(intruder.st.instanceId);
+    expect(rowOf(h.serverDisk.durable, "client", "a")!.pendingClaim!.instanceId).toBe(intruder.st.instanceId);
   });
 
   it("R-F5: an operator authorization admits that exact instance once and expires after 5 minutes", () => {

@@ -9,7 +9,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import { agentStep, defaultAgentConfig, newAgent } from "../../core/agent/node.js";
 import type { AgentInput, AgentState } from "../../core/agent/agent-types.js";
-import { defaultServerConfig, newServer, restoreServer, serverStep } from "../../core/server/server-node.js";
+import { defaultServerConfig, newServer, restoreServer, serverStep } from "../../core/index.js";
 import type { ControlRequest, ServerInput, ServerState } from "../../core/server/server-types.js";
 import {
   CommandAcceptedSchema,

@@ -3,7 +3,7 @@ import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { PersistEffect, PersistRecord } from "../../../core/index.js";
 import { foldRecord, prefixEnd, recordStmt } from "../../../shells/storage/kv-store.js";
-import { SEGMENT_DIR, ServerStorage } from "../../../shells/storage/server-storage.js";
+import { SEGMENT_DIR, ServerStorage, type StoredOutputRow } from "../../../shells/storage/server-storage.js";
 import { cleanupTemp, tempDir } from "../e2e/helpers.js";
 
 function outputEvent(id: number, uuid: string, seq: number, bytes: number): PersistEffect {
@@ -50,17 +50,17 @@ describe("server storage: kv rows + output segment files", () => {
     const files = await segFiles(dir);
     expect(files.length).toBe(3); // 300-byte frames, rolled once a file holds >= 1000 bytes: 4+4+2
     expect(s.db.query("SELECT * FROM kv WHERE t = 'event'").length).toBe(0); // no per-chunk rows in sql.js
-    const rows = s.readEvents("cmd-a", 1, 100, 100);
+    const rows = s.readEvents("cmd-a", 1, 100, 100) as StoredOutputRow[];
     expect(rows.length).toBe(10);
-    expect(rows[0]!["zstd"]).toBeUndefined();
-    const bytes = await readFrame(s, rows[4]!["seg"] as never);
+    expect(rows[0]!.zstd).toBeUndefined();
+    const bytes = await readFrame(s, rows[4]!.seg!);
     expect(bytes).toEqual(new Uint8Array(300).fill(5));
     const dbBytes = s.db.query<{ n: number }>("SELECT SUM(LENGTH(v)) AS n FROM kv")[0]!.n;
     expect(dbBytes).toBeLessThan(3000);
     await s.close();
     const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
     expect(s2.tables.get("event")!.size).toBe(10);
-    expect((await readFrame(s2, s2.readEvents("cmd-a", 10, 10, 1)[0]!["seg"] as never))!).toEqual(new Uint8Array(300).fill(10));
+    expect((await readFrame(s2, (s2.readEvents("cmd-a", 10, 10, 1) as StoredOutputRow[])[0]!.seg!))!).toEqual(new Uint8Array(300).fill(10));
     await s2.close();
   });
 
@@ -121,9 +121,9 @@ describe("server storage: kv rows + output segment files", () => {
     s.dropOutput("cmd-g", 3);
     await s.whenIdle();
     // (It is only partly covered, so its entries 1..3 stay too; readers skip what the marker covers.)
-    const rows = s.readEvents("cmd-g", 1, 100, 100);
+    const rows = s.readEvents("cmd-g", 1, 100, 100) as StoredOutputRow[];
     expect(rows.map((r) => r["seq"])).toEqual([1, 2, 3, 4, 5]);
-    expect(await readFrame(s, rows[3]!["seg"] as never)).toEqual(new Uint8Array(300).fill(4));
+    expect(await readFrame(s, rows[3]!.seg!)).toEqual(new Uint8Array(300).fill(4));
     expect((await segFiles(dir)).length).toBe(2);
     // A later drop through 4 covers the first file wholly: now it goes.
     s.dropOutput("cmd-g", 4);

@@ -1,15 +1,16 @@
 // Issue 12 items 5-7: submits to unknown clients, exact-instance
 // authorization (revoke, dismiss), and what an authorized takeover does to
 // the instance it displaced (CODE_REPLACED).
+import { rowOf } from "../../../core/server/store.js";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { Code } from "../../core/errors.js";
-import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../core/limits.js";
-import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../core/server/client-names.js";
-import { restoreServer } from "../../core/index.js";
-import { Harness } from "../support/harness.js";
-import { expectClosed, ServerRig } from "../support/server-rig.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../../core/errors.js";
+import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../../core/limits.js";
+import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../../core/server/client-names.js";
+import { restoreServer } from "../../../core/index.js";
+import { Harness } from "../../support/harness.js";
+import { expectClosed, ServerRig } from "../../support/server-rig.js";
 
 const spec = () => create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["true"] } } });
 const submit = (r: ServerRig, clientId: string, uuid: string, allowUnknownClient = false) =>
@@ -131,7 +132,7 @@ describe("authorize: only the exact pending or replaced instance", () => {
     expect(auth(r, "J-fedcba9876543210")).toEqual({ ok: true, instanceId: "J-fedcba9876543210", expiresAt: r.now + r.cfg.limits.authorizationTtlMs });
     expect(r.control({ op: "revoke_authorization", requestId: "rv", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
     expect(r.st.clients.get("a")!.authorization).toBeNull();
-    expect((r.disk.durable.get("client")!.get("a") as { authorization: unknown }).authorization).toBeNull();
+    expect(rowOf(r.disk.durable, "client", "a")!.authorization).toBeNull();
     expect(r.control({ op: "revoke_authorization", requestId: "rv2", clientId: "a" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "client a has no authorization to revoke" } });
     expect(r.control({ op: "revoke_authorization", requestId: "rv3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
     const j = r.open();
@@ -142,7 +143,7 @@ describe("authorize: only the exact pending or replaced instance", () => {
     const r = claimed();
     expect(r.control({ op: "dismiss_claim", requestId: "d", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
     expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
-    expect((r.disk.durable.get("client")!.get("a") as { pendingClaim: unknown }).pendingClaim).toBeNull();
+    expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toBeNull();
     expect(r.control({ op: "dismiss_claim", requestId: "d2", clientId: "a" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "client a has no pending claim" } });
     expect(r.control({ op: "dismiss_claim", requestId: "d3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
     expect(auth(r, "J-fedcba9876543210")).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
@@ -228,7 +229,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expectClosed(r, r.hello(j, "a", "J"), j, Code.IDENTITY_CONFLICT);
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J", instanceNotYetSeen: false });
     r.connect("a", "J");
-    expect((r.disk.durable.get("client")!.get("a") as { replaced: unknown }).replaced).toMatchObject({ instanceId: "I", by: "J", authorized: true });
+    expect(rowOf(r.disk.durable, "client", "a")!.replaced).toMatchObject({ instanceId: "I", by: "J", authorized: true });
     r.st = restoreServer(r.cfg, r.disk.tables(), 2);
     const back = r.open();
     expectClosed(r, r.hello(back, "a", "I"), back, Code.REPLACED);

@@ -1,7 +1,7 @@
 // A real (minor) bug found while writing the mutation-survivor tests for the
 // server reducer. The test states the behaviour R-S5 asks for and FAILS
-// against the core before the fix (core/server/server-commands.ts, the "signal" case
-// of handleControl with remember()); fixed by refusing before remembering;
+// against the core before the fix (the "signal" case of handleControl, now
+// core/server/signals.ts controlSignal, with remember()); fixed by refusing before remembering;
 // kept as the regression test.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";

@@ -1,11 +1,12 @@
 // Draining (cordoning) a client before an agent upgrade: the server core
 // dispatches no new command to a draining client; what it already dispatched
 // goes on; the flag is a durable client-record field.
+import { rowOf } from "../../../core/server/store.js";
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { Code } from "../../core/errors.js";
-import { restoreServer } from "../../core/index.js";
-import { argv, lifecycle, ServerRig, T0 } from "../support/server-rig.js";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../../core/errors.js";
+import { restoreServer } from "../../../core/index.js";
+import { argv, lifecycle, ServerRig, T0 } from "../../support/server-rig.js";
 
 const drain = (r: ServerRig, clientId: string, draining: boolean, requestId = `drain-${clientId}-${draining}-${r.now}`) =>
   r.control({ op: "set_draining", requestId, clientId, draining });
@@ -60,7 +61,7 @@ describe("drain (set_draining)", () => {
     const r = new ServerRig();
     r.connect("a");
     drain(r, "a", true);
-    expect((r.disk.durable.get("client")!.get("a") as { draining: unknown }).draining).toBe(true);
+    expect(rowOf(r.disk.durable, "client", "a")!.draining).toBe(true);
     r.st = restoreServer(r.cfg, r.disk.tables(), 2);
     expect(r.st.clients.get("a")!.draining).toBe(true);
     const a = r.connect("a");
@@ -73,7 +74,7 @@ describe("drain (set_draining)", () => {
     expect(r.cmd("after").state).toBe(L.DISPATCHED);
 
     // A record persisted before the field existed.
-    const rec = r.disk.durable.get("client")!.get("a") as Record<string, unknown>;
+    const rec = rowOf(r.disk.durable, "client", "a")!;
     delete rec["draining"];
     const back = restoreServer(r.cfg, r.disk.tables(), 3);
     expect(back.clients.get("a")!.draining).toBe(false);

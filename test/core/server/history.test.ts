@@ -4,12 +4,12 @@
 // pruned command (reconcile, late frames, repeated submits, operator calls).
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L, ExecutionSpecSchema, OutputStream, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from "../../core/index.js";
-import { Code, InvariantViolation } from "../../core/errors.js";
-import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../core/limits.js";
-import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../support/server-rig.js";
-import { testPorts } from "../support/ports.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from "../../../core/index.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../../core/limits.js";
+import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../../support/server-rig.js";
+import { testPorts } from "../../support/ports.js";
 
 /** Run `uuid` to SUCCEEDED on `conn` (accepted, running, exit 0). */
 function finish(r: ServerRig, conn: number, uuid: string, out?: string): void {

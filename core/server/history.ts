@@ -29,40 +29,17 @@
 //
 // New submits are refused with CODE_CAPACITY while active commands alone take
 // more than SERVER_ACTIVE_METADATA_SHARE of the tier, so history, final states
-// and event rows always have room (server-commands.ts `submit`).
+// and event rows always have room (submit.ts).
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { assert } from "../errors.js";
-import {
-  SERVER_DIGEST_BYTES,
-  SERVER_EVENT_ROW_BYTES,
-  SERVER_PRUNES_PER_STEP,
-  SERVER_RECENT_DIGESTS,
-  SERVER_RECORD_BASE_BYTES,
-  SERVER_SEGMENT_ENTRY_BYTES,
-} from "../limits.js";
-import type { ServerCtx } from "./server-node.js";
-import { noteOutput, serverEventPrefix } from "./server-commands.js";
-import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
-
-/** Bytes one command record is charged against the metadata tier. */
-export function metaCharge(c: ServerCommand): number {
-  return (
-    SERVER_RECORD_BASE_BYTES +
-    c.specBytes +
-    c.rowEvents * SERVER_EVENT_ROW_BYTES +
-    Math.min(c.receivedThrough, SERVER_RECENT_DIGESTS) * SERVER_DIGEST_BYTES +
-    (c.segments.length + c.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
-  );
-}
-
-/** Re-charge `c` after a change to anything metaCharge reads. */
-export function recharge(st: ServerState, c: ServerCommand): void {
-  const now = metaCharge(c);
-  st.metaBytes += now - c.charged;
-  c.charged = now;
-}
+import { SERVER_PRUNES_PER_STEP } from "../limits.js";
+import type { PrunedCommand, ServerCommand, ServerDeferred, ServerState } from "./server-types.js";
+import { type PrunedRow, commandDelete, eventsDelete, prunedDelete, prunedRecord, retentionDelete } from "./store.js";
+import type { ServerCtx } from "./io.js";
+import { metaCharge } from "./metadata.js";
+import { noteOutput } from "./retention.js";
 
 /** `c` just became terminal: it is history from now on. */
 export function noteEnded(st: ServerState, c: ServerCommand, now: number): void {
@@ -102,20 +79,6 @@ export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
   return false;
 }
 
-/**
- * When the oldest history entry reaches historyMs (null: never by age, or
- * already due: then it waits only for its last persist, and the durable input
- * that settles it runs the next step).
- */
-export function historyDeadline(st: ServerState, now: number): number | null {
-  // (historyMs 0: every entry is already "due", so this returns null.)
-  for (const endedAt of st.history.values()) {
-    const due = endedAt + st.config.limits.historyMs;
-    return due > now ? due : null;
-  }
-  return null;
-}
-
 function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   assert(c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough, `${c.uuid}: pruned with events not yet durable`);
   const entry: PrunedCommand = {
@@ -129,10 +92,10 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
     endedAt: c.endedAt,
     at: ctx.now,
   };
-  ctx.persist({ table: "command", key: c.uuid, value: null });
-  ctx.persist({ table: "event", key: serverEventPrefix(c.uuid), value: null, prefix: true });
-  if (c.retention.length > 0) ctx.persist({ table: "retention", key: c.uuid, value: null });
-  ctx.persist({ table: "pruned", key: c.uuid, value: { ...entry } });
+  ctx.persist(commandDelete(c.uuid));
+  ctx.persist(eventsDelete(c.uuid));
+  if (c.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
+  ctx.persist(prunedRecord(entry));
   // Output files go once the batch that forgets the command is durable.
   // (Retention never drops a command's last segment: no segments, no files.)
   if (c.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
@@ -153,7 +116,7 @@ function forgetPruned(st: ServerState, ctx: ServerCtx): void {
   for (const uuid of st.pruned.keys()) {
     if (st.pruned.size <= st.config.limits.prunedMax) break;
     st.pruned.delete(uuid);
-    ctx.persist({ table: "pruned", key: uuid, value: null });
+    ctx.persist(prunedDelete(uuid));
   }
 }
 
@@ -171,11 +134,11 @@ export function missingMessage(st: ServerState, uuid: string): string {
   return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state}${exit} and was pruned from history`;
 }
 
-export function restoreHistory(st: ServerState, pruned: Iterable<unknown>): void {
+export function restoreHistory(st: ServerState, pruned: Iterable<[string, PrunedRow]>): void {
   const ended = [...st.commands.values()].filter((c) => isTerminal(c.state));
   ended.sort((a, b) => a.endedAt - b.endedAt || a.createdAt - b.createdAt);
   for (const c of ended) st.history.set(c.uuid, c.endedAt);
-  const ledger = [...pruned].map((v) => v as PrunedCommand);
+  const ledger = [...pruned].map(([, v]) => v);
   ledger.sort((a, b) => a.at - b.at || a.endedAt - b.endedAt);
   for (const p of ledger) if (!st.commands.has(p.uuid)) st.pruned.set(p.uuid, { ...p });
 }
@@ -197,4 +160,9 @@ export function historyInvariants(st: ServerState): void {
   assert(st.pruned.size <= st.config.limits.prunedMax, "pruned ledger over its bound");
   // (No assertion on end order: a wall clock may step back; pruning then
   // follows the order commands ended in, which is what the index keeps.)
+}
+
+/** A pruned command's output files go once the batch that forgets it is durable (prune). */
+export function releasePrune(ctx: ServerCtx, a: Extract<ServerDeferred, { kind: "prune" }>): void {
+  ctx.emit({ type: "prune_output", uuid: a.uuid });
 }

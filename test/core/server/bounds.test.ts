@@ -3,13 +3,13 @@
 // total (R-D11), client records (R-F6), and each remaining table at n and n+1.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import type { ReconcileResult, StdinWrite } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { restoreServer, serverInvariants, type Incident, type ServerState } from "../../core/index.js";
-import { Code, InvariantViolation } from "../../core/errors.js";
-import { MAX_CLIENTS, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT, SERVER_RECENT_DIGESTS, SERVER_ROW_EVENTS_PER_COMMAND, STDIN_WRITES_IN_FLIGHT } from "../../core/limits.js";
-import { rowEventBound } from "../../core/server/server-commands.js";
-import { T0, sha, of, ServerRig, expectClosed, type StateInit } from "../support/server-rig.js";
+import type { ReconcileResult, StdinWrite } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { restoreServer, serverInvariants, type Incident, type ServerState } from "../../../core/index.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { MAX_CLIENTS, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT, SERVER_RECENT_DIGESTS, SERVER_ROW_EVENTS_PER_COMMAND, STDIN_WRITES_IN_FLIGHT } from "../../../core/limits.js";
+import { rowEventBound } from "../../../core/server/ingest.js";
+import { T0, sha, of, ServerRig, expectClosed, type StateInit } from "../../support/server-rig.js";
 
 const unknownRunning = (uuid: string): StateInit => ({ issueUuid: uuid, lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: sha(uuid) });
 

@@ -5,7 +5,7 @@
 // second snapshot was classified again and its incidents opened twice).
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { defaultServerConfig, newServer, serverStep } from "../../core/server/server-node.js";
+import { defaultServerConfig, newServer, serverStep } from "../../core/index.js";
 import type { ServerInput, ServerState } from "../../core/server/server-types.js";
 import { ReconcileCommandStateSchema, ReconcileSnapshotSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";

@@ -1,0 +1,140 @@
+// Operator requests about client records: authorize (R-F5), revoke, dismiss a
+// claim, forget, drain; and the expiry of unused authorizations.
+
+import { isPrintableAscii } from "../bytes.js";
+import { Code } from "../errors.js";
+import { MAX_INSTANCE_ID_CHARS } from "../limits.js";
+import { closestClients } from "./client-names.js";
+import type { ControlRequest, ServerState } from "./server-types.js";
+import { clientDelete, clientRecord, generationFloorRecord, incidentDropRecord, reconcileDelete } from "./store.js";
+import { type ServerCtx, reply, replyError } from "./io.js";
+
+/** A submit, authorize or revoke named a client id the server has no record of. */
+export function unknownClientMessage(st: ServerState, clientId: string): string {
+  const near = closestClients(st.clients.keys(), clientId);
+  const hint = near.length > 0 ? `; did you mean ${near.join(", ")}?` : st.clients.size === 0 ? "; no client has registered yet" : "";
+  return `no client ${clientId} has registered with this server${hint}`;
+}
+
+/**
+ * R-F5: an operator authorizes exactly one instance, once. Only the pending
+ * claimant (the instance the server refused, R-F4) or the instance a takeover
+ * displaced may be named, character for character; any other instance only
+ * with `instanceNotYetSeen` (one that has not tried to register yet). So a
+ * prefix, a typo or a client without a claim is refused instead of creating
+ * an authorization nobody will ever consume.
+ */
+export function authorize(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "authorize" }>): void {
+  const client = st.clients.get(r.clientId);
+  if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+  const id = r.instanceId;
+  if (id.length < 1 || id.length > MAX_INSTANCE_ID_CHARS || !isPrintableAscii(id))
+    return replyError(ctx, r.requestId, Code.VALIDATION, `instance id must be 1-${MAX_INSTANCE_ID_CHARS} printable ASCII characters`);
+  if (id === client.instanceId) return replyError(ctx, r.requestId, Code.VALIDATION, `instance ${id} already holds client ${r.clientId}; nothing to authorize`);
+  const claim = client.pendingClaim;
+  const known = claim?.instanceId === id || client.replaced?.instanceId === id;
+  if (!known && !r.instanceNotYetSeen) {
+    if (claim) {
+      const hint = claim.instanceId.startsWith(id) ? "; give the full id, not a prefix" : "";
+      return replyError(
+        ctx,
+        r.requestId,
+        Code.VALIDATION,
+        `instance ${id} is not the pending claimant of client ${r.clientId} (that is ${claim.instanceId})${hint}`,
+      );
+    }
+    return replyError(
+      ctx,
+      r.requestId,
+      Code.VALIDATION,
+      `client ${r.clientId} has no pending claim: no other instance has tried it; to authorize an instance that has not tried yet, set instance_not_yet_seen`,
+    );
+  }
+  client.authorization = { instanceId: id, expiresAt: ctx.now + st.config.limits.authorizationTtlMs };
+  ctx.persist(clientRecord(client));
+  return reply(ctx, r.requestId, { ok: true, instanceId: id, expiresAt: client.authorization.expiresAt });
+}
+
+export function revokeAuthorization(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "revoke_authorization" }>): void {
+  const client = st.clients.get(r.clientId);
+  if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+  const auth = client.authorization;
+  if (!auth || auth.expiresAt <= ctx.now) return replyError(ctx, r.requestId, Code.NOT_FOUND, `client ${r.clientId} has no authorization to revoke`);
+  client.authorization = null;
+  ctx.persist(clientRecord(client));
+  ctx.emit({ type: "trace", event: "authorization_revoked", detail: { client: r.clientId, instance: auth.instanceId } });
+  return reply(ctx, r.requestId, { ok: true, instanceId: auth.instanceId });
+}
+
+export function dismissClaim(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "dismiss_claim" }>): void {
+  const client = st.clients.get(r.clientId);
+  if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+  const claim = client.pendingClaim;
+  if (!claim) return replyError(ctx, r.requestId, Code.NOT_FOUND, `client ${r.clientId} has no pending claim`);
+  client.pendingClaim = null;
+  ctx.persist(clientRecord(client));
+  ctx.emit({ type: "trace", event: "claim_dismissed", detail: { client: r.clientId, instance: claim.instanceId } });
+  return reply(ctx, r.requestId, { ok: true, instanceId: claim.instanceId });
+}
+
+/**
+ * An operator forgets a client record (its commands' history stays). Refused
+ * while the client has a live session or non-terminal commands. The highest
+ * generation forgotten becomes the floor of every new record, so the id, seen
+ * again, never reuses a generation.
+ */
+export function forgetClient(st: ServerState, ctx: ServerCtx, requestId: string, clientId: string): void {
+  const client = st.clients.get(clientId);
+  if (!client) return replyError(ctx, requestId, Code.NOT_FOUND, `unknown client ${clientId}`);
+  if (client.conn !== 0)
+    return replyError(ctx, requestId, Code.CONFLICT, `client ${clientId} has a live session (connection ${client.conn}); stop its agent first`);
+  let active = 0;
+  for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === clientId) active++;
+  if (active > 0)
+    return replyError(
+      ctx,
+      requestId,
+      Code.CONFLICT,
+      `client ${clientId} has ${active} non-terminal command${active === 1 ? "" : "s"}; cancel them or let them finish first`,
+    );
+  st.clients.delete(clientId);
+  st.generationFloor = Math.max(st.generationFloor, client.generation);
+  ctx.persist(clientDelete(clientId), reconcileDelete(clientId), generationFloorRecord(st.generationFloor));
+  if (st.incidentDrops.delete(clientId)) ctx.persist(incidentDropRecord(clientId, undefined));
+  ctx.emit({ type: "trace", event: "client_forgotten", detail: { client: clientId, generation: client.generation } });
+  reply(ctx, requestId, { ok: true });
+}
+
+/** Drain (cordon) a client or end its drain (rvbox drain). */
+export function setDraining(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "set_draining" }>): void {
+  const client = st.clients.get(r.clientId);
+  if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+  const was = client.draining;
+  if (was !== r.draining) {
+    client.draining = r.draining;
+    ctx.persist(clientRecord(client));
+    ctx.emit({ type: "trace", event: r.draining ? "client_draining" : "client_undrained", detail: { client: r.clientId } });
+  }
+  // Undrained: this step's pumpCommands dispatches what waited.
+  return reply(ctx, r.requestId, { ok: true, wasDraining: was });
+}
+
+/**
+ * An authorization is spent at its expiry, and also when it has more than its
+ * whole lifetime left: that only happens when the deadline clock was
+ * re-anchored backwards at a restart (the shells anchor it to the wall clock
+ * at start), and a one-shot grant must not outlive its TTL because of it.
+ */
+export function authorizationExpired(st: ServerState, auth: { expiresAt: number }, now: number): boolean {
+  return auth.expiresAt <= now || auth.expiresAt - now > st.config.limits.authorizationTtlMs;
+}
+
+/** R-F5: an authorization nobody used within its TTL is dropped (durably). */
+export function expireAuthorizations(st: ServerState, ctx: ServerCtx): void {
+  for (const client of st.clients.values()) {
+    if (client.authorization && authorizationExpired(st, client.authorization, ctx.now)) {
+      client.authorization = null;
+      ctx.persist(clientRecord(client));
+    }
+  }
+}

@@ -1,0 +1,182 @@
+// Dispatch (R-D1, R-D3, R-D4, R-D5).
+//
+// `pumpCommands` dispatches queued commands on a `ready` session, oldest
+// first, while the agent has capacity and fewer than maxInflightDispatches
+// are unanswered; a dispatch unanswered for the redelivery timeout is sent
+// again (same revision, same bytes). The first send waits until `dispatched`
+// is durable (`releaseDispatch`, its after-durable half).
+//
+// CommandAccepted: accepted -> `accepted`; transient rejection (capacity,
+// store incident, stale generation) -> back to `queued` with full-jitter
+// backoff (R-D3); permanent rejection -> terminal `rejected` (R-D4);
+// CODE_ALREADY_EXECUTED -> the server's state was stale: terminal
+// `interrupted` plus a recovery incident, never a new rejection (R-D5).
+
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { type CommandAccepted, CommandDispatchSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { fromHex } from "../bytes.js";
+import { isTerminal } from "../dispatch/lifecycle.js";
+import { Code, codeName, isPermanentRejection, isTransientRejection } from "../errors.js";
+import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
+import { nextFloat } from "../rng.js";
+import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
+import { activeCommands, persistCommand, readyConn, setState } from "./commands.js";
+import { prunedFor } from "./history.js";
+import { openIncident } from "./incidents.js";
+import { type Fail, type ServerCtx, send } from "./io.js";
+import { pumpScript } from "./scripts.js";
+import { pumpSignals } from "./signals.js";
+import { pumpStdin } from "./stdin.js";
+
+export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
+  const inflightByConn = new Map<number, number>();
+  const active = activeCommands(st);
+  for (const c of active) {
+    if (isTerminal(c.state)) continue;
+    // Queue expiry passes at the server only for commands no agent can hold.
+    if (c.state === L.QUEUED && ctx.now >= c.queueExpiry) {
+      setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
+      continue;
+    }
+    const conn = readyConn(st, c.clientId);
+    if (!conn) continue;
+    if (c.state === L.DISPATCHED && c.dispatchedOn === conn.generation) {
+      inflightByConn.set(conn.conn, (inflightByConn.get(conn.conn) ?? 0) + 1);
+    }
+  }
+  for (const conn of st.conns.values()) conn.inflight = inflightByConn.get(conn.conn) ?? 0;
+  for (const c of active) {
+    if (isTerminal(c.state)) continue;
+    const conn = readyConn(st, c.clientId);
+    if (!conn) continue;
+    // A command submitted in this very step may be dispatched at once: its
+    // create and its `dispatched` record then share one persist batch, and the
+    // send still waits for that batch to be durable (R-D1), one fsync not two.
+    if (c.state === L.QUEUED && retryDue(c, ctx.now)) {
+      const client = st.clients.get(c.clientId)!;
+      // Drained (rvbox drain): it stays queued; its queue expiry still applies.
+      if (client.draining) continue;
+      const cl = client.capacity;
+      const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
+      if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
+      dispatch(st, ctx, conn, c);
+      conn.inflight++;
+    } else if (redeliveryDue(st, c, conn.generation, ctx.now)) {
+      dispatch(st, ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
+    } else if (c.state === L.ACCEPTED || c.state === L.RUNNING) {
+      pumpScript(st, ctx, conn, c, env);
+      pumpStdin(st, ctx, conn, c);
+      pumpSignals(ctx, conn, c);
+    }
+  }
+}
+
+/**
+ * A capacity retry is due at `nextAttemptAt`, or at once when it is further
+ * away than the longest retry delay: a deadline clock re-anchored backwards
+ * at a restart must not hold a queued command back by the wall-clock step.
+ */
+export function retryDue(c: ServerCommand, now: number): boolean {
+  return now >= c.nextAttemptAt || c.nextAttemptAt - now > CAPACITY_RETRY_CAP_MS;
+}
+
+/**
+ * A dispatch unanswered for the redelivery timeout is sent again, but only
+ * once a `dispatched` record is durable: until then a crash would restore the
+ * command as never sent (or not at all) while the agent holds it.
+ */
+function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, now: number): boolean {
+  const at = redeliveryAt(st, c);
+  return at !== null && c.dispatchedOn === generation && now >= at;
+}
+
+/** When a dispatch sent on a live session and durably recorded may be sent again (null: none). */
+export function redeliveryAt(st: ServerState, c: ServerCommand): number | null {
+  const armed = c.state === L.DISPATCHED && c.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED;
+  return armed ? c.dispatchedAt + st.config.limits.redeliveryMs : null;
+}
+
+export function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+  c.everDispatched = true;
+  c.dispatchedOn = conn.generation;
+  c.dispatchedAt = ctx.now;
+  c.attempts++;
+  if (c.state === L.QUEUED) {
+    // The first send waits until `dispatched` is durable: a server that crashed
+    // after sending but before recording it would believe the command never
+    // left, and could expire or cancel it on its own while the agent runs it.
+    setState(st, ctx, c, L.DISPATCHED, "server", "", ctx.wall, false);
+    persistCommand(st, ctx, c);
+    ctx.afterDurable({ kind: "dispatch", uuid: c.uuid, conn: conn.conn, generation: conn.generation });
+    return;
+  }
+  sendDispatch(ctx, conn, c);
+}
+
+/** The first dispatch, once its `dispatched` record is durable (the after-durable half of dispatch). */
+export function releaseDispatch(st: ServerState, ctx: ServerCtx, a: Extract<ServerDeferred, { kind: "dispatch" }>): void {
+  const { uuid, generation } = a;
+  const c = st.commands.get(uuid);
+  const conn = st.conns.get(a.conn);
+  if (!c || !conn || c.state !== L.DISPATCHED || c.dispatchedOn !== generation) return;
+  if (conn.phase !== "ready" || conn.generation !== generation) return; // redelivery or reconciliation takes over
+  c.dispatchedAt = ctx.now;
+  sendDispatch(ctx, conn, c);
+}
+
+function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+  send(ctx, conn, {
+    case: "commandDispatch",
+    value: create(CommandDispatchSchema, {
+      issueUuid: c.uuid,
+      commandRevision: BigInt(c.revision),
+      targetSessionGeneration: BigInt(conn.generation),
+      issueTime: timestampFromMsLocal(c.createdAt),
+      spec: c.spec,
+      queueExpiryTime: timestampFromMsLocal(ctx.toWall(c.queueExpiry)),
+      immutableRequestSha256: fromHex(c.hash),
+    }),
+  });
+  ctx.emit({ type: "trace", event: "dispatch", detail: { uuid: c.uuid, conn: conn.conn, generation: conn.generation, attempt: c.attempts } });
+}
+
+function timestampFromMsLocal(ms: number): ReturnType<typeof timestampFromMs> {
+  return timestampFromMs(ms);
+}
+
+export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState, a: CommandAccepted, fail: Fail): void {
+  const c = st.commands.get(a.issueUuid);
+  if (!c && prunedFor(st, a.issueUuid, conn.clientId)) {
+    ctx.emit({ type: "trace", event: "accepted_ignored", detail: { uuid: a.issueUuid, why: "pruned from history" } });
+    return; // a late answer for a command that ended long ago
+  }
+  if (!c || c.clientId !== conn.clientId) return fail(Code.NOT_FOUND, `CommandAccepted for unknown command ${a.issueUuid}`, false, a.issueUuid);
+  if (c.state !== L.DISPATCHED && c.state !== L.QUEUED) return; // duplicate or late answer
+  if (a.accepted) {
+    setState(st, ctx, c, L.ACCEPTED, "agent");
+    return;
+  }
+  const code = a.rejection?.code ?? Code.UNSPECIFIED;
+  const message = a.rejection?.message ?? "";
+  if (code === Code.ALREADY_EXECUTED) {
+    // R-D5: suppress dispatch, reconcile the stale state; not a new rejection.
+    setState(st, ctx, c, L.INTERRUPTED, "server", "agent reports it already executed this request; outcome not retained");
+    openIncident(st, ctx, c.clientId, c.uuid, "already_executed", message);
+    return;
+  }
+  if (isPermanentRejection(code)) {
+    setState(st, ctx, c, L.REJECTED, "server", `${codeName(code)}: ${message}`);
+    return;
+  }
+  if (isTransientRejection(code) || code === Code.STALE_GENERATION) {
+    setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
+    const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.attempts, 20));
+    c.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
+    persistCommand(st, ctx, c);
+    ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.nextAttemptAt } });
+    return;
+  }
+  fail(Code.PROTOCOL_ERROR, `rejection with code ${code} is not a dispatch answer`, true);
+}

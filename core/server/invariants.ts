@@ -1,0 +1,88 @@
+// The server's invariants, checked after every step in tests and by the
+// simulator: connections, clients, commands, and (in their modules) incidents
+// and history.
+
+import { isTerminal } from "../dispatch/lifecycle.js";
+import { assert } from "../errors.js";
+import * as LIM from "../limits.js";
+import { MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND, SERVER_RECENT_DIGESTS, STDIN_WRITES_IN_FLIGHT } from "../limits.js";
+import type { ServerState } from "./server-types.js";
+import { historyInvariants } from "./history.js";
+import { incidentInvariants } from "./incidents.js";
+import { rowEventBound } from "./ingest.js";
+
+export function serverInvariants(st: ServerState): void {
+  const liveByClient = new Map<string, number>();
+  for (const [id, conn] of st.conns) {
+    assert(conn.conn === id, "conn key mismatch");
+    assert(conn.ingressPending >= 0, `conn ${id} ingress accounting below zero`);
+    assert(conn.ingressPending <= st.config.limits.ingressHigh, `conn ${id} ingress over its high watermark`);
+    if (conn.phase !== "hello") {
+      const client = st.clients.get(conn.clientId);
+      assert(client !== undefined, `conn ${id} for unknown client`);
+      assert(client.conn === id, `conn ${id} is not its client's current connection`);
+      assert(conn.generation === client.generation, `conn ${id} generation ${conn.generation} != client ${client.generation}`);
+      assert(!liveByClient.has(conn.clientId), `two live sessions for ${conn.clientId}`);
+      liveByClient.set(conn.clientId, id);
+    }
+  }
+  for (const client of st.clients.values()) {
+    if (client.conn !== 0) assert(st.conns.get(client.conn)?.clientId === client.clientId, `client ${client.clientId} points at a foreign conn`);
+    assert(typeof client.draining === "boolean", `client ${client.clientId} drain flag is not a boolean`);
+    const rep = client.replaced;
+    if (rep) {
+      assert(rep.instanceId !== client.instanceId, `client ${client.clientId} replaced by its own instance`);
+      assert(rep.generation < client.generation, `client ${client.clientId} replacement beyond its generation`);
+    }
+  }
+  assert(st.gate.durableThrough <= st.gate.lastId, "durable beyond last persist");
+  assert(st.conns.size <= LIM.MAX_SERVER_CONNECTIONS, "connections over their bound");
+  assert(
+    st.clients.size <= Math.max(st.config.limits.maxClients, st.clientsAtRestore),
+    `${st.clients.size} client records over the bound ${st.config.limits.maxClients}`,
+  );
+  incidentInvariants(st);
+  serverCommandInvariants(st);
+}
+
+export function serverCommandInvariants(st: ServerState): void {
+  const output = new Map<string, number>();
+  for (const [uuid, c] of st.commands) {
+    assert(st.active.has(uuid) === !isTerminal(c.state), `${uuid}: active index out of step`);
+    if (isTerminal(c.committed.state)) assert(c.state === c.committed.state, `${uuid}: committed terminal state ${c.committed.state} changed to ${c.state}`);
+    assert(c.committed.revision <= c.revision && c.committed.stdinAssigned < c.stdin.nextSeq, `${uuid}: committed view ahead of memory`);
+    assert(c.stdin.sentThrough <= Math.max(c.committed.stdinAssigned, c.stdin.ackedThrough), `${uuid}: stdin sent before it was durable`);
+    assert(c.committed.storedThrough <= c.storedThrough, `${uuid}: readers would see events not yet durable`);
+    if (c.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.storedOutputBytes);
+    assert(c.uuid === uuid, "command key mismatch");
+    assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);
+    assert(c.stdin.ackedThrough < c.stdin.nextSeq, `${uuid}: stdin acked beyond assigned`);
+    let q = 0;
+    for (const op of c.stdin.queue) q += op.data.length;
+    assert(q === c.stdin.queuedBytes && q <= st.config.limits.stdinQueue, `${uuid}: stdin queue accounting`);
+    let seg = 0;
+    for (const s of c.segments) seg += s.bytes;
+    assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
+    assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
+    assert(
+      c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND,
+      `${uuid}: a per-command bound exceeded`,
+    );
+    // Digests grow only while a command is active (events of terminal ones are never stored).
+    if (!isTerminal(c.state)) assert(Object.keys(c.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
+    assert(c.rowEvents <= rowEventBound(c), `${uuid}: ${c.rowEvents} stored non-output events over the bound`);
+    let sent = 0;
+    for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) sent++;
+    assert(sent <= STDIN_WRITES_IN_FLIGHT, `${uuid}: ${sent} stdin writes in flight over the bound`);
+    assert(c.scriptAcked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
+    if (isTerminal(c.state)) {
+      assert(c.terminalSource !== "", `${uuid}: terminal without a source`);
+      assert(c.signals.length === 0 && c.stdin.queue.length === 0, `${uuid}: terminal with pending work`);
+    }
+  }
+  historyInvariants(st);
+  for (const [client, e] of st.clientOutput) {
+    assert(e.bytes === (output.get(client) ?? 0), `${client}: retained output index drift`);
+    assert(e.bytes <= st.config.limits.outputPerClient + st.config.limits.segmentBytes * e.uuids.size, `${client}: per-client retention exceeded`);
+  }
+}

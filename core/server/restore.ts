@@ -1,0 +1,101 @@
+// A server from its durable tables (store.ts): no connection survives a
+// restart; derived indexes are rebuilt.
+
+import { SUPPORTED_PROTOCOL } from "../codec/version.js";
+import { isTerminal } from "../dispatch/lifecycle.js";
+import * as LIM from "../limits.js";
+import { SERVER_RECENT_DIGESTS } from "../limits.js";
+import { rngFromSeed } from "../rng.js";
+import { newGate } from "../step-context.js";
+import type { ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
+import { type ScriptRow, type ServerTables, parseIncidentKey, restoreCommand, rowsOf } from "./store.js";
+import { restoreHistory } from "./history.js";
+import { restoreIncidentIndex } from "./incidents.js";
+import { recharge } from "./metadata.js";
+import { noteOutput } from "./retention.js";
+
+export function defaultServerConfig(): ServerConfig {
+  return {
+    protocol: SUPPORTED_PROTOCOL,
+    limits: {
+      outputPerCommand: LIM.SERVER_OUTPUT_PER_COMMAND_BYTES,
+      outputPerClient: LIM.SERVER_OUTPUT_PER_CLIENT_BYTES,
+      segmentBytes: LIM.SERVER_SEGMENT_BYTES,
+      ingressHigh: LIM.SERVER_INGRESS_HIGH_WATERMARK_BYTES,
+      maxInflightDispatches: LIM.MAX_INFLIGHT_DISPATCHES,
+      maxActivePerClient: LIM.MAX_ACTIVE_COMMANDS_PER_CLIENT,
+      reconcileTargets: LIM.MAX_RECONCILE_TARGETS,
+      redeliveryMs: LIM.REDELIVERY_TIMEOUT_MS,
+      authorizationTtlMs: LIM.AUTHORIZATION_TTL_MS,
+      stdinWindow: LIM.SERVER_STDIN_WINDOW_BYTES,
+      stdinQueue: LIM.SERVER_STDIN_QUEUE_BYTES,
+      scriptWindow: LIM.SCRIPT_UPLOAD_WINDOW_BYTES,
+      metadataBudget: LIM.SERVER_METADATA_BUDGET_BYTES,
+      historyMs: LIM.SERVER_HISTORY_MS,
+      prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
+      maxClients: LIM.MAX_CLIENTS,
+    },
+  };
+}
+
+export function newServer(config: ServerConfig, seed: number): ServerState {
+  return restoreServer(config, { get: () => undefined }, seed);
+}
+
+/** Rebuild the server from its durable tables. No connection survives a restart. */
+export function restoreServer(config: ServerConfig, tables: ServerTables, seed: number): ServerState {
+  const st: ServerState = {
+    config,
+    rng: rngFromSeed(seed),
+    clients: new Map(),
+    conns: new Map(),
+    commands: new Map(),
+    active: new Set(),
+    history: new Map(),
+    metaBytes: 0,
+    pruned: new Map(),
+    clientOutput: new Map(),
+    incidents: new Map(),
+    incidentSeq: 0,
+    openIncidents: 0,
+    openByClient: new Map(),
+    openOverByClient: new Map(),
+    incidentDrops: new Map(),
+    incidentsDropped: 0,
+    dropsDirty: new Set(),
+    generationFloor: 0,
+    clientsAtRestore: 0,
+    gate: newGate<ServerDeferred>(),
+    wake: null,
+  };
+  for (const [id, c] of rowsOf(tables, "client")) {
+    st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null, draining: c.draining === true });
+  }
+  for (const [id, v] of rowsOf(tables, "incident")) {
+    st.incidents.set(id, { ...v });
+    const n = parseIncidentKey(id);
+    if (Number.isFinite(n) && n > st.incidentSeq) st.incidentSeq = n;
+  }
+  restoreIncidentIndex(st, tables);
+  st.clientsAtRestore = st.clients.size;
+  restoreCommands(st, tables);
+  return st;
+}
+
+export function restoreCommands(st: ServerState, tables: ServerTables): void {
+  const scripts = tables.get("script");
+  for (const [uuid, r] of rowsOf(tables, "command")) {
+    const c = restoreCommand(r, scripts?.get(uuid) as ScriptRow | undefined);
+    st.commands.set(uuid, c);
+    if (!isTerminal(c.state)) st.active.add(uuid);
+    if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
+    recharge(st, c);
+  }
+  restoreHistory(st, rowsOf(tables, "pruned"));
+  // Digests of the most recent stored events, for resend checks after a restart.
+  for (const [key, e] of rowsOf(tables, "event")) {
+    const uuid = key.slice(0, key.lastIndexOf("/"));
+    const c = st.commands.get(uuid);
+    if (c && e.seq > c.storedThrough - SERVER_RECENT_DIGESTS) c.digests[e.seq] = e.digest;
+  }
+}

@@ -1,0 +1,374 @@
+// The server's storage schema: one row type per table, the key codecs, the
+// persist records the core writes, and the one field mapping a command
+// record is written and restored by. Every reader of the server's tables
+// (restore, the control service, the simulator's oracles, the TUI's
+// simulator source, the storage shell, tests) takes its types from here.
+//
+// Tables (docs/ARCHITECTURE.md "Storage"):
+//
+//   client         clientId            ClientRow (conn always 0)
+//   command        uuid                CommandRow
+//   event          eventKey(uuid, seq) EventRow (one per stored event)
+//   script         uuid                ScriptRow (until the upload completes)
+//   retention      uuid                RetentionRow (one cumulative marker)
+//   pruned         uuid                PrunedRow
+//   reconcile      clientId            ReconcileRow (the last result)
+//   incident       incidentKey(n)      IncidentRow
+//   incident_drop  clientId            IncidentDropRow
+//   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow
+//
+// The value of every row is exactly what is written here; changing a shape
+// changes the stored bytes, and restore must still read rows written before
+// (the optional fields of CommandRow and ClientRow are such legacy gaps).
+
+import { toBinary } from "@bufbuild/protobuf";
+import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { isTerminal } from "../dispatch/lifecycle.js";
+import type { PersistRecord } from "../effects.js";
+import type { StreamName } from "../window/outbox.js";
+import type { ClientRecord, Incident, IncidentDrops, PrunedCommand, RetentionMarker, ServerCommand } from "./server-types.js";
+
+/** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
+export interface ServerTables {
+  get(table: string): ReadonlyMap<string, unknown> | undefined;
+}
+
+// ------------------------------------------------------------------ keys
+
+/** Digits of the zero-padded sequence in an event key: keys sort in seq order. */
+export const EVENT_SEQ_DIGITS = 12;
+
+export const padSeq = (seq: number): string => seq.toString().padStart(EVENT_SEQ_DIGITS, "0");
+/** Key of event `seq` of command `uuid` in table `event`. */
+export const eventKey = (uuid: string, seq: number): string => `${uuid}/${padSeq(seq)}`;
+/** Every event key of `uuid` starts with this (uuids contain no '/'). */
+export const eventPrefix = (uuid: string): string => `${uuid}/`;
+
+/** The command and sequence an event key names (null: not an event key). */
+export function parseEventKey(key: string): { uuid: string; seq: number } | null {
+  const i = key.lastIndexOf("/");
+  if (i < 0) return null;
+  const seq = Number(key.slice(i + 1));
+  return Number.isInteger(seq) ? { uuid: key.slice(0, i), seq } : null;
+}
+
+/** Key (and id) of the n-th incident. */
+export const incidentKey = (n: number): string => `inc-${n}`;
+
+/** The number in an incident key (NaN when it has none: such an id never raises the sequence). */
+export const parseIncidentKey = (id: string): number => Number(id.replace(/^inc-/, ""));
+
+export const COUNTER_KEYS = { incidentsDropped: "incidents_dropped", generationFloor: "generation_floor" } as const;
+
+// ------------------------------------------------------------------ rows
+
+/** A client record as stored: no live connection survives a restart. Rows written before drains lack `draining`. */
+export type ClientRow = Omit<ClientRecord, "draining"> & { draining?: boolean };
+
+/** Fields of a command that are never stored (bytes in table `script`, derived views and charges). */
+type Unstored = "script" | "committed" | "charged";
+/** Fields that records written by older servers may lack (restore fills them in). */
+type Legacy = "endedAt" | "startedTime" | "endedTime" | "specBytes" | "rowEvents";
+export type CommandRow = Omit<ServerCommand, Unstored | Legacy> & Partial<Pick<ServerCommand, Legacy>>;
+
+export interface ScriptRow {
+  data: Uint8Array;
+}
+
+export interface RetentionRow extends RetentionMarker {
+  uuid: string;
+}
+
+export type PrunedRow = PrunedCommand;
+
+export interface ReconcileRow {
+  /** The session generation the result was computed for. */
+  generation: number;
+  terminate: string[];
+  discard: string[];
+}
+
+export type IncidentRow = Incident;
+export type IncidentDropRow = IncidentDrops;
+export interface IncidentsDroppedRow {
+  count: number;
+}
+export interface GenerationFloorRow {
+  generation: number;
+}
+
+/** Fields every stored event has. `time`: the agent's event time (wall clock). */
+export interface EventRowBase {
+  seq: number;
+  revision: number;
+  time: number;
+  /** digest53 of the event's bytes as received (resend checks, R-O2). */
+  digest: number;
+}
+
+export type ByteRange = { stream: StreamName; offset: number; length: number };
+
+export interface OutputEventRow extends EventRowBase {
+  kind: "output";
+  stream: StreamName;
+  offset: number;
+  originalSize: number;
+  /** The validated zstd frame (the storage shell keeps it in a segment file). */
+  zstd: Uint8Array;
+}
+export interface TruncationEventRow extends EventRowBase {
+  kind: "truncation";
+  cause: number;
+  ranges: ByteRange[];
+}
+export interface LifecycleEventRow extends EventRowBase {
+  kind: "lifecycle";
+  state: CommandLifecycle;
+  exitCode: number | null;
+  signalName: string;
+  reason: string;
+  error: { code: number; message: string } | null;
+}
+export interface StdinAckEventRow extends EventRowBase {
+  kind: "stdin_ack";
+  writeSeq: number;
+  closed: boolean;
+  failure: string;
+}
+export interface SignalResultEventRow extends EventRowBase {
+  kind: "signal_result";
+  signal: number;
+  delivered: boolean;
+  detail: string;
+}
+export interface ScriptUploadEventRow extends EventRowBase {
+  kind: "script_upload";
+  receivedBytes: number;
+  complete: boolean;
+}
+export interface IncompleteEventRow extends EventRowBase {
+  kind: "incomplete";
+  streams: Array<StreamName | null>;
+  reason: string;
+}
+
+export type EventRow =
+  | OutputEventRow
+  | TruncationEventRow
+  | LifecycleEventRow
+  | StdinAckEventRow
+  | SignalResultEventRow
+  | ScriptUploadEventRow
+  | IncompleteEventRow;
+export type EventKind = EventRow["kind"];
+
+/**
+ * What the storage shell loads for a stored output event at start: only its
+ * digest (the bytes stay in their segment file). Restore reads `seq` and
+ * `digest` of every event row, so it reads these too.
+ */
+export interface EventDigestRow {
+  seq: number;
+  digest: number;
+  kind?: undefined;
+}
+
+/** Table name -> row type. */
+export interface ServerRows {
+  client: ClientRow;
+  command: CommandRow;
+  event: EventRow | EventDigestRow;
+  script: ScriptRow;
+  retention: RetentionRow;
+  pruned: PrunedRow;
+  reconcile: ReconcileRow;
+  incident: IncidentRow;
+  incident_drop: IncidentDropRow;
+  counter: IncidentsDroppedRow | GenerationFloorRow;
+}
+export type ServerTableName = keyof ServerRows;
+
+/** The rows of one table, typed (the one place stored values are taken to be what this schema wrote). */
+export function rowsOf<T extends ServerTableName>(tables: ServerTables, table: T): Iterable<[string, ServerRows[T]]> {
+  return (tables.get(table) ?? []) as Iterable<[string, ServerRows[T]]>;
+}
+
+/** One row, typed (undefined: none). */
+export function rowOf<T extends ServerTableName>(tables: ServerTables, table: T, key: string): ServerRows[T] | undefined {
+  return tables.get(table)?.get(key) as ServerRows[T] | undefined;
+}
+
+export function incidentsDroppedOf(tables: ServerTables): number {
+  return (rowOf(tables, "counter", COUNTER_KEYS.incidentsDropped) as IncidentsDroppedRow | undefined)?.count ?? 0;
+}
+
+export function generationFloorOf(tables: ServerTables): number {
+  return (rowOf(tables, "counter", COUNTER_KEYS.generationFloor) as GenerationFloorRow | undefined)?.generation ?? 0;
+}
+
+/** A full stored event (not a digest-only row of the storage shell's restore). */
+export const isEventRow = (v: EventRow | EventDigestRow): v is EventRow => v.kind !== undefined;
+
+// ------------------------------------------------------------------ records the core writes
+
+type Rec<T extends ServerTableName> = PersistRecord & { table: T; value: ServerRows[T] | null };
+
+export function clientRecord(c: ClientRecord): Rec<"client"> {
+  const value: ClientRow = {
+    ...c,
+    conn: 0,
+    capacity: { ...c.capacity },
+    pendingClaim: c.pendingClaim && { ...c.pendingClaim },
+    authorization: c.authorization && { ...c.authorization },
+    replaced: c.replaced && { ...c.replaced },
+  };
+  return { table: "client", key: c.clientId, value };
+}
+
+export const clientDelete = (clientId: string): Rec<"client"> => ({ table: "client", key: clientId, value: null });
+
+export function commandRecord(c: ServerCommand): Rec<"command"> {
+  const value = {} as Record<string, unknown>;
+  for (const [k, save] of SAVERS) value[k] = save(c);
+  return { table: "command", key: c.uuid, value: value as unknown as CommandRow };
+}
+
+export const commandDelete = (uuid: string): Rec<"command"> => ({ table: "command", key: uuid, value: null });
+
+export const eventRecord = (uuid: string, row: EventRow): Rec<"event"> => ({ table: "event", key: eventKey(uuid, row.seq), value: row });
+
+/** Deletes every stored event of `uuid`. */
+export const eventsDelete = (uuid: string): Rec<"event"> & { prefix: true } => ({ table: "event", key: eventPrefix(uuid), value: null, prefix: true });
+
+export const scriptRecord = (uuid: string, data: Uint8Array): Rec<"script"> => ({ table: "script", key: uuid, value: { data } });
+export const scriptDelete = (uuid: string): Rec<"script"> => ({ table: "script", key: uuid, value: null });
+
+export const retentionRecord = (uuid: string, m: RetentionMarker): Rec<"retention"> => ({
+  table: "retention",
+  key: uuid,
+  value: { uuid, ...m, ranges: m.ranges.map((r) => ({ ...r })) },
+});
+export const retentionDelete = (uuid: string): Rec<"retention"> => ({ table: "retention", key: uuid, value: null });
+
+export const prunedRecord = (p: PrunedCommand): Rec<"pruned"> => ({ table: "pruned", key: p.uuid, value: { ...p } });
+export const prunedDelete = (uuid: string): Rec<"pruned"> => ({ table: "pruned", key: uuid, value: null });
+
+export const reconcileRecord = (clientId: string, row: ReconcileRow): Rec<"reconcile"> => ({ table: "reconcile", key: clientId, value: row });
+export const reconcileDelete = (clientId: string): Rec<"reconcile"> => ({ table: "reconcile", key: clientId, value: null });
+
+export const incidentRecord = (i: Incident): Rec<"incident"> => ({ table: "incident", key: i.id, value: { ...i } });
+export const incidentDelete = (id: string): Rec<"incident"> => ({ table: "incident", key: id, value: null });
+
+export const incidentDropRecord = (clientId: string, d: IncidentDrops | undefined): Rec<"incident_drop"> => ({
+  table: "incident_drop",
+  key: clientId,
+  value: d ? { ...d } : null,
+});
+
+export const incidentsDroppedRecord = (count: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.incidentsDropped, value: { count } });
+export const generationFloorRecord = (generation: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.generationFloor, value: { generation } });
+
+// ------------------------------------------------------------------ the command record's one field mapping
+
+/**
+ * How each field of a ServerCommand is stored (`save`: its value in the
+ * record; null: not stored) and restored (`load`: its value after a restart,
+ * from the record and the command's script row). The mapped type names every
+ * field, so a field added to ServerCommand does not compile until it says
+ * both; commandRecord and restoreCommand read nothing else.
+ *
+ * What a restart resets on purpose: nothing is in flight on a session
+ * (dispatchedOn, signals' sentOn, stdin's sentThrough, scriptSent,
+ * scriptCommitSentOn), digests are reloaded from the event table, and the
+ * record claims what is durable with it (storedThrough = receivedThrough).
+ */
+type FieldCodec<K extends keyof ServerCommand> = {
+  save: K extends keyof CommandRow ? (c: ServerCommand) => CommandRow[K] : null;
+  load: (r: CommandRow, script: Uint8Array | null) => ServerCommand[K];
+};
+export type CommandFields = { [K in keyof ServerCommand]-?: FieldCodec<K> };
+
+const legacyTime = (t: number | undefined): number => t ?? 0;
+
+// In the order of a command's fields (server-types.ts); the stored bytes do not depend on it (keys are sorted).
+export const COMMAND_FIELDS: CommandFields = {
+  uuid: { save: (c) => c.uuid, load: (r) => r.uuid },
+  clientId: { save: (c) => c.clientId, load: (r) => r.clientId },
+  hash: { save: (c) => c.hash, load: (r) => r.hash },
+  revision: { save: (c) => c.revision, load: (r) => r.revision },
+  spec: { save: (c) => c.spec, load: (r) => r.spec },
+  script: { save: null, load: (_r, script) => script },
+  createdAt: { save: (c) => c.createdAt, load: (r) => r.createdAt },
+  committed: {
+    save: null,
+    load: (r) => ({
+      state: r.state,
+      exitCode: r.exitCode,
+      signalName: r.signalName,
+      reason: r.reason,
+      storedThrough: r.storedThrough,
+      revision: r.revision,
+      stdinAssigned: r.stdin.nextSeq - 1,
+      startedTime: legacyTime(r.startedTime),
+      endedTime: legacyTime(r.endedTime),
+    }),
+  },
+  queueExpiry: { save: (c) => c.queueExpiry, load: (r) => r.queueExpiry },
+  state: { save: (c) => c.state, load: (r) => r.state },
+  terminalSource: { save: (c) => c.terminalSource, load: (r) => r.terminalSource },
+  everDispatched: { save: (c) => c.everDispatched, load: (r) => r.everDispatched },
+  dispatchedOn: { save: () => 0, load: () => 0 },
+  dispatchedAt: { save: (c) => c.dispatchedAt, load: (r) => r.dispatchedAt },
+  attempts: { save: (c) => c.attempts, load: (r) => r.attempts },
+  nextAttemptAt: { save: (c) => c.nextAttemptAt, load: (r) => r.nextAttemptAt },
+  // A record claims what will be durable with it: events through receivedThrough.
+  storedThrough: { save: (c) => c.receivedThrough, load: (r) => r.storedThrough },
+  receivedThrough: { save: (c) => c.receivedThrough, load: (r) => r.storedThrough },
+  streamNext: { save: (c) => ({ ...c.streamNext }), load: (r) => ({ ...r.streamNext }) },
+  exitCode: { save: (c) => c.exitCode, load: (r) => r.exitCode },
+  signalName: { save: (c) => c.signalName, load: (r) => r.signalName },
+  reason: { save: (c) => c.reason, load: (r) => r.reason },
+  stdin: {
+    save: (c) => ({ ...c.stdin, queue: c.stdin.queue.map((o) => ({ ...o })), sentThrough: c.stdin.ackedThrough }),
+    load: (r) => ({ ...r.stdin, queue: r.stdin.queue.map((o) => ({ ...o })), sentThrough: r.stdin.ackedThrough }),
+  },
+  signals: { save: (c) => c.signals.map((s) => ({ ...s, sentOn: 0 })), load: (r) => r.signals.map((s) => ({ ...s })) },
+  scriptAcked: { save: (c) => c.scriptAcked, load: (r) => r.scriptAcked },
+  scriptSent: { save: (c) => c.scriptSent, load: (r) => r.scriptAcked },
+  scriptCommitSentOn: { save: (c) => c.scriptCommitSentOn, load: () => 0 },
+  scriptCommitted: { save: (c) => c.scriptCommitted, load: (r) => r.scriptCommitted },
+  segments: {
+    save: (c) => c.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+    load: (r) => r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+  },
+  storedOutputBytes: { save: (c) => c.storedOutputBytes, load: (r) => r.storedOutputBytes },
+  retention: {
+    save: (c) => c.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+    load: (r) => r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+  },
+  requests: { save: (c) => ({ ...c.requests }), load: (r) => ({ ...r.requests }) },
+  digests: { save: () => ({}), load: () => ({}) },
+  // Records written before history pruning lack endedAt, specBytes and rowEvents.
+  endedAt: { save: (c) => c.endedAt, load: (r) => r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0) },
+  // Records written before command times lack these two.
+  startedTime: { save: (c) => c.startedTime, load: (r) => legacyTime(r.startedTime) },
+  endedTime: { save: (c) => c.endedTime, load: (r) => legacyTime(r.endedTime) },
+  specBytes: { save: (c) => c.specBytes, load: (r) => r.specBytes ?? toBinary(ExecutionSpecSchema, r.spec).length },
+  rowEvents: { save: (c) => c.rowEvents, load: (r) => r.rowEvents ?? 0 },
+  charged: { save: null, load: () => 0 },
+};
+
+const FIELD_NAMES = Object.keys(COMMAND_FIELDS) as Array<keyof ServerCommand>;
+const SAVERS: Array<[string, (c: ServerCommand) => unknown]> = [];
+for (const k of FIELD_NAMES) {
+  const save = COMMAND_FIELDS[k].save as ((c: ServerCommand) => unknown) | null;
+  if (save) SAVERS.push([k, save]);
+}
+
+/** A command as a restart finds it: from its record and its script row (if the upload had not completed). */
+export function restoreCommand(r: CommandRow, script: ScriptRow | undefined): ServerCommand {
+  const bytes = script?.data ?? null;
+  const c = {} as Record<string, unknown>;
+  for (const k of FIELD_NAMES) c[k] = (COMMAND_FIELDS[k].load as (r: CommandRow, s: Uint8Array | null) => unknown)(r, bytes);
+  return c as unknown as ServerCommand;
+}

@@ -1,0 +1,345 @@
+// Event ingest at the server: acknowledgements, validation of every event kind, command times (core/server/ingest.ts).
+// (Moved from test/core/server-node-edges.test.ts, which drove the server
+// reducer directly with hand-made agent frames.)
+import { rowOf } from "../../../core/server/store.js";
+import { createHash } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { describe, expect, it } from "vitest";
+import {
+  ClientHelloSchema,
+  type AgentError,
+  type CommandDispatch,
+  type ReconcileRequest,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+} from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  ByteRangeSchema,
+  CommandEventSchema,
+  CommandLifecycle as L,
+  ControlErrorSchema,
+  EventRangeSchema,
+  ExecutionSpecSchema,
+  OutputIncompleteSchema,
+  OutputStream,
+  OutputTruncationSchema,
+  ProtocolRangeSchema,
+  ProtocolVersionSchema,
+  ScriptUploadStatusSchema,
+  SignalKind,
+  SignalResultSchema,
+  StdinAckSchema,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  defaultServerConfig,
+  restoreServer,
+  serverInvariants,
+  serverStep,
+  type ControlRequest,
+  type ServerEffect,
+  type ServerLimits,
+} from "../../../core/index.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
+import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
+import { nextFloat } from "../../../core/rng.js";
+import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
+
+import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+void MAX_INCIDENTS_KEPT;
+
+describe("acknowledgements", () => {
+  it("R-O3: events made durable in one batch are acknowledged once per command, cumulatively; none after the session ended", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.running(c, "c1");
+    r.running(c, "c2");
+    r.autoDurable = false;
+    r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("a")));
+    r.event(c, "c1", 3, output(OutputStream.STDOUT, 1, enc("b")));
+    r.event(c, "c2", 2, output(OutputStream.STDERR, 0, enc("z")));
+    expect(r.st.conns.get(c)!.ingressPending).toBeGreaterThan(0);
+    const out = r.flush();
+    const acks = r.sent(out, c, "eventAck").map((s) => s.env.payload.value as { issueUuid: string; throughEventSeq: bigint });
+    expect(acks.map((a) => [a.issueUuid, a.throughEventSeq])).toEqual([
+      ["c1", 3n],
+      ["c2", 2n],
+    ]);
+    expect(r.st.conns.get(c)!.ingressPending).toBe(0);
+    r.event(c, "c1", 4, output(OutputStream.STDOUT, 2, enc("c")));
+    r.step({ type: "conn_closed", conn: c, reason: "x" });
+    const late = r.flush();
+    expect(r.sent(late)).toEqual([]);
+    expect(r.cmd("c1").storedThrough).toBe(4);
+  });
+});
+
+// ====================================================================== control requests
+
+describe("command events", () => {
+  function ready(over: Partial<ServerLimits> = {}) {
+    const r = new ServerRig(over);
+    const c = r.connect();
+    r.running(c, "c1", { ...argv("cat"), stdinOpen: true });
+    return { r, c };
+  }
+
+  it("R-O3: events for unknown or foreign commands are NOT_FOUND without closing; seq 0 or beyond 2^53 closes", () => {
+    const { r, c } = ready();
+    const b = r.connect("b");
+    expectRefused(r, r.event(c, "ghost", 1, lifecycle(L.RUNNING)), c, Code.NOT_FOUND, "event for unknown command ghost");
+    expect(r.errors(r.log, c).at(-1)!.error?.issueUuid).toBe("ghost");
+    expectRefused(r, r.event(b, "c1", 2, lifecycle(L.SUCCEEDED)), b, Code.NOT_FOUND);
+    expectClosed(r, r.event(c, "c1", 0, lifecycle(L.RUNNING)), c, Code.SEQUENCE_VIOLATION, "event_seq 0 impossible");
+    const x = ready();
+    expectClosed(x.r, x.r.event(x.c, "c1", 2n ** 60n, lifecycle(L.RUNNING)), x.c, Code.SEQUENCE_VIOLATION);
+  });
+
+  it("R-O2: a gap closes; an identical resend is acknowledged through what is stored; a different resend closes", () => {
+    const { r, c } = ready();
+    expectClosed(r, r.event(c, "c1", 3, output(OutputStream.STDOUT, 0, enc("x"))), c, Code.SEQUENCE_VIOLATION, "event 3 of c1 after 1: gap");
+    const x = ready();
+    x.r.event(x.c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ab")));
+    const again = x.r.event(x.c, "c1", 1, lifecycle(L.RUNNING));
+    expect(x.r.sent(again, x.c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([2n]);
+    expect(again.filter((e) => e.type === "persist")).toEqual([]);
+    expectClosed(x.r, x.r.event(x.c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ZZ"))), x.c, Code.SEQUENCE_VIOLATION, "event 2 of c1 resent with different bytes");
+  });
+
+  it("R-O3: a resend of an event received but not yet durable is not acknowledged early", () => {
+    const { r, c } = ready();
+    r.autoDurable = false;
+    r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ab")));
+    const re = r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ab")));
+    expect(r.sent(re)).toEqual([]);
+    expect(r.cmd("c1")).toMatchObject({ receivedThrough: 2, storedThrough: 1 });
+  });
+
+  it("R-D11 R-O2: for a command the agent ended, an identical resend is acknowledged through its own seq; anything else is ignored", () => {
+    const { r, c } = ready();
+    r.event(c, "c1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    const same = r.event(c, "c1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    expect(r.sent(same, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([2n]);
+    const early = r.event(c, "c1", 1, lifecycle(L.RUNNING));
+    expect(r.sent(early, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([1n]);
+    const diff = r.event(c, "c1", 2, lifecycle(L.FAILED, { exitCode: 1 }));
+    expect(r.sent(diff)).toEqual([]);
+    expect(of(diff, "trace").filter((t) => t.event === "event_ignored")).toHaveLength(1);
+    const beyond = r.event(c, "c1", 3, output(OutputStream.STDOUT, 0, enc("x")));
+    expect(r.sent(beyond)).toEqual([]);
+    expect(r.st.conns.has(c)).toBe(true);
+    expect(r.cmd("c1").state).toBe(L.SUCCEEDED);
+  });
+
+  it("R-D11: events of a command the server ended itself are dropped silently, whatever their seq", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "c1");
+    r.accept(c, "c1", false, Code.ALREADY_EXECUTED);
+    for (const seq of [1, 5, 1]) {
+      const out = r.event(c, "c1", seq, lifecycle(L.RUNNING));
+      expect(r.sent(out)).toEqual([]);
+      expect(of(out, "trace")).toEqual([]);
+    }
+    expect(r.st.conns.has(c)).toBe(true);
+  });
+
+  it("R-D1: an event for a command still dispatched means its acceptance was lost: the server adopts accepted", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "c1");
+    r.event(c, "c1", 1, lifecycle(L.RUNNING));
+    expect(r.cmd("c1").state).toBe(L.RUNNING);
+    const states = of(r.log, "trace").filter((t) => t.event === "state" && t.detail["uuid"] === "c1").map((t) => t.detail["state"]);
+    expect(states).toEqual(["ACCEPTED", "RUNNING"]);
+  });
+
+  it("R-W7: the ingress watermark is inclusive: exactly at it the event is taken, one byte over closes without acknowledging", () => {
+    const probe = ready();
+    const ev = create(CommandEventSchema, { issueUuid: "c1", eventSeq: 2n, commandRevision: 1n, event: output(OutputStream.STDOUT, 0, enc("hello")) });
+    const size = encodeEnvelope(probe.r.fenceOf(probe.c), { case: "commandEvent", value: ev }).length;
+    const ok = ready({ ingressHigh: size });
+    ok.r.autoDurable = false;
+    ok.r.frame(ok.c, { case: "commandEvent", value: ev });
+    expect(ok.r.cmd("c1").receivedThrough).toBe(2);
+    expect(ok.r.st.conns.get(ok.c)!.ingressPending).toBe(size);
+    const over = ready({ ingressHigh: size - 1 });
+    const out = over.r.frame(over.c, { case: "commandEvent", value: ev });
+    expectClosed(over.r, out, over.c, Code.CAPACITY, "server ingress high watermark");
+    expect(over.r.cmd("c1").receivedThrough).toBe(1);
+    expect(over.r.sent(out, over.c, "eventAck")).toEqual([]);
+  });
+
+  it("R-O4 R-T3: output chunks are checked: stream, declared size, compressed size, offset and compression", () => {
+    const cases: Array<[EventInit, Code, string?]> = [
+      [output(OutputStream.UNSPECIFIED, 0, enc("x")), Code.PROTOCOL_ERROR, "output chunk without a stream"],
+      [output(OutputStream.STDOUT, 0, enc("x"), { originalSize: MAX_CHUNK_BYTES + 1 }), Code.PAYLOAD_TOO_LARGE, `output chunk declares ${MAX_CHUNK_BYTES + 1} bytes`],
+      [output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array(MAX_CHUNK_BYTES + 1025) }), Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs"],
+      [output(OutputStream.STDOUT, 1, enc("x")), Code.SEQUENCE_VIOLATION, "stdout offset 1, expected 0"],
+      [output(OutputStream.STDERR, 0, enc("x"), { originalSize: 2 }), Code.BAD_COMPRESSION],
+      [output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array([1, 2, 3]) }), Code.BAD_COMPRESSION],
+    ];
+    for (const [ev, code, msg] of cases) {
+      const { r, c } = ready();
+      expectClosed(r, r.event(c, "c1", 2, ev), c, code, msg);
+      expect(r.cmd("c1").receivedThrough).toBe(1);
+    }
+    // At the bounds: a 64 KiB chunk is fine.
+    const { r, c } = ready();
+    r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, new Uint8Array(MAX_CHUNK_BYTES)));
+    expect(r.cmd("c1").streamNext).toEqual({ stdout: MAX_CHUNK_BYTES, stderr: 0 });
+    const rec = rowOf(r.disk.durable, "event", "c1/000000000002")!;
+    expect(rec).toMatchObject({ seq: 2, revision: 1, kind: "output", stream: "stdout", offset: 0, originalSize: MAX_CHUNK_BYTES });
+  });
+
+  it("R-O7: truncation markers must continue each stream exactly and carry no event range", () => {
+    const range = (stream: OutputStream, offset: number, length: number) => create(ByteRangeSchema, { stream, offset: BigInt(offset), length: BigInt(length) });
+    const trunc = (ranges: ReturnType<typeof range>[], withEvents = false): EventInit => ({
+      case: "truncation",
+      value: create(OutputTruncationSchema, { removedBytes: ranges, cause: 2, ...(withEvents ? { removedEvents: create(EventRangeSchema, { firstEventSeq: 1n, lastEventSeq: 2n }) } : {}) }),
+    });
+    const cases: Array<[EventInit, Code, string]> = [
+      [trunc([range(OutputStream.STDOUT, 0, 5)], true), Code.PROTOCOL_ERROR, "agent truncation markers carry no event range"],
+      [trunc([range(OutputStream.UNSPECIFIED, 0, 5)]), Code.PROTOCOL_ERROR, "bad truncation range"],
+      [trunc([range(OutputStream.STDOUT, 0, 0)]), Code.PROTOCOL_ERROR, "bad truncation range"],
+      [trunc([range(OutputStream.STDOUT, 3, 5)]), Code.SEQUENCE_VIOLATION, "truncation of stdout at 3, expected 0"],
+      [trunc([range(OutputStream.STDOUT, 0, 5), range(OutputStream.STDOUT, 6, 1)]), Code.SEQUENCE_VIOLATION, "truncation of stdout at 6, expected 5"],
+    ];
+    for (const [ev, code, msg] of cases) {
+      const { r, c } = ready();
+      expectClosed(r, r.event(c, "c1", 2, ev), c, code, msg);
+      expect(r.cmd("c1").streamNext).toEqual({ stdout: 0, stderr: 0 });
+    }
+    const { r, c } = ready();
+    r.event(c, "c1", 2, trunc([range(OutputStream.STDOUT, 0, 5), range(OutputStream.STDERR, 0, 2), range(OutputStream.STDOUT, 5, 3)]));
+    expect(r.cmd("c1").streamNext).toEqual({ stdout: 8, stderr: 2 });
+    r.event(c, "c1", 3, output(OutputStream.STDOUT, 8, enc("k")));
+    expect(r.cmd("c1").streamNext.stdout).toBe(9);
+  });
+
+  it("R-O8 R-D4: lifecycle events must be legal transitions the agent may report; terminal ones clear pending signals", () => {
+    const bad: Array<[L, Code]> = [
+      [L.QUEUED, Code.SEQUENCE_VIOLATION],
+      [L.DISPATCHED, Code.SEQUENCE_VIOLATION],
+      [L.ACCEPTED, Code.SEQUENCE_VIOLATION],
+      [L.EXPIRED, Code.SEQUENCE_VIOLATION],
+      [L.REJECTED, Code.SEQUENCE_VIOLATION],
+    ];
+    for (const [to, code] of bad) {
+      const { r, c } = ready();
+      expectClosed(r, r.event(c, "c1", 2, lifecycle(to)), c, code, `lifecycle RUNNING -> ${L[to]} is not allowed`);
+      expect(r.cmd("c1").state).toBe(L.RUNNING);
+    }
+    // ACCEPTED is a server-side state even where the transition exists.
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "c1");
+    r.accept(c, "c1");
+    expectClosed(r, r.event(c, "c1", 1, lifecycle(L.ACCEPTED)), c, Code.PROTOCOL_ERROR, "agent lifecycle event ACCEPTED");
+    // Same state again is no transition and is stored.
+    const s = ready();
+    s.r.event(s.c, "c1", 2, lifecycle(L.RUNNING));
+    expect(s.r.cmd("c1").receivedThrough).toBe(2);
+    s.r.control({ op: "signal", requestId: "u", uuid: "c1", signal: SignalKind.USER1 });
+    expect(s.r.cmd("c1").signals).toHaveLength(1);
+    s.r.event(s.c, "c1", 3, lifecycle(L.FAILED, { exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: create(ControlErrorSchema, { code: Code.VALIDATION, message: "m" }) }));
+    expect(s.r.cmd("c1")).toMatchObject({ state: L.FAILED, exitCode: 2, signalName: "SIGSEGV", reason: "boom", terminalSource: "agent", signals: [] });
+    expect(s.r.disk.durable.get("event")!.get("c1/000000000003")).toMatchObject({ kind: "lifecycle", state: L.FAILED, exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: { code: Code.VALIDATION, message: "m" } });
+    expect(s.r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ kind: "lifecycle", state: L.RUNNING, exitCode: null, error: null });
+  });
+
+  it("R-S1: a stdin ack for a write never assigned closes; acks advance and trim the queue, never go back", () => {
+    const { r, c } = ready();
+    r.control({ op: "stdin", requestId: "w1", uuid: "c1", data: enc("ab"), appendNewline: false });
+    r.control({ op: "stdin", requestId: "w2", uuid: "c1", data: enc("cde"), appendNewline: false });
+    expect(r.cmd("c1").stdin).toMatchObject({ nextSeq: 3, queuedBytes: 5 });
+    const ack = (seq: number, ws: number) => r.event(c, "c1", seq, { case: "stdinAck", value: create(StdinAckSchema, { writeSeq: BigInt(ws) }) });
+    ack(2, 2);
+    expect(r.cmd("c1").stdin).toMatchObject({ ackedThrough: 2, queuedBytes: 0, queue: [] });
+    ack(3, 1);
+    expect(r.cmd("c1").stdin.ackedThrough).toBe(2);
+    expectClosed(r, ack(4, 3), c, Code.SEQUENCE_VIOLATION, "stdin ack for write 3 never sent");
+  });
+
+  it("R-S4: a signal result settles the requests up to its revision", () => {
+    const { r, c } = ready();
+    for (const id of ["s1", "s2", "s3"]) r.control({ op: "signal", requestId: id, uuid: "c1", signal: SignalKind.USER1 });
+    expect(r.cmd("c1").signals.map((s) => s.revision)).toEqual([2, 3, 4]);
+    r.event(c, "c1", 2, { case: "signalResult", value: create(SignalResultSchema, { signal: SignalKind.USER1, delivered: true }) }, 3n);
+    expect(r.cmd("c1").signals.map((s) => s.revision)).toEqual([4]);
+    expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ kind: "signal_result", revision: 3, signal: SignalKind.USER1, delivered: true });
+  });
+
+  it("R-O8: an incomplete event is stored with its stream names; an event without a payload closes", () => {
+    const { r, c } = ready();
+    r.event(c, "c1", 2, { case: "incomplete", value: create(OutputIncompleteSchema, { streams: [OutputStream.STDERR, OutputStream.STDOUT], reason: "pipe" }) });
+    expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ kind: "incomplete", streams: ["stderr", "stdout"], reason: "pipe" });
+    expectClosed(r, r.event(c, "c1", 3, { case: undefined }), c, Code.PROTOCOL_ERROR, "command event without a recognized payload");
+  });
+
+  it("R-O2: only the most recent SERVER_RECENT_DIGESTS event digests are kept", () => {
+    const { r, c } = ready();
+    const cmd = r.cmd("c1");
+    // As if events 2..SERVER_RECENT_DIGESTS+1 had been stored: the digest memory is full.
+    cmd.digests = {};
+    for (let s = 2; s <= SERVER_RECENT_DIGESTS + 1; s++) cmd.digests[s] = s;
+    cmd.receivedThrough = cmd.storedThrough = SERVER_RECENT_DIGESTS + 1;
+    r.event(c, "c1", SERVER_RECENT_DIGESTS + 2, output(OutputStream.STDOUT, 0, enc("x")));
+    const keys = Object.keys(cmd.digests).map(Number).sort((a, b) => a - b);
+    expect(keys[0]).toBe(3);
+    expect(keys.at(-1)).toBe(SERVER_RECENT_DIGESTS + 2);
+    expect(keys).toHaveLength(SERVER_RECENT_DIGESTS);
+    // A forgotten seq can no longer be checked, so a resend is simply acknowledged ...
+    const out = r.event(c, "c1", 2, lifecycle(L.FAILED));
+    expect(r.st.conns.has(c)).toBe(true);
+    expect(r.sent(out, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([BigInt(SERVER_RECENT_DIGESTS + 2)]);
+    // ... while one still remembered must match.
+    expectClosed(r, r.event(c, "c1", 3, lifecycle(L.FAILED)), c, Code.SEQUENCE_VIOLATION, "event 3 of c1 resent with different bytes");
+  });
+});
+
+// ====================================================================== scripts, stdin and signal pumping
+
+describe("command times", () => {
+  it("started and ended times come from the agent's RUNNING and terminal events, reach readers once durable, and survive a restart", () => {
+    const r = new ServerRig();
+    const a = r.connect("a");
+    r.submit("a", "c");
+    r.accept(a, "c");
+    const started = T0 + 5_000;
+    const ended = T0 + 9_250;
+    r.event(a, "c", 1, lifecycle(L.RUNNING), 1n);
+    expect(r.cmd("c").startedTime).toBe(T0); // no event time: the server's wall clock
+    r.autoDurable = false;
+    const ev = (seq: number, state: L, t: number, extra = {}) =>
+      r.frame(a, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "c", eventSeq: BigInt(seq), commandRevision: 1n, time: timestampFromMs(t), event: lifecycle(state, extra) }) });
+    ev(2, L.SUCCEEDED, ended, { exitCode: 0 });
+    expect(r.cmd("c")).toMatchObject({ startedTime: T0, endedTime: ended });
+    expect(r.cmd("c").committed.endedTime).toBe(0); // not durable yet: readers do not see it
+    r.flush();
+    expect(r.cmd("c").committed).toMatchObject({ startedTime: T0, endedTime: ended });
+    // A second command with an event time on RUNNING.
+    r.autoDurable = true;
+    r.submit("a", "d");
+    r.accept(a, "d");
+    r.frame(a, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "d", eventSeq: 1n, commandRevision: 1n, time: timestampFromMs(started), event: lifecycle(L.RUNNING) }) });
+    expect(r.cmd("d").committed).toMatchObject({ startedTime: started, endedTime: 0 });
+    const back = restoreServer(r.cfg, r.disk.tables(), 2);
+    expect(back.commands.get("c")!.committed).toMatchObject({ startedTime: T0, endedTime: ended });
+    expect(back.commands.get("d")!.committed).toMatchObject({ startedTime: started, endedTime: 0 });
+  });
+
+  it("a command the server ends itself gets the server's wall time as its end, and no start", () => {
+    const r = new ServerRig();
+    r.step({ type: "conn_closed", conn: r.connect("a"), reason: "offline" });
+    r.submit("a", "q");
+    r.now = T0 + 1000;
+    r.control({ op: "signal", requestId: "x", uuid: "q", signal: SignalKind.CANCEL });
+    expect(r.cmd("q").state).toBe(L.CANCELLED);
+    expect(r.cmd("q").committed).toMatchObject({ startedTime: 0, endedTime: T0 + 1000 });
+  });
+});

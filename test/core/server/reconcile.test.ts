@@ -1,0 +1,164 @@
+// Reconciliation at the server (core/server/reconcile.ts).
+// (Moved from test/core/server-node-edges.test.ts, which drove the server
+// reducer directly with hand-made agent frames.)
+import { createHash } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { describe, expect, it } from "vitest";
+import {
+  ClientHelloSchema,
+  type AgentError,
+  type CommandDispatch,
+  type ReconcileRequest,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+} from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  ByteRangeSchema,
+  CommandEventSchema,
+  CommandLifecycle as L,
+  ControlErrorSchema,
+  EventRangeSchema,
+  ExecutionSpecSchema,
+  OutputIncompleteSchema,
+  OutputStream,
+  OutputTruncationSchema,
+  ProtocolRangeSchema,
+  ProtocolVersionSchema,
+  ScriptUploadStatusSchema,
+  SignalKind,
+  SignalResultSchema,
+  StdinAckSchema,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  defaultServerConfig,
+  restoreServer,
+  serverInvariants,
+  serverStep,
+  type ControlRequest,
+  type ServerEffect,
+  type ServerLimits,
+} from "../../../core/index.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
+import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
+import { nextFloat } from "../../../core/rng.js";
+import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
+
+import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+void MAX_INCIDENTS_KEPT;
+
+describe("reconciliation at the server", () => {
+  it("R-D6: a request names at most its target bound, in-flight commands first, then queued oldest first; the rest wait for a normal dispatch", () => {
+    const n = 6;
+    for (const total of [n, n + 1]) {
+      const r = new ServerRig({ reconcileTargets: n });
+      const a = r.connect("a");
+      r.running(a, "run");
+      r.step({ type: "conn_closed", conn: a, reason: "x" });
+      const queued = Array.from({ length: total - 1 }, (_, k) => `q${k}`);
+      for (const u of queued) r.submit("a", u);
+      const c = r.open();
+      const req = r.sent(r.hello(c, "a"), c, "reconcileRequest")[0]!;
+      const names = (req.env.payload.value as ReconcileRequest).targets.map((t) => t.issueUuid);
+      expect(names).toEqual(["run", ...queued].slice(0, n));
+      // Listed or not, a queued command the agent does not hold is dispatched after the result.
+      const out = r.snapshot(c, [{ issueUuid: "run", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("run").hash, "hex") }]);
+      expect(r.cmd("run").state).toBe(L.RUNNING);
+      expect(r.sent(out, c, "commandDispatch").map((d) => (d.env.payload.value as CommandDispatch).issueUuid)).toEqual(queued.slice(0, 7)); // maxRunning + maxQueued - 1 running
+    }
+  });
+
+  it("R-D6 R-T2: MAX_RECONCILE_TARGETS targets of the largest kind fit one envelope", () => {
+    const big = Array.from({ length: MAX_RECONCILE_TARGETS }, (_, k) =>
+      create(ReconcileTargetSchema, { issueUuid: `${"f".repeat(28)}${String(k).padStart(8, "0")}`, lastServerEventSeq: 2n ** 53n - 1n, commandRevision: 2n ** 53n - 1n, immutableRequestSha256: new Uint8Array(32).fill(255) }),
+    );
+    const data = encodeEnvelope({ sessionId: "f".repeat(32), generation: 2 ** 53 - 1 }, { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets: big }) });
+    expect(data.length).toBeLessThan(MAX_ENVELOPE_BYTES);
+  });
+
+  const state = (r: ServerRig, uuid: string, lifecycleState: L, seq: number, over: Partial<StateInit> = {}) => ({
+    issueUuid: uuid,
+    lifecycle: lifecycleState,
+    lastClientEventSeq: BigInt(seq),
+    commandRevision: 1n,
+    immutableRequestSha256: Buffer.from(r.st.commands.get(uuid)?.hash ?? "00".repeat(32), "hex"),
+    ...over,
+  });
+
+  function offlineWith(setup: (r: ServerRig, c: number) => void): { r: ServerRig; d: number } {
+    const r = new ServerRig();
+    const c = r.connect();
+    setup(r, c);
+    r.step({ type: "conn_closed", conn: c, reason: "x" });
+    const d = r.open();
+    r.hello(d);
+    return { r, d };
+  }
+
+  it("R-D9: requested commands absent from the snapshot: dispatched ones requeue (dispatched again), accepted ones are interrupted with an incident", () => {
+    const { r, d } = offlineWith((r, c) => {
+      r.submit("a", "disp");
+      r.submit("a", "acc");
+      r.accept(c, "acc");
+    });
+    r.cmd("disp").nextAttemptAt = T0 + 99_999;
+    r.snapshot(d, []);
+    expect(r.cmd("acc")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server", reason: "agent lost an accepted command" });
+    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
+    expect(r.cmd("disp").nextAttemptAt).toBe(0);
+    expect(r.cmd("disp").state).toBe(L.DISPATCHED); // requeued and dispatched again on the new session
+    expect(dispatches(r, r.log, d).map((x) => x.issueUuid)).toEqual(["disp"]);
+    expect(r.disk.durable.get("reconcile")!.get("a")).toEqual({ generation: 2, terminate: [], discard: [] });
+  });
+
+  it("R-D8 R-D11: adopt, diverge, terminate unknown or foreign, discard terminal; the result lists them and is sent after it is durable", () => {
+    const { r, d } = offlineWith((r, c) => {
+      r.submit("a", "adopt");
+      r.running(c, "div");
+      r.event(c, "div", 2, output(OutputStream.STDOUT, 0, enc("x")));
+      r.running(c, "fin");
+      r.event(c, "fin", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    });
+    r.submit("b", "foreign");
+    r.autoDurable = false;
+    r.snapshot(d, [
+      state(r, "adopt", L.RUNNING, 1),
+      state(r, "div", L.RUNNING, 1),
+      state(r, "fin", L.SUCCEEDED, 2),
+      state(r, "ghost", L.RUNNING, 3),
+      state(r, "foreign", L.RUNNING, 0),
+    ]);
+    expect(r.sent(r.log, d, "reconcileResult")).toEqual([]);
+    expect(r.st.conns.get(d)!.phase).toBe("reconciling");
+    r.autoDurable = true;
+    const out = r.flush();
+    const res = r.sent(out, d, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[]; discardLocalTerminalIssueUuids: string[] };
+    expect(res.terminateLocalIssueUuids).toEqual(["div", "ghost", "foreign"]);
+    expect(res.discardLocalTerminalIssueUuids).toEqual(["fin"]);
+    expect(r.cmd("adopt")).toMatchObject({ state: L.RUNNING, terminalSource: "" });
+    expect(r.cmd("div")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server" });
+    expect(r.cmd("foreign").state).toBe(L.QUEUED);
+    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind]).sort()).toEqual([
+      ["div", "reconcile_diverged"],
+      ["foreign", "reconcile_terminate_local"],
+      ["ghost", "reconcile_terminate_local"],
+    ]);
+    expect(r.st.conns.get(d)!.phase).toBe("ready");
+  });
+
+  it("R-D10: a tombstone for a command the server still thinks is in flight interrupts it as already executed", () => {
+    const { r, d } = offlineWith((r, c) => {
+      r.submit("a", "t");
+      r.accept(c, "t");
+    });
+    r.snapshot(d, [state(r, "t", L.UNSPECIFIED, 0, { tombstoned: true })]);
+    expect(r.cmd("t")).toMatchObject({ state: L.INTERRUPTED, reason: "agent tombstone: already executed; outcome not retained" });
+    expect([...r.st.incidents.values()].map((i) => i.kind)).toEqual(["reconcile_already_executed"]);
+  });
+});
+
+// ====================================================================== retention

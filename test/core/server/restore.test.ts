@@ -1,0 +1,104 @@
+// A server restarted from its durable tables (core/server/restore.ts).
+// (Moved from test/core/server-node-edges.test.ts, which drove the server
+// reducer directly with hand-made agent frames.)
+import { rowOf } from "../../../core/server/store.js";
+import { createHash } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { describe, expect, it } from "vitest";
+import {
+  ClientHelloSchema,
+  type AgentError,
+  type CommandDispatch,
+  type ReconcileRequest,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+} from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  ByteRangeSchema,
+  CommandEventSchema,
+  CommandLifecycle as L,
+  ControlErrorSchema,
+  EventRangeSchema,
+  ExecutionSpecSchema,
+  OutputIncompleteSchema,
+  OutputStream,
+  OutputTruncationSchema,
+  ProtocolRangeSchema,
+  ProtocolVersionSchema,
+  ScriptUploadStatusSchema,
+  SignalKind,
+  SignalResultSchema,
+  StdinAckSchema,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  defaultServerConfig,
+  restoreServer,
+  serverInvariants,
+  serverStep,
+  type ControlRequest,
+  type ServerEffect,
+  type ServerLimits,
+} from "../../../core/index.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
+import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
+import { nextFloat } from "../../../core/rng.js";
+import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
+
+import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+void MAX_INCIDENTS_KEPT;
+
+describe("server restart", () => {
+  it("R-O3 R-D1: a restart restores clients, incidents, commands, the active index, the output index and recent digests", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.running(c, "c1", { ...argv("cat"), stdinOpen: true });
+    r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("hello")));
+    r.control({ op: "stdin", requestId: "w1", uuid: "c1", data: enc("x"), appendNewline: false });
+    r.running(c, "c2");
+    r.event(c, "c2", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    r.submit("a", "q");
+    r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "x" }), closeSession: false } });
+    r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "y" }), closeSession: false } });
+    r.st.incidents.delete("inc-1");
+    r.disk.durable.get("incident")!.delete("inc-1");
+    const back = restoreServer(r.cfg, r.disk.tables(), 5);
+    serverInvariants(back);
+    expect(back.conns.size).toBe(0);
+    expect(back.clients.get("a")).toEqual({ ...r.st.clients.get("a"), conn: 0 });
+    expect([...back.active]).toEqual(["c1", "q"]);
+    expect(back.incidentSeq).toBe(2);
+    expect([...back.incidents.keys()]).toEqual(["inc-2"]);
+    const c1 = back.commands.get("c1")!;
+    expect(c1).toMatchObject({ state: L.RUNNING, storedThrough: 2, receivedThrough: 2, dispatchedOn: 0, streamNext: { stdout: 5, stderr: 0 } });
+    expect(c1.committed).toEqual({ state: L.RUNNING, exitCode: null, signalName: "", reason: "", storedThrough: 2, revision: 1, stdinAssigned: 1, startedTime: T0, endedTime: 0 });
+    expect(Object.keys(c1.digests).map(Number)).toEqual([1, 2]);
+    expect(c1.digests).toEqual(r.cmd("c1").digests);
+    expect(c1.stdin).toEqual({ ...r.cmd("c1").stdin, sentThrough: r.cmd("c1").stdin.ackedThrough });
+    expect(back.clientOutput.get("a")).toEqual({ bytes: r.cmd("c1").storedOutputBytes, uuids: new Set(["c1"]) });
+    expect(back.commands.get("q")).toMatchObject({ state: L.DISPATCHED, everDispatched: true, dispatchedOn: 0 });
+    expect(back.commands.get("c2")).toMatchObject({ state: L.SUCCEEDED, terminalSource: "agent", exitCode: 0 });
+  });
+
+  it("R-O2: after a restart only digests newer than storedThrough - SERVER_RECENT_DIGESTS are kept", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.running(c, "c1");
+    const rec = rowOf(r.disk.durable, "command", "c1")!;
+    const events = r.disk.durable.get("event")!;
+    const top = SERVER_RECENT_DIGESTS + 5;
+    for (let s = 2; s <= top; s++) events.set(`c1/${String(s).padStart(12, "0")}`, { seq: s, digest: s * 3 });
+    r.disk.durable.get("command")!.set("c1", { ...rec, storedThrough: top });
+    const back = restoreServer(r.cmd("c1") ? r.cfg : r.cfg, r.disk.tables(), 2);
+    const keys = Object.keys(back.commands.get("c1")!.digests).map(Number).sort((a, b) => a - b);
+    expect(keys[0]).toBe(top - SERVER_RECENT_DIGESTS + 1);
+    expect(keys.at(-1)).toBe(top);
+    expect(keys).toHaveLength(SERVER_RECENT_DIGESTS);
+  });
+});
+
+// ====================================================================== invariants

@@ -1,0 +1,191 @@
+// Stored output and retention at the server (core/server/retention.ts).
+// (Moved from test/core/server-node-edges.test.ts, which drove the server
+// reducer directly with hand-made agent frames.)
+import { createHash } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { describe, expect, it } from "vitest";
+import {
+  ClientHelloSchema,
+  type AgentError,
+  type CommandDispatch,
+  type ReconcileRequest,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+} from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  ByteRangeSchema,
+  CommandEventSchema,
+  CommandLifecycle as L,
+  ControlErrorSchema,
+  EventRangeSchema,
+  ExecutionSpecSchema,
+  OutputIncompleteSchema,
+  OutputStream,
+  OutputTruncationSchema,
+  ProtocolRangeSchema,
+  ProtocolVersionSchema,
+  ScriptUploadStatusSchema,
+  SignalKind,
+  SignalResultSchema,
+  StdinAckSchema,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  defaultServerConfig,
+  restoreServer,
+  serverInvariants,
+  serverStep,
+  type ControlRequest,
+  type ServerEffect,
+  type ServerLimits,
+} from "../../../core/index.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
+import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
+import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
+import { nextFloat } from "../../../core/rng.js";
+import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
+
+import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+void MAX_INCIDENTS_KEPT;
+
+describe("retention", () => {
+  it("R-O5: output segments roll at segmentBytes; past the per-command budget whole old segments go, with one cumulative marker", () => {
+    const raw = new Uint8Array(40).fill(7);
+    const zlen = testPorts.compress(raw).length;
+    const r = new ServerRig({ segmentBytes: 2 * zlen, outputPerCommand: 4 * zlen });
+    const c = r.connect();
+    r.running(c, "c1");
+    let seq = 2;
+    let off = 0;
+    const put = (stream = OutputStream.STDOUT) => {
+      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : r.cmd("c1").streamNext.stderr, raw));
+      if (stream === OutputStream.STDOUT) off += raw.length;
+      return out;
+    };
+    put();
+    put();
+    expect(r.cmd("c1").segments).toEqual([{ firstSeq: 2, lastSeq: 3, bytes: 2 * zlen, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
+    put(OutputStream.STDERR);
+    put();
+    expect(r.cmd("c1").segments[1]).toEqual({ firstSeq: 4, lastSeq: 5, bytes: 2 * zlen, ranges: [{ stream: "stderr", offset: 0, length: 40 }, { stream: "stdout", offset: 80, length: 40 }] });
+    expect(r.cmd("c1").storedOutputBytes).toBe(4 * zlen); // exactly the budget: nothing dropped
+    expect(r.cmd("c1").retention).toEqual([]);
+    r.now = T0 + 5;
+    const drop = put();
+    expect(r.cmd("c1").segments.map((s) => [s.firstSeq, s.lastSeq])).toEqual([
+      [4, 5],
+      [6, 6],
+    ]);
+    expect(r.cmd("c1").retention).toEqual([{ firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 }]);
+    expect(of(drop, "drop_output")).toEqual([{ type: "drop_output", uuid: "c1", throughSeq: 3 }]);
+    expect(r.disk.durable.get("retention")!.get("c1")).toEqual({ uuid: "c1", firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 });
+    put();
+    put();
+    expect(r.cmd("c1").retention).toEqual([
+      {
+        firstSeq: 2,
+        lastSeq: 5,
+        ranges: [
+          { stream: "stdout", offset: 0, length: 120 },
+          { stream: "stderr", offset: 0, length: 40 },
+        ],
+        at: T0 + 5,
+      },
+    ]);
+    expect(r.st.clientOutput.get("a")!.bytes).toBe(r.cmd("c1").storedOutputBytes);
+  });
+
+  it("R-O5: past the per-client budget the client's oldest output goes first, never a command's only segment", () => {
+    const raw = new Uint8Array(40).fill(1);
+    const zlen = testPorts.compress(raw).length;
+    const r = new ServerRig({ segmentBytes: zlen, outputPerClient: 3 * zlen });
+    const c = r.connect();
+    r.running(c, "old");
+    r.running(c, "new");
+    r.event(c, "old", 2, output(OutputStream.STDOUT, 0, raw));
+    r.event(c, "new", 2, output(OutputStream.STDOUT, 0, raw));
+    r.event(c, "new", 3, output(OutputStream.STDOUT, 40, raw));
+    expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen); // exactly the budget
+    r.event(c, "new", 4, output(OutputStream.STDOUT, 80, raw));
+    expect(r.cmd("old").segments).toEqual([]);
+    expect(r.cmd("old").retention).toHaveLength(1);
+    expect(r.cmd("new").segments).toHaveLength(3);
+    expect([...r.st.clientOutput.get("a")!.uuids]).toEqual(["new"]);
+    r.event(c, "new", 5, output(OutputStream.STDOUT, 120, raw));
+    expect(r.cmd("new").segments.map((s) => s.firstSeq)).toEqual([3, 4, 5]);
+    expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen);
+  });
+});
+
+// ====================================================================== restart
+
+describe("retention edges", () => {
+  const raw = new Uint8Array(40).fill(5);
+  const zlen = testPorts.compress(raw).length;
+
+  it("R-O5: a segment's ranges merge only when the same stream continues exactly", () => {
+    const r = new ServerRig({ segmentBytes: 1_000_000 });
+    const c = r.connect();
+    r.running(c, "c1");
+    r.event(c, "c1", 2, output(OutputStream.STDERR, 0, raw));
+    r.event(c, "c1", 3, output(OutputStream.STDOUT, 0, raw));
+    r.event(c, "c1", 4, output(OutputStream.STDERR, 40, raw)); // lines up with stdout's end, but another stream
+    r.event(c, "c1", 5, output(OutputStream.STDOUT, 40, raw));
+    r.event(c, "c1", 6, { case: "truncation", value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 80n, length: 60n })], cause: 2 }) });
+    r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw)); // same stream after a gap
+    r.event(c, "c1", 8, output(OutputStream.STDOUT, 180, raw)); // continues exactly
+    expect(r.cmd("c1").segments).toEqual([
+      {
+        firstSeq: 2,
+        lastSeq: 8,
+        bytes: 6 * zlen,
+        ranges: [
+          { stream: "stderr", offset: 0, length: 40 },
+          { stream: "stdout", offset: 0, length: 40 },
+          { stream: "stderr", offset: 40, length: 40 },
+          { stream: "stdout", offset: 40, length: 40 },
+          { stream: "stdout", offset: 140, length: 80 },
+        ],
+      },
+    ]);
+  });
+
+  it("R-O5: one segment is never dropped, however far over the per-command or per-client budget", () => {
+    const r = new ServerRig({ segmentBytes: 1_000_000, outputPerCommand: 2 * zlen, outputPerClient: 2 * zlen });
+    const c = r.connect();
+    r.running(c, "c1");
+    for (let i = 0; i < 4; i++) r.event(c, "c1", 2 + i, output(OutputStream.STDOUT, 40 * i, raw));
+    expect(r.cmd("c1").segments).toHaveLength(1);
+    expect(r.cmd("c1").storedOutputBytes).toBe(4 * zlen);
+    expect(r.cmd("c1").retention).toEqual([]);
+    expect(of(r.log, "drop_output")).toEqual([]);
+  });
+
+  it("R-O5: the retention marker extends each stream's range only where that stream continues exactly", () => {
+    const r = new ServerRig({ segmentBytes: zlen, outputPerCommand: zlen });
+    const c = r.connect();
+    r.running(c, "c1");
+    r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, raw));
+    r.event(c, "c1", 3, output(OutputStream.STDERR, 0, raw));
+    r.event(c, "c1", 4, output(OutputStream.STDERR, 40, raw));
+    r.event(c, "c1", 5, { case: "truncation", value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 40n, length: 60n })], cause: 2 }) });
+    r.event(c, "c1", 6, output(OutputStream.STDOUT, 100, raw));
+    r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw));
+    expect(r.cmd("c1").segments.map((s) => s.firstSeq)).toEqual([7]);
+    expect(r.cmd("c1").retention).toEqual([
+      {
+        firstSeq: 2,
+        lastSeq: 6,
+        at: T0,
+        ranges: [
+          { stream: "stdout", offset: 0, length: 40 },
+          { stream: "stderr", offset: 0, length: 80 },
+          { stream: "stdout", offset: 100, length: 40 },
+        ],
+      },
+    ]);
+  });
+});

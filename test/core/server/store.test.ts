@@ -1,0 +1,176 @@
+// The server's storage schema (core/server/store.ts): key codecs, and the one
+// field mapping a command record is written and restored by. A field of
+// ServerCommand that the record drops (or a restart resets by mistake) fails
+// the round trip below.
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { defaultServerConfig, restoreServer, serverInvariants, type ServerCommand } from "../../../core/index.js";
+import { COMMAND_FIELDS, commandRecord, eventKey, eventPrefix, parseEventKey, restoreCommand, type CommandRow } from "../../../core/server/store.js";
+
+/** A command in which every field holds a value no default or reset has. */
+function sample(): ServerCommand {
+  return {
+    uuid: "u-1",
+    clientId: "client-a",
+    hash: "ab".repeat(32),
+    revision: 4,
+    spec: create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true }),
+    script: new Uint8Array([1, 2, 3]),
+    createdAt: 1_600_000_000_001,
+    committed: { state: L.QUEUED, exitCode: 7, signalName: "x", reason: "y", storedThrough: 1, revision: 2, stdinAssigned: 1, startedTime: 3, endedTime: 4 },
+    queueExpiry: 90_000,
+    state: L.RUNNING,
+    terminalSource: "agent",
+    everDispatched: true,
+    dispatchedOn: 6,
+    dispatchedAt: 5_000,
+    attempts: 3,
+    nextAttemptAt: 4_000,
+    storedThrough: 8,
+    receivedThrough: 9,
+    streamNext: { stdout: 100, stderr: 20 },
+    exitCode: 2,
+    signalName: "SIGTERM",
+    reason: "because",
+    stdin: {
+      nextSeq: 4,
+      ackedThrough: 1,
+      sentThrough: 3,
+      queue: [
+        { seq: 2, data: new Uint8Array([65]), appendNewline: true, close: false, requestId: "r2" },
+        { seq: 3, data: new Uint8Array(0), appendNewline: false, close: true, requestId: "r3" },
+      ],
+      queuedBytes: 1,
+      closeRequested: true,
+    },
+    signals: [{ revision: 4, signal: SignalKind.TERMINATE, requestId: "r4", sentOn: 6 }],
+    scriptAcked: 2,
+    scriptSent: 3,
+    scriptCommitSentOn: 6,
+    scriptCommitted: true,
+    segments: [{ firstSeq: 2, lastSeq: 5, bytes: 50, ranges: [{ stream: "stdout", offset: 40, length: 60 }] }],
+    storedOutputBytes: 50,
+    retention: [{ firstSeq: 1, lastSeq: 1, ranges: [{ stream: "stdout", offset: 0, length: 40 }], at: 1_600_000_000_002 }],
+    requests: { r1: 1, r4: 4 },
+    digests: { 8: 12345, 9: 6789 },
+    endedAt: 77,
+    startedTime: 1_600_000_000_003,
+    endedTime: 1_600_000_000_004,
+    specBytes: 11,
+    rowEvents: 5,
+    charged: 999,
+  };
+}
+
+/**
+ * What a restart gives each field that is not kept as it was: nothing is in
+ * flight on a session, digests come back from the event table, and the record
+ * claims what is durable with it. Every other field must come back equal.
+ */
+function afterRestart(c: ServerCommand): Partial<ServerCommand> {
+  return {
+    script: c.script, // from its own row (table `script`)
+    storedThrough: c.receivedThrough,
+    receivedThrough: c.receivedThrough,
+    dispatchedOn: 0,
+    stdin: { ...c.stdin, sentThrough: c.stdin.ackedThrough },
+    signals: c.signals.map((s) => ({ ...s, sentOn: 0 })),
+    scriptSent: c.scriptAcked,
+    scriptCommitSentOn: 0,
+    digests: {},
+    charged: 0,
+    committed: {
+      state: c.state,
+      exitCode: c.exitCode,
+      signalName: c.signalName,
+      reason: c.reason,
+      storedThrough: c.receivedThrough,
+      revision: c.revision,
+      stdinAssigned: c.stdin.nextSeq - 1,
+      startedTime: c.startedTime,
+      endedTime: c.endedTime,
+    },
+  };
+}
+
+describe("server store: the command record", () => {
+  it("names every field of a ServerCommand once (the sample is complete)", () => {
+    expect(Object.keys(COMMAND_FIELDS).sort()).toEqual(Object.keys(sample()).sort());
+  });
+
+  it("round-trips every field through record and restore; only the documented ones are reset", () => {
+    const c = sample();
+    const rec = commandRecord(c);
+    expect(rec.table).toBe("command");
+    expect(rec.key).toBe(c.uuid);
+    const back = restoreCommand(rec.value as CommandRow, { data: c.script! });
+    const reset = afterRestart(c);
+    expect(Object.keys(back).sort()).toEqual(Object.keys(c).sort());
+    for (const k of Object.keys(c) as Array<keyof ServerCommand>) {
+      const want = k in reset ? reset[k] : c[k];
+      expect({ field: k, value: back[k] }).toEqual({ field: k, value: want });
+    }
+  });
+
+  it("stores no in-memory-only field, and copies what it stores (a later change does not reach the record)", () => {
+    const c = sample();
+    const v = commandRecord(c).value as unknown as Record<string, unknown>;
+    expect("script" in v || "committed" in v || "charged" in v).toBe(false);
+    c.stdin.queue[0]!.seq = 99;
+    c.streamNext.stdout = 1;
+    c.segments[0]!.ranges[0]!.length = 1;
+    c.requests["r9"] = 9;
+    const s = v["stdin"] as ServerCommand["stdin"];
+    expect(s.queue[0]!.seq).toBe(2);
+    expect((v["streamNext"] as ServerCommand["streamNext"]).stdout).toBe(100);
+    expect((v["segments"] as ServerCommand["segments"])[0]!.ranges[0]!.length).toBe(60);
+    expect(v["requests"]).toEqual({ r1: 1, r4: 4 });
+  });
+
+  it("restores a record written before history pruning and command times (legacy fields filled in)", () => {
+    const c = sample();
+    c.state = L.SUCCEEDED;
+    c.signals = [];
+    c.stdin.queue = [];
+    c.stdin.queuedBytes = 0;
+    const v = { ...(commandRecord(c).value as CommandRow) };
+    delete v.endedAt;
+    delete v.startedTime;
+    delete v.endedTime;
+    delete v.specBytes;
+    delete v.rowEvents;
+    const back = restoreCommand(v, undefined);
+    expect(back.endedAt).toBe(c.createdAt); // terminal: ordered by its creation
+    expect([back.startedTime, back.endedTime, back.rowEvents]).toEqual([0, 0, 0]);
+    expect(back.specBytes).toBeGreaterThan(0);
+    expect(back.script).toBeNull();
+  });
+
+  it("a restored server holds the command as recorded (through restoreServer)", () => {
+    const c = sample();
+    c.clientId = "a";
+    c.scriptAcked = 0; // an argv command uploads no script
+    const tables = new Map<string, Map<string, unknown>>([
+      ["command", new Map([[c.uuid, commandRecord(c).value]])],
+      ["script", new Map([[c.uuid, { data: c.script }]])],
+    ]);
+    const st = restoreServer(defaultServerConfig(), { get: (t) => tables.get(t) }, 1);
+    const back = st.commands.get(c.uuid)!;
+    expect(back.stdin.queue).toEqual(c.stdin.queue);
+    expect(back.retention).toEqual(c.retention);
+    expect(back.committed.storedThrough).toBe(c.receivedThrough);
+    expect(st.active.has(c.uuid)).toBe(true);
+    expect(() => serverInvariants(st)).not.toThrow();
+  });
+});
+
+describe("server store: keys", () => {
+  it("event keys pad the sequence to 12 digits so they sort in seq order, and parse back", () => {
+    expect(eventKey("c1", 2)).toBe("c1/000000000002");
+    expect(eventKey("c1", 10) > eventKey("c1", 9)).toBe(true);
+    expect(eventKey("c1", 5).startsWith(eventPrefix("c1"))).toBe(true);
+    expect(parseEventKey(eventKey("a.b:c", 123456))).toEqual({ uuid: "a.b:c", seq: 123456 });
+    expect(parseEventKey("no-slash")).toBeNull();
+  });
+});
