@@ -38,7 +38,7 @@ import type { PayloadCase } from "../codec/frame-codec.js";
 export type Sender = "agent" | "server";
 export type Lane = "priority" | "data";
 
-/** The server's per-connection phase (server-types ConnPhase, less "closed", where nothing is accepted). */
+/** The server's per-connection phase (core/server/conn-phase.ts; a closed connection is dropped, not a phase). */
 export type ServerConnPhase = "hello" | "welcoming" | "reconciling" | "ready";
 /** The agent session's phases in which frames are read at all. */
 export type AgentSessionFramePhase = "registering" | "established";
