@@ -139,8 +139,13 @@ export async function buildBundle({ root, entry, dir, unbundled = [], external =
             b.onLoad({ filter: /.*/, namespace: "rvbox-builtin" }, (a) => {
               const spec = JSON.stringify(`node:${a.path}`);
               const mod = process.getBuiltinModule(`node:${a.path}`);
-              const names = Object.keys(mod).filter((k) => /^[A-Za-z_$][\w$]*$/.test(k) && k !== "default" && "value" in (Object.getOwnPropertyDescriptor(mod, k) ?? {}));
-              return { contents: `const m = process.getBuiltinModule(${spec});\nexport default m;\n${names.map((n) => `export const ${n} = m.${n};`).join("\n")}\n`, loader: "js" };
+              const names = Object.keys(mod).filter(
+                (k) => /^[A-Za-z_$][\w$]*$/.test(k) && k !== "default" && "value" in (Object.getOwnPropertyDescriptor(mod, k) ?? {}),
+              );
+              return {
+                contents: `const m = process.getBuiltinModule(${spec});\nexport default m;\n${names.map((n) => `export const ${n} = m.${n};`).join("\n")}\n`,
+                loader: "js",
+              };
             });
             b.onLoad({ filter: /.*/ }, (a) => {
               if (a.namespace !== "file") return undefined;

@@ -29,7 +29,14 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 // what a TAB runs, is bundled).
 const UNBUNDLED_COMMANDS = new Set(["server", "agent", "demo", "sim", "tui", "completion"]);
 /** Their modules, left out of the bundle (bin/rvbox.ts and shells/operator/cli.ts import them lazily). */
-const UNBUNDLED_IMPORTS = ["../shells/cli/completion-cli.js", "../shells/cli/server-cli.js", "../shells/cli/agent-cli.js", "../shells/demo/demo.js", "../sim/cli.js", "./tui-open.js"];
+const UNBUNDLED_IMPORTS = [
+  "../shells/cli/completion-cli.js",
+  "../shells/cli/server-cli.js",
+  "../shells/cli/agent-cli.js",
+  "../shells/demo/demo.js",
+  "../sim/cli.js",
+  "./tui-open.js",
+];
 
 const MIN_MAJOR = 22;
 const MIN_MINOR = 15;

@@ -78,7 +78,7 @@ const OPERATOR: Record<string, string> = {
 for (const [name, summary] of Object.entries(OPERATOR)) {
   COMMANDS[name] = { summary, run: async (argv) => (await import("../shells/operator/cli.js")).runOperatorCli([name, ...argv]) };
 }
-COMMANDS["completion"] = {
+COMMANDS.completion = {
   summary: "print a shell completion script: source <(rvbox completion bash) (or zsh)",
   run: async (argv) =>
     (await import("../shells/cli/completion-cli.js")).completionMain(
@@ -87,7 +87,7 @@ COMMANDS["completion"] = {
     ),
 };
 // What the completion scripts call for client names and command ids.
-COMMANDS["__complete"] = {
+COMMANDS.__complete = {
   summary: "client names and command ids for the completion scripts",
   hidden: true,
   run: async (argv) => (await import("../shells/operator/cli.js")).runOperatorCli(["__complete", ...argv]),
@@ -109,7 +109,10 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = COMMANDS[name === "--version" || name === "-V" ? "version" : name];
   if (!cmd) {
-    const hint = didYouMean(name, Object.keys(COMMANDS).filter((k) => !COMMANDS[k]!.hidden));
+    const hint = didYouMean(
+      name,
+      Object.keys(COMMANDS).filter((k) => !COMMANDS[k]!.hidden),
+    );
     console.error(`rvbox: unknown command ${JSON.stringify(name)}${hint}\n\n${usage()}`);
     return 2;
   }
@@ -121,7 +124,7 @@ async function main(argv: string[]): Promise<number> {
       return err.exitCode;
     }
     console.error(`rvbox ${name}: ${err instanceof Error ? err.message : String(err)}`);
-    if (process.env["RVBOX_DEBUG"]) console.error(err);
+    if (process.env.RVBOX_DEBUG) console.error(err);
     return 1;
   }
 }

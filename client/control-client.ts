@@ -28,7 +28,10 @@ export function createControlClient(o: ControlOptions): ControlClient {
     return next(req);
   };
   const nodeOptions = o.ca !== undefined ? { ca: [...tls.rootCertificates, o.ca.toString()] } : undefined;
-  return createClient(ControlService, createConnectTransport({ baseUrl: o.baseUrl, httpVersion: "1.1", interceptors: [auth], ...(nodeOptions ? { nodeOptions } : {}) }));
+  return createClient(
+    ControlService,
+    createConnectTransport({ baseUrl: o.baseUrl, httpVersion: "1.1", interceptors: [auth], ...(nodeOptions ? { nodeOptions } : {}) }),
+  );
 }
 
 /** An error the CLI reports as one line with an exit code. */
@@ -47,11 +50,17 @@ export function readTokenFile(file: string): string {
     s = readFileSync(file, "utf8").trim();
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
-    throw new OperatorError(`cannot read the token file ${file}: ${e.code === "ENOENT" ? "no such file" : e.code === "EACCES" ? "permission denied" : e.message}`, EXIT.USAGE);
+    throw new OperatorError(
+      `cannot read the token file ${file}: ${e.code === "ENOENT" ? "no such file" : e.code === "EACCES" ? "permission denied" : e.message}`,
+      EXIT.USAGE,
+    );
   }
   // The server's --operator-token file may hold several tokens, one per line
   // (a rotation): the CLI sends the first; `#` comments are skipped.
-  const first = s.split("\n").map((l) => l.replace(/#.*$/, "").trim()).find((l) => l !== "");
+  const first = s
+    .split("\n")
+    .map((l) => l.replace(/#.*$/, "").trim())
+    .find((l) => l !== "");
   if (first === undefined) throw new OperatorError(`the token file ${file} is empty`, EXIT.USAGE);
   return first;
 }
@@ -79,17 +88,29 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
     }
   }
   if (!detail && /self[- ]signed|unable to (verify|get local issuer)|certificate/i.test(ce.rawMessage))
-    return new OperatorError(`cannot verify the TLS certificate of ${ctx.server ?? "the server"} (${ce.rawMessage}); pass its CA with --ca FILE or RVBOX_CA`, EXIT.UNAVAILABLE);
+    return new OperatorError(
+      `cannot verify the TLS certificate of ${ctx.server ?? "the server"} (${ce.rawMessage}); pass its CA with --ca FILE or RVBOX_CA`,
+      EXIT.UNAVAILABLE,
+    );
   switch (ce.code) {
     case ConnectCode.Unauthenticated:
     case ConnectCode.PermissionDenied:
-      return new OperatorError(`the server${ctx.server ? ` at ${ctx.server}` : ""} refused the operator token (HTTP 401); check --token / RVBOX_TOKEN_FILE`, EXIT.UNAUTHENTICATED);
+      return new OperatorError(
+        `the server${ctx.server ? ` at ${ctx.server}` : ""} refused the operator token (HTTP 401); check --token / RVBOX_TOKEN_FILE`,
+        EXIT.UNAUTHENTICATED,
+      );
     case ConnectCode.Unavailable: {
       const cause = /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET|ETIMEDOUT|EAI_AGAIN/.exec(ce.rawMessage)?.[0];
-      return new OperatorError(`cannot reach the server${ctx.server ? ` at ${ctx.server}` : ""}${cause ? ` (${cause})` : `: ${ce.rawMessage}`}; is it running? (--server / RVBOX_SERVER)`, EXIT.UNAVAILABLE);
+      return new OperatorError(
+        `cannot reach the server${ctx.server ? ` at ${ctx.server}` : ""}${cause ? ` (${cause})` : `: ${ce.rawMessage}`}; is it running? (--server / RVBOX_SERVER)`,
+        EXIT.UNAVAILABLE,
+      );
     }
     case ConnectCode.Unimplemented:
-      return new OperatorError(`${ctx.server ?? "the server"} does not serve the RVBox control API (${ce.rawMessage}); --server must name the control address, not the agent endpoint`, EXIT.UNAVAILABLE);
+      return new OperatorError(
+        `${ctx.server ?? "the server"} does not serve the RVBox control API (${ce.rawMessage}); --server must name the control address, not the agent endpoint`,
+        EXIT.UNAVAILABLE,
+      );
     case ConnectCode.NotFound:
       return new OperatorError(msg.replace(/^NOT_FOUND: /, ""), EXIT.NOT_FOUND);
     case ConnectCode.InvalidArgument:
@@ -108,5 +129,7 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
 /** True when retrying the same call later may work (connection trouble). */
 export function isTransient(err: unknown): boolean {
   const c = ConnectError.from(err).code;
-  return c === ConnectCode.Unavailable || c === ConnectCode.DeadlineExceeded || c === ConnectCode.Aborted || c === ConnectCode.Unknown || c === ConnectCode.Internal;
+  return (
+    c === ConnectCode.Unavailable || c === ConnectCode.DeadlineExceeded || c === ConnectCode.Aborted || c === ConnectCode.Unknown || c === ConnectCode.Internal
+  );
 }

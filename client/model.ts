@@ -7,12 +7,7 @@
  * shapes. Times are milliseconds since the Unix epoch; counters are numbers.
  */
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
-import {
-  CommandLifecycle,
-  OutputStream,
-  SignalKind,
-  TruncationCause,
-} from "../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle, OutputStream, SignalKind, TruncationCause } from "../protos/gen/rvbox/v1/common_pb.js";
 import { lifecycleName, programSummary, times, type CommandInfo } from "../core/reader/command-view.js";
 import type { Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
 import {
@@ -25,7 +20,18 @@ import {
   type Session,
 } from "../protos/gen/rvbox/v1/control_pb.js";
 
-export const LIFECYCLES: readonly Lifecycle[] = ["queued", "dispatched", "accepted", "running", "succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"];
+export const LIFECYCLES: readonly Lifecycle[] = [
+  "queued",
+  "dispatched",
+  "accepted",
+  "running",
+  "succeeded",
+  "failed",
+  "rejected",
+  "cancelled",
+  "interrupted",
+  "expired",
+];
 export const TERMINAL_STATES: ReadonlySet<Lifecycle> = new Set(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"]);
 export const isTerminalState = (s: Lifecycle): boolean => TERMINAL_STATES.has(s);
 
@@ -35,7 +41,8 @@ export function lifecycleEnum(s: string): CommandLifecycle | null {
   return typeof v === "number" && v !== CommandLifecycle.UNSPECIFIED ? v : null;
 }
 
-export const streamName = (s: OutputStream): StreamName | "unknown" => (s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : "unknown");
+export const streamName = (s: OutputStream): StreamName | "unknown" =>
+  s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : "unknown";
 
 /** Signals an operator can send; CANCEL is the operator cancel (TERM, then KILL after the grace period). */
 export const SIGNALS = ["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "CANCEL"] as const;
@@ -281,7 +288,14 @@ export function outputItem(m: FollowOutputResponse): OutputItem | null {
     case "stdinAck":
       return { kind: "stdin_ack", seq, writeSeq: Number(it.value.writeSeq), closed: it.value.closed, failure: it.value.failure };
     case "signalResult":
-      return { kind: "signal_result", seq, revision: Number(m.commandRevision), signal: signalKindName(it.value.signal), delivered: it.value.delivered, detail: it.value.detail };
+      return {
+        kind: "signal_result",
+        seq,
+        revision: Number(m.commandRevision),
+        signal: signalKindName(it.value.signal),
+        delivered: it.value.delivered,
+        detail: it.value.detail,
+      };
     case "scriptUpload":
       return { kind: "script_upload", seq, receivedBytes: Number(it.value.receivedBytes), complete: it.value.complete };
     default:

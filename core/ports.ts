@@ -6,9 +6,7 @@
 
 import type { Code } from "./errors.js";
 
-export type DecompressResult =
-  | { ok: true; size: number }
-  | { ok: false; code: Code; message: string };
+export type DecompressResult = { ok: true; size: number } | { ok: false; code: Code; message: string };
 
 export interface CorePorts {
   /** Compress one chunk (≤ 64 KiB) into one zstd frame with its content size. */

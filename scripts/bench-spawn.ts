@@ -66,7 +66,12 @@ async function main(): Promise<void> {
   const held: Buffer[] = [];
   const spec: ProcessSpec = { kind: "argv", argv: ["true"], stdinOpen: false };
   for (const [, start] of ways) for (let i = 0; i < 5; i++) await once(start, spec); // warm-up, forks the helper
-  console.log(`bench-spawn: node ${process.version}, libuv ${process.versions.uv}, ${N} spawns of \`true\` per step and way, interleaved; load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
+  console.log(
+    `bench-spawn: node ${process.version}, libuv ${process.versions.uv}, ${N} spawns of \`true\` per step and way, interleaved; load average ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" ")}`,
+  );
   for (const extra of STEPS_MIB) {
     while (held.length * 5 < extra) held.push(Buffer.alloc(5 << 20, 1)); // touched: resident
     const call: number[][] = ways.map(() => []);
@@ -78,7 +83,10 @@ async function main(): Promise<void> {
         total[w]!.push(t);
       }
     }
-    const line = ways.map(([name], w) => `${name}: blocks p50 ${pct(call[w]!, 0.5).toFixed(2)} p90 ${pct(call[w]!, 0.9).toFixed(2)} ms, start->exit p50 ${pct(total[w]!, 0.5).toFixed(2)} ms`);
+    const line = ways.map(
+      ([name], w) =>
+        `${name}: blocks p50 ${pct(call[w]!, 0.5).toFixed(2)} p90 ${pct(call[w]!, 0.9).toFixed(2)} ms, start->exit p50 ${pct(total[w]!, 0.5).toFixed(2)} ms`,
+    );
     console.log(
       `rss ${rssMiB("self").toFixed(0).padStart(5)} MiB (helper ${rssMiB(helper.pid ?? 0).toFixed(0)} MiB) | ${line.join(" | ")} | start->exit direct/helper ${(pct(total[0]!, 0.5) / pct(total[1]!, 0.5)).toFixed(2)}x`,
     );

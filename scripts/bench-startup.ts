@@ -71,12 +71,40 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-startup-"));
   const operator = randomBytes(16).toString("hex");
   const fleet = randomBytes(16).toString("hex");
-  writeFileSync(path.join(dir, "operator-token"), operator + "\n", { mode: 0o600 });
+  writeFileSync(path.join(dir, "operator-token"), `${operator}\n`, { mode: 0o600 });
   writeFileSync(path.join(dir, "agent-tokens"), `* ${fleet}\n`, { mode: 0o600 });
-  writeFileSync(path.join(dir, "agent-token"), fleet + "\n", { mode: 0o600 });
+  writeFileSync(path.join(dir, "agent-token"), `${fleet}\n`, { mode: 0o600 });
   const [ap, cp] = [await freePort(), await freePort()];
-  const server = daemon(["server", "--listen", `127.0.0.1:${ap}`, "--control", `127.0.0.1:${cp}`, "--data", path.join(dir, "server"), "--agent-tokens", path.join(dir, "agent-tokens"), "--operator-token", path.join(dir, "operator-token"), "--log-level", "warn"]);
-  const agent = daemon(["agent", "--server", `ws://127.0.0.1:${ap}/v1/agent`, "--client-id", "c", "--state", path.join(dir, "agent"), "--token", path.join(dir, "agent-token"), "--log-level", "warn", "--cwd", dir]);
+  const server = daemon([
+    "server",
+    "--listen",
+    `127.0.0.1:${ap}`,
+    "--control",
+    `127.0.0.1:${cp}`,
+    "--data",
+    path.join(dir, "server"),
+    "--agent-tokens",
+    path.join(dir, "agent-tokens"),
+    "--operator-token",
+    path.join(dir, "operator-token"),
+    "--log-level",
+    "warn",
+  ]);
+  const agent = daemon([
+    "agent",
+    "--server",
+    `ws://127.0.0.1:${ap}/v1/agent`,
+    "--client-id",
+    "c",
+    "--state",
+    path.join(dir, "agent"),
+    "--token",
+    path.join(dir, "agent-token"),
+    "--log-level",
+    "warn",
+    "--cwd",
+    dir,
+  ]);
   const cliEnv = { ...process.env, RVBOX_SERVER: `http://127.0.0.1:${cp}`, RVBOX_TOKEN_FILE: path.join(dir, "operator-token") };
   try {
     // Wait for the agent's session (clients lists "c" connected).
@@ -102,7 +130,7 @@ async function main(): Promise<void> {
             [`before, node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], before],
             [`after,  node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], cliEnv],
             // executed as a program with the old Node first on PATH: its sh line starts the project's Node
-            [`after,  ./bin/rvbox.js (\`node\` on PATH ${oldVersion})`, BIN, [], { ...cliEnv, PATH: `${path.dirname(OLD)}:${process.env["PATH"] ?? ""}` }],
+            [`after,  ./bin/rvbox.js (\`node\` on PATH ${oldVersion})`, BIN, [], { ...cliEnv, PATH: `${path.dirname(OLD)}:${process.env.PATH ?? ""}` }],
           ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
         : []),
     ];
@@ -117,8 +145,15 @@ async function main(): Promise<void> {
       commands.forEach(([, argv], c) => ways.forEach(([, cmd, pre, env], w) => t[c]![w]!.push(ms(cmd, [...pre, ...argv], env))));
     }
     const base = median(bare);
-    console.log(`bench:startup: median of ${RUNS}, interleaved; load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
-    console.log(`  node -e 0 (Node ${newVersion}): ${base.toFixed(0)} ms${withOld ? ` | node -e 0 (Node ${oldVersion}): ${median(bareOld).toFixed(0)} ms` : ""}`);
+    console.log(
+      `bench:startup: median of ${RUNS}, interleaved; load average ${os
+        .loadavg()
+        .map((l) => l.toFixed(2))
+        .join(" ")}`,
+    );
+    console.log(
+      `  node -e 0 (Node ${newVersion}): ${base.toFixed(0)} ms${withOld ? ` | node -e 0 (Node ${oldVersion}): ${median(bareOld).toFixed(0)} ms` : ""}`,
+    );
     commands.forEach(([name], c) => {
       console.log(`  ${name}`);
       ways.forEach(([way], w) => {

@@ -54,7 +54,11 @@ interface Run {
 async function measure(tree: string, label: string, controlUrl: string, tokenFile: string, last: number): Promise<Run> {
   const term = new TmuxSession(`bench-tui-${label}`, W, H);
   try {
-    term.start(["tui", "--server", controlUrl, "--token", tokenFile, "--client", "bench"], PROF ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${path.resolve(PROF)}` } : {}, tree);
+    term.start(
+      ["tui", "--server", controlUrl, "--token", tokenFile, "--client", "bench"],
+      PROF ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${path.resolve(PROF)}` } : {},
+      tree,
+    );
     await term.waitFor((s) => /seq 1 \d+/.test(s), "the commands view", 60_000);
     const pid = term.programPid();
     if (pid === null) throw new Error("no TUI process in the pane");
@@ -94,10 +98,10 @@ async function measure(tree: string, label: string, controlUrl: string, tokenFil
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-tui-"));
-  const operator = "operator-" + randomBytes(8).toString("hex");
-  const fleet = "fleet-" + randomBytes(8).toString("hex");
+  const operator = `operator-${randomBytes(8).toString("hex")}`;
+  const fleet = `fleet-${randomBytes(8).toString("hex")}`;
   const tokenFile = path.join(dir, "operator-token");
-  writeFileSync(tokenFile, operator + "\n", { mode: 0o600 });
+  writeFileSync(tokenFile, `${operator}\n`, { mode: 0o600 });
   const log = createLogger("bench", "warn");
   const server = await ServerDaemon.start({
     listen: { host: "127.0.0.1", port: 0 },
@@ -107,7 +111,13 @@ async function main(): Promise<void> {
     log,
     dataDir: path.join(dir, "server"),
   });
-  const agent = await AgentDaemon.start({ serverUrl: `ws://127.0.0.1:${server.agentAddress.port}/v1/agent`, clientId: "bench", stateDir: path.join(dir, "agent"), token: fleet, log });
+  const agent = await AgentDaemon.start({
+    serverUrl: `ws://127.0.0.1:${server.agentAddress.port}/v1/agent`,
+    clientId: "bench",
+    stateDir: path.join(dir, "agent"),
+    token: fleet,
+    log,
+  });
   while (!agent.connected) await sleep(50);
   const controlUrl = `http://127.0.0.1:${server.controlAddress.port}`;
   const auth: Interceptor = (next) => (req) => {
@@ -126,14 +136,21 @@ async function main(): Promise<void> {
     console.log(`bench:tui: TUI in tmux ${W}x${H} · this tree ${rev}${BASELINE ? ` · baseline ${BASELINE}` : ""}`);
     for (const n of LINES) {
       const t0 = performance.now();
-      const r = await ctl.submitCommand({ clientId: "bench", program: { case: "argv", value: { argv: ["seq", "1", String(n)] } }, issueUuid: randomUUID(), requestId: randomUUID() });
+      const r = await ctl.submitCommand({
+        clientId: "bench",
+        program: { case: "argv", value: { argv: ["seq", "1", String(n)] } },
+        issueUuid: randomUUID(),
+        requestId: randomUUID(),
+      });
       const uuid = r.command!.issueUuid;
       let c = commandInfo((await ctl.getCommand({ issueUuid: uuid })).command!);
       while (c.endedAt === null) {
         await sleep(250);
         c = commandInfo((await ctl.getCommand({ issueUuid: uuid })).command!);
       }
-      console.log(`seq 1 ${n}: ${c.state}, ${c.storedThrough} events, ${mib(c.retainedBytes / 1024)} retained (zstd), ran and stored in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      console.log(
+        `seq 1 ${n}: ${c.state}, ${c.storedThrough} events, ${mib(c.retainedBytes / 1024)} retained (zstd), ran and stored in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      );
       const now = await measure(ROOT, "this tree", controlUrl, tokenFile, n);
       if (baseTree) {
         const base = await measure(baseTree, "baseline", controlUrl, tokenFile, n);

@@ -64,7 +64,12 @@ for (let j = 0; j < M; j++) {
     stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false },
   } as unknown as ServerCommand);
 }
-const reader = { state: st, lastActivity: new Map<string, number>(), sessionInfo: () => ({ remote: "127.0.0.1:1", lastInbound: now }), toWall: (t: number) => t };
+const reader = {
+  state: st,
+  lastActivity: new Map<string, number>(),
+  sessionInfo: () => ({ remote: "127.0.0.1:1", lastInbound: now }),
+  toWall: (t: number) => t,
+};
 const watch = new FleetWatch(reader, { flushMs: 1e9 });
 
 const time = (what: string, runs: number, fn: () => void): void => {

@@ -78,9 +78,13 @@ function levels(list: number[]): void {
     }
   }
   const rate = (xs: number[]): string => `${(mib / median(xs)).toFixed(0)} MiB/s (${(mib / Math.max(...xs)).toFixed(0)}-${(mib / Math.min(...xs)).toFixed(0)})`;
-  console.log(`bench:zstd --levels on Node ${process.version}: ${mib.toFixed(0)} MiB of log-like text in 64 KiB chunks, native, CPU time, median (range) of ${ROUNDS} alternating rounds`);
+  console.log(
+    `bench:zstd --levels on Node ${process.version}: ${mib.toFixed(0)} MiB of log-like text in 64 KiB chunks, native, CPU time, median (range) of ${ROUNDS} alternating rounds`,
+  );
   for (const [l, r] of t) {
-    console.log(`level ${l}: ratio ${(text.length / r.size).toFixed(2)}:1 | compress, fresh context ${rate(r.fresh)}, reused context ${rate(r.reused)} | validate ${rate(r.validate)}`);
+    console.log(
+      `level ${l}: ratio ${(text.length / r.size).toFixed(2)}:1 | compress, fresh context ${rate(r.fresh)}, reused context ${rate(r.reused)} | validate ${rate(r.validate)}`,
+    );
   }
 }
 

@@ -52,8 +52,11 @@ const QUICK = args.includes("--quick");
 // RVBOX_BENCH_LOG_LEVEL=debug with RVBOX_BENCH_LOGS=DIR keeps a timestamped trace of every step;
 // RVBOX_BENCH_PROF=DIR writes a V8 CPU profile of each daemon there; RVBOX_BENCH_NODE_ARGS adds
 // Node/V8 flags to the daemons (e.g. --trace-gc).
-const LOG_LEVEL = process.env["RVBOX_BENCH_LOG_LEVEL"] ?? "warn";
-const ONLY = args.find((a) => a.startsWith("--only="))?.slice(7).split(",");
+const LOG_LEVEL = process.env.RVBOX_BENCH_LOG_LEVEL ?? "warn";
+const ONLY = args
+  .find((a) => a.startsWith("--only="))
+  ?.slice(7)
+  .split(",");
 /** --fleet-procs=N: how many processes the fleet bench's agents share (default 1). */
 const FLEET_PROCS = Math.max(1, Number(args.find((a) => a.startsWith("--fleet-procs="))?.slice(14) ?? 1) || 1);
 
@@ -133,21 +136,22 @@ function controlClient(base: string, token: string): Ctl {
 }
 
 function child(argv: string[], name: string): ChildProcess {
-  const prof = process.env["RVBOX_BENCH_PROF"]; // a directory: V8 CPU profiles of the daemons
+  const prof = process.env.RVBOX_BENCH_PROF; // a directory: V8 CPU profiles of the daemons
   if (prof) argv = ["--cpu-prof", `--cpu-prof-dir=${prof}`, ...argv];
   // RVBOX_BENCH_NODE_ARGS="--trace-gc ...": more V8/Node flags for the daemons (not allowed in NODE_OPTIONS).
-  const extra = process.env["RVBOX_BENCH_NODE_ARGS"];
+  const extra = process.env.RVBOX_BENCH_NODE_ARGS;
   if (extra) argv = [...extra.split(/\s+/).filter(Boolean), ...argv];
   const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
   let err = "";
-  const keep = process.env["RVBOX_BENCH_LOGS"]; // a directory: keep each daemon's log there
+  const keep = process.env.RVBOX_BENCH_LOGS; // a directory: keep each daemon's log there
   p.stderr!.on("data", (d: Buffer) => {
     if (keep) appendFileSync(path.join(keep, `${name.replace(/\W+/g, "-")}.log`), d);
     err += d.toString();
     if (err.length > 20000) err = err.slice(-10000);
   });
   p.on("exit", (code, sig) => {
-    if (code !== 0 && code !== 143 && code !== 137 && sig !== "SIGTERM" && sig !== "SIGKILL" && code !== null) process.stderr.write(`bench: ${name} exited ${code}\n${err}\n`);
+    if (code !== 0 && code !== 143 && code !== 137 && sig !== "SIGTERM" && sig !== "SIGKILL" && code !== null)
+      process.stderr.write(`bench: ${name} exited ${code}\n${err}\n`);
   });
   return p;
 }
@@ -183,15 +187,40 @@ async function startServer(env: Env, name: string, limits?: Record<string, numbe
 }
 
 function startAgent(env: Env, url: string, id: string): ChildProcess {
-  return child([BIN, "agent", "--server", url, "--client-id", id, "--state", path.join(env.dir, `agent-${id}`), "--token", env.tokenFile, "--log-level", LOG_LEVEL, "--max-running", "16", "--max-queued", "64"], `agent ${id}`);
+  return child(
+    [
+      BIN,
+      "agent",
+      "--server",
+      url,
+      "--client-id",
+      id,
+      "--state",
+      path.join(env.dir, `agent-${id}`),
+      "--token",
+      env.tokenFile,
+      "--log-level",
+      LOG_LEVEL,
+      "--max-running",
+      "16",
+      "--max-queued",
+      "64",
+    ],
+    `agent ${id}`,
+  );
 }
 
 async function connected(ctl: Ctl, ids: string[]): Promise<void> {
-  await waitFor(`${ids.length} agents connected`, async () => {
-    const cs = (await ctl.listClients({})).clients;
-    const set = new Set(cs.filter((c) => c.connected).map((c) => c.clientId));
-    return ids.every((i) => set.has(i));
-  }, 120_000, 100);
+  await waitFor(
+    `${ids.length} agents connected`,
+    async () => {
+      const cs = (await ctl.listClients({})).clients;
+      const set = new Set(cs.filter((c) => c.connected).map((c) => c.clientId));
+      return ids.every((i) => set.has(i));
+    },
+    120_000,
+    100,
+  );
 }
 
 async function settle(ctl: Ctl, uuid: string): Promise<number> {
@@ -252,7 +281,9 @@ async function benchThroughput(env: Env): Promise<void> {
   await new Promise<void>((r) => wss.once("listening", () => r()));
   const port = (wss.address() as { port: number }).port;
   let got = 0;
-  const done = new Promise<void>((resolve) => wss.on("connection", (ws) => ws.on("message", (d: Buffer) => ((got += d.length) >= size ? resolve() : undefined))));
+  const done = new Promise<void>((resolve) =>
+    wss.on("connection", (ws) => ws.on("message", (d: Buffer) => ((got += d.length) >= size ? resolve() : undefined))),
+  );
   const ws = new WebSocket(`ws://127.0.0.1:${port}`, { perMessageDeflate: false });
   await new Promise((r) => ws.once("open", r));
   const t0 = performance.now();
@@ -280,7 +311,9 @@ async function benchThroughput(env: Env): Promise<void> {
   agent.kill("SIGTERM");
   await srv.stop();
   const mb = size / MiB;
-  report(`throughput: rvbox ${(mb / rv).toFixed(1)} MiB/s (${mb} MiB log-like text, cat -> agent -> server, durable; ${rv.toFixed(2)} s; stored ${(stored / MiB).toFixed(1)} MiB compressed; ${cpu}) | baseline bare ws ${(mb / base).toFixed(1)} MiB/s (${base.toFixed(2)} s) | ratio ${(base / rv).toFixed(3)}x`);
+  report(
+    `throughput: rvbox ${(mb / rv).toFixed(1)} MiB/s (${mb} MiB log-like text, cat -> agent -> server, durable; ${rv.toFixed(2)} s; stored ${(stored / MiB).toFixed(1)} MiB compressed; ${cpu}) | baseline bare ws ${(mb / base).toFixed(1)} MiB/s (${base.toFixed(2)} s) | ratio ${(base / rv).toFixed(3)}x`,
+  );
 }
 
 async function benchLatency(env: Env): Promise<void> {
@@ -329,7 +362,20 @@ async function benchFleet(env: Env): Promise<void> {
   // whole process, so one process holding all 200 agents pays for all of their memory per spawn.
   const per = Math.ceil(agents / FLEET_PROCS);
   const fleets = Array.from({ length: Math.ceil(agents / per) }, (_, p) =>
-    child(["--import", "tsx", path.join(ROOT, "scripts/bench.ts"), "--fleet", srv.url, String(Math.min(per, agents - p * per)), env.tokenFile, path.join(env.dir, "fleet"), String(p * per)], `fleet ${p}`),
+    child(
+      [
+        "--import",
+        "tsx",
+        path.join(ROOT, "scripts/bench.ts"),
+        "--fleet",
+        srv.url,
+        String(Math.min(per, agents - p * per)),
+        env.tokenFile,
+        path.join(env.dir, "fleet"),
+        String(p * per),
+      ],
+      `fleet ${p}`,
+    ),
   );
   const ids = Array.from({ length: agents }, (_, i) => `fleet-${i}`);
   await connected(srv.ctl, ids);
@@ -354,7 +400,9 @@ async function benchFleet(env: Env): Promise<void> {
   const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' ${fleets.length === 1 ? "process" : `${fleets.length} processes`} ${(fleetsCpu() - fleetCpu0).toFixed(1)} s CPU, ${fleetRss().toFixed(0)} MiB RSS`;
   for (const f of fleets) f.kill("SIGTERM");
   await srv.stop();
-  report(`fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`);
+  report(
+    `fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`,
+  );
 }
 
 async function benchSessions(env: Env): Promise<void> {
@@ -368,7 +416,9 @@ async function benchSessions(env: Env): Promise<void> {
   const after = rssKiB(srv.proc.pid!);
   idle.kill("SIGTERM");
   await srv.stop();
-  report(`sessions: server RSS ${(before / 1024).toFixed(1)} MiB idle with 0 sessions -> ${(after / 1024).toFixed(1)} MiB with ${n} registered idle sessions | ${(((after - before) * 1024) / n / 1024).toFixed(1)} KiB per session (target <= 64 KiB)`);
+  report(
+    `sessions: server RSS ${(before / 1024).toFixed(1)} MiB idle with 0 sessions -> ${(after / 1024).toFixed(1)} MiB with ${n} registered idle sessions | ${(((after - before) * 1024) / n / 1024).toFixed(1)} KiB per session (target <= 64 KiB)`,
+  );
 }
 
 async function benchRetention(env: Env): Promise<void> {
@@ -389,7 +439,12 @@ async function benchRetention(env: Env): Promise<void> {
   const t0 = performance.now();
   for (let i = 0; i < steps; i++) {
     const r = await srv.ctl.submitCommand({ clientId: "ret-agent", program: { case: "shell", value: { commandLine: `head -c ${per} /dev/urandom` } } });
-    await waitFor("retention command terminal", async () => isTerminal((await srv.ctl.getCommand({ issueUuid: r.command!.issueUuid })).command!.state), 900_000, 50);
+    await waitFor(
+      "retention command terminal",
+      async () => isTerminal((await srv.ctl.getCommand({ issueUuid: r.command!.issueUuid })).command!.state),
+      900_000,
+      50,
+    );
     const c = (await srv.ctl.getCommand({ issueUuid: r.command!.issueUuid })).command!;
     retained += Number(c.retainedOutputBytes);
     await sleep(2000);
@@ -399,7 +454,9 @@ async function benchRetention(env: Env): Promise<void> {
   agent.kill("SIGTERM");
   await srv.stop();
   const segs = readdirSync(path.join(env.dir, "ret", "segments")).length;
-  report(`retention: server RSS ${points.join(" -> ")} retained (random bytes, default caps 256 MiB/command and 4 GiB/client, ${segs} segment+index files on disk, ${secs.toFixed(0)} s to push)`);
+  report(
+    `retention: server RSS ${points.join(" -> ")} retained (random bytes, default caps 256 MiB/command and 4 GiB/client, ${segs} segment+index files on disk, ${secs.toFixed(0)} s to push)`,
+  );
 }
 
 /** Runs argv to exit; stdout hashed (and counted), never buffered whole. */
@@ -452,7 +509,10 @@ async function benchSsh(env: Env): Promise<void> {
     const rvbox = (...a: string[]) => [process.execPath, path.join(ROOT, "bin/rvbox.js"), ...a];
     const mb = size / MiB;
     const exact = (r: { sha: string; bytes: number; stderr: string }, who: string) => {
-      if (r.sha !== want) throw new Error(`${who}: received ${r.bytes} bytes whose SHA-256 differs from the file's (${size} bytes); its stderr: ${r.stderr.slice(-1500) || "(empty)"}`);
+      if (r.sha !== want)
+        throw new Error(
+          `${who}: received ${r.bytes} bytes whose SHA-256 differs from the file's (${size} bytes); its stderr: ${r.stderr.slice(-1500) || "(empty)"}`,
+        );
     };
     // (a) live and (b) read back, alternating with ssh's `cat`.
     const live: number[] = [];
@@ -481,8 +541,12 @@ async function benchSsh(env: Env): Promise<void> {
     }
     const med = (xs: number[]) => pct(xs, 0.5);
     const sshRate = mb / med(sshCat);
-    report(`ssh(a): rvbox run --follow -- cat ${mb} MiB to stdout, live, byte-exact: ${(mb / med(live)).toFixed(1)} MiB/s (median of ${rounds}: ${live.map((x) => x.toFixed(2)).join(", ")} s) | baseline ssh cat ${sshRate.toFixed(1)} MiB/s (median of ${sshCat.length}: ${sshCat.map((x) => x.toFixed(2)).join(", ")} s) | ratio ${(med(sshCat) / med(live)).toFixed(3)}x (target >= 1.0x)`);
-    report(`ssh(b): rvbox logs ID (finished, ${mb} MiB) to stdout, byte-exact: ${(mb / med(back)).toFixed(1)} MiB/s (median of ${rounds}: ${back.map((x) => x.toFixed(2)).join(", ")} s; server ${srvCpuBack.toFixed(2)} s CPU in the last) | baseline ssh cat ${sshRate.toFixed(1)} MiB/s | ratio ${(med(sshCat) / med(back)).toFixed(3)}x (target >= 2x)`);
+    report(
+      `ssh(a): rvbox run --follow -- cat ${mb} MiB to stdout, live, byte-exact: ${(mb / med(live)).toFixed(1)} MiB/s (median of ${rounds}: ${live.map((x) => x.toFixed(2)).join(", ")} s) | baseline ssh cat ${sshRate.toFixed(1)} MiB/s (median of ${sshCat.length}: ${sshCat.map((x) => x.toFixed(2)).join(", ")} s) | ratio ${(med(sshCat) / med(live)).toFixed(3)}x (target >= 1.0x)`,
+    );
+    report(
+      `ssh(b): rvbox logs ID (finished, ${mb} MiB) to stdout, byte-exact: ${(mb / med(back)).toFixed(1)} MiB/s (median of ${rounds}: ${back.map((x) => x.toFixed(2)).join(", ")} s; server ${srvCpuBack.toFixed(2)} s CPU in the last) | baseline ssh cat ${sshRate.toFixed(1)} MiB/s | ratio ${(med(sshCat) / med(back)).toFixed(3)}x (target >= 2x)`,
+    );
     // (c) `true`, shell to exit.
     const rt: number[] = [];
     const st: number[] = [];
@@ -494,7 +558,9 @@ async function benchSsh(env: Env): Promise<void> {
       rt.push(r.secs * 1000);
       st.push(s.secs * 1000);
     }
-    report(`ssh(c): rvbox run --follow -- true, shell to exit: p50 ${med(rt).toFixed(0)} ms (min ${Math.min(...rt).toFixed(0)}, n=${rt.length}) | baseline ssh host true p50 ${med(st).toFixed(0)} ms (min ${Math.min(...st).toFixed(0)}) | ratio ${(med(rt) / med(st)).toFixed(3)}x (target <= 0.5x)`);
+    report(
+      `ssh(c): rvbox run --follow -- true, shell to exit: p50 ${med(rt).toFixed(0)} ms (min ${Math.min(...rt).toFixed(0)}, n=${rt.length}) | baseline ssh host true p50 ${med(st).toFixed(0)} ms (min ${Math.min(...st).toFixed(0)}) | ratio ${(med(rt) / med(st)).toFixed(3)}x (target <= 0.5x)`,
+    );
   } finally {
     agent.kill("SIGTERM");
     await srv.stop();
@@ -537,7 +603,9 @@ async function benchSoak(env: Env): Promise<void> {
       }),
     );
     const tier = budgetMiB > 0 ? `${budgetMiB} MiB` : "default";
-    report(`soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}, pruned ledger ${prunedMax > 0 ? prunedMax : "default"}; RSS ${points.join(" -> ")}`);
+    report(
+      `soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}, pruned ledger ${prunedMax > 0 ? prunedMax : "default"}; RSS ${points.join(" -> ")}`,
+    );
   } finally {
     agent.kill("SIGTERM");
     await srv.stop();
@@ -552,7 +620,17 @@ async function fleetRole(url: string, n: number, tokenFile: string, dir: string,
   const token = readFileSync(tokenFile, "utf8").trim();
   const agents = [];
   for (let i = first; i < first + n; i++) {
-    agents.push(await AgentDaemon.start({ serverUrl: url, clientId: `fleet-${i}`, stateDir: path.join(dir, String(i)), token, maxRunning: 8, maxQueued: 32, log: createLogger(`fleet-${i}`, "warn") }));
+    agents.push(
+      await AgentDaemon.start({
+        serverUrl: url,
+        clientId: `fleet-${i}`,
+        stateDir: path.join(dir, String(i)),
+        token,
+        maxRunning: 8,
+        maxQueued: 32,
+        log: createLogger(`fleet-${i}`, "warn"),
+      }),
+    );
   }
   await new Promise<void>((r) => process.once("SIGTERM", () => r()));
   await Promise.all(agents.map((a) => a.close({ killProcesses: true })));
@@ -585,17 +663,22 @@ async function main(): Promise<void> {
   if (args[0] === "--idle") return idleRole(args[1]!, Number(args[2]), args[3]!);
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-"));
   const env: Env = { dir, operator: randomBytes(16).toString("hex"), fleet: randomBytes(16).toString("hex"), tokenFile: path.join(dir, "agent-token") };
-  writeFileSync(path.join(dir, "operator-token"), env.operator + "\n");
+  writeFileSync(path.join(dir, "operator-token"), `${env.operator}\n`);
   writeFileSync(path.join(dir, "agent-tokens"), `* ${env.fleet}\n`);
-  writeFileSync(env.tokenFile, env.fleet + "\n");
+  writeFileSync(env.tokenFile, `${env.fleet}\n`);
   mkdirSync(path.join(dir, "fleet"), { recursive: true });
   const mem = os.totalmem() / 1024 ** 3;
   if (!TSX && !args.includes("--no-build")) {
     // Build the deployable tree so the daemons measured are the sources as they stand.
     const { execFileSync } = await import("node:child_process");
-    execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json")], { cwd: ROOT, stdio: "inherit" });
+    execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json")], {
+      cwd: ROOT,
+      stdio: "inherit",
+    });
   }
-  console.log(`rvbox bench${QUICK ? " (--quick)" : ""}${TSX ? " (--tsx)" : ""}: daemons from ${path.relative(ROOT, BIN)}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`);
+  console.log(
+    `rvbox bench${QUICK ? " (--quick)" : ""}${TSX ? " (--tsx)" : ""}: daemons from ${path.relative(ROOT, BIN)}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`,
+  );
   const KEEP = new Set(["operator-token", "agent-tokens", "agent-token", "fleet"]);
   const benches: Array<[string, (e: Env) => Promise<void>]> = [
     ["throughput", benchThroughput],
@@ -625,7 +708,8 @@ async function main(): Promise<void> {
           report(`${name}: FAILED ${err instanceof Error ? err.message : String(err)}`);
         }
       }
-      if (times > 1 && ratios.length > 0) report(`${name}: median ratio ${pct(ratios, 0.5).toFixed(3)}x over ${ratios.length} runs (${ratios.map((r) => r.toFixed(3)).join(", ")})`);
+      if (times > 1 && ratios.length > 0)
+        report(`${name}: median ratio ${pct(ratios, 0.5).toFixed(3)}x over ${ratios.length} runs (${ratios.map((r) => r.toFixed(3)).join(", ")})`);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

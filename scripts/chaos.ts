@@ -19,7 +19,20 @@
 // --dist DIR (build into / run from DIR instead of dist/), --no-disk-full.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { setMaxListeners } from "node:events";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -51,7 +64,8 @@ interface Opts {
   diskFull: boolean;
 }
 
-const USAGE = "usage: npm run chaos -- --minutes N [--agents N] [--rate R] [--seed S] [--light] [--drain-minutes M] [--fault-every S] [--dir DIR] [--keep] [--no-build] [--dist DIR] [--no-disk-full]";
+const USAGE =
+  "usage: npm run chaos -- --minutes N [--agents N] [--rate R] [--seed S] [--light] [--drain-minutes M] [--fault-every S] [--dir DIR] [--keep] [--no-build] [--dist DIR] [--no-disk-full]";
 
 function fail(msg: string): never {
   process.stderr.write(`chaos: ${msg}\n`);
@@ -59,11 +73,25 @@ function fail(msg: string): never {
 }
 
 export function parseChaosArgs(argv: string[]): Opts {
-  const o: Opts = { minutes: NaN, agents: 4, rate: 1, seed: Date.now() % 1_000_000, light: false, drainMinutes: 6, faultEvery: 12, dir: null, keep: false, build: true, dist: "dist", diskFull: true };
+  const o: Opts = {
+    minutes: NaN,
+    agents: 4,
+    rate: 1,
+    seed: Date.now() % 1_000_000,
+    light: false,
+    drainMinutes: 6,
+    faultEvery: 12,
+    dir: null,
+    keep: false,
+    build: true,
+    dist: "dist",
+    diskFull: true,
+  };
   const num = (flag: string, v: string | undefined, lo: number, hi: number, int: boolean): number => {
     if (v === undefined || v === "" || v.startsWith("--")) fail(`${flag} needs a value (${USAGE})`);
     const n = Number(v);
-    if (!Number.isFinite(n) || (int && !Number.isInteger(n)) || n < lo || n > hi) fail(`${flag} must be ${int ? "an integer" : "a number"} from ${lo} to ${hi}, got ${JSON.stringify(v)}`);
+    if (!Number.isFinite(n) || (int && !Number.isInteger(n)) || n < lo || n > hi)
+      fail(`${flag} must be ${int ? "an integer" : "a number"} from ${lo} to ${hi}, got ${JSON.stringify(v)}`);
     return n;
   };
   for (let i = 0; i < argv.length; i++) {
@@ -72,20 +100,54 @@ export function parseChaosArgs(argv: string[]): Opts {
     const flag = eq > 0 ? raw.slice(0, eq) : raw;
     const val = (): string | undefined => (eq > 0 ? raw.slice(eq + 1) : argv[++i]);
     switch (flag) {
-      case "--minutes": o.minutes = num(flag, val(), 0.1, 1440, false); break;
-      case "--agents": o.agents = num(flag, val(), 1, 16, true); break;
-      case "--rate": o.rate = num(flag, val(), 0.05, 20, false); break;
-      case "--seed": o.seed = num(flag, val(), 0, 2 ** 31 - 1, true); break;
-      case "--drain-minutes": o.drainMinutes = num(flag, val(), 0.5, 120, false); break;
-      case "--fault-every": o.faultEvery = num(flag, val(), 1, 3600, false); break;
-      case "--light": o.light = true; break;
-      case "--keep": o.keep = true; break;
-      case "--no-build": o.build = false; break;
-      case "--no-disk-full": o.diskFull = false; break;
-      case "--dir": { const v = val(); if (!v || v.startsWith("--")) fail(`--dir needs a directory`); o.dir = path.resolve(v); break; }
-      case "--dist": { const v = val(); if (!v || v.startsWith("--")) fail(`--dist needs a directory`); o.dist = v; break; }
-      case "--help": case "-h": process.stdout.write(USAGE + "\n"); process.exit(0);
-      default: fail(`unknown flag ${JSON.stringify(raw)} (${USAGE})`);
+      case "--minutes":
+        o.minutes = num(flag, val(), 0.1, 1440, false);
+        break;
+      case "--agents":
+        o.agents = num(flag, val(), 1, 16, true);
+        break;
+      case "--rate":
+        o.rate = num(flag, val(), 0.05, 20, false);
+        break;
+      case "--seed":
+        o.seed = num(flag, val(), 0, 2 ** 31 - 1, true);
+        break;
+      case "--drain-minutes":
+        o.drainMinutes = num(flag, val(), 0.5, 120, false);
+        break;
+      case "--fault-every":
+        o.faultEvery = num(flag, val(), 1, 3600, false);
+        break;
+      case "--light":
+        o.light = true;
+        break;
+      case "--keep":
+        o.keep = true;
+        break;
+      case "--no-build":
+        o.build = false;
+        break;
+      case "--no-disk-full":
+        o.diskFull = false;
+        break;
+      case "--dir": {
+        const v = val();
+        if (!v || v.startsWith("--")) fail(`--dir needs a directory`);
+        o.dir = path.resolve(v);
+        break;
+      }
+      case "--dist": {
+        const v = val();
+        if (!v || v.startsWith("--")) fail(`--dist needs a directory`);
+        o.dist = v;
+        break;
+      }
+      case "--help":
+      case "-h":
+        process.stdout.write(`${USAGE}\n`);
+        return process.exit(0);
+      default:
+        fail(`unknown flag ${JSON.stringify(raw)} (${USAGE})`);
     }
   }
   if (Number.isNaN(o.minutes)) fail(`--minutes is required (${USAGE})`);
@@ -99,15 +161,22 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 class Rng {
   private s: number;
-  constructor(seed: number) { this.s = (seed ^ 0x9e3779b9) >>> 0 || 1; }
-  next(): number { // mulberry32
+  constructor(seed: number) {
+    this.s = (seed ^ 0x9e3779b9) >>> 0 || 1;
+  }
+  next(): number {
+    // mulberry32
     let t = (this.s = (this.s + 0x6d2b79f5) >>> 0);
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   }
-  int(lo: number, hi: number): number { return lo + Math.floor(this.next() * (hi - lo + 1)); }
-  pick<T>(xs: readonly T[]): T { return xs[Math.floor(this.next() * xs.length)]!; }
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.next() * (hi - lo + 1));
+  }
+  pick<T>(xs: readonly T[]): T {
+    return xs[Math.floor(this.next() * xs.length)]!;
+  }
   weighted<T extends string>(w: Partial<Record<T, number>>): T {
     const es = Object.entries(w) as Array<[T, number]>;
     let r = this.next() * es.reduce((s, [, v]) => s + v, 0);
@@ -130,7 +199,18 @@ function controlClient(base: string, token: string): Ctl {
 function coreRefusal(err: unknown): ConnectError | null {
   if (!(err instanceof ConnectError)) return null;
   if (err.findDetails(ControlErrorSchema).length > 0) return err;
-  if ([ConnectCode.InvalidArgument, ConnectCode.NotFound, ConnectCode.AlreadyExists, ConnectCode.FailedPrecondition, ConnectCode.DataLoss, ConnectCode.Unauthenticated, ConnectCode.PermissionDenied].includes(err.code)) return err;
+  if (
+    [
+      ConnectCode.InvalidArgument,
+      ConnectCode.NotFound,
+      ConnectCode.AlreadyExists,
+      ConnectCode.FailedPrecondition,
+      ConnectCode.DataLoss,
+      ConnectCode.Unauthenticated,
+      ConnectCode.PermissionDenied,
+    ].includes(err.code)
+  )
+    return err;
   return null;
 }
 
@@ -220,9 +300,8 @@ class Chaos {
   deadline = 0;
   inflight = 0;
   maxInflight: number;
-  aborter = new AbortController();
-  // One abort for every FollowOutput stream of the run.
-  private readonly _listeners = setMaxListeners(100_000, this.aborter.signal);
+  // One abort for every FollowOutput stream of the run (hence the raised listener limit).
+  aborter = withListenerLimit(new AbortController(), 100_000);
   repairs = 0;
   bytesVerified = 0;
   bytesMarked = 0;
@@ -265,7 +344,8 @@ class Chaos {
     });
     p.on("exit", (code, sig) => {
       if (d.proc === p) d.proc = null;
-      if (!d.expectExit && !this.stopping) this.violation("daemon-exit", `${d.name} exited by itself (code ${code}, signal ${sig}); log tail: ${d.log.slice(-600).replace(/\s+/g, " ")}`);
+      if (!d.expectExit && !this.stopping)
+        this.violation("daemon-exit", `${d.name} exited by itself (code ${code}, signal ${sig}); log tail: ${d.log.slice(-600).replace(/\s+/g, " ")}`);
     });
   }
 
@@ -295,12 +375,16 @@ class Chaos {
 
   async setup(): Promise<void> {
     mkdirSync(path.join(this.dir, "logs"), { recursive: true });
-    writeFileSync(path.join(this.dir, "operator-token"), this.operator + "\n", { mode: 0o600 });
+    writeFileSync(path.join(this.dir, "operator-token"), `${this.operator}\n`, { mode: 0o600 });
     writeFileSync(path.join(this.dir, "agent-tokens"), `* ${this.fleet}\n`, { mode: 0o600 });
-    writeFileSync(path.join(this.dir, "agent-token"), this.fleet + "\n", { mode: 0o600 });
+    writeFileSync(path.join(this.dir, "agent-token"), `${this.fleet}\n`, { mode: 0o600 });
     if (this.o.build) {
       this.log(`building ${this.o.dist}/ (tsc -p tsconfig.build.json)`);
-      execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json"), "--outDir", path.resolve(ROOT, this.o.dist)], { cwd: ROOT, stdio: "inherit" });
+      execFileSync(
+        process.execPath,
+        [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json"), "--outDir", path.resolve(ROOT, this.o.dist)],
+        { cwd: ROOT, stdio: "inherit" },
+      );
     }
     if (!existsSync(this.bin)) fail(`${this.bin} does not exist: run npm run build (or drop --no-build)`);
     this.agentPort = await freePort();
@@ -339,7 +423,27 @@ class Chaos {
       writeFileSync(agentCfg, JSON.stringify({ limits: { rawHigh: 4 * MiB, rawLow: 2 * MiB, outputPerCommand: 16 * MiB, outputTotal: 96 * MiB } }));
       const d: Daemon = {
         name: `agent-${i}`,
-        argv: ["agent", "--config", agentCfg, "--server", `ws://127.0.0.1:${proxy.port}/v1/agent`, "--client-id", id, "--state", state, "--token", path.join(this.dir, "agent-token"), "--log-level", "warn", "--max-running", "8", "--max-queued", "32", "--cwd", this.dir],
+        argv: [
+          "agent",
+          "--config",
+          agentCfg,
+          "--server",
+          `ws://127.0.0.1:${proxy.port}/v1/agent`,
+          "--client-id",
+          id,
+          "--state",
+          state,
+          "--token",
+          path.join(this.dir, "agent-token"),
+          "--log-level",
+          "warn",
+          "--max-running",
+          "8",
+          "--max-queued",
+          "32",
+          "--cwd",
+          this.dir,
+        ],
         proc: null,
         expectExit: false,
         log: "",
@@ -403,17 +507,36 @@ class Chaos {
     const agent = kind === "large" && this.o.agents > 1 && this.mounted ? r.int(1, this.o.agents - 1) : r.int(0, this.o.agents - 1);
     const nonce = `c${this.o.seed.toString(36)}x${n.toString(36)}`;
     const c: Cmd = {
-      n, nonce, uuid: `chaos-${this.o.seed}-${n}`, agent, kind,
+      n,
+      nonce,
+      uuid: `chaos-${this.o.seed}-${n}`,
+      agent,
+      kind,
       variant: r.weighted<Variant>({ argv: 3, sh: 3, bash: 1, script: 2, shebang: 1 }),
-      exitWant: 0, timeoutMs: 150_000, acked: false, stdin: [], closeAcked: false, signals: [],
-      out: { next: 0, dataBytes: 0, markerBytes: 0 }, err: { next: 0, dataBytes: 0, markerBytes: 0 }, incomplete: false, markers: 0, followErrors: 0,
+      exitWant: 0,
+      timeoutMs: 150_000,
+      acked: false,
+      stdin: [],
+      closeAcked: false,
+      signals: [],
+      out: { next: 0, dataBytes: 0, markerBytes: 0 },
+      err: { next: 0, dataBytes: 0, markerBytes: 0 },
+      incomplete: false,
+      markers: 0,
+      followErrors: 0,
     };
     const seed = r.int(1, 2 ** 31 - 2);
     const g = (lines: number, minLen: number, maxLen: number, noisy: 0 | 1 = 0, errEvery = 0): GenParams => ({ lines, minLen, maxLen, seed, noisy, errEvery });
     switch (kind) {
-      case "tiny": c.gen = g(1, 1, 40); break;
-      case "small": c.gen = g(r.int(2, 200), 10, 300, r.next() < 0.3 ? 1 : 0); break;
-      case "medium": c.gen = light ? g(r.int(100, 600), 200, 2000, r.next() < 0.3 ? 1 : 0) : g(r.int(200, 2000), 200, 2000, r.next() < 0.3 ? 1 : 0); break;
+      case "tiny":
+        c.gen = g(1, 1, 40);
+        break;
+      case "small":
+        c.gen = g(r.int(2, 200), 10, 300, r.next() < 0.3 ? 1 : 0);
+        break;
+      case "medium":
+        c.gen = light ? g(r.int(100, 600), 200, 2000, r.next() < 0.3 ? 1 : 0) : g(r.int(200, 2000), 200, 2000, r.next() < 0.3 ? 1 : 0);
+        break;
       case "large": {
         // light: 2-4 MiB; full: 8-40 MiB
         const mib = light ? r.int(2, 4) : r.int(8, 40);
@@ -421,11 +544,25 @@ class Chaos {
         c.timeoutMs = 600_000;
         break;
       }
-      case "fail": c.gen = g(r.int(1, 50), 1, 200); c.exitWant = r.pick([1, 3, 42, 99]); break;
-      case "stderr": c.gen = g(r.int(2, 300), 1, 500, 0, r.int(1, 4)); break;
-      case "stdin": break;
-      case "signal": case "cancel": c.ticks = 600; c.tickSeed = seed; break;
-      case "timeout": c.ticks = 600; c.tickSeed = seed; c.timeoutMs = r.int(500, 4000); break;
+      case "fail":
+        c.gen = g(r.int(1, 50), 1, 200);
+        c.exitWant = r.pick([1, 3, 42, 99]);
+        break;
+      case "stderr":
+        c.gen = g(r.int(2, 300), 1, 500, 0, r.int(1, 4));
+        break;
+      case "stdin":
+        break;
+      case "signal":
+      case "cancel":
+        c.ticks = 600;
+        c.tickSeed = seed;
+        break;
+      case "timeout":
+        c.ticks = 600;
+        c.tickSeed = seed;
+        c.timeoutMs = r.int(500, 4000);
+        break;
     }
     return c;
   }
@@ -443,13 +580,30 @@ class Chaos {
     const text = this.body(c);
     let program: MessageInitShape<typeof SubmitCommandRequestSchema>["program"];
     switch (c.variant) {
-      case "argv": program = { case: "argv", value: { argv: ["sh", "-c", text] } }; break;
-      case "sh": program = { case: "shell", value: { shell: ShellType.SH, commandLine: text } }; break;
-      case "bash": program = { case: "shell", value: { shell: ShellType.BASH, commandLine: text } }; break;
-      case "script": program = { case: "script", value: { content: Buffer.from(text), interpreter: "sh", args: [], sha256: new Uint8Array() } }; break;
-      case "shebang": program = { case: "script", value: { content: Buffer.from("#!/bin/sh\n" + text), interpreter: "", args: [], sha256: new Uint8Array() } }; break;
+      case "argv":
+        program = { case: "argv", value: { argv: ["sh", "-c", text] } };
+        break;
+      case "sh":
+        program = { case: "shell", value: { shell: ShellType.SH, commandLine: text } };
+        break;
+      case "bash":
+        program = { case: "shell", value: { shell: ShellType.BASH, commandLine: text } };
+        break;
+      case "script":
+        program = { case: "script", value: { content: Buffer.from(text), interpreter: "sh", args: [], sha256: new Uint8Array() } };
+        break;
+      case "shebang":
+        program = { case: "script", value: { content: Buffer.from(`#!/bin/sh\n${text}`), interpreter: "", args: [], sha256: new Uint8Array() } };
+        break;
     }
-    return { clientId: this.clientIds[c.agent]!, program, timeoutMs: BigInt(c.timeoutMs), stdinOpen: c.kind === "stdin", issueUuid: c.uuid, requestId: `${c.uuid}/submit` };
+    return {
+      clientId: this.clientIds[c.agent]!,
+      program,
+      timeoutMs: BigInt(c.timeoutMs),
+      stdinOpen: c.kind === "stdin",
+      issueUuid: c.uuid,
+      requestId: `${c.uuid}/submit`,
+    };
   }
 
   /** Retry a mutation with the same request id until the core answers (or refuses). */
@@ -490,9 +644,12 @@ class Chaos {
         const data = `w${k}-${randomBytes(r.int(1, 40)).toString("hex")}`;
         const at = { data, acked: false };
         c.stdin.push(at);
-        const w = await this.call("stdin", () => this.ctl.writeStdin({ issueUuid: c.uuid, data: Buffer.from(data), appendNewline: true, requestId: `${c.uuid}/w${k}` }, { timeoutMs: 30_000 }));
+        const w = await this.call("stdin", () =>
+          this.ctl.writeStdin({ issueUuid: c.uuid, data: Buffer.from(data), appendNewline: true, requestId: `${c.uuid}/w${k}` }, { timeoutMs: 30_000 }),
+        );
         if ("ok" in w) at.acked = true;
-        else if ("refused" in w) break; // the command ended (or the window is full); fate of this write is known: not applied
+        else if ("refused" in w)
+          break; // the command ended (or the window is full); fate of this write is known: not applied
         else break;
         await sleep(r.int(0, 400));
       }
@@ -502,7 +659,19 @@ class Chaos {
       } else await this.signal(c, SignalKind.CANCEL);
     } else if (c.kind === "signal") {
       await sleep(r.int(300, 5000));
-      await this.signal(c, r.pick([SignalKind.CANCEL, SignalKind.TERMINATE, SignalKind.KILL, SignalKind.INTERRUPT, SignalKind.HANGUP, SignalKind.USER1, SignalKind.USER2, SignalKind.QUIT]));
+      await this.signal(
+        c,
+        r.pick([
+          SignalKind.CANCEL,
+          SignalKind.TERMINATE,
+          SignalKind.KILL,
+          SignalKind.INTERRUPT,
+          SignalKind.HANGUP,
+          SignalKind.USER1,
+          SignalKind.USER2,
+          SignalKind.QUIT,
+        ]),
+      );
     } else if (c.kind === "cancel") {
       await this.signal(c, SignalKind.CANCEL);
     }
@@ -574,11 +743,20 @@ class Chaos {
       if (off + data.length > st.next) (c.echo ??= []).push(data.subarray(Math.max(0, st.next - off)));
     } else if (exp) {
       const want = (s === "out" ? exp.stdout : exp.stderr).subarray(off, off + data.length);
-      if (want.length < data.length) this.violation("invented", `${s} has ${off + data.length} bytes, the process printed at most ${(s === "out" ? exp.stdout : exp.stderr).length}`, c.uuid);
+      if (want.length < data.length)
+        this.violation(
+          "invented",
+          `${s} has ${off + data.length} bytes, the process printed at most ${(s === "out" ? exp.stdout : exp.stderr).length}`,
+          c.uuid,
+        );
       else if (!want.equals(data)) {
         let i = 0;
         while (i < data.length && want[i] === data[i]) i++;
-        this.violation("corrupt", `${s} byte ${off + i} differs: got ${JSON.stringify(data.subarray(i, i + 40).toString("latin1"))}, printed ${JSON.stringify(want.subarray(i, i + 40).toString("latin1"))}`, c.uuid);
+        this.violation(
+          "corrupt",
+          `${s} byte ${off + i} differs: got ${JSON.stringify(data.subarray(i, i + 40).toString("latin1"))}, printed ${JSON.stringify(want.subarray(i, i + 40).toString("latin1"))}`,
+          c.uuid,
+        );
       }
     } else if (s === "out") {
       if (off === st.next) (c.echo ??= []).push(data);
@@ -606,8 +784,12 @@ class Chaos {
     const f = c.finished!;
     if (!TERMINAL.has(f.state)) this.violation("not-terminal", `FollowOutput finished with state ${stateName(f.state)}`, c.uuid);
     if (c.ticks && c.echo) {
-      const bad = Buffer.concat(c.echo).toString("latin1").split("\n").filter((l) => l !== "" && !/^(?:ba)?sh: (?:line \d+: )?\d+ [A-Za-z ()]+?\s+sleep 0\.2$/.test(l));
-      if (bad.length > 0) this.violation("invented", `ticker stderr has ${JSON.stringify(bad[0]!.slice(0, 80))}, not a shell's report of a signalled sleep`, c.uuid);
+      const bad = Buffer.concat(c.echo)
+        .toString("latin1")
+        .split("\n")
+        .filter((l) => l !== "" && !/^(?:ba)?sh: (?:line \d+: )?\d+ [A-Za-z ()]+?\s+sleep 0\.2$/.test(l));
+      if (bad.length > 0)
+        this.violation("invented", `ticker stderr has ${JSON.stringify(bad[0]!.slice(0, 80))}, not a shell's report of a signalled sleep`, c.uuid);
       c.echo = undefined;
     }
     if (c.kind === "stdin" && c.echo && c.out.markerBytes === 0) {
@@ -657,9 +839,29 @@ class Chaos {
   async faultLoop(): Promise<void> {
     const r = this.rng;
     let lastDiskFull = 0;
-    const weights = { "kill9-server": 14, "kill9-agent": 20, "term-restart": 4, cut: 18, "cut-all": 5, stall: 12, "stall-up": 6, "stall-down": 6, "disk-full": 8 };
+    const weights = {
+      "kill9-server": 14,
+      "kill9-agent": 20,
+      "term-restart": 4,
+      cut: 18,
+      "cut-all": 5,
+      stall: 12,
+      "stall-up": 6,
+      "stall-down": 6,
+      "disk-full": 8,
+    };
     // Every kind once first, the crashes first, so even a one-minute run sees each of them.
-    const order: Array<keyof typeof weights> = ["kill9-server", "kill9-agent", "disk-full", "cut", "stall", "stall-up", "stall-down", "cut-all", "term-restart"];
+    const order: Array<keyof typeof weights> = [
+      "kill9-server",
+      "kill9-agent",
+      "disk-full",
+      "cut",
+      "stall",
+      "stall-up",
+      "stall-down",
+      "cut-all",
+      "term-restart",
+    ];
     const first = order.filter((k) => k !== "disk-full" || this.mounted !== null);
     while (this.faultsOn && !this.aborter.signal.aborted) {
       await sleep(r.int(this.o.faultEvery * 500, this.o.faultEvery * 1500));
@@ -669,14 +871,26 @@ class Chaos {
       const kind = first.shift() ?? r.weighted<keyof typeof weights>(canDisk ? { ...rest, "disk-full": diskWeight } : rest);
       const a = r.int(0, this.o.agents - 1);
       this.fault(kind);
-      this.log(`fault ${kind}${kind.includes("agent") || kind.startsWith("cut") && kind !== "cut-all" || kind.startsWith("stall") ? ` agent-${a}` : ""}`);
+      this.log(`fault ${kind}${kind.includes("agent") || (kind.startsWith("cut") && kind !== "cut-all") || kind.startsWith("stall") ? ` agent-${a}` : ""}`);
       switch (kind) {
-        case "kill9-server": await this.restart(this.server, "kill9"); break;
-        case "kill9-agent": await this.restart(this.agents[a]!, "kill9"); break;
-        case "term-restart": await this.restart(r.next() < 0.3 ? this.server : this.agents[a]!, "term"); break;
-        case "cut": this.proxies[a]!.cutAll(); break;
-        case "cut-all": for (const p of this.proxies) p.cutAll(); break;
-        case "stall": case "stall-up": case "stall-down": {
+        case "kill9-server":
+          await this.restart(this.server, "kill9");
+          break;
+        case "kill9-agent":
+          await this.restart(this.agents[a]!, "kill9");
+          break;
+        case "term-restart":
+          await this.restart(r.next() < 0.3 ? this.server : this.agents[a]!, "term");
+          break;
+        case "cut":
+          this.proxies[a]!.cutAll();
+          break;
+        case "cut-all":
+          for (const p of this.proxies) p.cutAll();
+          break;
+        case "stall":
+        case "stall-up":
+        case "stall-down": {
           const p = this.proxies[a]!;
           if (kind === "stall") p.stall();
           else if (kind === "stall-up") p.stallUpstream();
@@ -726,7 +940,9 @@ class Chaos {
     }
     const d = this.agents[0]!;
     const incident = /store write failed|essential-store incident/.test(d.log);
-    this.log(`disk-full: ${(wrote / MiB).toFixed(0)} MiB ballast held ${holdMs} ms; agent-0 ${incident ? "raised a store incident" : "did not write meanwhile"}; restarting it`);
+    this.log(
+      `disk-full: ${(wrote / MiB).toFixed(0)} MiB ballast held ${holdMs} ms; agent-0 ${incident ? "raised a store incident" : "did not write meanwhile"}; restarting it`,
+    );
     d.log = "";
     await this.restart(d, "kill9");
     await sleep(3000);
@@ -744,7 +960,9 @@ class Chaos {
       await sleep(30_000);
       if (this.stopping) break;
       const done = this.cmds.filter((c) => c.finished).length;
-      this.log(`progress: ${this.cmds.length} submitted, ${done} finished, ${this.inflight} in flight, faults ${[...this.faults.values()].reduce((a, b) => a + b, 0)}, ${(this.bytesVerified / MiB).toFixed(1)} MiB verified, ${this.violations.length} violations`);
+      this.log(
+        `progress: ${this.cmds.length} submitted, ${done} finished, ${this.inflight} in flight, faults ${[...this.faults.values()].reduce((a, b) => a + b, 0)}, ${(this.bytesVerified / MiB).toFixed(1)} MiB verified, ${this.violations.length} violations`,
+      );
     }
   }
 
@@ -788,7 +1006,8 @@ class Chaos {
           cmd = undefined;
         }
         if (!cmd && e) this.violation("invented-launch", `unacknowledged submit ${c.uuid} is unknown to the server but launched`, c.uuid);
-        if (cmd && !TERMINAL.has(cmd.state)) this.violation("not-terminal", `unacknowledged but stored command is ${stateName(cmd.state)} after the drain`, c.uuid);
+        if (cmd && !TERMINAL.has(cmd.state))
+          this.violation("not-terminal", `unacknowledged but stored command is ${stateName(cmd.state)} after the drain`, c.uuid);
         continue;
       }
       const f = c.finished;
@@ -813,30 +1032,47 @@ class Chaos {
       }
       const launched = (e?.launches ?? 0) > 0;
       const exited = f.exitCode !== undefined;
-      if ((f.state === L.SUCCEEDED || exited) && !launched) this.violation("never-launched", `${stateName(f.state)} (exit ${f.exitCode}) but the process never ran`, c.uuid);
+      if ((f.state === L.SUCCEEDED || exited) && !launched)
+        this.violation("never-launched", `${stateName(f.state)} (exit ${f.exitCode}) but the process never ran`, c.uuid);
       if ((f.state === L.REJECTED || f.state === L.EXPIRED) && launched) this.violation("mislabeled", `${stateName(f.state)} but the process ran`, c.uuid);
       if ((c.out.dataBytes > 0 || c.err.dataBytes > 0) && !launched) this.violation("invented", `output stored but the process never ran`, c.uuid);
       // An agent that restarted under a running command never drained its pipes: R-O8 wants a marker.
-      if (f.state === L.INTERRUPTED && f.terminalSource === TerminalSource.AGENT && launched && !c.incomplete) this.violation("R-O8", `interrupted by an agent restart after launch, but no OutputIncomplete marker`, c.uuid);
+      if (f.state === L.INTERRUPTED && f.terminalSource === TerminalSource.AGENT && launched && !c.incomplete)
+        this.violation("R-O8", `interrupted by an agent restart after launch, but no OutputIncomplete marker`, c.uuid);
       const cleanExit = e?.done.includes(0) ?? false;
       if (c.gen) {
         const exp = genExpected(c.nonce, c.gen);
         if (cleanExit && exited && f.exitCode !== c.exitWant) this.violation("exit-code", `exit ${f.exitCode}, the script exited ${c.exitWant}`, c.uuid);
         if (f.state === L.SUCCEEDED && c.exitWant !== 0) this.violation("mislabeled", `SUCCEEDED, the script exited ${c.exitWant}`, c.uuid);
         if (exited && cleanExit && !c.incomplete) {
-          for (const [s, len] of [["out", exp.stdout.length], ["err", exp.stderr.length]] as const) {
-            if (c[s].next < len) this.violation("missing", `${s} ends at ${c[s].next} of ${len} bytes printed, no incomplete marker (${stateName(f.state)}, exit ${f.exitCode})`, c.uuid);
+          for (const [s, len] of [
+            ["out", exp.stdout.length],
+            ["err", exp.stderr.length],
+          ] as const) {
+            if (c[s].next < len)
+              this.violation(
+                "missing",
+                `${s} ends at ${c[s].next} of ${len} bytes printed, no incomplete marker (${stateName(f.state)}, exit ${f.exitCode})`,
+                c.uuid,
+              );
           }
         }
       } else if (c.ticks) {
-        if (c.kind === "timeout" && f.state === L.SUCCEEDED) this.violation("timeout", `timeout ${c.timeoutMs} ms but the ${c.ticks * 0.2} s ticker succeeded`, c.uuid);
-        if (exited && cleanExit && !c.incomplete && c.out.next < tickerExpected(c.nonce, c.ticks, c.tickSeed!).length) this.violation("missing", `ticker exited cleanly but its output ends at ${c.out.next}`, c.uuid);
-        if (c.signals.some((s) => s.acked) && f.state === L.SUCCEEDED) this.notes.push(`${c.uuid}: a signal was acknowledged but the ${c.ticks * 0.2} s ticker still ran to the end`);
+        if (c.kind === "timeout" && f.state === L.SUCCEEDED)
+          this.violation("timeout", `timeout ${c.timeoutMs} ms but the ${c.ticks * 0.2} s ticker succeeded`, c.uuid);
+        if (exited && cleanExit && !c.incomplete && c.out.next < tickerExpected(c.nonce, c.ticks, c.tickSeed!).length)
+          this.violation("missing", `ticker exited cleanly but its output ends at ${c.out.next}`, c.uuid);
+        if (c.signals.some((s) => s.acked) && f.state === L.SUCCEEDED)
+          this.notes.push(`${c.uuid}: a signal was acknowledged but the ${c.ticks * 0.2} s ticker still ran to the end`);
       } else if (c.kind === "stdin") {
         const lastAcked = c.stdin.map((w) => w.acked).lastIndexOf(true);
         const m = c as Cmd & { echoLastAcked?: number };
         if (f.state === L.SUCCEEDED && cleanExit && c.closeAcked && c.echo && c.out.markerBytes === 0 && (m.echoLastAcked ?? -1) < lastAcked && !c.incomplete) {
-          this.violation("stdin", `stdin closed and the echo exited 0, but acknowledged write ${lastAcked + 1} never came back (matched through ${(m.echoLastAcked ?? -1) + 1})`, c.uuid);
+          this.violation(
+            "stdin",
+            `stdin closed and the echo exited 0, but acknowledged write ${lastAcked + 1} never came back (matched through ${(m.echoLastAcked ?? -1) + 1})`,
+            c.uuid,
+          );
         }
       }
     }
@@ -846,7 +1082,9 @@ class Chaos {
 
   async run(): Promise<number> {
     await this.setup();
-    this.log(`chaos: seed ${this.o.seed}, ${this.o.agents} agents behind proxies, ${this.o.minutes} min of faults at ~${this.o.rate} commands/s${this.o.light ? " (light)" : ""}; daemons ${path.relative(ROOT, this.bin)}; run dir ${this.dir}`);
+    this.log(
+      `chaos: seed ${this.o.seed}, ${this.o.agents} agents behind proxies, ${this.o.minutes} min of faults at ~${this.o.rate} commands/s${this.o.light ? " (light)" : ""}; daemons ${path.relative(ROOT, this.bin)}; run dir ${this.dir}`,
+    );
     this.deadline = Date.now() + this.o.minutes * 60_000;
     const progress = this.progressLoop();
     const submit = this.submitLoop();
@@ -886,7 +1124,11 @@ class Chaos {
       const s = c.finished ? stateName(c.finished.state) : c.acked ? "UNFINISHED" : "UNACKNOWLEDGED";
       byState.set(s, (byState.get(s) ?? 0) + 1);
     }
-    const fmt = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} ${v}`).join(", ");
+    const fmt = (m: Map<string, number>) =>
+      [...m]
+        .sort((a, b) => b[1] - a[1])
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ");
     const faults = [...this.faults.values()].reduce((a, b) => a + b, 0);
     const markers = this.cmds.reduce((s, c) => s + c.markers, 0);
     const incompletes = this.cmds.filter((c) => c.incomplete).length;
@@ -900,16 +1142,30 @@ class Chaos {
       `bytes verified: ${this.bytesVerified} (${(this.bytesVerified / MiB).toFixed(1)} MiB) byte for byte against what the processes printed; ${this.bytesMarked} bytes (${(this.bytesMarked / MiB).toFixed(1)} MiB) covered by ${markers} truncation/retention markers; ${incompletes} commands with an incomplete marker`,
       `wire: ${this.wireEvents} CommandEvents seen by the proxies, ${this.resends} resends, each byte-identical to the first send unless listed below (R-O2)`,
       `followers resumed ${this.cmds.reduce((s, c) => s + c.followErrors, 0)} times after a broken FollowOutput stream`,
-      `notes: ${this.notes.length}${this.notes.length ? "\n  " + this.notes.slice(0, 20).join("\n  ") : ""}`,
+      `notes: ${this.notes.length}${this.notes.length ? `\n  ${this.notes.slice(0, 20).join("\n  ")}` : ""}`,
       `violations: ${this.violations.length}`,
       ...this.violations.slice(0, 50).map((v) => `  ${v.kind}${v.uuid ? ` ${v.uuid}` : ""}: ${v.detail}`),
     ];
-    for (const l of lines) process.stdout.write(l + "\n");
+    for (const l of lines) process.stdout.write(`${l}\n`);
     const summary = {
-      seed: this.o.seed, minutes: this.o.minutes, commands: this.cmds.length, acknowledged: this.cmds.filter((c) => c.acked).length,
-      byKind: Object.fromEntries(byKind), byState: Object.fromEntries(byState), faults: Object.fromEntries(this.faults), faultTotal: faults,
-      diskFull: this.mountNote, wireEvents: this.wireEvents, resends: this.resends, bytesVerified: this.bytesVerified, bytesMarked: this.bytesMarked, markers, incompletes,
-      violations: this.violations, notes: this.notes.length, runDir: this.dir,
+      seed: this.o.seed,
+      minutes: this.o.minutes,
+      commands: this.cmds.length,
+      acknowledged: this.cmds.filter((c) => c.acked).length,
+      byKind: Object.fromEntries(byKind),
+      byState: Object.fromEntries(byState),
+      faults: Object.fromEntries(this.faults),
+      faultTotal: faults,
+      diskFull: this.mountNote,
+      wireEvents: this.wireEvents,
+      resends: this.resends,
+      bytesVerified: this.bytesVerified,
+      bytesMarked: this.bytesMarked,
+      markers,
+      incompletes,
+      violations: this.violations,
+      notes: this.notes.length,
+      runDir: this.dir,
     };
     writeFileSync(path.join(this.dir, "summary.json"), JSON.stringify(summary, null, 2));
     process.stdout.write(`CHAOS-SUMMARY ${JSON.stringify({ ...summary, violations: this.violations.length })}\n`);
@@ -938,7 +1194,8 @@ class Chaos {
       if (Number(pid) === process.pid) continue;
       try {
         const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-        if (cmdline.includes(this.dir + "/launches-") || cmdline.includes(path.join(this.dir, "agent-") + path.sep + "scripts")) process.kill(Number(pid), "SIGKILL");
+        if (cmdline.includes(`${this.dir}/launches-`) || cmdline.includes(`${path.join(this.dir, "agent-") + path.sep}scripts`))
+          process.kill(Number(pid), "SIGKILL");
       } catch {
         // gone
       }
@@ -973,3 +1230,8 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(import.meta.filename)) void main();
+
+function withListenerLimit(a: AbortController, n: number): AbortController {
+  setMaxListeners(n, a.signal);
+  return a;
+}

@@ -91,7 +91,13 @@ const score = (r: Omit<Row, "file">): string => {
   return valid === 0 ? "–" : `${((100 * detected) / valid).toFixed(1)} %`;
 };
 const total = rows.reduce(
-  (a, r) => ({ killed: a.killed + r.killed, timeout: a.timeout + r.timeout, survived: a.survived + r.survived, noCoverage: a.noCoverage + r.noCoverage, ignored: a.ignored + r.ignored }),
+  (a, r) => ({
+    killed: a.killed + r.killed,
+    timeout: a.timeout + r.timeout,
+    survived: a.survived + r.survived,
+    noCoverage: a.noCoverage + r.noCoverage,
+    ignored: a.ignored + r.ignored,
+  }),
   { killed: 0, timeout: 0, survived: 0, noCoverage: 0, ignored: 0 },
 );
 const esc = (s: string): string => s.replace(/\|/g, "\\|").replace(/`/g, "'");
@@ -100,7 +106,9 @@ const out: string[] = [];
 out.push(`| file | score | killed | timeout | survived | no coverage |`);
 out.push(`|---|---|---|---|---|---|`);
 const n = total.killed + total.timeout + total.survived + total.noCoverage;
-out.push(`| **all (${n.toLocaleString("en")} mutants)** | **${score(total)}** | ${total.killed} | ${total.timeout} | ${total.survived} | ${total.noCoverage} |`);
+out.push(
+  `| **all (${n.toLocaleString("en")} mutants)** | **${score(total)}** | ${total.killed} | ${total.timeout} | ${total.survived} | ${total.noCoverage} |`,
+);
 for (const r of rows) out.push(`| ${r.file.replace(/^core\//, "")} | ${score(r)} | ${r.killed} | ${r.timeout} | ${r.survived} | ${r.noCoverage} |`);
 out.push("");
 const groups = new Map<string, typeof open>();
@@ -113,9 +121,11 @@ for (const [g, list] of [...groups].sort((a, b) => b[1].length - a[1].length)) {
   if (notes.categories[g]) out.push(notes.categories[g]!, "");
   out.push(`| file:line | mutator | replaced by | code | why it survives |`, `|---|---|---|---|---|`);
   for (const o of list)
-    out.push(`| ${o.file}:${o.line} | ${o.mutator}${o.status === "NoCoverage" ? " (no coverage)" : ""} | \`${esc(o.replacement)}\` | \`${esc(o.code)}\` | ${esc(o.why)} |`);
+    out.push(
+      `| ${o.file}:${o.line} | ${o.mutator}${o.status === "NoCoverage" ? " (no coverage)" : ""} | \`${esc(o.replacement)}\` | \`${esc(o.code)}\` | ${esc(o.why)} |`,
+    );
   out.push("");
 }
 const unexplained = open.filter((o) => o.why === "").length;
 out.push(`Survivors without a note: ${unexplained} of ${open.length}.`, "");
-process.stdout.write(out.join("\n") + "\n");
+process.stdout.write(`${out.join("\n")}\n`);

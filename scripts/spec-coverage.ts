@@ -19,7 +19,8 @@ const docPath = join(root, "docs/SPEC-COVERAGE.md");
 export const CODE: Record<string, string> = {
   "R-T1": "core/codec/frame-codec.ts `decodeFrame` (text frames refused); shells' socket handlers pass `binary`",
   "R-T2": "core/codec/frame-codec.ts `decodeFrame` (size before `fromBinary`); `ws` `maxPayload` in shells/server",
-  "R-T3": "core/server/ingest.ts `handleCommandEvent` (declared size, then `ports.checkCompressed`); shells/zstd/decompress.ts `decompressValidated`; core/agent/scripts.ts `handleScriptChunk`",
+  "R-T3":
+    "core/server/ingest.ts `handleCommandEvent` (declared size, then `ports.checkCompressed`); shells/zstd/decompress.ts `decompressValidated`; core/agent/scripts.ts `handleScriptChunk`",
   "R-T4": "core/codec/version.ts `negotiate`; core/server/registration.ts `register`; agent checks the selection in `onFrame`",
   "R-T5": "core/codec/frame-codec.ts `decodeFrame` (no payload case -> PROTOCOL_ERROR; unknown fields kept aside, never acted on)",
   "R-T6": "deploy/nginx/rvbox.conf; shells/server (plain ws behind TLS termination)",
@@ -28,7 +29,8 @@ export const CODE: Record<string, string> = {
   "R-H3": "shells (ws ping/pong handled by the ws library, outside the staging queues); core treats pong as `activity`",
   "R-H4": "core/session/backoff.ts `backoffDelay`; core/session/agent-session.ts `enterBackoff`, stable reset in `sessionTick`",
   "R-H5": "core/server/server-types.ts: `ServerEffect` has no connect effect",
-  "R-H6": "core/session/agent-session.ts (new hello per connection); server registration.ts `register` (generation + 1), `releaseWelcome` (ReconcileRequest of in-flight commands); agent/reconcile.ts `runSnapshotDeferred` (resend pinned)",
+  "R-H6":
+    "core/session/agent-session.ts (new hello per connection); server registration.ts `register` (generation + 1), `releaseWelcome` (ReconcileRequest of in-flight commands); agent/reconcile.ts `runSnapshotDeferred` (resend pinned)",
   "R-F1": "core/agent/restore.ts `start` (generated once into table meta), `restoreAgent`",
   "R-F2": "core/server/registration.ts `register` (session id from the PRNG, generation persisted), io.ts `send` (fence on every envelope)",
   "R-F3": "core/server/registration.ts `register` (same instance: `closeConn` of the live session)",
@@ -43,7 +45,8 @@ export const CODE: Record<string, string> = {
   "R-D5": "core/agent/admission.ts `handleDispatch` (tombstone -> ALREADY_EXECUTED); server `handleAccepted` (interrupted + incident)",
   "R-D6": "core/server/registration.ts `releaseWelcome`, reconcile.ts `reconcileTargets`",
   "R-D7": "core/agent/reconcile.ts `handleReconcileRequest`, `sendSnapshot`, `runSnapshotDeferred` (resend after snapshot)",
-  "R-D8": "core/server/reconcile.ts `handleSnapshot` (result deferred until durable), `releaseReconcileResult` (phase ready only then); dispatch.ts `pumpCommands` (ready sessions only)",
+  "R-D8":
+    "core/server/reconcile.ts `handleSnapshot` (result deferred until durable), `releaseReconcileResult` (phase ready only then); dispatch.ts `pumpCommands` (ready sessions only)",
   "R-D9": "core/reconcile/classify.ts `classify`; applied in server reconcile.ts `handleSnapshot`",
   "R-D10": "core/reconcile/classify.ts `judge` (tombstoned); core/agent/admission.ts `handleDispatch`",
   "R-D11": "core/reconcile/classify.ts; server incidents.ts `openIncident`; agent/reconcile.ts `handleReconcileResult`",
@@ -114,7 +117,11 @@ function testFiles(dir: string): string[] {
 function trackedTestFiles(): string[] {
   try {
     const out = execFileSync("git", ["ls-files", "test"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
-    return out.split("\n").filter((f) => /\.test\.tsx?$/.test(f)).map((f) => join(root, f)).filter((f) => existsSync(f));
+    return out
+      .split("\n")
+      .filter((f) => /\.test\.tsx?$/.test(f))
+      .map((f) => join(root, f))
+      .filter((f) => existsSync(f));
   } catch {
     return testFiles(join(root, "test"));
   }
@@ -151,8 +158,8 @@ export function generate(): string {
   const partial = reqs.filter((r) => tests.has(r.id) && UNTESTED[r.id]);
   lines.push(
     `${reqs.length} requirements; ${reqs.length - gaps.length - partial.length} fully covered by tests; ` +
-      `${partial.length} partly covered${partial.length ? " (" + partial.map((g) => g.id).join(", ") + ")" : ""}; ` +
-      `${gaps.length} not yet covered${gaps.length ? " (" + gaps.map((g) => g.id).join(", ") + ")" : ""}.`,
+      `${partial.length} partly covered${partial.length ? ` (${partial.map((g) => g.id).join(", ")})` : ""}; ` +
+      `${gaps.length} not yet covered${gaps.length ? ` (${gaps.map((g) => g.id).join(", ")})` : ""}.`,
     "",
   );
   lines.push("| ID | requirement | enforced in | tests |", "|---|---|---|---|");
@@ -162,7 +169,7 @@ export function generate(): string {
     if (t && UNTESTED[r.id]) cell += `<br>**still untested:** ${UNTESTED[r.id]}`;
     lines.push(`| ${r.id} | ${r.text.replace(/\|/g, "\\|")} | ${CODE[r.id] ?? "**not yet enforced**"} | ${cell} |`);
   }
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }
 
 if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("spec-coverage.ts")) {

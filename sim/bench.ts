@@ -83,7 +83,7 @@ async function main(): Promise<void> {
       t.checks += r.fullChecks;
       hashes.add(r.hash);
       console.log(
-        `  seed ${1000 + s} ${m.name.padEnd(8)}: ${(r.virtualMs / 1000).toFixed(0)} virtual s, ${r.steps} steps, ${(cpuMs / 1000).toFixed(2)} s CPU, ${(r.wallMs / 1000).toFixed(2)} s wall, hash ${r.hash}${r.ok ? "" : " [" + r.failure!.oracle + "]"}`,
+        `  seed ${1000 + s} ${m.name.padEnd(8)}: ${(r.virtualMs / 1000).toFixed(0)} virtual s, ${r.steps} steps, ${(cpuMs / 1000).toFixed(2)} s CPU, ${(r.wallMs / 1000).toFixed(2)} s wall, hash ${r.hash}${r.ok ? "" : ` [${r.failure!.oracle}]`}`,
       );
     }
     if (hashes.size !== 1) throw new Error(`seed ${1000 + s}: the modes gave different trace hashes (${[...hashes].join(", ")})`);
@@ -94,7 +94,11 @@ async function main(): Promise<void> {
     const d = tally.get("default")!;
     console.log(`speedup (default vs baseline): ${(b.cpu / d.cpu).toFixed(2)}x per CPU second, ${(b.wall / d.wall).toFixed(2)}x per wall second`);
   }
-  console.log(`  (load average now ${loadavg().map((x) => x.toFixed(1)).join(" ")} on ${availableParallelism()} cores: wall figures shrink on a busy machine)`);
+  console.log(
+    `  (load average now ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(" ")} on ${availableParallelism()} cores: wall figures shrink on a busy machine)`,
+  );
 
   // 2. A campaign per mode (--seeds 0: none).
   if (seeds <= 0) return;

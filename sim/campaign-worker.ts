@@ -6,7 +6,7 @@ import { wireCaches } from "./wire.js";
 import type { CampaignOptions } from "./campaign.js";
 
 const opts = workerData as CampaignOptions;
-const variant = opts.variant ? VARIANTS.find((v) => v.name === opts.variant) ?? null : null;
+const variant = opts.variant ? (VARIANTS.find((v) => v.name === opts.variant) ?? null) : null;
 wireCaches.enabled = opts.wireCaches ?? true;
 parentPort!.on("message", (seed: number) => {
   const r = runSeed(seed, { variant, ...(opts.swarmOptions ? { swarmOptions: opts.swarmOptions } : {}), ...(opts.paranoid ? { paranoid: true } : {}) });

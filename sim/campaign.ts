@@ -55,7 +55,22 @@ export function seedRanges(seeds: number[]): string {
 }
 
 export function summarize(results: RunResult[], wallMs: number, requested = results.length, interrupted = false): CampaignSummary {
-  const s: CampaignSummary = { seeds: results.length, requested, interrupted, completedRanges: seedRanges(results.map((r) => r.seed)), wallMs, virtualMs: 0, steps: 0, failures: [], faultsEnabled: {}, faultsSeen: {}, states: {}, commands: 0, stats: {}, hashes: new Map() };
+  const s: CampaignSummary = {
+    seeds: results.length,
+    requested,
+    interrupted,
+    completedRanges: seedRanges(results.map((r) => r.seed)),
+    wallMs,
+    virtualMs: 0,
+    steps: 0,
+    failures: [],
+    faultsEnabled: {},
+    faultsSeen: {},
+    states: {},
+    commands: 0,
+    stats: {},
+    hashes: new Map(),
+  };
   for (const r of results) {
     s.virtualMs += r.virtualMs;
     s.steps += r.steps;
@@ -105,39 +120,41 @@ export async function runCampaign(
     progress(
       (tty ? "\r" : "") +
         `  ${done}/${seeds.length} seeds, ${failed} failed, ${el.toFixed(1)}s, ${((done / Math.max(el, 1e-3)) * 60).toFixed(0)} seeds/min, ${(virtualMs / Math.max(now - t0, 1e-3)).toFixed(0)}x real time` +
-        (tty ? "   " : `; completed ${ranges.length > 80 ? ranges.slice(0, 40) + "..." + ranges.slice(-36) : ranges}\n`),
+        (tty ? "   " : `; completed ${ranges.length > 80 ? `${ranges.slice(0, 40)}...${ranges.slice(-36)}` : ranges}\n`),
     );
   };
   await Promise.all(
-    Array.from({ length: n }, () =>
-      new Promise<void>((resolve, reject) => {
-        // A larger young generation (semi-spaces of 32 MiB instead of 16): the simulator allocates many
-        // short-lived frames, lines and records, and fewer scavenges promote fewer of them.
-        const w = new Worker(WORKER_ENTRY, { workerData: opts, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } });
-        const next = (): void => {
-          const seed = control.stop ? undefined : queue.shift();
-          if (seed === undefined) {
-            void w.terminate();
-            resolve();
-            return;
-          }
-          w.postMessage(seed);
-        };
-        w.on("message", (r: RunResult) => {
-          results.push(r);
-          done++;
-          virtualMs += r.virtualMs;
-          if (!r.ok) {
-            failed++;
-            // At once, so that a campaign killed hard still names its failures.
-            progress(`${tty ? "\n" : ""}  FAIL seed ${r.seed} hash ${r.hash} [${r.failure!.oracle}] ${r.failure!.message.split("\n")[0]!.slice(0, 200)}\n`);
-          }
-          tick();
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<void>((resolve, reject) => {
+          // A larger young generation (semi-spaces of 32 MiB instead of 16): the simulator allocates many
+          // short-lived frames, lines and records, and fewer scavenges promote fewer of them.
+          const w = new Worker(WORKER_ENTRY, { workerData: opts, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } });
+          const next = (): void => {
+            const seed = control.stop ? undefined : queue.shift();
+            if (seed === undefined) {
+              void w.terminate();
+              resolve();
+              return;
+            }
+            w.postMessage(seed);
+          };
+          w.on("message", (r: RunResult) => {
+            results.push(r);
+            done++;
+            virtualMs += r.virtualMs;
+            if (!r.ok) {
+              failed++;
+              // At once, so that a campaign killed hard still names its failures.
+              progress(`${tty ? "\n" : ""}  FAIL seed ${r.seed} hash ${r.hash} [${r.failure!.oracle}] ${r.failure!.message.split("\n")[0]!.slice(0, 200)}\n`);
+            }
+            tick();
+            next();
+          });
+          w.on("error", reject);
           next();
-        });
-        w.on("error", reject);
-        next();
-      }),
+        }),
     ),
   );
   if (tty) progress("\n");
@@ -146,14 +163,41 @@ export async function runCampaign(
 }
 
 export function printCampaign(s: CampaignSummary, out: (line: string) => void): void {
-  if (s.interrupted) out(`campaign STOPPED EARLY by a signal: ${s.seeds} of ${s.requested} requested seeds ran; the figures below cover exactly these seeds: ${s.completedRanges}`);
-  out(`campaign: ${s.seeds} seeds in ${(s.wallMs / 1000).toFixed(1)}s wall (${((s.seeds / s.wallMs) * 60000).toFixed(0)} seeds/min), ${(s.virtualMs / 3600_000).toFixed(1)} virtual hours (${(s.virtualMs / s.wallMs).toFixed(0)}x real time), ${s.steps} core steps`);
-  out(`commands: ${s.commands}; final states: ${Object.entries(s.states).sort().map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  if (s.interrupted)
+    out(
+      `campaign STOPPED EARLY by a signal: ${s.seeds} of ${s.requested} requested seeds ran; the figures below cover exactly these seeds: ${s.completedRanges}`,
+    );
+  out(
+    `campaign: ${s.seeds} seeds in ${(s.wallMs / 1000).toFixed(1)}s wall (${((s.seeds / s.wallMs) * 60000).toFixed(0)} seeds/min), ${(s.virtualMs / 3600_000).toFixed(1)} virtual hours (${(s.virtualMs / s.wallMs).toFixed(0)}x real time), ${s.steps} core steps`,
+  );
+  out(
+    `commands: ${s.commands}; final states: ${Object.entries(s.states)
+      .sort()
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ")}`,
+  );
   out("faults            seeds-on  occurrences");
   const kinds = new Set([...Object.keys(s.faultsEnabled), ...Object.keys(s.faultsSeen)]);
   for (const k of [...kinds].sort()) out(`  ${k.padEnd(16)} ${String(s.faultsEnabled[k] ?? 0).padStart(8)}  ${String(s.faultsSeen[k] ?? 0).padStart(11)}`);
-  const interesting = ["acksChecked", "resendsCompared", "staleFramesRejected", "helloRejections", "rogueFrames", "coverageChecked", "bytesVerified", "stdinWritesChecked", "retentionDrops", "prunes", "splitBrainLaunches", "orphansLeaked", "net.breaks", "net.framesLost", "exec.spawns", "diskBatchesLost"];
-  out("oracle work: " + interesting.map((k) => `${k}=${s.stats[k] ?? 0}`).join(" "));
+  const interesting = [
+    "acksChecked",
+    "resendsCompared",
+    "staleFramesRejected",
+    "helloRejections",
+    "rogueFrames",
+    "coverageChecked",
+    "bytesVerified",
+    "stdinWritesChecked",
+    "retentionDrops",
+    "prunes",
+    "splitBrainLaunches",
+    "orphansLeaked",
+    "net.breaks",
+    "net.framesLost",
+    "exec.spawns",
+    "diskBatchesLost",
+  ];
+  out(`oracle work: ${interesting.map((k) => `${k}=${s.stats[k] ?? 0}`).join(" ")}`);
   if (s.failures.length === 0) out("failures: none");
   else {
     out(`failures: ${s.failures.length}`);
@@ -163,7 +207,8 @@ export function printCampaign(s: CampaignSummary, out: (line: string) => void): 
       sig.set(k, [...(sig.get(k) ?? []), f.seed]);
     }
     out("failure signatures:");
-    for (const [k, seeds] of [...sig].sort((a, b) => b[1].length - a[1].length)) out(`  ${String(seeds.length).padStart(4)}x ${k}  (seeds ${seeds.slice(0, 12).join(",")}${seeds.length > 12 ? ",..." : ""})`);
+    for (const [k, seeds] of [...sig].sort((a, b) => b[1].length - a[1].length))
+      out(`  ${String(seeds.length).padStart(4)}x ${k}  (seeds ${seeds.slice(0, 12).join(",")}${seeds.length > 12 ? ",..." : ""})`);
     for (const f of s.failures) out(`  seed ${f.seed} hash ${f.hash} [${f.failure!.oracle}] ${f.failure!.message.split("\n")[0]!.slice(0, 300)}`);
   }
 }

@@ -84,9 +84,7 @@ async function main(argv: string[]): Promise<void> {
       const seed = Number(flags.get("seed") ?? 1);
       const r = runSeed(seed, runOptions(flags));
       console.log(formatFailure(r));
-      console.log(
-        `  agents=${r.agents} commands=${r.commands} virtual=${(r.virtualMs / 1000).toFixed(1)}s steps=${r.steps} wall=${r.wallMs.toFixed(0)}ms`,
-      );
+      console.log(`  agents=${r.agents} commands=${r.commands} virtual=${(r.virtualMs / 1000).toFixed(1)}s steps=${r.steps} wall=${r.wallMs.toFixed(0)}ms`);
       console.log(`  faults enabled: ${r.faultsEnabled.join(", ") || "none"}; happened: ${JSON.stringify(r.faultsSeen)}`);
       console.log(`  final states: ${JSON.stringify(r.states)}`);
       process.exitCode = r.ok ? 0 : 1;
@@ -97,7 +95,9 @@ async function main(argv: string[]): Promise<void> {
       const opts = runOptions(flags);
       const sw = drawSwarm(seed, opts.swarmOptions ?? opts.variant?.swarm ?? {});
       const plan = planSchedule(seed, sw);
-      console.log(`seed ${seed}: ${sw.agents} agents, fault phase ${sw.faultPhaseMs} ms, faults ${enabledFaults(sw).join(",") || "none"}, small limits ${sw.smallLimits}`);
+      console.log(
+        `seed ${seed}: ${sw.agents} agents, fault phase ${sw.faultPhaseMs} ms, faults ${enabledFaults(sw).join(",") || "none"}, small limits ${sw.smallLimits}`,
+      );
       if (flags.has("plan") || !flags.has("command")) for (const a of plan.actions) console.log(`  plan @${(a.at / 1000).toFixed(3)}s ${describeAction(a)}`);
       const filter: { node?: string; command?: string } = {};
       if (flags.has("node")) filter.node = flags.get("node")!;
@@ -145,7 +145,9 @@ async function main(argv: string[]): Promise<void> {
       for (const seed of seeds) {
         const r = runSeed(seed, opts);
         if (!r.ok) bad++;
-        console.log(`${seed} ${r.ok ? "ok" : "FAIL"} ${r.hash} steps=${r.steps} virtual=${r.virtualMs} states=${JSON.stringify(r.states)} stats=${JSON.stringify(r.stats)}`);
+        console.log(
+          `${seed} ${r.ok ? "ok" : "FAIL"} ${r.hash} steps=${r.steps} virtual=${r.virtualMs} states=${JSON.stringify(r.states)} stats=${JSON.stringify(r.stats)}`,
+        );
       }
       process.exitCode = bad === 0 ? 0 : 1;
       return;
@@ -165,7 +167,9 @@ async function main(argv: string[]): Promise<void> {
     }
     default:
       process.exitCode = cmd === undefined || cmd === "help" || cmd === "--help" ? 0 : 2;
-      console.log("usage: rvbox sim run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S   (run/campaign/shrink: --paranoid = full invariants after every step)");
+      console.log(
+        "usage: rvbox sim run --seed S | campaign --seeds A..B --jobs J | replay --seed S [--node X] [--command UUID] | shrink --seed S   (run/campaign/shrink: --paranoid = full invariants after every step)",
+      );
   }
 }
 

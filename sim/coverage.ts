@@ -42,7 +42,8 @@ export function coverageOf(
       const raw = decodeRawZstdFrame(e.zstd!);
       if (!raw || raw.length !== e.originalSize) return `event ${seq}: stored frame does not decode to ${e.originalSize} bytes`;
       const want = seen[s].subarray(e.offset!, e.offset! + raw.length);
-      if (want.length !== raw.length || !bytesEqual(want, raw)) return `${s} bytes ${e.offset}..${e.offset! + raw.length} differ from what the process wrote (event ${seq})`;
+      if (want.length !== raw.length || !bytesEqual(want, raw))
+        return `${s} bytes ${e.offset}..${e.offset! + raw.length} differ from what the process wrote (event ${seq})`;
       next[s] += raw.length;
       stats.bytesVerified += raw.length;
     } else if (e.kind === "truncation") {

@@ -107,14 +107,14 @@ export class Executor {
   private behaviourOf(host: ExecHost, spec: ExecutionSpec, scriptPath: string): Behaviour | null {
     const p = spec.program;
     if (p.case === "argv") return p.value.argv[0] === PROGRAM && p.value.argv[1] ? parseBehaviour(p.value.argv[1]) : null;
-    if (p.case === "shell") return p.value.commandLine.startsWith(PROGRAM + " ") ? parseBehaviour(p.value.commandLine.slice(PROGRAM.length + 1)) : null;
+    if (p.case === "shell") return p.value.commandLine.startsWith(`${PROGRAM} `) ? parseBehaviour(p.value.commandLine.slice(PROGRAM.length + 1)) : null;
     if (p.case === "script") {
       const data = host.fs.get(scriptPath);
       if (!data) return null;
       let nl = data.indexOf(10);
       if (nl < 0) nl = data.length;
       const line = new TextDecoder().decode(data.subarray(0, nl));
-      return line.startsWith("#!" + PROGRAM + " ") ? parseBehaviour(line.slice(PROGRAM.length + 3)) : null;
+      return line.startsWith(`#!${PROGRAM} `) ? parseBehaviour(line.slice(PROGRAM.length + 3)) : null;
     }
     return null;
   }

@@ -183,13 +183,22 @@ function retire(w: World, h: AgentHost): void {
 }
 
 function hello(clientId: string, instanceId: string, major = 1): Uint8Array {
-  const range = create(ProtocolRangeSchema, { min: create(ProtocolVersionSchema, { major, minor: 0 }), max: create(ProtocolVersionSchema, { major, minor: 3 }) });
+  const range = create(ProtocolRangeSchema, {
+    min: create(ProtocolVersionSchema, { major, minor: 0 }),
+    max: create(ProtocolVersionSchema, { major, minor: 3 }),
+  });
   return toBinary(
     AgentEnvelopeSchema,
     create(AgentEnvelopeSchema, {
       payload: {
         case: "clientHello",
-        value: create(ClientHelloSchema, { clientId, clientInstanceId: instanceId, supportedProtocol: range, daemonVersion: "rogue/0", sentAt: timestampFromMs(0) }),
+        value: create(ClientHelloSchema, {
+          clientId,
+          clientInstanceId: instanceId,
+          supportedProtocol: range,
+          daemonVersion: "rogue/0",
+          sentAt: timestampFromMs(0),
+        }),
       },
     }),
   );
@@ -215,16 +224,16 @@ function garbage(w: World, variant: number): void {
       what = "oversized frame";
       break;
     case 2:
-      data = hello(victim?.config.clientId ?? "agent-0", "rogue-" + r.hex128());
+      data = hello(victim?.config.clientId ?? "agent-0", `rogue-${r.hex128()}`);
       binary = false;
       what = "text frame";
       break;
     case 3:
-      data = hello(victim?.config.clientId ?? "agent-0", "rogue-" + r.hex128(), 2);
+      data = hello(victim?.config.clientId ?? "agent-0", `rogue-${r.hex128()}`, 2);
       what = "hello with incompatible major";
       break;
     case 4:
-      data = hello(r.chance(0.5) ? "" : "bad id \u00ff", "rogue-" + r.hex128());
+      data = hello(r.chance(0.5) ? "" : "bad id \u00ff", `rogue-${r.hex128()}`);
       what = "hello with invalid client id";
       break;
     case 5:
@@ -233,7 +242,10 @@ function garbage(w: World, variant: number): void {
       break;
     case 6: {
       const ev = create(CommandEventSchema, { issueUuid: "no-such-command", eventSeq: 1n, commandRevision: 1n });
-      data = toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId: r.hex128(), sessionGeneration: BigInt(r.range(1, 50)), payload: { case: "commandEvent", value: ev } }));
+      data = toBinary(
+        AgentEnvelopeSchema,
+        create(AgentEnvelopeSchema, { sessionId: r.hex128(), sessionGeneration: BigInt(r.range(1, 50)), payload: { case: "commandEvent", value: ev } }),
+      );
       what = "command event with a forged fence";
       break;
     }
@@ -246,7 +258,7 @@ function garbage(w: World, variant: number): void {
       break;
     }
     default:
-      data = hello(victim?.config.clientId ?? "agent-0", "rogue-" + r.hex128());
+      data = hello(victim?.config.clientId ?? "agent-0", `rogue-${r.hex128()}`);
       what = "hello claiming a live client id";
       break;
   }

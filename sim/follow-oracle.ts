@@ -112,7 +112,8 @@ export function followCoverageOf(
       const s = it.stream;
       if (it.offset !== end[s]) return `${s} shown from ${it.offset}, expected ${end[s]} (event ${it.seq})`;
       const want = seen[s].subarray(it.offset, it.offset + it.data.length);
-      if (want.length !== it.data.length || !bytesEqual(want, it.data)) return `${s} bytes ${it.offset}..${it.offset + it.data.length} shown differ from what the process wrote (event ${it.seq})`;
+      if (want.length !== it.data.length || !bytesEqual(want, it.data))
+        return `${s} bytes ${it.offset}..${it.offset + it.data.length} shown differ from what the process wrote (event ${it.seq})`;
       end[s] += it.data.length;
     } else if (it.kind === "truncation") {
       for (const r of it.ranges) {

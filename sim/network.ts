@@ -35,8 +35,14 @@ export interface NetHooks {
   serverUp(): boolean;
   serverInc(): number;
   newConnId(): number;
-  toServer(link: Link, input: { type: "conn_open" } | { type: "conn_closed"; reason: string } | { type: "frame"; data: Uint8Array; binary: boolean } | { type: "activity" }): void;
-  toAgent(link: Link, input: { type: "transport_open" } | { type: "transport_closed"; reason: string } | { type: "frame"; data: Uint8Array } | { type: "activity" }): void;
+  toServer(
+    link: Link,
+    input: { type: "conn_open" } | { type: "conn_closed"; reason: string } | { type: "frame"; data: Uint8Array; binary: boolean } | { type: "activity" },
+  ): void;
+  toAgent(
+    link: Link,
+    input: { type: "transport_open" } | { type: "transport_closed"; reason: string } | { type: "frame"; data: Uint8Array } | { type: "activity" },
+  ): void;
   /** A connect that reached nobody. */
   connectFailed(agent: AgentEnd, agentConn: number, agentInc: number, reason: string): void;
 }
@@ -314,7 +320,10 @@ export class Network {
 
   unstall(link: Link): void {
     const now = this.q.now;
-    for (const [dir, to] of [[link.a2s, "server"], [link.s2a, "agent"]] as const) {
+    for (const [dir, to] of [
+      [link.a2s, "server"],
+      [link.s2a, "agent"],
+    ] as const) {
       if (dir.mode !== "stalled") continue;
       dir.mode = "ok";
       // Held frames flow again, in order, after one latency.

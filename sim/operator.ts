@@ -105,15 +105,23 @@ export class Operator {
           return;
         }
         const b2: Behaviour = { ...s.behaviour, s: (s.behaviour.s + 1) >>> 0, code: (s.behaviour.code + 1) % 3 };
-        const req = { ...s.request, requestId: this.nextId(), spec: this.buildSpec({ prog: "argv", b: b2, stdinOpen: s.stdinOpen, timeoutMs: 0 } as SubmitAction).spec };
-        this.send(req, (r) => {
-          if (r.ok && !s.acked) {
-            // The original never became durable: this request is the command now.
-            s.request = req;
-            s.behaviour = b2;
-            this.markAcked(s);
-          }
-        }, 0);
+        const req = {
+          ...s.request,
+          requestId: this.nextId(),
+          spec: this.buildSpec({ prog: "argv", b: b2, stdinOpen: s.stdinOpen, timeoutMs: 0 } as SubmitAction).spec,
+        };
+        this.send(
+          req,
+          (r) => {
+            if (r.ok && !s.acked) {
+              // The original never became durable: this request is the command now.
+              s.request = req;
+              s.behaviour = b2;
+              this.markAcked(s);
+            }
+          },
+          0,
+        );
         return;
       }
       case "stdin": {
@@ -193,9 +201,19 @@ export class Operator {
       case "bad_argv":
         return { spec: create(ExecutionSpecSchema, { ...common, program: { case: "argv", value: create(ArgvProgramSchema, { argv: [""] }) } }) };
       case "shell":
-        return { spec: create(ExecutionSpecSchema, { ...common, program: { case: "shell", value: create(ShellProgramSchema, { shell: ShellType.SH, commandLine: `${PROGRAM} ${json}` }) } }) };
+        return {
+          spec: create(ExecutionSpecSchema, {
+            ...common,
+            program: { case: "shell", value: create(ShellProgramSchema, { shell: ShellType.SH, commandLine: `${PROGRAM} ${json}` }) },
+          }),
+        };
       case "bad_shell":
-        return { spec: create(ExecutionSpecSchema, { ...common, program: { case: "shell", value: create(ShellProgramSchema, { shell: ShellType.POWERSHELL, commandLine: `${PROGRAM} ${json}` }) } }) };
+        return {
+          spec: create(ExecutionSpecSchema, {
+            ...common,
+            program: { case: "shell", value: create(ShellProgramSchema, { shell: ShellType.POWERSHELL, commandLine: `${PROGRAM} ${json}` }) },
+          }),
+        };
       case "script": {
         const head = new TextEncoder().encode(`#!${PROGRAM} ${json}\n`);
         const pad = new Rng(a.b.s ^ 0x5c819).bytes(a.pad);
@@ -229,7 +247,8 @@ export class Operator {
     this.send(request, (r) => {
       if (r.ok) this.markAcked(s);
       // A full metadata tier refuses new work with CODE_CAPACITY: a bound, not a bug.
-      else if (r.error.code !== Code.CONFLICT && r.error.code !== Code.CAPACITY) this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
+      else if (r.error.code !== Code.CONFLICT && r.error.code !== Code.CAPACITY)
+        this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
     });
   }
 

@@ -69,7 +69,6 @@ export class SimFailure extends Error {
   }
 }
 
-
 interface Observed {
   stdout: Uint8Array[];
   stderr: Uint8Array[];
@@ -189,7 +188,9 @@ export class Oracles implements ExecObserver {
     for (const e of effects) {
       if (e.type === "close" && pre && e.conn === pre.conn) closed = true;
       if (e.type === "persist" && pre?.stale && pre.eventKey) {
-        for (const r of e.records) if (r.table === "event" && r.key === pre.eventKey && r.value !== null) this.fail("R-F7", `server stored event ${r.key} from a stale envelope (${pre.stale})`);
+        for (const r of e.records)
+          if (r.table === "event" && r.key === pre.eventKey && r.value !== null)
+            this.fail("R-F7", `server stored event ${r.key} from a stale envelope (${pre.stale})`);
       }
       if (e.type !== "send") continue;
       this.checkEnvelopeRow("server", e.kind, e.lane);
@@ -205,7 +206,8 @@ export class Oracles implements ExecObserver {
       const { clientId, instanceId } = pre.helloReject;
       if (!closed) this.fail("R-F4", `hello of instance ${instanceId} for live client ${clientId} was not refused`);
       const claim = st.clients.get(clientId)?.pendingClaim;
-      if (claim?.instanceId !== instanceId) this.fail("R-F4", `refused instance ${instanceId} of ${clientId} not recorded as the pending claim (got ${claim?.instanceId})`);
+      if (claim?.instanceId !== instanceId)
+        this.fail("R-F4", `refused instance ${instanceId} of ${clientId} not recorded as the pending claim (got ${claim?.instanceId})`);
       this.stats.helloRejections++;
     }
     this.checkTerminalStates();
@@ -222,7 +224,8 @@ export class Oracles implements ExecObserver {
 
   private serverSend(conn: number, kind: string, data: Uint8Array): void {
     if (!DECODED_KINDS.has(kind)) {
-      if (isReconcileGatedWork(kind as PayloadCase) && !this.reconciledConns.has(conn)) this.fail("R-D8", `${kind} on connection ${conn} before its ReconcileResult was sent`);
+      if (isReconcileGatedWork(kind as PayloadCase) && !this.reconciledConns.has(conn))
+        this.fail("R-D8", `${kind} on connection ${conn} before its ReconcileResult was sent`);
       return;
     }
     const env = decodeEnvelope(data);
@@ -240,7 +243,8 @@ export class Oracles implements ExecObserver {
       case "reconcileRequest":
         for (const t of p.value.targets) {
           const durable = this.durableThrough.get(t.issueUuid) ?? 0;
-          if (Number(t.lastServerEventSeq) > durable) this.fail("R-O3", `ReconcileRequest claims ${t.issueUuid} stored through ${t.lastServerEventSeq}, disk through ${durable}`);
+          if (Number(t.lastServerEventSeq) > durable)
+            this.fail("R-O3", `ReconcileRequest claims ${t.issueUuid} stored through ${t.lastServerEventSeq}, disk through ${durable}`);
         }
         break;
       case "serverWelcome": {
@@ -248,13 +252,17 @@ export class Oracles implements ExecObserver {
         const client = cs?.clientId ?? "";
         const gen = Number(env.sessionGeneration);
         const rec = rowOf(this.w.server.disk.tables, "client", client);
-        if (!rec || rec.generation < gen) this.fail("R-F2", `welcome with generation ${gen} for ${client} before the client record is durable (disk: ${rec?.generation})`);
+        if (!rec || rec.generation < gen)
+          this.fail("R-F2", `welcome with generation ${gen} for ${client} before the client record is durable (disk: ${rec?.generation})`);
         this.fence.set(conn, { sessionId: env.sessionId, gen, client });
         // Timestamps come from the wall clock, deadlines from the deadline
         // clock; clock_skew steps the first by up to an hour.
         const serverTime = p.value.serverTime ? timestampMs(p.value.serverTime) : 0;
         if (serverTime !== this.w.server.wall())
-          this.fail("wall-clock", `ServerWelcome server_time ${serverTime} is not the server's wall clock ${this.w.server.wall()} (deadline clock ${this.w.server.now()})`);
+          this.fail(
+            "wall-clock",
+            `ServerWelcome server_time ${serverTime} is not the server's wall clock ${this.w.server.wall()} (deadline clock ${this.w.server.now()})`,
+          );
         if (gen > (this.latestGen.get(client) ?? 0)) this.latestGen.set(client, gen);
         break;
       }
@@ -266,7 +274,8 @@ export class Oracles implements ExecObserver {
         break;
       }
       default:
-        if (isReconcileGatedWork(p.case) && !this.reconciledConns.has(conn)) this.fail("R-D8", `${p.case} on connection ${conn} before its ReconcileResult was sent`);
+        if (isReconcileGatedWork(p.case) && !this.reconciledConns.has(conn))
+          this.fail("R-D8", `${p.case} on connection ${conn} before its ReconcileResult was sent`);
     }
   }
 
@@ -299,13 +308,15 @@ export class Oracles implements ExecObserver {
         break;
       case L.FAILED:
         if (!started) this.fail("terminal", `${c.uuid} failed but it never started (never launched must not be failed)`);
-        if (!exits.some((x) => !clean(x.info))) this.fail("terminal", `${c.uuid} failed but every process of it exited 0 (${JSON.stringify(exits.map((x) => x.info))})`);
+        if (!exits.some((x) => !clean(x.info)))
+          this.fail("terminal", `${c.uuid} failed but every process of it exited 0 (${JSON.stringify(exits.map((x) => x.info))})`);
         if (strict && exits.length > 0 && exits.every((x) => x.info.signalled) && this.endingSignals.has(c.uuid))
           this.fail("terminal", `${c.uuid} failed but its process was ended by an operator's signal (must be cancelled)`);
         break;
       case L.CANCELLED:
         if (!this.endingSignals.has(c.uuid)) this.fail("terminal", `${c.uuid} cancelled without an operator cancel/signal request`);
-        if (strict && exits.length > 0 && exits.every((x) => clean(x.info))) this.fail("terminal", `${c.uuid} cancelled but its process exited 0 (must be succeeded)`);
+        if (strict && exits.length > 0 && exits.every((x) => clean(x.info)))
+          this.fail("terminal", `${c.uuid} cancelled but its process exited 0 (must be succeeded)`);
         break;
       case L.REJECTED:
       case L.EXPIRED:
@@ -337,7 +348,8 @@ export class Oracles implements ExecObserver {
         } else if (r.table === "pruned") {
           const v = r.value as PrunedRow;
           const dt = this.durableTerminal.get(r.key);
-          if (dt === undefined || dt !== v.state) this.fail("terminal", `${r.key} pruned as ${L[v.state]} but its durable terminal state is ${dt === undefined ? "none" : L[dt]}`);
+          if (dt === undefined || dt !== v.state)
+            this.fail("terminal", `${r.key} pruned as ${L[v.state]} but its durable terminal state is ${dt === undefined ? "none" : L[dt]}`);
           this.prunedDurable.set(r.key, { state: v.state, terminalSource: v.terminalSource });
         } else if (r.table === "command") {
           const v = r.value as CommandRow;
@@ -354,7 +366,8 @@ export class Oracles implements ExecObserver {
     this.checkRetention();
     this.seenState = new Map();
     for (const [uuid, s] of this.acked) {
-      if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid)) this.fail("R-D1", `acknowledged submit ${uuid} (${s.clientId}) lost across a server restart`);
+      if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid))
+        this.fail("R-D1", `acknowledged submit ${uuid} (${s.clientId}) lost across a server restart`);
     }
     for (const [uuid, dt] of this.durableTerminal) {
       const c = st.commands.get(uuid);
@@ -405,7 +418,10 @@ export class Oracles implements ExecObserver {
       const events = this.storedEvents.get(uuid);
       for (let seq = marked + 1; seq <= through; seq++) {
         if (events?.get(seq)?.kind === "output")
-          this.fail("R-O5", `output event ${seq} of ${uuid} was deleted by retention (drop_output through ${through}) but the durable retention marker covers only through ${marked}`);
+          this.fail(
+            "R-O5",
+            `output event ${seq} of ${uuid} was deleted by retention (drop_output through ${through}) but the durable retention marker covers only through ${marked}`,
+          );
       }
     }
   }
@@ -447,25 +463,32 @@ export class Oracles implements ExecObserver {
           if (e.type !== "send" || e.kind !== "commandAccepted") continue;
           const a = decodeEnvelope(e.data);
           if (a?.payload.case === "commandAccepted" && a.payload.value.issueUuid === uuid && a.payload.value.accepted)
-            this.fail("R-F7", `${h.label} accepted dispatch of ${uuid} aimed at generation ${env.payload.value.targetSessionGeneration} (its session: ${st.session.fence?.generation})`);
+            this.fail(
+              "R-F7",
+              `${h.label} accepted dispatch of ${uuid} aimed at generation ${env.payload.value.targetSessionGeneration} (its session: ${st.session.fence?.generation})`,
+            );
         }
       }
     }
     for (const e of effects) {
       if (e.type === "spawn") {
         const rec = agentRow(h.disk.tables, "command", e.uuid);
-        if (rec?.phase !== "launching") this.fail("at-most-once", `${h.label} spawned ${e.uuid} without a durable launch authorization (disk phase ${rec?.phase})`);
+        if (rec?.phase !== "launching")
+          this.fail("at-most-once", `${h.label} spawned ${e.uuid} without a durable launch authorization (disk phase ${rec?.phase})`);
       }
       if (e.type !== "send") continue;
       this.checkEnvelopeRow("agent", e.kind, e.lane);
-      if (e.kind === "reconcileSnapshot" && st.storeIncident !== null) this.fail("R-D13", `${h.label} sent a reconcile snapshot while its store has an incident`);
+      if (e.kind === "reconcileSnapshot" && st.storeIncident !== null)
+        this.fail("R-D13", `${h.label} sent a reconcile snapshot while its store has an incident`);
       if (e.kind === "commandAccepted") {
         const env = decodeEnvelope(e.data);
         if (env?.payload.case === "commandAccepted" && env.payload.value.accepted) {
           const uuid = env.payload.value.issueUuid;
           const key = `${h.lineage}/${uuid}`;
-          if (!agentRow(h.disk.tables, "command", uuid) && !agentRow(h.disk.tables, "tombstone", uuid)) this.fail("R-D2", `${h.label} accepted ${uuid} before its command record is durable`);
-          if (st.storeIncident !== null && !this.acceptedByLineage.has(key)) this.fail("R-D13", `${h.label} accepted new command ${uuid} during a store incident`);
+          if (!agentRow(h.disk.tables, "command", uuid) && !agentRow(h.disk.tables, "tombstone", uuid))
+            this.fail("R-D2", `${h.label} accepted ${uuid} before its command record is durable`);
+          if (st.storeIncident !== null && !this.acceptedByLineage.has(key))
+            this.fail("R-D13", `${h.label} accepted new command ${uuid} during a store incident`);
           this.acceptedByLineage.add(key);
         }
       }
@@ -576,7 +599,11 @@ export class Oracles implements ExecObserver {
     const reqs = this.stdinReqs.get(uuid) ?? [];
     let i = st.idx;
     while (i < reqs.length && !bytesEqual(reqs[i]!, data)) i++;
-    if (i >= reqs.length) this.fail("R-S1", `${host.name}: stdin write ${seq} of ${uuid} (${data.length} bytes) matches no later operator request (duplicate, reordered or altered)`);
+    if (i >= reqs.length)
+      this.fail(
+        "R-S1",
+        `${host.name}: stdin write ${seq} of ${uuid} (${data.length} bytes) matches no later operator request (duplicate, reordered or altered)`,
+      );
     this.stdinSeen.set(key, { seq, idx: i + 1 });
     this.stats.stdinWritesChecked++;
   }
@@ -611,12 +638,18 @@ export class Oracles implements ExecObserver {
         const p = coverageOf(events, through, seen, full, this.stats);
         if (p === null) {
           // What a reader is shown of it (the core's follow cursor, redelivered batches) must agree too.
-          const r = followCoverageOf(events, through, [this.durableRetention.get(c.uuid)].filter((m) => m !== undefined), seen, full);
+          const r = followCoverageOf(
+            events,
+            through,
+            [this.durableRetention.get(c.uuid)].filter((m) => m !== undefined),
+            seen,
+            full,
+          );
           if (r !== null) this.fail("reader", `${c.uuid} (${L[c.state]}), lineage ${lin}: ${r}`);
           problems.length = 0;
           break;
         }
-        problems.push(`${lin === null ? "a copy that never started it" : "lineage " + lin}: ${p}`);
+        problems.push(`${lin === null ? "a copy that never started it" : `lineage ${lin}`}: ${p}`);
       }
       this.stats.coverageChecked++;
       if (problems.length > 0) this.fail("coverage", `${c.uuid} (${L[c.state]}): ${problems.join("; ")}`);

@@ -90,7 +90,13 @@ export function planSchedule(seed: number, sw: Swarm): Schedule {
       const at = fr.range(0, T);
       const target = f === "disk_slow" || f === "disk_full" || f === "ingress_full" ? fr.range(-1, sw.agents - 1) : fr.int(sw.agents);
       const dur =
-        f === "partition" ? fr.range(1_000, 120_000) : f === "disk_slow" ? fr.range(1_000, 60_000) : f === "clone" || f === "impostor" ? fr.range(5_000, 180_000) : fr.range(sw.downMinMs, sw.downMaxMs);
+        f === "partition"
+          ? fr.range(1_000, 120_000)
+          : f === "disk_slow"
+            ? fr.range(1_000, 60_000)
+            : f === "clone" || f === "impostor"
+              ? fr.range(5_000, 180_000)
+              : fr.range(sw.downMinMs, sw.downMaxMs);
       actions.push({ at, k: "fault", f, target, dur, variant: fr.int(16) });
       if (f === "disk_corrupt") actions.push({ at: at + dur + fr.range(1_000, 120_000), k: "repair", client: target });
       if (f === "impostor" && fr.chance(0.5)) actions.push({ at: at + fr.range(100, 60_000), k: "authorize", client: target });
@@ -107,7 +113,7 @@ export function planSchedule(seed: number, sw: Swarm): Schedule {
 export function describeAction(a: Action): string {
   switch (a.k) {
     case "submit":
-      return `submit #${a.i} ${a.uuid.slice(0, 8)} -> agent-${a.client} ${a.prog} out=${a.b.out} err=${a.b.err} code=${a.b.code}${a.b.sig ? " sig=" + a.b.sig : ""}${a.b.hang ? " hang" : ""}${a.b.echo ? " echo" : ""}${a.b.ignTerm ? " ignTERM" : ""}${a.b.inc ? " incomplete" : ""}${a.b.nostart ? " nostart" : ""}${a.stdinOpen ? " stdin" : ""}${a.timeoutMs ? " timeout=" + a.timeoutMs : ""}${a.expiryMs ? " expiry=" + a.expiryMs : ""}`;
+      return `submit #${a.i} ${a.uuid.slice(0, 8)} -> agent-${a.client} ${a.prog} out=${a.b.out} err=${a.b.err} code=${a.b.code}${a.b.sig ? ` sig=${a.b.sig}` : ""}${a.b.hang ? " hang" : ""}${a.b.echo ? " echo" : ""}${a.b.ignTerm ? " ignTERM" : ""}${a.b.inc ? " incomplete" : ""}${a.b.nostart ? " nostart" : ""}${a.stdinOpen ? " stdin" : ""}${a.timeoutMs ? ` timeout=${a.timeoutMs}` : ""}${a.expiryMs ? ` expiry=${a.expiryMs}` : ""}`;
     case "resubmit":
       return `resubmit #${a.i}${a.conflict ? " (conflicting)" : ""}`;
     case "stdin":
@@ -123,6 +129,6 @@ export function describeAction(a: Action): string {
     case "repair":
       return `repair store of agent-${a.client}`;
     case "fault":
-      return `FAULT ${a.f} target=${a.target < 0 ? "server" : "agent-" + a.target} dur=${a.dur} v=${a.variant}`;
+      return `FAULT ${a.f} target=${a.target < 0 ? "server" : `agent-${a.target}`} dur=${a.dur} v=${a.variant}`;
   }
 }

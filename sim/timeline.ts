@@ -17,7 +17,7 @@ export class Timeline {
   ) {}
 
   add(t: number, node: string, text: string): void {
-    if (this.filter.node && node !== this.filter.node && !node.startsWith(this.filter.node + "#")) return;
+    if (this.filter.node && node !== this.filter.node && !node.startsWith(`${this.filter.node}#`)) return;
     if (this.filter.command && !text.includes(this.filter.command)) return;
     const line = `${fmtTime(t)} ${node.padEnd(16)} ${text}`;
     if (this.sink) this.sink(line);
@@ -36,6 +36,6 @@ export function lifecycleName(s: number): string {
 
 export function fmtDetail(d: Readonly<Record<string, string | number | boolean>>): string {
   return Object.entries(d)
-    .map(([k, v]) => `${k}=${typeof v === "string" && v.length > 80 ? v.slice(0, 77) + "..." : v}`)
+    .map(([k, v]) => `${k}=${typeof v === "string" && v.length > 80 ? `${v.slice(0, 77)}...` : v}`)
     .join(" ");
 }

@@ -13,7 +13,7 @@ export class TraceHash {
   count = 0;
 
   add(line: string): void {
-    this.buf += line + "\n";
+    this.buf += `${line}\n`;
     this.count++;
     if (++this.pending >= 256) this.flush();
   }

@@ -98,7 +98,12 @@ const decoder = (zstd: Uint8Array, size: number): Uint8Array => {
   const chunks: Uint8Array[] = [];
   const d = new Decompress((c) => chunks.push(c));
   d.push(zstd, true);
-  const out = new Uint8Array(Math.min(size, chunks.reduce((n, c) => n + c.length, 0)));
+  const out = new Uint8Array(
+    Math.min(
+      size,
+      chunks.reduce((n, c) => n + c.length, 0),
+    ),
+  );
   let o = 0;
   for (const c of chunks) {
     out.set(c.subarray(0, out.length - o), o);
@@ -280,7 +285,8 @@ export class SimSource implements DataSource, TimelineControl {
       for (const c of st.commands.values()) {
         if (c.retention.length === 0) continue;
         let r = this.retentionCache.get(c.uuid);
-        if (!r || r.length !== c.retention.length) this.retentionCache.set(c.uuid, (r = c.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) }))));
+        if (!r || r.length !== c.retention.length)
+          this.retentionCache.set(c.uuid, (r = c.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) }))));
         retention.set(c.uuid, r);
       }
       this.readEvents(st);
@@ -332,7 +338,14 @@ export class SimSource implements DataSource, TimelineControl {
     commands.sort((a, b) => (b.createdAt ?? 0) - (a.createdAt ?? 0) || (a.uuid < b.uuid ? -1 : 1));
     const claims: ClaimInfo[] = [];
     for (const c of st.clients.values()) {
-      if (c.pendingClaim) claims.push({ clientId: c.clientId, instanceId: c.pendingClaim.instanceId, currentInstanceId: c.instanceId, at: c.pendingClaim.at, attempts: c.pendingClaim.attempts });
+      if (c.pendingClaim)
+        claims.push({
+          clientId: c.clientId,
+          instanceId: c.pendingClaim.instanceId,
+          currentInstanceId: c.instanceId,
+          at: c.pendingClaim.at,
+          attempts: c.pendingClaim.attempts,
+        });
     }
     const incidents: IncidentInfo[] = [...st.incidents.values()]
       .map((i) => ({ id: i.id, clientId: i.clientId, uuid: i.uuid, kind: i.kind, detail: i.detail, at: i.at, acknowledged: i.acknowledged }))
@@ -344,10 +357,11 @@ export class SimSource implements DataSource, TimelineControl {
     const w = this.world;
     const vnow = EPOCH + w.q.now;
     const active = new Map<string, number>();
-    if (st) for (const uuid of st.active) {
-      const c = st.commands.get(uuid);
-      if (c && !isTerminal(c.state)) active.set(c.clientId, (active.get(c.clientId) ?? 0) + 1);
-    }
+    if (st)
+      for (const uuid of st.active) {
+        const c = st.commands.get(uuid);
+        if (c && !isTerminal(c.state)) active.set(c.clientId, (active.get(c.clientId) ?? 0) + 1);
+      }
     return w.hosts.map((h) => this.sessionRow(h, st, vnow, active));
   }
 
@@ -491,7 +505,19 @@ export class SimSource implements DataSource, TimelineControl {
     buf.finished = isTerminalState(cmd.state);
     let snap = buf.snapshot();
     if (log.elidedEvents > 0 && log.through <= through) {
-      snap = { ...snap, lines: [...snap.lines, { kind: "viewer", text: viewerElisionText(log.elidedBytes, log.elidedEvents, uuid).replace("this viewer", `the replay (over ${Math.round(this.outputCap / 1024)} KiB)`) }] };
+      snap = {
+        ...snap,
+        lines: [
+          ...snap.lines,
+          {
+            kind: "viewer",
+            text: viewerElisionText(log.elidedBytes, log.elidedEvents, uuid).replace(
+              "this viewer",
+              `the replay (over ${Math.round(this.outputCap / 1024)} KiB)`,
+            ),
+          },
+        ],
+      };
     }
     this.outputCache = { frame: this.cursor, uuid, snap };
     return snap;
@@ -614,13 +640,16 @@ export class SimSource implements DataSource, TimelineControl {
       clearInterval(this.playTimer);
       this.playTimer = null;
     } else {
-      this.playTimer = setInterval(() => {
-        if (this.index >= this.framesList.length - 1 && !this.recording) {
-          clearInterval(this.playTimer!);
-          this.playTimer = null;
-        } else this.step(1);
-        this.em.changed();
-      }, 1000 / (this.o.playFps ?? 10));
+      this.playTimer = setInterval(
+        () => {
+          if (this.index >= this.framesList.length - 1 && !this.recording) {
+            clearInterval(this.playTimer!);
+            this.playTimer = null;
+          } else this.step(1);
+          this.em.changed();
+        },
+        1000 / (this.o.playFps ?? 10),
+      );
     }
     this.em.changed();
   }

@@ -53,7 +53,10 @@ const earlyEventAck: Variant = {
       sessionGeneration: BigInt(conn.generation),
       payload: { case: "eventAck", value: create(EventAckSchema, { issueUuid: e.payload.value.issueUuid, throughEventSeq: e.payload.value.eventSeq }) },
     });
-    return { state: res.state, effects: [...res.effects, { type: "send", conn: input.conn, lane: "data", data: toBinary(AgentEnvelopeSchema, ack), kind: "eventAck" }] };
+    return {
+      state: res.state,
+      effects: [...res.effects, { type: "send", conn: input.conn, lane: "data", data: toBinary(AgentEnvelopeSchema, ack), kind: "eventAck" }],
+    };
   },
 };
 
@@ -101,7 +104,10 @@ const dispatchBeforeReconcile: Variant = {
         const conn = res.state.conns.get(e.conn);
         if (!conn) continue;
         const spec = create(ExecutionSpecSchema, {
-          program: { case: "argv", value: create(ArgvProgramSchema, { argv: [PROGRAM, encodeBehaviour({ s: 1, out: 10, err: 0, chunk: 10, rate: 10, code: 0, delay: 0 })] }) },
+          program: {
+            case: "argv",
+            value: create(ArgvProgramSchema, { argv: [PROGRAM, encodeBehaviour({ s: 1, out: 10, err: 0, chunk: 10, rate: 10, code: 0, delay: 0 })] }),
+          },
         });
         const d = create(CommandDispatchSchema, {
           issueUuid: `early-${++n}`,
@@ -110,7 +116,14 @@ const dispatchBeforeReconcile: Variant = {
           spec,
           immutableRequestSha256: new Uint8Array(32).fill(n & 255),
         });
-        const data = toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId: conn.sessionId, sessionGeneration: BigInt(conn.generation), payload: { case: "commandDispatch", value: d } }));
+        const data = toBinary(
+          AgentEnvelopeSchema,
+          create(AgentEnvelopeSchema, {
+            sessionId: conn.sessionId,
+            sessionGeneration: BigInt(conn.generation),
+            payload: { case: "commandDispatch", value: d },
+          }),
+        );
         extra.push({ type: "send", conn: e.conn, lane: "data", data, kind: "commandDispatch" });
       }
       return { state: res.state, effects: [...res.effects, ...extra] };
@@ -125,7 +138,13 @@ const relaunchAfterRestart: Variant = {
   swarm: { force: { agent_crash: 8 } },
   wrapAgent: (step) => (st, input, now, env, wall) => {
     if (input.type === "start") {
-      for (const c of st.commands.values()) if (c.phase === "launching" || c.phase === "running") c.phase = "queued", c.lifecycle = 3, c.pid = 0;
+      for (const c of st.commands.values())
+        if (c.phase === "launching" || c.phase === "running") {
+          // Deliberately broken (this variant forgets the launch): a bare phase write, not setPhase.
+          c.phase = "queued";
+          c.lifecycle = 3;
+          c.pid = 0;
+        }
     }
     return step(st, input, now, env, wall);
   },
@@ -196,4 +215,14 @@ const oneClock: Variant = {
   wrapServer: (step) => (st, input, now, env) => step(st, input, now, env, now),
 };
 
-export const VARIANTS: Variant[] = [loseOutputByte, stdinTwice, ackBeforePersist, earlyEventAck, reusedSeqOtherBytes, dispatchBeforeReconcile, relaunchAfterRestart, ignoreFencing, oneClock];
+export const VARIANTS: Variant[] = [
+  loseOutputByte,
+  stdinTwice,
+  ackBeforePersist,
+  earlyEventAck,
+  reusedSeqOtherBytes,
+  dispatchBeforeReconcile,
+  relaunchAfterRestart,
+  ignoreFencing,
+  oneClock,
+];

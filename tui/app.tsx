@@ -12,11 +12,12 @@
  * arrive faster than React re-renders (a paste, key repeat, a script driving
  * the terminal), and each key must see what the previous one did.
  */
-import React, { useEffect, useReducer, useRef } from "react";
+import type React from "react";
+import { useEffect, useReducer, useRef } from "react";
 import { Box, Text, useApp, useInput, type Key } from "ink";
 import { fit, shortId } from "./format.js";
 import { useSource, useTerminalSize } from "./hooks.js";
-import type { CommandInfo, DataSource, FleetSnapshot, OutputSnapshot, SessionInfo, SignalName } from "./source.js";
+import type { CommandInfo, DataSource, FleetSnapshot, OutputSnapshot, SessionInfo } from "./source.js";
 import { ClaimsView } from "./views/claims.js";
 import { CommandsView } from "./views/commands.js";
 import { Header, TABS, type Tab } from "./views/header.js";
@@ -115,7 +116,8 @@ function derive(source: DataSource, ui: Ui): Derived {
   const fleet = source.fleet();
   const nodeFilter = tl?.filter.node ?? null;
   const cmdFilter = tl?.filter.command ?? null;
-  const sessions = nodeFilter && nodeFilter !== "server" ? fleet.sessions.filter((s) => s.key === nodeFilter || baseNode(s.key) === nodeFilter) : fleet.sessions;
+  const sessions =
+    nodeFilter && nodeFilter !== "server" ? fleet.sessions.filter((s) => s.key === nodeFilter || baseNode(s.key) === nodeFilter) : fleet.sessions;
   let commands = source.commands(ui.cmdClient);
   if (nodeFilter && nodeFilter !== "server" && ui.cmdClient === null) commands = commands.filter((c) => c.clientId === baseNode(nodeFilter));
   if (cmdFilter) commands = commands.filter((c) => c.uuid.includes(cmdFilter));
@@ -216,7 +218,12 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
     switch (input) {
       case "c":
         return update({
-          prompt: { kind: "confirm", text: `Cancel ${shortId(c.uuid, 13)} on ${c.clientId}?`, pending: "cancelling…", run: async () => `cancel requested (revision ${await source.signal(c.uuid, "CANCEL")})` },
+          prompt: {
+            kind: "confirm",
+            text: `Cancel ${shortId(c.uuid, 13)} on ${c.clientId}?`,
+            pending: "cancelling…",
+            run: async () => `cancel requested (revision ${await source.signal(c.uuid, "CANCEL")})`,
+          },
         });
       case "x":
         return update({ prompt: { kind: "signal", cmd: c } });
@@ -302,7 +309,10 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
         if (r) {
           close();
           const c = p.cmd;
-          act(`sending ${r}…`, async () => `${r === "CANCEL" ? "cancel" : `SIG${r}`} requested for ${shortId(c.uuid, 13)} (revision ${await source.signal(c.uuid, r)})`);
+          act(
+            `sending ${r}…`,
+            async () => `${r === "CANCEL" ? "cancel" : `SIG${r}`} requested for ${shortId(c.uuid, 13)} (revision ${await source.signal(c.uuid, r)})`,
+          );
         }
         return;
       }
@@ -357,11 +367,24 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
     }
     if (/^[1-4]$/.test(input)) return switchTab(TABS[Number(input) - 1]!);
     if (simKeys(input)) return;
-    if (source.readOnly && (input === "s" || input === "c" || input === "x" || input === "i" || input === "D" || (input === "a" && cur.tab !== "commands") || ((key.return || input === "d") && cur.tab === "claims"))) {
+    if (
+      source.readOnly &&
+      (input === "s" ||
+        input === "c" ||
+        input === "x" ||
+        input === "i" ||
+        input === "D" ||
+        (input === "a" && cur.tab !== "commands") ||
+        ((key.return || input === "d") && cur.tab === "claims"))
+    ) {
       return say("read-only: this is a simulation replay (actions are refused)", true);
     }
     if (input === "s") {
-      const client = cur.outputOf ? (now.outCommand?.clientId ?? "") : cur.tab === "sessions" ? (now.selSession?.clientId ?? "") : (cur.cmdClient ?? now.selCommand?.clientId ?? "");
+      const client = cur.outputOf
+        ? (now.outCommand?.clientId ?? "")
+        : cur.tab === "sessions"
+          ? (now.selSession?.clientId ?? "")
+          : (cur.cmdClient ?? now.selCommand?.clientId ?? "");
       return update({ prompt: { kind: "submit", form: newForm(client) } });
     }
 
@@ -430,7 +453,8 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
 
     switch (cur.tab) {
       case "sessions":
-        if (key.return && now.selSession) update((x) => ({ cmdClient: now.selSession!.clientId, sel: { ...x.sel, commands: 0 }, selKey: { ...x.selKey, commands: null }, tab: "commands" }));
+        if (key.return && now.selSession)
+          update((x) => ({ cmdClient: now.selSession!.clientId, sel: { ...x.sel, commands: 0 }, selKey: { ...x.selKey, commands: null }, tab: "commands" }));
         return;
       case "commands":
         if (key.escape) return update({ tab: "sessions" });
@@ -441,11 +465,21 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
         const c = now.claims[now.sel.claims];
         if (c && (key.return || input === "a"))
           update({
-            prompt: { kind: "confirm", text: `Authorize instance ${c.instanceId} to take over ${c.clientId} once?`, pending: "authorizing…", run: () => source.authorize(c.clientId, c.instanceId) },
+            prompt: {
+              kind: "confirm",
+              text: `Authorize instance ${c.instanceId} to take over ${c.clientId} once?`,
+              pending: "authorizing…",
+              run: () => source.authorize(c.clientId, c.instanceId),
+            },
           });
         if (c && input === "d")
           update({
-            prompt: { kind: "confirm", text: `Dismiss the claim of instance ${c.instanceId} for ${c.clientId} (without authorizing it)?`, pending: "dismissing…", run: () => source.dismissClaim(c.clientId) },
+            prompt: {
+              kind: "confirm",
+              text: `Dismiss the claim of instance ${c.instanceId} for ${c.clientId} (without authorizing it)?`,
+              pending: "dismissing…",
+              run: () => source.dismissClaim(c.clientId),
+            },
           });
         if (key.escape) switchTab("sessions");
         return;
@@ -481,7 +515,14 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
       footer = <SignalLine target={shortId(prompt.cmd.uuid, 13)} width={width} />;
       break;
     case "stdin":
-      footer = <TextLine label={`stdin ${shortId(prompt.uuid, 8)}>`} value={prompt.value} hint={`enter sends${u.newline ? " + newline" : ", no newline"} · ctrl-n toggles · esc`} width={width} />;
+      footer = (
+        <TextLine
+          label={`stdin ${shortId(prompt.uuid, 8)}>`}
+          value={prompt.value}
+          hint={`enter sends${u.newline ? " + newline" : ", no newline"} · ctrl-n toggles · esc`}
+          width={width}
+        />
+      );
       break;
     case "filter":
       footer = <TextLine label="command id contains>" value={prompt.value} hint="enter applies · empty clears · esc" width={width} />;
@@ -531,7 +572,11 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
   }
 
   const ctx: HelpContext = u.outputOf ? "output" : u.tab;
-  const crumb = u.outputOf ? `${u.cmdClient ?? d.outCommand?.clientId ?? "all"} › ${shortId(u.outputOf, 13)}` : u.tab === "commands" ? (u.cmdClient ?? "all clients") : "";
+  const crumb = u.outputOf
+    ? `${u.cmdClient ?? d.outCommand?.clientId ?? "all"} › ${shortId(u.outputOf, 13)}`
+    : u.tab === "commands"
+      ? (u.cmdClient ?? "all clients")
+      : "";
   return (
     <Box flexDirection="column" width={width} height={height}>
       <Header fleet={d.fleet} tab={u.tab} crumb={crumb} width={width} />

@@ -23,6 +23,7 @@ export function useTerminalSize(): TermSize {
   const stdout = useStdout().stdout as NodeJS.WritableStream & { columns?: number; rows?: number };
   const read = (): TermSize => ({ columns: (stdout.columns ?? 0) > 0 ? stdout.columns! : 80, rows: (stdout.rows ?? 0) > 0 ? stdout.rows! : 24 });
   const [size, setSize] = useState(read);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: read() only reads stdout, the one dependency
   useEffect(() => {
     const on = (): void => setSize(read());
     stdout.on("resize", on);

@@ -1,11 +1,3 @@
-/**
- * Opens the TUI in this terminal: renders the App with Ink on the alternate
- * screen over the data source it is given, and resolves with the exit code
- * when the operator quits. Which source (a live server, a simulated seed, a
- * local demo fleet) is the caller's choice (shells/operator/tui-open.ts), so
- * the TUI imports neither the simulator nor the daemons.
- */
-import React from "react";
 import { render } from "ink";
 import { App } from "./app.js";
 import type { DataSource } from "./source.js";

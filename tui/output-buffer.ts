@@ -155,7 +155,13 @@ export class OutputBuffer {
       this.addText(stream, text, it.seq, it.data.length);
     } else {
       const text = eventText(it) ?? "";
-      this.push({ kind: it.kind === "truncation" || it.kind === "incomplete" || it.kind === "gap" ? "marker" : "event", text, seq: it.seq, bytes: 0, open: false });
+      this.push({
+        kind: it.kind === "truncation" || it.kind === "incomplete" || it.kind === "gap" ? "marker" : "event",
+        text,
+        seq: it.seq,
+        bytes: 0,
+        open: false,
+      });
     }
   }
 
@@ -183,7 +189,7 @@ export class OutputBuffer {
 
   private push(l: Line): void {
     const tail = this.lines[this.lines.length - 1];
-    if (tail) tail.open = tail.open && (l.kind === tail.kind);
+    if (tail) tail.open = tail.open && l.kind === tail.kind;
     this.lines.push(l);
     this.text += l.text.length;
   }
@@ -251,7 +257,7 @@ function cut(line: string, raw: string): string {
   if (line.length >= PANE_MAX_LINE_CHARS) return line;
   const t = sanitize(raw.length > PANE_MAX_LINE_CHARS * 2 ? raw.slice(0, PANE_MAX_LINE_CHARS * 2) : raw);
   const joined = line + t;
-  return joined.length >= PANE_MAX_LINE_CHARS ? joined.slice(0, PANE_MAX_LINE_CHARS - 1) + "…" : joined;
+  return joined.length >= PANE_MAX_LINE_CHARS ? `${joined.slice(0, PANE_MAX_LINE_CHARS - 1)}…` : joined;
 }
 
 /** The top line of a window that does not start at the first event. */

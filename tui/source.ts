@@ -204,7 +204,17 @@ export class Emitter {
   }
 }
 
-export const EMPTY_OUTPUT = (uuid: string): OutputSnapshot => ({ uuid, lines: [], offset: 0, items: [], markers: 0, finished: false, command: null, error: null, elided: { bytes: 0, events: 0 } });
+export const EMPTY_OUTPUT = (uuid: string): OutputSnapshot => ({
+  uuid,
+  lines: [],
+  offset: 0,
+  items: [],
+  markers: 0,
+  finished: false,
+  command: null,
+  error: null,
+  elided: { bytes: 0, events: 0 },
+});
 
 export class ReadOnlyError extends Error {
   constructor() {

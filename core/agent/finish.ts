@@ -54,7 +54,10 @@ export function finishInterrupted(st: AgentState, ctx: AgentCtx, c: AgentCommand
   const cb = st.outbox.commands.get(c.uuid);
   if (cb && !cb.closed) {
     const records: PersistRecord[] = [];
-    const value = create(OutputIncompleteSchema, { streams: [OutputStream.STDOUT, OutputStream.STDERR], reason: "agent restarted: capture pipes not drained to EOF" });
+    const value = create(OutputIncompleteSchema, {
+      streams: [OutputStream.STDOUT, OutputStream.STDERR],
+      reason: "agent restarted: capture pipes not drained to EOF",
+    });
     appendMeta(st.outbox, cb, { case: "incomplete", value }, c.revision, ctx.wall, records);
     ctx.persist(...records);
   }

@@ -31,7 +31,8 @@ export function agentCommandInvariants(st: AgentState): void {
   for (const [uuid, c] of st.commands) {
     assert(c.uuid === uuid, "command key mismatch");
     assert(st.outbox.commands.has(uuid), `${uuid} has no outbox`);
-    if (c.phase === "queued" || c.phase === "preparing" || c.phase === "launching") assert(c.lifecycle === CommandLifecycle.ACCEPTED, `${uuid} ${c.phase} with lifecycle ${c.lifecycle}`);
+    if (c.phase === "queued" || c.phase === "preparing" || c.phase === "launching")
+      assert(c.lifecycle === CommandLifecycle.ACCEPTED, `${uuid} ${c.phase} with lifecycle ${c.lifecycle}`);
     if (c.phase === "running") assert(c.lifecycle === CommandLifecycle.RUNNING, `${uuid} running with lifecycle ${c.lifecycle}`);
     if (c.phase === "launching" || c.phase === "running" || c.phase === "preparing") running++;
     let pb = 0;

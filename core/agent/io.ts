@@ -4,7 +4,7 @@
 // imports none of its sibling modules (only the agent's types), so every concern can use it without an import cycle.
 
 import { create } from "@bufbuild/protobuf";
-import { CommandLifecycle, ControlErrorSchema, LifecycleTransitionSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { type CommandLifecycle, ControlErrorSchema, LifecycleTransitionSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { assert, Code, codeName } from "../errors.js";
 import { encodeEnvelope, type Payload } from "../codec/frame-codec.js";
 import { laneOf } from "../protocol/envelopes.js";
@@ -19,7 +19,10 @@ export type AgentCtx = StepContext<AgentEffect, AgentDeferred>;
 /** How a frame handler answers a bad frame: an AgentError, closing the session or not. */
 export type Fail = (code: Code, message: string, close: boolean) => void;
 
-export function trace(event: string, detail: Record<string, string | number | boolean>): { type: "trace"; event: string; detail: Record<string, string | number | boolean> } {
+export function trace(
+  event: string,
+  detail: Record<string, string | number | boolean>,
+): { type: "trace"; event: string; detail: Record<string, string | number | boolean> } {
   return { type: "trace", event, detail };
 }
 
@@ -60,7 +63,9 @@ export function appendLifecycle(
     signalName: (extra.signalName ?? "").slice(0, 64),
     reason,
     ...(extra.exitCode !== undefined ? { exitCode: extra.exitCode } : {}),
-    ...(extra.code !== undefined ? { error: create(ControlErrorSchema, { code: extra.code, message: reason || codeName(extra.code), issueUuid: c.uuid }) } : {}),
+    ...(extra.code !== undefined
+      ? { error: create(ControlErrorSchema, { code: extra.code, message: reason || codeName(extra.code), issueUuid: c.uuid }) }
+      : {}),
   });
   const records: PersistRecord[] = [];
   appendMeta(st.outbox, cb, { case: "lifecycle", value }, revision, ctx.wall, records);

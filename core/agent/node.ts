@@ -40,7 +40,7 @@
 import type { Payload } from "../codec/frame-codec.js";
 import { decodeFrame } from "../codec/frame-codec.js";
 import { assert, Code, unreachable } from "../errors.js";
-import { agentAccepts, ENVELOPES, type AgentSessionFramePhase } from "../protocol/envelopes.js";
+import { agentAccepts, type ENVELOPES, type AgentSessionFramePhase } from "../protocol/envelopes.js";
 import { StepContext, releaseDurable } from "../step-context.js";
 import {
   fenceMatches,

@@ -34,7 +34,10 @@ export function handleScriptChunk(st: AgentState, ctx: AgentCtx, ch: ScriptChunk
     // A resent chunk is idempotent by offset and content (R-C3).
     const have = concatBytes(sc.chunks).subarray(offset, offset + ch.data.length);
     if (have.length !== ch.data.length || !bytesEqual(have, ch.data)) {
-      return finish(st, ctx, c, CommandLifecycle.REJECTED, { reason: `script chunk at ${offset} differs from the bytes already received`, code: Code.VALIDATION });
+      return finish(st, ctx, c, CommandLifecycle.REJECTED, {
+        reason: `script chunk at ${offset} differs from the bytes already received`,
+        code: Code.VALIDATION,
+      });
     }
     return;
   }

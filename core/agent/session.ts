@@ -18,7 +18,13 @@ import { sendError, trace, type AgentCtx } from "./io.js";
 import { endLocalWork } from "./reconcile.js";
 
 /** ServerWelcome while registering: check the selected version and the fence, then establish. */
-export function onWelcome(st: AgentState, ctx: AgentCtx, acts: SessionAction[], env0: Pick<AgentEnvelope, "sessionId" | "sessionGeneration">, w: ServerWelcome): void {
+export function onWelcome(
+  st: AgentState,
+  ctx: AgentCtx,
+  acts: SessionAction[],
+  env0: Pick<AgentEnvelope, "sessionId" | "sessionGeneration">,
+  w: ServerWelcome,
+): void {
   const s = st.session;
   const sel = w.selectedProtocol;
   const gen = Number(env0.sessionGeneration);

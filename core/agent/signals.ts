@@ -14,14 +14,7 @@ import { finish } from "./finish.js";
 import { appendEvent, liveCommand, type AgentCtx, type Fail } from "./io.js";
 import { commandRecord } from "./store.js";
 
-const ENDING = new Set<SignalKind>([
-  SignalKind.CANCEL,
-  SignalKind.TERMINATE,
-  SignalKind.KILL,
-  SignalKind.INTERRUPT,
-  SignalKind.HANGUP,
-  SignalKind.QUIT,
-]);
+const ENDING = new Set<SignalKind>([SignalKind.CANCEL, SignalKind.TERMINATE, SignalKind.KILL, SignalKind.INTERRUPT, SignalKind.HANGUP, SignalKind.QUIT]);
 
 export function handleSignal(st: AgentState, ctx: AgentCtx, s: SignalCommand, fail: Fail): void {
   const c = liveCommand(st, s.issueUuid, fail);

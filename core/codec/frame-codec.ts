@@ -3,19 +3,14 @@
 // anything, and every refusal is a CoreError value.
 
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import {
-  AgentEnvelopeSchema,
-  type AgentEnvelope,
-} from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { AgentEnvelopeSchema, type AgentEnvelope } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { Code, coreError, type CoreError } from "../errors.js";
 import { MAX_ENVELOPE_BYTES } from "../limits.js";
 
 export type PayloadCase = NonNullable<AgentEnvelope["payload"]["case"]>;
 export type Payload = AgentEnvelope["payload"];
 
-export type DecodeResult =
-  | { ok: true; envelope: AgentEnvelope & { payload: { case: PayloadCase } } }
-  | { ok: false; error: CoreError };
+export type DecodeResult = { ok: true; envelope: AgentEnvelope & { payload: { case: PayloadCase } } } | { ok: false; error: CoreError };
 
 /**
  * Decode one frame. `binary` is false for a WebSocket text frame, which is a

@@ -4,11 +4,7 @@
 // CODE_INCOMPATIBLE_VERSION.
 
 import { create } from "@bufbuild/protobuf";
-import {
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  type ProtocolRange,
-} from "../../protos/gen/rvbox/v1/common_pb.js";
+import { ProtocolRangeSchema, ProtocolVersionSchema, type ProtocolRange } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { Code, fail, ok, type Result } from "../errors.js";
 
 export interface Version {
@@ -46,10 +42,7 @@ export function negotiate(ours: VersionRange, theirs: VersionRange): Result<Vers
   const hi = compareVersion(ours.max, theirs.max) <= 0 ? ours.max : theirs.max;
   const lo = compareVersion(ours.min, theirs.min) >= 0 ? ours.min : theirs.min;
   if (compareVersion(hi, lo) < 0) {
-    return fail(
-      Code.INCOMPATIBLE_VERSION,
-      `no shared protocol version: ours ${fmt(ours)}, theirs ${fmt(theirs)}`,
-    );
+    return fail(Code.INCOMPATIBLE_VERSION, `no shared protocol version: ours ${fmt(ours)}, theirs ${fmt(theirs)}`);
   }
   return ok({ major: hi.major, minor: hi.minor });
 }

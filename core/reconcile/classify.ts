@@ -56,11 +56,7 @@ export interface Classification {
   discard: string[];
 }
 
-export function classify(
-  requested: readonly ServerView[],
-  lookup: (uuid: string) => ServerView | undefined,
-  snapshot: readonly AgentView[],
-): Classification {
+export function classify(requested: readonly ServerView[], lookup: (uuid: string) => ServerView | undefined, snapshot: readonly AgentView[]): Classification {
   const verdicts: Verdict[] = [];
   const seen = new Set<string>();
   for (const a of snapshot) {
@@ -101,9 +97,12 @@ function judge(a: AgentView, s: ServerView | undefined): Verdict {
     return { uuid, action: "terminate_local", incident: "agent still runs a command that is terminal at the server" };
   }
   if (a.lastEventSeq < s.storedThrough)
-    return { uuid, action: "diverged", incident: `agent assigned ${a.lastEventSeq} events but the server stored ${s.storedThrough}: another copy of this instance ran it` };
+    return {
+      uuid,
+      action: "diverged",
+      incident: `agent assigned ${a.lastEventSeq} events but the server stored ${s.storedThrough}: another copy of this instance ran it`,
+    };
   const target = isTerminal(a.lifecycle) ? L.ACCEPTED : a.lifecycle;
-  if (progressRank(target) > progressRank(s.state) && (target === L.ACCEPTED || target === L.RUNNING))
-    return { uuid, action: "adopt", adopt: target };
+  if (progressRank(target) > progressRank(s.state) && (target === L.ACCEPTED || target === L.RUNNING)) return { uuid, action: "adopt", adopt: target };
   return { uuid, action: "keep" };
 }

@@ -6,8 +6,8 @@ import { create } from "@bufbuild/protobuf";
 import { AgentErrorSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { type Payload, encodeEnvelope } from "../codec/frame-codec.js";
-import { Code, codeName, coreError } from "../errors.js";
-import { StepContext } from "../step-context.js";
+import { type Code, codeName, coreError } from "../errors.js";
+import type { StepContext } from "../step-context.js";
 import type { ConnState, ControlResult, ServerDeferred, ServerEffect, ServerState } from "./server-types.js";
 
 export type ServerCtx = StepContext<ServerEffect, ServerDeferred>;

@@ -22,7 +22,7 @@
 // (the optional fields of CommandRow and ClientRow are such legacy gaps).
 
 import { toBinary } from "@bufbuild/protobuf";
-import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { type CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";

@@ -125,14 +125,7 @@ export function sessionWelcome(s: AgentSession, conn: number, fence: Fence, sele
  * The connection ended (closed by the peer or the network, or by us through
  * `sessionFail`). Schedules the next attempt.
  */
-export function sessionTransportClosed(
-  s: AgentSession,
-  conn: number,
-  reason: string,
-  now: number,
-  rng: RngState,
-  acts: SessionAction[],
-): void {
+export function sessionTransportClosed(s: AgentSession, conn: number, reason: string, now: number, rng: RngState, acts: SessionAction[]): void {
   if (conn !== s.conn || s.phase === "idle" || s.phase === "backoff") return;
   enterBackoff(s, reason, now, rng, acts);
 }

@@ -126,7 +126,8 @@ export function checkOutboxLimits(l: OutboxLimits): string | null {
   if (l.windowPerSession < l.windowPerCommand) return "windowPerSession must be at least windowPerCommand";
   if (l.metadataReserve < 4096) return "metadataReserve must be at least 4 KiB";
   if (l.rawLow > l.rawHigh) return "rawLow must not exceed rawHigh";
-  if (l.outputPerCommand < MAX_CHUNK_BYTES || l.outputTotal < l.outputPerCommand) return "output budgets must hold a chunk, and the total at least one command's";
+  if (l.outputPerCommand < MAX_CHUNK_BYTES || l.outputTotal < l.outputPerCommand)
+    return "output budgets must hold a chunk, and the total at least one command's";
   return null;
 }
 
@@ -188,14 +189,7 @@ function freezeEntry(e: LocalEntry): EntryRow {
 // ---------------------------------------------------------------- appending
 
 /** Append a metadata event (never dropped). */
-export function appendMeta(
-  ob: Outbox,
-  cb: CommandOutbox,
-  event: MetaEvent,
-  revision: number,
-  now: number,
-  out: PersistRecord[],
-): void {
+export function appendMeta(ob: Outbox, cb: CommandOutbox, event: MetaEvent, revision: number, now: number, out: PersistRecord[]): void {
   assert(!cb.closed, `append after terminal lifecycle on ${cb.uuid}`);
   const e: LocalEntry = { idx: cb.nextIdx++, kind: "meta", event, revision, time: now };
   cb.entries.push(e);
@@ -243,14 +237,7 @@ export function appendOutput(
 }
 
 /** Extend the last entry if it is a truncation of this cause, else append one. */
-function addTruncation(
-  cb: CommandOutbox,
-  range: ByteRangeData,
-  cause: TruncationCause,
-  revision: number,
-  now: number,
-  out: PersistRecord[],
-): void {
+function addTruncation(cb: CommandOutbox, range: ByteRangeData, cause: TruncationCause, revision: number, now: number, out: PersistRecord[]): void {
   const last = cb.entries[cb.entries.length - 1];
   if (last && last.kind === "truncation" && last.cause === cause) {
     mergeRange(last.ranges, range);
@@ -396,11 +383,7 @@ export function admit(ob: Outbox, ports: CorePorts, out: PersistRecord[]): Array
       cb.pinned.push(p);
       cb.pinnedBytes += bytes.length;
       ob.sessionPinnedBytes += bytes.length;
-      out.push(
-        { table: "entry", key: entryKey(uuid, e.idx), value: null },
-        eventRecord(uuid, seq, bytes),
-        outboxHeader(cb),
-      );
+      out.push({ table: "entry", key: entryKey(uuid, e.idx), value: null }, eventRecord(uuid, seq, bytes), outboxHeader(cb));
       admitted.push({ uuid, seq });
       ob.cursor = uuid;
       progress = true;
@@ -483,8 +466,7 @@ export function outboxInvariants(ob: Outbox): void {
       assert(e.idx > lastIdx, `${uuid}: local order not increasing`);
       lastIdx = e.idx;
       if (e.kind === "output") r += e.data.length;
-      if (e.kind === "meta" && isTerminalLifecycleEvent(e.event))
-        assert(i === cb.entries.length - 1, `${uuid}: entry after terminal lifecycle`);
+      if (e.kind === "meta" && isTerminalLifecycleEvent(e.event)) assert(i === cb.entries.length - 1, `${uuid}: entry after terminal lifecycle`);
     }
     assert(lastIdx < cb.nextIdx, `${uuid}: entry idx beyond nextIdx`);
     assert(r === cb.rawBytes, `${uuid}: rawBytes drift`);

@@ -32,13 +32,13 @@ const hex8 = (x: number): string => x.toString(16).padStart(8, "0");
 /** The awk program (a single-quoted shell word) that prints GenParams' lines. */
 export function genAwk(nonce: string, p: GenParams): string {
   const prog =
-    "function w(t){if(o)printf \"%s\",t > \"/dev/stderr\";else printf \"%s\",t}" +
+    'function w(t){if(o)printf "%s",t > "/dev/stderr";else printf "%s",t}' +
     "BEGIN{for(i=1;i<=L;i++){x=(s+i*7919)%2147483647;if(x==0)x=1;x=(x*48271)%2147483647;" +
     "len=a+x%(b-a+1);c=(x*31+len*7+i)%1000000007;o=(e>0&&i%e==0);" +
-    "w(sprintf(\"%s %d %d \",n,i,c));" +
-    "if(z){y=x;r=len;while(r>0){y=(y*48271)%2147483647;h=sprintf(\"%08x\",y);if(r<8)h=substr(h,1,r);w(h);r-=8}}" +
-    "else{h=sprintf(\"%08x\",x);q=h;while(length(q)<len)q=q q;w(substr(q,1,len))}" +
-    "w(\"\\n\")}}";
+    'w(sprintf("%s %d %d ",n,i,c));' +
+    'if(z){y=x;r=len;while(r>0){y=(y*48271)%2147483647;h=sprintf("%08x",y);if(r<8)h=substr(h,1,r);w(h);r-=8}}' +
+    'else{h=sprintf("%08x",x);q=h;while(length(q)<len)q=q q;w(substr(q,1,len))}' +
+    'w("\\n")}}';
   return `awk -v n=${nonce} -v L=${p.lines} -v a=${p.minLen} -v b=${p.maxLen} -v s=${p.seed} -v z=${p.noisy} -v e=${p.errEvery} '${prog}'`;
 }
 
@@ -100,7 +100,11 @@ export function echoLine(nonce: string, nr: number, data: string): string {
  * stopped before reading them); unacknowledged ones (their fate unknown) may
  * be present or absent. Returns an error or null, and how many lines matched.
  */
-export function checkEcho(nonce: string, got: Buffer, attempts: Array<{ data: string; acked: boolean }>): { error: string | null; matched: number; lastAckedMatched: number } {
+export function checkEcho(
+  nonce: string,
+  got: Buffer,
+  attempts: Array<{ data: string; acked: boolean }>,
+): { error: string | null; matched: number; lastAckedMatched: number } {
   const text = got.toString("latin1");
   const lines = text.split("\n");
   const tail = lines.pop()!; // "" after a final newline; a partial line otherwise
@@ -112,19 +116,25 @@ export function checkEcho(nonce: string, got: Buffer, attempts: Array<{ data: st
     for (;;) {
       const at = attempts[a];
       if (!at) return { error: `echo line ${nr} ${JSON.stringify(l.slice(0, 80))} matches no write attempted`, matched: nr - 1, lastAckedMatched: lastAcked };
-      if (echoLine(nonce, nr, at.data) === l + "\n") {
+      if (echoLine(nonce, nr, at.data) === `${l}\n`) {
         if (at.acked) lastAcked = a;
         a++;
         break;
       }
-      if (at.acked) return { error: `echo line ${nr} ${JSON.stringify(l.slice(0, 80))}: expected acknowledged write ${JSON.stringify(at.data)}`, matched: nr - 1, lastAckedMatched: lastAcked };
+      if (at.acked)
+        return {
+          error: `echo line ${nr} ${JSON.stringify(l.slice(0, 80))}: expected acknowledged write ${JSON.stringify(at.data)}`,
+          matched: nr - 1,
+          lastAckedMatched: lastAcked,
+        };
       a++; // an unacknowledged write that never arrived
     }
   }
   if (tail !== "") {
     const at = attempts[a];
     const want = at ? echoLine(nonce, nr + 1, at.data) : "";
-    if (!want.startsWith(tail)) return { error: `partial echo line ${JSON.stringify(tail.slice(0, 80))} is no prefix of the next write`, matched: nr, lastAckedMatched: lastAcked };
+    if (!want.startsWith(tail))
+      return { error: `partial echo line ${JSON.stringify(tail.slice(0, 80))} is no prefix of the next write`, matched: nr, lastAckedMatched: lastAcked };
   }
   return { error: null, matched: nr, lastAckedMatched: lastAcked };
 }

@@ -34,7 +34,10 @@ export interface SshHarness {
 export function ensureSshd(): string {
   if (existsSync(SSHD)) return SSHD;
   process.stderr.write("bench: /usr/sbin/sshd missing; installing openssh-server\n");
-  execFileSync("apt-get", ["install", "-y", "--no-install-recommends", "openssh-server"], { stdio: "inherit", env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" } });
+  execFileSync("apt-get", ["install", "-y", "--no-install-recommends", "openssh-server"], {
+    stdio: "inherit",
+    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+  });
   if (!existsSync(SSHD)) throw new Error("sshd: openssh-server installed but /usr/sbin/sshd is still missing");
   return SSHD;
 }
@@ -102,21 +105,33 @@ export async function startSshd(): Promise<SshHarness> {
   const ctl = path.join(dir, "ctl");
   const ssh = [
     "ssh",
-    "-F", "/dev/null",
-    "-i", path.join(dir, "user_key"),
-    "-p", String(port),
-    "-o", "IdentitiesOnly=yes",
-    "-o", "BatchMode=yes",
-    "-o", `UserKnownHostsFile=${path.join(dir, "known_hosts")}`,
-    "-o", "StrictHostKeyChecking=accept-new",
-    "-o", "LogLevel=ERROR",
-    "-o", `ControlPath=${ctl}`,
+    "-F",
+    "/dev/null",
+    "-i",
+    path.join(dir, "user_key"),
+    "-p",
+    String(port),
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    `UserKnownHostsFile=${path.join(dir, "known_hosts")}`,
+    "-o",
+    "StrictHostKeyChecking=accept-new",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    `ControlPath=${ctl}`,
     `${user}@127.0.0.1`,
   ];
   // The master: -M -N in the background (-f), waits until authenticated.
   const end = Date.now() + 15_000;
   for (;;) {
-    const m = spawnSync(ssh[0]!, [...ssh.slice(1, -1), "-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N", ssh[ssh.length - 1]!], { encoding: "utf8", timeout: 15_000 });
+    const m = spawnSync(ssh[0]!, [...ssh.slice(1, -1), "-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N", ssh[ssh.length - 1]!], {
+      encoding: "utf8",
+      timeout: 15_000,
+    });
     if (m.status === 0) break;
     if (Date.now() > end || daemon.exitCode !== null) {
       daemon.kill("SIGTERM");

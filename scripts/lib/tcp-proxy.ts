@@ -108,23 +108,26 @@ export class TcpProxy {
     const b = net.connect(this.targetPort, this.targetHost);
     const pair = { a, b };
     this.pairs.add(pair);
-    const tap = new WsTap((msg) => {
-      try {
-        const env = fromBinary(AgentEnvelopeSchema, msg);
-        const onEvent = this.opts.onEvent;
-        if (!onEvent) this.envelopes.push(env);
-        if (env.payload.case === "commandEvent") {
-          const ev = env.payload.value;
-          const seen = { uuid: ev.issueUuid, seq: Number(ev.eventSeq), bytes: Buffer.from(toBinary(CommandEventSchema, ev)) };
-          if (onEvent) onEvent(seen);
-          else this.events.push(seen);
+    const tap = new WsTap(
+      (msg) => {
+        try {
+          const env = fromBinary(AgentEnvelopeSchema, msg);
+          const onEvent = this.opts.onEvent;
+          if (!onEvent) this.envelopes.push(env);
+          if (env.payload.case === "commandEvent") {
+            const ev = env.payload.value;
+            const seen = { uuid: ev.issueUuid, seq: Number(ev.eventSeq), bytes: Buffer.from(toBinary(CommandEventSchema, ev)) };
+            if (onEvent) onEvent(seen);
+            else this.events.push(seen);
+          }
+        } catch {
+          // not an envelope (tests of malformed frames)
         }
-      } catch {
-        // not an envelope (tests of malformed frames)
-      }
-    }, (op) => {
-      if (op === 0x9) this.pings.push(Date.now());
-    });
+      },
+      (op) => {
+        if (op === 0x9) this.pings.push(Date.now());
+      },
+    );
     const tapOn = this.opts.tap !== false;
     a.on("data", (d: Buffer) => {
       if (tapOn) tap.push(d);

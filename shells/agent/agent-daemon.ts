@@ -51,7 +51,16 @@ import {
   type CorePorts,
 } from "../../core/index.js";
 import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { killProcessGroup, startProcess, writeScriptFile, type ProcessHandle, type ProcessHooks, type ProcessSpec, type ShellName, type SignalName } from "../exec/index.js";
+import {
+  killProcessGroup,
+  startProcess,
+  writeScriptFile,
+  type ProcessHandle,
+  type ProcessHooks,
+  type ProcessSpec,
+  type ShellName,
+  type SignalName,
+} from "../exec/index.js";
 import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimits } from "../runtime/conn-writer.js";
 import { createLogger, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
@@ -315,10 +324,23 @@ export class AgentDaemon {
       case "ping":
       case "close":
       case "wake":
-        if (execTransportEffect(e, (c) => this.links.get(c)?.writer, (at) => this.loop.setWake(at), this.log, "closing session")) this.stats.framesOut++;
+        if (
+          execTransportEffect(
+            e,
+            (c) => this.links.get(c)?.writer,
+            (at) => this.loop.setWake(at),
+            this.log,
+            "closing session",
+          )
+        )
+          this.stats.framesOut++;
         break;
       case "trace":
-        if (e.event === "replaced") this.log.warn("replaced: another instance took over this client id; local commands ended, retrying only every 60 s until an operator authorizes this instance again", e.detail);
+        if (e.event === "replaced")
+          this.log.warn(
+            "replaced: another instance took over this client id; local commands ended, retrying only every 60 s until an operator authorizes this instance again",
+            e.detail,
+          );
         else if (this.log.level === "debug") this.log.debug(e.event, e.detail);
         else if (e.event === "established" || e.event === "session_lost" || e.event === "protocol_failure") this.log.info(e.event, e.detail);
         break;
@@ -343,7 +365,9 @@ export class AgentDaemon {
       case "close_stdin": {
         const h = this.procs.get(e.uuid);
         h?.closeStdin();
-        this.loop.feed(h ? { type: "stdin_written", uuid: e.uuid, seq: e.seq } : { type: "stdin_written", uuid: e.uuid, seq: e.seq, failure: "process is not running" });
+        this.loop.feed(
+          h ? { type: "stdin_written", uuid: e.uuid, seq: e.seq } : { type: "stdin_written", uuid: e.uuid, seq: e.seq, failure: "process is not running" },
+        );
         break;
       }
       case "signal": {
@@ -382,7 +406,10 @@ export class AgentDaemon {
       case "write_script": {
         const name = `script-${e.uuid.replace(/[^A-Za-z0-9._-]/g, "_")}`;
         writeScriptFile(this.scriptDir, name, e.data, e.sha256).then(
-          (r) => this.loop.feed(r.ok ? { type: "script_prepared", uuid: e.uuid, path: r.path } : { type: "script_failed", uuid: e.uuid, reason: `${r.code}: ${r.message}` }),
+          (r) =>
+            this.loop.feed(
+              r.ok ? { type: "script_prepared", uuid: e.uuid, path: r.path } : { type: "script_failed", uuid: e.uuid, reason: `${r.code}: ${r.message}` },
+            ),
           (err: unknown) => this.loop.feed({ type: "script_failed", uuid: e.uuid, reason: String(err) }),
         );
         break;
@@ -414,7 +441,12 @@ export class AgentDaemon {
       this.loop.feed({ type: "transport_closed", conn, reason: String(err) });
       return;
     }
-    const link: Link = { conn, ws, writer: new ConnWriter(ws, this.opts.writer ?? DEFAULT_WRITER_LIMITS, (why) => this.log.warn("connection terminated", { why })), open: false };
+    const link: Link = {
+      conn,
+      ws,
+      writer: new ConnWriter(ws, this.opts.writer ?? DEFAULT_WRITER_LIMITS, (why) => this.log.warn("connection terminated", { why })),
+      open: false,
+    };
     this.links.set(conn, link);
     ws.on("open", () => {
       link.open = true;
@@ -435,7 +467,7 @@ export class AgentDaemon {
     ws.on("error", (err) => this.log.debug("socket error", { conn, err: String(err) }));
     ws.on("close", (code, reason) => {
       this.links.delete(conn);
-      const why = `websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`;
+      const why = `websocket closed (${code}${reason.length ? ` ${reason.toString()}` : ""})`;
       // Never opened (refused, unreachable): no queue exists yet.
       if (link.open) this.loop.stageClosed(conn, why);
       else this.loop.feed({ type: "transport_closed", conn, reason: why });
@@ -533,7 +565,7 @@ export class AgentDaemon {
 
   private setPaused(p: boolean): void {
     this.paused = p;
-    for (const h of this.procs.values()) (p ? h.pauseOutput() : h.resumeOutput());
+    for (const h of this.procs.values()) p ? h.pauseOutput() : h.resumeOutput();
   }
 
   get runningProcesses(): number {

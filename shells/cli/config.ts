@@ -42,9 +42,9 @@ export function settings(argv: string[], options: NonNullable<ParseArgsConfig["o
   } catch (err) {
     throw new UsageError(`${(err as Error).message}\n\n${usage}`);
   }
-  if (values["help"]) throw new UsageError(usage, 0);
+  if (values.help) throw new UsageError(usage, 0);
   let file: Record<string, unknown> = {};
-  const cfg = values["config"];
+  const cfg = values.config;
   if (typeof cfg === "string") {
     try {
       file = JSON.parse(readFileSync(cfg, "utf8")) as Record<string, unknown>;
@@ -53,7 +53,8 @@ export function settings(argv: string[], options: NonNullable<ParseArgsConfig["o
     }
     if (typeof file !== "object" || file === null || Array.isArray(file)) throw new Error(`config file ${cfg}: expected a JSON object`);
     for (const k of Object.keys(file)) {
-      if (k !== "limits" && !(k in options) && !Object.keys(options).some((o) => camel(o) === k)) throw new Error(`config file ${cfg}: unknown key ${JSON.stringify(k)}`);
+      if (k !== "limits" && !(k in options) && !Object.keys(options).some((o) => camel(o) === k))
+        throw new Error(`config file ${cfg}: unknown key ${JSON.stringify(k)}`);
     }
   }
   const fromFile = (name: string): unknown => file[name] ?? file[camel(name)];
@@ -108,13 +109,19 @@ export function readSecret(file: string, what: string): string {
  * must be a positive integer; those named in `zeroOk` may also be 0 (for
  * example the server's `historyMs`: 0 means no age limit).
  */
-export function numericLimits<T extends object>(given: Record<string, unknown> | undefined, known: T, what: string, zeroOk: readonly string[] = []): Partial<T> {
+export function numericLimits<T extends object>(
+  given: Record<string, unknown> | undefined,
+  known: T,
+  what: string,
+  zeroOk: readonly string[] = [],
+): Partial<T> {
   if (!given) return {};
   const out: Record<string, number> = {};
   for (const [k, v] of Object.entries(given)) {
     if (!(k in known)) throw new Error(`${what}: unknown limit ${JSON.stringify(k)} (known: ${Object.keys(known).join(", ")})`);
     const least = zeroOk.includes(k) ? 0 : 1;
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < least) throw new Error(`${what}: limit ${k} must be a ${least === 0 ? "non-negative" : "positive"} integer`);
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < least)
+      throw new Error(`${what}: limit ${k} must be a ${least === 0 ? "non-negative" : "positive"} integer`);
     out[k] = v;
   }
   return out as Partial<T>;

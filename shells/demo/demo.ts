@@ -67,8 +67,22 @@ function show(title: string, r: Awaited<ReturnType<typeof follow>>): void {
   console.log(`\n== ${title}`);
   console.log(`   state: ${r.state}${r.exit ? ` (${r.exit})` : ""}`);
   for (const n of r.notes) console.log(`   ${n}`);
-  if (r.stdout) console.log(r.stdout.replace(/\n$/, "").split("\n").map((l) => `   stdout| ${l}`).join("\n"));
-  if (r.stderr) console.log(r.stderr.replace(/\n$/, "").split("\n").map((l) => `   stderr| ${l}`).join("\n"));
+  if (r.stdout)
+    console.log(
+      r.stdout
+        .replace(/\n$/, "")
+        .split("\n")
+        .map((l) => `   stdout| ${l}`)
+        .join("\n"),
+    );
+  if (r.stderr)
+    console.log(
+      r.stderr
+        .replace(/\n$/, "")
+        .split("\n")
+        .map((l) => `   stderr| ${l}`)
+        .join("\n"),
+    );
 }
 
 /** The demo's flags (its parser's table; shell completion reads it too). */
@@ -82,7 +96,7 @@ export async function demoMain(argv: string[]): Promise<number> {
   mkdirSync(dir, { recursive: true });
   const operator = randomBytes(16).toString("hex");
   const fleet = randomBytes(16).toString("hex");
-  writeFileSync(path.join(dir, "operator-token"), operator + "\n", { mode: 0o600 });
+  writeFileSync(path.join(dir, "operator-token"), `${operator}\n`, { mode: 0o600 });
   writeFileSync(path.join(dir, "agent-tokens"), `* ${fleet}\n`, { mode: 0o600 });
 
   const server = await ServerDaemon.start({
@@ -96,15 +110,28 @@ export async function demoMain(argv: string[]): Promise<number> {
   const url = `ws://127.0.0.1:${server.agentAddress.port}/v1/agent`;
   const agents = await Promise.all(
     ["demo-a", "demo-b"].map((id) =>
-      AgentDaemon.start({ serverUrl: url, clientId: id, stateDir: path.join(dir, id), token: fleet, cwd: dir, killGraceMs: 2000, log: createLogger(`agent ${id}`, level) }),
+      AgentDaemon.start({
+        serverUrl: url,
+        clientId: id,
+        stateDir: path.join(dir, id),
+        token: fleet,
+        cwd: dir,
+        killGraceMs: 2000,
+        log: createLogger(`agent ${id}`, level),
+      }),
     ),
   );
   const auth: Interceptor = (next) => (req) => {
     req.header.set("Authorization", `Bearer ${operator}`);
     return next(req);
   };
-  const ctl = createClient(ControlService, createConnectTransport({ baseUrl: `http://127.0.0.1:${server.controlAddress.port}`, httpVersion: "1.1", interceptors: [auth] }));
-  console.log(`rvbox demo: server ws://127.0.0.1:${server.agentAddress.port}/v1/agent, control http://127.0.0.1:${server.controlAddress.port}, data under ${dir}`);
+  const ctl = createClient(
+    ControlService,
+    createConnectTransport({ baseUrl: `http://127.0.0.1:${server.controlAddress.port}`, httpVersion: "1.1", interceptors: [auth] }),
+  );
+  console.log(
+    `rvbox demo: server ws://127.0.0.1:${server.agentAddress.port}/v1/agent, control http://127.0.0.1:${server.controlAddress.port}, data under ${dir}`,
+  );
   let ok = true;
   const expect = (what: string, cond: boolean): void => {
     if (!cond) {
@@ -115,10 +142,15 @@ export async function demoMain(argv: string[]): Promise<number> {
   try {
     for (let i = 0; i < 200 && !agents.every((a) => a.connected); i++) await new Promise((r) => setTimeout(r, 25));
     const clients = (await ctl.listClients({})).clients;
-    console.log(`clients: ${clients.map((c) => `${c.clientId} (instance ${c.instanceId.slice(0, 8)}, generation ${c.generation}, ${c.connected ? "connected" : "offline"})`).join(", ")}`);
+    console.log(
+      `clients: ${clients.map((c) => `${c.clientId} (instance ${c.instanceId.slice(0, 8)}, generation ${c.generation}, ${c.connected ? "connected" : "offline"})`).join(", ")}`,
+    );
 
     // 1. Output from a shell line.
-    const c1 = await ctl.submitCommand({ clientId: "demo-a", program: { case: "shell", value: { shell: ShellType.SH, commandLine: 'echo "hello from $(uname -s)"; echo "to stderr" >&2; seq 1 3' } } });
+    const c1 = await ctl.submitCommand({
+      clientId: "demo-a",
+      program: { case: "shell", value: { shell: ShellType.SH, commandLine: 'echo "hello from $(uname -s)"; echo "to stderr" >&2; seq 1 3' } },
+    });
     const r1 = await follow(ctl, c1.command!.issueUuid);
     show(`demo-a: sh -c 'echo ...; seq 1 3'`, r1);
     expect("echo succeeded", r1.state === "SUCCEEDED" && r1.stdout.includes("hello from"));
@@ -155,7 +187,10 @@ export async function demoMain(argv: string[]): Promise<number> {
     expect("script succeeded", r4.state === "SUCCEEDED" && r4.stdout.includes("line 3"));
 
     // 5. A failing command.
-    const c5 = await ctl.submitCommand({ clientId: "demo-a", program: { case: "shell", value: { shell: ShellType.SH, commandLine: "echo failing on purpose; exit 3" } } });
+    const c5 = await ctl.submitCommand({
+      clientId: "demo-a",
+      program: { case: "shell", value: { shell: ShellType.SH, commandLine: "echo failing on purpose; exit 3" } },
+    });
     const r5 = await follow(ctl, c5.command!.issueUuid);
     show("demo-a: exit 3", r5);
     expect("exit 3 failed", r5.state === "FAILED" && r5.exit === "exit 3");

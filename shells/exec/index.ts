@@ -12,7 +12,7 @@ export {
   DEFAULT_KILL_GRACE_MS,
   DEFAULT_DRAIN_TIMEOUT_MS,
   DEFAULT_POSIX_PATH,
-} from './process-runner.js';
+} from "./process-runner.js";
 export type {
   SignalName,
   ShellName,
@@ -25,6 +25,6 @@ export type {
   ProcessHooks,
   ProcessState,
   ProcessHandle,
-} from './process-runner.js';
-export { writeScriptFile, isSafeScriptName, SCRIPT_FILE_MODE, SCRIPT_DIR_MODE } from './script-file.js';
-export type { WriteScriptResult, ScriptFileErrorCode } from './script-file.js';
+} from "./process-runner.js";
+export { writeScriptFile, isSafeScriptName, SCRIPT_FILE_MODE, SCRIPT_DIR_MODE } from "./script-file.js";
+export type { WriteScriptResult, ScriptFileErrorCode } from "./script-file.js";

@@ -40,18 +40,18 @@
  * Hooks must not throw: they run inside stream/child event handlers, where an
  * exception becomes an uncaught exception.
  */
-import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { statSync } from 'node:fs';
-import type { Readable } from 'node:stream';
+import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
+import { statSync } from "node:fs";
+import type { Readable } from "node:stream";
 
-export type SignalName = 'SIGINT' | 'SIGTERM' | 'SIGKILL' | 'SIGHUP' | 'SIGQUIT' | 'SIGUSR1' | 'SIGUSR2';
-export type ShellName = 'sh' | 'bash' | 'zsh' | 'powershell' | 'cmd';
-export type OutputStreamName = 'stdout' | 'stderr';
+export type SignalName = "SIGINT" | "SIGTERM" | "SIGKILL" | "SIGHUP" | "SIGQUIT" | "SIGUSR1" | "SIGUSR2";
+export type ShellName = "sh" | "bash" | "zsh" | "powershell" | "cmd";
+export type OutputStreamName = "stdout" | "stderr";
 
 export type CommandSpec =
-  | { kind: 'argv'; argv: string[] }
-  | { kind: 'shell'; shell: ShellName; commandLine: string }
-  | { kind: 'script'; path: string; interpreter?: string; args?: string[] };
+  | { kind: "argv"; argv: string[] }
+  | { kind: "shell"; shell: ShellName; commandLine: string }
+  | { kind: "script"; path: string; interpreter?: string; args?: string[] };
 
 export interface ProcessOptions {
   cwd?: string;
@@ -85,7 +85,7 @@ export interface ProcessHooks {
   onExit?(info: ExitInfo): void;
 }
 
-export type ProcessState = 'starting' | 'running' | 'exited' | 'finished' | 'failed';
+export type ProcessState = "starting" | "running" | "exited" | "finished" | "failed";
 
 export interface ProcessHandle {
   /** Child pid (= its process-group id on POSIX) once spawned, else undefined. */
@@ -106,18 +106,35 @@ export interface ProcessHandle {
 export const MAX_OUTPUT_CHUNK_BYTES = 64 * 1024;
 export const DEFAULT_KILL_GRACE_MS = 5000;
 export const DEFAULT_DRAIN_TIMEOUT_MS = 2000;
-export const DEFAULT_POSIX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+export const DEFAULT_POSIX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-const POSIX_BASE_ENV_KEYS = ['PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
+const POSIX_BASE_ENV_KEYS = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"];
 const WINDOWS_BASE_ENV_KEYS = [
-  'PATH', 'PATHEXT', 'SystemRoot', 'SystemDrive', 'windir', 'ComSpec', 'TEMP', 'TMP', 'USERPROFILE',
-  'USERNAME', 'HOMEDRIVE', 'HOMEPATH', 'APPDATA', 'LOCALAPPDATA', 'ProgramData', 'ProgramFiles',
-  'ProgramFiles(x86)', 'NUMBER_OF_PROCESSORS', 'PROCESSOR_ARCHITECTURE', 'OS',
+  "PATH",
+  "PATHEXT",
+  "SystemRoot",
+  "SystemDrive",
+  "windir",
+  "ComSpec",
+  "TEMP",
+  "TMP",
+  "USERPROFILE",
+  "USERNAME",
+  "HOMEDRIVE",
+  "HOMEPATH",
+  "APPDATA",
+  "LOCALAPPDATA",
+  "ProgramData",
+  "ProgramFiles",
+  "ProgramFiles(x86)",
+  "NUMBER_OF_PROCESSORS",
+  "PROCESSOR_ARCHITECTURE",
+  "OS",
 ];
 
 /** Names of the daemon variables copied into every child's environment. */
 export function safeBaseEnvKeys(platform: NodeJS.Platform = process.platform): readonly string[] {
-  return platform === 'win32' ? WINDOWS_BASE_ENV_KEYS : POSIX_BASE_ENV_KEYS;
+  return platform === "win32" ? WINDOWS_BASE_ENV_KEYS : POSIX_BASE_ENV_KEYS;
 }
 
 /**
@@ -131,14 +148,14 @@ export function buildChildEnv(
   platform: NodeJS.Platform = process.platform,
 ): Record<string, string> {
   const env: Record<string, string> = {};
-  const win = platform === 'win32';
+  const win = platform === "win32";
   for (const key of safeBaseEnvKeys(platform)) {
     // Windows env names are case-insensitive; find the daemon's spelling.
     const found = win ? Object.keys(parent).find((k) => k.toUpperCase() === key.toUpperCase()) : key;
     const value = found === undefined ? undefined : parent[found];
     if (value !== undefined) env[key] = value;
   }
-  if (!win && env['PATH'] === undefined) env['PATH'] = DEFAULT_POSIX_PATH;
+  if (!win && env.PATH === undefined) env.PATH = DEFAULT_POSIX_PATH;
   if (overrides) {
     for (const [k, v] of Object.entries(overrides)) env[k] = v;
   }
@@ -154,7 +171,7 @@ function failure(code: string, message: string, cause?: unknown): SpawnFailure {
 function asSpawnFailure(err: unknown, fallbackCode: string): SpawnFailure {
   if (err instanceof Error) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (typeof code === 'string' && /^E[A-Z0-9]+$/.test(code)) return err as SpawnFailure;
+    if (typeof code === "string" && /^E[A-Z0-9]+$/.test(code)) return err as SpawnFailure;
     return failure(fallbackCode, err.message, err);
   }
   return failure(fallbackCode, String(err));
@@ -167,74 +184,71 @@ interface ResolvedCommand {
 }
 
 /** Map a CommandSpec to the executable and its arguments (exported for tests). */
-export function resolveCommand(
-  spec: CommandSpec,
-  platform: NodeJS.Platform = process.platform,
-): ResolvedCommand | SpawnFailure {
-  const win = platform === 'win32';
+export function resolveCommand(spec: CommandSpec, platform: NodeJS.Platform = process.platform): ResolvedCommand | SpawnFailure {
+  const win = platform === "win32";
   switch (spec.kind) {
-    case 'argv': {
+    case "argv": {
       const [file, ...args] = spec.argv;
-      if (typeof file !== 'string' || file === '') return failure('EINVAL', 'argv must start with a non-empty program name');
+      if (typeof file !== "string" || file === "") return failure("EINVAL", "argv must start with a non-empty program name");
       return { file, args };
     }
-    case 'shell': {
+    case "shell": {
       const line = spec.commandLine;
-      if (typeof line !== 'string') return failure('EINVAL', 'commandLine must be a string');
+      if (typeof line !== "string") return failure("EINVAL", "commandLine must be a string");
       switch (spec.shell) {
-        case 'sh':
-          return { file: win ? 'sh' : '/bin/sh', args: ['-c', line] };
-        case 'bash':
-          return { file: 'bash', args: ['-c', line] };
-        case 'zsh':
-          return { file: 'zsh', args: ['-c', line] };
-        case 'powershell':
+        case "sh":
+          return { file: win ? "sh" : "/bin/sh", args: ["-c", line] };
+        case "bash":
+          return { file: "bash", args: ["-c", line] };
+        case "zsh":
+          return { file: "zsh", args: ["-c", line] };
+        case "powershell":
           return {
-            file: win ? 'powershell.exe' : 'pwsh',
-            args: ['-NoLogo', '-NoProfile', '-NonInteractive', '-Command', line],
+            file: win ? "powershell.exe" : "pwsh",
+            args: ["-NoLogo", "-NoProfile", "-NonInteractive", "-Command", line],
           };
-        case 'cmd':
-          if (!win) return failure('ENOTSUP', "shell 'cmd' is only available on Windows");
-          return { file: 'cmd.exe', args: ['/d', '/s', '/c', `"${line}"`], windowsVerbatimArguments: true };
+        case "cmd":
+          if (!win) return failure("ENOTSUP", "shell 'cmd' is only available on Windows");
+          return { file: "cmd.exe", args: ["/d", "/s", "/c", `"${line}"`], windowsVerbatimArguments: true };
         default:
-          return failure('EINVAL', `unknown shell ${String((spec as { shell: unknown }).shell)}`);
+          return failure("EINVAL", `unknown shell ${String((spec as { shell: unknown }).shell)}`);
       }
     }
-    case 'script': {
-      if (typeof spec.path !== 'string' || spec.path === '') return failure('EINVAL', 'script path must be non-empty');
+    case "script": {
+      if (typeof spec.path !== "string" || spec.path === "") return failure("EINVAL", "script path must be non-empty");
       const args = spec.args ?? [];
       if (spec.interpreter !== undefined) {
-        if (spec.interpreter === '') return failure('EINVAL', 'interpreter must be non-empty');
+        if (spec.interpreter === "") return failure("EINVAL", "interpreter must be non-empty");
         return { file: spec.interpreter, args: [spec.path, ...args] };
       }
       return { file: spec.path, args };
     }
     default:
-      return failure('EINVAL', `unknown command kind ${String((spec as { kind: unknown }).kind)}`);
+      return failure("EINVAL", `unknown command kind ${String((spec as { kind: unknown }).kind)}`);
   }
 }
 
 function checkCwd(cwd: string): SpawnFailure | null {
   try {
-    if (!statSync(cwd).isDirectory()) return failure('ENOTDIR', `cwd is not a directory: ${cwd}`);
+    if (!statSync(cwd).isDirectory()) return failure("ENOTDIR", `cwd is not a directory: ${cwd}`);
     return null;
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? 'ENOENT';
+    const code = (err as NodeJS.ErrnoException).code ?? "ENOENT";
     return failure(code, `cwd is not usable (${code}): ${cwd}`, err);
   }
 }
 
 function nonNegativeMs(value: number | undefined, fallback: number, name: string): number | SpawnFailure {
   if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    return failure('EINVAL', `${name} must be a finite number >= 0, got ${String(value)}`);
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    return failure("EINVAL", `${name} must be a finite number >= 0, got ${String(value)}`);
   }
   return value;
 }
 
-function epipe(message: string, cause?: unknown): Error & { code: 'EPIPE' } {
-  const err = new Error(message, cause === undefined ? undefined : { cause }) as Error & { code: 'EPIPE' };
-  err.code = 'EPIPE';
+function epipe(message: string, cause?: unknown): Error & { code: "EPIPE" } {
+  const err = new Error(message, cause === undefined ? undefined : { cause }) as Error & { code: "EPIPE" };
+  err.code = "EPIPE";
   return err;
 }
 
@@ -245,7 +259,7 @@ function killGroupQuiet(pgid: number, sig: NodeJS.Signals): boolean {
     return true;
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ESRCH' || code === 'EPERM') return false;
+    if (code === "ESRCH" || code === "EPERM") return false;
     throw err;
   }
 }
@@ -257,15 +271,15 @@ function killGroupQuiet(pgid: number, sig: NodeJS.Signals): boolean {
  * EPERM and refuses pgids that would hit the caller itself (<= 1, or the
  * daemon's own pid). POSIX only.
  */
-export function killProcessGroup(pgid: number, sig: SignalName = 'SIGKILL'): boolean {
+export function killProcessGroup(pgid: number, sig: SignalName = "SIGKILL"): boolean {
   if (!Number.isSafeInteger(pgid) || pgid <= 1) throw new RangeError(`refusing to signal process group ${pgid}`);
-  if (pgid === process.pid) throw new RangeError('refusing to signal the daemon’s own process group');
-  if (process.platform === 'win32') throw new Error('killProcessGroup is not supported on Windows');
+  if (pgid === process.pid) throw new RangeError("refusing to signal the daemon’s own process group");
+  if (process.platform === "win32") throw new Error("killProcessGroup is not supported on Windows");
   try {
     process.kill(-pgid, sig);
     return true;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    if ((err as NodeJS.ErrnoException).code === "ESRCH") return false;
     throw err;
   }
 }
@@ -275,7 +289,7 @@ export function killProcessGroup(pgid: number, sig: SignalName = 'SIGKILL'): boo
  * reported through `onSpawnError` (asynchronously).
  */
 export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): ProcessHandle {
-  let state: ProcessState = 'starting';
+  let state: ProcessState = "starting";
   let child: ChildProcess | undefined;
   let pid: number | undefined;
   let paused = false;
@@ -293,21 +307,21 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
   };
 
   const fail = (err: SpawnFailure): void => {
-    if (state !== 'starting') return;
-    state = 'failed';
+    if (state !== "starting") return;
+    state = "failed";
     stdinClosed = true;
     process.nextTick(() => hooks.onSpawnError?.(err));
   };
 
   const signalGroup = (sig: NodeJS.Signals): boolean => {
     if (pid === undefined || !child) return false;
-    if (process.platform === 'win32') return child.kill(sig);
+    if (process.platform === "win32") return child.kill(sig);
     return killGroupQuiet(pid, sig);
   };
 
   const finish = (): void => {
-    if (state === 'finished' || state === 'failed') return;
-    state = 'finished';
+    if (state === "finished" || state === "failed") return;
+    state = "finished";
     if (timeoutTimer) clearTimeout(timeoutTimer);
     if (drainTimer) clearTimeout(drainTimer);
     // A pending SIGKILL escalation stays armed (group members may survive the
@@ -316,7 +330,7 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
     stdinClosed = true;
     child?.stdin?.destroy();
     const outputComplete = { stdout: streams.stdout.ended, stderr: streams.stderr.ended };
-    for (const name of ['stdout', 'stderr'] as const) {
+    for (const name of ["stdout", "stderr"] as const) {
       const s = streams[name];
       if (!s.done) {
         s.done = true;
@@ -327,13 +341,13 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
   };
 
   const tryFinish = (): void => {
-    if (state === 'exited' && streams.stdout.done && streams.stderr.done) finish();
+    if (state === "exited" && streams.stdout.done && streams.stderr.done) finish();
   };
 
   /** Read what `name` has buffered and hand it to onOutput, unless paused. */
   const pump = (name: OutputStreamName): void => {
     const stream = streams[name].stream;
-    if (!stream || state === 'finished' || state === 'failed') return;
+    if (!stream || state === "finished" || state === "failed") return;
     while (!paused) {
       const buf = stream.read() as Buffer | null;
       if (buf === null) return;
@@ -350,10 +364,10 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
   };
 
   const armDrain = (): void => {
-    if (state !== 'exited' || paused || drainTimer) return;
+    if (state !== "exited" || paused || drainTimer) return;
     drainTimer = setTimeout(() => {
       drainTimer = undefined;
-      if (state === 'exited' && !paused) finish();
+      if (state === "exited" && !paused) finish();
     }, drainTimeoutMs);
   };
 
@@ -367,7 +381,7 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
     writeStdin(data: Uint8Array): Promise<void> {
       const stdin = child?.stdin;
       if (stdinClosed || !stdin || stdin.destroyed || stdin.writableEnded || !stdin.writable) {
-        return Promise.reject(epipe('stdin is closed'));
+        return Promise.reject(epipe("stdin is closed"));
       }
       return new Promise<void>((resolve, reject) => {
         stdin.write(data, (err) => {
@@ -383,19 +397,19 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
       if (stdin && !stdin.destroyed && !stdin.writableEnded) stdin.end();
     },
     signal(sig: SignalName): boolean {
-      if (state !== 'running' && state !== 'exited') return false;
+      if (state !== "running" && state !== "exited") return false;
       return signalGroup(sig);
     },
     terminate(): void {
-      if (state !== 'running' && state !== 'exited') return;
+      if (state !== "running" && state !== "exited") return;
       if (terminateRequested) return;
       terminateRequested = true;
-      signalGroup('SIGTERM');
+      signalGroup("SIGTERM");
       killTimer = setTimeout(() => {
         killTimer = undefined;
-        signalGroup('SIGKILL');
+        signalGroup("SIGKILL");
       }, killGraceMs);
-      if (state === 'exited') killTimer.unref();
+      if (state === "exited") killTimer.unref();
     },
     pauseOutput(): void {
       if (paused) return;
@@ -408,19 +422,19 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
     resumeOutput(): void {
       if (!paused) return;
       paused = false;
-      if (state === 'finished' || state === 'failed') return;
-      pump('stdout');
-      pump('stderr');
+      if (state === "finished" || state === "failed") return;
+      pump("stdout");
+      pump("stderr");
       armDrain();
     },
   };
 
   // ---- validate and launch ----
-  const killGraceOrErr = nonNegativeMs(spec.killGraceMs, DEFAULT_KILL_GRACE_MS, 'killGraceMs');
-  const drainOrErr = nonNegativeMs(spec.drainTimeoutMs, DEFAULT_DRAIN_TIMEOUT_MS, 'drainTimeoutMs');
-  const timeoutOrErr = nonNegativeMs(spec.timeoutMs, 0, 'timeoutMs');
+  const killGraceOrErr = nonNegativeMs(spec.killGraceMs, DEFAULT_KILL_GRACE_MS, "killGraceMs");
+  const drainOrErr = nonNegativeMs(spec.drainTimeoutMs, DEFAULT_DRAIN_TIMEOUT_MS, "drainTimeoutMs");
+  const timeoutOrErr = nonNegativeMs(spec.timeoutMs, 0, "timeoutMs");
   for (const v of [killGraceOrErr, drainOrErr, timeoutOrErr]) {
-    if (typeof v !== 'number') {
+    if (typeof v !== "number") {
       fail(v);
       return handle;
     }
@@ -445,7 +459,7 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
   const options: SpawnOptions = {
     cwd: spec.cwd,
     env: buildChildEnv(spec.env),
-    stdio: [spec.stdinOpen ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    stdio: [spec.stdinOpen ? "pipe" : "ignore", "pipe", "pipe"],
     detached: true,
     windowsHide: true,
     shell: false,
@@ -457,23 +471,23 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
   } catch (err) {
     // Synchronous failures: invalid arguments (NUL bytes), and libuv errors
     // other than EACCES/EAGAIN/EMFILE/ENFILE/ENOENT (e.g. ENOTDIR, E2BIG).
-    fail(asSpawnFailure(err, 'EINVAL'));
+    fail(asSpawnFailure(err, "EINVAL"));
     return handle;
   }
   const proc = child;
 
-  proc.on('error', (err) => {
+  proc.on("error", (err) => {
     // Before 'spawn': a launch failure. After: only kill/IPC failures, which
     // we do not use (signals go through process.kill); ignore them.
-    if (state === 'starting') fail(asSpawnFailure(err, 'ENOENT'));
+    if (state === "starting") fail(asSpawnFailure(err, "ENOENT"));
   });
 
-  proc.stdin?.on('error', () => {
+  proc.stdin?.on("error", () => {
     // EPIPE etc. surface through the write callback; swallow the event so it
     // is never an unhandled 'error'.
   });
 
-  for (const name of ['stdout', 'stderr'] as const) {
+  for (const name of ["stdout", "stderr"] as const) {
     const stream = proc[name];
     const s = streams[name];
     s.stream = stream;
@@ -485,30 +499,30 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
     // flowing stdio streams when the child exits (flushStdio), which would
     // defeat pauseOutput(); resume() has no effect while a 'readable'
     // listener is attached.
-    stream.on('readable', () => pump(name));
-    stream.on('end', () => {
+    stream.on("readable", () => pump(name));
+    stream.on("end", () => {
       s.ended = true;
       s.done = true;
       tryFinish();
     });
-    stream.on('close', () => {
+    stream.on("close", () => {
       s.done = true;
       tryFinish();
     });
-    stream.on('error', () => {
+    stream.on("error", () => {
       s.done = true;
       tryFinish();
     });
   }
 
-  proc.once('spawn', () => {
-    if (state !== 'starting') return;
-    state = 'running';
+  proc.once("spawn", () => {
+    if (state !== "starting") return;
+    state = "running";
     pid = proc.pid;
     if (timeoutMs > 0) {
       timeoutTimer = setTimeout(() => {
         timeoutTimer = undefined;
-        if (state !== 'running') return;
+        if (state !== "running") return;
         timedOut = true;
         handle.terminate();
       }, timeoutMs);
@@ -516,9 +530,9 @@ export function startProcess(spec: ProcessSpec, hooks: ProcessHooks = {}): Proce
     if (pid !== undefined) hooks.onSpawn?.(pid);
   });
 
-  proc.once('exit', (code, sig) => {
-    if (state !== 'running') return;
-    state = 'exited';
+  proc.once("exit", (code, sig) => {
+    if (state !== "running") return;
+    state = "exited";
     exitCode = code;
     exitSignal = sig;
     if (timeoutTimer) {

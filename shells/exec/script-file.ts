@@ -12,22 +12,20 @@
  *     name is replaced). The directory is fsync'd afterwards (best effort).
  * On any failure the temp file is removed.
  */
-import { createHash, randomBytes } from 'node:crypto';
-import { constants as fsConstants } from 'node:fs';
-import { lstat, mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { createHash, randomBytes } from "node:crypto";
+import { constants as fsConstants } from "node:fs";
+import { lstat, mkdir, open, readFile, rename, unlink } from "node:fs/promises";
+import { join } from "node:path";
 
-export type ScriptFileErrorCode = 'CHECKSUM_MISMATCH' | 'WRITE_FAILED';
+export type ScriptFileErrorCode = "CHECKSUM_MISMATCH" | "WRITE_FAILED";
 
-export type WriteScriptResult =
-  | { ok: true; path: string }
-  | { ok: false; code: ScriptFileErrorCode; message: string };
+export type WriteScriptResult = { ok: true; path: string } | { ok: false; code: ScriptFileErrorCode; message: string };
 
 export const SCRIPT_FILE_MODE = 0o700;
 export const SCRIPT_DIR_MODE = 0o700;
 
 function sha256(bytes: Uint8Array): Uint8Array {
-  return new Uint8Array(createHash('sha256').update(bytes).digest());
+  return new Uint8Array(createHash("sha256").update(bytes).digest());
 }
 
 function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
@@ -38,28 +36,21 @@ function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
 }
 
 function hex(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("hex");
 }
 
 function writeFailed(message: string): WriteScriptResult {
-  return { ok: false, code: 'WRITE_FAILED', message };
+  return { ok: false, code: "WRITE_FAILED", message };
 }
 
 function errText(err: unknown): string {
   const e = err as NodeJS.ErrnoException;
-  return e && typeof e.message === 'string' ? e.message : String(err);
+  return e && typeof e.message === "string" ? e.message : String(err);
 }
 
 /** true when `name` is a single path component we are willing to create. */
 export function isSafeScriptName(name: string): boolean {
-  return (
-    typeof name === 'string' &&
-    name.length > 0 &&
-    name.length <= 255 &&
-    name !== '.' &&
-    name !== '..' &&
-    !/[/\\\0]/.test(name)
-  );
+  return typeof name === "string" && name.length > 0 && name.length <= 255 && name !== "." && name !== ".." && !/[/\\\0]/.test(name);
 }
 
 async function ensurePrivateDir(dir: string): Promise<string | null> {
@@ -75,7 +66,7 @@ async function ensurePrivateDir(dir: string): Promise<string | null> {
     return `cannot stat script directory ${dir}: ${errText(err)}`;
   }
   if (!st.isDirectory()) return `script directory ${dir} is not a directory (or is a symlink)`;
-  if (process.platform !== 'win32') {
+  if (process.platform !== "win32") {
     const uid = process.getuid?.();
     if (uid !== undefined && st.uid !== uid) return `script directory ${dir} is owned by uid ${st.uid}, not ${uid}`;
     if ((st.mode & 0o077) !== 0) {
@@ -89,21 +80,16 @@ async function ensurePrivateDir(dir: string): Promise<string | null> {
  * Write `bytes` as the executable script `dir/name` if and only if their
  * SHA-256 equals `expectedSha256` (32 bytes). Never throws.
  */
-export async function writeScriptFile(
-  dir: string,
-  name: string,
-  bytes: Uint8Array,
-  expectedSha256: Uint8Array,
-): Promise<WriteScriptResult> {
+export async function writeScriptFile(dir: string, name: string, bytes: Uint8Array, expectedSha256: Uint8Array): Promise<WriteScriptResult> {
   if (!isSafeScriptName(name)) return writeFailed(`invalid script name ${JSON.stringify(name)}`);
   if (!(expectedSha256 instanceof Uint8Array) || expectedSha256.length !== 32) {
-    return { ok: false, code: 'CHECKSUM_MISMATCH', message: 'expected SHA-256 must be 32 bytes' };
+    return { ok: false, code: "CHECKSUM_MISMATCH", message: "expected SHA-256 must be 32 bytes" };
   }
   const inMemory = sha256(bytes);
   if (!equalBytes(inMemory, expectedSha256)) {
     return {
       ok: false,
-      code: 'CHECKSUM_MISMATCH',
+      code: "CHECKSUM_MISMATCH",
       message: `script SHA-256 ${hex(inMemory)} does not match expected ${hex(expectedSha256)}`,
     };
   }
@@ -112,17 +98,17 @@ export async function writeScriptFile(
   if (dirProblem) return writeFailed(dirProblem);
 
   const finalPath = join(dir, name);
-  const tempPath = join(dir, `.${name}.${randomBytes(8).toString('hex')}.tmp`);
+  const tempPath = join(dir, `.${name}.${randomBytes(8).toString("hex")}.tmp`);
   let created = false;
   try {
-    const fh = await open(tempPath, 'wx', SCRIPT_FILE_MODE);
+    const fh = await open(tempPath, "wx", SCRIPT_FILE_MODE);
     created = true;
     try {
       await fh.chmod(SCRIPT_FILE_MODE);
       let off = 0;
       while (off < bytes.length) {
         const { bytesWritten } = await fh.write(bytes, off, bytes.length - off);
-        if (bytesWritten <= 0) throw new Error('short write');
+        if (bytesWritten <= 0) throw new Error("short write");
         off += bytesWritten;
       }
       await fh.sync();
@@ -136,7 +122,7 @@ export async function writeScriptFile(
       created = false;
       return {
         ok: false,
-        code: 'CHECKSUM_MISMATCH',
+        code: "CHECKSUM_MISMATCH",
         message: `script on disk has SHA-256 ${hex(onDisk)}, expected ${hex(expectedSha256)}`,
       };
     }
@@ -148,7 +134,7 @@ export async function writeScriptFile(
     return writeFailed(`writing script ${finalPath} failed: ${errText(err)}`);
   }
 
-  if (process.platform !== 'win32') {
+  if (process.platform !== "win32") {
     // Make the rename durable. Best effort: some filesystems refuse fsync on dirs.
     try {
       const dh = await open(dir, fsConstants.O_RDONLY);

@@ -20,10 +20,10 @@
  * One helper serves every agent in a process (`sharedSpawnHelper`); it does
  * not keep the process alive while no command is in flight.
  */
-import { fork, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import type { ExitInfo, OutputStreamName, ProcessHandle, ProcessHooks, ProcessSpec, ProcessState, SignalName, SpawnFailure } from './process-runner.js';
-import type { FromHelper, ToHelper } from './spawn-protocol.js';
+import { fork, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import type { ExitInfo, OutputStreamName, ProcessHandle, ProcessHooks, ProcessSpec, ProcessState, SignalName, SpawnFailure } from "./process-runner.js";
+import type { FromHelper, ToHelper } from "./spawn-protocol.js";
 
 export interface HelperHooks extends ProcessHooks {
   /** The helper died while this command was launching or running: its outcome is unknown. */
@@ -37,24 +37,24 @@ interface Live {
   stdinWaits: Map<number, { resolve: () => void; reject: (e: Error) => void }>;
 }
 
-function epipe(message: string): Error & { code: 'EPIPE' } {
-  const err = new Error(message) as Error & { code: 'EPIPE' };
-  err.code = 'EPIPE';
+function epipe(message: string): Error & { code: "EPIPE" } {
+  const err = new Error(message) as Error & { code: "EPIPE" };
+  err.code = "EPIPE";
   return err;
 }
 
 /** The helper's entry: the compiled .js next to this file, or the .ts source through tsx's loader. */
 function helperEntry(): { file: string; execArgv: string[] } {
   const self = import.meta.url;
-  const ts = self.endsWith('.ts');
+  const ts = self.endsWith(".ts");
   return {
-    file: fileURLToPath(new URL(ts ? './spawn-helper.ts' : './spawn-helper.js', self)),
+    file: fileURLToPath(new URL(ts ? "./spawn-helper.ts" : "./spawn-helper.js", self)),
     // tsx as an absolute URL: a bare `--import tsx` is resolved from the
     // helper's cwd, the agent's, so an agent started from outside the repo
     // (`cd /srv && rvbox agent ...`) had a helper that died on its first
     // launch, taking the agent down with every command interrupted.
     // A small young generation: the helper allocates little, and its RSS is what its fork() copies.
-    execArgv: [...(ts ? ['--import', import.meta.resolve('tsx')] : []), '--max-semi-space-size=1'],
+    execArgv: [...(ts ? ["--import", import.meta.resolve("tsx")] : []), "--max-semi-space-size=1"],
   };
 }
 
@@ -82,26 +82,26 @@ export class SpawnHelper {
     const { file, execArgv } = helperEntry();
     const child = fork(file, [], {
       execArgv,
-      serialization: 'advanced',
-      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+      serialization: "advanced",
+      stdio: ["ignore", "ignore", "inherit", "ipc"],
     });
     this.forks++;
     this.child = child;
-    child.on('message', (m: FromHelper) => this.onMessage(m));
+    child.on("message", (m: FromHelper) => this.onMessage(m));
     const gone = (why: string): void => {
       if (this.child !== child) return;
       this.child = undefined;
       const lost = [...this.live.values()];
       this.live.clear();
       for (const l of lost) {
-        l.state = 'failed';
+        l.state = "failed";
         for (const w of l.stdinWaits.values()) w.reject(epipe(`spawn helper ${why}`));
         l.hooks.onLost?.(`spawn helper ${why}`);
       }
     };
-    child.on('exit', (code, sig) => gone(`exited (${sig ?? `code ${code}`})`));
-    child.on('error', (err) => gone(`failed: ${err.message}`));
-    child.on('disconnect', () => gone('disconnected'));
+    child.on("exit", (code, sig) => gone(`exited (${sig ?? `code ${code}`})`));
+    child.on("error", (err) => gone(`failed: ${err.message}`));
+    child.on("disconnect", () => gone("disconnected"));
     this.refresh();
     return child;
   }
@@ -128,17 +128,17 @@ export class SpawnHelper {
   }
 
   private onMessage(m: FromHelper): void {
-    if (m.t === 'ready') return;
+    if (m.t === "ready") return;
     const l = this.live.get(m.id);
     if (!l) return;
     switch (m.t) {
-      case 'spawned':
-        l.state = 'running';
+      case "spawned":
+        l.state = "running";
         l.pid = m.pid;
         l.hooks.onSpawn?.(m.pid);
         break;
-      case 'spawnError': {
-        l.state = 'failed';
+      case "spawnError": {
+        l.state = "failed";
         this.live.delete(m.id);
         this.refresh();
         const err = new Error(m.message) as SpawnFailure;
@@ -146,17 +146,17 @@ export class SpawnHelper {
         l.hooks.onSpawnError?.(err);
         break;
       }
-      case 'out':
-        l.hooks.onOutput?.((m.s === 0 ? 'stdout' : 'stderr') as OutputStreamName, m.data);
+      case "out":
+        l.hooks.onOutput?.((m.s === 0 ? "stdout" : "stderr") as OutputStreamName, m.data);
         break;
-      case 'exit':
-        l.state = 'finished';
+      case "exit":
+        l.state = "finished";
         this.live.delete(m.id);
         this.refresh();
-        for (const w of l.stdinWaits.values()) w.reject(epipe('stdin is closed'));
+        for (const w of l.stdinWaits.values()) w.reject(epipe("stdin is closed"));
         l.hooks.onExit?.(m.info as ExitInfo);
         break;
-      case 'stdinDone': {
+      case "stdinDone": {
         const w = l.stdinWaits.get(m.n);
         l.stdinWaits.delete(m.n);
         if (m.err === undefined) w?.resolve();
@@ -173,13 +173,13 @@ export class SpawnHelper {
    */
   startProcess(spec: ProcessSpec, hooks: HelperHooks = {}, record?: { dir: string; uuid: string }): ProcessHandle {
     const id = this.nextId++;
-    const l: Live = { hooks, state: 'starting', pid: undefined, stdinWaits: new Map() };
+    const l: Live = { hooks, state: "starting", pid: undefined, stdinWaits: new Map() };
     let stdinClosed = !spec.stdinOpen;
     this.ensure();
     this.live.set(id, l);
     this.refresh();
-    this.post({ t: 'spawn', id, spec, ...(record ? { record } : {}) });
-    const running = (): boolean => l.state === 'running';
+    this.post({ t: "spawn", id, spec, ...(record ? { record } : {}) });
+    const running = (): boolean => l.state === "running";
     const handle: ProcessHandle = {
       get pid() {
         return l.pid;
@@ -188,17 +188,17 @@ export class SpawnHelper {
         return l.state;
       },
       writeStdin: (data: Uint8Array): Promise<void> => {
-        if (stdinClosed || (l.state !== 'starting' && l.state !== 'running')) return Promise.reject(epipe('stdin is closed'));
+        if (stdinClosed || (l.state !== "starting" && l.state !== "running")) return Promise.reject(epipe("stdin is closed"));
         const n = this.stdinN++;
         return new Promise<void>((resolve, reject) => {
           l.stdinWaits.set(n, { resolve, reject });
-          this.post({ t: 'stdin', id, n, data });
+          this.post({ t: "stdin", id, n, data });
         });
       },
       closeStdin: (): void => {
         if (stdinClosed) return;
         stdinClosed = true;
-        this.post({ t: 'closeStdin', id });
+        this.post({ t: "closeStdin", id });
       },
       signal: (sig: SignalName): boolean => {
         if (!running() || l.pid === undefined) return false;
@@ -207,15 +207,15 @@ export class SpawnHelper {
           return true;
         } catch (err) {
           const code = (err as NodeJS.ErrnoException).code;
-          if (code === 'ESRCH' || code === 'EPERM') return false;
+          if (code === "ESRCH" || code === "EPERM") return false;
           throw err;
         }
       },
       terminate: (): void => {
-        if (running()) this.post({ t: 'terminate', id });
+        if (running()) this.post({ t: "terminate", id });
       },
-      pauseOutput: (): void => this.post({ t: 'pause', id }),
-      resumeOutput: (): void => this.post({ t: 'resume', id }),
+      pauseOutput: (): void => this.post({ t: "pause", id }),
+      resumeOutput: (): void => this.post({ t: "resume", id }),
     };
     this.ids.set(handle, id);
     return handle;

@@ -17,9 +17,9 @@
  * and exited: the next agent finds them through the identity records written
  * here before each pid is reported (shells/agent/proc-identity.ts).
  */
-import { ProcRegistry } from '../agent/proc-identity.js';
-import { startProcess, type ProcessHandle } from './process-runner.js';
-import type { FromHelper, ToHelper } from './spawn-protocol.js';
+import { ProcRegistry } from "../agent/proc-identity.js";
+import { startProcess, type ProcessHandle } from "./process-runner.js";
+import type { FromHelper, ToHelper } from "./spawn-protocol.js";
 
 /** Unsent output above which every command's pipes stop being read, and the level at which they resume. */
 const BACKLOG_HIGH = 1024 * 1024;
@@ -27,7 +27,7 @@ const BACKLOG_LOW = 256 * 1024;
 
 const send = process.send?.bind(process);
 if (!send) {
-  process.stderr.write('spawn-helper: must be started with an IPC channel\n');
+  process.stderr.write("spawn-helper: must be started with an IPC channel\n");
   process.exit(2);
 }
 
@@ -64,7 +64,7 @@ function post(m: FromHelper, bytes = 0): void {
   }
 }
 
-function onSpawnRequest(m: Extract<ToHelper, { t: 'spawn' }>): void {
+function onSpawnRequest(m: Extract<ToHelper, { t: "spawn" }>): void {
   const { id } = m;
   let registry: ProcRegistry | undefined;
   if (m.record) {
@@ -76,16 +76,16 @@ function onSpawnRequest(m: Extract<ToHelper, { t: 'spawn' }>): void {
     h: startProcess(m.spec, {
       onSpawn: (pid) => {
         registry?.record(m.record!.uuid, pid);
-        post({ t: 'spawned', id, pid });
+        post({ t: "spawned", id, pid });
       },
       onSpawnError: (err) => {
         procs.delete(id);
-        post({ t: 'spawnError', id, code: err.code, message: err.message });
+        post({ t: "spawnError", id, code: err.code, message: err.message });
       },
-      onOutput: (stream, chunk) => post({ t: 'out', id, s: stream === 'stdout' ? 0 : 1, data: chunk }, chunk.length),
+      onOutput: (stream, chunk) => post({ t: "out", id, s: stream === "stdout" ? 0 : 1, data: chunk }, chunk.length),
       onExit: (info) => {
         procs.delete(id);
-        post({ t: 'exit', id, info });
+        post({ t: "exit", id, info });
       },
     }),
   };
@@ -93,31 +93,31 @@ function onSpawnRequest(m: Extract<ToHelper, { t: 'spawn' }>): void {
   if (backlogged) apply(entry);
 }
 
-process.on('message', (m: ToHelper) => {
-  if (m.t === 'spawn') return onSpawnRequest(m);
+process.on("message", (m: ToHelper) => {
+  if (m.t === "spawn") return onSpawnRequest(m);
   const e = procs.get(m.id);
   if (!e) {
-    if (m.t === 'stdin') post({ t: 'stdinDone', id: m.id, n: m.n, err: 'stdin is closed' });
+    if (m.t === "stdin") post({ t: "stdinDone", id: m.id, n: m.n, err: "stdin is closed" });
     return;
   }
   switch (m.t) {
-    case 'stdin':
+    case "stdin":
       e.h.writeStdin(m.data).then(
-        () => post({ t: 'stdinDone', id: m.id, n: m.n }),
-        (err: unknown) => post({ t: 'stdinDone', id: m.id, n: m.n, err: err instanceof Error ? err.message : String(err) }),
+        () => post({ t: "stdinDone", id: m.id, n: m.n }),
+        (err: unknown) => post({ t: "stdinDone", id: m.id, n: m.n, err: err instanceof Error ? err.message : String(err) }),
       );
       break;
-    case 'closeStdin':
+    case "closeStdin":
       e.h.closeStdin();
       break;
-    case 'terminate':
+    case "terminate":
       e.h.terminate();
       break;
-    case 'pause':
+    case "pause":
       e.pausedByAgent = true;
       apply(e);
       break;
-    case 'resume':
+    case "resume":
       e.pausedByAgent = false;
       apply(e);
       break;
@@ -125,5 +125,5 @@ process.on('message', (m: ToHelper) => {
 });
 
 // The agent went away: leave the commands running (see above) and go.
-process.on('disconnect', () => process.exit(0));
-post({ t: 'ready', pid: process.pid });
+process.on("disconnect", () => process.exit(0));
+post({ t: "ready", pid: process.pid });

@@ -68,7 +68,7 @@ export function parseFlags(argv: readonly string[], specs: FlagSpecs): Parsed {
         if (!long) throw new UsageError(`unknown flag ${a}`);
         name = long;
       }
-      let spec = specs[name];
+      const spec = specs[name];
       if (!spec && name.startsWith("no-")) {
         const base = specs[name.slice(3)];
         if (base?.type === "boolean" && base.negatable) {
@@ -95,7 +95,8 @@ export function parseFlags(argv: readonly string[], specs: FlagSpecs): Parsed {
         case "optional": {
           let v = inline;
           if (v === undefined && i + 1 < argv.length && spec.choices.includes(argv[i + 1]!)) v = argv[++i]!;
-          if (v !== undefined && !spec.choices.includes(v)) throw new UsageError(`--${name}: expected one of ${spec.choices.join(", ")}, got ${JSON.stringify(v)}`);
+          if (v !== undefined && !spec.choices.includes(v))
+            throw new UsageError(`--${name}: expected one of ${spec.choices.join(", ")}, got ${JSON.stringify(v)}`);
           set(name, spec, v ?? spec.default);
           break;
         }
@@ -154,6 +155,7 @@ export function normalizeServerUrl(s: string): string {
   } catch {
     throw new UsageError(`--server: not a URL: ${JSON.stringify(s)}`);
   }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`--server: the control API speaks http:// or https://, got ${parsed.protocol}//`);
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:")
+    throw new UsageError(`--server: the control API speaks http:// or https://, got ${parsed.protocol}//`);
   return u.replace(/\/+$/, "");
 }

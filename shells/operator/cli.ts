@@ -232,7 +232,8 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
       if (p.positionals.length !== 2) throw new UsageError("expected ID and SIGNAL");
       const [idText, sigText] = p.positionals as [string, string];
       const sig = parseSignal(sigText);
-      if (!sig || sig === "CANCEL") throw new UsageError(`unknown signal ${JSON.stringify(sigText)}: use TERM, INT, KILL, HUP, QUIT, USR1 or USR2 (or rvbox cancel)`);
+      if (!sig || sig === "CANCEL")
+        throw new UsageError(`unknown signal ${JSON.stringify(sigText)}: use TERM, INT, KILL, HUP, QUIT, USR1 or USR2 (or rvbox cancel)`);
       const id = await resolveId(ctx, idText);
       const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind(sig), requestId: randomUUID() }));
       ctx.out(`SIG${sig} requested for ${id} (revision ${r.revision})`);
@@ -279,7 +280,8 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
       else {
         ctx.out(clientsTable(rows));
         // Servers older than the bound report 0: say nothing.
-        if (cl.maxClients > 0) ctx.out(`${cl.clients.length} of at most ${cl.maxClients} client records (a new client id past that is refused; rvbox forget-client ID frees one)`);
+        if (cl.maxClients > 0)
+          ctx.out(`${cl.clients.length} of at most ${cl.maxClients} client records (a new client id past that is refused; rvbox forget-client ID frees one)`);
       }
       return EXIT.OK;
     },
@@ -386,7 +388,12 @@ that has not tried to register yet). An unknown CLIENT exits 66.
         total: Number(r.droppedTotal),
         maxOpenPerClient: r.maxOpenPerClient,
         maxOpen: r.maxOpen,
-        byClient: r.dropped.map((d) => ({ clientId: d.clientId, count: Number(d.count), lastAt: d.lastTime ? Number(d.lastTime.seconds) * 1000 + Math.floor(d.lastTime.nanos / 1e6) : null, lastKind: d.lastKind })),
+        byClient: r.dropped.map((d) => ({
+          clientId: d.clientId,
+          count: Number(d.count),
+          lastAt: d.lastTime ? Number(d.lastTime.seconds) * 1000 + Math.floor(d.lastTime.nanos / 1e6) : null,
+          lastKind: d.lastKind,
+        })),
       };
       if (outputMode(p) === "json") {
         ctx.out(JSON.stringify(bool(p, "dropped") ? dropped : rows, null, 2));
@@ -402,9 +409,16 @@ that has not tried to register yet). An unknown CLIENT exits 66.
               ),
         );
       if (dropped.total > 0 || bool(p, "dropped")) {
-        ctx.out(`${dropped.total} incident${dropped.total === 1 ? " was" : "s were"} counted, not stored (bounds: ${dropped.maxOpenPerClient} open per client, ${dropped.maxOpen} in all)`);
+        ctx.out(
+          `${dropped.total} incident${dropped.total === 1 ? " was" : "s were"} counted, not stored (bounds: ${dropped.maxOpenPerClient} open per client, ${dropped.maxOpen} in all)`,
+        );
         if (dropped.byClient.length > 0)
-          ctx.out(table(["CLIENT", "DROPPED", "LAST", "LAST KIND"], dropped.byClient.map((d) => [d.clientId, String(d.count), iso(d.lastAt), d.lastKind])));
+          ctx.out(
+            table(
+              ["CLIENT", "DROPPED", "LAST", "LAST KIND"],
+              dropped.byClient.map((d) => [d.clientId, String(d.count), iso(d.lastAt), d.lastKind]),
+            ),
+          );
       }
       return EXIT.OK;
     },
@@ -466,7 +480,7 @@ Prints nothing and exits 1 when the server does not answer within 2 s
         if (hits.length > 0) ctx.out(hits.join("\n"));
         return EXIT.OK;
       } catch (e) {
-        if (ctx.io.env["RVBOX_DEBUG"]) ctx.err(String((e as Error).stack ?? e));
+        if (ctx.io.env.RVBOX_DEBUG) ctx.err(String((e as Error).stack ?? e));
         return EXIT.ERROR;
       }
     },
@@ -502,7 +516,8 @@ function defaultIO(): OperatorIO {
   // `rvbox ls | head`, `rvbox logs ID | head`: once the reader is gone, end at
   // once and quietly (SIGPIPE's status), whatever was writing.
   for (const s of [process.stdout, process.stderr]) {
-    if (s.listenerCount("error") === 0) s.on("error", (e) => {
+    if (s.listenerCount("error") === 0)
+      s.on("error", (e) => {
         if (isClosedOutput(e)) process.exit(EXIT.OUTPUT_CLOSED);
         throw e;
       });
@@ -523,7 +538,7 @@ function defaultIO(): OperatorIO {
       // component render and diffs its props into a performance.measure() detail, which is structured-
       // cloned: an output pane's line arrays, per render. That made opening a 15 MB command cost
       // minutes and gigabytes. The TUI is a product, not a React app under development: always production.
-      process.env["NODE_ENV"] = "production";
+      process.env.NODE_ENV = "production";
       return (await import("./tui-open.js")).runTui(opts);
     },
   };
@@ -559,8 +574,8 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
       return EXIT.OK;
     }
     if (p.rest !== null && name !== "run") throw new UsageError("unexpected `--`");
-    const server = normalizeServerUrl(str(p, "server") ?? io.env["RVBOX_SERVER"] ?? DEFAULT_SERVER);
-    const caFile = str(p, "ca") ?? io.env["RVBOX_CA"];
+    const server = normalizeServerUrl(str(p, "server") ?? io.env.RVBOX_SERVER ?? DEFAULT_SERVER);
+    const caFile = str(p, "ca") ?? io.env.RVBOX_CA;
     let ca: Buffer | undefined;
     if (caFile !== undefined) {
       try {
@@ -569,7 +584,7 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
         throw new UsageError(`--ca ${caFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
       }
     }
-    const rt = str(p, "request-timeout") ?? io.env["RVBOX_REQUEST_TIMEOUT"];
+    const rt = str(p, "request-timeout") ?? io.env.RVBOX_REQUEST_TIMEOUT;
     const requestTimeoutMs = rt === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : parseDuration(rt, "--request-timeout");
     let token: string | undefined;
     let client: ControlClient | undefined;
@@ -578,7 +593,7 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
       server,
       token() {
         if (token === undefined) {
-          const file = str(p, "token") ?? io.env["RVBOX_TOKEN_FILE"];
+          const file = str(p, "token") ?? io.env.RVBOX_TOKEN_FILE;
           if (!file) throw new UsageError("no operator token: pass --token FILE or set RVBOX_TOKEN_FILE");
           token = readTokenFile(file);
         }
@@ -596,14 +611,17 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
   } catch (e) {
     if (e instanceof OutputClosedError) return EXIT.OUTPUT_CLOSED; // `| head`: end quietly
     if (e instanceof UsageError) {
-      const hint = name === "run" && e.message.startsWith("unknown flag") && !e.message.includes("did you mean") ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)" : "";
+      const hint =
+        name === "run" && e.message.startsWith("unknown flag") && !e.message.includes("did you mean")
+          ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)"
+          : "";
       err(`rvbox ${name}: ${e.message}${hint}`);
       err(`see 'rvbox ${name} --help'`);
       return e.exitCode;
     }
     const oe = describeError(e, {});
     err(`rvbox ${name}: ${oe.message}`);
-    if (io.env["RVBOX_DEBUG"]) err(String((e as Error).stack ?? e));
+    if (io.env.RVBOX_DEBUG) err(String((e as Error).stack ?? e));
     return oe.exitCode;
   }
 }
@@ -611,7 +629,8 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
 // ------------------------------------------------------------------ helpers
 
 function onePositional(p: Parsed, what: string): string {
-  if (p.positionals.length !== 1) throw new UsageError(p.positionals.length === 0 ? `expected ${what}` : `expected one ${what}, got ${p.positionals.length} arguments`);
+  if (p.positionals.length !== 1)
+    throw new UsageError(p.positionals.length === 0 ? `expected ${what}` : `expected one ${what}, got ${p.positionals.length} arguments`);
   return p.positionals[0]!;
 }
 
@@ -650,7 +669,8 @@ function timed(ctx: Ctx): ControlClient {
     get(target, k, recv) {
       const f = Reflect.get(target, k, recv) as unknown;
       if (typeof f !== "function" || k === "followOutput" || k === "watchFleet") return f;
-      return (req: unknown, opts?: { timeoutMs?: number }) => (f as (r: unknown, o: unknown) => unknown).call(target, req, { timeoutMs: ctx.requestTimeoutMs, ...opts });
+      return (req: unknown, opts?: { timeoutMs?: number }) =>
+        (f as (r: unknown, o: unknown) => unknown).call(target, req, { timeoutMs: ctx.requestTimeoutMs, ...opts });
     },
   });
 }
@@ -762,8 +782,15 @@ async function cmdDrain(ctx: Ctx, p: Parsed): Promise<number> {
     if (deadline !== null && Date.now() >= deadline) {
       const rows = left.commands.map(commandInfo);
       const more = left.nextPageToken !== "" ? " (and more)" : "";
-      ctx.err(`rvbox: drain of ${clientId} timed out after ${timeoutText}: ${rows.length}${more} command${rows.length === 1 && !more ? "" : "s"} still dispatched, accepted or running (the drain stays on):`);
-      ctx.err(table(["ID", "STATE", "CREATED", "PROGRAM"], rows.map((c) => [c.uuid, c.state, iso(c.createdAt), c.program])));
+      ctx.err(
+        `rvbox: drain of ${clientId} timed out after ${timeoutText}: ${rows.length}${more} command${rows.length === 1 && !more ? "" : "s"} still dispatched, accepted or running (the drain stays on):`,
+      );
+      ctx.err(
+        table(
+          ["ID", "STATE", "CREATED", "PROGRAM"],
+          rows.map((c) => [c.uuid, c.state, iso(c.createdAt), c.program]),
+        ),
+      );
       return EXIT.TEMPORARY;
     }
     const pause = deadline === null ? DRAIN_POLL_MS : Math.max(0, Math.min(DRAIN_POLL_MS, deadline - Date.now()));
@@ -784,7 +811,14 @@ function clientsTable(rows: SessionInfo[]): string {
       `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}`,
       String(s.active ?? "-"),
       ago(s.lastActivity),
-      [s.draining ? "draining" : "", s.detail, s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "", s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : ""].filter(Boolean).join("; "),
+      [
+        s.draining ? "draining" : "",
+        s.detail,
+        s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "",
+        s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : "",
+      ]
+        .filter(Boolean)
+        .join("; "),
     ]),
   );
 }
@@ -799,7 +833,8 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
   if (!clientId) throw new UsageError("expected CLIENT");
   const words = p.rest ?? p.positionals.slice(1);
   if (p.rest !== null && p.positionals.length > 1) throw new UsageError(`unexpected ${JSON.stringify(p.positionals[1])} before \`--\``);
-  if (bool(p, "stdin") && bool(p, "open-stdin")) throw new UsageError("--stdin and --open-stdin do not go together (--stdin pipes this CLI's stdin and closes it at EOF)");
+  if (bool(p, "stdin") && bool(p, "open-stdin"))
+    throw new UsageError("--stdin and --open-stdin do not go together (--stdin pipes this CLI's stdin and closes it at EOF)");
   const scriptFile = str(p, "script");
   const shell = str(p, "shell");
   let program: SubmitInit["program"];
@@ -933,8 +968,10 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   }
   ctx.err(`rvbox: command ${uuid} submitted to ${cmd.clientId}`);
   const prog = (req as SubmitCommandRequest).program;
-  const first = prog?.case === "argv" ? prog.value.argv[0] ?? "" : "";
-  const notFoundHint = /[\s$]/.test(first) ? `argv[0] ${JSON.stringify(first)} looks like a shell command line: run it with --shell (rvbox run ${cmd.clientId} --shell -- '…')` : undefined;
+  const first = prog?.case === "argv" ? (prog.value.argv[0] ?? "") : "";
+  const notFoundHint = /[\s$]/.test(first)
+    ? `argv[0] ${JSON.stringify(first)} looks like a shell command line: run it with --shell (rvbox run ${cmd.clientId} --shell -- '…')`
+    : undefined;
   return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint, cancelOnInterrupt: bool(p, "cancel-on-interrupt") });
 }
 
@@ -971,7 +1008,17 @@ async function followToEnd(
       })
     : Promise.resolve();
   try {
-    const res = await followOutput(ctx.client(), ctx.io, { uuid, follow: true, signal: abort.signal, server: ctx.server, events: o.events, stream: o.stream, onlyStreamToStdout: o.stream !== undefined, from: o.from, lines: o.lines });
+    const res = await followOutput(ctx.client(), ctx.io, {
+      uuid,
+      follow: true,
+      signal: abort.signal,
+      server: ctx.server,
+      events: o.events,
+      stream: o.stream,
+      onlyStreamToStdout: o.stream !== undefined,
+      from: o.from,
+      lines: o.lines,
+    });
     if (interrupted || res.aborted) {
       ctx.err(`\nrvbox: detached; ${uuid} keeps running (rvbox logs -f ${uuid}, rvbox cancel ${uuid})`);
       return EXIT.CANCELLED;
@@ -998,7 +1045,8 @@ async function followToEnd(
 async function cmdLogs(ctx: Ctx, p: Parsed): Promise<number> {
   const idText = onePositional(p, "ID");
   const stream = str(p, "stream");
-  if (stream !== undefined && stream !== "stdout" && stream !== "stderr") throw new UsageError(`--stream: expected stdout or stderr, got ${JSON.stringify(stream)}`);
+  if (stream !== undefined && stream !== "stdout" && stream !== "stderr")
+    throw new UsageError(`--stream: expected stdout or stderr, got ${JSON.stringify(stream)}`);
   const fromText = str(p, "from");
   const from = fromText === undefined ? 1 : Number(fromText);
   if (!Number.isSafeInteger(from) || from < 0) throw new UsageError(`--from: expected an event sequence, got ${JSON.stringify(fromText)}`);
@@ -1043,7 +1091,8 @@ function lineOptions(p: Parsed): LineOptions | undefined {
   if (since !== undefined) {
     if (/^\d{4}-\d\d-\d\d/.test(since)) {
       const t = Date.parse(since);
-      if (Number.isNaN(t)) throw new UsageError(`--since: not a time: ${JSON.stringify(since)} (use RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 10m)`);
+      if (Number.isNaN(t))
+        throw new UsageError(`--since: not a time: ${JSON.stringify(since)} (use RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 10m)`);
       o.since = t;
     } else o.since = Date.now() - parseDuration(since, "--since");
   }
@@ -1067,7 +1116,8 @@ async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
       throw new UsageError(`--file ${file}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
     }
   } else {
-    if (p.positionals.length !== 2) throw new UsageError(p.positionals.length < 2 ? "expected ID and TEXT (or --file FILE)" : "expected ID and one TEXT argument (quote it)");
+    if (p.positionals.length !== 2)
+      throw new UsageError(p.positionals.length < 2 ? "expected ID and TEXT (or --file FILE)" : "expected ID and one TEXT argument (quote it)");
     id = p.positionals[0]!;
     data = Buffer.from(p.positionals[1]!, "utf8");
   }
@@ -1124,11 +1174,33 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
     wide
       ? table(
           ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "STARTED", "ENDED", "DURATION", "EVENTS", "PROGRAM", "REASON"],
-          rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), c.startedAt !== null ? iso(c.startedAt) : "-", c.endedAt !== null ? iso(c.endedAt) : "-", durationText(c, now), String(c.storedThrough), c.program, c.reason || "-"]),
+          rows.map((c) => [
+            c.uuid,
+            c.clientId,
+            c.state,
+            String(c.revision),
+            outcome(c) || "-",
+            iso(c.createdAt),
+            c.startedAt !== null ? iso(c.startedAt) : "-",
+            c.endedAt !== null ? iso(c.endedAt) : "-",
+            durationText(c, now),
+            String(c.storedThrough),
+            c.program,
+            c.reason || "-",
+          ]),
         )
       : table(
           ["ID", "CLIENT", "STATE", "REV", "EXIT", "CREATED", "DURATION", "PROGRAM"],
-          rows.map((c) => [c.uuid, c.clientId, c.state, String(c.revision), outcome(c) || "-", iso(c.createdAt), durationText(c, now), c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program]),
+          rows.map((c) => [
+            c.uuid,
+            c.clientId,
+            c.state,
+            String(c.revision),
+            outcome(c) || "-",
+            iso(c.createdAt),
+            durationText(c, now),
+            c.program.length > 60 ? `${c.program.slice(0, 59)}…` : c.program,
+          ]),
         ),
   );
   if (r.nextPageToken !== "" && rows.length >= limit) ctx.err(`(more than ${limit}; --limit N shows more)`);
@@ -1143,7 +1215,8 @@ async function cmdTui(ctx: Ctx, p: Parsed): Promise<number> {
   if (client !== undefined) launch.client = client;
   if (refreshText !== undefined) {
     launch.refreshMs = parseDuration(refreshText, "--refresh");
-    if (launch.refreshMs < 200) throw new UsageError("--refresh: at least 200ms (one refresher serves every view; it is used only against servers without WatchFleet)");
+    if (launch.refreshMs < 200)
+      throw new UsageError("--refresh: at least 200ms (one refresher serves every view; it is used only against servers without WatchFleet)");
   }
   if (simText !== undefined) {
     const seed = Number(simText);

@@ -126,7 +126,7 @@ function bashValue(v: Values): string {
     case "id":
       return "_rvbox_dynamic ids";
     case "command":
-      return "COMPREPLY=($(compgen -c -- \"$cur\" | sort -u))";
+      return 'COMPREPLY=($(compgen -c -- "$cur" | sort -u))';
     case "choices":
       return `_rvbox_words ${sq(v.words.join(" "))}`;
     default:
@@ -139,13 +139,17 @@ export function bashScript(commands: readonly CompletionCommand[]): string {
   const cases = visible.map((c) => {
     const words = c.flags.flatMap(flagWords);
     const takes = c.flags.filter(takesValue).flatMap((f) => [`--${f.long}`, ...(f.short ? [`-${f.short}`] : [])]);
-    const optional = c.flags.filter((f) => f.optional && f.value.kind === "choices").flatMap((f) => (f.value as { words: readonly string[] }).words.map((w) => `--${f.long}:${w}`));
+    const optional = c.flags
+      .filter((f) => f.optional && f.value.kind === "choices")
+      .flatMap((f) => (f.value as { words: readonly string[] }).words.map((w) => `--${f.long}:${w}`));
     const prevCases = c.flags
       .filter((f) => f.value.kind !== "none")
       .map((f) => {
         const pat = [`--${f.long}`, ...(f.short ? [`-${f.short}`] : [])].join("|");
         // An optional value: offer its choices unless a flag is being typed.
-        return f.optional ? `        ${pat}) if [[ $cur != -* ]]; then ${bashValue(f.value)}; return 0; fi ;;` : `        ${pat}) ${bashValue(f.value)}; return 0 ;;`;
+        return f.optional
+          ? `        ${pat}) if [[ $cur != -* ]]; then ${bashValue(f.value)}; return 0; fi ;;`
+          : `        ${pat}) ${bashValue(f.value)}; return 0 ;;`;
       });
     const argCases = c.args.map((v, i) => `        ${i}) ${bashValue(v)} ;;`);
     return [
@@ -269,7 +273,8 @@ const ZSH_LABEL: Record<Values["kind"], string> = {
 function zshFlagSpecs(f: CompletionFlag): string[] {
   const names = flagWords(f).filter((w) => !w.startsWith("--no-"));
   const excl = f.repeatable ? "*" : names.length > 1 ? `(${names.join(" ")})` : "";
-  const arg = f.value.kind === "none" ? "" : f.optional ? `=::${ZSH_LABEL[f.value.kind]}:${zshAction(f.value)}` : `=:${ZSH_LABEL[f.value.kind]}:${zshAction(f.value)}`;
+  const arg =
+    f.value.kind === "none" ? "" : f.optional ? `=::${ZSH_LABEL[f.value.kind]}:${zshAction(f.value)}` : `=:${ZSH_LABEL[f.value.kind]}:${zshAction(f.value)}`;
   const out = names.map((n) => zq(`${excl}${n}${n.startsWith("--") ? arg : arg.replace(/^=/, "")}`));
   if (f.negatable) out.push(zq(`--no-${f.long}`));
   return out;

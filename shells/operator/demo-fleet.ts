@@ -65,12 +65,12 @@ export async function startDemoFleet(o: DemoFleetOptions): Promise<DemoFleet> {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   const logFile = path.join(dir, "fleet.log");
-  const sink = (line: string): void => appendFileSync(logFile, line + "\n");
+  const sink = (line: string): void => appendFileSync(logFile, `${line}\n`);
   const level = o.logLevel ?? "info";
   const token = randomBytes(16).toString("hex");
   const fleetToken = randomBytes(16).toString("hex");
   const tokenFile = path.join(dir, "operator-token");
-  appendFileSync(tokenFile, token + "\n", { mode: 0o600 });
+  appendFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
   const server = await ServerDaemon.start({
     listen: { host: "127.0.0.1", port: 0 },
     control: { host: "127.0.0.1", port: 0 },
@@ -85,12 +85,29 @@ export async function startDemoFleet(o: DemoFleetOptions): Promise<DemoFleet> {
   const controlUrl = `http://127.0.0.1:${server.controlAddress.port}`;
   const agents: AgentDaemon[] = [];
   for (const id of ["demo-a", "demo-b"]) {
-    agents.push(await AgentDaemon.start({ serverUrl: agentUrl, clientId: id, stateDir: path.join(dir, id), token: fleetToken, cwd: dir, killGraceMs: 2000, log: createLogger(`agent ${id}`, level, sink) }));
+    agents.push(
+      await AgentDaemon.start({
+        serverUrl: agentUrl,
+        clientId: id,
+        stateDir: path.join(dir, id),
+        token: fleetToken,
+        cwd: dir,
+        killGraceMs: 2000,
+        log: createLogger(`agent ${id}`, level, sink),
+      }),
+    );
   }
   for (let i = 0; i < 200 && !agents.every((a) => a.connected); i++) await new Promise((r) => setTimeout(r, 25));
   if (o.impostor ?? true) {
     agents.push(
-      await AgentDaemon.start({ serverUrl: agentUrl, clientId: "demo-a", stateDir: path.join(dir, "demo-a-impostor"), token: fleetToken, cwd: dir, log: createLogger("agent demo-a (impostor)", level, sink) }),
+      await AgentDaemon.start({
+        serverUrl: agentUrl,
+        clientId: "demo-a",
+        stateDir: path.join(dir, "demo-a-impostor"),
+        token: fleetToken,
+        cwd: dir,
+        log: createLogger("agent demo-a (impostor)", level, sink),
+      }),
     );
   }
   const ctl = createControlClient({ baseUrl: controlUrl, token });

@@ -176,7 +176,14 @@ async function noteWaiting(client: ControlClient, io: FollowIO, uuid: string, ev
     }
     await new Promise<void>((r) => {
       const t = setTimeout(r, everyMs);
-      signal.addEventListener("abort", () => (clearTimeout(t), r()), { once: true });
+      signal.addEventListener(
+        "abort",
+        () => {
+          clearTimeout(t);
+          r();
+        },
+        { once: true },
+      );
     });
   }
 }
@@ -330,7 +337,10 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   async function followLoop(): Promise<FollowResult> {
     for (;;) {
       try {
-        for await (const batch of client.followOutput({ issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES }, { signal: o.signal })) {
+        for await (const batch of client.followOutput(
+          { issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES },
+          { signal: o.signal },
+        )) {
           outageSince = null;
           delay = 200;
           if (warned) {

@@ -21,7 +21,15 @@ async function openSource(launch: TuiLaunch): Promise<OpenedSource> {
   if (launch.demo) {
     const { startDemoFleet } = await import("./demo-fleet.js");
     const fleet = await startDemoFleet({});
-    return { source: new ControlSource({ baseUrl: fleet.controlUrl, token: fleet.token, refreshMs: launch.refreshMs, notes: [`demo: logs in ${fleet.dir}/fleet.log`] }), stop: fleet.stop };
+    return {
+      source: new ControlSource({
+        baseUrl: fleet.controlUrl,
+        token: fleet.token,
+        refreshMs: launch.refreshMs,
+        notes: [`demo: logs in ${fleet.dir}/fleet.log`],
+      }),
+      stop: fleet.stop,
+    };
   }
   if (launch.server) return { source: new ControlSource({ baseUrl: launch.server.baseUrl, token: launch.server.token, refreshMs: launch.refreshMs }) };
   throw new Error("runTui: no source (server, sim or demo)");

@@ -104,7 +104,8 @@ export class ConnWriter {
     if (this.closed) return;
     if (this.ws.bufferedAmount > this.limits.deadlineBytes) {
       if (this.backlogSince === 0) this.backlogSince = now;
-      else if (now - this.backlogSince > this.limits.writeDeadlineMs) this.fatal(`write deadline: ${this.ws.bufferedAmount} bytes unsent for ${now - this.backlogSince} ms`);
+      else if (now - this.backlogSince > this.limits.writeDeadlineMs)
+        this.fatal(`write deadline: ${this.ws.bufferedAmount} bytes unsent for ${now - this.backlogSince} ms`);
     } else {
       this.backlogSince = 0;
     }
@@ -149,7 +150,10 @@ export class ConnWriter {
 function truncateReason(r: string): string {
   const b = Buffer.from(r, "utf8");
   if (b.length <= 120) return r;
-  return b.subarray(0, 120).toString("utf8").replace(/\uFFFD$/, "");
+  return b
+    .subarray(0, 120)
+    .toString("utf8")
+    .replace(/\uFFFD$/, "");
 }
 
 /** The transport effects both daemons execute alike. */

@@ -12,13 +12,17 @@ export interface Logger {
   readonly level: LogLevel;
 }
 
-export function createLogger(name: string, level: LogLevel = "info", sink: (line: string) => void = (l) => process.stderr.write(l + "\n")): Logger {
+export function createLogger(name: string, level: LogLevel = "info", sink: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Logger {
   const min = ORDER[level];
   const out = (lvl: LogLevel, msg: string, detail?: Record<string, unknown>): void => {
     if (ORDER[lvl] < min) return;
     let line = `${new Date().toISOString()} ${lvl.toUpperCase()} ${name}: ${msg}`;
     if (detail && Object.keys(detail).length > 0) {
-      line += " " + Object.entries(detail).map(([k, v]) => `${k}=${typeof v === "string" ? JSON.stringify(v) : String(v)}`).join(" ");
+      line +=
+        " " +
+        Object.entries(detail)
+          .map(([k, v]) => `${k}=${typeof v === "string" ? JSON.stringify(v) : String(v)}`)
+          .join(" ");
     }
     sink(line);
   };

@@ -40,7 +40,7 @@ import {
 import {
   ClientSchema,
   CommandSchema,
-  ControlService,
+  type ControlService,
   IncidentSchema,
   PendingClaimSchema,
   SessionSchema,
@@ -52,7 +52,7 @@ import {
   type PendingClaim,
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { promises as fsp } from "node:fs";
+import type { promises as fsp } from "node:fs";
 import { decompressRun } from "../zstd/index.js";
 import type { StoredEventRow, StoredOutputRow } from "../storage/server-storage.js";
 import type { ServerDaemon } from "./server-daemon.js";
@@ -203,7 +203,15 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         stdinOpen: req.stdinOpen,
       });
       const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
-      const request = { op: "submit" as const, requestId: requestId(req.requestId, "submit"), uuid, clientId: req.clientId, spec, queueExpiry, allowUnknownClient: req.allowUnknownClient };
+      const request = {
+        op: "submit" as const,
+        requestId: requestId(req.requestId, "submit"),
+        uuid,
+        clientId: req.clientId,
+        spec,
+        queueExpiry,
+        allowUnknownClient: req.allowUnknownClient,
+      };
       await call(script ? { ...request, script } : request);
       return { command: toCommand(command(uuid), d) };
     },
@@ -215,7 +223,10 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     async listCommands(req) {
       const states = new Set(req.states);
       let list = [...d.state.commands.values()].filter(
-        (c) => c.committed.state !== CommandLifecycle.UNSPECIFIED && (req.clientId === "" || c.clientId === req.clientId) && (states.size === 0 || states.has(c.committed.state)),
+        (c) =>
+          c.committed.state !== CommandLifecycle.UNSPECIFIED &&
+          (req.clientId === "" || c.clientId === req.clientId) &&
+          (states.size === 0 || states.has(c.committed.state)),
       );
       list.sort((a, b) => b.createdAt - a.createdAt || (a.uuid < b.uuid ? -1 : 1));
       const start = req.pageToken === "" ? 0 : Number.parseInt(req.pageToken, 10);
@@ -240,13 +251,20 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
           else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
         }
       } catch (err) {
-        if (!(err instanceof ConnectError)) d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
+        if (!(err instanceof ConnectError))
+          d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
         throw err;
       }
     },
 
     async writeStdin(req) {
-      const r = await call({ op: "stdin", requestId: requestId(req.requestId, "stdin"), uuid: req.issueUuid, data: req.data, appendNewline: req.appendNewline });
+      const r = await call({
+        op: "stdin",
+        requestId: requestId(req.requestId, "stdin"),
+        uuid: req.issueUuid,
+        data: req.data,
+        appendNewline: req.appendNewline,
+      });
       return { writeSeq: BigInt(r.writeSeq ?? 0) };
     },
 
@@ -308,7 +326,12 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return {
         incidents: [...d.state.incidents.values()].filter((i) => req.includeAcknowledged || !i.acknowledged).map(incidentView),
         droppedTotal: BigInt(d.state.incidentsDropped),
-        dropped: [...d.state.incidentDrops.values()].map((x) => ({ clientId: x.clientId, count: BigInt(x.count), lastTime: timestampFromMs(x.lastAt), lastKind: x.lastKind })),
+        dropped: [...d.state.incidentDrops.values()].map((x) => ({
+          clientId: x.clientId,
+          count: BigInt(x.count),
+          lastTime: timestampFromMs(x.lastAt),
+          lastKind: x.lastKind,
+        })),
         maxOpenPerClient: MAX_OPEN_INCIDENTS_PER_CLIENT,
         maxOpen: MAX_OPEN_INCIDENTS,
       };
@@ -328,7 +351,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     },
 
     async *watchFleet(req, ctx) {
-      if (req.commandClients.some((c) => c === "")) throw invalid("command_clients: an empty client id (use \"*\" for every client)");
+      if (req.commandClients.some((c) => c === "")) throw invalid('command_clients: an empty client id (use "*" for every client)');
       if (req.commandClients.length > MAX_WATCHED_CLIENTS) throw invalid(`command_clients: at most ${MAX_WATCHED_CLIENTS} clients`);
       const w = d.watch.subscribe(req.commandClients);
       if (!w) throw new ConnectError(`too many WatchFleet streams open (at most ${d.watch.maxWatchers})`, ConnectCode.ResourceExhausted);
@@ -419,11 +442,25 @@ export function sessionView(d: FleetReader, c: ConnState): Session {
 /** The pending claim of a client record (call only when it has one). */
 export function claimView(c: ClientRecord): PendingClaim {
   const p = c.pendingClaim!;
-  return create(PendingClaimSchema, { clientId: c.clientId, instanceId: p.instanceId, currentInstanceId: c.instanceId, claimTime: timestampFromMs(p.at), attempts: p.attempts });
+  return create(PendingClaimSchema, {
+    clientId: c.clientId,
+    instanceId: p.instanceId,
+    currentInstanceId: c.instanceId,
+    claimTime: timestampFromMs(p.at),
+    attempts: p.attempts,
+  });
 }
 
 export function incidentView(i: ServerIncident): Incident {
-  return create(IncidentSchema, { incidentId: i.id, clientId: i.clientId, issueUuid: i.uuid, kind: i.kind, detail: i.detail, time: timestampFromMs(i.at), acknowledged: i.acknowledged });
+  return create(IncidentSchema, {
+    incidentId: i.id,
+    clientId: i.clientId,
+    issueUuid: i.uuid,
+    kind: i.kind,
+    detail: i.detail,
+    time: timestampFromMs(i.at),
+    acknowledged: i.acknowledged,
+  });
 }
 
 /** One stored event row (core/server/store.ts EventRow) as a stream item; `data`: an output row's decompressed bytes (null: its segment is gone). */
@@ -502,7 +539,14 @@ function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["r
  * `npm run chaos`). Events are sent only through the committed (durable)
  * storedThrough.
  */
-export async function* follow(d: ServerDaemon, uuid: string, from: number, keepFollowing: boolean, ctx: { signal: AbortSignal }, budget: number): AsyncGenerator<FollowItem[]> {
+export async function* follow(
+  d: ServerDaemon,
+  uuid: string,
+  from: number,
+  keepFollowing: boolean,
+  ctx: { signal: AbortSignal },
+  budget: number,
+): AsyncGenerator<FollowItem[]> {
   let next = Math.max(1, from);
   let markerThrough = 0;
   const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };
@@ -560,7 +604,10 @@ export async function* follow(d: ServerDaemon, uuid: string, from: number, keepF
   const current = (): ServerCommand => {
     const c = d.state.commands.get(uuid);
     if (c) return c;
-    throw toConnectError({ code: Code.NOT_FOUND, message: next > 1 ? `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` : missingMessage(d.state, uuid) });
+    throw toConnectError({
+      code: Code.NOT_FOUND,
+      message: next > 1 ? `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` : missingMessage(d.state, uuid),
+    });
   };
   current();
   // A reader resuming from a later event has had everything before it: start each stream
@@ -601,7 +648,10 @@ export async function* follow(d: ServerDaemon, uuid: string, from: number, keepF
           }
           const part = rows.slice(i, j);
           i = j;
-          const data = await reader.load(uuid, part.filter((v): v is StoredOutputRow => v.kind === "output" && !covered(c, v.seq)));
+          const data = await reader.load(
+            uuid,
+            part.filter((v): v is StoredOutputRow => v.kind === "output" && !covered(c, v.seq)),
+          );
           const batch: FollowItem[] = [];
           for (const v of part) {
             const seq = v.seq;
@@ -735,7 +785,14 @@ class SegmentReader {
         for (const r of run) out.set(r.seq, null);
         continue;
       }
-      const data = decoded(uuid, run, decompressRun(span, run.map((r) => ({ length: r.seg!.n, originalSize: r.originalSize }))));
+      const data = decoded(
+        uuid,
+        run,
+        decompressRun(
+          span,
+          run.map((r) => ({ length: r.seg!.n, originalSize: r.originalSize })),
+        ),
+      );
       let at = 0;
       for (const r of run) {
         const n = r.originalSize;

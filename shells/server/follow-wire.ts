@@ -17,7 +17,7 @@
  */
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
-import { OutputStream } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { OutputStream } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { FollowOutputResponseSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
@@ -62,13 +62,20 @@ function outputSizes(uuidLen: number, e: OutputEvent): { ts: number; od: number;
   // Timestamp { int64 seconds = 1; int32 nanos = 2; }, zero fields omitted (proto3).
   const ts = (secs !== 0 ? 1 + varintLen(secs) : 0) + (nanos !== 0 ? 1 + varintLen(nanos) : 0);
   // OutputData { stream = 1; stream_offset = 2; bytes data = 3; }
-  const od = (e.stream !== 0 ? 1 + varintLen(e.stream) : 0) + (e.offset !== 0 ? 1 + varintLen(e.offset) : 0) + (e.data.length > 0 ? 1 + varintLen(e.data.length) + e.data.length : 0);
+  const od =
+    (e.stream !== 0 ? 1 + varintLen(e.stream) : 0) +
+    (e.offset !== 0 ? 1 + varintLen(e.offset) : 0) +
+    (e.data.length > 0 ? 1 + varintLen(e.data.length) + e.data.length : 0);
   const ev =
     (uuidLen > 0 ? 1 + varintLen(uuidLen) + uuidLen : 0) +
     (e.seq !== 0 ? 1 + varintLen(e.seq) : 0) +
     (e.revision !== 0 ? 1 + varintLen(e.revision) : 0) +
-    1 + varintLen(ts) + ts +
-    1 + varintLen(od) + od;
+    1 +
+    varintLen(ts) +
+    ts +
+    1 +
+    varintLen(od) +
+    od;
   return { ts, od, ev, secs, nanos };
 }
 
@@ -121,7 +128,14 @@ function asOutput(it: FollowItem): OutputEvent | null {
   const o = it.item.value as { stream?: OutputStream; streamOffset?: bigint; data?: Uint8Array };
   const t = it.time as { seconds?: bigint; nanos?: number } | undefined;
   const timeMs = t ? Number(t.seconds ?? 0n) * 1000 + (t.nanos ?? 0) / 1_000_000 : 0;
-  return { seq: Number(it.eventSeq ?? 0n), revision: Number(it.commandRevision ?? 0n), timeMs, stream: o.stream ?? 0, offset: Number(o.streamOffset ?? 0n), data: o.data ?? new Uint8Array(0) };
+  return {
+    seq: Number(it.eventSeq ?? 0n),
+    revision: Number(it.commandRevision ?? 0n),
+    timeMs,
+    stream: o.stream ?? 0,
+    offset: Number(o.streamOffset ?? 0n),
+    data: o.data ?? new Uint8Array(0),
+  };
 }
 
 /**

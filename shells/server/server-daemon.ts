@@ -56,7 +56,7 @@ import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
-import { AgentTokens, ANY_CLIENT, bearer, OperatorToken } from "./auth.js";
+import { type AgentTokens, ANY_CLIENT, bearer, type OperatorToken } from "./auth.js";
 import { controlServiceImpl } from "./control-service.js";
 import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
 
@@ -190,7 +190,11 @@ export class ServerDaemon {
     // No response compression: output is mostly already-dense bytes and gzip
     // per 64 KiB message costs more than it saves on loopback/LAN.
     // Requests are bounded: a 16 MiB script plus its envelope.
-    const handler = connectNodeAdapter({ acceptCompression: [], readMaxBytes: 20 * 1024 * 1024, routes: (router) => router.service(ControlService, controlServiceImpl(this)) });
+    const handler = connectNodeAdapter({
+      acceptCompression: [],
+      readMaxBytes: 20 * 1024 * 1024,
+      routes: (router) => router.service(ControlService, controlServiceImpl(this)),
+    });
     this.controlHttp = http.createServer((req, res) => {
       if (!this.opts.operatorToken.check(req.headers.authorization)) {
         res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="rvbox"' });
@@ -220,12 +224,24 @@ export class ServerDaemon {
     });
     const d = new ServerDaemon(opts, storage);
     const r = storage.recovery;
-    d.log.info("store opened", { dir: opts.dataDir, snapshot: r.snapshotLoaded, replayed: r.recordsReplayed, tornTail: r.tornTail ? r.tornTail.reason : "none" });
+    d.log.info("store opened", {
+      dir: opts.dataDir,
+      snapshot: r.snapshotLoaded,
+      replayed: r.recordsReplayed,
+      tornTail: r.tornTail ? r.tornTail.reason : "none",
+    });
     await listen(d.agentHttp, opts.listen);
     await listen(d.controlHttp, opts.control);
     // First tick arms the timers (heartbeats, expiry, redelivery).
     d.loop.feed({ type: "tick" });
-    d.log.info("listening", { agents: addr(d.agentHttp), control: addr(d.controlHttp), commands: d.state.commands.size, clients: d.state.clients.size, node: process.version, zstd: ZSTD_BACKEND });
+    d.log.info("listening", {
+      agents: addr(d.agentHttp),
+      control: addr(d.controlHttp),
+      commands: d.state.commands.size,
+      clients: d.state.clients.size,
+      node: process.version,
+      zstd: ZSTD_BACKEND,
+    });
     return d;
   }
 
@@ -303,7 +319,7 @@ export class ServerDaemon {
     ws.on("pong", activity);
     ws.on("ping", activity);
     ws.on("error", (err) => this.log.debug("socket error", { conn, err: String(err) }));
-    ws.on("close", (code, reason) => this.loop.stageClosed(conn, `websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
+    ws.on("close", (code, reason) => this.loop.stageClosed(conn, `websocket closed (${code}${reason.length ? ` ${reason.toString()}` : ""})`));
   }
 
   private stagedInput(conn: number, item: Staged): ServerInput | null {
@@ -323,7 +339,10 @@ export class ServerDaemon {
         const err = encodeEnvelope(null, {
           case: "error",
           value: create(AgentErrorSchema, {
-            error: create(ControlErrorSchema, { code: Code.UNAUTHENTICATED, message: `this token is not valid for client id ${d.envelope.payload.value.clientId}` }),
+            error: create(ControlErrorSchema, {
+              code: Code.UNAUTHENTICATED,
+              message: `this token is not valid for client id ${d.envelope.payload.value.clientId}`,
+            }),
             closeSession: true,
           }),
         });
@@ -348,7 +367,8 @@ export class ServerDaemon {
       if (info && c?.clientId) this.lastActivity.set(c.clientId, now);
     }
     this.watch.afterStep(input, r.effects);
-    if (this.waiters.size > 0 && (input.type === "durable" || input.type === "control" || input.type === "tick" || input.type === "frame")) this.scheduleNotify();
+    if (this.waiters.size > 0 && (input.type === "durable" || input.type === "control" || input.type === "tick" || input.type === "frame"))
+      this.scheduleNotify();
   }
 
   private exec(e: ServerEffect): void {
@@ -360,7 +380,13 @@ export class ServerDaemon {
       case "ping":
       case "close":
       case "wake":
-        execTransportEffect(e, (c) => this.conns.get(c)?.writer, (at) => this.loop.setWake(at), this.log, "closing agent session");
+        execTransportEffect(
+          e,
+          (c) => this.conns.get(c)?.writer,
+          (at) => this.loop.setWake(at),
+          this.log,
+          "closing agent session",
+        );
         break;
       case "reply": {
         const list = this.pending.get(e.requestId);
@@ -393,20 +419,25 @@ export class ServerDaemon {
   private logFleetEvent(event: string, d: Record<string, unknown>): void {
     switch (event) {
       case "registered":
-        return this.peerLog.write("info", "registered", "client registered", { client: d["client"], generation: d["generation"], conn: d["conn"] });
+        return this.peerLog.write("info", "registered", "client registered", { client: d.client, generation: d.generation, conn: d.conn });
       case "conn_closed": {
-        const code = String(d["code"] ?? "");
-        if (code === "STALE_GENERATION") return this.peerLog.write("info", "fenced", "session fenced by a newer registration", { client: d["client"], conn: d["conn"] });
-        if (code === "IDENTITY_CONFLICT") return this.peerLog.write("warn", "claim", "identity claim: another instance tried a live client id (rvbox claims)", { client: d["client"], conn: d["conn"] });
-        if (code === "UNSPECIFIED") return this.peerLog.write("info", "disconnected", "session closed", { client: d["client"], conn: d["conn"], why: d["message"] });
-        return this.peerLog.write("warn", "refused", "connection closed with an error", { client: d["client"], conn: d["conn"], code, why: d["message"] });
+        const code = String(d.code ?? "");
+        if (code === "STALE_GENERATION")
+          return this.peerLog.write("info", "fenced", "session fenced by a newer registration", { client: d.client, conn: d.conn });
+        if (code === "IDENTITY_CONFLICT")
+          return this.peerLog.write("warn", "claim", "identity claim: another instance tried a live client id (rvbox claims)", {
+            client: d.client,
+            conn: d.conn,
+          });
+        if (code === "UNSPECIFIED") return this.peerLog.write("info", "disconnected", "session closed", { client: d.client, conn: d.conn, why: d.message });
+        return this.peerLog.write("warn", "refused", "connection closed with an error", { client: d.client, conn: d.conn, code, why: d.message });
       }
       case "authorization_consumed":
-        return this.peerLog.write("info", "authorization", "one-shot authorization consumed", { client: d["client"], instance: d["instance"] });
+        return this.peerLog.write("info", "authorization", "one-shot authorization consumed", { client: d.client, instance: d.instance });
       case "client_forgotten":
         return this.log.info("client forgotten", d);
       case "incident":
-        return this.peerLog.write("warn", "incident", "incident opened", { id: d["id"], client: d["client"], uuid: d["uuid"], kind: d["kind"] });
+        return this.peerLog.write("warn", "incident", "incident opened", { id: d.id, client: d.client, uuid: d.uuid, kind: d.kind });
       case "incident_dropped":
         return this.peerLog.write("warn", "incident_dropped", "incident counted, not stored (incident bounds)", d);
       default:

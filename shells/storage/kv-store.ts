@@ -72,10 +72,12 @@ export function tablesView(t: Tables): { get(table: string): ReadonlyMap<string,
 
 /** Rows of one table whose keys start with `prefix`, in key order. */
 export function queryPrefix(db: DurableDb, table: string, prefix: string, fromKey: string, limit: number): Array<{ k: string; v: unknown }> {
-  const rows = db.query<{ k: string; v: Uint8Array }>(
-    "SELECT k, v FROM kv WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?",
-    [table, fromKey < prefix ? prefix : fromKey, prefix + "\uffff", limit],
-  );
+  const rows = db.query<{ k: string; v: Uint8Array }>("SELECT k, v FROM kv WHERE t = ? AND k >= ? AND k < ? ORDER BY k LIMIT ?", [
+    table,
+    fromKey < prefix ? prefix : fromKey,
+    `${prefix}\uffff`,
+    limit,
+  ]);
   return rows.map((r) => ({ k: r.k, v: decodeValue(r.v) }));
 }
 

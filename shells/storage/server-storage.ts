@@ -195,7 +195,9 @@ export class ServerStorage implements PersistSink {
       const info = db.incidentInfo;
       if (!opts.repair) {
         await db.close().catch(() => {});
-        throw new Error(`server store is corrupt (${info?.reason}); start with --repair-store to truncate the journal at the corruption (acknowledged data after it is lost)`);
+        throw new Error(
+          `server store is corrupt (${info?.reason}); start with --repair-store to truncate the journal at the corruption (acknowledged data after it is lost)`,
+        );
       }
       await db.acknowledgeIncident();
     }
@@ -238,10 +240,12 @@ export class ServerStorage implements PersistSink {
       known.add(`${r.file}.idx`);
       const segPath = path.join(this.segDir, `${r.file}.seg`);
       const idxPath = path.join(this.segDir, `${r.file}.idx`);
-      const ok = await truncateTo(segPath, r.bytes).then(() => truncateTo(idxPath, r.entries * INDEX_ENTRY_BYTES)).then(
-        () => true,
-        () => false,
-      );
+      const ok = await truncateTo(segPath, r.bytes)
+        .then(() => truncateTo(idxPath, r.entries * INDEX_ENTRY_BYTES))
+        .then(
+          () => true,
+          () => false,
+        );
       if (!ok) {
         damaged.push(r.file);
         continue;
@@ -259,7 +263,10 @@ export class ServerStorage implements PersistSink {
       }
     }
     if (damaged.length > 0) {
-      if (!this.opts.repair) throw new Error(`server output segments are damaged (${damaged.slice(0, 3).join(", ")}${damaged.length > 3 ? ", ..." : ""}); start with --repair-store to drop them`);
+      if (!this.opts.repair)
+        throw new Error(
+          `server output segments are damaged (${damaged.slice(0, 3).join(", ")}${damaged.length > 3 ? ", ..." : ""}); start with --repair-store to drop them`,
+        );
       await this.db.apply(damaged.map((f) => ({ sql: "DELETE FROM segment WHERE file = ?", params: [f] })));
     }
     if (pruned.length > 0) await this.db.apply(pruned.map((f) => ({ sql: "DELETE FROM segment WHERE file = ?", params: [f] })));
@@ -426,7 +433,9 @@ export class ServerStorage implements PersistSink {
   private coveredFiles(uuid: string, throughSeq: number, pending: Iterable<OpenSegment>): string[] {
     const cur = this.open.get(uuid);
     // A row's last_seq is as of the last group; this group's writes may have moved it on.
-    const last = new Map(this.db.query<{ file: string; last_seq: number }>("SELECT file, last_seq FROM segment WHERE uuid = ?", [uuid]).map((r) => [r.file, r.last_seq]));
+    const last = new Map(
+      this.db.query<{ file: string; last_seq: number }>("SELECT file, last_seq FROM segment WHERE uuid = ?", [uuid]).map((r) => [r.file, r.last_seq]),
+    );
     for (const seg of pending) if (seg.uuid === uuid) last.set(seg.file, seg.lastSeq);
     const files = [...last].filter(([, l]) => l <= throughSeq).map(([f]) => f);
     const out: string[] = [];

@@ -5,11 +5,11 @@
  * ~100k rows, and prints the large/small ratio, which should stay near 1
  * because a commit only appends its own batch to the journal.
  */
-import { promises as fsp } from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { openDurableDb, type DurableDb } from './durable-db.js';
+import { promises as fsp } from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { pathToFileURL } from "node:url";
+import { openDurableDb, type DurableDb } from "./durable-db.js";
 
 export interface BenchFigures {
   rows: number;
@@ -21,15 +21,15 @@ export interface BenchFigures {
   concCommitsPerFsync: number;
 }
 
-const SCHEMA = ['CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT)'];
+const SCHEMA = ["CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT)"];
 
-async function measure(db: DurableDb, firstId: number, sequential: number, concurrent: number): Promise<Omit<BenchFigures, 'rows'>> {
+async function measure(db: DurableDb, firstId: number, sequential: number, concurrent: number): Promise<Omit<BenchFigures, "rows">> {
   const lat: number[] = [];
   let id = firstId;
   const t0 = performance.now();
   for (let i = 0; i < sequential; i++) {
     const s = performance.now();
-    await db.apply([{ sql: 'INSERT INTO items (id, name, body) VALUES (?, ?, ?)', params: [id++, `n${i}`, 'payload'] }]);
+    await db.apply([{ sql: "INSERT INTO items (id, name, body) VALUES (?, ?, ?)", params: [id++, `n${i}`, "payload"] }]);
     lat.push(performance.now() - s);
   }
   const seqSecs = (performance.now() - t0) / 1000;
@@ -38,9 +38,7 @@ async function measure(db: DurableDb, firstId: number, sequential: number, concu
   const t1 = performance.now();
   const inflight = new Set<Promise<void>>();
   for (let i = 0; i < concurrent; i++) {
-    const p: Promise<void> = db.apply([
-      { sql: 'INSERT INTO items (id, name, body) VALUES (?, ?, ?)', params: [id++, `c${i}`, 'payload'] },
-    ]);
+    const p: Promise<void> = db.apply([{ sql: "INSERT INTO items (id, name, body) VALUES (?, ?, ?)", params: [id++, `c${i}`, "payload"] }]);
     inflight.add(p);
     void p.finally(() => inflight.delete(p));
     if (inflight.size >= 64) await Promise.race(inflight);
@@ -68,31 +66,31 @@ export async function runStoreBench(opts: { baseDir?: string; sequential?: numbe
   const sequential = opts.sequential ?? 500;
   const concurrent = opts.concurrent ?? 5000;
   const largeRows = opts.largeRows ?? 100_000;
-  const root = await fsp.mkdtemp(path.join(opts.baseDir ?? os.tmpdir(), 'store-bench-'));
+  const root = await fsp.mkdtemp(path.join(opts.baseDir ?? os.tmpdir(), "store-bench-"));
   try {
     // Warm-up (JIT, sql.js init, fs caches) on a throwaway store, not measured.
-    const warm = await openDurableDb({ dir: path.join(root, 'warm'), schema: SCHEMA });
+    const warm = await openDurableDb({ dir: path.join(root, "warm"), schema: SCHEMA });
     await measure(warm, 1, sequential, concurrent);
     await warm.close();
 
-    const small = await openDurableDb({ dir: path.join(root, 'small'), schema: SCHEMA });
+    const small = await openDurableDb({ dir: path.join(root, "small"), schema: SCHEMA });
     const smallFig = { rows: 0, ...(await measure(small, 1, sequential, concurrent)) };
     await small.close();
 
-    const large = await openDurableDb({ dir: path.join(root, 'large'), schema: SCHEMA });
-    const body = 'x'.repeat(100);
+    const large = await openDurableDb({ dir: path.join(root, "large"), schema: SCHEMA });
+    const body = "x".repeat(100);
     for (let base = 0; base < largeRows; base += 1000) {
       const batch = [];
       for (let i = base; i < Math.min(largeRows, base + 1000); i++) {
-        batch.push({ sql: 'INSERT INTO items (id, name, body) VALUES (?, ?, ?)', params: [i + 1_000_000, `row${i}`, body] });
+        batch.push({ sql: "INSERT INTO items (id, name, body) VALUES (?, ?, ?)", params: [i + 1_000_000, `row${i}`, body] });
       }
       await large.apply(batch);
     }
     const c0 = performance.now();
     await large.checkpoint();
     const checkpointMs = performance.now() - c0;
-    const snapshotBytes = (await fsp.stat(path.join(root, 'large', 'snapshot.bin'))).size;
-    const rows = large.query<{ c: number }>('SELECT count(*) AS c FROM items')[0]!.c;
+    const snapshotBytes = (await fsp.stat(path.join(root, "large", "snapshot.bin"))).size;
+    const rows = large.query<{ c: number }>("SELECT count(*) AS c FROM items")[0]!.c;
     const largeFig = { rows, ...(await measure(large, 1, sequential, concurrent)) };
     await large.close();
     return { small: smallFig, large: largeFig, checkpointMs, snapshotBytes };
@@ -113,9 +111,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const r = await runStoreBench();
   console.log(`small db: ${fmt(r.small)}`);
   console.log(`large db: ${fmt(r.large)}`);
-  console.log(
-    `checkpoint of the large db: ${r.checkpointMs.toFixed(1)} ms, snapshot ${(r.snapshotBytes / 1024 / 1024).toFixed(1)} MiB`,
-  );
+  console.log(`checkpoint of the large db: ${r.checkpointMs.toFixed(1)} ms, snapshot ${(r.snapshotBytes / 1024 / 1024).toFixed(1)} MiB`);
   console.log(
     `ratio large/small: sequential mean latency ${(r.large.seqMeanMs / r.small.seqMeanMs).toFixed(2)}x, ` +
       `concurrent throughput ${(r.large.concCommitsPerSec / r.small.concCommitsPerSec).toFixed(2)}x`,

@@ -4,7 +4,7 @@
  * running Node has it (>= 20.15 / 22.2) and a table-driven fallback otherwise.
  * Both give identical results (tested).
  */
-import * as zlib from 'node:zlib';
+import * as zlib from "node:zlib";
 
 const TABLE: Uint32Array = (() => {
   const t = new Uint32Array(256);
@@ -26,5 +26,4 @@ export function crc32Table(data: Uint8Array): number {
 const native = (zlib as { crc32?: (data: Uint8Array) => number }).crc32;
 
 /** CRC-32 of `data` as an unsigned 32-bit integer. */
-export const crc32: (data: Uint8Array) => number =
-  typeof native === 'function' ? (data) => native(data) >>> 0 : crc32Table;
+export const crc32: (data: Uint8Array) => number = typeof native === "function" ? (data) => native(data) >>> 0 : crc32Table;

@@ -80,8 +80,8 @@
  * and `query()` is read-only (enforced with PRAGMA query_only). One process per
  * directory (advisory LOCK file with the owner pid).
  */
-import { promises as fsp } from 'node:fs';
-import * as path from 'node:path';
+import { promises as fsp } from "node:fs";
+import * as path from "node:path";
 import {
   JOURNAL_HEADER_SIZE,
   decodeJournalHeader,
@@ -92,25 +92,16 @@ import {
   scanJournal,
   type Param,
   type Stmt,
-} from './journal.js';
-import {
-  StoreError,
-  acquireDirLock,
-  errnoCode,
-  fsyncDir,
-  readIfExists,
-  replaceFileDurably,
-  unlinkIfExists,
-  writeFully,
-} from './fs-util.js';
-import { loadSqlJs, type SqlJsDatabase, type SqlJsStatement, type SqlJsStatic, type SqlValue } from './sql-js.js';
+} from "./journal.js";
+import { StoreError, acquireDirLock, errnoCode, fsyncDir, readIfExists, replaceFileDurably, unlinkIfExists, writeFully } from "./fs-util.js";
+import { loadSqlJs, type SqlJsDatabase, type SqlJsStatement, type SqlJsStatic, type SqlValue } from "./sql-js.js";
 
-export type { Param, Stmt } from './journal.js';
-export type { SqlValue } from './sql-js.js';
-export { StoreError } from './fs-util.js';
+export type { Param, Stmt } from "./journal.js";
+export type { SqlValue } from "./sql-js.js";
+export { StoreError } from "./fs-util.js";
 
-export const SNAPSHOT_FILE = 'snapshot.bin';
-export const JOURNAL_FILE = 'journal.bin';
+export const SNAPSHOT_FILE = "snapshot.bin";
+export const JOURNAL_FILE = "journal.bin";
 export const DEFAULT_CHECKPOINT_EVERY_BYTES = 8 * 1024 * 1024;
 
 export interface DurableDbOptions {
@@ -132,16 +123,16 @@ export interface RecoveryReport {
   /** Unacknowledged partial tail that was truncated away. */
   tornTail: null | { offset: number; reason: string; bytesDiscarded: number };
   /** Corruption found; the store is then in the incident state. */
-  corrupt: null | { file: 'journal' | 'snapshot'; offset: number; reason: string };
+  corrupt: null | { file: "journal" | "snapshot"; offset: number; reason: string };
   /** A journal from an older epoch (crash mid-checkpoint) that was ignored and replaced. */
   staleJournal: null | { journalEpoch: number; snapshotEpoch: number };
 }
 
 export interface IncidentInfo {
-  kind: 'corrupt' | 'io';
+  kind: "corrupt" | "io";
   reason: string;
   /** For 'corrupt': which file and where. */
-  file?: 'journal' | 'snapshot';
+  file?: "journal" | "snapshot";
   offset?: number;
   /** For 'io': the original error. */
   cause?: unknown;
@@ -235,23 +226,23 @@ function runCached(db: SqlJsDatabase, sql: string, params?: readonly Param[]): v
 }
 
 function executeBatch(db: SqlJsDatabase, stmts: readonly Stmt[]): void {
-  runCached(db, 'PRAGMA query_only=0');
-  runCached(db, 'BEGIN');
+  runCached(db, "PRAGMA query_only=0");
+  runCached(db, "BEGIN");
   try {
     for (const s of stmts) {
       if (s.params === undefined) db.run(s.sql);
       else runCached(db, s.sql, s.params);
     }
-    runCached(db, 'COMMIT');
+    runCached(db, "COMMIT");
   } catch (err) {
     try {
-      db.exec('ROLLBACK');
+      db.exec("ROLLBACK");
     } catch {
       // some errors already rolled the transaction back
     }
     throw err;
   } finally {
-    runCached(db, 'PRAGMA query_only=1');
+    runCached(db, "PRAGMA query_only=1");
   }
 }
 
@@ -259,9 +250,9 @@ function newDb(SQL: SqlJsStatic, image: Uint8Array | null, schema: readonly stri
   const db = new SQL.Database(image);
   try {
     // The db lives in sql.js's in-memory FS; durability is our journal's job.
-    db.exec('PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF');
+    db.exec("PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF");
     for (const ddl of schema) db.exec(ddl);
-    db.exec('PRAGMA query_only=1');
+    db.exec("PRAGMA query_only=1");
   } catch (err) {
     db.close();
     throw err;
@@ -272,11 +263,11 @@ function newDb(SQL: SqlJsStatic, image: Uint8Array | null, schema: readonly stri
 async function createJournal(dir: string, epoch: number, baseSeq: number): Promise<OpenJournal> {
   const file = path.join(dir, JOURNAL_FILE);
   await replaceFileDurably(file, [encodeJournalHeader({ epoch, baseSeq })]);
-  return { fh: await fsp.open(file, 'r+'), epoch };
+  return { fh: await fsp.open(file, "r+"), epoch };
 }
 
 async function truncateDurably(file: string, size: number): Promise<void> {
-  const fh = await fsp.open(file, 'r+');
+  const fh = await fsp.open(file, "r+");
   try {
     await fh.truncate(size);
     await fh.sync();
@@ -301,8 +292,8 @@ async function loadState(SQL: SqlJsStatic, dir: string, schema: readonly string[
   const snapBuf = await readIfExists(path.join(dir, SNAPSHOT_FILE));
   if (snapBuf) {
     const snap = decodeSnapshot(snapBuf);
-    if (typeof snap === 'string') {
-      report.corrupt = { file: 'snapshot', offset: 0, reason: snap };
+    if (typeof snap === "string") {
+      report.corrupt = { file: "snapshot", offset: 0, reason: snap };
       const db = newDb(SQL, null, schema);
       return { db, report, snapEpoch: 0, snapLastSeq: 0, lastSeq: 0, journal: null, journalSize: 0 };
     }
@@ -322,20 +313,17 @@ async function loadState(SQL: SqlJsStatic, dir: string, schema: readonly string[
     const scan = scanJournal(buf);
     let lastSeq = snapLastSeq;
     const corruptAt = (offset: number, reason: string): LoadedState => {
-      report.corrupt = { file: 'journal', offset, reason };
+      report.corrupt = { file: "journal", offset, reason };
       return { ...base, lastSeq, journal: null, journalSize: buf.length };
     };
-    if (!scan.header) return corruptAt(0, scan.corrupt?.reason ?? 'bad journal header');
+    if (!scan.header) return corruptAt(0, scan.corrupt?.reason ?? "bad journal header");
     if (scan.header.epoch < snapEpoch) {
       report.staleJournal = { journalEpoch: scan.header.epoch, snapshotEpoch: snapEpoch };
       const journal = await createJournal(dir, snapEpoch, snapLastSeq);
       return { ...base, lastSeq, journal, journalSize: JOURNAL_HEADER_SIZE };
     }
     if (scan.header.epoch > snapEpoch) {
-      return corruptAt(
-        0,
-        `journal epoch ${scan.header.epoch} is newer than snapshot epoch ${snapEpoch} (snapshot missing or replaced)`,
-      );
+      return corruptAt(0, `journal epoch ${scan.header.epoch} is newer than snapshot epoch ${snapEpoch} (snapshot missing or replaced)`);
     }
     if (scan.header.baseSeq !== snapLastSeq) {
       return corruptAt(0, `journal baseSeq ${scan.header.baseSeq} != snapshot lastSeq ${snapLastSeq}`);
@@ -354,7 +342,7 @@ async function loadState(SQL: SqlJsStatic, dir: string, schema: readonly string[
       report.tornTail = { ...scan.tornTail, bytesDiscarded: buf.length - scan.tornTail.offset };
       await truncateDurably(journalFile, scan.tornTail.offset);
     }
-    const fh = await fsp.open(journalFile, 'r+');
+    const fh = await fsp.open(journalFile, "r+");
     return { ...base, lastSeq, journal: { fh, epoch: snapEpoch }, journalSize: scan.validEnd };
   } catch (err) {
     db.close();
@@ -366,7 +354,7 @@ async function loadState(SQL: SqlJsStatic, dir: string, schema: readonly string[
 export async function openDurableDb(opts: DurableDbOptions): Promise<DurableDb> {
   const dir = path.resolve(opts.dir);
   const threshold = opts.checkpointEveryBytes ?? DEFAULT_CHECKPOINT_EVERY_BYTES;
-  if (!(threshold > 0)) throw new RangeError('checkpointEveryBytes must be > 0');
+  if (!(threshold > 0)) throw new RangeError("checkpointEveryBytes must be > 0");
   const created = await fsp.mkdir(dir, { recursive: true });
   if (created !== undefined) {
     // make the new directory entries durable, from `dir` up to the first one created
@@ -457,10 +445,10 @@ export class DurableDb {
     if (refused) return Promise.reject(refused);
     let record: Buffer | null = null;
     try {
-      if (!Array.isArray(stmts)) throw new TypeError('apply() expects an array of statements');
+      if (!Array.isArray(stmts)) throw new TypeError("apply() expects an array of statements");
       if (stmts.length > 0) {
         for (const s of stmts) {
-          const m = TXN_CONTROL.exec(typeof s?.sql === 'string' ? s.sql : '');
+          const m = TXN_CONTROL.exec(typeof s?.sql === "string" ? s.sql : "");
           if (m) throw new TypeError(`${m[1]!.toUpperCase()} is not allowed in apply(): batches are already atomic`);
         }
         const seq = this.lastSeq + 1;
@@ -485,7 +473,7 @@ export class DurableDb {
    * they would not be journaled.
    */
   query<T = Record<string, SqlValue>>(sql: string, params?: Param[], opts?: { useBigInt?: boolean }): T[] {
-    if (this.closed) throw new StoreError('STORE_CLOSED', 'store is closed');
+    if (this.closed) throw new StoreError("STORE_CLOSED", "store is closed");
     const st = this.db.prepare(sql);
     try {
       if (params !== undefined) st.bind(params);
@@ -519,7 +507,7 @@ export class DurableDb {
    * STORE_UNREPAIRABLE for a corrupt snapshot. No-op when there is no incident.
    */
   acknowledgeIncident(): Promise<RecoveryReport> {
-    if (this.closed) return Promise.reject(new StoreError('STORE_CLOSED', 'store is closed'));
+    if (this.closed) return Promise.reject(new StoreError("STORE_CLOSED", "store is closed"));
     if (!this.repairing) {
       this.repairing = this.repair().finally(() => {
         this.repairing = null;
@@ -532,8 +520,8 @@ export class DurableDb {
     await this.drain();
     const inc = this.incident;
     if (!inc) return this._recovery;
-    if (inc.kind === 'corrupt' && inc.file === 'snapshot') {
-      throw new StoreError('STORE_UNREPAIRABLE', `snapshot is corrupt (${inc.reason}); restore ${SNAPSHOT_FILE} from a backup`);
+    if (inc.kind === "corrupt" && inc.file === "snapshot") {
+      throw new StoreError("STORE_UNREPAIRABLE", `snapshot is corrupt (${inc.reason}); restore ${SNAPSHOT_FILE} from a backup`);
     }
     const failedJournalEpoch = this.journal?.epoch;
     await this.closeJournal();
@@ -542,7 +530,7 @@ export class DurableDb {
     if (buf) {
       await fsp.copyFile(journalFile, path.join(this.dir, `journal.incident-${Date.now()}.bin`));
     }
-    if (inc.kind === 'corrupt') {
+    if (inc.kind === "corrupt") {
       const offset = inc.offset ?? 0;
       if (offset < JOURNAL_HEADER_SIZE) {
         await replaceFileDurably(journalFile, [encodeJournalHeader({ epoch: this.snapEpoch, baseSeq: this.snapLastSeq })]);
@@ -552,7 +540,7 @@ export class DurableDb {
     } else if (buf && failedJournalEpoch !== undefined) {
       // I/O failure: drop whatever was written after the last successful fsync.
       const header = decodeJournalHeader(buf);
-      if (typeof header !== 'string' && header.epoch === failedJournalEpoch && buf.length > this.durableOffset) {
+      if (typeof header !== "string" && header.epoch === failedJournalEpoch && buf.length > this.durableOffset) {
         await truncateDurably(journalFile, this.durableOffset);
       }
     }
@@ -593,14 +581,14 @@ export class DurableDb {
 
   private setIncidentFromReport(report: RecoveryReport): void {
     if (report.corrupt) {
-      this.incident = { kind: 'corrupt', reason: report.corrupt.reason, file: report.corrupt.file, offset: report.corrupt.offset };
+      this.incident = { kind: "corrupt", reason: report.corrupt.reason, file: report.corrupt.file, offset: report.corrupt.offset };
     }
   }
 
   private writeRefusal(): Error | null {
-    if (this.closed) return new StoreError('STORE_CLOSED', 'store is closed');
+    if (this.closed) return new StoreError("STORE_CLOSED", "store is closed");
     if (this.incident) {
-      return new StoreError('STORE_INCIDENT', `store ${this.dir} refuses writes (incident: ${this.incident.reason})`, {
+      return new StoreError("STORE_INCIDENT", `store ${this.dir} refuses writes (incident: ${this.incident.reason})`, {
         cause: this.incident.cause,
       });
     }
@@ -636,7 +624,7 @@ export class DurableDb {
             await this.runCheckpoint();
           } catch (err) {
             for (const w of waiters) w.reject(err);
-            this.enterIoIncident('checkpoint failed', err);
+            this.enterIoIncident("checkpoint failed", err);
             break;
           }
           for (const w of waiters) w.resolve();
@@ -648,7 +636,7 @@ export class DurableDb {
           await this.flushGroup(group);
         } catch (err) {
           for (const p of group) p.reject(err);
-          this.enterIoIncident('journal write/fsync failed', err);
+          this.enterIoIncident("journal write/fsync failed", err);
           break;
         }
         for (const p of group) {
@@ -669,7 +657,7 @@ export class DurableDb {
     for (const p of group) if (p.record) records.push(p.record);
     if (records.length === 0) return;
     const j = this.journal;
-    if (!j) throw new StoreError('STORE_INCIDENT', 'journal is not open');
+    if (!j) throw new StoreError("STORE_INCIDENT", "journal is not open");
     const data = records.length === 1 ? records[0]! : Buffer.concat(records);
     await writeFully(j.fh, data, this.writtenOffset);
     this.writtenOffset += data.length;
@@ -709,8 +697,8 @@ export class DurableDb {
   private enterIoIncident(reason: string, err: unknown): void {
     const code = errnoCode(err);
     this.incident = {
-      kind: 'io',
-      reason: `${reason}: ${code ? `${code} ` : ''}${(err as Error)?.message ?? String(err)}`,
+      kind: "io",
+      reason: `${reason}: ${code ? `${code} ` : ""}${(err as Error)?.message ?? String(err)}`,
       cause: err,
     };
     for (const p of this.pending.splice(0)) p.reject(err);

@@ -3,28 +3,28 @@
  * whole-file replacement (temp file + fsync + rename + directory fsync), and an
  * advisory per-directory lock so two DurableDb instances never write one store.
  */
-import { promises as fsp } from 'node:fs';
-import * as path from 'node:path';
+import { promises as fsp } from "node:fs";
+import * as path from "node:path";
 
 /** An Error carrying a string `code`, like Node's system errors. */
 export class StoreError extends Error {
   readonly code: string;
   constructor(code: string, message: string, options?: { cause?: unknown }) {
     super(message, options);
-    this.name = 'StoreError';
+    this.name = "StoreError";
     this.code = code;
   }
 }
 
 export function errnoCode(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
+  return typeof code === "string" ? code : undefined;
 }
 
 /** fsync a directory so that entries created/renamed/removed in it are durable. */
 export async function fsyncDir(dir: string): Promise<void> {
-  if (process.platform === 'win32') return; // directories cannot be opened for fsync there
-  const fh = await fsp.open(dir, 'r');
+  if (process.platform === "win32") return; // directories cannot be opened for fsync there
+  const fh = await fsp.open(dir, "r");
   try {
     await fh.sync();
   } finally {
@@ -39,7 +39,7 @@ export async function fsyncDir(dir: string): Promise<void> {
  */
 export async function replaceFileDurably(target: string, chunks: Uint8Array[]): Promise<void> {
   const tmp = `${target}.tmp`;
-  const fh = await fsp.open(tmp, 'w');
+  const fh = await fsp.open(tmp, "w");
   try {
     for (const c of chunks) {
       let off = 0;
@@ -61,7 +61,7 @@ export async function writeFully(fh: fsp.FileHandle, data: Uint8Array, position:
   let off = 0;
   while (off < data.length) {
     const { bytesWritten } = await fh.write(data, off, data.length - off, position + off);
-    if (bytesWritten <= 0) throw new StoreError('EIO', 'short write: 0 bytes written');
+    if (bytesWritten <= 0) throw new StoreError("EIO", "short write: 0 bytes written");
     off += bytesWritten;
   }
 }
@@ -100,7 +100,7 @@ export async function readIfExists(file: string): Promise<Buffer | null> {
   try {
     return await fsp.readFile(file);
   } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return null;
+    if (errnoCode(err) === "ENOENT") return null;
     throw err;
   }
 }
@@ -109,7 +109,7 @@ export async function unlinkIfExists(file: string): Promise<void> {
   try {
     await fsp.unlink(file);
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') throw err;
+    if (errnoCode(err) !== "ENOENT") throw err;
   }
 }
 
@@ -118,7 +118,7 @@ function processAlive(pid: number): boolean {
     process.kill(pid, 0);
     return true;
   } catch (err) {
-    return errnoCode(err) === 'EPERM';
+    return errnoCode(err) === "EPERM";
   }
 }
 
@@ -133,18 +133,18 @@ const lockedInThisProcess = new Set<string>();
 export async function acquireDirLock(dir: string): Promise<() => Promise<void>> {
   const key = path.resolve(dir);
   if (lockedInThisProcess.has(key)) {
-    throw new StoreError('STORE_LOCKED', `store ${key} is already open in this process`);
+    throw new StoreError("STORE_LOCKED", `store ${key} is already open in this process`);
   }
-  const lockFile = path.join(key, 'LOCK');
+  const lockFile = path.join(key, "LOCK");
   lockedInThisProcess.add(key);
   try {
     try {
-      await fsp.writeFile(lockFile, `${process.pid}\n`, { flag: 'wx' });
+      await fsp.writeFile(lockFile, `${process.pid}\n`, { flag: "wx" });
     } catch (err) {
-      if (errnoCode(err) !== 'EEXIST') throw err;
-      const owner = Number.parseInt((await readIfExists(lockFile))?.toString('utf8') ?? '', 10);
+      if (errnoCode(err) !== "EEXIST") throw err;
+      const owner = Number.parseInt((await readIfExists(lockFile))?.toString("utf8") ?? "", 10);
       if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && processAlive(owner)) {
-        throw new StoreError('STORE_LOCKED', `store ${key} is locked by live process ${owner}`);
+        throw new StoreError("STORE_LOCKED", `store ${key} is locked by live process ${owner}`);
       }
       await fsp.writeFile(lockFile, `${process.pid}\n`);
     }

@@ -17,5 +17,5 @@ export {
   type RecoveryReport,
   type SqlValue,
   type Stmt,
-} from './durable-db.js';
-export { scanJournal, type ScanResult, type JournalRecord } from './journal.js';
+} from "./durable-db.js";
+export { scanJournal, type ScanResult, type JournalRecord } from "./journal.js";

@@ -80,7 +80,7 @@
  * Written via snapshot.bin.tmp + fsync + rename + fsync dir, so it is always
  * whole; any mismatch is corruption (unrepairable by this code: restore a backup).
  */
-import { crc32 } from './crc32.js';
+import { crc32 } from "./crc32.js";
 
 export type Param = string | number | Uint8Array | null | bigint;
 export interface Stmt {
@@ -92,8 +92,8 @@ export interface DecodedBatch {
   stmts: Stmt[];
 }
 
-export const JOURNAL_MAGIC = 'RVBXJRNL';
-export const SNAPSHOT_MAGIC = 'RVBXSNAP';
+export const JOURNAL_MAGIC = "RVBXJRNL";
+export const SNAPSHOT_MAGIC = "RVBXSNAP";
 export const FORMAT_VERSION = 1;
 export const JOURNAL_HEADER_SIZE = 40;
 export const SNAPSHOT_HEADER_SIZE = 48;
@@ -115,7 +115,7 @@ const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
 function checkText(s: unknown, what: string): string {
-  if (typeof s !== 'string') throw new TypeError(`${what} must be a string`);
+  if (typeof s !== "string") throw new TypeError(`${what} must be a string`);
   // UTF-8 cannot represent lone surrogates faithfully; sql.js and Buffer would
   // encode them differently, so replay could diverge from the live db.
   if (LONE_SURROGATE.test(s)) throw new TypeError(`${what} contains a lone UTF-16 surrogate`);
@@ -146,7 +146,7 @@ export interface JournalHeader {
 
 export function encodeJournalHeader(h: JournalHeader): Buffer {
   const b = Buffer.alloc(JOURNAL_HEADER_SIZE);
-  b.write(JOURNAL_MAGIC, 0, 'latin1');
+  b.write(JOURNAL_MAGIC, 0, "latin1");
   b.writeUInt32LE(FORMAT_VERSION, 8);
   b.writeUInt32LE(JOURNAL_HEADER_SIZE, 12);
   writeU64(b, h.epoch, 16);
@@ -159,11 +159,11 @@ export function encodeJournalHeader(h: JournalHeader): Buffer {
 export function decodeJournalHeader(data: Uint8Array): JournalHeader | string {
   const b = asBuffer(data);
   if (b.length < JOURNAL_HEADER_SIZE) return `journal header too short (${b.length} of ${JOURNAL_HEADER_SIZE} bytes)`;
-  if (b.toString('latin1', 0, 8) !== JOURNAL_MAGIC) return 'bad journal magic';
-  if (b.readUInt32LE(36) !== crc32(b.subarray(0, 36))) return 'journal header CRC mismatch';
+  if (b.toString("latin1", 0, 8) !== JOURNAL_MAGIC) return "bad journal magic";
+  if (b.readUInt32LE(36) !== crc32(b.subarray(0, 36))) return "journal header CRC mismatch";
   const version = b.readUInt32LE(8);
   if (version !== FORMAT_VERSION) return `unsupported journal format version ${version}`;
-  if (b.readUInt32LE(12) !== JOURNAL_HEADER_SIZE) return 'unexpected journal header size';
+  if (b.readUInt32LE(12) !== JOURNAL_HEADER_SIZE) return "unexpected journal header size";
   try {
     return { epoch: readU64(b, 16), baseSeq: readU64(b, 24) };
   } catch (err) {
@@ -179,7 +179,7 @@ export interface SnapshotHeader {
 /** Returns [header, image] chunks to be written back to back. */
 export function encodeSnapshot(h: SnapshotHeader, image: Uint8Array): [Buffer, Uint8Array] {
   const b = Buffer.alloc(SNAPSHOT_HEADER_SIZE);
-  b.write(SNAPSHOT_MAGIC, 0, 'latin1');
+  b.write(SNAPSHOT_MAGIC, 0, "latin1");
   b.writeUInt32LE(FORMAT_VERSION, 8);
   b.writeUInt32LE(SNAPSHOT_HEADER_SIZE, 12);
   writeU64(b, h.epoch, 16);
@@ -194,11 +194,11 @@ export function encodeSnapshot(h: SnapshotHeader, image: Uint8Array): [Buffer, U
 export function decodeSnapshot(data: Uint8Array): (SnapshotHeader & { image: Uint8Array }) | string {
   const b = asBuffer(data);
   if (b.length < SNAPSHOT_HEADER_SIZE) return `snapshot too short (${b.length} bytes)`;
-  if (b.toString('latin1', 0, 8) !== SNAPSHOT_MAGIC) return 'bad snapshot magic';
-  if (b.readUInt32LE(44) !== crc32(b.subarray(0, 44))) return 'snapshot header CRC mismatch';
+  if (b.toString("latin1", 0, 8) !== SNAPSHOT_MAGIC) return "bad snapshot magic";
+  if (b.readUInt32LE(44) !== crc32(b.subarray(0, 44))) return "snapshot header CRC mismatch";
   const version = b.readUInt32LE(8);
   if (version !== FORMAT_VERSION) return `unsupported snapshot format version ${version}`;
-  if (b.readUInt32LE(12) !== SNAPSHOT_HEADER_SIZE) return 'unexpected snapshot header size';
+  if (b.readUInt32LE(12) !== SNAPSHOT_HEADER_SIZE) return "unexpected snapshot header size";
   let epoch: number, lastSeq: number, len: number;
   try {
     epoch = readU64(b, 16);
@@ -211,7 +211,7 @@ export function decodeSnapshot(data: Uint8Array): (SnapshotHeader & { image: Uin
     return `snapshot length mismatch (header says ${len} image bytes, file has ${b.length - SNAPSHOT_HEADER_SIZE})`;
   }
   const image = b.subarray(SNAPSHOT_HEADER_SIZE);
-  if (crc32(image) !== b.readUInt32LE(40)) return 'snapshot image CRC mismatch';
+  if (crc32(image) !== b.readUInt32LE(40)) return "snapshot image CRC mismatch";
   return { epoch, lastSeq, image };
 }
 
@@ -223,27 +223,27 @@ export function decodeSnapshot(data: Uint8Array): (SnapshotHeader & { image: Uin
  * be journaled faithfully.
  */
 export function encodeRecord(seq: number, stmts: readonly Stmt[]): Buffer {
-  if (!Array.isArray(stmts)) throw new TypeError('statements must be an array');
+  if (!Array.isArray(stmts)) throw new TypeError("statements must be an array");
   let size = MIN_PAYLOAD;
   for (const s of stmts) {
-    if (typeof s !== 'object' || s === null) throw new TypeError('statement must be an object');
-    size += 4 + Buffer.byteLength(checkText(s.sql, 'sql'), 'utf8') + 4;
+    if (typeof s !== "object" || s === null) throw new TypeError("statement must be an object");
+    size += 4 + Buffer.byteLength(checkText(s.sql, "sql"), "utf8") + 4;
     if (s.params === undefined) continue;
-    if (!Array.isArray(s.params)) throw new TypeError('params must be an array');
-    if (s.params.length >= NO_PARAMS) throw new RangeError('too many params');
+    if (!Array.isArray(s.params)) throw new TypeError("params must be an array");
+    if (s.params.length >= NO_PARAMS) throw new RangeError("too many params");
     for (const p of s.params) {
       size += 1;
       if (p === null) continue;
       switch (typeof p) {
-        case 'number':
+        case "number":
           size += 8;
           break;
-        case 'bigint':
+        case "bigint":
           if (p < INT64_MIN || p > INT64_MAX) throw new RangeError(`bigint param out of int64 range: ${p}`);
           size += 8;
           break;
-        case 'string':
-          size += 4 + Buffer.byteLength(checkText(p, 'string param'), 'utf8');
+        case "string":
+          size += 4 + Buffer.byteLength(checkText(p, "string param"), "utf8");
           break;
         default:
           if (p instanceof Uint8Array) size += 4 + p.byteLength;
@@ -260,7 +260,7 @@ export function encodeRecord(seq: number, stmts: readonly Stmt[]): Buffer {
   buf.writeUInt32LE(stmts.length, o + 9);
   o += MIN_PAYLOAD;
   for (const s of stmts) {
-    const n = buf.write(s.sql, o + 4, 'utf8');
+    const n = buf.write(s.sql, o + 4, "utf8");
     buf.writeUInt32LE(n, o);
     o += 4 + n;
     if (s.params === undefined) {
@@ -273,17 +273,17 @@ export function encodeRecord(seq: number, stmts: readonly Stmt[]): Buffer {
     for (const p of s.params) {
       if (p === null) {
         buf.writeUInt8(TAG_NULL, o++);
-      } else if (typeof p === 'number') {
+      } else if (typeof p === "number") {
         buf.writeUInt8(TAG_NUMBER, o++);
         buf.writeDoubleLE(p, o);
         o += 8;
-      } else if (typeof p === 'bigint') {
+      } else if (typeof p === "bigint") {
         buf.writeUInt8(TAG_BIGINT, o++);
         buf.writeBigInt64LE(p, o);
         o += 8;
-      } else if (typeof p === 'string') {
+      } else if (typeof p === "string") {
         buf.writeUInt8(TAG_STRING, o++);
-        const m = buf.write(p, o + 4, 'utf8');
+        const m = buf.write(p, o + 4, "utf8");
         buf.writeUInt32LE(m, o);
         o += 4 + m;
       } else {
@@ -316,7 +316,7 @@ export function decodePayload(data: Uint8Array): DecodedBatch {
     need(o, 4);
     const sqlLen = b.readUInt32LE(o);
     need(o + 4, sqlLen + 4);
-    const sql = b.toString('utf8', o + 4, o + 4 + sqlLen);
+    const sql = b.toString("utf8", o + 4, o + 4 + sqlLen);
     o += 4 + sqlLen;
     const np = b.readUInt32LE(o);
     o += 4;
@@ -347,9 +347,7 @@ export function decodePayload(data: Uint8Array): DecodedBatch {
           need(o, 4);
           const len = b.readUInt32LE(o);
           need(o + 4, len);
-          params.push(
-            tag === TAG_STRING ? b.toString('utf8', o + 4, o + 4 + len) : new Uint8Array(b.subarray(o + 4, o + 4 + len)),
-          );
+          params.push(tag === TAG_STRING ? b.toString("utf8", o + 4, o + 4 + len) : new Uint8Array(b.subarray(o + 4, o + 4 + len)));
           o += 4 + len;
           break;
         }
@@ -396,7 +394,7 @@ function frameProblem(b: Buffer, off: number): string | null {
   if (len < MIN_PAYLOAD || len > MAX_PAYLOAD) return `invalid payload length ${len}`;
   if (avail - RECORD_HEADER_SIZE < len) return `short payload (${avail - RECORD_HEADER_SIZE} of ${len} bytes)`;
   const payload = b.subarray(off + RECORD_HEADER_SIZE, off + RECORD_HEADER_SIZE + len);
-  if (crc32(payload) !== b.readUInt32LE(off + 4)) return 'CRC mismatch';
+  if (crc32(payload) !== b.readUInt32LE(off + 4)) return "CRC mismatch";
   return null;
 }
 
@@ -420,7 +418,7 @@ export function findWellFormedRecord(data: Uint8Array, from: number): number {
 export function scanJournal(data: Uint8Array): ScanResult {
   const b = asBuffer(data);
   const header = decodeJournalHeader(b);
-  if (typeof header === 'string') {
+  if (typeof header === "string") {
     return { header: null, records: [], validEnd: 0, tornTail: null, corrupt: { offset: 0, reason: header } };
   }
   const records: JournalRecord[] = [];

@@ -4,7 +4,7 @@
  * typed here with only the members this package uses (no ambient
  * `declare module`, so it cannot clash with other declarations).
  */
-import { createRequire } from 'node:module';
+import { createRequire } from "node:module";
 
 export type SqlValue = number | string | Uint8Array | bigint | null;
 
@@ -36,8 +36,8 @@ let loading: Promise<SqlJsStatic> | null = null;
 /** Loads (once per process) and returns the sql.js module. */
 export function loadSqlJs(): Promise<SqlJsStatic> {
   if (!loading) {
-    const init = require('sql.js') as InitSqlJs;
-    const wasmPath = require.resolve('sql.js/dist/sql-wasm.wasm');
+    const init = require("sql.js") as InitSqlJs;
+    const wasmPath = require.resolve("sql.js/dist/sql-wasm.wasm");
     loading = init({ locateFile: () => wasmPath });
     loading.catch(() => {
       loading = null;

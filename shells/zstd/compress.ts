@@ -23,10 +23,10 @@
  * `MAX_COMPRESS_INPUT_BYTES` (256 KiB: 4x an RVBox chunk; every level -7..22
  * was verified at 512 KiB) and levels outside -7..22.
  */
-import { createRequire } from 'node:module';
-import { readZstdFrameContentSize } from './frame-header.js';
-import { nativeCompress, ZSTD_BACKEND, type ZstdBackend } from './native.js';
-import type { ZstdCodecPackage, ZstdSimple } from './zstd-codec.js';
+import { createRequire } from "node:module";
+import { readZstdFrameContentSize } from "./frame-header.js";
+import { nativeCompress, ZSTD_BACKEND, type ZstdBackend } from "./native.js";
+import type { ZstdCodecPackage, ZstdSimple } from "./zstd-codec.js";
 
 export const DEFAULT_ZSTD_LEVEL = 3;
 export const MIN_ZSTD_LEVEL = -7;
@@ -47,7 +47,7 @@ let initPromise: Promise<void> | null = null;
  * call it again to get a fresh WASM instance.
  */
 export function initZstd(backend: ZstdBackend = ZSTD_BACKEND): Promise<void> {
-  if (backend === 'native' || simple) return Promise.resolve();
+  if (backend === "native" || simple) return Promise.resolve();
   if (initPromise) return initPromise;
   const attempt = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -55,7 +55,7 @@ export function initZstd(backend: ZstdBackend = ZSTD_BACKEND): Promise<void> {
     }, ZSTD_INIT_TIMEOUT_MS);
     timer.unref();
     try {
-      const pkg = require('zstd-codec') as ZstdCodecPackage;
+      const pkg = require("zstd-codec") as ZstdCodecPackage;
       pkg.ZstdCodec.run((zstd) => {
         clearTimeout(timer);
         try {
@@ -82,7 +82,7 @@ export function initZstd(backend: ZstdBackend = ZSTD_BACKEND): Promise<void> {
  * `initZstd()` has completed (and no abort has happened since) for portable.
  */
 export function isZstdReady(backend: ZstdBackend = ZSTD_BACKEND): boolean {
-  return backend === 'native' || simple !== null;
+  return backend === "native" || simple !== null;
 }
 
 /**
@@ -92,24 +92,18 @@ export function isZstdReady(backend: ZstdBackend = ZSTD_BACKEND): boolean {
  * MAX_COMPRESS_INPUT_BYTES, a level that is not an integer in -7..22, or a
  * codec failure. Level 0 means the default (3), as in libzstd.
  */
-export function compress(
-  raw: Uint8Array,
-  level: number = DEFAULT_ZSTD_LEVEL,
-  backend: ZstdBackend = ZSTD_BACKEND,
-): Uint8Array {
+export function compress(raw: Uint8Array, level: number = DEFAULT_ZSTD_LEVEL, backend: ZstdBackend = ZSTD_BACKEND): Uint8Array {
   const codec = simple;
-  if (backend === 'portable' && !codec) throw new Error('zstd codec is not initialised: await initZstd() first');
-  if (!(raw instanceof Uint8Array)) throw new TypeError('compress: raw must be a Uint8Array');
+  if (backend === "portable" && !codec) throw new Error("zstd codec is not initialised: await initZstd() first");
+  if (!(raw instanceof Uint8Array)) throw new TypeError("compress: raw must be a Uint8Array");
   if (raw.length > MAX_COMPRESS_INPUT_BYTES) {
-    throw new RangeError(
-      `compress: input of ${raw.length} bytes exceeds MAX_COMPRESS_INPUT_BYTES (${MAX_COMPRESS_INPUT_BYTES})`,
-    );
+    throw new RangeError(`compress: input of ${raw.length} bytes exceeds MAX_COMPRESS_INPUT_BYTES (${MAX_COMPRESS_INPUT_BYTES})`);
   }
   if (!Number.isInteger(level) || level < MIN_ZSTD_LEVEL || level > MAX_ZSTD_LEVEL) {
     throw new RangeError(`compress: level must be an integer in ${MIN_ZSTD_LEVEL}..${MAX_ZSTD_LEVEL}, got ${level}`);
   }
 
-  if (backend === 'native') return checkedFrame(nativeCompress(raw, level === 0 ? DEFAULT_ZSTD_LEVEL : level), raw, 'node:zlib');
+  if (backend === "native") return checkedFrame(nativeCompress(raw, level === 0 ? DEFAULT_ZSTD_LEVEL : level), raw, "node:zlib");
 
   let frame: Uint8Array | null;
   try {
@@ -121,17 +115,15 @@ export function compress(
     initPromise = null;
     throw new Error(`zstd-codec aborted; call initZstd() again before compressing: ${String(err)}`);
   }
-  if (!frame) throw new Error('zstd-codec failed to compress (returned null)');
-  return checkedFrame(frame, raw, 'zstd-codec');
+  if (!frame) throw new Error("zstd-codec failed to compress (returned null)");
+  return checkedFrame(frame, raw, "zstd-codec");
 }
 
 function checkedFrame(frame: Uint8Array, raw: Uint8Array, who: string): Uint8Array {
   const header = readZstdFrameContentSize(frame);
   if (!header.ok || header.contentSize !== raw.length) {
     throw new Error(
-      `${who} produced a frame without the expected Frame_Content_Size (${
-        header.ok ? String(header.contentSize) : header.reason
-      }, expected ${raw.length})`,
+      `${who} produced a frame without the expected Frame_Content_Size (${header.ok ? String(header.contentSize) : header.reason}, expected ${raw.length})`,
     );
   }
   return frame;

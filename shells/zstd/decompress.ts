@@ -37,9 +37,9 @@
  * (fzstd skips it; RVBox frames carry none). A corrupted compressed block that still decodes to the
  * declared length is therefore returned as ok.
  */
-import { Decompress } from 'fzstd';
-import { scanZstdFrame } from './frame-header.js';
-import { nativeDecode, nativeDecodedSize, ZSTD_BACKEND, type ZstdBackend } from './native.js';
+import { Decompress } from "fzstd";
+import { scanZstdFrame } from "./frame-header.js";
+import { nativeDecode, nativeDecodedSize, ZSTD_BACKEND, type ZstdBackend } from "./native.js";
 
 export const DEFAULT_DECOMPRESS_LIMIT = 64 * 1024;
 /**
@@ -49,16 +49,14 @@ export const DEFAULT_DECOMPRESS_LIMIT = 64 * 1024;
  */
 export const DECODER_MAX_WINDOW_BYTES = 1024 * 1024;
 
-export type DecompressErrorCode = 'PAYLOAD_TOO_LARGE' | 'BAD_COMPRESSION';
+export type DecompressErrorCode = "PAYLOAD_TOO_LARGE" | "BAD_COMPRESSION";
 
-export type DecompressResult =
-  | { ok: true; data: Uint8Array }
-  | { ok: false; code: DecompressErrorCode; message: string };
+export type DecompressResult = { ok: true; data: Uint8Array } | { ok: false; code: DecompressErrorCode; message: string };
 
 class OutputOverflow extends Error {}
 
 function bad(message: string): DecompressResult {
-  return { ok: false, code: 'BAD_COMPRESSION', message };
+  return { ok: false, code: "BAD_COMPRESSION", message };
 }
 
 /**
@@ -73,21 +71,21 @@ function precheck(frame: Uint8Array, declaredOriginalSize: number, limit: number
     throw new RangeError(`decompressValidated: limit must be a non-negative integer, got ${limit}`);
   }
   const declared = declaredOriginalSize;
-  if (typeof declared !== 'number' || !Number.isInteger(declared) || declared < 0) {
+  if (typeof declared !== "number" || !Number.isInteger(declared) || declared < 0) {
     return bad(`declared original size ${String(declared)} is not a non-negative integer`);
   }
   if (declared > limit) {
     return {
       ok: false,
-      code: 'PAYLOAD_TOO_LARGE',
+      code: "PAYLOAD_TOO_LARGE",
       message: `declared original size ${declared} exceeds the limit of ${limit} bytes`,
     };
   }
-  if (!(frame instanceof Uint8Array)) return bad('compressed payload is not a byte array');
+  if (!(frame instanceof Uint8Array)) return bad("compressed payload is not a byte array");
 
   const scan = scanZstdFrame(frame);
   if (!scan.ok) return bad(`invalid zstd frame: ${scan.reason}`);
-  if (scan.contentSize === null) return bad('zstd frame header does not carry Frame_Content_Size');
+  if (scan.contentSize === null) return bad("zstd frame header does not carry Frame_Content_Size");
   if (scan.contentSize !== declared) {
     return bad(`zstd frame declares ${scan.contentSize} content bytes but ${declared} were declared`);
   }
@@ -95,14 +93,10 @@ function precheck(frame: Uint8Array, declaredOriginalSize: number, limit: number
     return bad(`zstd Window_Size ${scan.windowSize} exceeds ${DECODER_MAX_WINDOW_BYTES}`);
   }
   if (scan.frameSize !== frame.length) {
-    return bad(
-      `payload holds ${frame.length - scan.frameSize} bytes after the zstd frame (exactly one frame is allowed)`,
-    );
+    return bad(`payload holds ${frame.length - scan.frameSize} bytes after the zstd frame (exactly one frame is allowed)`);
   }
   if (scan.rawAndRleBytes > declared || scan.decodedSizeUpperBound < declared) {
-    return bad(
-      `zstd blocks cannot decode to ${declared} bytes (raw/RLE ${scan.rawAndRleBytes}, upper bound ${scan.decodedSizeUpperBound})`,
-    );
+    return bad(`zstd blocks cannot decode to ${declared} bytes (raw/RLE ${scan.rawAndRleBytes}, upper bound ${scan.decodedSizeUpperBound})`);
   }
 
   return null;
@@ -121,7 +115,7 @@ export function validateCompressed(
   limit: number = DEFAULT_DECOMPRESS_LIMIT,
   backend: ZstdBackend = ZSTD_BACKEND,
 ): { ok: true; size: number } | { ok: false; code: DecompressErrorCode; message: string } {
-  if (backend !== 'native') {
+  if (backend !== "native") {
     const r = decompressValidated(frame, declaredOriginalSize, limit, backend);
     return r.ok ? { ok: true, size: r.data.length } : r;
   }
@@ -130,11 +124,11 @@ export function validateCompressed(
   const declared = declaredOriginalSize;
   const r = nativeDecodedSize(frame, declared);
   if (r.ok) {
-    if (r.size !== declared) return { ok: false, code: 'BAD_COMPRESSION', message: `zstd frame decoded to ${r.size} bytes but ${declared} were declared` };
+    if (r.size !== declared) return { ok: false, code: "BAD_COMPRESSION", message: `zstd frame decoded to ${r.size} bytes but ${declared} were declared` };
     return r;
   }
-  if (r.overflow) return { ok: false, code: 'BAD_COMPRESSION', message: `zstd frame decodes to more than the declared ${declared} bytes` };
-  return { ok: false, code: 'BAD_COMPRESSION', message: `zstd decoding failed: ${r.message}` };
+  if (r.overflow) return { ok: false, code: "BAD_COMPRESSION", message: `zstd frame decodes to more than the declared ${declared} bytes` };
+  return { ok: false, code: "BAD_COMPRESSION", message: `zstd decoding failed: ${r.message}` };
 }
 
 export function decompressValidated(
@@ -147,7 +141,7 @@ export function decompressValidated(
   if (refused) return refused;
   const declared = declaredOriginalSize;
 
-  if (backend === 'native') {
+  if (backend === "native") {
     const r = nativeDecode(frame, declared);
     if (r.ok) {
       if (r.data.length !== declared) {
@@ -163,7 +157,7 @@ export function decompressValidated(
   let written = 0;
   try {
     const decoder = new Decompress((chunk) => {
-      if (chunk.length > declared - written) throw new OutputOverflow('overflow');
+      if (chunk.length > declared - written) throw new OutputOverflow("overflow");
       out.set(chunk, written);
       written += chunk.length;
     });
@@ -204,7 +198,7 @@ export function decompressRun(
     if (frame.length !== f.length) return bad(`run of ${frames.length} frames is shorter than its index (${span.length} bytes)`);
     const declared = f.originalSize;
     if (!Number.isInteger(declared) || declared < 0) return bad(`declared original size ${String(declared)} is not a non-negative integer`);
-    if (declared > limit) return { ok: false, code: 'PAYLOAD_TOO_LARGE', message: `declared original size ${declared} exceeds the limit of ${limit} bytes` };
+    if (declared > limit) return { ok: false, code: "PAYLOAD_TOO_LARGE", message: `declared original size ${declared} exceeds the limit of ${limit} bytes` };
     const scan = scanZstdFrame(frame);
     if (!scan.ok) return bad(`invalid zstd frame at ${at}: ${scan.reason}`);
     if (scan.contentSize !== declared) return bad(`zstd frame at ${at} declares ${String(scan.contentSize)} content bytes but ${declared} were declared`);
@@ -215,7 +209,7 @@ export function decompressRun(
   }
   if (at !== span.length) return bad(`run holds ${span.length - at} bytes after its frames`);
   if (frames.length === 0) return { ok: true, data: new Uint8Array(0) };
-  if (backend === 'native' && total > 0) {
+  if (backend === "native" && total > 0) {
     const r = nativeDecode(span, total);
     if (!r.ok) return bad(r.overflow ? `zstd frames decode to more than the declared ${total} bytes` : `zstd decoding failed: ${r.message}`);
     if (r.data.length !== total) return bad(`zstd frames decoded to ${r.data.length} bytes but ${total} were declared`);

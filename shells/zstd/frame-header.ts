@@ -28,9 +28,7 @@ export const ZSTD_BLOCK_SIZE_MAX = 128 * 1024;
 /** Smallest possible frame: magic + FHD + 1-byte FCS + one empty raw block header. */
 export const ZSTD_MIN_FRAME_BYTES = 4 + 1 + 1 + 3;
 
-export type ZstdHeaderResult =
-  | { ok: true; contentSize: number | null; headerSize: number }
-  | { ok: false; reason: string };
+export type ZstdHeaderResult = { ok: true; contentSize: number | null; headerSize: number } | { ok: false; reason: string };
 
 export interface ZstdFrameHeader {
   /** Frame_Content_Size, or null when the header does not carry it. */
@@ -48,9 +46,7 @@ export interface ZstdFrameHeader {
   dictionaryId: number;
 }
 
-export type ZstdFrameHeaderResult =
-  | ({ ok: true } & ZstdFrameHeader)
-  | { ok: false; reason: string };
+export type ZstdFrameHeaderResult = ({ ok: true } & ZstdFrameHeader) | { ok: false; reason: string };
 
 export interface ZstdFrameScan extends ZstdFrameHeader {
   /** Exact byte length of the frame: header + all blocks + optional checksum. */
@@ -84,25 +80,23 @@ function readLE(bytes: Uint8Array, offset: number, length: number): number {
 
 function isSkippableMagic(bytes: Uint8Array): boolean {
   // 0x184D2A50 .. 0x184D2A5F, little-endian: 5? 2A 4D 18
-  return (
-    ((bytes[0] ?? 0) & 0xf0) === 0x50 && bytes[1] === 0x2a && bytes[2] === 0x4d && bytes[3] === 0x18
-  );
+  return ((bytes[0] ?? 0) & 0xf0) === 0x50 && bytes[1] === 0x2a && bytes[2] === 0x4d && bytes[3] === 0x18;
 }
 
 /**
  * Parse the frame header at the start of `bytes`, exposing every field.
  */
 export function parseZstdFrameHeader(bytes: Uint8Array): ZstdFrameHeaderResult {
-  if (bytes.length < 4) return { ok: false, reason: 'truncated: shorter than the 4-byte magic number' };
-  if (isSkippableMagic(bytes)) return { ok: false, reason: 'skippable frame refused' };
-  if (readLE(bytes, 0, 4) !== ZSTD_MAGIC) return { ok: false, reason: 'bad magic number (not a zstd frame)' };
-  if (bytes.length < 5) return { ok: false, reason: 'truncated: missing Frame_Header_Descriptor' };
+  if (bytes.length < 4) return { ok: false, reason: "truncated: shorter than the 4-byte magic number" };
+  if (isSkippableMagic(bytes)) return { ok: false, reason: "skippable frame refused" };
+  if (readLE(bytes, 0, 4) !== ZSTD_MAGIC) return { ok: false, reason: "bad magic number (not a zstd frame)" };
+  if (bytes.length < 5) return { ok: false, reason: "truncated: missing Frame_Header_Descriptor" };
 
   const fhd = bytes[4] ?? 0;
   const fcsFlag = fhd >> 6;
   const singleSegment = (fhd & 0x20) !== 0;
   // bit 4 is "unused" (must be ignored by decoders); bit 3 is reserved and must be 0
-  if ((fhd & 0x08) !== 0) return { ok: false, reason: 'reserved bit set in Frame_Header_Descriptor' };
+  if ((fhd & 0x08) !== 0) return { ok: false, reason: "reserved bit set in Frame_Header_Descriptor" };
   const hasChecksum = (fhd & 0x04) !== 0;
   const didFlag = fhd & 0x03;
 
@@ -146,7 +140,7 @@ export function parseZstdFrameHeader(bytes: Uint8Array): ZstdFrameHeaderResult {
     const high = readLE(bytes, pos + 4, 4);
     // 2^53 - 1 = high < 2^21. Anything larger cannot be a number exactly.
     if (high >= 0x20_0000) {
-      return { ok: false, reason: 'Frame_Content_Size exceeds Number.MAX_SAFE_INTEGER' };
+      return { ok: false, reason: "Frame_Content_Size exceeds Number.MAX_SAFE_INTEGER" };
     }
     contentSize = high * TWO_POW_32 + low;
   }
@@ -230,7 +224,7 @@ export function scanZstdFrame(bytes: Uint8Array): ZstdFrameScanResult {
     if (last) break;
   }
   if (h.hasChecksum) {
-    if (pos + 4 > bytes.length) return { ok: false, reason: 'truncated: missing Content_Checksum' };
+    if (pos + 4 > bytes.length) return { ok: false, reason: "truncated: missing Content_Checksum" };
     pos += 4;
   }
   return {

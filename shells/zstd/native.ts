@@ -14,10 +14,10 @@
  * Both backends produce and accept the same frames (test/shells/zstd/
  * cross-decode.test.ts decodes each one's frames with the other).
  */
-import zlib from 'node:zlib';
-import { scanZstdFrame } from './frame-header.js';
+import zlib from "node:zlib";
+import { scanZstdFrame } from "./frame-header.js";
 
-export type ZstdBackend = 'native' | 'portable';
+export type ZstdBackend = "native" | "portable";
 
 /** Largest Window_Size the native decoder may use: 2^20 = DECODER_MAX_WINDOW_BYTES. */
 const NATIVE_WINDOW_LOG_MAX = 20;
@@ -32,14 +32,14 @@ interface NativeZstd {
 
 function nativeApi(): NativeZstd | null {
   const z = zlib as unknown as Partial<NativeZstd>;
-  if (typeof z.zstdCompressSync !== 'function' || typeof z.zstdDecompressSync !== 'function') return null;
+  if (typeof z.zstdCompressSync !== "function" || typeof z.zstdDecompressSync !== "function") return null;
   const c = z.constants;
   if (
     !c ||
-    c['ZSTD_c_compressionLevel'] === undefined ||
-    c['ZSTD_c_contentSizeFlag'] === undefined ||
-    c['ZSTD_c_checksumFlag'] === undefined ||
-    c['ZSTD_d_windowLogMax'] === undefined
+    c.ZSTD_c_compressionLevel === undefined ||
+    c.ZSTD_c_contentSizeFlag === undefined ||
+    c.ZSTD_c_checksumFlag === undefined ||
+    c.ZSTD_d_windowLogMax === undefined
   ) {
     return null;
   }
@@ -53,16 +53,16 @@ function compressOptions(raw: Uint8Array, level: number): object {
   return {
     pledgedSrcSize: raw.length,
     params: {
-      [c['ZSTD_c_compressionLevel']!]: level,
-      [c['ZSTD_c_contentSizeFlag']!]: 1,
-      [c['ZSTD_c_checksumFlag']!]: 0,
+      [c.ZSTD_c_compressionLevel!]: level,
+      [c.ZSTD_c_contentSizeFlag!]: 1,
+      [c.ZSTD_c_checksumFlag!]: 0,
     },
   };
 }
 
 /** One native zstd frame of `raw` at `level` with a fresh context (`zstdCompressSync`). */
 export function nativeCompressOneShot(raw: Uint8Array, level: number): Uint8Array {
-  if (!api) throw new Error('node:zlib has no zstd in this Node');
+  if (!api) throw new Error("node:zlib has no zstd in this Node");
   const out = api.zstdCompressSync(raw, compressOptions(raw, level));
   return new Uint8Array(out.buffer, out.byteOffset, out.length);
 }
@@ -86,7 +86,7 @@ export function nativeCompressOneShot(raw: Uint8Array, level: number): Uint8Arra
  * `zstdCompressSync` (and builds a fresh context next time).
  */
 export function nativeCompress(raw: Uint8Array, level: number): Uint8Array {
-  if (!api) throw new Error('node:zlib has no zstd in this Node');
+  if (!api) throw new Error("node:zlib has no zstd in this Node");
   const e = reusedEncoder(level);
   if (e) {
     const cap = compressBound(raw.length);
@@ -94,9 +94,9 @@ export function nativeCompress(raw: Uint8Array, level: number): Uint8Array {
     e.error = null;
     try {
       e.handle.reset();
-      e.handle.writeSync(api.constants['ZSTD_e_end'] ?? 2, raw, 0, raw.length, encodeScratch, 0, cap);
+      e.handle.writeSync(api.constants.ZSTD_e_end ?? 2, raw, 0, raw.length, encodeScratch, 0, cap);
     } catch (err) {
-      e.error = { message: err instanceof Error ? err.message : String(err), code: '' };
+      e.error = { message: err instanceof Error ? err.message : String(err), code: "" };
     }
     if (!e.error && e.state[1] === 0 && e.state[0]! > 0) {
       const produced = cap - e.state[0]!;
@@ -132,20 +132,21 @@ function reusedEncoder(level: number): ReusedEncoder | null {
   if (encodersUnavailable || !api) return null;
   try {
     const c = api.constants;
-    const Ctor = (zlib as unknown as { ZstdCompress?: new (o: object) => { _handle?: unknown; _writeState?: unknown; on(e: string, f: () => void): void } }).ZstdCompress;
-    if (typeof Ctor !== 'function') throw new Error('no ZstdCompress');
+    const Ctor = (zlib as unknown as { ZstdCompress?: new (o: object) => { _handle?: unknown; _writeState?: unknown; on(e: string, f: () => void): void } })
+      .ZstdCompress;
+    if (typeof Ctor !== "function") throw new Error("no ZstdCompress");
     const engine = new Ctor({
       params: {
-        [c['ZSTD_c_compressionLevel']!]: level,
-        [c['ZSTD_c_contentSizeFlag']!]: 1,
-        [c['ZSTD_c_checksumFlag']!]: 0,
+        [c.ZSTD_c_compressionLevel!]: level,
+        [c.ZSTD_c_contentSizeFlag!]: 1,
+        [c.ZSTD_c_checksumFlag!]: 0,
       },
     });
-    engine.on('error', () => {});
+    engine.on("error", () => {});
     const handle = engine._handle as Partial<ZstdStreamHandle> | undefined;
     const state = engine._writeState;
-    if (!handle || typeof handle.writeSync !== 'function' || typeof handle.reset !== 'function' || !(state instanceof Uint32Array) || state.length < 2) {
-      throw new Error('node:zlib internals differ');
+    if (!handle || typeof handle.writeSync !== "function" || typeof handle.reset !== "function" || !(state instanceof Uint32Array) || state.length < 2) {
+      throw new Error("node:zlib internals differ");
     }
     const e: ReusedEncoder = { level, handle: handle as ZstdStreamHandle, state, error: null };
     e.handle.onerror = (message, _errno, code) => {
@@ -169,9 +170,7 @@ function dropEncoder(): void {
   }
 }
 
-export type NativeDecodeResult =
-  | { ok: true; data: Uint8Array }
-  | { ok: false; overflow: boolean; message: string };
+export type NativeDecodeResult = { ok: true; data: Uint8Array } | { ok: false; overflow: boolean; message: string };
 
 /**
  * Decode one frame with node:zlib, producing at most `declared` bytes.
@@ -188,26 +187,26 @@ export type NativeDecodeResult =
  * (`maxOutputLength` must be >= 1, so a declared 0 is checked by length.)
  */
 export function nativeDecode(frame: Uint8Array, declared: number): NativeDecodeResult {
-  if (!api) throw new Error('node:zlib has no zstd in this Node');
+  if (!api) throw new Error("node:zlib has no zstd in this Node");
   const c = api.constants;
   let out: Buffer;
   try {
     out = api.zstdDecompressSync(frame, {
       maxOutputLength: Math.max(1, declared),
       chunkSize: Math.max(ZLIB_MIN_CHUNK, declared + 1),
-      params: { [c['ZSTD_d_windowLogMax']!]: NATIVE_WINDOW_LOG_MAX },
+      params: { [c.ZSTD_d_windowLogMax!]: NATIVE_WINDOW_LOG_MAX },
     });
   } catch (err) {
     const code = (err as { code?: unknown }).code;
     // ERR_BUFFER_TOO_LARGE: zlib's maxOutputLength. ZSTD_error_dstSize_tooSmall:
     // libzstd itself stops a frame that produces more than its own
     // Frame_Content_Size (which equals the declared size by now).
-    if (code === 'ERR_BUFFER_TOO_LARGE' || code === 'ZSTD_error_dstSize_tooSmall') {
-      return { ok: false, overflow: true, message: 'overflow' };
+    if (code === "ERR_BUFFER_TOO_LARGE" || code === "ZSTD_error_dstSize_tooSmall") {
+      return { ok: false, overflow: true, message: "overflow" };
     }
     return { ok: false, overflow: false, message: err instanceof Error ? err.message : String(err) };
   }
-  if (out.length > declared) return { ok: false, overflow: true, message: 'overflow' };
+  if (out.length > declared) return { ok: false, overflow: true, message: "overflow" };
   return { ok: true, data: new Uint8Array(out.buffer, out.byteOffset, out.length) };
 }
 
@@ -245,14 +244,15 @@ function reusedDecoder(): ReusedDecoder | null {
   if (reused || reuseUnavailable || !api) return reused;
   try {
     const c = api.constants;
-    const Ctor = (zlib as unknown as { ZstdDecompress?: new (o: object) => { _handle?: unknown; _writeState?: unknown; on(e: string, f: () => void): void } }).ZstdDecompress;
-    if (typeof Ctor !== 'function') throw new Error('no ZstdDecompress');
-    const engine = new Ctor({ params: { [c['ZSTD_d_windowLogMax']!]: NATIVE_WINDOW_LOG_MAX } });
-    engine.on('error', () => {});
+    const Ctor = (zlib as unknown as { ZstdDecompress?: new (o: object) => { _handle?: unknown; _writeState?: unknown; on(e: string, f: () => void): void } })
+      .ZstdDecompress;
+    if (typeof Ctor !== "function") throw new Error("no ZstdDecompress");
+    const engine = new Ctor({ params: { [c.ZSTD_d_windowLogMax!]: NATIVE_WINDOW_LOG_MAX } });
+    engine.on("error", () => {});
     const handle = engine._handle as Partial<ZstdStreamHandle> | undefined;
     const state = engine._writeState;
-    if (!handle || typeof handle.writeSync !== 'function' || typeof handle.reset !== 'function' || !(state instanceof Uint32Array) || state.length < 2) {
-      throw new Error('node:zlib internals differ');
+    if (!handle || typeof handle.writeSync !== "function" || typeof handle.reset !== "function" || !(state instanceof Uint32Array) || state.length < 2) {
+      throw new Error("node:zlib internals differ");
     }
     const d: ReusedDecoder = { handle: handle as ZstdStreamHandle, state, error: null };
     d.handle.onerror = (message, _errno, code) => {
@@ -281,7 +281,7 @@ function dropReused(): void {
  * `ok` with the exact size produced, or an overflow / failure.
  */
 export function nativeDecodedSize(frame: Uint8Array, declared: number): { ok: true; size: number } | { ok: false; overflow: boolean; message: string } {
-  if (!api) throw new Error('node:zlib has no zstd in this Node');
+  if (!api) throw new Error("node:zlib has no zstd in this Node");
   const d = reusedDecoder();
   if (d) {
     const cap = declared + 1;
@@ -289,14 +289,14 @@ export function nativeDecodedSize(frame: Uint8Array, declared: number): { ok: tr
     d.error = null;
     try {
       d.handle.reset();
-      d.handle.writeSync(api.constants['ZSTD_e_end'] ?? 2, frame, 0, frame.length, scratch, 0, cap);
+      d.handle.writeSync(api.constants.ZSTD_e_end ?? 2, frame, 0, frame.length, scratch, 0, cap);
     } catch (err) {
-      d.error = { message: err instanceof Error ? err.message : String(err), code: '' };
+      d.error = { message: err instanceof Error ? err.message : String(err), code: "" };
     }
     if (!d.error) {
       const produced = cap - d.state[0]!;
       const leftIn = d.state[1]!;
-      if (produced > declared) return { ok: false, overflow: true, message: 'overflow' };
+      if (produced > declared) return { ok: false, overflow: true, message: "overflow" };
       if (leftIn === 0) return { ok: true, size: produced };
     }
     // An error, or input left over: decide on the one-shot path, from a fresh context next time.
@@ -309,7 +309,7 @@ export function nativeDecodedSize(frame: Uint8Array, declared: number): { ok: tr
 function selfTest(): boolean {
   if (!api) return false;
   try {
-    const raw = new TextEncoder().encode('rvbox native zstd self-test\n'.repeat(8));
+    const raw = new TextEncoder().encode("rvbox native zstd self-test\n".repeat(8));
     const frame = nativeCompress(raw, 3);
     // Frame_Content_Size present: FHD's FCS flag or Single_Segment set.
     const fhd = frame[4] ?? 0;
@@ -325,13 +325,13 @@ function selfTest(): boolean {
 export const NATIVE_ZSTD_AVAILABLE: boolean = selfTest();
 
 function choose(): ZstdBackend {
-  const wanted = typeof process !== 'undefined' ? process.env['RVBOX_ZSTD'] : undefined;
-  if (wanted === 'portable') return 'portable';
-  return NATIVE_ZSTD_AVAILABLE ? 'native' : 'portable';
+  const wanted = typeof process !== "undefined" ? process.env.RVBOX_ZSTD : undefined;
+  if (wanted === "portable") return "portable";
+  return NATIVE_ZSTD_AVAILABLE ? "native" : "portable";
 }
 
 /** The backend `compress`, `decompressValidated` and `initZstd` use by default. */
 export const ZSTD_BACKEND: ZstdBackend = choose();
 
 /** Every backend that works in this process (native first when present). */
-export const ZSTD_BACKENDS: readonly ZstdBackend[] = NATIVE_ZSTD_AVAILABLE ? ['native', 'portable'] : ['portable'];
+export const ZSTD_BACKENDS: readonly ZstdBackend[] = NATIVE_ZSTD_AVAILABLE ? ["native", "portable"] : ["portable"];

@@ -89,7 +89,25 @@ describe("argument parsing", () => {
 
 describe("run: building the submit request", () => {
   it("an argv command after -- with cwd, env, timeout, expiry and stdin", () => {
-    const r = submit(["web-1", "--cwd", "/srv", "--env", "A=1", "--env", "B=2", "--timeout", "5m", "--expire-after", "10s", "--stdin", "--id", "my-id-1", "--", "ls", "-l"]);
+    const r = submit([
+      "web-1",
+      "--cwd",
+      "/srv",
+      "--env",
+      "A=1",
+      "--env",
+      "B=2",
+      "--timeout",
+      "5m",
+      "--expire-after",
+      "10s",
+      "--stdin",
+      "--id",
+      "my-id-1",
+      "--",
+      "ls",
+      "-l",
+    ]);
     expect(r.clientId).toBe("web-1");
     expect(r.program).toEqual({ case: "argv", value: { argv: ["ls", "-l"] } });
     expect(r.cwd).toBe("/srv");
@@ -109,8 +127,14 @@ describe("run: building the submit request", () => {
   });
 
   it("--shell joins the words into one command line; --shell bash picks bash", () => {
-    expect(submit(["web-1", "--shell", "--", "echo", "a | wc -c"]).program).toEqual({ case: "shell", value: { shell: ShellType.SH, commandLine: "echo a | wc -c" } });
-    expect(submit(["web-1", "--shell", "bash", "--", "echo $BASH_VERSION"]).program).toEqual({ case: "shell", value: { shell: ShellType.BASH, commandLine: "echo $BASH_VERSION" } });
+    expect(submit(["web-1", "--shell", "--", "echo", "a | wc -c"]).program).toEqual({
+      case: "shell",
+      value: { shell: ShellType.SH, commandLine: "echo a | wc -c" },
+    });
+    expect(submit(["web-1", "--shell", "bash", "--", "echo $BASH_VERSION"]).program).toEqual({
+      case: "shell",
+      value: { shell: ShellType.BASH, commandLine: "echo $BASH_VERSION" },
+    });
   });
 
   it("--script uploads the file, words after -- become script arguments", () => {

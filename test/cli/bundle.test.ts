@@ -79,7 +79,7 @@ describe("CLI bundle cache", () => {
 
 describe("rvbox through the bundle", () => {
   const env: NodeJS.ProcessEnv = { ...process.env, RVBOX_SERVER: "http://127.0.0.1:1" };
-  delete env["RVBOX_BUNDLE"];
+  delete env.RVBOX_BUNDLE;
 
   it("`rvbox --version` and `rvbox version` print the version and this Node, bundled and through tsx alike", () => {
     for (const argv of [["--version"], ["version"]]) {

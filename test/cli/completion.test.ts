@@ -39,11 +39,11 @@ beforeAll(async () => {
   writeFileSync(wrapper, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} "$@"\n`);
   chmodSync(wrapper, 0o755);
   const tokenFile = path.join(dir, "operator-token");
-  writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+  writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
   s = await startServer();
   agent = await startAgent(s.url, "web-complete");
   await waitFor("agent connected", () => agent.connected);
-  env = { PATH: `${path.join(dir, "bin")}:${process.env["PATH"] ?? "/usr/bin:/bin"}`, RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: tokenFile, HOME: dir };
+  env = { PATH: `${path.join(dir, "bin")}:${process.env.PATH ?? "/usr/bin:/bin"}`, RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: tokenFile, HOME: dir };
 }, 120_000);
 
 afterAll(async () => {
@@ -56,7 +56,12 @@ afterAll(async () => {
  * Run a child without blocking this process's event loop: the server and the
  * agent run in it and must answer the child's `rvbox __complete`.
  */
-function run(cmd: string, args: string[], extraEnv: Record<string, string>, timeout = 60_000): Promise<{ status: number | null; stdout: string; stderr: string }> {
+function run(
+  cmd: string,
+  args: string[],
+  extraEnv: Record<string, string>,
+  timeout = 60_000,
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     execFile(cmd, args, { encoding: "utf8", env: { ...env, ...extraEnv }, timeout }, (err, stdout, stderr) =>
       resolve({ status: err ? ((err as { code?: unknown }).code as number | null) : 0, stdout, stderr }),
@@ -67,7 +72,11 @@ function run(cmd: string, args: string[], extraEnv: Record<string, string>, time
 /** COMPREPLY after completing the last of `words` (an empty last word: a TAB after a space). */
 async function bashComplete(words: string[], extraEnv: Record<string, string> = {}): Promise<string[]> {
   const arr = words.map((w) => `'${w.replace(/'/g, `'\\''`)}'`).join(" ");
-  const r = await run("bash", ["--norc", "-c", `source ${JSON.stringify(bashScript)}; COMP_WORDS=(${arr}); COMP_CWORD=${words.length - 1}; _rvbox; printf '%s\\n' "\${COMPREPLY[@]}"`], extraEnv);
+  const r = await run(
+    "bash",
+    ["--norc", "-c", `source ${JSON.stringify(bashScript)}; COMP_WORDS=(${arr}); COMP_CWORD=${words.length - 1}; _rvbox; printf '%s\\n' "\${COMPREPLY[@]}"`],
+    extraEnv,
+  );
   expect(r.stderr).toBe("");
   expect(r.status).toBe(0);
   return r.stdout.split("\n").filter((l) => l !== "");
@@ -75,7 +84,15 @@ async function bashComplete(words: string[], extraEnv: Record<string, string> = 
 
 describe("rvbox completion bash", () => {
   it("loads in a real bash and completes subcommands, flags and their values", async () => {
-    const r = await run("bash", ["--norc", "-c", `source <(${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} completion bash); COMP_WORDS=(rvbox ru); COMP_CWORD=1; _rvbox; echo "\${COMPREPLY[@]}"; complete -p rvbox`], {});
+    const r = await run(
+      "bash",
+      [
+        "--norc",
+        "-c",
+        `source <(${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} completion bash); COMP_WORDS=(rvbox ru); COMP_CWORD=1; _rvbox; echo "\${COMPREPLY[@]}"; complete -p rvbox`,
+      ],
+      {},
+    );
     expect(r.stdout).toBe("run\ncomplete -F _rvbox rvbox\n");
     expect(await bashComplete(["rvbox", "c"])).toEqual(["close-stdin", "cancel", "clients", "claims", "completion"]);
     expect(await bashComplete(["rvbox", "__"])).toEqual([]); // hidden
@@ -120,9 +137,13 @@ describe("rvbox completion bash", () => {
   it("every subcommand and every flag of every parser table appears in the bash and the zsh script", () => {
     const bash = rvbox(["completion", "bash"]);
     const zsh = rvbox(["completion", "zsh"]);
-    const top = /^commands:\n([\s\S]*)$/m.exec(rvbox(["help"]))![1]!.split("\n").map((l) => l.trim().split(/\s+/)[0]).filter((w): w is string => !!w);
+    const top = /^commands:\n([\s\S]*)$/m
+      .exec(rvbox(["help"]))![1]!
+      .split("\n")
+      .map((l) => l.trim().split(/\s+/)[0])
+      .filter((w): w is string => !!w);
     expect(top).toEqual(expect.arrayContaining([...OPERATOR_COMMANDS, "server", "agent", "completion"]));
-    const bashTop = /_rvbox_words '([^']*)'\n    return 0/.exec(bash)![1]!.split(" ");
+    const bashTop = /_rvbox_words '([^']*)'\n {4}return 0/.exec(bash)![1]!.split(" ");
     expect(bashTop).toEqual(top);
     for (const name of top) expect(zsh).toContain(`'${name}:`);
     const tables: Record<string, Record<string, { short?: string; type: string; negatable?: boolean }>> = {
@@ -131,7 +152,7 @@ describe("rvbox completion bash", () => {
       agent: AGENT_OPTIONS,
       demo: DEMO_OPTIONS,
     };
-    delete tables["__complete"];
+    delete tables.__complete;
     for (const [cmd, flags] of Object.entries(tables)) {
       const bashFlags = new RegExp(`\\n    ${cmd}\\)\\n      flags='([^']*)'`).exec(bash)?.[1]?.split(" ");
       expect(bashFlags, `bash: ${cmd}`).toBeDefined();
@@ -175,11 +196,33 @@ zpty -d z
 }
 
 describe("rvbox completion zsh", () => {
-  it.skipIf(ZSH === null)(`completes in a real interactive zsh (compinit, zsh/zpty)${ZSH === null ? ": zsh is not installed (apt-get install zsh; .ci/run does)" : ""}`, async () => {
-    const sub = await s.client.submitCommand({ clientId: "web-complete", program: { case: "argv", value: { argv: ["true"] } } });
-    const id = sub.command!.issueUuid;
-    expect(
-      await zshComplete(["1|rvbox ru", "1|rvbox run --fol", "1|rvbox logs --stream stde", "1|rvbox completion z", "1|rvbox agent --client", "1|rvbox run x --shell ba", "8|rvbox run ", `8|rvbox cancel ${id.slice(0, 8)}`]),
-    ).toEqual(["run", "run --follow", "logs --stream stderr", "completion zsh", "agent --client-id", "run x --shell bash", "run web-complete", `cancel ${id}`]);
-  }, 120_000);
+  it.skipIf(ZSH === null)(
+    `completes in a real interactive zsh (compinit, zsh/zpty)${ZSH === null ? ": zsh is not installed (apt-get install zsh; .ci/run does)" : ""}`,
+    async () => {
+      const sub = await s.client.submitCommand({ clientId: "web-complete", program: { case: "argv", value: { argv: ["true"] } } });
+      const id = sub.command!.issueUuid;
+      expect(
+        await zshComplete([
+          "1|rvbox ru",
+          "1|rvbox run --fol",
+          "1|rvbox logs --stream stde",
+          "1|rvbox completion z",
+          "1|rvbox agent --client",
+          "1|rvbox run x --shell ba",
+          "8|rvbox run ",
+          `8|rvbox cancel ${id.slice(0, 8)}`,
+        ]),
+      ).toEqual([
+        "run",
+        "run --follow",
+        "logs --stream stderr",
+        "completion zsh",
+        "agent --client-id",
+        "run x --shell bash",
+        "run web-complete",
+        `cancel ${id}`,
+      ]);
+    },
+    120_000,
+  );
 });

@@ -15,7 +15,7 @@ let env: Record<string, string>;
 beforeAll(async () => {
   const dir = await tempDir("rvbox-cli-drain-");
   const tokenFile = path.join(dir, "operator-token");
-  writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+  writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
   s = await startServer();
   agent = await startAgent(s.url, "host-d", { cwd: dir, killGraceMs: 1000 });
   await waitFor("agent connected", () => agent.connected);

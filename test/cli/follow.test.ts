@@ -11,7 +11,11 @@ import { collector } from "./helpers.js";
 
 const U = "11111111-2222-3333-4444-555555555555";
 const out = (seq: number, stream: OutputStream, offset: number, text: string): FollowOutputResponse =>
-  create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: BigInt(seq), item: { case: "output", value: { stream, streamOffset: BigInt(offset), data: Buffer.from(text) } } });
+  create(FollowOutputResponseSchema, {
+    issueUuid: U,
+    eventSeq: BigInt(seq),
+    item: { case: "output", value: { stream, streamOffset: BigInt(offset), data: Buffer.from(text) } },
+  });
 const finished = (): FollowOutputResponse =>
   create(FollowOutputResponseSchema, { issueUuid: U, item: { case: "finished", value: { issueUuid: U, state: CommandLifecycle.SUCCEEDED, exitCode: 0 } } });
 
@@ -34,7 +38,10 @@ describe("logs / run --follow output streaming", () => {
       yield create(FollowOutputResponseSchema, {
         issueUuid: U,
         eventSeq: 2n,
-        item: { case: "truncation", value: { cause: TruncationCause.AGENT_WATERMARK, removedBytes: [{ stream: OutputStream.STDOUT, offset: 7n, length: 40_000_000n }] } },
+        item: {
+          case: "truncation",
+          value: { cause: TruncationCause.AGENT_WATERMARK, removedBytes: [{ stream: OutputStream.STDOUT, offset: 7n, length: 40_000_000n }] },
+        },
       });
       yield out(3, OutputStream.STDOUT, 40_000_007, "after\n");
       yield finished();
@@ -52,12 +59,18 @@ describe("logs / run --follow output streaming", () => {
 
   it("R-O8: an incomplete marker is printed on stderr", async () => {
     const { client } = fakeClient(async function* () {
-      yield create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: 4n, item: { case: "incomplete", value: { streams: [OutputStream.STDERR], reason: "pipe held by a descendant" } } });
+      yield create(FollowOutputResponseSchema, {
+        issueUuid: U,
+        eventSeq: 4n,
+        item: { case: "incomplete", value: { streams: [OutputStream.STDERR], reason: "pipe held by a descendant" } },
+      });
       yield finished();
     });
     const e = collector();
     await followOutput(client, { stdout: collector().stream, stderr: e.stream }, { uuid: U, follow: true });
-    expect(e.bytes().toString()).toBe("rvbox: [! output incomplete at event 4: stderr not drained to EOF (pipe held by a descendant); nothing after this was captured !]\n");
+    expect(e.bytes().toString()).toBe(
+      "rvbox: [! output incomplete at event 4: stderr not drained to EOF (pipe held by a descendant); nothing after this was captured !]\n",
+    );
   });
 
   it("R-O5: a retention marker is printed with its event and byte ranges", async () => {
@@ -65,7 +78,14 @@ describe("logs / run --follow output streaming", () => {
       yield create(FollowOutputResponseSchema, {
         issueUuid: U,
         eventSeq: 1n,
-        item: { case: "retention", value: { cause: TruncationCause.SERVER_RETENTION, removedEvents: { firstEventSeq: 1n, lastEventSeq: 12n }, removedBytes: [{ stream: OutputStream.STDOUT, offset: 0n, length: 786432n }] } },
+        item: {
+          case: "retention",
+          value: {
+            cause: TruncationCause.SERVER_RETENTION,
+            removedEvents: { firstEventSeq: 1n, lastEventSeq: 12n },
+            removedBytes: [{ stream: OutputStream.STDOUT, offset: 0n, length: 786432n }],
+          },
+        },
       });
       yield out(13, OutputStream.STDOUT, 786432, "tail\n");
       yield finished();
@@ -79,7 +99,11 @@ describe("logs / run --follow output streaming", () => {
     const { client } = fakeClient(async function* () {
       yield out(1, OutputStream.STDOUT, 0, "o1\n");
       yield out(2, OutputStream.STDERR, 0, "e1\n");
-      yield create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: 3n, item: { case: "truncation", value: { cause: TruncationCause.AGENT_BUDGET, removedBytes: [{ stream: OutputStream.STDOUT, offset: 3n, length: 10n }] } } });
+      yield create(FollowOutputResponseSchema, {
+        issueUuid: U,
+        eventSeq: 3n,
+        item: { case: "truncation", value: { cause: TruncationCause.AGENT_BUDGET, removedBytes: [{ stream: OutputStream.STDOUT, offset: 3n, length: 10n }] } },
+      });
       yield finished();
     });
     const o = collector();
@@ -117,10 +141,17 @@ describe("logs / run --follow output streaming", () => {
       eventSeq: 3n,
       item: { case: "truncation", value: { cause: TruncationCause.AGENT_WATERMARK, removedBytes: [{ stream: OutputStream.STDOUT, offset: 4n, length: 10n }] } },
     });
-    const batch = (...events: FollowOutputResponse[]) => create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: events[events.length - 1]!.eventSeq, events });
+    const batch = (...events: FollowOutputResponse[]) =>
+      create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: events[events.length - 1]!.eventSeq, events });
     const { client, froms } = fakeClient(async function* (from, call) {
       if (call === 1) {
-        yield batch(out(1, OutputStream.STDOUT, 0, "ab"), out(2, OutputStream.STDOUT, 2, "cd"), trunc, out(4, OutputStream.STDERR, 0, "E1"), out(5, OutputStream.STDOUT, 14, "ef"));
+        yield batch(
+          out(1, OutputStream.STDOUT, 0, "ab"),
+          out(2, OutputStream.STDOUT, 2, "cd"),
+          trunc,
+          out(4, OutputStream.STDERR, 0, "E1"),
+          out(5, OutputStream.STDOUT, 14, "ef"),
+        );
         throw new ConnectError("reset", Code.Unavailable);
       }
       expect(from).toBe(6);
@@ -142,7 +173,11 @@ describe("logs / run --follow output streaming", () => {
   it("R-O3 R-O8: followOutput resolves only once stdout and stderr have taken every byte and marker (a write under the high-water mark may still be queued; the CLI exits next)", async () => {
     const { client } = fakeClient(async function* () {
       yield out(1, OutputStream.STDOUT, 0, "x".repeat(1000));
-      yield create(FollowOutputResponseSchema, { issueUuid: U, eventSeq: 2n, item: { case: "incomplete", value: { streams: [OutputStream.STDOUT], reason: "drain deadline" } } });
+      yield create(FollowOutputResponseSchema, {
+        issueUuid: U,
+        eventSeq: 2n,
+        item: { case: "incomplete", value: { streams: [OutputStream.STDOUT], reason: "drain deadline" } },
+      });
       yield out(3, OutputStream.STDOUT, 1000, "tail");
       yield finished();
     });
@@ -166,7 +201,7 @@ describe("logs / run --follow output streaming", () => {
     }
     const r = await p;
     expect(held).toHaveLength(0);
-    expect(Buffer.concat(outTaken).toString()).toBe("x".repeat(1000) + "tail");
+    expect(Buffer.concat(outTaken).toString()).toBe(`${"x".repeat(1000)}tail`);
     expect(Buffer.concat(errTaken).toString()).toContain("output incomplete at event 2");
     expect(r.finished?.state).toBe(CommandLifecycle.SUCCEEDED);
   });
@@ -196,6 +231,8 @@ describe("logs / run --follow output streaming", () => {
     const { client } = fakeClient(async function* () {
       throw new ConnectError(`NOT_FOUND: no command ${U}`, Code.NotFound);
     });
-    await expect(followOutput(client, { stdout: collector().stream, stderr: collector().stream }, { uuid: U, follow: true })).rejects.toMatchObject({ exitCode: 66 });
+    await expect(followOutput(client, { stdout: collector().stream, stderr: collector().stream }, { uuid: U, follow: true })).rejects.toMatchObject({
+      exitCode: 66,
+    });
   });
 });

@@ -31,7 +31,8 @@ export interface RunOpts {
 export async function cli(argv: string[], o: RunOpts = {}): Promise<CliResult & { tuiLaunch?: TuiLaunch }> {
   const out = collector();
   const err = collector();
-  const stdin = o.stdin instanceof Readable ? o.stdin : Readable.from(o.stdin === undefined ? [] : [typeof o.stdin === "string" ? Buffer.from(o.stdin) : o.stdin]);
+  const stdin =
+    o.stdin instanceof Readable ? o.stdin : Readable.from(o.stdin === undefined ? [] : [typeof o.stdin === "string" ? Buffer.from(o.stdin) : o.stdin]);
   let launched: TuiLaunch | undefined;
   const handlers = new Set<() => void>();
   const io: Partial<OperatorIO> = {
@@ -43,10 +44,12 @@ export async function cli(argv: string[], o: RunOpts = {}): Promise<CliResult & 
       handlers.add(cb);
       return () => handlers.delete(cb);
     },
-    runTui: o.tui ?? (async (l) => {
-      launched = l;
-      return 0;
-    }),
+    runTui:
+      o.tui ??
+      (async (l) => {
+        launched = l;
+        return 0;
+      }),
   };
   const timer = o.interruptAfterMs !== undefined ? setTimeout(() => handlers.forEach((h) => h()), o.interruptAfterMs) : null;
   try {

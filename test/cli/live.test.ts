@@ -24,7 +24,7 @@ beforeAll(async () => {
   dir = await tempDir("rvbox-cli-");
   tokenFile = path.join(dir, "operator-token");
   badTokenFile = path.join(dir, "bad-token");
-  writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+  writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
   writeFileSync(badTokenFile, "not-the-operator-token\n", { mode: 0o600 });
   // Small retention so a chatty command's old output is removed (R-O5).
   s = await startServer({ limits: { outputPerCommand: 256 * 1024, segmentBytes: 64 * 1024 } });
@@ -112,8 +112,18 @@ describe("rvbox run", () => {
     const errs: string[] = [];
     const run = runOperatorCli(["run", "host-a", "-i", "-f", "--", "cat"], {
       stdin: input,
-      stdout: new Writable({ write(c, _e, cb) { out += String(c); cb(); } }),
-      stderr: new Writable({ write(c, _e, cb) { errs.push(String(c)); cb(); } }),
+      stdout: new Writable({
+        write(c, _e, cb) {
+          out += String(c);
+          cb();
+        },
+      }),
+      stderr: new Writable({
+        write(c, _e, cb) {
+          errs.push(String(c));
+          cb();
+        },
+      }),
       env,
       onInterrupt: () => () => {},
     });
@@ -142,7 +152,9 @@ describe("rvbox run", () => {
   });
 
   it("--cwd, --env and --timeout reach the process", async () => {
-    const r = await cli(["run", "host-a", "-f", "--cwd", "/", "--env", "GREETING=hej", "--timeout", "20s", "--shell", "--", 'echo "$GREETING from $(pwd)"'], { env });
+    const r = await cli(["run", "host-a", "-f", "--cwd", "/", "--env", "GREETING=hej", "--timeout", "20s", "--shell", "--", 'echo "$GREETING from $(pwd)"'], {
+      env,
+    });
     expect(r.code).toBe(0);
     expect(r.stdout).toBe("hej from /\n");
   });
@@ -228,11 +240,15 @@ describe("rvbox run", () => {
   });
 
   it("runs as a real child process with RVBOX_SERVER / RVBOX_TOKEN_FILE and exits with the command's code", async () => {
-    const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "shells/operator/main.ts"), "run", "host-a", "--follow", "--shell", "--", "echo child; exit 3"], {
-      cwd: ROOT,
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", path.join(ROOT, "shells/operator/main.ts"), "run", "host-a", "--follow", "--shell", "--", "echo child; exit 3"],
+      {
+        cwd: ROOT,
+        env: { ...process.env, ...env },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
     const code = await new Promise<number | null>((r) => child.on("close", (c) => r(c)));
@@ -244,7 +260,11 @@ describe("rvbox run", () => {
 /** The real CLI as a child process whose stdout reader goes away after `lines` lines, as `| head -N` does. */
 async function headOf(args: string[], lines: number): Promise<{ code: number | null; signal: string | null; out: string; err: string; ms: number }> {
   const t0 = Date.now();
-  const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   let err = "";
   child.stderr.on("data", (d: Buffer) => (err += d.toString()));
@@ -445,7 +465,12 @@ describe("rvbox logs | head", () => {
     const errs: string[] = [];
     const code = await runOperatorCli(["logs", id], {
       stdout: broken,
-      stderr: new Writable({ write(c, _e, cb) { errs.push(String(c)); cb(); } }),
+      stderr: new Writable({
+        write(c, _e, cb) {
+          errs.push(String(c));
+          cb();
+        },
+      }),
       env,
       onInterrupt: () => () => {},
     });
@@ -610,7 +635,14 @@ describe("errors: clear messages and exit codes, no stack traces", () => {
   const noTrace = (t: string): void => expect(t).not.toMatch(/\n\s+at [\w.<]+ \(/);
 
   it("an unknown command id exits 66", async () => {
-    for (const argv of [["get", "00000000-0000-0000-0000-000000000000"], ["logs", "00000000-0000-0000-0000-000000000000"], ["cancel", "nope"], ["signal", "nope", "KILL"], ["stdin", "nope", "x"], ["close-stdin", "nope"]]) {
+    for (const argv of [
+      ["get", "00000000-0000-0000-0000-000000000000"],
+      ["logs", "00000000-0000-0000-0000-000000000000"],
+      ["cancel", "nope"],
+      ["signal", "nope", "KILL"],
+      ["stdin", "nope", "x"],
+      ["close-stdin", "nope"],
+    ]) {
       const r = await cli(argv, { env });
       expect(r.code, argv.join(" ")).toBe(66);
       expect(r.stderr).toMatch(/no command/);

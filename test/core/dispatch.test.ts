@@ -6,7 +6,8 @@ import { defaultServerConfig } from "../../core/index.js";
 import { CommandLifecycle as L, ShellType, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { encodeEnvelope } from "../../core/codec/frame-codec.js";
 
-const accepted = (h: Harness) => h.sent("commandAccepted").map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number } });
+const accepted = (h: Harness) =>
+  h.sent("commandAccepted").map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number } });
 
 function fastRedelivery(): ReturnType<typeof defaultServerConfig> {
   const cfg = defaultServerConfig();
@@ -102,7 +103,10 @@ describe("dispatch", () => {
     h.restartAgent("a");
     // After a restart (new session) the server would not redeliver; inject the old dispatch re-fenced.
     const fence = a.st.session.fence!;
-    const again = encodeEnvelope(fence, { ...dispatch.env.payload, value: { ...(dispatch.env.payload.value as object), targetSessionGeneration: BigInt(fence.generation) } } as never);
+    const again = encodeEnvelope(fence, {
+      ...dispatch.env.payload,
+      value: { ...(dispatch.env.payload.value as object), targetSessionGeneration: BigInt(fence.generation) },
+    } as never);
     h.agentInput("a", { type: "frame", conn: a.conn, data: again });
     expect(a.spawns).toEqual(["c1"]);
     expect(accepted(h).filter((x) => x.issueUuid === "c1" && x.accepted).length).toBeGreaterThanOrEqual(2);
@@ -114,7 +118,10 @@ describe("dispatch", () => {
     h.submit("a", "c1");
     const a = h.agents.get("a")!;
     const d = h.wire.find((w) => w.env.payload.case === "commandDispatch")!;
-    const other = encodeEnvelope(a.st.session.fence, { ...d.env.payload, value: { ...(d.env.payload.value as object), immutableRequestSha256: new Uint8Array(32).fill(9) } } as never);
+    const other = encodeEnvelope(a.st.session.fence, {
+      ...d.env.payload,
+      value: { ...(d.env.payload.value as object), immutableRequestSha256: new Uint8Array(32).fill(9) },
+    } as never);
     h.agentInput("a", { type: "frame", conn: a.conn, data: other });
     expect(accepted(h).at(-1)).toMatchObject({ issueUuid: "c1", accepted: false, rejection: { code: Code.CONFLICT } });
     expect(a.spawns).toEqual(["c1"]);

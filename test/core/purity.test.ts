@@ -13,7 +13,8 @@ function files(dir: string): string[] {
     return statSync(p).isDirectory() ? files(p) : p.endsWith(".ts") ? [p] : [];
   });
 }
-const FORBIDDEN = /Date\.now|new Date\(|performance\.now|Math\.random|setTimeout|setInterval|setImmediate|queueMicrotask|process\.|require\(|\basync\b|\bawait\b|Promise|from ["'](node:|fs|net|http|https|crypto|child_process|ws|sql\.js|zstd-codec|fzstd)["']/;
+const FORBIDDEN =
+  /Date\.now|new Date\(|performance\.now|Math\.random|setTimeout|setInterval|setImmediate|queueMicrotask|process\.|require\(|\basync\b|\bawait\b|Promise|from ["'](node:|fs|net|http|https|crypto|child_process|ws|sql\.js|zstd-codec|fzstd)["']/;
 
 describe("core purity", () => {
   it("no clock, randomness, timer, promise or I/O in core/", () => {

@@ -39,7 +39,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
 
 const AGENTS = ["a0", "a1"];
 
-export function run(ops: Op[], debug = false): Harness {
+function run(ops: Op[], debug = false): Harness {
   const h = new Harness();
   for (const a of AGENTS) h.addAgent(a, { maxRunning: 2, maxQueued: 2 });
   h.autoDurable = false;
@@ -48,8 +48,7 @@ export function run(ops: Op[], debug = false): Harness {
   const written = new Map<string, { stdout: string; stderr: string }>();
   const submitted: string[] = [];
   const clientOf = new Map<string, string>();
-  const running = (): Array<{ agent: string; uuid: string }> =>
-    AGENTS.flatMap((a) => [...h.agents.get(a)!.procs.keys()].map((uuid) => ({ agent: a, uuid })));
+  const running = (): Array<{ agent: string; uuid: string }> => AGENTS.flatMap((a) => [...h.agents.get(a)!.procs.keys()].map((uuid) => ({ agent: a, uuid })));
   // A terminal state, once durable, never changes (in memory and on disk).
   const terminalSeen = new Map<string, L>();
   const checkTerminal = () => {
@@ -183,11 +182,11 @@ export function run(ops: Op[], debug = false): Harness {
       let text = "";
       let covered = 0;
       for (const e of h.storedEvents(u)) {
-        if (e["kind"] === "output" && e["stream"] === stream) {
-          expect(e["offset"]).toBe(text.length + covered);
-          text += new TextDecoder().decode((e["zstd"] as Uint8Array).slice(-(e["originalSize"] as number)));
+        if (e.kind === "output" && e.stream === stream) {
+          expect(e.offset).toBe(text.length + covered);
+          text += new TextDecoder().decode((e.zstd as Uint8Array).slice(-(e.originalSize as number)));
         }
-        if (e["kind"] === "truncation") for (const r of e["ranges"] as Array<{ stream: string; length: number }>) if (r.stream === stream) covered += r.length;
+        if (e.kind === "truncation") for (const r of e.ranges as Array<{ stream: string; length: number }>) if (r.stream === stream) covered += r.length;
       }
       expect(covered).toBe(0);
       expect(text, `${u} ${stream}`).toBe(w[stream]);
@@ -197,12 +196,19 @@ export function run(ops: Op[], debug = false): Harness {
 }
 
 describe("random walk over both nodes", () => {
-  it("R-W11 R-D1 R-D2 R-O2 R-O3: faults never cause a double launch, a changed terminal state or lost acknowledged output; everything finishes once faults stop", () => {
-    fc.assert(fc.property(fc.array(op, { minLength: 10, maxLength: Number(process.env["RVBOX_WALK_LEN"] ?? 120) }), (ops) => void run(ops)), {
-      numRuns: Number(process.env["RVBOX_WALK_RUNS"] ?? runs(250)),
-      ...(process.env["RVBOX_WALK_SEED"] ? { seed: Number(process.env["RVBOX_WALK_SEED"]) } : {}),
-    });
-  }, Number(process.env["RVBOX_WALK_TIMEOUT_MS"] ?? 60_000));
+  it(
+    "R-W11 R-D1 R-D2 R-O2 R-O3: faults never cause a double launch, a changed terminal state or lost acknowledged output; everything finishes once faults stop",
+    () => {
+      fc.assert(
+        fc.property(fc.array(op, { minLength: 10, maxLength: Number(process.env.RVBOX_WALK_LEN ?? 120) }), (ops) => void run(ops)),
+        {
+          numRuns: Number(process.env.RVBOX_WALK_RUNS ?? runs(250)),
+          ...(process.env.RVBOX_WALK_SEED ? { seed: Number(process.env.RVBOX_WALK_SEED) } : {}),
+        },
+      );
+    },
+    Number(process.env.RVBOX_WALK_TIMEOUT_MS ?? 60_000),
+  );
 });
 
 describe("regressions found by the random walk (pinned counterexamples)", () => {

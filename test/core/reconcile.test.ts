@@ -18,8 +18,20 @@ function reconnect(h: Harness, name = "a"): void {
 describe("reconcile classification (property)", () => {
   const uuid = fc.constantFrom("u1", "u2", "u3", "u4", "u5", "u6");
   const hash = fc.constantFrom("h1", "h2");
-  const server = fc.record({ uuid, state: fc.constantFrom(...ALL), terminalSource: fc.constantFrom("agent", "server") as fc.Arbitrary<"agent" | "server">, hash, storedThrough: fc.nat(5) });
-  const agent = fc.record({ uuid, lifecycle: fc.constantFrom(L.ACCEPTED, L.RUNNING, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.REJECTED), tombstoned: fc.boolean(), hash, lastEventSeq: fc.nat(5) });
+  const server = fc.record({
+    uuid,
+    state: fc.constantFrom(...ALL),
+    terminalSource: fc.constantFrom("agent", "server") as fc.Arbitrary<"agent" | "server">,
+    hash,
+    storedThrough: fc.nat(5),
+  });
+  const agent = fc.record({
+    uuid,
+    lifecycle: fc.constantFrom(L.ACCEPTED, L.RUNNING, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.REJECTED),
+    tombstoned: fc.boolean(),
+    hash,
+    lastEventSeq: fc.nat(5),
+  });
 
   it("R-D9 R-D10 R-D11 R-D12: any snapshot yields the classification the spec demands", () => {
     fc.assert(
@@ -159,10 +171,12 @@ describe("reconciliation end to end", () => {
       ["c2", L.FAILED],
     ]);
     // Resent from the first unacknowledged event: c1's "two" and c2's exit.
-    const seqs = after.filter((w) => w.env.payload.case === "commandEvent").map((w) => {
-      const e = w.env.payload.value as { issueUuid: string; eventSeq: bigint };
-      return `${e.issueUuid}#${e.eventSeq}`;
-    });
+    const seqs = after
+      .filter((w) => w.env.payload.case === "commandEvent")
+      .map((w) => {
+        const e = w.env.payload.value as { issueUuid: string; eventSeq: bigint };
+        return `${e.issueUuid}#${e.eventSeq}`;
+      });
     expect(seqs).toEqual(["c1#3", "c2#2"]);
     expect(h.cmd("c2").state).toBe(L.FAILED);
     expect(h.agents.get("a")!.st.commands.has("c2")).toBe(false);
@@ -191,7 +205,10 @@ describe("reconciliation end to end", () => {
     expect(h.server.conns.get(a.serverConn)!.phase).toBe("reconciling");
     h.flush("server"); // the result is durable: result, then the dispatch is recorded
     h.flush("server"); // ... and sent
-    const order = h.wire.slice(before).filter((w) => w.from === "server").map((w) => w.env.payload.case);
+    const order = h.wire
+      .slice(before)
+      .filter((w) => w.from === "server")
+      .map((w) => w.env.payload.case);
     expect(order.indexOf("reconcileResult")).toBeGreaterThan(-1);
     expect(order.indexOf("commandDispatch")).toBeGreaterThan(order.indexOf("reconcileResult"));
     expect(h.serverDisk.durable.get("reconcile")?.has("a")).toBe(true);
@@ -224,7 +241,12 @@ describe("reconciliation end to end", () => {
     reconnect(h);
     expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
     expect(h.cmd("c0").state).toBe(L.INTERRUPTED);
-    expect([...h.server.incidents.values()].filter((i) => i.kind === "reconcile_interrupt").map((i) => i.uuid).sort()).toEqual(["c0", "c1"]);
+    expect(
+      [...h.server.incidents.values()]
+        .filter((i) => i.kind === "reconcile_interrupt")
+        .map((i) => i.uuid)
+        .sort(),
+    ).toEqual(["c0", "c1"]);
   });
 
   it("R-D11: an agent-held command the server lacks is terminated locally after the durable result, with a recovery incident", () => {
@@ -288,7 +310,6 @@ describe("reconciliation end to end", () => {
     expect(h.agents.get("a")!.spawns).toEqual(["c1"]);
   });
 });
-
 
 describe("regressions", () => {
   it("R-D11 R-D12: events of a command the server ended itself never close the session, so the result can end the agent's copy", () => {

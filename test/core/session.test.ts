@@ -4,7 +4,15 @@ import fc from "fast-check";
 import { Harness } from "../support/harness.js";
 import { Code } from "../../core/errors.js";
 import { backoffCeiling, backoffDelay } from "../../core/session/backoff.js";
-import { newAgentSession, sessionConnect, sessionTick, sessionTransportClosed, sessionTransportOpen, sessionWelcome, type SessionAction } from "../../core/session/agent-session.js";
+import {
+  newAgentSession,
+  sessionConnect,
+  sessionTick,
+  sessionTransportClosed,
+  sessionTransportOpen,
+  sessionWelcome,
+  type SessionAction,
+} from "../../core/session/agent-session.js";
 import { rngFromSeed } from "../../core/rng.js";
 import { BACKOFF_CAP_MS, HEARTBEAT_DEAD_AFTER_MS, HEARTBEAT_PING_AFTER_MS } from "../../core/limits.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -189,7 +197,11 @@ describe("registration and fencing", () => {
         if (a.serverConn) h.serverInput({ type: "activity", conn: a.serverConn });
       }
     };
-    expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: b.st.instanceId })).toEqual({ ok: true, instanceId: b.st.instanceId, expiresAt: h.now + 5 * 60_000 });
+    expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: b.st.instanceId })).toEqual({
+      ok: true,
+      instanceId: b.st.instanceId,
+      expiresAt: h.now + 5 * 60_000,
+    });
     // While b is in backoff the authorization expires unused.
     b.st.session.retryAt = h.now + 10 * 60_000;
     live(5 * 60_000 + 5_000);
@@ -237,7 +249,13 @@ describe("registration and fencing", () => {
     const stale = structuredClone(h.wire.find((w) => w.from === "server" && w.env.payload.case === "serverWelcome")!.env);
     // Craft an agent envelope with a wrong generation.
     const { encodeEnvelope } = require_codec();
-    const bad = encodeEnvelope({ sessionId: stale.sessionId, generation: 7 }, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 } });
+    const bad = encodeEnvelope(
+      { sessionId: stale.sessionId, generation: 7 },
+      {
+        case: "clientCapacity",
+        value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 },
+      },
+    );
     h.serverInput({ type: "frame", conn: sc, data: bad });
     expect(h.server.conns.has(sc)).toBe(false);
     expect(lastError(h, "a")?.error?.code).toBe(Code.STALE_GENERATION);
@@ -251,7 +269,16 @@ describe("registration and fencing", () => {
     const { encodeEnvelope } = require_codec();
     const dispatch = encodeEnvelope(fence, {
       case: "commandDispatch",
-      value: { $typeName: "rvbox.v1.CommandDispatch", issueUuid: "x", commandRevision: 1n, targetSessionGeneration: BigInt(fence.generation + 1), immutableRequestSha256: new Uint8Array(32), spec: undefined, issueTime: undefined, queueExpiryTime: undefined },
+      value: {
+        $typeName: "rvbox.v1.CommandDispatch",
+        issueUuid: "x",
+        commandRevision: 1n,
+        targetSessionGeneration: BigInt(fence.generation + 1),
+        immutableRequestSha256: new Uint8Array(32),
+        spec: undefined,
+        issueTime: undefined,
+        queueExpiryTime: undefined,
+      },
     });
     h.agentInput("a", { type: "frame", conn: a.conn, data: dispatch });
     const acc = h.sent("commandAccepted").at(-1)!.payload.value as { accepted: boolean; rejection?: { code: number } };
@@ -281,7 +308,7 @@ describe("registration and fencing", () => {
     const resent = h.wire.filter((w) => w.env.payload.case === "commandEvent").at(-1)!;
     const ev = (e: typeof resent) => e.env.payload.value as { eventSeq: bigint };
     expect(ev(resent).eventSeq).toBe(ev(firstSend).eventSeq);
-    expect(h.storedEvents("live-1").some((e) => e["kind"] === "output")).toBe(true);
+    expect(h.storedEvents("live-1").some((e) => e.kind === "output")).toBe(true);
     expect(h.cmd("live-1").state).toBe(L.RUNNING);
   });
 });

@@ -12,7 +12,7 @@ describe("core smoke", () => {
     h.output("host-a", "cmd-1", "hello\n");
     h.exit("host-a", "cmd-1", 0);
     expect(h.cmd("cmd-1").state).toBe(L.SUCCEEDED);
-    const kinds = h.storedEvents("cmd-1").map((e) => e["kind"]);
+    const kinds = h.storedEvents("cmd-1").map((e) => e.kind);
     expect(kinds).toEqual(["lifecycle", "output", "lifecycle"]);
     expect(h.agents.get("host-a")!.st.commands.size).toBe(0);
     expect(h.agents.get("host-a")!.st.tombstones.has("cmd-1")).toBe(true);

@@ -34,7 +34,15 @@ describe("step context and the durable gate", () => {
   });
 
   it("R-O3: releaseDurable releases exactly the actions at or below the durable id, in order, and never goes backwards", () => {
-    const gate: DurableGate<string> = { lastId: 3, durableThrough: 0, waiting: [{ id: 1, action: "a" }, { id: 2, action: "b" }, { id: 3, action: "c" }] };
+    const gate: DurableGate<string> = {
+      lastId: 3,
+      durableThrough: 0,
+      waiting: [
+        { id: 1, action: "a" },
+        { id: 2, action: "b" },
+        { id: 3, action: "c" },
+      ],
+    };
     expect(releaseDurable(gate, 0)).toEqual([]);
     expect(releaseDurable(gate, 2)).toEqual(["a", "b"]);
     expect(gate.durableThrough).toBe(2);

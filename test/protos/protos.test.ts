@@ -44,7 +44,11 @@ describe("protos", () => {
     execFileSync(buf, ["lint", "protos"], { cwd: root, stdio: "pipe" });
     const tmp = mkdtempSync(join(tmpdir(), "rvbox-gen-"));
     cpSync(join(root, "protos"), join(tmp, "protos"), { recursive: true, filter: (s) => !s.includes(`${join("protos", "gen")}`) });
-    execFileSync(buf, ["generate"], { cwd: join(tmp, "protos"), stdio: "pipe", env: { ...process.env, PATH: `${join(root, "node_modules/.bin")}:${process.env["PATH"]}` } });
+    execFileSync(buf, ["generate"], {
+      cwd: join(tmp, "protos"),
+      stdio: "pipe",
+      env: { ...process.env, PATH: `${join(root, "node_modules/.bin")}:${process.env.PATH}` },
+    });
     const gen = join(root, "protos/gen/rvbox/v1");
     for (const f of readdirSync(gen)) {
       expect(readFileSync(join(tmp, "protos/gen/rvbox/v1", f), "utf8"), f).toBe(readFileSync(join(gen, f), "utf8"));

@@ -1,12 +1,11 @@
 // Agent edges found by the mutation run (Stryker): each test kills mutants
 // that survived before it (docs/MUTATION.md).
 import { describe, expect, it } from "vitest";
-import { type AgentError } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { agentInvariants, restoreAgent } from "../../core/index.js";
 import { Code } from "../../core/errors.js";
 import { agentRow, stdinKey } from "../../core/agent/store.js";
-import { T0, sha, argv, sends, eventsIn, lifecycles, closes, of, AgentRig, stdinWrite, closeStdin, signal, chunk, commit, enc } from "../core/agent/rig.js";
+import { T0, sha, argv, sends, eventsIn, lifecycles, of, AgentRig, stdinWrite, closeStdin, signal, chunk, commit, enc } from "../core/agent/rig.js";
 
 describe("agent edges found by the mutation run", () => {
   it("R-O1: restore ignores rows whose command or outbox is gone, and an empty ledger starts the counter at 0", () => {
@@ -15,7 +14,13 @@ describe("agent edges found by the mutation run", () => {
     r.run("c1");
     const durable = structuredClone(r.disk.durable);
     durable.set("tombstone", new Map());
-    durable.set("chunk", new Map<string, unknown>([["ghost/0000000000000000", { data: new Uint8Array([1]) }], ["c1/0000000000000000", { data: new Uint8Array([2]) }]]));
+    durable.set(
+      "chunk",
+      new Map<string, unknown>([
+        ["ghost/0000000000000000", { data: new Uint8Array([1]) }],
+        ["c1/0000000000000000", { data: new Uint8Array([2]) }],
+      ]),
+    );
     durable.set("stdin", new Map<string, unknown>([["ghost/0000000000000001", { seq: 1, data: new Uint8Array([1]), close: false }]]));
     durable.get("entry")?.set("ghost/000000000001", { idx: 1, kind: "meta", event: {}, revision: 1, time: 0 });
     durable.get("event")!.set("ghost/000000000001", { seq: 1, bytes: new Uint8Array([1]) });
@@ -48,7 +53,16 @@ describe("agent edges found by the mutation run", () => {
     const back = new AgentRig({ maxRunning: 1 });
     back.disk = r.disk;
     back.st = restoreAgent(back.cfg, back.disk.tables(), 5);
-    expect(back.st.commands.get("c1")!.stdin).toEqual({ next: 3, pending: [{ seq: 1, data: new Uint8Array([7, 8]), close: false }, { seq: 2, data: new Uint8Array(0), close: true }], pendingBytes: 2, inFlight: false, closed: true });
+    expect(back.st.commands.get("c1")!.stdin).toEqual({
+      next: 3,
+      pending: [
+        { seq: 1, data: new Uint8Array([7, 8]), close: false },
+        { seq: 2, data: new Uint8Array(0), close: true },
+      ],
+      pendingBytes: 2,
+      inFlight: false,
+      closed: true,
+    });
     const started = back.step({ type: "start" });
     expect(of(started, "spawn").map((x) => x.uuid)).toEqual(["c1"]);
     const run = back.step({ type: "process_started", uuid: "c1", pid: 9 });
@@ -65,7 +79,14 @@ describe("agent edges found by the mutation run", () => {
     r.dispatch("s1", { program: { case: "script", value: { sizeBytes: 10n, sha256: sha(body), interpreter: "/bin/sh" } } });
     r.frame(chunk("s1", 0, body.subarray(0, 5)));
     expect(agentRow(r.disk.durable, "command", "c1")!.stdin).toEqual({ next: 2, pending: [], pendingBytes: 0, inFlight: false, closed: false });
-    expect(agentRow(r.disk.durable, "command", "s1")!.script).toEqual({ size: 10, sha256: Buffer.from(sha(body)).toString("hex"), received: 5, chunks: [], committed: false, path: "" });
+    expect(agentRow(r.disk.durable, "command", "s1")!.script).toEqual({
+      size: 10,
+      sha256: Buffer.from(sha(body)).toString("hex"),
+      received: 5,
+      chunks: [],
+      committed: false,
+      path: "",
+    });
     expect(agentRow(r.disk.durable, "stdin", stdinKey("c1", 1))).toEqual({ seq: 1, data: new Uint8Array([1, 2, 3]), close: false });
   });
 
@@ -97,7 +118,11 @@ describe("agent edges found by the mutation run", () => {
     const est = new AgentRig();
     est.establish();
     const b = est.frame({ case: "error", value: { $typeName: "rvbox.v1.AgentError", closeSession: false } });
-    expect(of(b, "trace").filter((t) => t.event === "server_error").map((t) => t.detail)).toEqual([{ code: "UNSPECIFIED", message: "" }]);
+    expect(
+      of(b, "trace")
+        .filter((t) => t.event === "server_error")
+        .map((t) => t.detail),
+    ).toEqual([{ code: "UNSPECIFIED", message: "" }]);
     const c = est.frame({ case: "error", value: { $typeName: "rvbox.v1.AgentError", closeSession: true } });
     expect(of(c, "close")).toEqual([{ type: "close", conn: 1, reason: "server error: UNSPECIFIED " }]);
   });
@@ -129,7 +154,10 @@ describe("agent edges found by the mutation run", () => {
     r.autoDurable = false;
     r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: enc("pending") });
     r.frame(stdinWrite("c1", 1n, [1]));
-    r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] } });
+    r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
+    });
     const out = r.flush();
     expect(eventsIn(out)).toEqual([]);
     expect(of(out, "write_stdin")).toEqual([]);
@@ -235,6 +263,14 @@ describe("agent edges found by the mutation run", () => {
     r.run("c1");
     r.exit("c1", 0);
     const out = r.ackAll("c1");
-    expect([...new Set(of(out, "persist").flatMap((p) => p.records).map((x) => x.table))].sort()).toEqual(["command", "event", "outbox", "tombstone"]);
+    expect(
+      [
+        ...new Set(
+          of(out, "persist")
+            .flatMap((p) => p.records)
+            .map((x) => x.table),
+        ),
+      ].sort(),
+    ).toEqual(["command", "event", "outbox", "tombstone"]);
   });
 });

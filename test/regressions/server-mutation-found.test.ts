@@ -2,53 +2,29 @@
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
 import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../protos/gen/rvbox/v1/agent_pb.js";
+import type { AgentError, CommandDispatch } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import {
   ByteRangeSchema,
-  CommandEventSchema,
   CommandLifecycle as L,
   ControlErrorSchema,
-  EventRangeSchema,
   ExecutionSpecSchema,
-  OutputIncompleteSchema,
   OutputStream,
   OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
   ScriptUploadStatusSchema,
   SignalKind,
-  SignalResultSchema,
   StdinAckSchema,
 } from "../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../core/index.js";
-import { Code, InvariantViolation } from "../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
-import { nextFloat } from "../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../core/limits.js";
+import { defaultServerConfig, restoreServer, serverInvariants, type ServerEffect } from "../../core/index.js";
+import { Code } from "../../core/errors.js";
+import { MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES } from "../../core/limits.js";
 import { testPorts } from "../support/ports.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../support/server-rig.js";
+import { T0, sha, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed } from "../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
+  r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("server edges found by the mutation run", () => {
@@ -79,7 +55,11 @@ describe("server edges found by the mutation run", () => {
     const r = new ServerRig();
     const c = r.connect();
     const out = r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", closeSession: false } });
-    expect(of(out, "trace").filter((t) => t.event === "agent_error").map((t) => t.detail)).toEqual([{ conn: c, code: "UNSPECIFIED", message: "" }]);
+    expect(
+      of(out, "trace")
+        .filter((t) => t.event === "agent_error")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: c, code: "UNSPECIFIED", message: "" }]);
     expect(r.st.incidents.size).toBe(0);
   });
 
@@ -137,22 +117,64 @@ describe("server edges found by the mutation run", () => {
   it("R-D5: below the incident bound a new incident drops nothing, acknowledged or not", () => {
     const r = new ServerRig();
     const c = r.connect();
-    const store = () => r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false } });
+    const store = () =>
+      r.frame(c, {
+        case: "error",
+        value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false },
+      });
     store();
     r.control({ op: "ack_incident", requestId: "a", incidentId: "inc-1" });
     const out = store();
     expect([...r.st.incidents.keys()]).toEqual(["inc-1", "inc-2"]);
-    expect(of(out, "persist").flatMap((p) => p.records).filter((x) => x.table === "incident" && x.value === null)).toEqual([]);
+    expect(
+      of(out, "persist")
+        .flatMap((p) => p.records)
+        .filter((x) => x.table === "incident" && x.value === null),
+    ).toEqual([]);
   });
 
   it("R-D1: non-terminal transitions leave reason and signal name empty; the initial record and view are the empty ones", () => {
     const r = new ServerRig();
     r.autoDurable = false;
     r.submit("offline", "c1");
-    expect(r.cmd("c1")).toMatchObject({ revision: 1, state: L.QUEUED, terminalSource: "", everDispatched: false, dispatchedOn: 0, attempts: 0, nextAttemptAt: 0, exitCode: null, signalName: "", reason: "", script: null, createdAt: T0, queueExpiry: T0 + 24 * 60 * 60_000 });
-    expect(r.cmd("c1").committed).toEqual({ state: L.UNSPECIFIED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 0, stdinAssigned: 0, startedTime: 0, endedTime: 0 });
+    expect(r.cmd("c1")).toMatchObject({
+      revision: 1,
+      state: L.QUEUED,
+      terminalSource: "",
+      everDispatched: false,
+      dispatchedOn: 0,
+      attempts: 0,
+      nextAttemptAt: 0,
+      exitCode: null,
+      signalName: "",
+      reason: "",
+      script: null,
+      createdAt: T0,
+      queueExpiry: T0 + 24 * 60 * 60_000,
+    });
+    expect(r.cmd("c1").committed).toEqual({
+      state: L.UNSPECIFIED,
+      exitCode: null,
+      signalName: "",
+      reason: "",
+      storedThrough: 0,
+      revision: 0,
+      stdinAssigned: 0,
+      startedTime: 0,
+      endedTime: 0,
+    });
     r.flush();
-    expect(r.cmd("c1").committed).toEqual({ state: L.QUEUED, exitCode: null, signalName: "", reason: "", storedThrough: 0, revision: 1, stdinAssigned: 0, startedTime: 0, endedTime: 0 });
+    expect(r.cmd("c1").committed).toEqual({
+      state: L.QUEUED,
+      exitCode: null,
+      signalName: "",
+      reason: "",
+      storedThrough: 0,
+      revision: 1,
+      stdinAssigned: 0,
+      startedTime: 0,
+      endedTime: 0,
+    });
     r.autoDurable = true;
     const s = new ServerRig();
     const c = s.connect();
@@ -163,7 +185,12 @@ describe("server edges found by the mutation run", () => {
   it("R-C1: a script kept for upload is deleted from storage once the command ends; a stray script on an argv submit is not kept", () => {
     const body = enc("echo x\n");
     const r = new ServerRig();
-    r.submit("off", "s1", { program: { case: "script", value: { sizeBytes: BigInt(body.length), sha256: sha(body), interpreter: "/bin/sh" } } }, { script: body });
+    r.submit(
+      "off",
+      "s1",
+      { program: { case: "script", value: { sizeBytes: BigInt(body.length), sha256: sha(body), interpreter: "/bin/sh" } } },
+      { script: body },
+    );
     expect(r.disk.durable.get("script")?.get("s1")).toEqual({ data: body });
     r.control({ op: "signal", requestId: "k", uuid: "s1", signal: SignalKind.CANCEL });
     expect(r.disk.durable.get("script")?.has("s1")).toBe(false);
@@ -178,9 +205,18 @@ describe("server edges found by the mutation run", () => {
     r.store = false;
     const big = new Uint8Array(MAX_SCRIPT_BYTES);
     const digest = sha(big);
-    expect(r.submit("off", "s1", { program: { case: "script", value: { sizeBytes: BigInt(big.length), sha256: digest, interpreter: "/bin/sh" } } }, { script: big })).toMatchObject({ ok: true });
+    expect(
+      r.submit("off", "s1", { program: { case: "script", value: { sizeBytes: BigInt(big.length), sha256: digest, interpreter: "/bin/sh" } } }, { script: big }),
+    ).toMatchObject({ ok: true });
     const over = new Uint8Array(MAX_SCRIPT_BYTES + 1);
-    expect(r.submit("off", "s2", { program: { case: "script", value: { sizeBytes: BigInt(over.length), sha256: digest, interpreter: "/bin/sh" } } }, { script: over })).toEqual({ ok: false, error: { code: Code.VALIDATION, message: `script of 1..${MAX_SCRIPT_BYTES} bytes required` } });
+    expect(
+      r.submit(
+        "off",
+        "s2",
+        { program: { case: "script", value: { sizeBytes: BigInt(over.length), sha256: digest, interpreter: "/bin/sh" } } },
+        { script: over },
+      ),
+    ).toEqual({ ok: false, error: { code: Code.VALIDATION, message: `script of 1..${MAX_SCRIPT_BYTES} bytes required` } });
   });
 
   it("R-D2: the request hash encodes the client id as UTF-8 at every code point width boundary", async () => {
@@ -191,7 +227,11 @@ describe("server edges found by the mutation run", () => {
     ids.forEach((client, i) => {
       r.control({ op: "submit", requestId: `r${i}`, uuid: `u${i}`, clientId: client, spec });
       const head = Buffer.from(`rvbox.v1/request\nu${i}\n${client}\n0\n`, "utf8");
-      expect(r.cmd(`u${i}`).hash, JSON.stringify(client)).toBe(createHash("sha256").update(Buffer.concat([head, Buffer.from(toBinary(ExecutionSpecSchema, spec))])).digest("hex"));
+      expect(r.cmd(`u${i}`).hash, JSON.stringify(client)).toBe(
+        createHash("sha256")
+          .update(Buffer.concat([head, Buffer.from(toBinary(ExecutionSpecSchema, spec))]))
+          .digest("hex"),
+      );
     });
   });
 
@@ -255,7 +295,10 @@ describe("server edges found by the mutation run", () => {
   it("R-S4 R-S5: USER2 is refused on a queued command like USER1", () => {
     const r = new ServerRig();
     r.submit("off", "q");
-    expect(r.control({ op: "signal", requestId: "u2", uuid: "q", signal: SignalKind.USER2 })).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "the command is not running yet" } });
+    expect(r.control({ op: "signal", requestId: "u2", uuid: "q", signal: SignalKind.USER2 })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "the command is not running yet" },
+    });
     expect(r.cmd("q").state).toBe(L.QUEUED);
   });
 
@@ -274,7 +317,9 @@ describe("server edges found by the mutation run", () => {
     r.step({ type: "conn_closed", conn: a, reason: "x" });
     const a2 = r.open();
     r.hello(a2, "a");
-    r.snapshot(a2, [{ issueUuid: "cb", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 9n, immutableRequestSha256: Buffer.from(r.cmd("cb").hash, "hex") }]);
+    r.snapshot(a2, [
+      { issueUuid: "cb", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 9n, immutableRequestSha256: Buffer.from(r.cmd("cb").hash, "hex") },
+    ]);
     expect(r.cmd("cb").signals.map((s) => s.revision)).toEqual([2]);
     expect(r.cmd("cb2").state).toBe(L.ACCEPTED);
     expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["cb", "reconcile_terminate_local"]]);
@@ -300,12 +345,22 @@ describe("server edges found by the mutation run", () => {
 
   it("R-O7: a truncation marker is stored with its ranges; an offset or length beyond 2^53 is a bad range", () => {
     const range = (stream: OutputStream, offset: bigint, length: bigint) => create(ByteRangeSchema, { stream, offset, length });
-    const trunc = (ranges: ReturnType<typeof range>[]): EventInit => ({ case: "truncation", value: create(OutputTruncationSchema, { removedBytes: ranges, cause: 2 }) });
+    const trunc = (ranges: ReturnType<typeof range>[]): EventInit => ({
+      case: "truncation",
+      value: create(OutputTruncationSchema, { removedBytes: ranges, cause: 2 }),
+    });
     const r = new ServerRig();
     const c = r.connect();
     r.running(c, "c1");
     r.event(c, "c1", 2, trunc([range(OutputStream.STDERR, 0n, 4n), range(OutputStream.STDOUT, 0n, 9n)]));
-    expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ kind: "truncation", cause: 2, ranges: [{ stream: "stderr", offset: 0, length: 4 }, { stream: "stdout", offset: 0, length: 9 }] });
+    expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({
+      kind: "truncation",
+      cause: 2,
+      ranges: [
+        { stream: "stderr", offset: 0, length: 4 },
+        { stream: "stdout", offset: 0, length: 9 },
+      ],
+    });
     for (const bad of [range(OutputStream.STDOUT, 2n ** 60n, 1n), range(OutputStream.STDOUT, 9n, 2n ** 60n)]) {
       const x = new ServerRig();
       const d = x.connect();
@@ -334,6 +389,11 @@ describe("server edges found by the mutation run", () => {
     u.accept(e, "s1");
     u.event(e, "s1", 1, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: 4n }) });
     expect(u.disk.durable.get("event")!.get("s1/000000000001")).toMatchObject({ kind: "script_upload", receivedBytes: 4, complete: false });
-    expectClosed(u, u.event(e, "s1", 2, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: 2n ** 60n }) }), e, Code.SEQUENCE_VIOLATION);
+    expectClosed(
+      u,
+      u.event(e, "s1", 2, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: 2n ** 60n }) }),
+      e,
+      Code.SEQUENCE_VIOLATION,
+    );
   });
 });

@@ -18,7 +18,7 @@ describe("reconcile snapshot, once per session", () => {
     let lastPersist = 0;
     const run = (input: ServerInput) => {
       const out = s.step(input, false);
-      for (const e of out) if (e.type === "persist") lastPersist = e["id"] as number;
+      for (const e of out) if (e.type === "persist") lastPersist = e.id as number;
       return out;
     };
     const durable = () => run({ type: "durable", through: lastPersist });

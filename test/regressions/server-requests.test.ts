@@ -30,17 +30,31 @@ describe("found bugs (red until fixed): server request-id memory", () => {
       return replies.get(request.requestId);
     };
     // A command whose agent is offline: it stays queued and takes stdin.
-    control({ op: "submit", requestId: "submit", uuid: "c1", clientId: "offline", spec: create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true }) });
+    control({
+      op: "submit",
+      requestId: "submit",
+      uuid: "c1",
+      clientId: "offline",
+      spec: create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true }),
+    });
     // Fill the request-id memory exactly: the submit plus 1023 stdin writes.
     for (let i = 1; i < MAX_REQUEST_IDS_PER_COMMAND; i++) {
-      expect(control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: new Uint8Array(0), appendNewline: false })).toEqual({ ok: true, uuid: "c1", writeSeq: i });
+      expect(control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: new Uint8Array(0), appendNewline: false })).toEqual({
+        ok: true,
+        uuid: "c1",
+        writeSeq: i,
+      });
     }
     const refused = (id: string) => expect(control({ op: "signal", requestId: id, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: false });
     // With the memory full, one more accepted request forgets exactly the oldest
     // (the submit's id). Refused requests (a queued command does not take USER1)
     // must not forget anything: here one refusal, one accepted write, one refusal.
     refused("sig-a");
-    expect(control({ op: "stdin", requestId: "w-extra", uuid: "c1", data: new Uint8Array(0), appendNewline: false })).toEqual({ ok: true, uuid: "c1", writeSeq: MAX_REQUEST_IDS_PER_COMMAND });
+    expect(control({ op: "stdin", requestId: "w-extra", uuid: "c1", data: new Uint8Array(0), appendNewline: false })).toEqual({
+      ok: true,
+      uuid: "c1",
+      writeSeq: MAX_REQUEST_IDS_PER_COMMAND,
+    });
     refused("sig-b");
     // So w1 is still remembered and its retry answers write 1 again. Today each refusal
     // first remembers its id (evicting the oldest entry) and then deletes it again: the

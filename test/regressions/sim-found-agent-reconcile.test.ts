@@ -30,7 +30,10 @@ function agent(): { st: AgentState; step: (i: AgentInput) => AgentEffect[]; fram
   step({
     type: "frame",
     conn: st.session.conn,
-    data: encodeEnvelope({ sessionId: "s", generation: 1 }, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) }),
+    data: encodeEnvelope(
+      { sessionId: "s", generation: 1 },
+      { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) },
+    ),
   });
   frame({ case: "reconcileRequest", value: create(ReconcileRequestSchema, {}) });
   return { st, step, frame };
@@ -55,7 +58,10 @@ describe("found bugs (red until fixed): agent reconcile result", () => {
 
     // The server's ReconcileResult says to terminate c1 (e.g. the server lost it),
     // and it is processed before the executor's process_started report.
-    const terminated = a.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] } });
+    const terminated = a.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
+    });
     const started = a.step({ type: "process_started", uuid: "c1", pid: 4321 });
 
     // Whatever the order, the process that was spawned must be killed: either a KILL

@@ -41,17 +41,27 @@ describe("core bugs found by the simulator", () => {
   // durable; the acknowledged command is gone.
   it("R-D1: a duplicate submit is not acknowledged before the command is durable", () => {
     const s = new Driver<ServerState, ServerInput>(newServer(defaultServerConfig(), 1), serverStep);
-    const submit = (requestId: string): ControlRequest => ({ op: "submit", requestId, uuid: "u-1", clientId: "agent-0", spec: argvSpec("true"), allowUnknownClient: true });
+    const submit = (requestId: string): ControlRequest => ({
+      op: "submit",
+      requestId,
+      uuid: "u-1",
+      clientId: "agent-0",
+      spec: argvSpec("true"),
+      allowUnknownClient: true,
+    });
     const first = s.step({ type: "control", request: submit("req-1") }, false);
     expect(first.some((e) => e.type === "persist")).toBe(true);
     expect(first.some((e) => e.type === "reply")).toBe(false); // correct: waits for durability
     // The CLI retries (same uuid, same request) before the fsync completes.
     const retry = s.step({ type: "control", request: submit("req-2") }, false);
-    const earlyOk = retry.filter((e) => e.type === "reply" && (e["result"] as { ok: boolean }).ok);
+    const earlyOk = retry.filter((e) => e.type === "reply" && (e.result as { ok: boolean }).ok);
     // A crash now loses the command: the durable tables are still empty.
     const afterCrash = restoreServer(defaultServerConfig(), { get: () => undefined }, 2);
     expect(afterCrash.commands.has("u-1")).toBe(false);
-    expect(earlyOk, "the retry was acknowledged ok although nothing is durable yet (server-commands.ts submit(): `existing.hash === hash` -> ctx.emit reply)").toHaveLength(0);
+    expect(
+      earlyOk,
+      "the retry was acknowledged ok although nothing is durable yet (server-commands.ts submit(): `existing.hash === hash` -> ctx.emit reply)",
+    ).toHaveLength(0);
   });
 
   // Seeds 16, 26, 134 (liveness oracle, with a clone of the agent): the clone
@@ -65,16 +75,24 @@ describe("core bugs found by the simulator", () => {
     a.step({ type: "transport_open", conn: 1 });
     const f1 = { sessionId: "s-1", generation: 1 };
     const welcome = (f: { sessionId: string; generation: number }): Uint8Array =>
-      frame(f, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }), serverTime: timestampFromMs(a.now) }) });
+      frame(f, {
+        case: "serverWelcome",
+        value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }), serverTime: timestampFromMs(a.now) }),
+      });
     a.step({ type: "frame", conn: 1, data: welcome(f1) });
     a.step({ type: "frame", conn: 1, data: frame(f1, { case: "reconcileRequest", value: create(ReconcileRequestSchema, {}) }) });
     // A script command whose upload has not begun: it stays queued and has no events.
     const sha = new Uint8Array(32).fill(7);
-    const spec = create(ExecutionSpecSchema, { program: { case: "script", value: create(ScriptDescriptorSchema, { sizeBytes: 10n, sha256: new Uint8Array(32).fill(1) }) } });
+    const spec = create(ExecutionSpecSchema, {
+      program: { case: "script", value: create(ScriptDescriptorSchema, { sizeBytes: 10n, sha256: new Uint8Array(32).fill(1) }) },
+    });
     const accepted = a.step({
       type: "frame",
       conn: 1,
-      data: frame(f1, { case: "commandDispatch", value: create(CommandDispatchSchema, { issueUuid: "u-1", commandRevision: 1n, targetSessionGeneration: 1n, spec, immutableRequestSha256: sha }) }),
+      data: frame(f1, {
+        case: "commandDispatch",
+        value: create(CommandDispatchSchema, { issueUuid: "u-1", commandRevision: 1n, targetSessionGeneration: 1n, spec, immutableRequestSha256: sha }),
+      }),
     });
     expect(sent(accepted, "commandAccepted")).toHaveLength(1);
     // Reconnect; the server (which stored 3 events of u-1 from another copy of this instance) asks.
@@ -84,7 +102,9 @@ describe("core bugs found by the simulator", () => {
     a.step({ type: "transport_open", conn: 2 });
     const f2 = { sessionId: "s-2", generation: 2 };
     a.step({ type: "frame", conn: 2, data: welcome(f2) });
-    const req = create(ReconcileRequestSchema, { targets: [create(ReconcileTargetSchema, { issueUuid: "u-1", lastServerEventSeq: 3n, commandRevision: 1n, immutableRequestSha256: sha })] });
+    const req = create(ReconcileRequestSchema, {
+      targets: [create(ReconcileTargetSchema, { issueUuid: "u-1", lastServerEventSeq: 3n, commandRevision: 1n, immutableRequestSha256: sha })],
+    });
     const out = a.step({ type: "frame", conn: 2, data: frame(f2, { case: "reconcileRequest", value: req }) });
     expect(
       closes(out, 2),
@@ -108,10 +128,17 @@ describe("core bugs found by the simulator", () => {
     const w1 = sent(s.step({ type: "frame", conn: 1, data: hello("agent-0", "instance-A") }), "serverWelcome");
     const fA = fenceOf(w1[0]!.env);
     s.step({ type: "frame", conn: 1, data: frame(fA, { case: "reconcileSnapshot", value: create(ReconcileSnapshotSchema, {}) }) });
-    const d = sent(s.step({ type: "control", request: { op: "submit", requestId: "r1", uuid: "u-1", clientId: "agent-0", spec: argvSpec("false") } }), "commandDispatch");
+    const d = sent(
+      s.step({ type: "control", request: { op: "submit", requestId: "r1", uuid: "u-1", clientId: "agent-0", spec: argvSpec("false") } }),
+      "commandDispatch",
+    );
     expect(d).toHaveLength(1);
     const hash = (d[0]!.env.payload.value as { immutableRequestSha256: Uint8Array }).immutableRequestSha256;
-    s.step({ type: "frame", conn: 1, data: frame(fA, { case: "commandAccepted", value: create(CommandAcceptedSchema, { issueUuid: "u-1", commandRevision: 1n, accepted: true }) }) });
+    s.step({
+      type: "frame",
+      conn: 1,
+      data: frame(fA, { case: "commandAccepted", value: create(CommandAcceptedSchema, { issueUuid: "u-1", commandRevision: 1n, accepted: true }) }),
+    });
     const ev = (seq: number, state: CommandLifecycle, t: number, exitCode?: number) =>
       create(CommandEventSchema, {
         issueUuid: "u-1",
@@ -129,7 +156,15 @@ describe("core bugs found by the simulator", () => {
     const w2 = sent(s.step({ type: "frame", conn: 2, data: hello("agent-0", "instance-B") }), "serverWelcome");
     const fB = fenceOf(w2[0]!.env);
     const snap = create(ReconcileSnapshotSchema, {
-      retainedCommands: [create(ReconcileCommandStateSchema, { issueUuid: "u-1", lifecycle: CommandLifecycle.INTERRUPTED, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: hash })],
+      retainedCommands: [
+        create(ReconcileCommandStateSchema, {
+          issueUuid: "u-1",
+          lifecycle: CommandLifecycle.INTERRUPTED,
+          lastClientEventSeq: 1n,
+          commandRevision: 1n,
+          immutableRequestSha256: hash,
+        }),
+      ],
     });
     // The snapshot's reconcile record is being fsynced when B's retransmission arrives.
     s.step({ type: "frame", conn: 2, data: frame(fB, { case: "reconcileSnapshot", value: snap }) }, false);
@@ -139,7 +174,7 @@ describe("core bugs found by the simulator", () => {
       "server-commands.ts handleCommandEvent: digest mismatch on `seq <= receivedThrough` closes the session even for a command that is terminal (source agent) and that this session's reconciliation just decided to discard",
     ).toHaveLength(0);
     const lastPersist = [...s.log].reverse().find((e) => e.type === "persist")!;
-    const done = s.step({ type: "durable", through: lastPersist["id"] as number });
+    const done = s.step({ type: "durable", through: lastPersist.id as number });
     const result = sent(done, "reconcileResult");
     expect(result).toHaveLength(1);
     expect((result[0]!.env.payload.value as { discardLocalTerminalIssueUuids: string[] }).discardLocalTerminalIssueUuids).toContain("u-1");
@@ -160,7 +195,7 @@ describe("core gaps found by the simulator", () => {
     const apply = (effects: Array<{ type: string } & Record<string, unknown>>): void => {
       for (const e of effects) {
         if (e.type !== "persist") continue;
-        for (const r of e["records"] as Array<{ table: string; key: string; value: unknown }>) {
+        for (const r of e.records as Array<{ table: string; key: string; value: unknown }>) {
           let t = tables.get(r.table);
           if (!t) tables.set(r.table, (t = new Map()));
           if (r.value === null) t.delete(r.key);
@@ -171,21 +206,42 @@ describe("core gaps found by the simulator", () => {
     apply(a.step({ type: "start" }));
     apply(a.step({ type: "transport_open", conn: 1 }));
     const f1 = { sessionId: "s-1", generation: 1 };
-    apply(a.step({ type: "frame", conn: 1, data: frame(f1, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) }) }));
+    apply(
+      a.step({
+        type: "frame",
+        conn: 1,
+        data: frame(f1, {
+          case: "serverWelcome",
+          value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }),
+        }),
+      }),
+    );
     apply(a.step({ type: "frame", conn: 1, data: frame(f1, { case: "reconcileRequest", value: create(ReconcileRequestSchema, {}) }) }));
     const out = a.step({
       type: "frame",
       conn: 1,
-      data: frame(f1, { case: "commandDispatch", value: create(CommandDispatchSchema, { issueUuid: "u-1", commandRevision: 1n, targetSessionGeneration: 1n, spec: argvSpec("sleep", "1000"), immutableRequestSha256: new Uint8Array(32).fill(3) }) }),
+      data: frame(f1, {
+        case: "commandDispatch",
+        value: create(CommandDispatchSchema, {
+          issueUuid: "u-1",
+          commandRevision: 1n,
+          targetSessionGeneration: 1n,
+          spec: argvSpec("sleep", "1000"),
+          immutableRequestSha256: new Uint8Array(32).fill(3),
+        }),
+      }),
     });
     apply(out);
-    expect(out.some((e) => e.type === "spawn"), "the launch happened (the shell started the process)").toBe(true);
+    expect(
+      out.some((e) => e.type === "spawn"),
+      "the launch happened (the shell started the process)",
+    ).toBe(true);
     // Crash now: process_started (and its pid) never became durable.
     const restored = new Driver<AgentState, AgentInput>(restoreAgent(defaultAgentConfig("agent-0"), { get: (t) => tables.get(t) }, 2), agentStep);
     const started = restored.step({ type: "start" });
     expect(restored.st.commands.get("u-1")?.lifecycle ?? CommandLifecycle.INTERRUPTED).toBe(CommandLifecycle.INTERRUPTED);
     expect(
-      started.filter((e) => e.type === "kill_orphan" && e["uuid"] === "u-1"),
+      started.filter((e) => e.type === "kill_orphan" && e.uuid === "u-1"),
       "agent-node.ts start(): `if (c.pid > 0) kill_orphan` -- a process spawned whose pid was not yet durable is never killed",
     ).toHaveLength(1);
   });
@@ -207,7 +263,7 @@ describe("core bugs found by the simulator (dispatch durability)", () => {
     const s = new Driver<ServerState, ServerInput>(newServer(defaultServerConfig(), 1), serverStep);
     const run = (input: ServerInput): Array<{ type: string } & Record<string, unknown>> => {
       const out = s.step(input, false);
-      for (const e of out) if (e.type === "persist") pending.push({ id: e["id"] as number, records: e["records"] as never });
+      for (const e of out) if (e.type === "persist") pending.push({ id: e.id as number, records: e.records as never });
       return out;
     };
     const sync = (): Array<{ type: string } & Record<string, unknown>> => {
@@ -269,15 +325,37 @@ describe("core bugs found by the simulator (divergent copies, after the R-D11/R-
     a.step({ type: "start" });
     a.step({ type: "transport_open", conn: 1 });
     const f1 = { sessionId: "s-1", generation: 1 };
-    a.step({ type: "frame", conn: 1, data: frame(f1, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) }) });
-    a.step({ type: "frame", conn: 1, data: frame(f1, { case: "reconcileRequest", value: create(ReconcileRequestSchema, {}) }) });
-    const spec = create(ExecutionSpecSchema, { program: { case: "script", value: create(ScriptDescriptorSchema, { sizeBytes: 10n, sha256: new Uint8Array(32).fill(1) }) } });
     a.step({
       type: "frame",
       conn: 1,
-      data: frame(f1, { case: "commandDispatch", value: create(CommandDispatchSchema, { issueUuid: "u-1", commandRevision: 1n, targetSessionGeneration: 1n, spec, immutableRequestSha256: new Uint8Array(32).fill(7) }) }),
+      data: frame(f1, {
+        case: "serverWelcome",
+        value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }),
+      }),
     });
-    const out = a.step({ type: "frame", conn: 1, data: frame(f1, { case: "eventAck", value: create(EventAckSchema, { issueUuid: "u-1", throughEventSeq: 4n }) }) });
+    a.step({ type: "frame", conn: 1, data: frame(f1, { case: "reconcileRequest", value: create(ReconcileRequestSchema, {}) }) });
+    const spec = create(ExecutionSpecSchema, {
+      program: { case: "script", value: create(ScriptDescriptorSchema, { sizeBytes: 10n, sha256: new Uint8Array(32).fill(1) }) },
+    });
+    a.step({
+      type: "frame",
+      conn: 1,
+      data: frame(f1, {
+        case: "commandDispatch",
+        value: create(CommandDispatchSchema, {
+          issueUuid: "u-1",
+          commandRevision: 1n,
+          targetSessionGeneration: 1n,
+          spec,
+          immutableRequestSha256: new Uint8Array(32).fill(7),
+        }),
+      }),
+    });
+    const out = a.step({
+      type: "frame",
+      conn: 1,
+      data: frame(f1, { case: "eventAck", value: create(EventAckSchema, { issueUuid: "u-1", throughEventSeq: 4n }) }),
+    });
     expect(closes(out, 1), "an ack beyond what the agent assigned is an impossible sequence").toHaveLength(1);
     // The server side: a finished command with 2 stored events; an identical resend of event 1 is acked through 1.
     const s = new Driver<ServerState, ServerInput>(newServer(defaultServerConfig(), 1), serverStep);
@@ -285,9 +363,22 @@ describe("core bugs found by the simulator (divergent copies, after the R-D11/R-
     const f = fenceOf(sent(s.step({ type: "frame", conn: 1, data: hello("agent-0", "instance-A") }), "serverWelcome")[0]!.env);
     s.step({ type: "frame", conn: 1, data: frame(f, { case: "reconcileSnapshot", value: create(ReconcileSnapshotSchema, {}) }) });
     s.step({ type: "control", request: { op: "submit", requestId: "r1", uuid: "u-1", clientId: "agent-0", spec: argvSpec("true") } });
-    s.step({ type: "frame", conn: 1, data: frame(f, { case: "commandAccepted", value: create(CommandAcceptedSchema, { issueUuid: "u-1", commandRevision: 1n, accepted: true }) }) });
+    s.step({
+      type: "frame",
+      conn: 1,
+      data: frame(f, { case: "commandAccepted", value: create(CommandAcceptedSchema, { issueUuid: "u-1", commandRevision: 1n, accepted: true }) }),
+    });
     const ev = (seq: number, state: CommandLifecycle) =>
-      frame(f, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "u-1", eventSeq: BigInt(seq), commandRevision: 1n, time: timestampFromMs(1000), event: { case: "lifecycle", value: create(LifecycleTransitionSchema, { state, ...(state === CommandLifecycle.SUCCEEDED ? { exitCode: 0 } : {}) }) } }) });
+      frame(f, {
+        case: "commandEvent",
+        value: create(CommandEventSchema, {
+          issueUuid: "u-1",
+          eventSeq: BigInt(seq),
+          commandRevision: 1n,
+          time: timestampFromMs(1000),
+          event: { case: "lifecycle", value: create(LifecycleTransitionSchema, { state, ...(state === CommandLifecycle.SUCCEEDED ? { exitCode: 0 } : {}) }) },
+        }),
+      });
     s.step({ type: "frame", conn: 1, data: ev(1, CommandLifecycle.RUNNING) });
     s.step({ type: "frame", conn: 1, data: ev(2, CommandLifecycle.SUCCEEDED) });
     expect(s.st.commands.get("u-1")!.state).toBe(CommandLifecycle.SUCCEEDED);
@@ -312,29 +403,50 @@ describe("core bugs found by the simulator (retention)", () => {
     const f = fenceOf(sent(s.step({ type: "frame", conn: 1, data: hello("agent-0", "instance-A") }), "serverWelcome")[0]!.env);
     s.step({ type: "frame", conn: 1, data: frame(f, { case: "reconcileSnapshot", value: create(ReconcileSnapshotSchema, {}) }) });
     s.step({ type: "control", request: { op: "submit", requestId: "r1", uuid: "u-1", clientId: "agent-0", spec: argvSpec("yes") } });
-    s.step({ type: "frame", conn: 1, data: frame(f, { case: "commandAccepted", value: create(CommandAcceptedSchema, { issueUuid: "u-1", commandRevision: 1n, accepted: true }) }) });
+    s.step({
+      type: "frame",
+      conn: 1,
+      data: frame(f, { case: "commandAccepted", value: create(CommandAcceptedSchema, { issueUuid: "u-1", commandRevision: 1n, accepted: true }) }),
+    });
     let offset = 0;
     let seq = 0;
     const ev = (event: ReturnType<typeof create<typeof CommandEventSchema>>["event"]) =>
-      frame(f, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "u-1", eventSeq: BigInt(++seq), commandRevision: 1n, time: timestampFromMs(s.now), event }) });
+      frame(f, {
+        case: "commandEvent",
+        value: create(CommandEventSchema, { issueUuid: "u-1", eventSeq: BigInt(++seq), commandRevision: 1n, time: timestampFromMs(s.now), event }),
+      });
     s.step({ type: "frame", conn: 1, data: ev({ case: "lifecycle", value: create(LifecycleTransitionSchema, { state: CommandLifecycle.RUNNING }) }) });
     for (let i = 0; i < 10; i++) {
       const raw = new Uint8Array(700).fill(65 + i);
       const out = s.step(
-        { type: "frame", conn: 1, data: ev({ case: "output", value: create(OutputChunkSchema, { stream: OutputStream.STDOUT, streamOffset: BigInt(offset), originalSize: raw.length, zstdData: encodeRawZstdFrame(raw) }) }) },
+        {
+          type: "frame",
+          conn: 1,
+          data: ev({
+            case: "output",
+            value: create(OutputChunkSchema, {
+              stream: OutputStream.STDOUT,
+              streamOffset: BigInt(offset),
+              originalSize: raw.length,
+              zstdData: encodeRawZstdFrame(raw),
+            }),
+          }),
+        },
         false,
       );
       offset += raw.length;
       const drop = out.findIndex((e) => e.type === "drop_output");
       if (drop >= 0) {
-        const markerPersist = out.findIndex((e) => e.type === "persist" && (e["records"] as Array<{ table: string }>).some((r) => r.table === "retention"));
+        const markerPersist = out.findIndex((e) => e.type === "persist" && (e.records as Array<{ table: string }>).some((r) => r.table === "retention"));
         expect(markerPersist, "the marker is persisted in this step").toBeGreaterThanOrEqual(0);
-        expect.fail("server-commands.ts dropOldestSegment: `drop_output` is emitted in the same step as the not-yet-durable retention marker (it should wait for durability, like a reply)");
+        expect.fail(
+          "server-commands.ts dropOldestSegment: `drop_output` is emitted in the same step as the not-yet-durable retention marker (it should wait for durability, like a reply)",
+        );
       }
       // Let this step's batch become durable, as the next event arrives.
       const last = [...out].reverse().find((e) => e.type === "persist");
       if (last) {
-        const released = s.step({ type: "durable", through: last["id"] as number });
+        const released = s.step({ type: "durable", through: last.id as number });
         if (released.some((e) => e.type === "drop_output")) return; // fixed: released after durability
       }
     }

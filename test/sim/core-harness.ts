@@ -34,7 +34,7 @@ export class Driver<S, I extends { type: string }> {
         this.st = r.state;
         for (const e of r.effects as Effect[]) {
           out.push(e);
-          if (durable && e.type === "persist") next.push({ type: "durable", through: e["id"] as number } as unknown as I);
+          if (durable && e.type === "persist") next.push({ type: "durable", through: e.id as number } as unknown as I);
         }
       }
       queue = next;
@@ -50,12 +50,12 @@ export class Driver<S, I extends { type: string }> {
 
 export function sent(effects: Effect[], kind?: string): Array<{ conn: number; env: Envelope }> {
   return effects
-    .filter((e) => e.type === "send" && (kind === undefined || e["kind"] === kind))
-    .map((e) => ({ conn: e["conn"] as number, env: decodeEnvelope(e["data"] as Uint8Array)! }));
+    .filter((e) => e.type === "send" && (kind === undefined || e.kind === kind))
+    .map((e) => ({ conn: e.conn as number, env: decodeEnvelope(e.data as Uint8Array)! }));
 }
 
 export function closes(effects: Effect[], conn?: number): Effect[] {
-  return effects.filter((e) => e.type === "close" && (conn === undefined || e["conn"] === conn));
+  return effects.filter((e) => e.type === "close" && (conn === undefined || e.conn === conn));
 }
 
 export function frame(fence: Fence | null, payload: Payload): Uint8Array {
@@ -65,7 +65,13 @@ export function frame(fence: Fence | null, payload: Payload): Uint8Array {
 export function hello(clientId: string, instanceId: string): Uint8Array {
   return frame(null, {
     case: "clientHello",
-    value: create(ClientHelloSchema, { clientId, clientInstanceId: instanceId, supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL), maxRunningCommands: 4, maxQueuedCommands: 16 }),
+    value: create(ClientHelloSchema, {
+      clientId,
+      clientInstanceId: instanceId,
+      supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL),
+      maxRunningCommands: 4,
+      maxQueuedCommands: 16,
+    }),
   });
 }
 

@@ -36,7 +36,15 @@ describe("sim infrastructure", () => {
     const d = new SimDisk();
     const v = { n: 1, b: new Uint8Array([1, 2]) };
     d.append(1, [{ table: "t", key: "a", value: v }], 0, 10);
-    d.append(2, [{ table: "t", key: "b", value: 2 }, { table: "t", key: "a", value: null }], 0, 5);
+    d.append(
+      2,
+      [
+        { table: "t", key: "b", value: 2 },
+        { table: "t", key: "a", value: null },
+      ],
+      0,
+      5,
+    );
     v.n = 99;
     v.b[0] = 99;
     expect(d.sync(9).map((b) => b.id)).toEqual([]);
@@ -89,14 +97,19 @@ describe("sim infrastructure", () => {
       let serverUp = true;
       const agent: AgentEnd = { name: "a", inc: 0, up: true, partitioned: false };
       let id = 0;
-      const net = new Network(q, new Rng(1), { latencyMin: 10, latencyMax: 10, bandwidthMin: 1, bandwidthMax: 1, connectTimeout: 1000 }, {
-        serverUp: () => serverUp,
-        serverInc: () => 0,
-        newConnId: () => ++id,
-        toServer: (l, i) => log.push(`S ${l.id} ${i.type}${i.type === "frame" ? " " + i.data[0] : ""}`),
-        toAgent: (l, i) => log.push(`A ${l.agentConn} ${i.type}${i.type === "frame" ? " " + i.data[0] : ""}`),
-        connectFailed: (_a, conn, _inc, reason) => log.push(`A ${conn} failed ${reason}`),
-      });
+      const net = new Network(
+        q,
+        new Rng(1),
+        { latencyMin: 10, latencyMax: 10, bandwidthMin: 1, bandwidthMax: 1, connectTimeout: 1000 },
+        {
+          serverUp: () => serverUp,
+          serverInc: () => 0,
+          newConnId: () => ++id,
+          toServer: (l, i) => log.push(`S ${l.id} ${i.type}${i.type === "frame" ? ` ${i.data[0]}` : ""}`),
+          toAgent: (l, i) => log.push(`A ${l.agentConn} ${i.type}${i.type === "frame" ? ` ${i.data[0]}` : ""}`),
+          connectFailed: (_a, conn, _inc, reason) => log.push(`A ${conn} failed ${reason}`),
+        },
+      );
       const run = (until: number): void => {
         for (let t = q.peekTime(); t !== null && t <= until; t = q.peekTime()) q.pop()!.run();
       };

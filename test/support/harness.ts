@@ -60,7 +60,10 @@ export class Harness {
   wallStep = 0;
   server: ServerState;
   serverDisk = new Disk();
-  agents = new Map<string, { st: AgentState; disk: Disk; conn: number; serverConn: number; closedServerConn?: number; cfg: AgentConfig; procs: Map<string, Proc>; spawns: string[] }>();
+  agents = new Map<
+    string,
+    { st: AgentState; disk: Disk; conn: number; serverConn: number; closedServerConn?: number; cfg: AgentConfig; procs: Map<string, Proc>; spawns: string[] }
+  >();
   /** Every envelope sent, in order, with its direction. */
   wire: Array<{ from: string; to: string; env: Envelope; data: Uint8Array }> = [];
   replies = new Map<string, ControlResult>();
@@ -346,7 +349,12 @@ export class Harness {
     this.agentInput(clientId, { type: "process_exited", uuid, exitCode, signal, timedOut: false, incompleteStreams: [] });
   }
 
-  submit(clientId: string, uuid: string, spec: Omit<MessageInitShape<typeof ExecutionSpecSchema>, "$typeName"> & { argv?: string[] } = {}, extra: Partial<Extract<ControlRequest, { op: "submit" }>> = {}): ControlResult | undefined {
+  submit(
+    clientId: string,
+    uuid: string,
+    spec: Omit<MessageInitShape<typeof ExecutionSpecSchema>, "$typeName"> & { argv?: string[] } = {},
+    extra: Partial<Extract<ControlRequest, { op: "submit" }>> = {},
+  ): ControlResult | undefined {
     const { argv, ...rest } = spec;
     const full = create(ExecutionSpecSchema, {
       program: { case: "argv", value: { argv: argv ?? ["echo", "hi"] } },
@@ -362,7 +370,10 @@ export class Harness {
   /** Server-side stored event records of a command, in order. */
   storedEvents(uuid: string): Array<Record<string, unknown>> {
     const t = this.serverDisk.durable.get("event") ?? new Map();
-    return [...t.entries()].filter(([k]) => k.startsWith(uuid + "/")).sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([, v]) => v as Record<string, unknown>);
+    return [...t.entries()]
+      .filter(([k]) => k.startsWith(`${uuid}/`))
+      .sort((a, b) => (a[0] < b[0] ? -1 : 1))
+      .map(([, v]) => v as Record<string, unknown>);
   }
 
   cmd(uuid: string) {

@@ -20,7 +20,7 @@ import {
   ExecutionSpecSchema,
   LifecycleTransitionSchema,
   OutputChunkSchema,
-  OutputStream,
+  type OutputStream,
   type ExecutionSpec,
   type LifecycleTransition,
 } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -37,7 +37,7 @@ import {
   type ServerLimits,
   type ServerState,
 } from "../../core/index.js";
-import { Code } from "../../core/errors.js";
+import type { Code } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import { Disk } from "./harness.js";
@@ -52,10 +52,14 @@ export type StateInit = Exclude<MessageInitShape<typeof ReconcileCommandStateSch
 export type LifecycleInit = Exclude<MessageInitShape<typeof LifecycleTransitionSchema>, LifecycleTransition>;
 export type EventInit = MessageInitShape<typeof CommandEventSchema>["event"];
 export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a.length ? a : ["true"] } } });
-export const of = <T extends ServerEffect["type"]>(effects: ServerEffect[], type: T) => effects.filter((e) => e.type === type) as Array<Extract<ServerEffect, { type: T }>>;
+export const of = <T extends ServerEffect["type"]>(effects: ServerEffect[], type: T) =>
+  effects.filter((e) => e.type === type) as Array<Extract<ServerEffect, { type: T }>>;
 export const enc = (s: string) => new TextEncoder().encode(s);
 
-export const lifecycle = (state: L, extra: Partial<LifecycleInit> = {}): EventInit => ({ case: "lifecycle", value: create(LifecycleTransitionSchema, { state, ...extra }) });
+export const lifecycle = (state: L, extra: Partial<LifecycleInit> = {}): EventInit => ({
+  case: "lifecycle",
+  value: create(LifecycleTransitionSchema, { state, ...extra }),
+});
 export const output = (stream: OutputStream, offset: number, raw: Uint8Array, over: Partial<MessageInitShape<typeof OutputChunkSchema>> = {}): EventInit => ({
   case: "output",
   value: create(OutputChunkSchema, { stream, streamOffset: BigInt(offset), originalSize: raw.length, zstdData: testPorts.compress(raw), ...over }),
@@ -87,12 +91,18 @@ export class ServerRig {
     const r = serverStep(this.st, input, this.now, { ports: testPorts }, this.now + this.wallStep);
     serverInvariants(this.st);
     for (const e of of(r.effects, "persist"))
-      for (const rec of e.records) expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value, ...(rec.prefix ? { prefix: true } : {}) });
+      for (const rec of e.records)
+        expect(rec, "persist records are table/key/value rows").toEqual({
+          table: expect.any(String),
+          key: expect.any(String),
+          value: rec.value,
+          ...(rec.prefix ? { prefix: true } : {}),
+        });
     this.log.push(...r.effects);
     const out = [...r.effects];
     for (const e of r.effects) {
       if (e.type === "reply") this.replies.set(e.requestId, e.result);
-      if (e.type === "persist" && this.store) (this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e));
+      if (e.type === "persist" && this.store) this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
     }
     const last = of(r.effects, "persist").at(-1);
     if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
@@ -123,13 +133,26 @@ export class ServerRig {
   hello(conn: number, clientId = "a", instanceId = `inst-${clientId}`, over: Partial<HelloInit> = {}): ServerEffect[] {
     return this.frame(
       conn,
-      { case: "clientHello", value: create(ClientHelloSchema, { clientId, clientInstanceId: instanceId, supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL), maxRunningCommands: 8, maxQueuedCommands: 8, ...over }) },
+      {
+        case: "clientHello",
+        value: create(ClientHelloSchema, {
+          clientId,
+          clientInstanceId: instanceId,
+          supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL),
+          maxRunningCommands: 8,
+          maxQueuedCommands: 8,
+          ...over,
+        }),
+      },
       null,
     );
   }
 
   snapshot(conn: number, retained: StateInit[] = []): ServerEffect[] {
-    return this.frame(conn, { case: "reconcileSnapshot", value: create(ReconcileSnapshotSchema, { retainedCommands: retained.map((r) => create(ReconcileCommandStateSchema, r)) }) });
+    return this.frame(conn, {
+      case: "reconcileSnapshot",
+      value: create(ReconcileSnapshotSchema, { retainedCommands: retained.map((r) => create(ReconcileCommandStateSchema, r)) }),
+    });
   }
 
   /** A registered, reconciled session. */
@@ -154,12 +177,20 @@ export class ServerRig {
   accept(conn: number, uuid: string, accepted = true, code?: Code, message = ""): ServerEffect[] {
     return this.frame(conn, {
       case: "commandAccepted",
-      value: create(CommandAcceptedSchema, { issueUuid: uuid, commandRevision: 1n, accepted, ...(code !== undefined ? { rejection: create(ControlErrorSchema, { code, message }) } : {}) }),
+      value: create(CommandAcceptedSchema, {
+        issueUuid: uuid,
+        commandRevision: 1n,
+        accepted,
+        ...(code !== undefined ? { rejection: create(ControlErrorSchema, { code, message }) } : {}),
+      }),
     });
   }
 
   event(conn: number, uuid: string, seq: number | bigint, event: EventInit, rev = 1n): ServerEffect[] {
-    return this.frame(conn, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: uuid, eventSeq: BigInt(seq), commandRevision: rev, event }) });
+    return this.frame(conn, {
+      case: "commandEvent",
+      value: create(CommandEventSchema, { issueUuid: uuid, eventSeq: BigInt(seq), commandRevision: rev, event }),
+    });
   }
 
   /** Submit, dispatch, accept and start a command on `conn`. */
@@ -190,7 +221,9 @@ export class ServerRig {
 
 export function expectClosed(r: ServerRig, effects: ServerEffect[], conn: number, code: Code, message?: string): void {
   const errs = r.sent(effects, conn, "error");
-  expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([[code, true, "priority"]]);
+  expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([
+    [code, true, "priority"],
+  ]);
   if (message !== undefined) expect((errs[0]!.env.payload.value as AgentError).error?.message).toBe(message);
   expect(of(effects, "close").filter((c) => c.conn === conn)).toHaveLength(1);
   expect(r.st.conns.has(conn)).toBe(false);

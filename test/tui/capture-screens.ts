@@ -22,7 +22,10 @@ function save(name: string, screen: string, note: string): void {
 /** Press j until the selected row (› gutter) matches. */
 async function select(t: TmuxSession, re: RegExp, max = 40): Promise<void> {
   for (let i = 0; i < max; i++) {
-    const sel = t.screen().split("\n").find((l) => l.startsWith("› "));
+    const sel = t
+      .screen()
+      .split("\n")
+      .find((l) => l.startsWith("› "));
     if (sel && re.test(sel)) return;
     t.keys("j");
     await sleep(150);

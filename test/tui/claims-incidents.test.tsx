@@ -13,7 +13,15 @@ function source(): FakeSource {
       { clientId: "web-2", instanceId: "inst-claimer-bbbb", currentInstanceId: "inst-current-0002", at: FAKE_NOW - 90_000, attempts: 1 },
     ],
     incidents: [
-      { id: "inc-7", clientId: "web-1", uuid: "1234abcd-0000", kind: "recovery", detail: "agent-known command missing at the server; terminated locally", at: FAKE_NOW - 60_000, acknowledged: false },
+      {
+        id: "inc-7",
+        clientId: "web-1",
+        uuid: "1234abcd-0000",
+        kind: "recovery",
+        detail: "agent-known command missing at the server; terminated locally",
+        at: FAKE_NOW - 60_000,
+        acknowledged: false,
+      },
       { id: "inc-8", clientId: "web-2", uuid: "", kind: "store", detail: "essential store corrupt at record 812", at: FAKE_NOW - 5_000, acknowledged: false },
       { id: "inc-3", clientId: "web-2", uuid: "", kind: "store", detail: "old and handled", at: FAKE_NOW - 900_000, acknowledged: true },
     ],
@@ -72,7 +80,11 @@ describe("claims view", () => {
 describe("incidents view", () => {
   it("R-D11: says how many incidents each client had counted instead of stored, above the list; nothing when none were", async () => {
     const src = source();
-    src.sessions = [fakeSession(0, { clientId: "web-1", incidentsDropped: 9905 }), fakeSession(1, { clientId: "web-2", incidentsDropped: 0 }), fakeSession(2, { clientId: "web-3", incidentsDropped: 2 })];
+    src.sessions = [
+      fakeSession(0, { clientId: "web-1", incidentsDropped: 9905 }),
+      fakeSession(1, { clientId: "web-2", incidentsDropped: 0 }),
+      fakeSession(2, { clientId: "web-3", incidentsDropped: 2 }),
+    ];
     h = await mount(src, { columns: 140 });
     await h.press("4");
     const f = h.frame();
@@ -100,7 +112,12 @@ describe("incidents view", () => {
     await h.press("4", "j", "a");
     await eventually(() => expect(h!.frame()).toContain("incident inc-8 acknowledged"));
     await h.press("k", KEY.enter);
-    await eventually(() => expect(src.calls).toEqual([{ op: "ack", id: "inc-8" }, { op: "ack", id: "inc-7" }]));
+    await eventually(() =>
+      expect(src.calls).toEqual([
+        { op: "ack", id: "inc-8" },
+        { op: "ack", id: "inc-7" },
+      ]),
+    );
     await eventually(() => expect(h!.frame()).toContain("no incidents"));
   });
 

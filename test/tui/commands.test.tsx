@@ -59,7 +59,11 @@ describe("commands view", () => {
     h = await mount(src, { initialClient: "web-1" });
     await h.press("j", "j");
     expect(selectedRow(h.frame())).toContain("cccc3333");
-    src.commandList = [...src.commandList, fakeCommand("web-1", 9, { uuid: "9999new1-0000", createdAt: Date.now() }), fakeCommand("web-1", 10, { uuid: "9999new2-0000", createdAt: Date.now() + 1 })];
+    src.commandList = [
+      ...src.commandList,
+      fakeCommand("web-1", 9, { uuid: "9999new1-0000", createdAt: Date.now() }),
+      fakeCommand("web-1", 10, { uuid: "9999new2-0000", createdAt: Date.now() + 1 }),
+    ];
     src.changed();
     await eventually(() => expect(h!.frame()).toContain("9999new2"));
     expect(selectedRow(h.frame())).toContain("cccc3333");

@@ -180,7 +180,12 @@ describe("control source (live server)", () => {
       await src.writeStdin(uuid, "raw", false);
       await src.closeStdin(uuid);
       await waitFor("finished", () => src.output(uuid).finished);
-      expect(src.output(uuid).lines.filter((l) => l.kind === "stdout").map((l) => l.text)).toEqual(["typed", "raw"]);
+      expect(
+        src
+          .output(uuid)
+          .lines.filter((l) => l.kind === "stdout")
+          .map((l) => l.text),
+      ).toEqual(["typed", "raw"]);
     } finally {
       src.close();
     }
@@ -215,7 +220,10 @@ describe("control source (live server)", () => {
         src.moveOutput(uuid, "start");
         await waitFor("from the start", () => src.output(uuid).finished && src.output(uuid).window?.before === 0);
       }
-      const markers = src.output(uuid).lines.filter((l) => l.kind === "marker").map((l) => l.text);
+      const markers = src
+        .output(uuid)
+        .lines.filter((l) => l.kind === "marker")
+        .map((l) => l.text);
       expect(markers.some((m) => /removed by server retention: events \d+–\d+; stdout bytes 0–\d+/.test(m))).toBe(true);
       expect(src.output(uuid).lines.some((l) => l.text === "done")).toBe(true);
     } finally {
@@ -227,7 +235,9 @@ describe("control source (live server)", () => {
     const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN });
     try {
       const uuid = await src.submit({ clientId: "tui-a", program: { kind: "argv", argv: ["seq", "1", "900000"] } });
-      const c = await waitFor("done", async () => ((await s.client.getCommand({ issueUuid: uuid })).command?.state === L.SUCCEEDED ? (await s.client.getCommand({ issueUuid: uuid })).command : null));
+      const c = await waitFor("done", async () =>
+        (await s.client.getCommand({ issueUuid: uuid })).command?.state === L.SUCCEEDED ? (await s.client.getCommand({ issueUuid: uuid })).command : null,
+      );
       const events = Number(c.storedThroughEventSeq);
       expect(events).toBeGreaterThan(3 * TAIL_EVENTS);
       src.watchOutput(uuid);

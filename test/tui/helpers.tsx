@@ -1,6 +1,3 @@
-// Helpers for the ink-testing-library tests of the TUI: render the App on a
-// source, press keys, read the frame, resize the fake terminal.
-import React from "react";
 import { render } from "ink-testing-library";
 import { App } from "../../tui/app.js";
 import type { DataSource } from "../../tui/source.js";

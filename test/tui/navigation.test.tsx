@@ -32,7 +32,11 @@ describe("navigation and layout", () => {
 
   it("shows a help line for the current view and ? opens the full key list (esc closes)", async () => {
     h = await mount(fakeFleet(3), { columns: 120 });
-    const last = (): string => h!.lines().filter((l) => l.trim() !== "").pop() ?? "";
+    const last = (): string =>
+      h!
+        .lines()
+        .filter((l) => l.trim() !== "")
+        .pop() ?? "";
     expect(last()).toContain("enter commands · s submit · tab/1-4 views · ? help · q quit");
     await h.press("3");
     expect(last()).toContain("a/enter authorize");
@@ -65,7 +69,7 @@ describe("navigation and layout", () => {
     expect(src.calls).toEqual([{ op: "submit", spec: { clientId: "host-0000", program: { kind: "shell", line: "echo one" }, stdinOpen: false } }]);
   });
 
-  it("several keys in one read outside a text field are separate keys (\"jj\" moves twice, \"n4\" answers no, then switches view)", async () => {
+  it('several keys in one read outside a text field are separate keys ("jj" moves twice, "n4" answers no, then switches view)', async () => {
     const src = fakeFleet(5);
     h = await mount(src, { columns: 120 });
     await h.press("jj");

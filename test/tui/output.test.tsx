@@ -41,7 +41,13 @@ describe("output pane", () => {
   it("R-O5: a server retention marker is shown inline with its event range and byte ranges", async () => {
     const src = source();
     src.pushOutput(UUID, { kind: "output", seq: 1, stream: "stdout", offset: 0, data: enc("first\n") });
-    src.pushOutput(UUID, { kind: "truncation", seq: 2, cause: "server-retention", events: { first: 2, last: 40 }, ranges: [{ stream: "stdout", offset: 6, length: 1258291 }] });
+    src.pushOutput(UUID, {
+      kind: "truncation",
+      seq: 2,
+      cause: "server-retention",
+      events: { first: 2, last: 40 },
+      ranges: [{ stream: "stdout", offset: 6, length: 1258291 }],
+    });
     src.pushOutput(UUID, { kind: "output", seq: 41, stream: "stdout", offset: 1258297, data: enc("after the gap\n") });
     h = await openOutput(src, { columns: 140 });
     const f = h.frame();
@@ -56,7 +62,16 @@ describe("output pane", () => {
 
   it("R-O7: an agent truncation marker (no event range, never sequenced) is shown inline", async () => {
     const src = source();
-    src.pushOutput(UUID, { kind: "truncation", seq: 5, cause: "agent-budget", events: null, ranges: [{ stream: "stdout", offset: 0, length: 3 * 1024 * 1024 }, { stream: "stderr", offset: 0, length: 2048 }] });
+    src.pushOutput(UUID, {
+      kind: "truncation",
+      seq: 5,
+      cause: "agent-budget",
+      events: null,
+      ranges: [
+        { stream: "stdout", offset: 0, length: 3 * 1024 * 1024 },
+        { stream: "stderr", offset: 0, length: 2048 },
+      ],
+    });
     h = await openOutput(src, { columns: 160 });
     expect(h.frame()).toContain(
       "[… 3.0 MiB of stdout+stderr dropped by the agent (output budget reached): at event 5, never sequenced; stdout bytes 0–3145727, stderr bytes 0–2047 …]",
@@ -74,13 +89,21 @@ describe("output pane", () => {
     h = await openOutput(src, { columns: 160 });
     const lines = h.lines();
     const i = lines.findIndex((l) => l.includes("output incomplete"));
-    expect(lines[i]).toContain("[! output incomplete at event 2: stdout+stderr not drained to EOF (a descendant kept the pipe open); nothing after this was captured !]");
+    expect(lines[i]).toContain(
+      "[! output incomplete at event 2: stdout+stderr not drained to EOF (a descendant kept the pipe open); nothing after this was captured !]",
+    );
     expect(lines[i + 1]).toContain("── succeeded (exit 0) · event 3, revision 1 ──");
   });
 
   it("markers wrap instead of being cut on a narrow terminal", async () => {
     const src = source();
-    src.pushOutput(UUID, { kind: "truncation", seq: 2, cause: "server-retention", events: { first: 2, last: 40 }, ranges: [{ stream: "stdout", offset: 6, length: 1258291 }] });
+    src.pushOutput(UUID, {
+      kind: "truncation",
+      seq: 2,
+      cause: "server-retention",
+      events: { first: 2, last: 40 },
+      ranges: [{ stream: "stdout", offset: 6, length: 1258291 }],
+    });
     h = await openOutput(src, { columns: 40, rows: 24 });
     const joined = h
       .lines()
@@ -191,18 +214,25 @@ describe("output buffer", () => {
     const b = new OutputBuffer("u");
     b.add({ kind: "output", seq: 1, stream: "stdout", offset: 0, data: enc("a\n") });
     b.add({ kind: "output", seq: 5, stream: "stdout", offset: 1002, data: enc("z\n") });
-    expect(b.snapshot().lines.map((l) => l.text)).toEqual(["a", "[… 1000 B of stdout missing before event 5: stdout bytes 2–1001; no marker was sent for them …]", "z"]);
+    expect(b.snapshot().lines.map((l) => l.text)).toEqual([
+      "a",
+      "[… 1000 B of stdout missing before event 5: stdout bytes 2–1001; no marker was sent for them …]",
+      "z",
+    ]);
   });
 
   it("R-O5: trims a retention marker to what this reader has not seen; a marker about bytes it already showed is dropped", () => {
     const b = new OutputBuffer("u");
-    b.add({ kind: "output", seq: 1, stream: "stdout", offset: 0, data: enc("x".repeat(99) + "\n") });
+    b.add({ kind: "output", seq: 1, stream: "stdout", offset: 0, data: enc(`${"x".repeat(99)}\n`) });
     b.add({ kind: "truncation", seq: 1, cause: "server-retention", events: { first: 1, last: 1 }, ranges: [{ stream: "stdout", offset: 0, length: 100 }] });
     expect(b.snapshot().lines.some((l) => l.kind === "marker")).toBe(false);
     b.add({ kind: "truncation", seq: 2, cause: "server-retention", events: { first: 1, last: 9 }, ranges: [{ stream: "stdout", offset: 0, length: 5000 }] });
-    expect(b.snapshot().lines.filter((l) => l.kind === "marker").map((l) => l.text)).toEqual([
-      "[… 4.8 KiB of stdout removed by server retention: events 2–9; stdout bytes 100–4999 …]",
-    ]);
+    expect(
+      b
+        .snapshot()
+        .lines.filter((l) => l.kind === "marker")
+        .map((l) => l.text),
+    ).toEqual(["[… 4.8 KiB of stdout removed by server retention: events 2–9; stdout bytes 100–4999 …]"]);
   });
 
   it("neutralises terminal escapes and control characters", () => {
@@ -252,7 +282,10 @@ describe("output buffer", () => {
     expect(s.offset).toBe(9); // lines[1] ("011") is line 10 of the window, as before
     const w = new OutputBuffer("w", undefined, { startSeq: 700, reloadable: true });
     w.add({ kind: "output", seq: 700, stream: "stdout", offset: 123456, data: enc("tail\n") });
-    expect(w.snapshot().lines.map((x) => x.text)).toEqual(["[… 699 earlier events not loaded (press g / Home to load from the start; ↑ at the top loads earlier ones) …]", "tail"]);
+    expect(w.snapshot().lines.map((x) => x.text)).toEqual([
+      "[… 699 earlier events not loaded (press g / Home to load from the start; ↑ at the top loads earlier ones) …]",
+      "tail",
+    ]);
     w.paused = true;
     w.touch();
     expect(w.snapshot().lines.at(-1)!.text).toBe("[… events from 701 on not loaded yet (↓ at the bottom loads more; G / End jumps to the end) …]");

@@ -1,4 +1,3 @@
-import React from "react";
 import { renderToString } from "ink";
 import { afterEach, describe, expect, it } from "vitest";
 import { App } from "../../tui/app.js";
@@ -12,7 +11,18 @@ describe("sessions view", () => {
   it("shows client id, link state, instance, generation, last activity, running/queued, window and budget use", async () => {
     const src = new FakeSource({
       sessions: [
-        fakeSession(0, { clientId: "web-1", instanceId: "a1b2c3d4e5f6", generation: 7, link: "connected", running: 2, queued: 5, maxRunning: 4, maxQueued: 16, window: { used: 512, limit: 1024 }, budget: { used: 1, limit: 4 } }),
+        fakeSession(0, {
+          clientId: "web-1",
+          instanceId: "a1b2c3d4e5f6",
+          generation: 7,
+          link: "connected",
+          running: 2,
+          queued: 5,
+          maxRunning: 4,
+          maxQueued: 16,
+          window: { used: 512, limit: 1024 },
+          budget: { used: 1, limit: 4 },
+        }),
         fakeSession(1, { clientId: "db-1", link: "offline", lastActivity: null }),
         fakeSession(2, { clientId: "batch-1", link: "backoff", detail: "retry in 3.2s (attempt 2)" }),
       ],
@@ -28,7 +38,12 @@ describe("sessions view", () => {
   });
 
   it("says draining in DETAIL for a client an operator drains (rvbox drain)", async () => {
-    const src = new FakeSource({ sessions: [fakeSession(0, { clientId: "web-1", link: "connected", detail: "ready 127.0.0.1:1", draining: true }), fakeSession(1, { clientId: "db-1", link: "connected", detail: "ready 127.0.0.1:2" })] });
+    const src = new FakeSource({
+      sessions: [
+        fakeSession(0, { clientId: "web-1", link: "connected", detail: "ready 127.0.0.1:1", draining: true }),
+        fakeSession(1, { clientId: "db-1", link: "connected", detail: "ready 127.0.0.1:2" }),
+      ],
+    });
     h = await mount(src, { columns: 140 });
     const f = h.frame();
     expect(lineWith(f, "web-1")).toMatch(/draining; ready 127\.0\.0\.1:1/);

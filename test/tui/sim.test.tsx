@@ -16,8 +16,16 @@ afterEach(() => {
 
 function withTimeline(): { src: FakeSource; tl: FakeTimeline } {
   const src = new FakeSource({
-    sessions: [fakeSession(0, { clientId: "agent-0", key: "agent-0" }), fakeSession(1, { clientId: "agent-1", key: "agent-1" }), fakeSession(2, { clientId: "agent-1", key: "agent-1~clone4", kind: "clone" })],
-    commands: [fakeCommand("agent-0", 1, { uuid: "0aaa-cmd" }), fakeCommand("agent-1", 2, { uuid: "1bbb-cmd" }), fakeCommand("agent-1", 3, { uuid: "1ccc-cmd" })],
+    sessions: [
+      fakeSession(0, { clientId: "agent-0", key: "agent-0" }),
+      fakeSession(1, { clientId: "agent-1", key: "agent-1" }),
+      fakeSession(2, { clientId: "agent-1", key: "agent-1~clone4", kind: "clone" }),
+    ],
+    commands: [
+      fakeCommand("agent-0", 1, { uuid: "0aaa-cmd" }),
+      fakeCommand("agent-1", 2, { uuid: "1bbb-cmd" }),
+      fakeCommand("agent-1", 3, { uuid: "1ccc-cmd" }),
+    ],
   });
   const tl = new FakeTimeline(src, 100);
   src.timeline = tl;

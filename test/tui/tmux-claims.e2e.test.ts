@@ -18,7 +18,7 @@ describe.skipIf(!hasTmux)("TUI in tmux: dismissing a claim", () => {
   beforeAll(async () => {
     const dir = await tempDir("rvbox-tmux-claims-");
     tokenFile = path.join(dir, "operator-token");
-    writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+    writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
     s = await startServer({});
     a = await startAgent(s.url, "claim-a", {});
     await waitFor("agent", () => a.connected);
@@ -37,7 +37,8 @@ describe.skipIf(!hasTmux)("TUI in tmux: dismissing a claim", () => {
     await term.waitFor((x) => /claim-a\s+connected/.test(x), "the sessions view", 40_000);
     // A second instance under the same id: refused, and pending as a claim.
     b = await startAgent(s.url, "claim-a", {});
-    const other = (await waitFor("the claim at the server", async () => (await s.client.listClaims({})).claims.find((c) => c.clientId === "claim-a")))!.instanceId;
+    const other = (await waitFor("the claim at the server", async () => (await s.client.listClaims({})).claims.find((c) => c.clientId === "claim-a")))!
+      .instanceId;
     expect(other).toMatch(/^[0-9a-f]{32}$/);
     term.keys("3");
     await term.waitFor((x) => x.includes("Claims (1)") && x.includes(other), "the pending claim");
@@ -47,7 +48,10 @@ describe.skipIf(!hasTmux)("TUI in tmux: dismissing a claim", () => {
     term.keys("d");
     await term.waitFor((x) => x.includes(`Dismiss the claim of instance ${other} for claim-a`) && x.includes("(y/n)"), "the confirmation");
     term.keys("y");
-    const scr = await term.waitFor((x) => x.includes(`dismissed the claim of instance ${other} for claim-a`) && x.includes("no pending identity claims"), "dismissed");
+    const scr = await term.waitFor(
+      (x) => x.includes(`dismissed the claim of instance ${other} for claim-a`) && x.includes("no pending identity claims"),
+      "dismissed",
+    );
     expect(scr).not.toContain(`authorized instance ${other}`);
     expect((await s.client.listClaims({})).claims).toEqual([]);
     expect(a.connected).toBe(true);

@@ -34,14 +34,24 @@ describe.skipIf(!hasTmux)("TUI in tmux: a large finished command", () => {
   beforeAll(async () => {
     const dir = await tempDir("rvbox-tmux-large-");
     tokenFile = path.join(dir, "operator-token");
-    writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+    writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
     // Invariant checks after every step would dominate a run this size.
     s = await startServer({ checkInvariants: false });
     a = await startAgent(s.url, "big", { cwd: dir, checkInvariants: false });
     await waitFor("agent", () => a.connected);
-    const r = await s.client.submitCommand({ clientId: "big", program: { case: "argv", value: { argv: ["seq", "1", String(LINES)] } }, issueUuid: crypto.randomUUID(), requestId: crypto.randomUUID() });
+    const r = await s.client.submitCommand({
+      clientId: "big",
+      program: { case: "argv", value: { argv: ["seq", "1", String(LINES)] } },
+      issueUuid: crypto.randomUUID(),
+      requestId: crypto.randomUUID(),
+    });
     uuid = r.command!.issueUuid;
-    const c = await waitFor("seq to finish", async () => ((await s.client.getCommand({ issueUuid: uuid })).command?.endedTime ? (await s.client.getCommand({ issueUuid: uuid })).command : null), 180_000, 250);
+    const c = await waitFor(
+      "seq to finish",
+      async () => ((await s.client.getCommand({ issueUuid: uuid })).command?.endedTime ? (await s.client.getCommand({ issueUuid: uuid })).command : null),
+      180_000,
+      250,
+    );
     events = Number(c.storedThroughEventSeq);
   }, 240_000);
 
@@ -122,7 +132,9 @@ describe.skipIf(!hasTmux)("TUI in tmux: a large finished command", () => {
     expect(m.peak - idle).toBeLessThan(200 * 1024);
     expect(m.rss).toBeLessThan(rssAtEnd + 64 * 1024);
 
-    console.log(`TUI RSS: idle ${Math.round(idle / 1024)} MiB, after the walk ${Math.round(m.rss / 1024)} MiB, peak ${Math.round(m.peak / 1024)} MiB (output ${events} events)`);
+    console.log(
+      `TUI RSS: idle ${Math.round(idle / 1024)} MiB, after the walk ${Math.round(m.rss / 1024)} MiB, peak ${Math.round(m.peak / 1024)} MiB (output ${events} events)`,
+    );
     term.keys("q");
     await term.waitFor((x) => x.includes("[exited 0]"), "the TUI to exit 0");
   }, 300_000);

@@ -29,7 +29,7 @@ describe.skipIf(!hasTmux)("TUI in tmux: the commands view across view switches",
   beforeAll(async () => {
     const dir = await tempDir("rvbox-tmux-views-");
     tokenFile = path.join(dir, "operator-token");
-    writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+    writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
     s = await startServer({});
     a = await startAgent(s.url, "views-a", { cwd: dir });
     await waitFor("agent", () => a.connected);

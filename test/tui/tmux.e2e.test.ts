@@ -18,7 +18,7 @@ describe.skipIf(!hasTmux)("TUI in tmux against a real server and agent", () => {
   beforeAll(async () => {
     const dir = await tempDir("rvbox-tmux-");
     tokenFile = path.join(dir, "operator-token");
-    writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+    writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
     s = await startServer({});
     a = await startAgent(s.url, "tmux-a", { cwd: dir, killGraceMs: 1000 });
     await waitFor("agent", () => a.connected);

@@ -92,9 +92,23 @@ const clientMsg = (i: number, over: Record<string, unknown> = {}) =>
     outputBudgetBytes: 4096n,
     ...over,
   });
-const sessionMsg = (i: number) => create(SessionSchema, { connection: BigInt(i + 1), clientId: host(i), instanceId: `inst${i}`, generation: 1n, phase: "ready", openedTime: timestampFromMs(Date.now()) });
+const sessionMsg = (i: number) =>
+  create(SessionSchema, {
+    connection: BigInt(i + 1),
+    clientId: host(i),
+    instanceId: `inst${i}`,
+    generation: 1n,
+    phase: "ready",
+    openedTime: timestampFromMs(Date.now()),
+  });
 const commandMsg = (client: string, n: number, state = L.RUNNING) =>
-  create(CommandSchema, { issueUuid: `${client}-cmd-${String(n).padStart(4, "0")}`, clientId: client, state, revision: 1n, createdTime: timestampFromMs(1_700_000_000_000 + n * 1000) });
+  create(CommandSchema, {
+    issueUuid: `${client}-cmd-${String(n).padStart(4, "0")}`,
+    clientId: client,
+    state,
+    revision: 1n,
+    createdTime: timestampFromMs(1_700_000_000_000 + n * 1000),
+  });
 
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
@@ -170,7 +184,9 @@ describe("WatchFeed", () => {
 
     // A change of a listed command, and a new one.
     rpc.push({ case: "command", value: commandMsg(host(0), 1, L.SUCCEEDED) }, { case: "command", value: commandMsg(host(0), 3) });
-    await eventually(() => expect(src!.commands(host(0)).map((c) => `${c.uuid}:${c.state}`)).toEqual([`${host(0)}-cmd-0003:running`, `${host(0)}-cmd-0001:succeeded`]));
+    await eventually(() =>
+      expect(src!.commands(host(0)).map((c) => `${c.uuid}:${c.state}`)).toEqual([`${host(0)}-cmd-0003:running`, `${host(0)}-cmd-0001:succeeded`]),
+    );
     // The server pruned a finished one from its history: it leaves the lists.
     rpc.push({ case: "commandRemoved", value: `${host(0)}-cmd-0001` });
     await eventually(() => expect(src!.commands(host(0)).map((c) => c.uuid)).toEqual([`${host(0)}-cmd-0003`]));
@@ -247,7 +263,12 @@ describe("WatchFeed", () => {
     rpc.snapshot({ clients: Array.from({ length: 1000 }, (_, i) => clientMsg(i)), sessions: Array.from({ length: 1000 }, (_, i) => sessionMsg(i)) });
     await eventually(() => expect(h!.frame()).toContain("of 1000"));
     expect(h.frame()).toContain("stream");
-    expect(h.frame().split("\n").filter((l) => /host-\d{4}/.test(l)).length).toBeLessThan(40); // only the visible rows render
+    expect(
+      h
+        .frame()
+        .split("\n")
+        .filter((l) => /host-\d{4}/.test(l)).length,
+    ).toBeLessThan(40); // only the visible rows render
 
     // Every client changes at once (one server push): the source re-reads the fleet once, not 1,000 times.
     const before = src.version;

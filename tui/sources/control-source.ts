@@ -441,7 +441,9 @@ export class ControlSource implements DataSource {
   }
 
   async writeStdin(uuid: string, text: string, appendNewline: boolean): Promise<void> {
-    await this.call(`stdin of ${uuid}`, () => this.rpc.writeStdin({ issueUuid: uuid, data: new TextEncoder().encode(text), appendNewline, requestId: randomUUID() }));
+    await this.call(`stdin of ${uuid}`, () =>
+      this.rpc.writeStdin({ issueUuid: uuid, data: new TextEncoder().encode(text), appendNewline, requestId: randomUUID() }),
+    );
   }
 
   async closeStdin(uuid: string): Promise<void> {

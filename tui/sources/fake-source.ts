@@ -39,7 +39,7 @@ export function fakeSession(i: number, over: Partial<SessionInfo> = {}): Session
   return {
     key: over.key ?? id,
     clientId: id,
-    instanceId: `inst-${(i * 2654435761 >>> 0).toString(16).padStart(8, "0")}`,
+    instanceId: `inst-${((i * 2654435761) >>> 0).toString(16).padStart(8, "0")}`,
     generation: 1 + (i % 7),
     link: i % 10 === 3 ? "offline" : "connected",
     detail: i % 10 === 3 ? "" : "ready",
@@ -234,7 +234,10 @@ export class FakeSource implements DataSource {
     this.calls.push({ op: "submit", spec });
     const uuid = `new-${++this.submitSeq}`;
     const program = spec.program.kind === "shell" ? `sh: ${spec.program.line}` : `argv: ${spec.program.argv.join(" ")}`;
-    this.commandList = [...this.commandList, fakeCommand(spec.clientId, 0, { uuid, state: "queued", createdAt: FAKE_NOW + this.submitSeq, program, stdinOpen: spec.stdinOpen ?? false })];
+    this.commandList = [
+      ...this.commandList,
+      fakeCommand(spec.clientId, 0, { uuid, state: "queued", createdAt: FAKE_NOW + this.submitSeq, program, stdinOpen: spec.stdinOpen ?? false }),
+    ];
     this.changed();
     return uuid;
   }
@@ -277,10 +280,37 @@ export function fakeFleet(n: number): FakeSource {
   return new FakeSource({
     sessions,
     commands,
-    claims: n > 1 ? [{ clientId: sessions[1]!.clientId, instanceId: "inst-impostor-7f3a", currentInstanceId: sessions[1]!.instanceId, at: FAKE_NOW - 30_000, attempts: 3 }] : [],
+    claims:
+      n > 1
+        ? [
+            {
+              clientId: sessions[1]!.clientId,
+              instanceId: "inst-impostor-7f3a",
+              currentInstanceId: sessions[1]!.instanceId,
+              at: FAKE_NOW - 30_000,
+              attempts: 3,
+            },
+          ]
+        : [],
     incidents: [
-      { id: "inc-1", clientId: sessions[0]?.clientId ?? "", uuid: "cmd-x", kind: "recovery", detail: "agent-known command missing at the server; terminated", at: FAKE_NOW - 60_000, acknowledged: false },
-      { id: "inc-2", clientId: sessions[0]?.clientId ?? "", uuid: "", kind: "store", detail: "journal corruption repaired", at: FAKE_NOW - 120_000, acknowledged: false },
+      {
+        id: "inc-1",
+        clientId: sessions[0]?.clientId ?? "",
+        uuid: "cmd-x",
+        kind: "recovery",
+        detail: "agent-known command missing at the server; terminated",
+        at: FAKE_NOW - 60_000,
+        acknowledged: false,
+      },
+      {
+        id: "inc-2",
+        clientId: sessions[0]?.clientId ?? "",
+        uuid: "",
+        kind: "store",
+        detail: "journal corruption repaired",
+        at: FAKE_NOW - 120_000,
+        acknowledged: false,
+      },
     ],
   });
 }

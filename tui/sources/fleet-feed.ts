@@ -378,7 +378,12 @@ export class WatchFeed implements FleetFeed {
   private emit(): void {
     if (this.fleetDirty) {
       this.fleetDirty = false;
-      this.sink?.fleet({ clients: [...this.clients.values()], sessions: [...this.sessions.values()], claims: [...this.claims.values()], incidents: [...this.incidents.values()] });
+      this.sink?.fleet({
+        clients: [...this.clients.values()],
+        sessions: [...this.sessions.values()],
+        claims: [...this.claims.values()],
+        incidents: [...this.incidents.values()],
+      });
     }
     if (!this.commandsDirty) return;
     this.commandsDirty = false;

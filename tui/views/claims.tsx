@@ -1,5 +1,5 @@
 /** Pending identity claims (R-F4): a different instance tried a live client id; `a` authorizes it once (R-F5). */
-import React from "react";
+import type React from "react";
 import { ago } from "../format.js";
 import type { ClaimInfo } from "../source.js";
 import { Table, type Column } from "./table.js";

@@ -1,5 +1,5 @@
 /** Commands of one client (or all): state, revision, outcome, times, program. */
-import React from "react";
+import type React from "react";
 import { ago, shortId, stateColor } from "../format.js";
 import type { CommandInfo } from "../source.js";
 import { durationText } from "../../client/model.js";

@@ -1,5 +1,5 @@
 /** The top two lines: where the data comes from and how fresh it is; the tabs with counts and the breadcrumb. */
-import React from "react";
+import type React from "react";
 import { Box, Text } from "ink";
 import { clock, fit } from "../format.js";
 import type { FleetSnapshot } from "../source.js";
@@ -34,7 +34,12 @@ export function Header(p: { fleet: FleetSnapshot; tab: Tab; crumb: string; width
       </Text>
       <Text>
         {tabs.map((x) => (
-          <Text key={x.t} inverse={x.t === p.tab} bold={x.t === p.tab} color={x.t === "claims" && f.claims.length ? "yellow" : x.t === "incidents" && openIncidents ? "yellow" : undefined}>
+          <Text
+            key={x.t}
+            inverse={x.t === p.tab}
+            bold={x.t === p.tab}
+            color={x.t === "claims" && f.claims.length ? "yellow" : x.t === "incidents" && openIncidents ? "yellow" : undefined}
+          >
             {x.text}
           </Text>
         ))}

@@ -1,5 +1,5 @@
 /** The help line (keys for where you are) and the full key list (`?`). */
-import React from "react";
+import type React from "react";
 import { Box, Text } from "ink";
 import { clip, fit } from "../format.js";
 

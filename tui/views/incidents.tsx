@@ -1,5 +1,5 @@
 /** Incidents (recovery, store): `a` acknowledges the selected one; acknowledged ones are dimmed. */
-import React from "react";
+import type React from "react";
 import { Box, Text } from "ink";
 import { ago, shortId } from "../format.js";
 import type { IncidentInfo } from "../source.js";
@@ -11,7 +11,14 @@ export interface DroppedIncidents {
   count: number;
 }
 
-export function IncidentsView(p: { rows: readonly IncidentInfo[]; dropped?: readonly DroppedIncidents[]; selected: number; now: number; width: number; height: number }): React.ReactElement {
+export function IncidentsView(p: {
+  rows: readonly IncidentInfo[];
+  dropped?: readonly DroppedIncidents[];
+  selected: number;
+  now: number;
+  width: number;
+  height: number;
+}): React.ReactElement {
   const cols: Array<Column<IncidentInfo>> = [
     { title: "ID", width: 10, value: (i) => shortId(i.id, 10) },
     { title: "KIND", width: 14, value: (i) => i.kind, color: (i) => (i.acknowledged ? undefined : "yellow") },
@@ -22,7 +29,17 @@ export function IncidentsView(p: { rows: readonly IncidentInfo[]; dropped?: read
     { title: "DETAIL", width: "flex", min: 10, value: (i) => i.detail },
   ];
   const dropped = (p.dropped ?? []).filter((d) => d.count > 0);
-  const table = <Table rows={p.rows} columns={cols} selected={p.selected} width={p.width} height={p.height - (dropped.length > 0 ? 1 : 0)} empty="no incidents" dim={(i) => i.acknowledged} />;
+  const table = (
+    <Table
+      rows={p.rows}
+      columns={cols}
+      selected={p.selected}
+      width={p.width}
+      height={p.height - (dropped.length > 0 ? 1 : 0)}
+      empty="no incidents"
+      dim={(i) => i.acknowledged}
+    />
+  );
   if (dropped.length === 0) return table;
   const total = dropped.reduce((n, d) => n + d.count, 0);
   const line = `${total} not stored (incident bounds): ${dropped.map((d) => `${d.clientId} ${d.count}`).join(", ")}`;

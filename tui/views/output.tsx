@@ -5,7 +5,7 @@
  * stdin and signal events as dim separator lines. Follows the tail until the
  * operator scrolls up; `G` / `f` follows again.
  */
-import React from "react";
+import type React from "react";
 import { Box, Text } from "ink";
 import { clip, fit, shortId, stateColor } from "../format.js";
 import type { OutputLine, OutputSnapshot } from "../source.js";
@@ -36,7 +36,12 @@ export interface OutputViewProps {
 }
 
 /** Which lines fill `body` rows: from `top` down, or (following) up from the last line. */
-export function visibleLines(lines: readonly OutputLine[], top: number | null, body: number, width: number): { start: number; rows: Array<{ line: OutputLine; text: string }> } {
+export function visibleLines(
+  lines: readonly OutputLine[],
+  top: number | null,
+  body: number,
+  width: number,
+): { start: number; rows: Array<{ line: OutputLine; text: string }> } {
   const rows: Array<{ line: OutputLine; text: string }> = [];
   if (top === null) {
     let i = lines.length - 1;

@@ -5,7 +5,7 @@
  * single input handler applies them in order however fast keys arrive; the
  * components here only draw.
  */
-import React from "react";
+import type React from "react";
 import { Box, Text, type Key } from "ink";
 import { clip, fit } from "../format.js";
 import type { SignalName } from "../source.js";

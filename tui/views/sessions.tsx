@@ -1,5 +1,5 @@
 /** Sessions: one row per client (or simulated host): link state, instance, generation, activity, load, window and budget use. */
-import React from "react";
+import type React from "react";
 import { ago, linkColor, shortId, usage } from "../format.js";
 import type { FleetSnapshot, SessionInfo } from "../source.js";
 import { Table, type Column } from "./table.js";
@@ -15,7 +15,14 @@ export function sessionColumns(now: number): Array<Column<SessionInfo>> {
     { title: "QUEUE", width: 6, align: "right", value: (s) => `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}` },
     { title: "WINDOW", width: 6, align: "right", hideBelow: 90, value: (s) => usage(s.window) },
     { title: "BUDGET", width: 6, align: "right", hideBelow: 90, value: (s) => usage(s.budget) },
-    { title: "DETAIL", width: "flex", min: 8, hideBelow: 110, value: (s) => [s.draining ? "draining" : "", s.detail, s.authorizedInstance ? `authorized ${shortId(s.authorizedInstance, 10)}` : ""].filter(Boolean).join("; ") },
+    {
+      title: "DETAIL",
+      width: "flex",
+      min: 8,
+      hideBelow: 110,
+      value: (s) =>
+        [s.draining ? "draining" : "", s.detail, s.authorizedInstance ? `authorized ${shortId(s.authorizedInstance, 10)}` : ""].filter(Boolean).join("; "),
+    },
   ];
 }
 

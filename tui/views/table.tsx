@@ -3,7 +3,8 @@
  * cost the same as 30), every row is cut to the terminal width, and the
  * selected row stays in view with the least scrolling.
  */
-import React, { useRef } from "react";
+import type React from "react";
+import { useRef } from "react";
 import { Box, Text } from "ink";
 import { fit, fitRight, type Color } from "../format.js";
 
@@ -68,7 +69,7 @@ export function Table<T>(p: TableProps<T>): React.ReactElement {
   off.current = scrollOffset(off.current, sel, body, p.rows.length);
   // A 2-column gutter marks the selected row without relying on colour ("› ").
   const cols = layoutColumns(p.columns, p.width - 2);
-  const header = "  " + cols.map(({ col, w }) => (col.align === "right" ? fitRight(col.title, w) : fit(col.title, w))).join(" ");
+  const header = `  ${cols.map(({ col, w }) => (col.align === "right" ? fitRight(col.title, w) : fit(col.title, w))).join(" ")}`;
   const visible = p.rows.slice(off.current, off.current + body);
   const lines: React.ReactElement[] = visible.map((row, i) => {
     const idx = off.current + i;

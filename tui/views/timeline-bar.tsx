@@ -2,7 +2,7 @@
  * Sim mode: where the cursor is in the recorded run, a bar with the failure
  * marked, the active filters, and the last timeline lines up to the cursor.
  */
-import React from "react";
+import type React from "react";
 import { Box, Text } from "ink";
 import { clip, fit } from "../format.js";
 import type { TimelineControl } from "../source.js";

@@ -2,13 +2,21 @@
 // durable order of acceptance, and the validation of the execution spec.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { type CommandAccepted, type ReconcileSnapshot } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import type { ReconcileSnapshot } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, ExecutionSpecSchema, ShellType, SignalKind, type ExecutionSpec } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { agentInvariants, defaultAgentConfig, toHex } from "../../../core/index.js";
 import { validateSpec } from "../../../core/agent/admission.js";
 import { Code } from "../../../core/errors.js";
-import { AGENT_SNAPSHOT_SLACK_BYTES, MAX_ARGV_ITEMS, MAX_ENV_ITEMS, MAX_ENVELOPE_BYTES, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES, STDIN_WRITES_IN_FLIGHT } from "../../../core/limits.js";
-import { T0, sha, SpecInit, argv, sends, accepts, closes, of, AgentRig, expectClosed, expectRefused, stdinWrite, closeStdin, signal } from "./rig.js";
+import {
+  AGENT_SNAPSHOT_SLACK_BYTES,
+  MAX_ARGV_ITEMS,
+  MAX_ENV_ITEMS,
+  MAX_ENVELOPE_BYTES,
+  MAX_SCRIPT_BYTES,
+  MAX_SPEC_STRING_BYTES,
+  STDIN_WRITES_IN_FLIGHT,
+} from "../../../core/limits.js";
+import { T0, sha, type SpecInit, argv, sends, accepts, of, AgentRig, expectClosed, expectRefused, stdinWrite, closeStdin } from "./rig.js";
 
 describe("dispatch admission", () => {
   it("R-D2 R-W10: an unusable issue_uuid is refused with VALIDATION without closing; 128 characters are fine", () => {
@@ -29,7 +37,14 @@ describe("dispatch admission", () => {
     const r = new AgentRig();
     r.establish();
     const out = r.dispatch("c1", argv("true"), { hash: new Uint8Array(31), rev: 3n });
-    expect(accepts(out)).toEqual([expect.objectContaining({ issueUuid: "c1", commandRevision: 3n, accepted: false, rejection: expect.objectContaining({ code: Code.VALIDATION, issueUuid: "c1", message: "immutable_request_sha256 must be 32 bytes" }) })]);
+    expect(accepts(out)).toEqual([
+      expect.objectContaining({
+        issueUuid: "c1",
+        commandRevision: 3n,
+        accepted: false,
+        rejection: expect.objectContaining({ code: Code.VALIDATION, issueUuid: "c1", message: "immutable_request_sha256 must be 32 bytes" }),
+      }),
+    ]);
     expect(r.st.commands.size).toBe(0);
     expect(r.st.session.phase).toBe("established");
   });
@@ -46,7 +61,9 @@ describe("dispatch admission", () => {
     r.establish(4);
     for (const gen of [3n, 5n, 0n]) {
       const out = r.dispatch("c1", argv("true"), { gen });
-      expect(accepts(out).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.STALE_GENERATION, `dispatch targets generation ${gen}`]]);
+      expect(accepts(out).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([
+        [false, Code.STALE_GENERATION, `dispatch targets generation ${gen}`],
+      ]);
     }
     expect(r.st.commands.size).toBe(0);
     expect(accepts(r.dispatch("c1", argv("true"), { gen: 4n }))[0]!.accepted).toBe(true);
@@ -62,7 +79,9 @@ describe("dispatch admission", () => {
     expect(of(again, "spawn")).toEqual([]);
     expect(r.st.commands.size).toBe(1);
     const other = r.dispatch("c1", argv("true"), { hash: sha("different request") });
-    expect(accepts(other).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.CONFLICT, "issue_uuid already holds a different request"]]);
+    expect(accepts(other).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([
+      [false, Code.CONFLICT, "issue_uuid already holds a different request"],
+    ]);
     expect(r.cmd("c1").hash).toBe(Buffer.from(sha("c1")).toString("hex"));
   });
 
@@ -73,8 +92,12 @@ describe("dispatch admission", () => {
     r.exit("c1", 0);
     r.ackAll("c1");
     expect(r.st.tombstones.get("c1")).toBe(Buffer.from(sha("c1")).toString("hex"));
-    expect(accepts(r.dispatch("c1")).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.ALREADY_EXECUTED, "already executed (tombstone ledger)"]]);
-    expect(accepts(r.dispatch("c1", argv("true"), { hash: sha("other") })).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([[false, Code.CONFLICT, "issue_uuid was used by a different request"]]);
+    expect(accepts(r.dispatch("c1")).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([
+      [false, Code.ALREADY_EXECUTED, "already executed (tombstone ledger)"],
+    ]);
+    expect(accepts(r.dispatch("c1", argv("true"), { hash: sha("other") })).map((a) => [a.accepted, a.rejection?.code, a.rejection?.message])).toEqual([
+      [false, Code.CONFLICT, "issue_uuid was used by a different request"],
+    ]);
     expect(r.st.commands.size).toBe(0);
   });
 
@@ -83,7 +106,12 @@ describe("dispatch admission", () => {
     r.establish();
     r.step({ type: "store_incident", detail: "disk gone" });
     const out = r.dispatch("c1");
-    expect(accepts(out)).toEqual([expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.STORE_INCIDENT, message: "agent store incident: disk gone" }) })]);
+    expect(accepts(out)).toEqual([
+      expect.objectContaining({
+        accepted: false,
+        rejection: expect.objectContaining({ code: Code.STORE_INCIDENT, message: "agent store incident: disk gone" }),
+      }),
+    ]);
     expect(r.st.commands.size).toBe(0);
   });
 
@@ -94,7 +122,9 @@ describe("dispatch admission", () => {
     expect(accepts(r.dispatch("c2"))[0]!.accepted).toBe(true);
     expect(r.cmd("c2").phase).toBe("queued");
     const out = r.dispatch("c3");
-    expect(accepts(out)).toEqual([expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "queue full (1 running, 1 queued)" }) })]);
+    expect(accepts(out)).toEqual([
+      expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "queue full (1 running, 1 queued)" }) }),
+    ]);
     expect(r.st.commands.has("c3")).toBe(false);
   });
 
@@ -104,7 +134,9 @@ describe("dispatch admission", () => {
     r.run("c1");
     r.exit("c1", 0); // done, events not acknowledged: still retained
     expect(accepts(r.dispatch("c2"))[0]!.accepted).toBe(true);
-    expect(accepts(r.dispatch("c3"))).toEqual([expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "retained-command limit reached" }) })]);
+    expect(accepts(r.dispatch("c3"))).toEqual([
+      expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "retained-command limit reached" }) }),
+    ]);
     r.ackAll("c1");
     expect(r.st.commands.has("c1")).toBe(false);
     expect(accepts(r.dispatch("c3"))[0]!.accepted).toBe(true);
@@ -117,18 +149,24 @@ describe("dispatch admission", () => {
     expect(accepts(r.dispatch("c1"))[0]!.accepted).toBe(true);
     expect(accepts(r.dispatch("c2"))[0]!.accepted).toBe(true);
     expect(r.st.metadataUsed).toBe(2 * base.metadataPerCommand);
-    expect(accepts(r.dispatch("c3"))).toEqual([expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "metadata budget full" }) })]);
+    expect(accepts(r.dispatch("c3"))).toEqual([
+      expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "metadata budget full" }) }),
+    ]);
   });
 
   it("R-W2 R-C2: the script storage budget admits scripts up to exactly scriptTotal bytes", () => {
     const base = defaultAgentConfig("x").limits;
     const r = new AgentRig({ maxRunning: 8, maxQueued: 8, limits: { ...base, scriptTotal: 100 } });
     r.establish();
-    const script = (n: number): SpecInit => ({ program: { case: "script", value: { sizeBytes: BigInt(n), sha256: new Uint8Array(32), interpreter: "/bin/sh" } } });
+    const script = (n: number): SpecInit => ({
+      program: { case: "script", value: { sizeBytes: BigInt(n), sha256: new Uint8Array(32), interpreter: "/bin/sh" } },
+    });
     expect(accepts(r.dispatch("s1", script(60)))[0]!.accepted).toBe(true);
     expect(accepts(r.dispatch("s2", script(40)))[0]!.accepted).toBe(true);
     expect(r.st.scriptBytes).toBe(100);
-    expect(accepts(r.dispatch("s3", script(1)))).toEqual([expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "script storage budget full" }) })]);
+    expect(accepts(r.dispatch("s3", script(1)))).toEqual([
+      expect.objectContaining({ accepted: false, rejection: expect.objectContaining({ code: Code.CAPACITY, message: "script storage budget full" }) }),
+    ]);
     // argv commands do not use the script budget
     expect(accepts(r.dispatch("a1"))[0]!.accepted).toBe(true);
   });
@@ -139,7 +177,18 @@ describe("dispatch admission", () => {
     r.autoDurable = false;
     const out = r.dispatch("c1", argv("sleep", "1"), { rev: 1n, expiry: T0 + 60_000 });
     expect(accepts(out)).toEqual([]);
-    expect(r.cmd("c1")).toMatchObject({ uuid: "c1", revision: 1, queueExpiry: T0 + 60_000, acceptedAt: T0, phase: "queued", lifecycle: L.ACCEPTED, pid: 0, script: null, lastSignalRevision: 0, cancelRevision: 0 });
+    expect(r.cmd("c1")).toMatchObject({
+      uuid: "c1",
+      revision: 1,
+      queueExpiry: T0 + 60_000,
+      acceptedAt: T0,
+      phase: "queued",
+      lifecycle: L.ACCEPTED,
+      pid: 0,
+      script: null,
+      lastSignalRevision: 0,
+      cancelRevision: 0,
+    });
     expect(r.cmd("c1").stdin).toEqual({ next: 1, pending: [], pendingBytes: 0, inFlight: false, closed: false });
     const rec = r.disk.pending.flatMap((p) => p.records).find((x) => x.table === "command" && x.key === "c1");
     expect(rec?.value).toMatchObject({ uuid: "c1", phase: "queued", queueExpiry: T0 + 60_000 });
@@ -168,7 +217,10 @@ describe("dispatch admission", () => {
     r.autoDurable = false;
     r.dispatch("c1");
     expect(r.cmd("c1").phase).toBe("launching");
-    r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] } });
+    r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
+    });
     const out = r.flush();
     expect(accepts(out)).toEqual([]);
     expect(of(out, "spawn")).toEqual([]);
@@ -178,9 +230,12 @@ describe("dispatch admission", () => {
 
 describe("execution spec validation (agent side)", () => {
   // Built inside each test (never at collection time), so a broken core fails a test, not the file.
-  const check = (spec: SpecInit | undefined) => validateSpec(new AgentRig().st, spec === undefined ? undefined : (create(ExecutionSpecSchema, spec) as ExecutionSpec));
+  const check = (spec: SpecInit | undefined) =>
+    validateSpec(new AgentRig().st, spec === undefined ? undefined : (create(ExecutionSpecSchema, spec) as ExecutionSpec));
   const long = "x".repeat(MAX_SPEC_STRING_BYTES);
-  const script = (over: Record<string, unknown> = {}): SpecInit => ({ program: { case: "script", value: { sizeBytes: 10n, sha256: new Uint8Array(32), interpreter: "/bin/sh", ...over } } });
+  const script = (over: Record<string, unknown> = {}): SpecInit => ({
+    program: { case: "script", value: { sizeBytes: 10n, sha256: new Uint8Array(32), interpreter: "/bin/sh", ...over } },
+  });
 
   it("R-D4: each malformed spec gets VALIDATION (or UNSUPPORTED_PLATFORM) with its reason; the bounds are inclusive", () => {
     const cases: Array<[string, SpecInit | undefined, Code | null, string?]> = [
@@ -191,13 +246,28 @@ describe("execution spec validation (agent side)", () => {
       ["max argv items", argv(...Array.from({ length: MAX_ARGV_ITEMS }, () => "a")), null],
       ["too many argv items", argv(...Array.from({ length: MAX_ARGV_ITEMS + 1 }, () => "a")), Code.VALIDATION, "argv has too many items"],
       ["longest argv item", argv("a", long), null],
-      ["argv item too long", argv("a", long + "x"), Code.VALIDATION, "argv item too long or contains NUL"],
+      ["argv item too long", argv("a", `${long}x`), Code.VALIDATION, "argv item too long or contains NUL"],
       ["argv NUL", argv("a", "b\0c"), Code.VALIDATION, "argv item too long or contains NUL"],
-      ["unsupported shell", { program: { case: "shell", value: { shell: ShellType.POWERSHELL, commandLine: "dir" } } }, Code.UNSUPPORTED_PLATFORM, `shell ${ShellType.POWERSHELL} is not supported on this agent`],
+      [
+        "unsupported shell",
+        { program: { case: "shell", value: { shell: ShellType.POWERSHELL, commandLine: "dir" } } },
+        Code.UNSUPPORTED_PLATFORM,
+        `shell ${ShellType.POWERSHELL} is not supported on this agent`,
+      ],
       ["shell ok", { program: { case: "shell", value: { shell: ShellType.BASH, commandLine: "echo hi" } } }, null],
-      ["empty command line", { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "" } } }, Code.VALIDATION, "command line empty, too long or contains NUL"],
-      ["command line NUL", { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "a\0" } } }, Code.VALIDATION, "command line empty, too long or contains NUL"],
-      ["command line too long", { program: { case: "shell", value: { shell: ShellType.SH, commandLine: long + "x" } } }, Code.VALIDATION],
+      [
+        "empty command line",
+        { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "" } } },
+        Code.VALIDATION,
+        "command line empty, too long or contains NUL",
+      ],
+      [
+        "command line NUL",
+        { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "a\0" } } },
+        Code.VALIDATION,
+        "command line empty, too long or contains NUL",
+      ],
+      ["command line too long", { program: { case: "shell", value: { shell: ShellType.SH, commandLine: `${long}x` } } }, Code.VALIDATION],
       ["script ok", script(), null],
       ["script size 0", script({ sizeBytes: 0n }), Code.VALIDATION, `script size must be 1..${MAX_SCRIPT_BYTES} bytes`],
       ["script size max", script({ sizeBytes: BigInt(MAX_SCRIPT_BYTES) }), null],
@@ -209,15 +279,25 @@ describe("execution spec validation (agent side)", () => {
       ["script arg NUL", script({ args: ["ok", "b\0"] }), Code.VALIDATION, "script interpreter/args invalid"],
       ["cwd NUL", { ...argv("a"), cwd: "/tmp\0" }, Code.VALIDATION, "cwd too long or contains NUL"],
       ["cwd longest", { ...argv("a"), cwd: long }, null],
-      ["cwd too long", { ...argv("a"), cwd: long + "x" }, Code.VALIDATION, "cwd too long or contains NUL"],
+      ["cwd too long", { ...argv("a"), cwd: `${long}x` }, Code.VALIDATION, "cwd too long or contains NUL"],
       ["max env", { ...argv("a"), environment: Array.from({ length: MAX_ENV_ITEMS }, (_, i) => ({ name: `V${i}`, value: "" })) }, null],
-      ["too many env", { ...argv("a"), environment: Array.from({ length: MAX_ENV_ITEMS + 1 }, (_, i) => ({ name: `V${i}`, value: "" })) }, Code.VALIDATION, "too many environment variables"],
+      [
+        "too many env",
+        { ...argv("a"), environment: Array.from({ length: MAX_ENV_ITEMS + 1 }, (_, i) => ({ name: `V${i}`, value: "" })) },
+        Code.VALIDATION,
+        "too many environment variables",
+      ],
       ["env empty name", { ...argv("a"), environment: [{ name: "", value: "x" }] }, Code.VALIDATION, 'invalid environment variable ""'],
       ["env name with =", { ...argv("a"), environment: [{ name: "A=B", value: "x" }] }, Code.VALIDATION, 'invalid environment variable "A=B"'],
       ["env name NUL", { ...argv("a"), environment: [{ name: "A\0", value: "x" }] }, Code.VALIDATION],
       ["env value NUL", { ...argv("a"), environment: [{ name: "A", value: "x\0" }] }, Code.VALIDATION, 'invalid environment variable "A"'],
-      ["env value too long", { ...argv("a"), environment: [{ name: "A", value: long + "x" }] }, Code.VALIDATION],
-      ["env long name cut in the message", { ...argv("a"), environment: [{ name: "N".repeat(100) + "=", value: "" }] }, Code.VALIDATION, `invalid environment variable "${"N".repeat(64)}"`],
+      ["env value too long", { ...argv("a"), environment: [{ name: "A", value: `${long}x` }] }, Code.VALIDATION],
+      [
+        "env long name cut in the message",
+        { ...argv("a"), environment: [{ name: `${"N".repeat(100)}=`, value: "" }] },
+        Code.VALIDATION,
+        `invalid environment variable "${"N".repeat(64)}"`,
+      ],
     ];
     for (const [name, spec, code, message] of cases) {
       const got = check(spec);
@@ -233,7 +313,9 @@ describe("execution spec validation (agent side)", () => {
     const r = new AgentRig();
     r.establish();
     const out = r.dispatch("bad", argv(""));
-    expect(accepts(out)).toEqual([expect.objectContaining({ issueUuid: "bad", accepted: false, rejection: expect.objectContaining({ code: Code.VALIDATION, message: "argv is empty" }) })]);
+    expect(accepts(out)).toEqual([
+      expect.objectContaining({ issueUuid: "bad", accepted: false, rejection: expect.objectContaining({ code: Code.VALIDATION, message: "argv is empty" }) }),
+    ]);
     const none = r.dispatch("nospec", null);
     expect(accepts(none)[0]!.rejection?.message).toBe("dispatch has no execution spec");
     expect(r.st.commands.size).toBe(0);
@@ -267,7 +349,10 @@ describe("what a server can grow at the agent, at n and n + 1", () => {
     r.drop();
     r.register();
     r.welcome(2, "sess-2");
-    const out = r.reconcile([{ issueUuid: "gone", immutableRequestSha256: sha("gone") }, { issueUuid: "gone", immutableRequestSha256: sha("gone") }]);
+    const out = r.reconcile([
+      { issueUuid: "gone", immutableRequestSha256: sha("gone") },
+      { issueUuid: "gone", immutableRequestSha256: sha("gone") },
+    ]);
     const snap = sends(out, "reconcileSnapshot")[0]!.env.payload.value as ReconcileSnapshot;
     expect(snap.retainedCommands.map((c) => [c.issueUuid, c.tombstoned])).toEqual([["gone", true]]);
   });
@@ -301,7 +386,10 @@ describe("what a server can grow at the agent, at n and n + 1", () => {
   it("R-D7: the invariant catches more pending snapshot tombstones than the ledger holds", () => {
     const r = new AgentRig({ limits: { ...defaultAgentConfig("x").limits, maxTombstones: 1 } });
     r.establish();
-    r.st.pendingSnapshotTombstones = [{ uuid: "a", hash: "00" }, { uuid: "b", hash: "00" }];
+    r.st.pendingSnapshotTombstones = [
+      { uuid: "a", hash: "00" },
+      { uuid: "b", hash: "00" },
+    ];
     expect(() => agentInvariants(r.st)).toThrow(/snapshot tombstone hits over the ledger's bound/);
   });
 });

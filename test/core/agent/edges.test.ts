@@ -50,7 +50,11 @@ describe("more agent edges", () => {
     expect(of(started, "kill_orphan").map((k) => k.uuid)).toEqual(["busy"]);
     expect(back.st.commands.get("waiting")!.phase).toBe("launching");
     expect(of(started, "spawn").map((s) => s.uuid)).toEqual(["waiting"]);
-    expect(of(started, "persist").flatMap((p) => p.records).some((x) => x.table === "meta")).toBe(false); // the instance id is kept, not rewritten
+    expect(
+      of(started, "persist")
+        .flatMap((p) => p.records)
+        .some((x) => x.table === "meta"),
+    ).toBe(false); // the instance id is kept, not rewritten
     // The interrupted command is done like any other: once acknowledged it becomes a tombstone.
     back.step({ type: "transport_open", conn: back.st.session.conn });
     back.welcome(2, "s2");
@@ -98,7 +102,10 @@ describe("more agent edges", () => {
     r.dispatch("c1", { ...argv("cat"), stdinOpen: true });
     r.frame(stdinWrite("c1", 1n, [1]));
     r.frame(stdinWrite("c1", 2n, [2]));
-    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] } });
+    const out = r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
+    });
     const recs = of(out, "persist").flatMap((p) => p.records);
     expect(recs).toContainEqual({ table: "stdin", key: "c1/0000000000000001", value: null });
     expect(recs).toContainEqual({ table: "stdin", key: "c1/0000000000000002", value: null });
@@ -114,10 +121,25 @@ describe("traces other tools read", () => {
     const r = new AgentRig();
     r.register();
     const est = r.welcome(3, "s3");
-    expect(of(est, "trace").filter((t) => t.event === "established").map((t) => t.detail)).toEqual([{ conn: 1, generation: 3 }]);
-    const bad = r.frame({ case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 0, maxQueuedCommands: 0 } });
-    expect(of(bad, "trace").filter((t) => t.event === "protocol_failure").map((t) => t.detail)).toEqual([{ code: "PROTOCOL_ERROR", message: "unexpected clientCapacity from server" }]);
-    expect(of(bad, "trace").filter((t) => t.event === "session_lost").map((t) => t.detail)).toEqual([{ conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
+    expect(
+      of(est, "trace")
+        .filter((t) => t.event === "established")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: 1, generation: 3 }]);
+    const bad = r.frame({
+      case: "clientCapacity",
+      value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 0, maxQueuedCommands: 0 },
+    });
+    expect(
+      of(bad, "trace")
+        .filter((t) => t.event === "protocol_failure")
+        .map((t) => t.detail),
+    ).toEqual([{ code: "PROTOCOL_ERROR", message: "unexpected clientCapacity from server" }]);
+    expect(
+      of(bad, "trace")
+        .filter((t) => t.event === "session_lost")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
     expect(of(bad, "close")).toEqual([{ type: "close", conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
   });
 });
@@ -145,7 +167,6 @@ describe("agent edges, second pass", () => {
     expect(dup.some((e) => e.type === "persist" || e.type === "close_stdin")).toBe(false);
     expect(r.cmd("c1").stdin.next).toBe(2);
   });
-
 
   it("R-D2: a launch authorized before a crash is reported interrupted and its possible process killed by the shell's own record (pid 0)", () => {
     const r = new AgentRig();

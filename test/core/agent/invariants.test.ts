@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { agentInvariants } from "../../../core/index.js";
 import { InvariantViolation } from "../../../core/errors.js";
-import { sha, argv, accepts, of, AgentRig, chunk, commit } from "./rig.js";
+import { sha, argv, AgentRig, chunk, commit } from "./rig.js";
 
 describe("agent invariants catch every corruption they check", () => {
   function healthy(): AgentRig {
@@ -16,27 +16,72 @@ describe("agent invariants catch every corruption they check", () => {
   }
   const cases: Array<[string, (r: AgentRig) => void, RegExp]> = [
     ["durable beyond the last persist", (r) => void (r.st.gate.durableThrough = r.st.gate.lastId + 1), /durable beyond last persist/],
-    ["reconciled without a session", (r) => void ((r.st.session = { ...r.st.session, phase: "backoff", conn: 0, fence: null }), (r.st.reconciled = true)), /reconciled without a session/],
-    ["tombstones over the bound", (r) => void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, maxTombstones: 0 } }), r.st.tombstones.set("z", "h")), /tombstone ledger over its bound/],
-    ["retained over the bound", (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, maxRetained: 1 } }), /retained commands over bound/],
+    [
+      "reconciled without a session",
+      (r) => void ((r.st.session = { ...r.st.session, phase: "backoff", conn: 0, fence: null }), (r.st.reconciled = true)),
+      /reconciled without a session/,
+    ],
+    [
+      "tombstones over the bound",
+      (r) => void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, maxTombstones: 0 } }), r.st.tombstones.set("z", "h")),
+      /tombstone ledger over its bound/,
+    ],
+    [
+      "retained over the bound",
+      (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, maxRetained: 1 } }),
+      /retained commands over bound/,
+    ],
     ["live and tombstoned", (r) => void r.st.tombstones.set("c1", "h"), /c1 both live and tombstoned/],
     ["done but not terminal", (r) => void (r.cmd("c1").phase = "done"), /c1 done but 4/],
     ["key mismatch", (r) => void (r.cmd("c1").uuid = "zz"), /command key mismatch/],
     ["command without outbox", (r) => void r.st.outbox.commands.delete("c2"), /c2 has no outbox/],
-    ["outbox without command", (r) => void r.st.outbox.commands.set("ghost", { ...r.st.outbox.commands.get("c2")!, uuid: "ghost" }), /outbox ghost without command/],
+    [
+      "outbox without command",
+      (r) => void r.st.outbox.commands.set("ghost", { ...r.st.outbox.commands.get("c2")!, uuid: "ghost" }),
+      /outbox ghost without command/,
+    ],
     ["queued with a running lifecycle", (r) => void (r.cmd("c2").lifecycle = L.RUNNING), /c2 queued with lifecycle 4/],
     ["running with an accepted lifecycle", (r) => void (r.cmd("c1").lifecycle = L.ACCEPTED), /c1 running with lifecycle 3/],
-    ["stdin pending out of order", (r) => void ((r.cmd("c1").stdin.next = 3), (r.cmd("c1").stdin.pending = [{ seq: 2, data: new Uint8Array(0), close: false }, { seq: 1, data: new Uint8Array(0), close: false }])), /c1 stdin pending order/],
-    ["stdin pending at or beyond next", (r) => void (r.cmd("c1").stdin.pending = [{ seq: 1, data: new Uint8Array(0), close: false }]), /c1 stdin pending order/],
+    [
+      "stdin pending out of order",
+      (r) =>
+        void ((r.cmd("c1").stdin.next = 3),
+        (r.cmd("c1").stdin.pending = [
+          { seq: 2, data: new Uint8Array(0), close: false },
+          { seq: 1, data: new Uint8Array(0), close: false },
+        ])),
+      /c1 stdin pending order/,
+    ],
+    [
+      "stdin pending at or beyond next",
+      (r) => void (r.cmd("c1").stdin.pending = [{ seq: 1, data: new Uint8Array(0), close: false }]),
+      /c1 stdin pending order/,
+    ],
     ["stdin bytes drift", (r) => void (r.cmd("c1").stdin.pendingBytes = 1), /c1 stdin bytes drift/],
-    ["stdin over budget", (r) => void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, stdinPendingPerCommand: 0 } }), (r.cmd("c1").stdin.next = 2), (r.cmd("c1").stdin.pending = [{ seq: 1, data: new Uint8Array(1), close: false }]), (r.cmd("c1").stdin.pendingBytes = 1)), /c1 stdin over budget/],
-    ["script received beyond size", (r) => void ((r.cmd("c2").script!.received = 11), (r.cmd("c2").script!.chunks = [new Uint8Array(11)])), /c2 script over size/],
+    [
+      "stdin over budget",
+      (r) =>
+        void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, stdinPendingPerCommand: 0 } }),
+        (r.cmd("c1").stdin.next = 2),
+        (r.cmd("c1").stdin.pending = [{ seq: 1, data: new Uint8Array(1), close: false }]),
+        (r.cmd("c1").stdin.pendingBytes = 1)),
+      /c1 stdin over budget/,
+    ],
+    [
+      "script received beyond size",
+      (r) => void ((r.cmd("c2").script!.received = 11), (r.cmd("c2").script!.chunks = [new Uint8Array(11)])),
+      /c2 script over size/,
+    ],
     ["script chunks drift", (r) => void (r.cmd("c2").script!.received = 3), /c2 script chunks drift/],
     ["running over max", (r) => void (r.st.config = { ...r.st.config, maxRunning: 0 }), /running 1 over max 0/],
     ["metadata drift", (r) => void (r.st.metadataUsed += 1), /metadata budget drift/],
     ["metadata exceeded", (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, metadataBudget: 1 } }), /metadata budget exceeded/],
     ["script budget drift", (r) => void (r.st.scriptBytes = 9), /script budget drift\/exceeded/],
-    ["script budget exceeded", (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, scriptTotal: 9 } }), /script budget drift\/exceeded/],
+    [
+      "script budget exceeded",
+      (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, scriptTotal: 9 } }),
+      /script budget drift\/exceeded/,
+    ],
   ];
   for (const [name, corrupt, message] of cases) {
     it(`refuses: ${name}`, () => {
@@ -98,7 +143,16 @@ describe("agent invariants: phases and stdin order", () => {
   it("refuses two pending stdin items with the same seq", () => {
     const r = rig();
     r.run("c1", { ...argv("cat"), stdinOpen: true });
-    r.cmd("c1").stdin = { next: 3, pending: [{ seq: 1, data: new Uint8Array(0), close: false }, { seq: 1, data: new Uint8Array(0), close: false }], pendingBytes: 0, inFlight: false, closed: false };
+    r.cmd("c1").stdin = {
+      next: 3,
+      pending: [
+        { seq: 1, data: new Uint8Array(0), close: false },
+        { seq: 1, data: new Uint8Array(0), close: false },
+      ],
+      pendingBytes: 0,
+      inFlight: false,
+      closed: false,
+    };
     expect(() => agentInvariants(r.st)).toThrow(/c1 stdin pending order/);
   });
 });

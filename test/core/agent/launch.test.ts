@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
-import { T0, argv, accepts, eventsIn, lifecycles, of, AgentRig, signal } from "./rig.js";
+import { T0, argv, accepts, eventsIn, lifecycles, of, AgentRig } from "./rig.js";
 
 describe("launch and queue expiry", () => {
   it("R-D1: a queued command expires exactly at its queue expiry (1 ms before it is still queued) and is never launched", () => {
@@ -75,7 +75,9 @@ describe("launch and queue expiry", () => {
     f.establish();
     f.dispatch("c2");
     const fail = f.step({ type: "spawn_failed", uuid: "c2", reason: "ENOENT" });
-    expect(lifecycles(fail, "c2")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "could not launch: ENOENT", error: expect.objectContaining({ code: Code.VALIDATION }) })]);
+    expect(lifecycles(fail, "c2")).toEqual([
+      expect.objectContaining({ state: L.REJECTED, reason: "could not launch: ENOENT", error: expect.objectContaining({ code: Code.VALIDATION }) }),
+    ]);
   });
 });
 

@@ -1,7 +1,7 @@
 // Event acknowledgements at the agent.
 import { describe, expect, it } from "vitest";
 import { Code } from "../../../core/errors.js";
-import { sha, sends, closes, of, AgentRig, expectClosed } from "./rig.js";
+import { sha, sends, of, AgentRig, expectClosed } from "./rig.js";
 
 describe("event acknowledgements", () => {
   it("R-O3: an ack for an unknown or retired command is ignored; one beyond the last assigned seq is SEQUENCE_VIOLATION and closes", () => {
@@ -13,11 +13,20 @@ describe("event acknowledgements", () => {
     r.run("c1");
     const last = r.st.outbox.commands.get("c1")!.nextSeq - 1;
     expect(last).toBe(1);
-    expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: BigInt(last + 1) } }), Code.SEQUENCE_VIOLATION, "EventAck through 2 for c1 beyond last assigned 1");
+    expectClosed(
+      r,
+      r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: BigInt(last + 1) } }),
+      Code.SEQUENCE_VIOLATION,
+      "EventAck through 2 for c1 beyond last assigned 1",
+    );
     const u = new AgentRig();
     u.establish();
     u.run("c1");
-    expectClosed(u, u.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: 2n ** 60n } }), Code.SEQUENCE_VIOLATION);
+    expectClosed(
+      u,
+      u.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: 2n ** 60n } }),
+      Code.SEQUENCE_VIOLATION,
+    );
   });
 
   it("R-O6: an ack through exactly the last seq releases the pinned events; a done command then becomes a tombstone", () => {

@@ -8,15 +8,21 @@ import { fitSnapshot } from "../../../core/agent/reconcile.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 import { toBinary } from "@bufbuild/protobuf";
-import { sha, argv, sends, accepts, eventsIn, closes, of, AgentRig, expectClosed, expectRefused, signal } from "./rig.js";
+import { sha, argv, sends, accepts, eventsIn, of, AgentRig, expectClosed, expectRefused } from "./rig.js";
 
 describe("reconciliation at the agent", () => {
   it("R-D7 R-T2: matching tombstones join the snapshot while it fits the envelope budget; the rest are left out, never a crash", () => {
     const entry = (uuid: string, tombstoned: boolean) =>
-      create(ReconcileCommandStateSchema, { issueUuid: uuid, lifecycle: tombstoned ? L.UNSPECIFIED : L.RUNNING, tombstoned, immutableRequestSha256: new Uint8Array(32).fill(7) });
+      create(ReconcileCommandStateSchema, {
+        issueUuid: uuid,
+        lifecycle: tombstoned ? L.UNSPECIFIED : L.RUNNING,
+        tombstoned,
+        immutableRequestSha256: new Uint8Array(32).fill(7),
+      });
     const retained = [entry("r1", false), entry("r2", false)];
     const tombs = ["t1", "t2", "t3", "t4"].map((u) => entry(u, true));
-    const sizeWith = (n: number) => toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: [...retained, ...tombs.slice(0, n)] })).length;
+    const sizeWith = (n: number) =>
+      toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: [...retained, ...tombs.slice(0, n)] })).length;
     // A budget one byte above the size with exactly two tombstones admits two of four.
     const out = [...retained];
     expect(fitSnapshot(out, tombs, sizeWith(2) + 1)).toBe(2);
@@ -78,7 +84,11 @@ describe("reconciliation at the agent", () => {
     r.welcome(3, "s3");
     const div = r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 7n, immutableRequestSha256: sha("c1") }]);
     expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(1);
-    expect(of(div, "trace").filter((t) => t.event === "reconcile_diverged").map((t) => t.detail)).toEqual([{ uuid: "c1", serverStored: 7, assigned: 2 }]);
+    expect(
+      of(div, "trace")
+        .filter((t) => t.event === "reconcile_diverged")
+        .map((t) => t.detail),
+    ).toEqual([{ uuid: "c1", serverStored: 7, assigned: 2 }]);
     expect(r.st.session.phase).toBe("established");
     // Exactly the last assigned seq is an ack of everything.
     r.drop();
@@ -89,7 +99,12 @@ describe("reconciliation at the agent", () => {
     r.drop();
     r.register();
     r.welcome(5, "s5");
-    expectClosed(r, r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n ** 60n, immutableRequestSha256: sha("c1") }]), Code.SEQUENCE_VIOLATION, `server claims an impossible event_seq ${2n ** 60n}`);
+    expectClosed(
+      r,
+      r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n ** 60n, immutableRequestSha256: sha("c1") }]),
+      Code.SEQUENCE_VIOLATION,
+      `server claims an impossible event_seq ${2n ** 60n}`,
+    );
   });
 
   it("R-D7 R-D10: the snapshot lists every retained command exactly, plus requested tombstones whose hash matches", () => {
@@ -109,7 +124,16 @@ describe("reconciliation at the agent", () => {
       { issueUuid: "run", lastServerEventSeq: 1n, immutableRequestSha256: sha("WRONG") },
     ]);
     const snap = sends(out, "reconcileSnapshot")[0]!.env.payload.value as ReconcileSnapshot;
-    expect(snap.retainedCommands.map((c) => ({ uuid: c.issueUuid, life: c.lifecycle, seq: c.lastClientEventSeq, rev: c.commandRevision, tomb: c.tombstoned, hash: Buffer.from(c.immutableRequestSha256).toString("hex") }))).toEqual([
+    expect(
+      snap.retainedCommands.map((c) => ({
+        uuid: c.issueUuid,
+        life: c.lifecycle,
+        seq: c.lastClientEventSeq,
+        rev: c.commandRevision,
+        tomb: c.tombstoned,
+        hash: Buffer.from(c.immutableRequestSha256).toString("hex"),
+      })),
+    ).toEqual([
       { uuid: "run", life: L.RUNNING, seq: 1n, rev: 1n, tomb: false, hash: Buffer.from(sha("run")).toString("hex") },
       { uuid: "queued", life: L.ACCEPTED, seq: 0n, rev: 1n, tomb: false, hash: Buffer.from(sha("queued")).toString("hex") },
       { uuid: "done", life: L.UNSPECIFIED, seq: 0n, rev: 0n, tomb: true, hash: Buffer.from(sha("done")).toString("hex") },
@@ -141,7 +165,10 @@ describe("reconciliation at the agent", () => {
     r.establish();
     r.run("run", argv("sleep", "9"), 77);
     r.dispatch("queued");
-    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["run", "queued", "missing"], discardLocalTerminalIssueUuids: [] } });
+    const out = r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["run", "queued", "missing"], discardLocalTerminalIssueUuids: [] },
+    });
     expect(of(out, "signal")).toEqual([{ type: "signal", uuid: "run", signal: SignalKind.KILL, revision: 1 }]);
     expect(r.st.commands.size).toBe(0);
     expect([...r.st.tombstones.keys()]).toEqual(["run", "queued"]);
@@ -151,12 +178,18 @@ describe("reconciliation at the agent", () => {
     d.run("live");
     d.run("fin");
     d.exit("fin", 1);
-    const disc = d.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: [], discardLocalTerminalIssueUuids: ["live", "fin", "missing"] } });
+    const disc = d.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: [], discardLocalTerminalIssueUuids: ["live", "fin", "missing"] },
+    });
     expect(d.st.commands.has("live")).toBe(true);
     expect(d.st.commands.has("fin")).toBe(false);
     expect(d.st.tombstones.has("fin")).toBe(true);
     expect(of(disc, "signal")).toEqual([]);
-    const again = d.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["fin"], discardLocalTerminalIssueUuids: ["fin"] } });
+    const again = d.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["fin"], discardLocalTerminalIssueUuids: ["fin"] },
+    });
     expect(of(again, "persist")).toEqual([]);
     expect(d.st.tombstones.size).toBe(1);
   });
@@ -166,7 +199,10 @@ describe("reconciliation at the agent", () => {
     r.establish();
     r.run("c1");
     r.exit("c1", 0);
-    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] } });
+    const out = r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
+    });
     expect(of(out, "signal")).toEqual([]);
     expect(r.st.tombstones.has("c1")).toBe(true);
   });

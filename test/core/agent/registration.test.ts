@@ -3,7 +3,7 @@
 // registration, fencing and phase guards.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { ServerWelcomeSchema, type AgentError } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { ServerWelcomeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
@@ -22,7 +22,15 @@ describe("agent registration", () => {
     expect(hello[0]!.lane).toBe("priority");
     expect(hello[0]!.env.sessionId).toBe("");
     expect(hello[0]!.env.sessionGeneration).toBe(0n);
-    expect(hello[0]!.env.payload.value).toMatchObject({ clientId: "agent-1", clientInstanceId: r.st.instanceId, maxRunningCommands: 3, maxQueuedCommands: 9, daemonCwd: "/", architecture: "x86_64", daemonVersion: "rvbox-agent/0.1.0" });
+    expect(hello[0]!.env.payload.value).toMatchObject({
+      clientId: "agent-1",
+      clientInstanceId: r.st.instanceId,
+      maxRunningCommands: 3,
+      maxQueuedCommands: 9,
+      daemonCwd: "/",
+      architecture: "x86_64",
+      daemonVersion: "rvbox-agent/0.1.0",
+    });
     expect(of(r.log, "send").map((x) => [x.kind, x.lane])).toEqual([["clientHello", "priority"]]);
   });
 
@@ -31,7 +39,9 @@ describe("agent registration", () => {
       const r = new AgentRig();
       r.register();
       const out = r.welcome(1, "s", sel);
-      expect(errorsIn(out).map((e) => [e.error?.code, e.error?.message, e.closeSession])).toEqual([[Code.INCOMPATIBLE_VERSION, "server selected a version outside our range", true]]);
+      expect(errorsIn(out).map((e) => [e.error?.code, e.error?.message, e.closeSession])).toEqual([
+        [Code.INCOMPATIBLE_VERSION, "server selected a version outside our range", true],
+      ]);
       expect(closes(out)).toHaveLength(1);
       expect(r.st.session.phase).toBe("backoff");
       expect(r.st.session.fence).toBeNull();
@@ -56,7 +66,10 @@ describe("agent registration", () => {
       type: "frame",
       conn: r.st.session.conn,
       data: (() => {
-        const ok = encodeEnvelope({ sessionId: "s", generation: 1 }, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) });
+        const ok = encodeEnvelope(
+          { sessionId: "s", generation: 1 },
+          { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) },
+        );
         const env = decode(ok);
         env.sessionGeneration = 2n ** 53n;
         return new Uint8Array(Buffer.from(require_toBinary(env)));
@@ -81,7 +94,17 @@ describe("agent registration", () => {
   it("R-F4: an error while registering ends the attempt without answering it; anything else before the welcome is PROTOCOL_ERROR", () => {
     const r = new AgentRig();
     r.register();
-    const out = r.frame({ case: "error", value: { $typeName: "rvbox.v1.AgentError", error: { $typeName: "rvbox.v1.ControlError", code: Code.IDENTITY_CONFLICT, message: "live elsewhere", issueUuid: "" }, closeSession: true } }, null);
+    const out = r.frame(
+      {
+        case: "error",
+        value: {
+          $typeName: "rvbox.v1.AgentError",
+          error: { $typeName: "rvbox.v1.ControlError", code: Code.IDENTITY_CONFLICT, message: "live elsewhere", issueUuid: "" },
+          closeSession: true,
+        },
+      },
+      null,
+    );
     expect(errorsIn(out)).toEqual([]);
     expect(of(out, "close")).toEqual([{ type: "close", conn: 1, reason: "registration refused: IDENTITY_CONFLICT live elsewhere" }]);
     expect(r.st.session.phase).toBe("backoff");
@@ -101,7 +124,14 @@ describe("agent registration", () => {
     expect(sends(out)).toEqual([]);
     expect(r.st.session.phase).toBe("connecting");
     r.step({ type: "transport_open", conn: 1 });
-    const stale = r.step({ type: "frame", conn: 2, data: encodeEnvelope({ sessionId: "s", generation: 1 }, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) }) });
+    const stale = r.step({
+      type: "frame",
+      conn: 2,
+      data: encodeEnvelope(
+        { sessionId: "s", generation: 1 },
+        { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }) }) },
+      ),
+    });
     expect(sends(stale)).toEqual([]);
     expect(r.st.session.phase).toBe("registering");
   });
@@ -111,35 +141,68 @@ describe("agent frame handling once established", () => {
   it("R-T1 R-W10: a text frame or undecodable bytes are PROTOCOL_ERROR and close the session", () => {
     const r = new AgentRig();
     r.establish();
-    expectClosed(r, r.step({ type: "frame", conn: r.st.session.conn, data: encodeEnvelope(r.st.session.fence, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 0n } }), binary: false }), Code.PROTOCOL_ERROR);
+    expectClosed(
+      r,
+      r.step({
+        type: "frame",
+        conn: r.st.session.conn,
+        data: encodeEnvelope(r.st.session.fence, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 0n } }),
+        binary: false,
+      }),
+      Code.PROTOCOL_ERROR,
+    );
     const g = new AgentRig();
     g.establish();
     expectClosed(g, g.step({ type: "frame", conn: g.st.session.conn, data: new Uint8Array([0xff, 0xff, 0xff]) }), Code.PROTOCOL_ERROR);
     const t = new AgentRig();
     t.establish();
-    expectClosed(t, t.step({ type: "frame", conn: t.st.session.conn, data: new Uint8Array(2) , binary: false }), Code.PROTOCOL_ERROR, "text frames are not part of the protocol");
+    expectClosed(
+      t,
+      t.step({ type: "frame", conn: t.st.session.conn, data: new Uint8Array(2), binary: false }),
+      Code.PROTOCOL_ERROR,
+      "text frames are not part of the protocol",
+    );
   });
 
   it("R-F7: an envelope with another session id or generation is STALE_GENERATION and closes", () => {
-    for (const fence of [
-      { sessionId: "sess-1", generation: 2 },
-      { sessionId: "other", generation: 1 },
-      null,
-    ]) {
+    for (const fence of [{ sessionId: "sess-1", generation: 2 }, { sessionId: "other", generation: 1 }, null]) {
       const r = new AgentRig();
       r.establish(1, "sess-1");
-      expectClosed(r, r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 0n } }, fence), Code.STALE_GENERATION, `envelope fenced to generation ${fence?.generation ?? 0}, current 1`);
+      expectClosed(
+        r,
+        r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 0n } }, fence),
+        Code.STALE_GENERATION,
+        `envelope fenced to generation ${fence?.generation ?? 0}, current 1`,
+      );
     }
   });
 
   it("R-W10: a server error that closes the session ends it without an answer; one that does not is only traced", () => {
     const r = new AgentRig();
     r.establish();
-    const keep = r.frame({ case: "error", value: { $typeName: "rvbox.v1.AgentError", error: { $typeName: "rvbox.v1.ControlError", code: Code.NOT_FOUND, message: "nope", issueUuid: "" }, closeSession: false } });
+    const keep = r.frame({
+      case: "error",
+      value: {
+        $typeName: "rvbox.v1.AgentError",
+        error: { $typeName: "rvbox.v1.ControlError", code: Code.NOT_FOUND, message: "nope", issueUuid: "" },
+        closeSession: false,
+      },
+    });
     expect(sends(keep)).toEqual([]);
-    expect(of(keep, "trace").filter((t) => t.event === "server_error").map((t) => t.detail)).toEqual([{ code: "NOT_FOUND", message: "nope" }]);
+    expect(
+      of(keep, "trace")
+        .filter((t) => t.event === "server_error")
+        .map((t) => t.detail),
+    ).toEqual([{ code: "NOT_FOUND", message: "nope" }]);
     expect(r.st.session.phase).toBe("established");
-    const end = r.frame({ case: "error", value: { $typeName: "rvbox.v1.AgentError", error: { $typeName: "rvbox.v1.ControlError", code: Code.CAPACITY, message: "full", issueUuid: "" }, closeSession: true } });
+    const end = r.frame({
+      case: "error",
+      value: {
+        $typeName: "rvbox.v1.AgentError",
+        error: { $typeName: "rvbox.v1.ControlError", code: Code.CAPACITY, message: "full", issueUuid: "" },
+        closeSession: true,
+      },
+    });
     expect(errorsIn(end)).toEqual([]);
     expect(of(end, "close")).toEqual([{ type: "close", conn: 1, reason: "server error: CAPACITY full" }]);
     expect(r.st.session.phase).toBe("backoff");
@@ -153,7 +216,14 @@ describe("agent frame handling once established", () => {
     expect(errorsIn(out)[0]!.error?.message).toBe("unexpected serverWelcome from server");
     const a = new AgentRig();
     a.establish();
-    expectClosed(a, a.frame({ case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 0, maxQueuedCommands: 0 } }), Code.PROTOCOL_ERROR);
+    expectClosed(
+      a,
+      a.frame({
+        case: "clientCapacity",
+        value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 0, maxQueuedCommands: 0 },
+      }),
+      Code.PROTOCOL_ERROR,
+    );
   });
 
   it("R-W5: a full ingress queue on the current connection closes it; a report for a stale connection is ignored", () => {
@@ -193,13 +263,17 @@ describe("agent frame handling once established", () => {
     r.register();
     expect(sends(r.welcome(1, "s1"), "clientCapacity")).toEqual([]); // not before the snapshot
     const first = sends(r.reconcile([]), "clientCapacity");
-    expect(first.map((s) => s.env.payload.value)).toEqual([expect.objectContaining({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 2, maxQueuedCommands: 3 })]);
+    expect(first.map((s) => s.env.payload.value)).toEqual([
+      expect.objectContaining({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 2, maxQueuedCommands: 3 }),
+    ]);
     expect(sends(r.step({ type: "tick" }), "clientCapacity")).toEqual([]);
     const after = sends(r.dispatch("c1"), "clientCapacity");
     expect(after.map((s) => s.env.payload.value)).toEqual([expect.objectContaining({ runningCommands: 1, queuedCommands: 0 })]);
     r.drop();
     r.register();
     r.welcome(2, "s2");
-    expect(sends(r.reconcile([]), "clientCapacity").map((s) => s.env.payload.value)).toEqual([expect.objectContaining({ runningCommands: 1, queuedCommands: 0 })]);
+    expect(sends(r.reconcile([]), "clientCapacity").map((s) => s.env.payload.value)).toEqual([
+      expect.objectContaining({ runningCommands: 1, queuedCommands: 0 }),
+    ]);
   });
 });

@@ -15,12 +15,21 @@ describe("restart", () => {
     r.step({ type: "process_output", uuid: "run", stream: "stdout", data: new TextEncoder().encode("hello") });
     r.step({ type: "process_output", uuid: "run", stream: "stderr", data: new TextEncoder().encode("oops") });
     r.dispatch("in", { ...argv("cat"), stdinOpen: true });
-    r.frame({ case: "stdinWrite", value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: "in", writeSeq: 1n, data: new Uint8Array([1, 2]), appendNewline: false } });
+    r.frame({
+      case: "stdinWrite",
+      value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: "in", writeSeq: 1n, data: new Uint8Array([1, 2]), appendNewline: false },
+    });
     r.frame({ case: "stdinWrite", value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: "in", writeSeq: 2n, data: new Uint8Array([3]), appendNewline: true } });
     const body = new Uint8Array(100).map((_, i) => i);
     r.dispatch("scr", { program: { case: "script", value: { sizeBytes: 100n, sha256: sha(body), interpreter: "/bin/sh" } } });
-    r.frame({ case: "scriptChunk", value: { $typeName: "rvbox.v1.ScriptChunk", issueUuid: "scr", offset: 0n, data: body.subarray(0, 40), sha256: sha(body.subarray(0, 40)) } });
-    r.frame({ case: "scriptChunk", value: { $typeName: "rvbox.v1.ScriptChunk", issueUuid: "scr", offset: 40n, data: body.subarray(40, 70), sha256: sha(body.subarray(40, 70)) } });
+    r.frame({
+      case: "scriptChunk",
+      value: { $typeName: "rvbox.v1.ScriptChunk", issueUuid: "scr", offset: 0n, data: body.subarray(0, 40), sha256: sha(body.subarray(0, 40)) },
+    });
+    r.frame({
+      case: "scriptChunk",
+      value: { $typeName: "rvbox.v1.ScriptChunk", issueUuid: "scr", offset: 40n, data: body.subarray(40, 70), sha256: sha(body.subarray(40, 70)) },
+    });
     const back = restoreAgent(r.cfg, r.disk.tables(), 3);
     const norm = (st: AgentState) => ({
       commands: [...st.commands.entries()].map(([k, c]) => [k, { ...c, stdin: { ...c.stdin, inFlight: false } }]),

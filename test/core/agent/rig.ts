@@ -5,11 +5,35 @@
 import { createHash } from "node:crypto";
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { expect, it } from "vitest";
-import { AgentEnvelopeSchema, CommandDispatchSchema, ReconcileRequestSchema, ReconcileTargetSchema, ServerWelcomeSchema, type AgentError, type CommandAccepted } from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle as L, ExecutionSpecSchema, ProtocolVersionSchema, SignalKind, type CommandEvent, type ExecutionSpec } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent, type AgentConfig, type AgentEffect, type AgentInput, type AgentState } from "../../../core/index.js";
-import { Code } from "../../../core/errors.js";
+import { expect } from "vitest";
+import {
+  AgentEnvelopeSchema,
+  CommandDispatchSchema,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+  ServerWelcomeSchema,
+  type AgentError,
+  type CommandAccepted,
+} from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  type CommandLifecycle as L,
+  ExecutionSpecSchema,
+  ProtocolVersionSchema,
+  type SignalKind,
+  type CommandEvent,
+  type ExecutionSpec,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  agentInvariants,
+  agentStep,
+  defaultAgentConfig,
+  restoreAgent,
+  type AgentConfig,
+  type AgentEffect,
+  type AgentInput,
+  type AgentState,
+} from "../../../core/index.js";
+import type { Code } from "../../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
 import { Disk } from "../../support/harness.js";
@@ -22,7 +46,10 @@ export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, Exe
 export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a } } });
 
 export function sends(effects: AgentEffect[], kind?: string) {
-  return effects.filter((e) => e.type === "send").map((e) => ({ env: decode((e as { data: Uint8Array }).data), lane: (e as { lane: string }).lane })).filter((s) => !kind || s.env.payload.case === kind);
+  return effects
+    .filter((e) => e.type === "send")
+    .map((e) => ({ env: decode((e as { data: Uint8Array }).data), lane: (e as { lane: string }).lane }))
+    .filter((s) => !kind || s.env.payload.case === kind);
 }
 export const errorsIn = (effects: AgentEffect[]) => sends(effects, "error").map((s) => s.env.payload.value as AgentError);
 export const accepts = (effects: AgentEffect[]) => sends(effects, "commandAccepted").map((s) => s.env.payload.value as CommandAccepted);
@@ -35,7 +62,8 @@ export const lifecycles = (effects: AgentEffect[], uuid?: string) =>
     .filter((e) => e.event.case === "lifecycle")
     .map((e) => e.event.value as { state: L; reason: string; exitCode?: number; signalName: string; error?: { code: Code } });
 export const closes = (effects: AgentEffect[]) => effects.filter((e) => e.type === "close");
-export const of = <T extends AgentEffect["type"]>(effects: AgentEffect[], type: T) => effects.filter((e) => e.type === type) as Array<Extract<AgentEffect, { type: T }>>;
+export const of = <T extends AgentEffect["type"]>(effects: AgentEffect[], type: T) =>
+  effects.filter((e) => e.type === type) as Array<Extract<AgentEffect, { type: T }>>;
 
 /** One agent, stepped by hand: persists are applied to a disk and reported durable at once unless autoDurable is off. */
 export class AgentRig {
@@ -54,10 +82,12 @@ export class AgentRig {
   step(input: AgentInput): AgentEffect[] {
     const r = agentStep(this.st, input, this.now, { ports: testPorts });
     agentInvariants(this.st);
-    for (const e of of(r.effects, "persist")) for (const rec of e.records) expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value });
+    for (const e of of(r.effects, "persist"))
+      for (const rec of e.records)
+        expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value });
     this.log.push(...r.effects);
     const out = [...r.effects];
-    for (const e of r.effects) if (e.type === "persist") (this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e));
+    for (const e of r.effects) if (e.type === "persist") this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
     const last = of(r.effects, "persist").at(-1);
     if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
     return out;
@@ -150,7 +180,9 @@ export class AgentRig {
 export function expectClosed(r: AgentRig, effects: AgentEffect[], code: Code, message?: string): void {
   const errs = sends(effects, "error");
   if (message !== undefined) expect((errs[0]?.env.payload.value as AgentError | undefined)?.error?.message).toBe(message);
-  expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([[code, true, "priority"]]);
+  expect(errs.map((s) => [(s.env.payload.value as AgentError).error?.code, (s.env.payload.value as AgentError).closeSession, s.lane])).toEqual([
+    [code, true, "priority"],
+  ]);
   expect(closes(effects)).toHaveLength(1);
   const errAt = effects.findIndex((e) => e.type === "send" && e.kind === "error");
   expect(errAt).toBeLessThan(effects.findIndex((e) => e.type === "close"));
@@ -180,13 +212,22 @@ export const stdinWrite = (uuid: string, seq: bigint, data: number[] | Uint8Arra
   case: "stdinWrite",
   value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: uuid, writeSeq: seq, data: data instanceof Uint8Array ? data : new Uint8Array(data), appendNewline },
 });
-export const closeStdin = (uuid: string, seq: bigint): Payload => ({ case: "closeStdin", value: { $typeName: "rvbox.v1.CloseStdin", issueUuid: uuid, writeSeq: seq } });
-export const signal = (uuid: string, rev: bigint, kind: SignalKind): Payload => ({ case: "signalCommand", value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: uuid, commandRevision: rev, signal: kind } });
+export const closeStdin = (uuid: string, seq: bigint): Payload => ({
+  case: "closeStdin",
+  value: { $typeName: "rvbox.v1.CloseStdin", issueUuid: uuid, writeSeq: seq },
+});
+export const signal = (uuid: string, rev: bigint, kind: SignalKind): Payload => ({
+  case: "signalCommand",
+  value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: uuid, commandRevision: rev, signal: kind },
+});
 export const chunk = (uuid: string, offset: number | bigint, data: Uint8Array, digest = sha(data)): Payload => ({
   case: "scriptChunk",
   value: { $typeName: "rvbox.v1.ScriptChunk", issueUuid: uuid, offset: BigInt(offset), data, sha256: digest },
 });
-export const commit = (uuid: string, size: number, digest: Uint8Array): Payload => ({ case: "scriptCommit", value: { $typeName: "rvbox.v1.ScriptCommit", issueUuid: uuid, sizeBytes: BigInt(size), sha256: digest } });
+export const commit = (uuid: string, size: number, digest: Uint8Array): Payload => ({
+  case: "scriptCommit",
+  value: { $typeName: "rvbox.v1.ScriptCommit", issueUuid: uuid, sizeBytes: BigInt(size), sha256: digest },
+});
 export const stdinAcks = (effects: AgentEffect[], uuid?: string) =>
   eventsIn(effects, uuid)
     .filter((e) => e.event.case === "stdinAck")

@@ -1,14 +1,16 @@
 // Scripts at the agent.
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { type AgentConfig, type AgentEffect } from "../../../core/index.js";
+import type { AgentConfig, AgentEffect } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
-import { T0, sha, SpecInit, argv, sends, errorsIn, eventsIn, lifecycles, closes, of, AgentRig, expectClosed, expectRefused, signal, chunk, commit } from "./rig.js";
+import { T0, sha, type SpecInit, sends, errorsIn, eventsIn, lifecycles, of, AgentRig, expectClosed, expectRefused, signal, chunk, commit } from "./rig.js";
 
 describe("scripts at the agent", () => {
   const body = new Uint8Array(100).map((_, i) => (i * 13) % 251);
-  const scriptDesc = (digest = sha(body), size = 100): SpecInit => ({ program: { case: "script", value: { sizeBytes: BigInt(size), sha256: digest, interpreter: "/bin/sh" } } });
+  const scriptDesc = (digest = sha(body), size = 100): SpecInit => ({
+    program: { case: "script", value: { sizeBytes: BigInt(size), sha256: digest, interpreter: "/bin/sh" } },
+  });
   const progress = (effects: AgentEffect[]) =>
     eventsIn(effects)
       .filter((e) => e.event.case === "scriptUpload")
@@ -38,7 +40,12 @@ describe("scripts at the agent", () => {
     const r = withScript();
     const a = r.frame(chunk("s1", 0, body.subarray(0, 40)));
     expect(progress(a)).toEqual([[40, false]]);
-    expect(of(a, "persist").flatMap((p) => p.records).filter((x) => x.table === "chunk").map((x) => x.key)).toEqual(["s1/0000000000000000"]);
+    expect(
+      of(a, "persist")
+        .flatMap((p) => p.records)
+        .filter((x) => x.table === "chunk")
+        .map((x) => x.key),
+    ).toEqual(["s1/0000000000000000"]);
     const e = r.frame(chunk("s1", 40, new Uint8Array(0)));
     expect(progress(e)).toEqual([]);
     const b = r.frame(chunk("s1", 40, body.subarray(40, 100)));
@@ -55,7 +62,13 @@ describe("scripts at the agent", () => {
     const diff = new Uint8Array(body.subarray(10, 30));
     diff[3] = diff[3]! ^ 1;
     const out = r.frame(chunk("s1", 10, diff));
-    expect(lifecycles(out, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script chunk at 10 differs from the bytes already received", error: expect.objectContaining({ code: Code.VALIDATION }) })]);
+    expect(lifecycles(out, "s1")).toEqual([
+      expect.objectContaining({
+        state: L.REJECTED,
+        reason: "script chunk at 10 differs from the bytes already received",
+        error: expect.objectContaining({ code: Code.VALIDATION }),
+      }),
+    ]);
     const o = withScript();
     o.frame(chunk("s1", 0, body.subarray(0, 40)));
     expect(lifecycles(o.frame(chunk("s1", 30, body.subarray(30, 50))), "s1")[0]!.state).toBe(L.REJECTED);
@@ -127,7 +140,11 @@ describe("scripts at the agent", () => {
     expect(sends(r.frame(commit("s1", 100, sha(body))))).toEqual([]);
     expect(r.step({ type: "script_failed", uuid: "other", reason: "x" }).some((e) => e.type === "persist")).toBe(false);
     const prep = r.step({ type: "script_prepared", uuid: "s1", path: "/run/s1.sh" });
-    expect(of(prep, "persist").flatMap((p) => p.records).filter((x) => x.table === "chunk")).toEqual([
+    expect(
+      of(prep, "persist")
+        .flatMap((p) => p.records)
+        .filter((x) => x.table === "chunk"),
+    ).toEqual([
       { table: "chunk", key: "s1/0000000000000000", value: null },
       { table: "chunk", key: "s1/0000000000000060", value: null },
     ]);
@@ -145,7 +162,9 @@ describe("scripts at the agent", () => {
     r.frame(chunk("s1", 0, body));
     r.frame(commit("s1", 100, sha(body)));
     const out = r.step({ type: "script_failed", uuid: "s1", reason: "EACCES" });
-    expect(lifecycles(out, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "could not prepare script: EACCES", error: expect.objectContaining({ code: Code.VALIDATION }) })]);
+    expect(lifecycles(out, "s1")).toEqual([
+      expect.objectContaining({ state: L.REJECTED, reason: "could not prepare script: EACCES", error: expect.objectContaining({ code: Code.VALIDATION }) }),
+    ]);
     expect(r.st.scriptBytes).toBe(100); // released only when retired
 
     const c = withScript();
@@ -167,7 +186,10 @@ describe("scripts at the agent", () => {
     expect(r.cmd("c2").phase).toBe("queued");
     r.step({ type: "script_prepared", uuid: "s1", path: "/p/s1" });
     expect(r.cmd("s1").phase).toBe("launching");
-    const out = r.frame({ case: "reconcileResult", value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["s1"], discardLocalTerminalIssueUuids: [] } });
+    const out = r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["s1"], discardLocalTerminalIssueUuids: [] },
+    });
     expect(of(out, "discard_script")).toEqual([{ type: "discard_script", uuid: "s1", path: "/p/s1" }]);
     expect(of(out, "signal")).toEqual([]); // launching, no pid yet
     expect(of(out, "spawn").map((s) => s.uuid)).toEqual(["c2"]);

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { agentRow } from "../../../core/agent/store.js";
-import { sends, eventsIn, lifecycles, closes, of, AgentRig, expectClosed, expectRefused, signal, signalResults } from "./rig.js";
+import { sends, eventsIn, lifecycles, of, AgentRig, expectClosed, expectRefused, signal, signalResults } from "./rig.js";
 
 describe("signals at the agent", () => {
   it("R-S4: a signal for an unknown command is NOT_FOUND; revision 0 or beyond 2^53 closes; an unknown kind is VALIDATION", () => {

@@ -6,14 +6,15 @@ import { Code } from "../../../core/errors.js";
 import { defaultServerConfig } from "../../../core/index.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
 import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { SCRIPT_CHUNK_BYTES } from "../../../core/limits.js";
 import { agentRow } from "../../../core/agent/store.js";
 
 const KiB = 1024;
 const events = (h: Harness, uuid: string) =>
   h.wire
     .filter((w) => w.env.payload.case === "commandEvent")
-    .map((w) => w.env.payload.value as { issueUuid: string; eventSeq: bigint; commandRevision: bigint; event: { case: string; value: Record<string, unknown> } })
+    .map(
+      (w) => w.env.payload.value as { issueUuid: string; eventSeq: bigint; commandRevision: bigint; event: { case: string; value: Record<string, unknown> } },
+    )
     .filter((e) => e.issueUuid === uuid);
 const sha = (b: Uint8Array) => new Uint8Array(createHash("sha256").update(b).digest());
 
@@ -29,10 +30,14 @@ describe("stdin", () => {
     h.addAgent("a");
     h.submit("a", "c1", { stdinOpen: true });
     const blobs = [new Uint8Array([0, 255, 10, 13, 0]), new Uint8Array([1, 2, 3]), new Uint8Array(0)];
-    blobs.forEach((b, i) => expect(h.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: b, appendNewline: false })).toEqual({ ok: true, uuid: "c1", writeSeq: i + 1 }));
+    blobs.forEach((b, i) =>
+      expect(h.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: b, appendNewline: false })).toEqual({ ok: true, uuid: "c1", writeSeq: i + 1 }),
+    );
     const proc = h.agents.get("a")!.procs.get("c1")!;
     expect(proc.stdin.map((b) => Array.from(b))).toEqual(blobs.map((b) => Array.from(b)));
-    const acks = events(h, "c1").filter((e) => e.event.case === "stdinAck").map((e) => Number(e.event.value["writeSeq"]));
+    const acks = events(h, "c1")
+      .filter((e) => e.event.case === "stdinAck")
+      .map((e) => Number(e.event.value.writeSeq));
     expect(acks).toEqual([1, 2, 3]);
     // A resent write (same write_seq) is not applied twice.
     const w = h.wire.find((x) => x.env.payload.case === "stdinWrite")!;
@@ -49,7 +54,10 @@ describe("stdin", () => {
     h.addAgent("a");
     h.submit("a", "c1", { stdinOpen: true });
     const a = h.agents.get("a")!;
-    const skip = encodeEnvelope(a.st.session.fence, { case: "stdinWrite", value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: "c1", writeSeq: 5n, data: new Uint8Array([1]), appendNewline: false } });
+    const skip = encodeEnvelope(a.st.session.fence, {
+      case: "stdinWrite",
+      value: { $typeName: "rvbox.v1.StdinWrite", issueUuid: "c1", writeSeq: 5n, data: new Uint8Array([1]), appendNewline: false },
+    });
     h.agentInput("a", { type: "frame", conn: a.conn, data: skip });
     expect(h.sent("error", "server").at(-1)?.payload.value).toMatchObject({ error: { code: Code.SEQUENCE_VIOLATION } });
     expect(a.procs.get("c1")!.stdin).toHaveLength(0);
@@ -62,8 +70,16 @@ describe("stdin", () => {
     h.control({ op: "stdin", requestId: "w1", uuid: "c1", data: new TextEncoder().encode("yes"), appendNewline: true });
     h.control({ op: "stdin", requestId: "w2", uuid: "c1", data: new TextEncoder().encode("raw"), appendNewline: false });
     const wire = h.sent("stdinWrite").map((e) => e.payload.value as { appendNewline: boolean; data: Uint8Array });
-    expect(wire.map((w) => [new TextDecoder().decode(w.data), w.appendNewline])).toEqual([["yes", true], ["raw", false]]);
-    expect(h.agents.get("a")!.procs.get("c1")!.stdin.map((b) => new TextDecoder().decode(b))).toEqual(["yes\n", "raw"]);
+    expect(wire.map((w) => [new TextDecoder().decode(w.data), w.appendNewline])).toEqual([
+      ["yes", true],
+      ["raw", false],
+    ]);
+    expect(
+      h.agents
+        .get("a")!
+        .procs.get("c1")!
+        .stdin.map((b) => new TextDecoder().decode(b)),
+    ).toEqual(["yes\n", "raw"]);
   });
 
   it("R-S3: CloseStdin is separate and idempotent; writes after it are refused", () => {
@@ -74,14 +90,19 @@ describe("stdin", () => {
     expect(h.control({ op: "close_stdin", requestId: "close1", uuid: "c1" })).toEqual({ ok: true, uuid: "c1", writeSeq: 2 });
     // The same request again is answered the same way, not applied twice.
     expect(h.control({ op: "close_stdin", requestId: "close1", uuid: "c1" })).toEqual({ ok: true, uuid: "c1", writeSeq: 2 });
-    expect(h.control({ op: "stdin", requestId: "w3", uuid: "c1", data: new Uint8Array([66]), appendNewline: false })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(h.control({ op: "stdin", requestId: "w3", uuid: "c1", data: new Uint8Array([66]), appendNewline: false })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION },
+    });
     const proc = h.agents.get("a")!.procs.get("c1")!;
     expect(proc.stdinClosed).toBe(true);
     // A resent CloseStdin frame is harmless.
     const cl = h.wire.find((x) => x.env.payload.case === "closeStdin")!;
     const a = h.agents.get("a")!;
     h.agentInput("a", { type: "frame", conn: a.conn, data: cl.data });
-    const acks = events(h, "c1").filter((e) => e.event.case === "stdinAck").map((e) => [Number(e.event.value["writeSeq"]), e.event.value["closed"]]);
+    const acks = events(h, "c1")
+      .filter((e) => e.event.case === "stdinAck")
+      .map((e) => [Number(e.event.value.writeSeq), e.event.value.closed]);
     expect(acks).toEqual([
       [1, false],
       [2, true],
@@ -97,7 +118,12 @@ describe("stdin", () => {
     h.control({ op: "stdin", requestId: "w2", uuid: "second", data: new Uint8Array([2]), appendNewline: false });
     expect(h.agents.get("a")!.procs.has("second")).toBe(false);
     h.exit("a", "first", 0);
-    expect(h.agents.get("a")!.procs.get("second")!.stdin.map((b) => b[0])).toEqual([1, 2]);
+    expect(
+      h.agents
+        .get("a")!
+        .procs.get("second")!
+        .stdin.map((b) => b[0]),
+    ).toEqual([1, 2]);
   });
 });
 
@@ -121,7 +147,7 @@ describe("signals", () => {
     const results = events(h, "c1").filter((e) => e.event.case === "signalResult");
     expect(results.map((e) => Number(e.commandRevision))).toEqual([2, 3]);
     const last = events(h, "c1").at(-1)!;
-    expect(last.event.value["state"]).toBe(L.CANCELLED);
+    expect(last.event.value.state).toBe(L.CANCELLED);
     expect(Number(last.commandRevision)).toBe(3);
     expect(h.cmd("c1").state).toBe(L.CANCELLED);
     expect(h.cmd("c1").requests).toMatchObject({ "op-42": 2, "op-43": 3 });
@@ -173,7 +199,10 @@ describe("signals", () => {
     h.flush("server"); // dispatched recorded: the dispatch reaches the agent; accept + launch authorization are persisting
     const a = h.agents.get("a")!;
     expect(a.st.commands.get("c1")!.phase).toBe("launching");
-    const cancel = encodeEnvelope(a.st.session.fence, { case: "signalCommand", value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: "c1", commandRevision: 2n, signal: SignalKind.CANCEL } });
+    const cancel = encodeEnvelope(a.st.session.fence, {
+      case: "signalCommand",
+      value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: "c1", commandRevision: 2n, signal: SignalKind.CANCEL },
+    });
     h.agentInput("a", { type: "frame", conn: a.conn, data: cancel });
     h.autoDurable = true;
     h.flush("a");
@@ -230,9 +259,15 @@ describe("scripts", () => {
       maxInFlight = Math.max(maxInFlight, c.scriptSent - c.scriptAcked);
     }
     expect(maxInFlight).toBe(window);
-    const progress = events(h, "sc1").filter((e) => e.event.case === "scriptUpload").map((e) => Number(e.event.value["receivedBytes"]));
+    const progress = events(h, "sc1")
+      .filter((e) => e.event.case === "scriptUpload")
+      .map((e) => Number(e.event.value.receivedBytes));
     expect(progress).toEqual([64, 128, 192, 256, 300, 300].map((k) => k * KiB));
-    expect(events(h, "sc1").filter((e) => e.event.case === "scriptUpload").at(-1)!.event.value["complete"]).toBe(true);
+    expect(
+      events(h, "sc1")
+        .filter((e) => e.event.case === "scriptUpload")
+        .at(-1)!.event.value.complete,
+    ).toBe(true);
     // Each progress event was durable at the agent before it was sent (events go out after their persist).
     expect(h.sent("scriptChunk")).toHaveLength(5);
     expect(h.cmd("sc1").state).toBe(L.RUNNING);
@@ -268,7 +303,10 @@ describe("scripts", () => {
     h.addAgent("a");
     const wrong = new Uint8Array(32).fill(1);
     // The server itself refuses a descriptor that does not match the bytes.
-    expect(h.control({ op: "submit", requestId: "s0", uuid: "bad0", clientId: "a", spec: scriptSpec(bytes, wrong), script: bytes })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(h.control({ op: "submit", requestId: "s0", uuid: "bad0", clientId: "a", spec: scriptSpec(bytes, wrong), script: bytes })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION },
+    });
     // An agent that receives bytes differing from the descriptor rejects.
     h.control({ op: "submit", requestId: "s1", uuid: "bad1", clientId: "a", spec: scriptSpec(bytes), script: bytes });
     const c = h.cmd("bad1");

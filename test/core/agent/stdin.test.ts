@@ -4,7 +4,7 @@ import { SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { defaultAgentConfig } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
 import { agentRow } from "../../../core/agent/store.js";
-import { argv, sends, errorsIn, eventsIn, closes, of, AgentRig, expectClosed, expectRefused, stdinWrite, closeStdin, signal, stdinAcks } from "./rig.js";
+import { argv, sends, errorsIn, eventsIn, of, AgentRig, expectClosed, expectRefused, stdinWrite, closeStdin, signal, stdinAcks } from "./rig.js";
 
 describe("stdin at the agent", () => {
   it("R-S1: stdin for an unknown command is NOT_FOUND without closing; for a tombstoned one it is silently dropped", () => {
@@ -40,7 +40,10 @@ describe("stdin at the agent", () => {
       x.run("c1", { ...argv("cat"), stdinOpen: true });
       x.frame(stdinWrite("c1", 1n, [7]));
       const out = x.frame(payload);
-      expect(errorsIn(out).map((e) => e.error?.code), name).toEqual([Code.SEQUENCE_VIOLATION]);
+      expect(
+        errorsIn(out).map((e) => e.error?.code),
+        name,
+      ).toEqual([Code.SEQUENCE_VIOLATION]);
       if (name === "close") expect(errorsIn(out)[0]!.error?.message).toBe("close_stdin write_seq 3, expected 2");
       expect(x.st.session.phase, name).toBe("backoff");
     }

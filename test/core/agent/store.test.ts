@@ -36,8 +36,24 @@ function fullCommand(): AgentCommand {
     phase: "running",
     lifecycle: CommandLifecycle.RUNNING,
     pid: 4242,
-    script: { size: 6, sha256: "cd".repeat(32), received: 6, chunks: [new Uint8Array([1, 2, 3]), new Uint8Array([4, 5, 6])], committed: true, path: "/var/rvbox/u-1.sh" },
-    stdin: { next: 4, pending: [{ seq: 2, data: new Uint8Array([9, 9]), close: false }, { seq: 3, data: new Uint8Array(0), close: true }], pendingBytes: 2, inFlight: true, closed: true },
+    script: {
+      size: 6,
+      sha256: "cd".repeat(32),
+      received: 6,
+      chunks: [new Uint8Array([1, 2, 3]), new Uint8Array([4, 5, 6])],
+      committed: true,
+      path: "/var/rvbox/u-1.sh",
+    },
+    stdin: {
+      next: 4,
+      pending: [
+        { seq: 2, data: new Uint8Array([9, 9]), close: false },
+        { seq: 3, data: new Uint8Array(0), close: true },
+      ],
+      pendingBytes: 2,
+      inFlight: true,
+      closed: true,
+    },
     lastSignalRevision: 5,
     cancelRevision: 6,
   };
@@ -70,7 +86,21 @@ describe("agent store schema", () => {
   it("stores a command without its transient parts, in the stored field order", () => {
     const c = fullCommand();
     const row = decodeAgentRow("command", commandRecord(c).value);
-    expect(Object.keys(row)).toEqual(["uuid", "hash", "revision", "spec", "queueExpiry", "acceptedAt", "phase", "lifecycle", "pid", "lastSignalRevision", "cancelRevision", "script", "stdin"]);
+    expect(Object.keys(row)).toEqual([
+      "uuid",
+      "hash",
+      "revision",
+      "spec",
+      "queueExpiry",
+      "acceptedAt",
+      "phase",
+      "lifecycle",
+      "pid",
+      "lastSignalRevision",
+      "cancelRevision",
+      "script",
+      "stdin",
+    ]);
     expect(row.script).toEqual({ ...c.script, chunks: [] });
     expect(row.stdin).toEqual({ next: 4, pending: [], pendingBytes: 0, inFlight: false, closed: true });
     // Restoring a row gives fresh arrays, never the row's own.

@@ -6,7 +6,15 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { defaultAgentConfig, newAgent, type AgentCommand } from "../../../core/index.js";
 import { nextWake } from "../../../core/agent/timers.js";
-import { newAgentSession, sessionConnect, sessionTransportClosed, sessionTransportOpen, sessionWelcome, sessionDeadline, type SessionAction } from "../../../core/session/agent-session.js";
+import {
+  newAgentSession,
+  sessionConnect,
+  sessionTransportClosed,
+  sessionTransportOpen,
+  sessionWelcome,
+  sessionDeadline,
+  type SessionAction,
+} from "../../../core/session/agent-session.js";
 import { newCommandOutbox } from "../../../core/window/outbox.js";
 import { rngFromSeed } from "../../../core/rng.js";
 

@@ -8,8 +8,7 @@ import { CommandEventSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 
-const hello = (): Uint8Array =>
-  encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
+const hello = (): Uint8Array => encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
 
 describe("frame codec", () => {
   it("R-T1: one binary message decodes to one envelope; a text frame is a protocol error", () => {
@@ -66,8 +65,18 @@ describe("frame codec", () => {
 
 describe("event envelopes", () => {
   it("R-O2: a pinned CommandEvent is spliced into its envelope byte for byte", () => {
-    const event = toBinary(CommandEventSchema, create(CommandEventSchema, { issueUuid: "u", eventSeq: 7n, event: { case: "stdinAck", value: { writeSeq: 3n } } }));
-    const big = toBinary(CommandEventSchema, create(CommandEventSchema, { issueUuid: "u", eventSeq: 8n, event: { case: "output", value: { originalSize: 70000, zstdData: new Uint8Array(70000).fill(5) } } }));
+    const event = toBinary(
+      CommandEventSchema,
+      create(CommandEventSchema, { issueUuid: "u", eventSeq: 7n, event: { case: "stdinAck", value: { writeSeq: 3n } } }),
+    );
+    const big = toBinary(
+      CommandEventSchema,
+      create(CommandEventSchema, {
+        issueUuid: "u",
+        eventSeq: 8n,
+        event: { case: "output", value: { originalSize: 70000, zstdData: new Uint8Array(70000).fill(5) } },
+      }),
+    );
     for (const payload of [event, big]) {
       const wire = encodeEventEnvelope({ sessionId: "s1", generation: 9 }, payload);
       const d = decodeFrame(wire);
@@ -80,7 +89,11 @@ describe("event envelopes", () => {
 
   it("singleFieldBytes: the received CommandEvent bytes are the re-encoded event (the server digests them); anything odd is null", () => {
     const ev = create(CommandEventSchema, { issueUuid: "u", eventSeq: 7n, commandRevision: 2n, event: { case: "stdinAck", value: { writeSeq: 3n } } });
-    const out = create(CommandEventSchema, { issueUuid: "u", eventSeq: 8n, event: { case: "output", value: { originalSize: 70000, zstdData: new Uint8Array(70000).fill(5) } } });
+    const out = create(CommandEventSchema, {
+      issueUuid: "u",
+      eventSeq: 8n,
+      event: { case: "output", value: { originalSize: 70000, zstdData: new Uint8Array(70000).fill(5) } },
+    });
     for (const e of [ev, out]) {
       const viaEnvelope = encodeEnvelope({ sessionId: "s1", generation: 300 }, { case: "commandEvent", value: e });
       expect(Buffer.from(singleFieldBytes(viaEnvelope, 7)!).equals(Buffer.from(toBinary(CommandEventSchema, e)))).toBe(true);

@@ -9,8 +9,7 @@ import { decodeFrame, encodeEnvelope, encodeEventEnvelope, safeNumber } from "..
 import { Code } from "../../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 
-const hello = (): Uint8Array =>
-  encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
+const hello = (): Uint8Array => encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
 
 describe("frame decoding refusals", () => {
   it("R-T1: a text frame is PROTOCOL_ERROR and the message says it was text", () => {

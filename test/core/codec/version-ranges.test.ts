@@ -4,14 +4,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ProtocolRangeSchema, ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  compareVersion,
-  negotiate,
-  rangeFromWire,
-  rangeToWire,
-  versionInRange,
-  type VersionRange,
-} from "../../../core/codec/version.js";
+import { compareVersion, negotiate, rangeFromWire, rangeToWire, versionInRange, type VersionRange } from "../../../core/codec/version.js";
 import { Code } from "../../../core/errors.js";
 
 const v = (major: number, minor: number) => ({ major, minor });

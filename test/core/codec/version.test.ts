@@ -6,7 +6,7 @@ import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
 import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../../core/codec/version.js";
 import { Code } from "../../../core/errors.js";
 
-  encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
+encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
 
 describe("version negotiation", () => {
   const r = (a: number, b: number, c: number, d: number): VersionRange => ({ min: { major: a, minor: b }, max: { major: c, minor: d } });

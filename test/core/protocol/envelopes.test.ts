@@ -62,7 +62,20 @@ describe("envelope table", () => {
       expect(e.lane, e.kind).toBe(laneOf(e.kind as PayloadCase));
     }
     // The scenario exercised most of the table, so the check above means something.
-    for (const k of ["clientHello", "serverWelcome", "commandDispatch", "commandAccepted", "commandEvent", "eventAck", "stdinWrite", "closeStdin", "signalCommand", "reconcileRequest", "reconcileSnapshot", "reconcileResult"])
+    for (const k of [
+      "clientHello",
+      "serverWelcome",
+      "commandDispatch",
+      "commandAccepted",
+      "commandEvent",
+      "eventAck",
+      "stdinWrite",
+      "closeStdin",
+      "signalCommand",
+      "reconcileRequest",
+      "reconcileSnapshot",
+      "reconcileResult",
+    ])
       expect(seen.has(k), k).toBe(true);
   });
 
@@ -74,13 +87,20 @@ describe("envelope table", () => {
       const conn = h.server.conns.get(a.serverConn)!;
       expect(conn.phase).toBe("ready");
       const before = h.serverEffects.length;
-      h.serverInput({ type: "frame", conn: a.serverConn, data: encodeEnvelope({ sessionId: conn.sessionId, generation: conn.generation }, emptyPayload(kind)) });
+      h.serverInput({
+        type: "frame",
+        conn: a.serverConn,
+        data: encodeEnvelope({ sessionId: conn.sessionId, generation: conn.generation }, emptyPayload(kind)),
+      });
       const after = h.serverEffects.slice(before);
       const err = after.find((e) => e.type === "send" && e.kind === "error");
       expect(err, kind).toBeDefined();
       const env = decode((err as { data: Uint8Array }).data);
       expect(env.payload.case === "error" && env.payload.value.error?.code, kind).toBe(Code.PROTOCOL_ERROR);
-      expect(after.some((e) => e.type === "close"), kind).toBe(true);
+      expect(
+        after.some((e) => e.type === "close"),
+        kind,
+      ).toBe(true);
     }
   });
 

@@ -52,7 +52,19 @@ describe("command view", () => {
   it("shows the committed state, times and program, and changes its key when the committed view moves", () => {
     const c = base();
     const v = commandView(c, (t) => t + 1_000_000);
-    expect(v).toMatchObject({ state: "running", revision: 3, exitCode: null, storedThrough: 4, startedAt: 1500, endedAt: null, durationMs: null, program: "argv: echo 'hi there'", cwd: "/tmp", timeoutMs: 5000, queueExpiry: 1_009_000 });
+    expect(v).toMatchObject({
+      state: "running",
+      revision: 3,
+      exitCode: null,
+      storedThrough: 4,
+      startedAt: 1500,
+      endedAt: null,
+      durationMs: null,
+      program: "argv: echo 'hi there'",
+      cwd: "/tmp",
+      timeoutMs: 5000,
+      queueExpiry: 1_009_000,
+    });
     const key = commandViewKey(c);
     c.committed = { ...c.committed, state: CommandLifecycle.SUCCEEDED, exitCode: 0, endedTime: 2500, revision: 4 };
     expect(commandView(c)).toMatchObject({ state: "succeeded", exitCode: 0, durationMs: 1000 });

@@ -10,8 +10,18 @@ import { lastSeqOf, type OutputItem, type StreamName } from "../../../core/reade
 type Ev = { kind: "out" | "trunc"; stream: StreamName; len: number } | { kind: "life" };
 
 const ev: fc.Arbitrary<Ev> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant("out" as const), stream: fc.constantFrom<StreamName>("stdout", "stderr"), len: fc.integer({ min: 1, max: 40 }) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant("trunc" as const), stream: fc.constantFrom<StreamName>("stdout", "stderr"), len: fc.integer({ min: 1, max: 40 }) }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({ kind: fc.constant("out" as const), stream: fc.constantFrom<StreamName>("stdout", "stderr"), len: fc.integer({ min: 1, max: 40 }) }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant("trunc" as const),
+      stream: fc.constantFrom<StreamName>("stdout", "stderr"),
+      len: fc.integer({ min: 1, max: 40 }),
+    }),
+  },
   { weight: 1, arbitrary: fc.constant({ kind: "life" as const }) },
 );
 
@@ -32,7 +42,8 @@ function storedStream(evs: Ev[], retention: { a: number; b: number } | null): { 
   const { a, b } = retention;
   const span: Partial<Record<StreamName, { from: number; to: number }>> = {};
   for (const it of all.slice(a - 1, b)) {
-    const parts = it.kind === "output" ? [{ stream: it.stream as StreamName, offset: it.offset, length: it.data.length }] : it.kind === "truncation" ? it.ranges : [];
+    const parts =
+      it.kind === "output" ? [{ stream: it.stream as StreamName, offset: it.offset, length: it.data.length }] : it.kind === "truncation" ? it.ranges : [];
     for (const r of parts) {
       const s = r.stream as StreamName;
       const cur = span[s];
@@ -164,7 +175,9 @@ describe("follow cursor", () => {
         const [lost, at] = outs[pick % outs.length]!;
         if (lost.kind !== "output") return;
         const s = lost.stream as StreamName;
-        const later = items.slice(at + 1).some((x) => (x.kind === "output" && x.stream === s) || (x.kind === "truncation" && x.ranges.some((r) => r.stream === s)));
+        const later = items
+          .slice(at + 1)
+          .some((x) => (x.kind === "output" && x.stream === s) || (x.kind === "truncation" && x.ranges.some((r) => r.stream === s)));
         const { cursor, shown } = run(newCursor(), [items.filter((_, i) => i !== at)]);
         const gaps = shown.filter((x) => x.kind === "gap");
         if (later) {
@@ -196,20 +209,34 @@ describe("follow cursor", () => {
         expect(c).toEqual(newCursor());
       }),
     );
-    expect(step(newCursor(), [{ kind: "stdin_ack", seq: 0, writeSeq: 1, closed: false, failure: "" }])).toEqual({ ok: false, error: { code: "BAD_SEQ", index: 0, seq: 0 } });
+    expect(step(newCursor(), [{ kind: "stdin_ack", seq: 0, writeSeq: 1, closed: false, failure: "" }])).toEqual({
+      ok: false,
+      error: { code: "BAD_SEQ", index: 0, seq: 0 },
+    });
   });
 
   it("R-O5: a retention marker is trimmed to what a live reader has not shown; a marker about nothing is dropped", () => {
     const out = (seq: number, offset: number, len: number): OutputItem => ({ kind: "output", seq, stream: "stdout", offset, data: new Uint8Array(len) });
     let c = run(newCursor(), [[out(1, 0, 10), out(2, 10, 10)]]).cursor;
     // Retention removed events 1..3 after this reader had 1..2: it is told only of event 3's bytes.
-    const r = admit(c, { kind: "truncation", seq: 1, cause: "server-retention", events: { first: 1, last: 3 }, ranges: [{ stream: "stdout", offset: 0, length: 30 }] });
-    expect(r.shown).toEqual([{ kind: "truncation", seq: 1, cause: "server-retention", events: { first: 3, last: 3 }, ranges: [{ stream: "stdout", offset: 20, length: 10 }] }]);
+    const r = admit(c, {
+      kind: "truncation",
+      seq: 1,
+      cause: "server-retention",
+      events: { first: 1, last: 3 },
+      ranges: [{ stream: "stdout", offset: 0, length: 30 }],
+    });
+    expect(r.shown).toEqual([
+      { kind: "truncation", seq: 1, cause: "server-retention", events: { first: 3, last: 3 }, ranges: [{ stream: "stdout", offset: 20, length: 10 }] },
+    ]);
     c = r.cursor;
     expect(c.next).toBe(4);
     // The same marker grown to event 4, whose bytes the reader also had: nothing to say about bytes.
     const c2 = run(c, [[out(4, 30, 5)]]).cursor;
-    expect(admit(c2, { kind: "truncation", seq: 1, cause: "server-retention", events: { first: 1, last: 4 }, ranges: [{ stream: "stdout", offset: 0, length: 35 }] }).shown).toEqual([]);
+    expect(
+      admit(c2, { kind: "truncation", seq: 1, cause: "server-retention", events: { first: 1, last: 4 }, ranges: [{ stream: "stdout", offset: 0, length: 35 }] })
+        .shown,
+    ).toEqual([]);
   });
 
   it("a reader that starts after event 1 knows no offsets yet: no gap before its first item", () => {

@@ -121,7 +121,12 @@ describe("reconcile classification, branch by branch", () => {
 
   it("R-D9 R-D12: one verdict per uuid: duplicates in the snapshot and requested commands the agent reported add nothing", () => {
     const requested = [sv("a", L.RUNNING), sv("b", L.DISPATCHED)];
-    const res = classify(requested, (u) => requested.find((s) => s.uuid === u), [av("a", L.RUNNING), av("a", L.SUCCEEDED), av("z", L.RUNNING), av("y", L.SUCCEEDED)]);
+    const res = classify(requested, (u) => requested.find((s) => s.uuid === u), [
+      av("a", L.RUNNING),
+      av("a", L.SUCCEEDED),
+      av("z", L.RUNNING),
+      av("y", L.SUCCEEDED),
+    ]);
     expect(res.verdicts.map((v) => [v.uuid, v.action])).toEqual([
       ["a", "keep"],
       ["z", "terminate_local"],

@@ -7,11 +7,25 @@ import type { ReconcileResult, StdinWrite } from "../../../protos/gen/rvbox/v1/a
 import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { restoreServer, serverInvariants, type Incident, type ServerState } from "../../../core/index.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
-import { MAX_CLIENTS, MAX_INCIDENTS_KEPT, MAX_OPEN_INCIDENTS, MAX_OPEN_INCIDENTS_PER_CLIENT, SERVER_RECENT_DIGESTS, SERVER_ROW_EVENTS_PER_COMMAND, STDIN_WRITES_IN_FLIGHT } from "../../../core/limits.js";
+import {
+  MAX_CLIENTS,
+  MAX_INCIDENTS_KEPT,
+  MAX_OPEN_INCIDENTS,
+  MAX_OPEN_INCIDENTS_PER_CLIENT,
+  SERVER_RECENT_DIGESTS,
+  SERVER_ROW_EVENTS_PER_COMMAND,
+  STDIN_WRITES_IN_FLIGHT,
+} from "../../../core/limits.js";
 import { rowEventBound } from "../../../core/server/ingest.js";
 import { T0, sha, of, ServerRig, expectClosed, type StateInit } from "../../support/server-rig.js";
 
-const unknownRunning = (uuid: string): StateInit => ({ issueUuid: uuid, lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: sha(uuid) });
+const unknownRunning = (uuid: string): StateInit => ({
+  issueUuid: uuid,
+  lifecycle: L.RUNNING,
+  lastClientEventSeq: 1n,
+  commandRevision: 1n,
+  immutableRequestSha256: sha(uuid),
+});
 
 /** A session of `client` waiting for its snapshot. */
 function reconciling(r: ServerRig, client: string): number {
@@ -22,7 +36,10 @@ function reconciling(r: ServerRig, client: string): number {
 }
 
 const storeIncident = (r: ServerRig, conn: number) =>
-  r.frame(conn, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false } });
+  r.frame(conn, {
+    case: "error",
+    value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false },
+  });
 
 const openOf = (st: ServerState, client: string) => [...st.incidents.values()].filter((i) => !i.acknowledged && i.clientId === client).length;
 
@@ -41,7 +58,17 @@ function seeded(perClient: Record<string, number>, acknowledged = 0): ServerRig 
   };
   for (let i = 0; i < acknowledged; i++) add("old", true);
   for (const [client, k] of Object.entries(perClient)) {
-    clients.set(client, { clientId: client, generation: 1, instanceId: `inst-${client}`, conn: 0, pendingClaim: null, authorization: null, capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 }, lastSeen: T0, draining: false });
+    clients.set(client, {
+      clientId: client,
+      generation: 1,
+      instanceId: `inst-${client}`,
+      conn: 0,
+      pendingClaim: null,
+      authorization: null,
+      capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
+      lastSeen: T0,
+      draining: false,
+    });
     for (let i = 0; i < k; i++) add(client, false);
   }
   const tables = new Map<string, Map<string, unknown>>([
@@ -68,7 +95,9 @@ describe("incidents under a flood (R-D11)", () => {
     expect(r.st.incidentDrops.get("flood")).toEqual({ clientId: "flood", count: dropped, lastAt: T0, lastKind: "reconcile_terminate_local" });
     expect(r.st.incidentsDropped).toBe(dropped);
     // Durable, in one record per client and one total however many were dropped.
-    const drops = of(out, "persist").flatMap((p) => p.records).filter((x) => x.table === "incident_drop" || x.table === "counter");
+    const drops = of(out, "persist")
+      .flatMap((p) => p.records)
+      .filter((x) => x.table === "incident_drop" || x.table === "counter");
     expect(drops.map((x) => [x.table, x.key])).toEqual([
       ["incident_drop", "flood"],
       ["counter", "incidents_dropped"],
@@ -98,7 +127,11 @@ describe("incidents under a flood (R-D11)", () => {
     expect(r.st.incidentsDropped).toBe(0);
     const out = storeIncident(r, c);
     expect(openOf(r.st, "a")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
-    expect(of(out, "trace").filter((t) => t.event === "incident_dropped").map((t) => t.detail)).toEqual([{ client: "a", kind: "agent_store_incident", uuid: "", why: "per-client bound" }]);
+    expect(
+      of(out, "trace")
+        .filter((t) => t.event === "incident_dropped")
+        .map((t) => t.detail),
+    ).toEqual([{ client: "a", kind: "agent_store_incident", uuid: "", why: "per-client bound" }]);
     expect(r.st.incidentDrops.get("a")?.count).toBe(1);
     expect(r.control({ op: "ack_incident", requestId: "ack", incidentId: "inc-1" })).toEqual({ ok: true });
     storeIncident(r, c);
@@ -110,8 +143,8 @@ describe("incidents under a flood (R-D11)", () => {
     const per: Record<string, number> = {};
     const heavy = MAX_OPEN_INCIDENTS / MAX_OPEN_INCIDENTS_PER_CLIENT;
     for (let i = 0; i < heavy; i++) per[`h${i}`] = MAX_OPEN_INCIDENTS_PER_CLIENT;
-    per["h0"] = MAX_OPEN_INCIDENTS_PER_CLIENT - 1; // n - 1 in total: one more fits without eviction
-    per["z"] = 0;
+    per.h0 = MAX_OPEN_INCIDENTS_PER_CLIENT - 1; // n - 1 in total: one more fits without eviction
+    per.z = 0;
     const r = seeded(per);
     expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS - 1);
     const z = r.connect("z");
@@ -126,7 +159,11 @@ describe("incidents under a flood (R-D11)", () => {
     expect(openOf(r.st, "h1")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT - 1);
     expect(r.st.incidents.has(newestH1)).toBe(false);
     expect(r.st.incidentDrops.get("h1")?.count).toBe(1);
-    expect(of(out, "persist").flatMap((p) => p.records).some((x) => x.table === "incident" && x.key === newestH1 && x.value === null)).toBe(true);
+    expect(
+      of(out, "persist")
+        .flatMap((p) => p.records)
+        .some((x) => x.table === "incident" && x.key === newestH1 && x.value === null),
+    ).toBe(true);
     // A client as heavy as the others (h2 at 100) is at its own bound: counted.
     const h2 = r.connect("h2");
     storeIncident(r, h2);
@@ -148,7 +185,12 @@ describe("incidents under a flood (R-D11)", () => {
     expect(r.st.incidents.size).toBe(MAX_INCIDENTS_KEPT);
     expect(r.st.incidents.has("inc-1")).toBe(false);
     expect(r.st.incidents.has(`inc-${MAX_INCIDENTS_KEPT + 1}`)).toBe(true);
-    expect(of(out, "persist").flatMap((p) => p.records).filter((x) => x.table === "incident").map((x) => [x.key, x.value === null])).toEqual([
+    expect(
+      of(out, "persist")
+        .flatMap((p) => p.records)
+        .filter((x) => x.table === "incident")
+        .map((x) => [x.key, x.value === null]),
+    ).toEqual([
       ["inc-1", true],
       [`inc-${MAX_INCIDENTS_KEPT + 1}`, false],
     ]);
@@ -180,7 +222,13 @@ describe("client records (R-F6)", () => {
     const c = r.open();
     const persistsBefore = r.st.gate.lastId;
     const out = r.hello(c, "c");
-    expectClosed(r, out, c, Code.CAPACITY, "client id c refused: the server keeps at most 2 client records (limits.maxClients) and holds 2; an operator may forget unused ones (rvbox forget-client)");
+    expectClosed(
+      r,
+      out,
+      c,
+      Code.CAPACITY,
+      "client id c refused: the server keeps at most 2 client records (limits.maxClients) and holds 2; an operator may forget unused ones (rvbox forget-client)",
+    );
     expect(r.st.clients.has("c")).toBe(false);
     expect(r.st.gate.lastId).toBe(persistsBefore);
     expect(of(out, "persist")).toEqual([]);
@@ -194,7 +242,19 @@ describe("client records (R-F6)", () => {
     const r = new ServerRig();
     r.store = false;
     expect(r.cfg.limits.maxClients).toBe(MAX_CLIENTS);
-    for (let i = 0; i < MAX_CLIENTS - 1; i++) r.st.clients.set(`c${i}`, { clientId: `c${i}`, generation: 1, instanceId: "i", conn: 0, pendingClaim: null, authorization: null, replaced: null, capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 }, lastSeen: T0, draining: false });
+    for (let i = 0; i < MAX_CLIENTS - 1; i++)
+      r.st.clients.set(`c${i}`, {
+        clientId: `c${i}`,
+        generation: 1,
+        instanceId: "i",
+        conn: 0,
+        pendingClaim: null,
+        authorization: null,
+        replaced: null,
+        capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
+        lastSeen: T0,
+        draining: false,
+      });
     r.connect("last");
     expect(r.st.clients.size).toBe(MAX_CLIENTS);
     const c = r.open();
@@ -206,7 +266,10 @@ describe("client records (R-F6)", () => {
     const r = new ServerRig({ maxClients: 1 });
     const a = r.connect("a");
     r.running(a, "c1");
-    expect(r.control({ op: "forget_client", requestId: "f0", clientId: "nobody" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "unknown client nobody" } });
+    expect(r.control({ op: "forget_client", requestId: "f0", clientId: "nobody" })).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "unknown client nobody" },
+    });
     expect(r.control({ op: "forget_client", requestId: "f1", clientId: "a" })).toEqual({
       ok: false,
       error: { code: Code.CONFLICT, message: `client a has a live session (connection ${a}); stop its agent first` },
@@ -295,7 +358,8 @@ describe("what an agent can grow at the server, at n and n + 1", () => {
     const c = r.connect("a");
     r.running(c, "c1", { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true });
     r.log = [];
-    for (let i = 1; i <= STDIN_WRITES_IN_FLIGHT + 1; i++) r.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: new Uint8Array(0), appendNewline: false });
+    for (let i = 1; i <= STDIN_WRITES_IN_FLIGHT + 1; i++)
+      r.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: new Uint8Array(0), appendNewline: false });
     expect(r.sent(r.log, c, "stdinWrite")).toHaveLength(STDIN_WRITES_IN_FLIGHT);
     const cmd = r.cmd("c1");
     expect(cmd.stdin.nextSeq - 1).toBe(STDIN_WRITES_IN_FLIGHT + 1);

@@ -1,61 +1,22 @@
-// Operator requests at the server: submit, stdin, signals, incidents (core/server/control.ts, submit.ts, stdin.ts, signals.ts, incidents.ts).
-// (Moved from test/core/server-node-edges.test.ts, which drove the server
-// reducer directly with hand-made agent frames.)
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { CommandLifecycle as L, ControlErrorSchema, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { serverInvariants, type ControlRequest } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, sha, type SpecInit, argv, enc, lifecycle, ServerRig } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("submit", () => {
   it("R-D1: issue uuids must be 1-128 characters of [A-Za-z0-9._:-] starting with a letter or digit", () => {
     const r = new ServerRig();
     for (const bad of ["", "-lead", ".lead", "a b", "a/b", "x".repeat(129), "é"]) {
-      expect(r.submit("a", bad), bad).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "issue uuid must be 1-128 characters of [A-Za-z0-9._:-]" } });
+      expect(r.submit("a", bad), bad).toEqual({
+        ok: false,
+        error: { code: Code.VALIDATION, message: "issue uuid must be 1-128 characters of [A-Za-z0-9._:-]" },
+      });
     }
     for (const good of ["a", "Z9._:-x", "x".repeat(128)]) expect(r.submit("a", good), good).toMatchObject({ ok: true, uuid: good, revision: 1 });
     expect(r.st.commands.size).toBe(3);
@@ -71,11 +32,22 @@ describe("submit", () => {
   it("R-C1: a script submit needs 1..16 MiB of bytes matching its descriptor", () => {
     const r = new ServerRig();
     const body = enc("echo hi\n");
-    const desc = (size: number, digest: Uint8Array): SpecInit => ({ program: { case: "script", value: { sizeBytes: BigInt(size), sha256: digest, interpreter: "/bin/sh" } } });
-    expect(r.submit("a", "s0", desc(body.length, sha(body)))).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "script of 1..16777216 bytes required" } });
+    const desc = (size: number, digest: Uint8Array): SpecInit => ({
+      program: { case: "script", value: { sizeBytes: BigInt(size), sha256: digest, interpreter: "/bin/sh" } },
+    });
+    expect(r.submit("a", "s0", desc(body.length, sha(body)))).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "script of 1..16777216 bytes required" },
+    });
     expect(r.submit("a", "s1", desc(0, sha("")), { script: new Uint8Array(0) })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
-    expect(r.submit("a", "s2", desc(body.length + 1, sha(body)), { script: body })).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "script descriptor does not match the script bytes" } });
-    expect(r.submit("a", "s3", desc(body.length, sha("x")), { script: body })).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "script descriptor does not match the script bytes" } });
+    expect(r.submit("a", "s2", desc(body.length + 1, sha(body)), { script: body })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "script descriptor does not match the script bytes" },
+    });
+    expect(r.submit("a", "s3", desc(body.length, sha("x")), { script: body })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "script descriptor does not match the script bytes" },
+    });
     expect(r.submit("a", "s4", desc(body.length, sha(body)), { script: body })).toMatchObject({ ok: true });
     expect(r.disk.durable.get("script")?.get("s4")).toEqual({ data: body });
   });
@@ -108,13 +80,22 @@ describe("submit", () => {
     expect(r.replies.get("retry")).toEqual({ ok: true, uuid: "c1", revision: 1 });
     r.autoDurable = true;
     r.control({ op: "signal", requestId: "sig", uuid: "c1", signal: SignalKind.USER1 }); // queued: refused, revision unchanged
-    expect(r.control({ op: "submit", requestId: "retry2", uuid: "c1", clientId: "a", spec: create(ExecutionSpecSchema, argv()) })).toEqual({ ok: true, uuid: "c1", revision: 1 });
+    expect(r.control({ op: "submit", requestId: "retry2", uuid: "c1", clientId: "a", spec: create(ExecutionSpecSchema, argv()) })).toEqual({
+      ok: true,
+      uuid: "c1",
+      revision: 1,
+    });
     expect(r.control({ op: "submit", requestId: "other", uuid: "c1", clientId: "a", spec: create(ExecutionSpecSchema, argv("false")) })).toEqual({
       ok: false,
       error: { code: Code.CONFLICT, message: "issue uuid already used by a different request", issueUuid: "c1" },
     });
-    expect(r.control({ op: "submit", requestId: "other2", uuid: "c1", clientId: "b", spec: create(ExecutionSpecSchema, argv()) })).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
-    expect(r.control({ op: "submit", requestId: "other3", uuid: "c1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: T0 + 5 })).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+    expect(r.control({ op: "submit", requestId: "other2", uuid: "c1", clientId: "b", spec: create(ExecutionSpecSchema, argv()) })).toMatchObject({
+      ok: false,
+      error: { code: Code.CONFLICT },
+    });
+    expect(
+      r.control({ op: "submit", requestId: "other3", uuid: "c1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: T0 + 5 }),
+    ).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
     expect(r.cmd("c1").requests).toEqual({ "submit-c1": 1 });
   });
 
@@ -130,24 +111,48 @@ describe("submit", () => {
 });
 
 describe("stdin, signal, incident requests", () => {
-  const stdin = (uuid: string, requestId: string, data: Uint8Array, appendNewline = false): ControlRequest => ({ op: "stdin", requestId, uuid, data, appendNewline });
+  const stdin = (uuid: string, requestId: string, data: Uint8Array, appendNewline = false): ControlRequest => ({
+    op: "stdin",
+    requestId,
+    uuid,
+    data,
+    appendNewline,
+  });
 
   it("R-S1: stdin requests are refused with exact codes: unknown, terminal, not open, closed, too large, queue full", () => {
     const r = new ServerRig({ stdinQueue: 10 });
     expect(r.control(stdin("nope", "r0", enc("x")))).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "no command nope", issueUuid: "nope" } });
     r.submit("off", "closed-spec");
-    expect(r.control(stdin("closed-spec", "r1", enc("x")))).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "the command was submitted without open stdin", issueUuid: "closed-spec" } });
+    expect(r.control(stdin("closed-spec", "r1", enc("x")))).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "the command was submitted without open stdin", issueUuid: "closed-spec" },
+    });
     r.submit("off", "c1", { ...argv("cat"), stdinOpen: true });
-    expect(r.control(stdin("c1", "big", new Uint8Array(MAX_CHUNK_BYTES + 1)))).toMatchObject({ ok: false, error: { code: Code.PAYLOAD_TOO_LARGE, message: `stdin writes are at most ${MAX_CHUNK_BYTES} bytes` } });
+    expect(r.control(stdin("c1", "big", new Uint8Array(MAX_CHUNK_BYTES + 1)))).toMatchObject({
+      ok: false,
+      error: { code: Code.PAYLOAD_TOO_LARGE, message: `stdin writes are at most ${MAX_CHUNK_BYTES} bytes` },
+    });
     expect(r.control(stdin("c1", "w1", new Uint8Array(6)))).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
     expect(r.control(stdin("c1", "w2", new Uint8Array(4)))).toEqual({ ok: true, uuid: "c1", writeSeq: 2 }); // exactly the queue bound
-    expect(r.control(stdin("c1", "w3", new Uint8Array(1)))).toEqual({ ok: false, error: { code: Code.CAPACITY, message: "stdin queue for this command is full; retry later", issueUuid: "c1" } });
+    expect(r.control(stdin("c1", "w3", new Uint8Array(1)))).toEqual({
+      ok: false,
+      error: { code: Code.CAPACITY, message: "stdin queue for this command is full; retry later", issueUuid: "c1" },
+    });
     expect(r.control({ op: "close_stdin", requestId: "cl", uuid: "c1" })).toEqual({ ok: true, uuid: "c1", writeSeq: 3 });
-    expect(r.control(stdin("c1", "w4", new Uint8Array(0)))).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "stdin is already closed", issueUuid: "c1" } });
-    expect(r.control({ op: "close_stdin", requestId: "cl2", uuid: "c1" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "stdin is already closed" } });
+    expect(r.control(stdin("c1", "w4", new Uint8Array(0)))).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "stdin is already closed", issueUuid: "c1" },
+    });
+    expect(r.control({ op: "close_stdin", requestId: "cl2", uuid: "c1" })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "stdin is already closed" },
+    });
     expect(r.cmd("c1").stdin).toMatchObject({ nextSeq: 4, queuedBytes: 10, closeRequested: true });
     r.control({ op: "signal", requestId: "k", uuid: "c1", signal: SignalKind.KILL });
-    expect(r.control(stdin("c1", "w5", enc("x")))).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "command is already cancelled", issueUuid: "c1" } });
+    expect(r.control(stdin("c1", "w5", enc("x")))).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "command is already cancelled", issueUuid: "c1" },
+    });
     // A retry of an answered request still gets its original answer, even now.
     expect(r.control(stdin("c1", "w1", enc("different")))).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
   });
@@ -159,7 +164,9 @@ describe("stdin, signal, incident requests", () => {
     expect(r.control(stdin("c1", "w1", new Uint8Array(MAX_CHUNK_BYTES)))).toBeUndefined();
     r.flush();
     expect(r.replies.get("w1")).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
-    expect(r.cmd("c1").stdin.queue.map((o) => [o.seq, o.data.length, o.appendNewline, o.close, o.requestId])).toEqual([[1, MAX_CHUNK_BYTES, false, false, "w1"]]);
+    expect(r.cmd("c1").stdin.queue.map((o) => [o.seq, o.data.length, o.appendNewline, o.close, o.requestId])).toEqual([
+      [1, MAX_CHUNK_BYTES, false, false, "w1"],
+    ]);
   });
 
   it("R-S5: request ids are remembered per command up to the bound; the oldest is forgotten first", () => {
@@ -175,27 +182,39 @@ describe("stdin, signal, incident requests", () => {
     expect(r.control(stdin("c1", "new1", new Uint8Array(0)))).toEqual({ ok: true, uuid: "c1", writeSeq: MAX_REQUEST_IDS_PER_COMMAND });
     expect(Object.keys(c.requests)).toHaveLength(MAX_REQUEST_IDS_PER_COMMAND);
     expect(c.requests["submit-c1"]).toBeUndefined();
-    expect(c.requests["w1"]).toBe(1);
+    expect(c.requests.w1).toBe(1);
     r.control(stdin("c1", "new2", new Uint8Array(0)));
-    expect(c.requests["w1"]).toBeUndefined();
-    expect(c.requests["w2"]).toBe(2);
+    expect(c.requests.w1).toBeUndefined();
+    expect(c.requests.w2).toBe(2);
     // A forgotten id is a new request.
     expect(r.control(stdin("c1", "w1", new Uint8Array(0)))).toEqual({ ok: true, uuid: "c1", writeSeq: MAX_REQUEST_IDS_PER_COMMAND + 2 });
   });
 
   it("R-S4 R-S5: signal requests are refused with exact codes; a retry returns the original revision", () => {
     const r = new ServerRig();
-    expect(r.control({ op: "signal", requestId: "s0", uuid: "nope", signal: SignalKind.KILL })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "no command nope", issueUuid: "nope" } });
+    expect(r.control({ op: "signal", requestId: "s0", uuid: "nope", signal: SignalKind.KILL })).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no command nope", issueUuid: "nope" },
+    });
     const c = r.connect();
     r.running(c, "c1");
-    expect(r.control({ op: "signal", requestId: "s1", uuid: "c1", signal: SignalKind.UNSPECIFIED })).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "unknown signal" } });
-    expect(r.control({ op: "signal", requestId: "s2", uuid: "c1", signal: 42 as SignalKind })).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "unknown signal" } });
+    expect(r.control({ op: "signal", requestId: "s1", uuid: "c1", signal: SignalKind.UNSPECIFIED })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "unknown signal" },
+    });
+    expect(r.control({ op: "signal", requestId: "s2", uuid: "c1", signal: 42 as SignalKind })).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "unknown signal" },
+    });
     expect(r.cmd("c1").revision).toBe(1);
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.USER2 })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.KILL })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.cmd("c1").signals.map((s) => [s.revision, s.signal, s.requestId])).toEqual([[2, SignalKind.USER2, "s3"]]);
     r.event(c, "c1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
-    expect(r.control({ op: "signal", requestId: "s4", uuid: "c1", signal: SignalKind.KILL })).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "command is already succeeded", issueUuid: "c1" } });
+    expect(r.control({ op: "signal", requestId: "s4", uuid: "c1", signal: SignalKind.KILL })).toEqual({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "command is already succeeded", issueUuid: "c1" },
+    });
   });
 
   it("R-S4: a queued command refuses USER1/USER2 without using a revision, and any ending signal cancels it at the server", () => {
@@ -209,7 +228,10 @@ describe("stdin, signal, incident requests", () => {
     ] as const) {
       const r = new ServerRig();
       r.submit("off", "q");
-      expect(r.control({ op: "signal", requestId: "u", uuid: "q", signal: SignalKind.USER1 })).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "the command is not running yet", issueUuid: "q" } });
+      expect(r.control({ op: "signal", requestId: "u", uuid: "q", signal: SignalKind.USER1 })).toEqual({
+        ok: false,
+        error: { code: Code.VALIDATION, message: "the command is not running yet", issueUuid: "q" },
+      });
       expect(r.cmd("q").revision).toBe(1);
       expect(r.cmd("q").requests).toEqual({ "submit-q": 1 });
       expect(r.control({ op: "signal", requestId: "e", uuid: "q", signal: kind })).toEqual({ ok: true, uuid: "q", revision: 2 });
@@ -221,15 +243,25 @@ describe("stdin, signal, incident requests", () => {
     const r = new ServerRig();
     r.submit("off", "c1");
     r.cmd("c1").state = L.DISPATCHED; // as if sent to an agent that is now away
-    for (let i = 0; i < MAX_PENDING_SIGNALS; i++) expect(r.control({ op: "signal", requestId: `s${i}`, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true });
-    expect(r.control({ op: "signal", requestId: "over", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: false, error: { code: Code.CAPACITY, message: `${MAX_PENDING_SIGNALS} signals already outstanding; retry once they are answered` } });
+    for (let i = 0; i < MAX_PENDING_SIGNALS; i++)
+      expect(r.control({ op: "signal", requestId: `s${i}`, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true });
+    expect(r.control({ op: "signal", requestId: "over", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({
+      ok: false,
+      error: { code: Code.CAPACITY, message: `${MAX_PENDING_SIGNALS} signals already outstanding; retry once they are answered` },
+    });
   });
 
   it("R-D5: incidents are acknowledged durably; an unknown id is NOT_FOUND", () => {
     const r = new ServerRig();
     const c = r.connect();
-    r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false } });
-    expect(r.control({ op: "ack_incident", requestId: "x", incidentId: "inc-9" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "no incident inc-9" } });
+    r.frame(c, {
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false },
+    });
+    expect(r.control({ op: "ack_incident", requestId: "x", incidentId: "inc-9" })).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no incident inc-9" },
+    });
     expect(r.control({ op: "ack_incident", requestId: "y", incidentId: "inc-1" })).toEqual({ ok: true });
     expect(r.st.incidents.get("inc-1")!.acknowledged).toBe(true);
     expect(r.disk.durable.get("incident")!.get("inc-1")).toMatchObject({ acknowledged: true });

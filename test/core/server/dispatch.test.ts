@@ -1,54 +1,15 @@
-// Dispatch at the server: budgets, redelivery, rejections (core/server/dispatch.ts).
-// (Moved from test/core/server-node-edges.test.ts, which drove the server
-// reducer directly with hand-made agent frames.)
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
+import type { CommandDispatch } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import type { ServerEffect } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
 import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { MAX_INCIDENTS_KEPT } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, argv, of, lifecycle, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
+  r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("dispatch", () => {
@@ -74,7 +35,10 @@ describe("dispatch", () => {
     expect(dispatches(r, r.log).map((d) => d.issueUuid)).toEqual(["c1", "c2"]);
     r.accept(c, "c1");
     expect(dispatches(r, r.log).map((d) => d.issueUuid)).toEqual(["c1", "c2", "c3"]);
-    r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 1, queuedCommands: 1, maxRunningCommands: 1, maxQueuedCommands: 1 } });
+    r.frame(c, {
+      case: "clientCapacity",
+      value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 1, queuedCommands: 1, maxRunningCommands: 1, maxQueuedCommands: 1 },
+    });
     r.submit("a", "c4");
     r.accept(c, "c2");
     r.accept(c, "c3");
@@ -102,7 +66,11 @@ describe("dispatch", () => {
     const out = r.step({ type: "tick" });
     expect(dispatches(r, out, c)).toHaveLength(1);
     const first = r.sent(r.log, c, "commandDispatch")[0]!;
-    expect(Buffer.from(of(out, "send").find((s) => s.kind === "commandDispatch")!.data).equals(Buffer.from(of(r.log, "send").find((s) => s.kind === "commandDispatch")!.data))).toBe(true);
+    expect(
+      Buffer.from(of(out, "send").find((s) => s.kind === "commandDispatch")!.data).equals(
+        Buffer.from(of(r.log, "send").find((s) => s.kind === "commandDispatch")!.data),
+      ),
+    ).toBe(true);
     void first;
     expect(r.cmd("c1")).toMatchObject({ attempts: 2, dispatchedAt: T0 + 5_000, state: L.DISPATCHED });
   });
@@ -194,7 +162,11 @@ describe("dispatch", () => {
     const c = r.connect();
     r.submit("a", "c1");
     r.accept(c, "c1", false, Code.ALREADY_EXECUTED, "tomb");
-    expect(r.cmd("c1")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server", reason: "agent reports it already executed this request; outcome not retained" });
+    expect(r.cmd("c1")).toMatchObject({
+      state: L.INTERRUPTED,
+      terminalSource: "server",
+      reason: "agent reports it already executed this request; outcome not retained",
+    });
     expect([...r.st.incidents.values()]).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
   });
 

@@ -75,7 +75,7 @@ describe("drain (set_draining)", () => {
 
     // A record persisted before the field existed.
     const rec = rowOf(r.disk.durable, "client", "a")!;
-    delete rec["draining"];
+    delete rec.draining;
     const back = restoreServer(r.cfg, r.disk.tables(), 3);
     expect(back.clients.get("a")!.draining).toBe(false);
   });

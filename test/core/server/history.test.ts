@@ -53,7 +53,11 @@ describe("metadata tier", () => {
     for (const u of ["h1", "h2", "h3"]) finish(r, c, u);
     expect(r.st.pruned.size).toBe(0);
     r.running(c, "live");
-    expect(of(r.log, "trace").filter((t) => t.event === "pruned").map((t) => t.detail)).toEqual([{ uuid: "h1", client: "a", state: "SUCCEEDED" }]);
+    expect(
+      of(r.log, "trace")
+        .filter((t) => t.event === "pruned")
+        .map((t) => t.detail),
+    ).toEqual([{ uuid: "h1", client: "a", state: "SUCCEEDED" }]);
     // Over budget now: the oldest history goes, the running command stays.
     expect([...r.st.pruned.keys()]).toEqual(["h1"]);
     expect(r.st.metaBytes).toBeLessThanOrEqual(each * 3 + 10);
@@ -66,8 +70,15 @@ describe("metadata tier", () => {
     expect(durable(r, "event").filter((k) => k.startsWith("h1/") || k.startsWith("h2/"))).toEqual([]);
     expect(durable(r, "event").filter((k) => k.startsWith("h4/"))).toHaveLength(2);
     expect(r.disk.durable.get("pruned")!.get("h2")).toEqual({
-      uuid: "h2", clientId: "a", hash: expect.stringMatching(/^[0-9a-f]{64}$/), state: L.SUCCEEDED, terminalSource: "agent",
-      storedThrough: 2, exitCode: 0, endedAt: T0, at: T0,
+      uuid: "h2",
+      clientId: "a",
+      hash: expect.stringMatching(/^[0-9a-f]{64}$/),
+      state: L.SUCCEEDED,
+      terminalSource: "agent",
+      storedThrough: 2,
+      exitCode: 0,
+      endedAt: T0,
+      at: T0,
     } satisfies PrunedCommand);
   });
 
@@ -105,7 +116,12 @@ describe("metadata tier", () => {
     expect(o.charged).toBe(1024 + o.specBytes + 2 * 256 + 5 * 32 + 2 * 128);
     r.now += 10;
     const fx2 = r.step({ type: "tick" });
-    expect(of(fx2, "persist")[0]!.records.map((x) => [x.table, x.key])).toEqual([["command", "o"], ["event", "o/"], ["retention", "o"], ["pruned", "o"]]);
+    expect(of(fx2, "persist")[0]!.records.map((x) => [x.table, x.key])).toEqual([
+      ["command", "o"],
+      ["event", "o/"],
+      ["retention", "o"],
+      ["pruned", "o"],
+    ]);
     expect(of(fx2, "prune_output")).toEqual([{ type: "prune_output", uuid: "o" }]);
     expect(r.st.clientOutput.get("a")).toEqual({ bytes: 0, uuids: new Set() });
   });
@@ -240,15 +256,17 @@ describe("a pruned command keeps its protocol answers", () => {
     const { r } = pruned();
     const c2 = r.open();
     r.hello(c2, "a", "inst-a");
-    const fx = r.snapshot(c2, [
-      { issueUuid: "gone", lifecycle: L.RUNNING, immutableRequestSha256: hash(r), lastClientEventSeq: 1n, commandRevision: 1n },
-    ]);
+    const fx = r.snapshot(c2, [{ issueUuid: "gone", lifecycle: L.RUNNING, immutableRequestSha256: hash(r), lastClientEventSeq: 1n, commandRevision: 1n }]);
     const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind, i.detail])).toEqual([["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"]]);
+    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind, i.detail])).toEqual([
+      ["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"],
+    ]);
     const c3 = r.open();
     r.hello(c3, "a", "inst-a");
-    const fx3 = r.snapshot(c3, [{ issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: sha("other"), lastClientEventSeq: 2n, commandRevision: 1n }]);
+    const fx3 = r.snapshot(c3, [
+      { issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: sha("other"), lastClientEventSeq: 2n, commandRevision: 1n },
+    ]);
     expect((r.sent(fx3, c3, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
     expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a different request under this issue_uuid");
   });
@@ -292,7 +310,10 @@ describe("a pruned command keeps its protocol answers", () => {
     ] as const) {
       expect(r.control(req)).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "command gone ended succeeded and was pruned from history" } });
     }
-    expect(r.control({ op: "signal", requestId: "s2", uuid: "never", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "no command never" } });
+    expect(r.control({ op: "signal", requestId: "s2", uuid: "never", signal: SignalKind.CANCEL })).toMatchObject({
+      ok: false,
+      error: { message: "no command never" },
+    });
   });
 
   it("the message names a failed command's exit code", () => {
@@ -303,7 +324,10 @@ describe("a pruned command keeps its protocol answers", () => {
     r.now += 10;
     r.step({ type: "tick" });
     expect(r.st.pruned.get("bad")).toMatchObject({ state: L.FAILED, exitCode: 3 });
-    expect(r.control({ op: "signal", requestId: "s", uuid: "bad", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "command bad ended failed (exit 3) and was pruned from history" } });
+    expect(r.control({ op: "signal", requestId: "s", uuid: "bad", signal: SignalKind.CANCEL })).toMatchObject({
+      ok: false,
+      error: { message: "command bad ended failed (exit 3) and was pruned from history" },
+    });
   });
 });
 
@@ -319,7 +343,10 @@ describe("the pruned ledger", () => {
     expect([...r.st.pruned.keys()]).toEqual(["p3", "p4"]);
     expect(durable(r, "pruned").sort()).toEqual(["p3", "p4"]);
     // Forgotten: now just a uuid the server never knew.
-    expect(r.control({ op: "signal", requestId: "s", uuid: "p1", signal: SignalKind.CANCEL })).toMatchObject({ ok: false, error: { message: "no command p1" } });
+    expect(r.control({ op: "signal", requestId: "s", uuid: "p1", signal: SignalKind.CANCEL })).toMatchObject({
+      ok: false,
+      error: { message: "no command p1" },
+    });
   });
 
   it("survives a restart with the history order, the tier's charges and the ledger", () => {
@@ -348,7 +375,10 @@ describe("the pruned ledger", () => {
   it("a uuid both held and in the ledger restores as held (the live record wins)", () => {
     const r = new ServerRig();
     finish(r, r.connect(), "x");
-    r.disk.durable.set("pruned", new Map([["x", { uuid: "x", clientId: "a", hash: "00", state: L.FAILED, terminalSource: "agent", storedThrough: 9, exitCode: 1, endedAt: 0, at: 0 }]]));
+    r.disk.durable.set(
+      "pruned",
+      new Map([["x", { uuid: "x", clientId: "a", hash: "00", state: L.FAILED, terminalSource: "agent", storedThrough: 9, exitCode: 1, endedAt: 0, at: 0 }]]),
+    );
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     serverInvariants(back);
     expect(back.commands.get("x")!.state).toBe(L.SUCCEEDED);
@@ -389,7 +419,11 @@ describe("history invariants catch their corruptions", () => {
     ["a terminal command missing from the history index", (r) => void r.st.history.delete("kept2"), /kept2: terminal but not in the history index/],
     ["an active command in the history index", (r) => void r.st.history.set("live", T0), /history index out of step/],
     ["a command both held and pruned", (r) => void r.st.pruned.set("live", { ...r.st.pruned.get("kept")!, uuid: "live" }), /live: both held and pruned/],
-    ["the ledger over its bound", (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, prunedMax: 0 } }), /pruned ledger over its bound/],
+    [
+      "the ledger over its bound",
+      (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, prunedMax: 0 } }),
+      /pruned ledger over its bound/,
+    ],
   ];
   for (const [name, corrupt, message] of cases) {
     it(`refuses: ${name}`, () => {

@@ -2,54 +2,29 @@
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
 import { rowOf } from "../../../core/server/store.js";
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import {
   ByteRangeSchema,
   CommandEventSchema,
   CommandLifecycle as L,
   ControlErrorSchema,
   EventRangeSchema,
-  ExecutionSpecSchema,
   OutputIncompleteSchema,
   OutputStream,
   OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
   SignalKind,
   SignalResultSchema,
   StdinAckSchema,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { restoreServer, type ServerLimits } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
+import { MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("acknowledgements", () => {
@@ -107,7 +82,13 @@ describe("command events", () => {
     const again = x.r.event(x.c, "c1", 1, lifecycle(L.RUNNING));
     expect(x.r.sent(again, x.c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([2n]);
     expect(again.filter((e) => e.type === "persist")).toEqual([]);
-    expectClosed(x.r, x.r.event(x.c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ZZ"))), x.c, Code.SEQUENCE_VIOLATION, "event 2 of c1 resent with different bytes");
+    expectClosed(
+      x.r,
+      x.r.event(x.c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ZZ"))),
+      x.c,
+      Code.SEQUENCE_VIOLATION,
+      "event 2 of c1 resent with different bytes",
+    );
   });
 
   it("R-O3: a resend of an event received but not yet durable is not acknowledged early", () => {
@@ -154,7 +135,9 @@ describe("command events", () => {
     r.submit("a", "c1");
     r.event(c, "c1", 1, lifecycle(L.RUNNING));
     expect(r.cmd("c1").state).toBe(L.RUNNING);
-    const states = of(r.log, "trace").filter((t) => t.event === "state" && t.detail["uuid"] === "c1").map((t) => t.detail["state"]);
+    const states = of(r.log, "trace")
+      .filter((t) => t.event === "state" && t.detail.uuid === "c1")
+      .map((t) => t.detail.state);
     expect(states).toEqual(["ACCEPTED", "RUNNING"]);
   });
 
@@ -177,8 +160,16 @@ describe("command events", () => {
   it("R-O4 R-T3: output chunks are checked: stream, declared size, compressed size, offset and compression", () => {
     const cases: Array<[EventInit, Code, string?]> = [
       [output(OutputStream.UNSPECIFIED, 0, enc("x")), Code.PROTOCOL_ERROR, "output chunk without a stream"],
-      [output(OutputStream.STDOUT, 0, enc("x"), { originalSize: MAX_CHUNK_BYTES + 1 }), Code.PAYLOAD_TOO_LARGE, `output chunk declares ${MAX_CHUNK_BYTES + 1} bytes`],
-      [output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array(MAX_CHUNK_BYTES + 1025) }), Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs"],
+      [
+        output(OutputStream.STDOUT, 0, enc("x"), { originalSize: MAX_CHUNK_BYTES + 1 }),
+        Code.PAYLOAD_TOO_LARGE,
+        `output chunk declares ${MAX_CHUNK_BYTES + 1} bytes`,
+      ],
+      [
+        output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array(MAX_CHUNK_BYTES + 1025) }),
+        Code.PAYLOAD_TOO_LARGE,
+        "compressed chunk larger than any 64 KiB input needs",
+      ],
       [output(OutputStream.STDOUT, 1, enc("x")), Code.SEQUENCE_VIOLATION, "stdout offset 1, expected 0"],
       [output(OutputStream.STDERR, 0, enc("x"), { originalSize: 2 }), Code.BAD_COMPRESSION],
       [output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array([1, 2, 3]) }), Code.BAD_COMPRESSION],
@@ -200,7 +191,11 @@ describe("command events", () => {
     const range = (stream: OutputStream, offset: number, length: number) => create(ByteRangeSchema, { stream, offset: BigInt(offset), length: BigInt(length) });
     const trunc = (ranges: ReturnType<typeof range>[], withEvents = false): EventInit => ({
       case: "truncation",
-      value: create(OutputTruncationSchema, { removedBytes: ranges, cause: 2, ...(withEvents ? { removedEvents: create(EventRangeSchema, { firstEventSeq: 1n, lastEventSeq: 2n }) } : {}) }),
+      value: create(OutputTruncationSchema, {
+        removedBytes: ranges,
+        cause: 2,
+        ...(withEvents ? { removedEvents: create(EventRangeSchema, { firstEventSeq: 1n, lastEventSeq: 2n }) } : {}),
+      }),
     });
     const cases: Array<[EventInit, Code, string]> = [
       [trunc([range(OutputStream.STDOUT, 0, 5)], true), Code.PROTOCOL_ERROR, "agent truncation markers carry no event range"],
@@ -246,9 +241,21 @@ describe("command events", () => {
     expect(s.r.cmd("c1").receivedThrough).toBe(2);
     s.r.control({ op: "signal", requestId: "u", uuid: "c1", signal: SignalKind.USER1 });
     expect(s.r.cmd("c1").signals).toHaveLength(1);
-    s.r.event(s.c, "c1", 3, lifecycle(L.FAILED, { exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: create(ControlErrorSchema, { code: Code.VALIDATION, message: "m" }) }));
+    s.r.event(
+      s.c,
+      "c1",
+      3,
+      lifecycle(L.FAILED, { exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: create(ControlErrorSchema, { code: Code.VALIDATION, message: "m" }) }),
+    );
     expect(s.r.cmd("c1")).toMatchObject({ state: L.FAILED, exitCode: 2, signalName: "SIGSEGV", reason: "boom", terminalSource: "agent", signals: [] });
-    expect(s.r.disk.durable.get("event")!.get("c1/000000000003")).toMatchObject({ kind: "lifecycle", state: L.FAILED, exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: { code: Code.VALIDATION, message: "m" } });
+    expect(s.r.disk.durable.get("event")!.get("c1/000000000003")).toMatchObject({
+      kind: "lifecycle",
+      state: L.FAILED,
+      exitCode: 2,
+      signalName: "SIGSEGV",
+      reason: "boom",
+      error: { code: Code.VALIDATION, message: "m" },
+    });
     expect(s.r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ kind: "lifecycle", state: L.RUNNING, exitCode: null, error: null });
   });
 
@@ -271,7 +278,12 @@ describe("command events", () => {
     expect(r.cmd("c1").signals.map((s) => s.revision)).toEqual([2, 3, 4]);
     r.event(c, "c1", 2, { case: "signalResult", value: create(SignalResultSchema, { signal: SignalKind.USER1, delivered: true }) }, 3n);
     expect(r.cmd("c1").signals.map((s) => s.revision)).toEqual([4]);
-    expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ kind: "signal_result", revision: 3, signal: SignalKind.USER1, delivered: true });
+    expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({
+      kind: "signal_result",
+      revision: 3,
+      signal: SignalKind.USER1,
+      delivered: true,
+    });
   });
 
   it("R-O8: an incomplete event is stored with its stream names; an event without a payload closes", () => {
@@ -289,14 +301,18 @@ describe("command events", () => {
     for (let s = 2; s <= SERVER_RECENT_DIGESTS + 1; s++) cmd.digests[s] = s;
     cmd.receivedThrough = cmd.storedThrough = SERVER_RECENT_DIGESTS + 1;
     r.event(c, "c1", SERVER_RECENT_DIGESTS + 2, output(OutputStream.STDOUT, 0, enc("x")));
-    const keys = Object.keys(cmd.digests).map(Number).sort((a, b) => a - b);
+    const keys = Object.keys(cmd.digests)
+      .map(Number)
+      .sort((a, b) => a - b);
     expect(keys[0]).toBe(3);
     expect(keys.at(-1)).toBe(SERVER_RECENT_DIGESTS + 2);
     expect(keys).toHaveLength(SERVER_RECENT_DIGESTS);
     // A forgotten seq can no longer be checked, so a resend is simply acknowledged ...
     const out = r.event(c, "c1", 2, lifecycle(L.FAILED));
     expect(r.st.conns.has(c)).toBe(true);
-    expect(r.sent(out, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([BigInt(SERVER_RECENT_DIGESTS + 2)]);
+    expect(r.sent(out, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([
+      BigInt(SERVER_RECENT_DIGESTS + 2),
+    ]);
     // ... while one still remembered must match.
     expectClosed(r, r.event(c, "c1", 3, lifecycle(L.FAILED)), c, Code.SEQUENCE_VIOLATION, "event 3 of c1 resent with different bytes");
   });
@@ -316,7 +332,16 @@ describe("command times", () => {
     expect(r.cmd("c").startedTime).toBe(T0); // no event time: the server's wall clock
     r.autoDurable = false;
     const ev = (seq: number, state: L, t: number, extra = {}) =>
-      r.frame(a, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "c", eventSeq: BigInt(seq), commandRevision: 1n, time: timestampFromMs(t), event: lifecycle(state, extra) }) });
+      r.frame(a, {
+        case: "commandEvent",
+        value: create(CommandEventSchema, {
+          issueUuid: "c",
+          eventSeq: BigInt(seq),
+          commandRevision: 1n,
+          time: timestampFromMs(t),
+          event: lifecycle(state, extra),
+        }),
+      });
     ev(2, L.SUCCEEDED, ended, { exitCode: 0 });
     expect(r.cmd("c")).toMatchObject({ startedTime: T0, endedTime: ended });
     expect(r.cmd("c").committed.endedTime).toBe(0); // not durable yet: readers do not see it
@@ -326,7 +351,10 @@ describe("command times", () => {
     r.autoDurable = true;
     r.submit("a", "d");
     r.accept(a, "d");
-    r.frame(a, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "d", eventSeq: 1n, commandRevision: 1n, time: timestampFromMs(started), event: lifecycle(L.RUNNING) }) });
+    r.frame(a, {
+      case: "commandEvent",
+      value: create(CommandEventSchema, { issueUuid: "d", eventSeq: 1n, commandRevision: 1n, time: timestampFromMs(started), event: lifecycle(L.RUNNING) }),
+    });
     expect(r.cmd("d").committed).toMatchObject({ startedTime: started, endedTime: 0 });
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     expect(back.commands.get("c")!.committed).toMatchObject({ startedTime: T0, endedTime: ended });

@@ -1,54 +1,11 @@
-// The server's invariants, each caught with a deliberately corrupted state (core/server/invariants.ts).
-// (Moved from test/core/server-node-edges.test.ts, which drove the server
-// reducer directly with hand-made agent frames.)
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { CommandLifecycle as L, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { serverInvariants } from "../../../core/index.js";
+import { InvariantViolation } from "../../../core/errors.js";
+import { MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { sha, argv, enc, lifecycle, output, ServerRig } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("server invariants catch every corruption they check", () => {
@@ -70,11 +27,11 @@ describe("server invariants catch every corruption they check", () => {
     ["conn of an unknown client", (r, c) => void (r.st.conns.get(c)!.clientId = "zz"), /for unknown client/],
     ["conn not its client's current one", (r) => void (r.st.clients.get("a")!.conn = 0), /is not its client's current connection/],
     ["generation mismatch", (r, c) => void (r.st.conns.get(c)!.generation = 5), /generation 5 != client 1/],
-    ["client points at a foreign conn", (r) => void (r.st.clients.set("b", { ...r.st.clients.get("a")!, clientId: "b" })), /client b points at a foreign conn/],
+    ["client points at a foreign conn", (r) => void r.st.clients.set("b", { ...r.st.clients.get("a")!, clientId: "b" }), /client b points at a foreign conn/],
     ["durable beyond last persist", (r) => void (r.st.gate.durableThrough = r.st.gate.lastId + 1), /durable beyond last persist/],
     ["active index out of step", (r) => void r.st.active.delete("c1"), /c1: active index out of step/],
     ["terminal in the active index", (r) => void r.st.active.add("done"), /done: active index out of step/],
-    ["committed terminal state changed", (r) => void ((C(r, "done").state = L.FAILED)), /done: committed terminal state/],
+    ["committed terminal state changed", (r) => void (C(r, "done").state = L.FAILED), /done: committed terminal state/],
     ["committed revision ahead", (r) => void (C(r).committed = { ...C(r).committed, revision: 9 }), /c1: committed view ahead of memory/],
     ["committed stdin ahead", (r) => void (C(r).committed = { ...C(r).committed, stdinAssigned: 1 }), /c1: committed view ahead of memory/],
     ["stdin sent before durable", (r) => void (C(r).stdin.sentThrough = 1), /c1: stdin sent before it was durable/],
@@ -84,17 +41,57 @@ describe("server invariants catch every corruption they check", () => {
     ["stdin acked beyond assigned", (r) => void (C(r).stdin.ackedThrough = 1), /c1: stdin acked beyond assigned/],
     ["stdin queue accounting", (r) => void (C(r).stdin.queuedBytes = 4), /c1: stdin queue accounting/],
     ["segment accounting", (r) => void (C(r).storedOutputBytes += 1), /c1: segment accounting|retained output index drift/],
-    ["retention exceeded", (r) => void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, outputPerCommand: 1 } }), C(r).segments.push({ firstSeq: 3, lastSeq: 3, bytes: 0, ranges: [] })), /c1: retention exceeded/],
-    ["two retention markers", (r) => void (C(r).retention = [{ firstSeq: 1, lastSeq: 1, ranges: [], at: 0 }, { firstSeq: 2, lastSeq: 2, ranges: [], at: 0 }]), /c1: a per-command bound exceeded/],
-    ["too many signals", (r) => void (C(r).signals = Array.from({ length: MAX_PENDING_SIGNALS + 1 }, (_, i) => ({ revision: i, signal: SignalKind.USER1, requestId: `r${i}`, sentOn: 0 }))), /c1: a per-command bound exceeded/],
-    ["too many request ids", (r) => void (C(r).requests = Object.fromEntries(Array.from({ length: MAX_REQUEST_IDS_PER_COMMAND + 1 }, (_, i) => [`r${i}`, 1]))), /c1: a per-command bound exceeded/],
+    [
+      "retention exceeded",
+      (r) =>
+        void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, outputPerCommand: 1 } }),
+        C(r).segments.push({ firstSeq: 3, lastSeq: 3, bytes: 0, ranges: [] })),
+      /c1: retention exceeded/,
+    ],
+    [
+      "two retention markers",
+      (r) =>
+        void (C(r).retention = [
+          { firstSeq: 1, lastSeq: 1, ranges: [], at: 0 },
+          { firstSeq: 2, lastSeq: 2, ranges: [], at: 0 },
+        ]),
+      /c1: a per-command bound exceeded/,
+    ],
+    [
+      "too many signals",
+      (r) =>
+        void (C(r).signals = Array.from({ length: MAX_PENDING_SIGNALS + 1 }, (_, i) => ({
+          revision: i,
+          signal: SignalKind.USER1,
+          requestId: `r${i}`,
+          sentOn: 0,
+        }))),
+      /c1: a per-command bound exceeded/,
+    ],
+    [
+      "too many request ids",
+      (r) => void (C(r).requests = Object.fromEntries(Array.from({ length: MAX_REQUEST_IDS_PER_COMMAND + 1 }, (_, i) => [`r${i}`, 1]))),
+      /c1: a per-command bound exceeded/,
+    ],
     ["script progress beyond size", (r) => void (C(r, "s1").scriptAcked = 4), /s1: script progress beyond size/],
     ["script progress on a non-script command", (r) => void (C(r).scriptAcked = 1), /c1: script progress beyond size/],
     ["terminal without a source", (r) => void (C(r, "done").terminalSource = ""), /done: terminal without a source/],
-    ["terminal with pending signals", (r) => void (C(r, "done").signals = [{ revision: 2, signal: SignalKind.USER1, requestId: "x", sentOn: 0 }]), /done: terminal with pending work/],
-    ["terminal with queued stdin", (r) => void (C(r, "done").stdin.queue = [{ seq: 1, data: new Uint8Array(0), appendNewline: false, close: true, requestId: "x" }]), /done: terminal with pending work/],
+    [
+      "terminal with pending signals",
+      (r) => void (C(r, "done").signals = [{ revision: 2, signal: SignalKind.USER1, requestId: "x", sentOn: 0 }]),
+      /done: terminal with pending work/,
+    ],
+    [
+      "terminal with queued stdin",
+      (r) => void (C(r, "done").stdin.queue = [{ seq: 1, data: new Uint8Array(0), appendNewline: false, close: true, requestId: "x" }]),
+      /done: terminal with pending work/,
+    ],
     ["output index drift", (r) => void (r.st.clientOutput.get("a")!.bytes += 1), /a: retained output index drift/],
-    ["per-client retention exceeded", (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, outputPerClient: 0, segmentBytes: 0 } }), /a: per-client retention exceeded/],
+    [
+      "per-client retention exceeded",
+      (r) => void (r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, outputPerClient: 0, segmentBytes: 0 } }),
+      /a: per-client retention exceeded/,
+    ],
   ];
   for (const [name, corrupt, message] of cases) {
     it(`refuses: ${name}`, () => {
@@ -107,10 +104,25 @@ describe("server invariants catch every corruption they check", () => {
 
   it("refuses more connections or incidents than their bounds", () => {
     const { r } = healthy();
-    for (let i = 0; i < MAX_SERVER_CONNECTIONS; i++) r.st.conns.set(1_000_000 + i, { conn: 1_000_000 + i, phase: "hello", clientId: "", instanceId: "", sessionId: "", generation: 0, version: null, hb: { lastInbound: 0, pinged: false }, ingressPending: 0, inflight: 0, openedAt: 0, snapshotReceived: false });
+    for (let i = 0; i < MAX_SERVER_CONNECTIONS; i++)
+      r.st.conns.set(1_000_000 + i, {
+        conn: 1_000_000 + i,
+        phase: "hello",
+        clientId: "",
+        instanceId: "",
+        sessionId: "",
+        generation: 0,
+        version: null,
+        hb: { lastInbound: 0, pinged: false },
+        ingressPending: 0,
+        inflight: 0,
+        openedAt: 0,
+        snapshotReceived: false,
+      });
     expect(() => serverInvariants(r.st)).toThrow(/connections over their bound/);
     const k = healthy().r;
-    for (let i = 0; i <= MAX_INCIDENTS_KEPT; i++) k.st.incidents.set(`x${i}`, { id: `x${i}`, clientId: "a", uuid: "", kind: "k", detail: "", at: 0, acknowledged: true });
+    for (let i = 0; i <= MAX_INCIDENTS_KEPT; i++)
+      k.st.incidents.set(`x${i}`, { id: `x${i}`, clientId: "a", uuid: "", kind: "k", detail: "", at: 0, acknowledged: true });
     expect(() => serverInvariants(k.st)).toThrow(/incidents over their bound/);
   });
 });

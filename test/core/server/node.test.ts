@@ -2,53 +2,22 @@
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
 import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
   CommandEventSchema,
   CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
   ExecutionSpecSchema,
-  OutputIncompleteSchema,
   OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
   ScriptUploadStatusSchema,
   SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { restoreServer } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { MAX_INCIDENTS_KEPT } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, sha, argv, of, enc, output, ServerRig } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("more server edges", () => {
@@ -56,7 +25,10 @@ describe("more server edges", () => {
     const r = new ServerRig();
     const c = r.connect();
     r.now = T0 + 9_000;
-    r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 } });
+    r.frame(c, {
+      case: "clientCapacity",
+      value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 },
+    });
     r.now = T0 + 10_000;
     expect(of(r.step({ type: "tick" }), "ping")).toEqual([]);
     r.now = T0 + 19_000;
@@ -76,7 +48,9 @@ describe("more server edges", () => {
       const uuid = `u-${r.st.commands.size}`;
       r.control({ op: "submit", requestId: uuid, uuid, clientId: client, spec, ...(expiry !== undefined ? { queueExpiry: expiry } : {}) });
       const head = Buffer.from(`rvbox.v1/request\n${uuid}\n${client}\n${expiry ?? 0}\n`, "utf8");
-      const want = createHash("sha256").update(Buffer.concat([head, Buffer.from(toBinary(ExecutionSpecSchema, spec))])).digest("hex");
+      const want = createHash("sha256")
+        .update(Buffer.concat([head, Buffer.from(toBinary(ExecutionSpecSchema, spec))]))
+        .digest("hex");
       expect(r.cmd(uuid).hash, client).toBe(want);
     }
   });
@@ -114,7 +88,9 @@ describe("more server edges", () => {
     r.step({ type: "conn_closed", conn: a, reason: "x" });
     const a2 = r.open();
     r.hello(a2, "a");
-    r.snapshot(a2, [{ issueUuid: "ca", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("ca").hash, "hex") }]);
+    r.snapshot(a2, [
+      { issueUuid: "ca", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("ca").hash, "hex") },
+    ]);
     expect(r.sent(r.log, a2, "signalCommand")).toHaveLength(1);
     expect(r.sent(r.log, b, "signalCommand")).toHaveLength(1);
   });
@@ -124,7 +100,16 @@ describe("more server edges", () => {
     const c = r.connect();
     r.running(c, "c1");
     r.now = T0 + 50;
-    r.frame(c, { case: "commandEvent", value: create(CommandEventSchema, { issueUuid: "c1", eventSeq: 2n, commandRevision: 1n, time: { $typeName: "google.protobuf.Timestamp", seconds: 1_600_000_000n, nanos: 5_000_000 }, event: output(OutputStream.STDOUT, 0, enc("a")) }) });
+    r.frame(c, {
+      case: "commandEvent",
+      value: create(CommandEventSchema, {
+        issueUuid: "c1",
+        eventSeq: 2n,
+        commandRevision: 1n,
+        time: { $typeName: "google.protobuf.Timestamp", seconds: 1_600_000_000n, nanos: 5_000_000 },
+        event: output(OutputStream.STDOUT, 0, enc("a")),
+      }),
+    });
     r.event(c, "c1", 3, output(OutputStream.STDOUT, 1, enc("b")), 7n);
     expect(r.disk.durable.get("event")!.get("c1/000000000002")).toMatchObject({ time: 1_600_000_000_005, revision: 1 });
     expect(r.disk.durable.get("event")!.get("c1/000000000003")).toMatchObject({ time: T0 + 50, revision: 7 });
@@ -137,7 +122,12 @@ describe("more server edges", () => {
     r.running(c, "c1");
     r.control({ op: "signal", requestId: "s", uuid: "c1", signal: SignalKind.USER2 });
     expect(r.cmd("c1").signals[0]!.sentOn).toBe(1);
-    r.submit("a", "s1", { program: { case: "script", value: { sizeBytes: BigInt(body.length), sha256: sha(body), interpreter: "/bin/sh" } } }, { script: body });
+    r.submit(
+      "a",
+      "s1",
+      { program: { case: "script", value: { sizeBytes: BigInt(body.length), sha256: sha(body), interpreter: "/bin/sh" } } },
+      { script: body },
+    );
     r.accept(c, "s1");
     r.event(c, "s1", 1, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: 5n }) });
     const back = restoreServer(r.cfg, r.disk.tables(), 3);
@@ -152,7 +142,11 @@ describe("traces other tools read", () => {
     const r = new ServerRig();
     const c = r.connect();
     const out = r.step({ type: "frame", conn: c, data: new Uint8Array([1]), binary: false });
-    expect(of(out, "trace").filter((t) => t.event === "conn_closed").map((t) => t.detail)).toEqual([{ conn: c, client: "a", code: "PROTOCOL_ERROR", message: "text frames are not part of the protocol" }]);
+    expect(
+      of(out, "trace")
+        .filter((t) => t.event === "conn_closed")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: c, client: "a", code: "PROTOCOL_ERROR", message: "text frames are not part of the protocol" }]);
     expect(of(out, "close")).toEqual([{ type: "close", conn: c, reason: "PROTOCOL_ERROR: text frames are not part of the protocol" }]);
   });
 });

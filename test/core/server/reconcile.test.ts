@@ -1,54 +1,15 @@
-// Reconciliation at the server (core/server/reconcile.ts).
-// (Moved from test/core/server-node-edges.test.ts, which drove the server
-// reducer directly with hand-made agent frames.)
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { type CommandDispatch, type ReconcileRequest, ReconcileRequestSchema, ReconcileTargetSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L, OutputStream } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import type { ServerEffect } from "../../../core/index.js";
+import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
+import { MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_RECONCILE_TARGETS } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, type StateInit, enc, lifecycle, output, ServerRig } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
+const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
+  r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("reconciliation at the server", () => {
@@ -66,7 +27,9 @@ describe("reconciliation at the server", () => {
       const names = (req.env.payload.value as ReconcileRequest).targets.map((t) => t.issueUuid);
       expect(names).toEqual(["run", ...queued].slice(0, n));
       // Listed or not, a queued command the agent does not hold is dispatched after the result.
-      const out = r.snapshot(c, [{ issueUuid: "run", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("run").hash, "hex") }]);
+      const out = r.snapshot(c, [
+        { issueUuid: "run", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("run").hash, "hex") },
+      ]);
       expect(r.cmd("run").state).toBe(L.RUNNING);
       expect(r.sent(out, c, "commandDispatch").map((d) => (d.env.payload.value as CommandDispatch).issueUuid)).toEqual(queued.slice(0, 7)); // maxRunning + maxQueued - 1 running
     }
@@ -74,9 +37,17 @@ describe("reconciliation at the server", () => {
 
   it("R-D6 R-T2: MAX_RECONCILE_TARGETS targets of the largest kind fit one envelope", () => {
     const big = Array.from({ length: MAX_RECONCILE_TARGETS }, (_, k) =>
-      create(ReconcileTargetSchema, { issueUuid: `${"f".repeat(28)}${String(k).padStart(8, "0")}`, lastServerEventSeq: 2n ** 53n - 1n, commandRevision: 2n ** 53n - 1n, immutableRequestSha256: new Uint8Array(32).fill(255) }),
+      create(ReconcileTargetSchema, {
+        issueUuid: `${"f".repeat(28)}${String(k).padStart(8, "0")}`,
+        lastServerEventSeq: 2n ** 53n - 1n,
+        commandRevision: 2n ** 53n - 1n,
+        immutableRequestSha256: new Uint8Array(32).fill(255),
+      }),
     );
-    const data = encodeEnvelope({ sessionId: "f".repeat(32), generation: 2 ** 53 - 1 }, { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets: big }) });
+    const data = encodeEnvelope(
+      { sessionId: "f".repeat(32), generation: 2 ** 53 - 1 },
+      { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets: big }) },
+    );
     expect(data.length).toBeLessThan(MAX_ENVELOPE_BYTES);
   });
 

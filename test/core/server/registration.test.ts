@@ -2,54 +2,19 @@
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
 import { rowOf } from "../../../core/server/store.js";
-import { createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
+import { ClientHelloSchema, type ReconcileRequest } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L, ControlErrorSchema, ProtocolRangeSchema, ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { serverStep } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
+import { MAX_INCIDENTS_KEPT, MAX_SERVER_CONNECTIONS } from "../../../core/limits.js";
 import { testPorts } from "../../support/ports.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, argv, of, lifecycle, ServerRig, expectClosed } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("connections", () => {
@@ -62,7 +27,21 @@ describe("connections", () => {
   it("R-W1: the server holds at most MAX_SERVER_CONNECTIONS; one more is refused before it is tracked", () => {
     const r = new ServerRig();
     const fill = (n: number) => {
-      for (let i = 0; i < n; i++) r.st.conns.set(1_000_000 + i, { conn: 1_000_000 + i, phase: "hello", clientId: "", instanceId: "", sessionId: "", generation: 0, version: null, hb: { lastInbound: T0, pinged: false }, ingressPending: 0, inflight: 0, openedAt: T0, snapshotReceived: false });
+      for (let i = 0; i < n; i++)
+        r.st.conns.set(1_000_000 + i, {
+          conn: 1_000_000 + i,
+          phase: "hello",
+          clientId: "",
+          instanceId: "",
+          sessionId: "",
+          generation: 0,
+          version: null,
+          hb: { lastInbound: T0, pinged: false },
+          ingressPending: 0,
+          inflight: 0,
+          openedAt: T0,
+          snapshotReceived: false,
+        });
     };
     fill(MAX_SERVER_CONNECTIONS - 1);
     r.step({ type: "conn_open", conn: 1 });
@@ -130,7 +109,13 @@ describe("frames before and around registration", () => {
   it("R-T1 R-T2 R-W10: a text frame, garbage or an oversize frame gets its code and a close, before or after registration", () => {
     const r = new ServerRig();
     const c1 = r.open();
-    expectClosed(r, r.step({ type: "frame", conn: c1, data: new Uint8Array([8, 1]), binary: false }), c1, Code.PROTOCOL_ERROR, "text frames are not part of the protocol");
+    expectClosed(
+      r,
+      r.step({ type: "frame", conn: c1, data: new Uint8Array([8, 1]), binary: false }),
+      c1,
+      Code.PROTOCOL_ERROR,
+      "text frames are not part of the protocol",
+    );
     const c2 = r.open();
     expectClosed(r, r.step({ type: "frame", conn: c2, data: new Uint8Array(1024 * 1024 + 1) }), c2, Code.PAYLOAD_TOO_LARGE);
     const c3 = r.connect();
@@ -140,7 +125,13 @@ describe("frames before and around registration", () => {
   it("R-F2: anything but a ClientHello first is PROTOCOL_ERROR; anything before the welcome left too", () => {
     const r = new ServerRig();
     const c = r.open();
-    expectClosed(r, r.frame(c, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 1n } }, null), c, Code.PROTOCOL_ERROR, "eventAck before ClientHello");
+    expectClosed(
+      r,
+      r.frame(c, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 1n } }, null),
+      c,
+      Code.PROTOCOL_ERROR,
+      "eventAck before ClientHello",
+    );
     r.autoDurable = false;
     const w = r.open();
     r.hello(w);
@@ -214,9 +205,9 @@ describe("frames before and around registration", () => {
     const req = r.sent(out, c, "reconcileRequest")[0]!;
     expect(req.lane).toBe("data");
     const targets = (req.env.payload.value as ReconcileRequest).targets;
-    expect(targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")])).toEqual(
-      ["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]),
-    );
+    expect(
+      targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")]),
+    ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
     expect(r.cmd("run").storedThrough).toBe(1);
     expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 3, maxQueued: 4 });
     expect(r.st.clients.get("a")!.lastSeen).toBe(T0);
@@ -239,11 +230,29 @@ describe("frames before and around registration", () => {
   });
 
   it("R-F7: after the welcome every envelope must carry exactly the session id and generation", () => {
-    for (const f of [(x: Fence) => ({ ...x, generation: x.generation + 1 }), (x: Fence) => ({ ...x, generation: x.generation - 1 }), (x: Fence) => ({ ...x, sessionId: "forged" }), () => null]) {
+    for (const f of [
+      (x: Fence) => ({ ...x, generation: x.generation + 1 }),
+      (x: Fence) => ({ ...x, generation: x.generation - 1 }),
+      (x: Fence) => ({ ...x, sessionId: "forged" }),
+      () => null,
+    ]) {
       const r = new ServerRig();
       const c = r.connect();
       const fence = f(r.fenceOf(c)!);
-      expectClosed(r, r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 1, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 } }, fence), c, Code.STALE_GENERATION, `envelope fenced to generation ${fence?.generation ?? 0}, current 1`);
+      expectClosed(
+        r,
+        r.frame(
+          c,
+          {
+            case: "clientCapacity",
+            value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 1, queuedCommands: 0, maxRunningCommands: 1, maxQueuedCommands: 1 },
+          },
+          fence,
+        ),
+        c,
+        Code.STALE_GENERATION,
+        `envelope fenced to generation ${fence?.generation ?? 0}, current 1`,
+      );
     }
   });
 
@@ -253,31 +262,58 @@ describe("frames before and around registration", () => {
     expectClosed(r, r.snapshot(c), c, Code.PROTOCOL_ERROR, "second ReconcileSnapshot on one session");
     const h = new ServerRig();
     const d = h.connect();
-    expectClosed(h, h.frame(d, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "a", clientInstanceId: "inst-a" }) }), d, Code.PROTOCOL_ERROR, "unexpected clientHello from agent");
+    expectClosed(
+      h,
+      h.frame(d, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "a", clientInstanceId: "inst-a" }) }),
+      d,
+      Code.PROTOCOL_ERROR,
+      "unexpected clientHello from agent",
+    );
     const w = new ServerRig();
     const e = w.connect();
-    expectClosed(w, w.frame(e, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 1n } }), e, Code.PROTOCOL_ERROR, "unexpected eventAck from agent");
+    expectClosed(
+      w,
+      w.frame(e, { case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 1n } }),
+      e,
+      Code.PROTOCOL_ERROR,
+      "unexpected eventAck from agent",
+    );
   });
 
   it("R-W2: the agent's capacity report replaces the server's view, with limits capped at 65536", () => {
     const r = new ServerRig();
     const c = r.connect();
-    r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 2, queuedCommands: 5, maxRunningCommands: 70_000, maxQueuedCommands: 65_536 } });
+    r.frame(c, {
+      case: "clientCapacity",
+      value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 2, queuedCommands: 5, maxRunningCommands: 70_000, maxQueuedCommands: 65_536 },
+    });
     expect(r.st.clients.get("a")!.capacity).toEqual({ running: 2, queued: 5, maxRunning: 65_536, maxQueued: 65_536 });
-    r.frame(c, { case: "clientCapacity", value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 65_535, maxQueuedCommands: 3 } });
+    r.frame(c, {
+      case: "clientCapacity",
+      value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 65_535, maxQueuedCommands: 3 },
+    });
     expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 65_535, maxQueued: 3 });
   });
 
   it("R-D13 R-W10: an agent error opens a store incident or is traced; closeSession ends the session without an answer", () => {
     const r = new ServerRig();
     const c = r.connect();
-    const err = (code: Code, message: string, closeSession: boolean): Payload => ({ case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code, message }), closeSession } });
+    const err = (code: Code, message: string, closeSession: boolean): Payload => ({
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code, message }), closeSession },
+    });
     const store = r.frame(c, err(Code.STORE_INCIDENT, "journal crc", false));
-    expect([...r.st.incidents.values()]).toEqual([{ id: "inc-1", clientId: "a", uuid: "", kind: "agent_store_incident", detail: "journal crc", at: T0, acknowledged: false }]);
+    expect([...r.st.incidents.values()]).toEqual([
+      { id: "inc-1", clientId: "a", uuid: "", kind: "agent_store_incident", detail: "journal crc", at: T0, acknowledged: false },
+    ]);
     expect(r.disk.durable.get("incident")?.get("inc-1")).toMatchObject({ kind: "agent_store_incident" });
     expect(r.sent(store)).toEqual([]);
     const other = r.frame(c, err(Code.NOT_FOUND, "what", false));
-    expect(of(other, "trace").filter((t) => t.event === "agent_error").map((t) => t.detail)).toEqual([{ conn: c, code: "NOT_FOUND", message: "what" }]);
+    expect(
+      of(other, "trace")
+        .filter((t) => t.event === "agent_error")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: c, code: "NOT_FOUND", message: "what" }]);
     expect(r.st.incidents.size).toBe(1);
     expect(r.st.conns.has(c)).toBe(true);
     const bye = r.frame(c, err(Code.PROTOCOL_ERROR, "bye", true));
@@ -333,7 +369,10 @@ describe("identity: fencing, claims and authorizations", () => {
   it("R-F5: an authorization admits exactly that instance until 1 ms before its expiry, once", () => {
     const r = new ServerRig({ authorizationTtlMs: 1_000 });
     const a = r.connect("a", "i1");
-    expect(r.control({ op: "authorize", requestId: "x", clientId: "nobody", instanceId: "i2" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" } });
+    expect(r.control({ op: "authorize", requestId: "x", clientId: "nobody", instanceId: "i2" })).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" },
+    });
     expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2", expiresAt: T0 + 1_000 });
     expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     expect(rowOf(r.disk.durable, "client", "a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
@@ -368,7 +407,11 @@ describe("identity: fencing, claims and authorizations", () => {
     t.now = T0 + 1_000;
     const out = t.step({ type: "tick" });
     expect(t.st.clients.get("a")!.authorization).toBeNull();
-    expect(of(out, "persist").flatMap((p) => p.records).filter((x) => x.table === "client")).toEqual([expect.objectContaining({ key: "a", value: expect.objectContaining({ authorization: null }) })]);
+    expect(
+      of(out, "persist")
+        .flatMap((p) => p.records)
+        .filter((x) => x.table === "client"),
+    ).toEqual([expect.objectContaining({ key: "a", value: expect.objectContaining({ authorization: null }) })]);
   });
 
   it("R-F5 R-F6: the authorized instance's first accepted registration consumes the authorization even when no session was live", () => {
@@ -422,7 +465,19 @@ describe("identity: fencing, claims and authorizations", () => {
     r.now = T0 + 1_000; // expired, and no tick ran yet
     r.st.clients.get("a")!.authorization!.expiresAt = T0 + 1_000;
     const c = r.open();
-    serverStep(r.st, { type: "frame", conn: c, data: encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "a", clientInstanceId: "i1", supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL) }) }) }, r.now, { ports: testPorts });
+    serverStep(
+      r.st,
+      {
+        type: "frame",
+        conn: c,
+        data: encodeEnvelope(null, {
+          case: "clientHello",
+          value: create(ClientHelloSchema, { clientId: "a", clientInstanceId: "i1", supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL) }),
+        }),
+      },
+      r.now,
+      { ports: testPorts },
+    );
     expect(r.st.clients.get("a")!.authorization).toBeNull();
     const s = new ServerRig({ authorizationTtlMs: 1_000 });
     const b = s.connect("a", "i1");
@@ -430,7 +485,19 @@ describe("identity: fencing, claims and authorizations", () => {
     s.step({ type: "conn_closed", conn: b, reason: "x" });
     s.now = T0 + 999;
     const d = s.open();
-    serverStep(s.st, { type: "frame", conn: d, data: encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "a", clientInstanceId: "i1", supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL) }) }) }, s.now, { ports: testPorts });
+    serverStep(
+      s.st,
+      {
+        type: "frame",
+        conn: d,
+        data: encodeEnvelope(null, {
+          case: "clientHello",
+          value: create(ClientHelloSchema, { clientId: "a", clientInstanceId: "i1", supportedProtocol: rangeToWire(SUPPORTED_PROTOCOL) }),
+        }),
+      },
+      s.now,
+      { ports: testPorts },
+    );
     expect(s.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
   });
 });

@@ -2,54 +2,15 @@
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
 import { rowOf } from "../../../core/server/store.js";
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
-import { testPorts } from "../../support/ports.js";
+import { CommandLifecycle as L, ControlErrorSchema, OutputStream } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { restoreServer, serverInvariants } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { MAX_INCIDENTS_KEPT, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, argv, enc, lifecycle, output, ServerRig } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("server restart", () => {
@@ -62,8 +23,14 @@ describe("server restart", () => {
     r.running(c, "c2");
     r.event(c, "c2", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     r.submit("a", "q");
-    r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "x" }), closeSession: false } });
-    r.frame(c, { case: "error", value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "y" }), closeSession: false } });
+    r.frame(c, {
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "x" }), closeSession: false },
+    });
+    r.frame(c, {
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "y" }), closeSession: false },
+    });
     r.st.incidents.delete("inc-1");
     r.disk.durable.get("incident")!.delete("inc-1");
     const back = restoreServer(r.cfg, r.disk.tables(), 5);
@@ -75,7 +42,17 @@ describe("server restart", () => {
     expect([...back.incidents.keys()]).toEqual(["inc-2"]);
     const c1 = back.commands.get("c1")!;
     expect(c1).toMatchObject({ state: L.RUNNING, storedThrough: 2, receivedThrough: 2, dispatchedOn: 0, streamNext: { stdout: 5, stderr: 0 } });
-    expect(c1.committed).toEqual({ state: L.RUNNING, exitCode: null, signalName: "", reason: "", storedThrough: 2, revision: 1, stdinAssigned: 1, startedTime: T0, endedTime: 0 });
+    expect(c1.committed).toEqual({
+      state: L.RUNNING,
+      exitCode: null,
+      signalName: "",
+      reason: "",
+      storedThrough: 2,
+      revision: 1,
+      stdinAssigned: 1,
+      startedTime: T0,
+      endedTime: 0,
+    });
     expect(Object.keys(c1.digests).map(Number)).toEqual([1, 2]);
     expect(c1.digests).toEqual(r.cmd("c1").digests);
     expect(c1.stdin).toEqual({ ...r.cmd("c1").stdin, sentThrough: r.cmd("c1").stdin.ackedThrough });
@@ -94,7 +71,9 @@ describe("server restart", () => {
     for (let s = 2; s <= top; s++) events.set(`c1/${String(s).padStart(12, "0")}`, { seq: s, digest: s * 3 });
     r.disk.durable.get("command")!.set("c1", { ...rec, storedThrough: top });
     const back = restoreServer(r.cmd("c1") ? r.cfg : r.cfg, r.disk.tables(), 2);
-    const keys = Object.keys(back.commands.get("c1")!.digests).map(Number).sort((a, b) => a - b);
+    const keys = Object.keys(back.commands.get("c1")!.digests)
+      .map(Number)
+      .sort((a, b) => a - b);
     expect(keys[0]).toBe(top - SERVER_RECENT_DIGESTS + 1);
     expect(keys.at(-1)).toBe(top);
     expect(keys).toHaveLength(SERVER_RECENT_DIGESTS);

@@ -1,54 +1,11 @@
-// Stored output and retention at the server (core/server/retention.ts).
-// (Moved from test/core/server-node-edges.test.ts, which drove the server
-// reducer directly with hand-made agent frames.)
-import { createHash } from "node:crypto";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import {
-  ClientHelloSchema,
-  type AgentError,
-  type CommandDispatch,
-  type ReconcileRequest,
-  ReconcileRequestSchema,
-  ReconcileTargetSchema,
-} from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import {
-  ByteRangeSchema,
-  CommandEventSchema,
-  CommandLifecycle as L,
-  ControlErrorSchema,
-  EventRangeSchema,
-  ExecutionSpecSchema,
-  OutputIncompleteSchema,
-  OutputStream,
-  OutputTruncationSchema,
-  ProtocolRangeSchema,
-  ProtocolVersionSchema,
-  ScriptUploadStatusSchema,
-  SignalKind,
-  SignalResultSchema,
-  StdinAckSchema,
-} from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultServerConfig,
-  restoreServer,
-  serverInvariants,
-  serverStep,
-  type ControlRequest,
-  type ServerEffect,
-  type ServerLimits,
-} from "../../../core/index.js";
-import { Code, InvariantViolation } from "../../../core/errors.js";
-import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
-import { rangeToWire, SUPPORTED_PROTOCOL } from "../../../core/codec/version.js";
-import { nextFloat } from "../../../core/rng.js";
-import { MAX_CHUNK_BYTES, MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES, MAX_PENDING_SIGNALS, MAX_RECONCILE_TARGETS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
+import { ByteRangeSchema, OutputStream, OutputTruncationSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { MAX_INCIDENTS_KEPT } from "../../../core/limits.js";
 import { testPorts } from "../../support/ports.js";
 
-import { T0, sha, type SpecInit, type StateInit, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { T0, of, output, ServerRig } from "../../support/server-rig.js";
 
-const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) => r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
 void MAX_INCIDENTS_KEPT;
 
 describe("retention", () => {
@@ -70,7 +27,15 @@ describe("retention", () => {
     expect(r.cmd("c1").segments).toEqual([{ firstSeq: 2, lastSeq: 3, bytes: 2 * zlen, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
     put(OutputStream.STDERR);
     put();
-    expect(r.cmd("c1").segments[1]).toEqual({ firstSeq: 4, lastSeq: 5, bytes: 2 * zlen, ranges: [{ stream: "stderr", offset: 0, length: 40 }, { stream: "stdout", offset: 80, length: 40 }] });
+    expect(r.cmd("c1").segments[1]).toEqual({
+      firstSeq: 4,
+      lastSeq: 5,
+      bytes: 2 * zlen,
+      ranges: [
+        { stream: "stderr", offset: 0, length: 40 },
+        { stream: "stdout", offset: 80, length: 40 },
+      ],
+    });
     expect(r.cmd("c1").storedOutputBytes).toBe(4 * zlen); // exactly the budget: nothing dropped
     expect(r.cmd("c1").retention).toEqual([]);
     r.now = T0 + 5;
@@ -81,7 +46,13 @@ describe("retention", () => {
     ]);
     expect(r.cmd("c1").retention).toEqual([{ firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 }]);
     expect(of(drop, "drop_output")).toEqual([{ type: "drop_output", uuid: "c1", throughSeq: 3 }]);
-    expect(r.disk.durable.get("retention")!.get("c1")).toEqual({ uuid: "c1", firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 });
+    expect(r.disk.durable.get("retention")!.get("c1")).toEqual({
+      uuid: "c1",
+      firstSeq: 2,
+      lastSeq: 3,
+      ranges: [{ stream: "stdout", offset: 0, length: 80 }],
+      at: T0 + 5,
+    });
     put();
     put();
     expect(r.cmd("c1").retention).toEqual([
@@ -134,7 +105,10 @@ describe("retention edges", () => {
     r.event(c, "c1", 3, output(OutputStream.STDOUT, 0, raw));
     r.event(c, "c1", 4, output(OutputStream.STDERR, 40, raw)); // lines up with stdout's end, but another stream
     r.event(c, "c1", 5, output(OutputStream.STDOUT, 40, raw));
-    r.event(c, "c1", 6, { case: "truncation", value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 80n, length: 60n })], cause: 2 }) });
+    r.event(c, "c1", 6, {
+      case: "truncation",
+      value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 80n, length: 60n })], cause: 2 }),
+    });
     r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw)); // same stream after a gap
     r.event(c, "c1", 8, output(OutputStream.STDOUT, 180, raw)); // continues exactly
     expect(r.cmd("c1").segments).toEqual([
@@ -171,7 +145,10 @@ describe("retention edges", () => {
     r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, raw));
     r.event(c, "c1", 3, output(OutputStream.STDERR, 0, raw));
     r.event(c, "c1", 4, output(OutputStream.STDERR, 40, raw));
-    r.event(c, "c1", 5, { case: "truncation", value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 40n, length: 60n })], cause: 2 }) });
+    r.event(c, "c1", 5, {
+      case: "truncation",
+      value: create(OutputTruncationSchema, { removedBytes: [create(ByteRangeSchema, { stream: OutputStream.STDOUT, offset: 40n, length: 60n })], cause: 2 }),
+    });
     r.event(c, "c1", 6, output(OutputStream.STDOUT, 100, raw));
     r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw));
     expect(r.cmd("c1").segments.map((s) => s.firstSeq)).toEqual([7]);

@@ -120,12 +120,12 @@ describe("server store: the command record", () => {
     c.stdin.queue[0]!.seq = 99;
     c.streamNext.stdout = 1;
     c.segments[0]!.ranges[0]!.length = 1;
-    c.requests["r9"] = 9;
-    const s = v["stdin"] as ServerCommand["stdin"];
+    c.requests.r9 = 9;
+    const s = v.stdin as ServerCommand["stdin"];
     expect(s.queue[0]!.seq).toBe(2);
-    expect((v["streamNext"] as ServerCommand["streamNext"]).stdout).toBe(100);
-    expect((v["segments"] as ServerCommand["segments"])[0]!.ranges[0]!.length).toBe(60);
-    expect(v["requests"]).toEqual({ r1: 1, r4: 4 });
+    expect((v.streamNext as ServerCommand["streamNext"]).stdout).toBe(100);
+    expect((v.segments as ServerCommand["segments"])[0]!.ranges[0]!.length).toBe(60);
+    expect(v.requests).toEqual({ r1: 1, r4: 4 });
   });
 
   it("restores a record written before history pruning and command times (legacy fields filled in)", () => {

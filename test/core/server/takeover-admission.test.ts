@@ -54,14 +54,24 @@ describe("submit admission: unknown client ids", () => {
     const res = submit(r, "web-3", "u1");
     expect(res).toEqual({
       ok: false,
-      error: { code: Code.NOT_FOUND, message: "no client web-3 has registered with this server; did you mean web-1, web-2? (allow_unknown_client queues it for an id that has not registered yet)" },
+      error: {
+        code: Code.NOT_FOUND,
+        message:
+          "no client web-3 has registered with this server; did you mean web-1, web-2? (allow_unknown_client queues it for an id that has not registered yet)",
+      },
     });
     expect(r.st.commands.has("u1")).toBe(false);
     expect(r.disk.durable.get("command")?.has("u1") ?? false).toBe(false);
-    expect(submit(r, "nosuch-client", "u2")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: expect.stringMatching(/^no client nosuch-client has registered with this server \(/) } });
+    expect(submit(r, "nosuch-client", "u2")).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: expect.stringMatching(/^no client nosuch-client has registered with this server \(/) },
+    });
     // A server nobody has registered with yet says so.
     const empty = new ServerRig();
-    expect(submit(empty, "web-1", "u3")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: expect.stringContaining("no client has registered yet") } });
+    expect(submit(empty, "web-1", "u3")).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: expect.stringContaining("no client has registered yet") },
+    });
     // R-D1: with allow_unknown_client the command is queued for the id and dispatched once it registers.
     expect(submit(r, "later", "u9", true)).toEqual({ ok: true, uuid: "u9", revision: 1 });
     expect(r.st.commands.get("u9")!.state).toBe(L.QUEUED);
@@ -76,9 +86,16 @@ describe("submit admission: unknown client ids", () => {
     r.connect("web-2");
     expect(submit(r, "web-1,web-2", "u1", true)).toEqual({
       ok: false,
-      error: { code: Code.VALIDATION, message: "client id web-1,web-2 looks like a list or a wildcard (it names web-1, web-2); multi-client runs are not supported yet: submit once per client" },
+      error: {
+        code: Code.VALIDATION,
+        message:
+          "client id web-1,web-2 looks like a list or a wildcard (it names web-1, web-2); multi-client runs are not supported yet: submit once per client",
+      },
     });
-    expect(submit(r, "db-*", "u2")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") } });
+    expect(submit(r, "db-*", "u2")).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") },
+    });
     expect(r.st.commands.size).toBe(0);
     // A known client id is admitted whatever its characters, and a retried submit is answered
     // like the original even after the client was forgotten.
@@ -106,10 +123,19 @@ describe("authorize: only the exact pending or replaced instance", () => {
     const r = claimed();
     expect(auth(r, "J-fedcba")).toEqual({
       ok: false,
-      error: { code: Code.VALIDATION, message: "instance J-fedcba is not the pending claimant of client a (that is J-fedcba9876543210); give the full id, not a prefix" },
+      error: {
+        code: Code.VALIDATION,
+        message: "instance J-fedcba is not the pending claimant of client a (that is J-fedcba9876543210); give the full id, not a prefix",
+      },
     });
-    expect(auth(r, "K")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance K is not the pending claimant of client a (that is J-fedcba9876543210)" } });
-    expect(auth(r, "I-0123456789abcdef")).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance I-0123456789abcdef already holds client a; nothing to authorize" } });
+    expect(auth(r, "K")).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "instance K is not the pending claimant of client a (that is J-fedcba9876543210)" },
+    });
+    expect(auth(r, "I-0123456789abcdef")).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: "instance I-0123456789abcdef already holds client a; nothing to authorize" },
+    });
     expect(auth(r, "I-0123456789abcdef", true)).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(auth(r, "", true)).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance id must be 1-128 printable ASCII characters" } });
     expect(r.st.clients.get("a")!.authorization).toBeNull();
@@ -120,9 +146,15 @@ describe("authorize: only the exact pending or replaced instance", () => {
     r.connect("a", "I");
     expect(auth(r, "J")).toEqual({
       ok: false,
-      error: { code: Code.VALIDATION, message: "client a has no pending claim: no other instance has tried it; to authorize an instance that has not tried yet, set instance_not_yet_seen" },
+      error: {
+        code: Code.VALIDATION,
+        message: "client a has no pending claim: no other instance has tried it; to authorize an instance that has not tried yet, set instance_not_yet_seen",
+      },
     });
-    expect(auth(r, "J", false, "b")).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND, message: "no client b has registered with this server; did you mean a?" } });
+    expect(auth(r, "J", false, "b")).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no client b has registered with this server; did you mean a?" },
+    });
     expect(auth(r, "J", true)).toEqual({ ok: true, instanceId: "J", expiresAt: r.now + r.cfg.limits.authorizationTtlMs });
     expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
   });
@@ -133,7 +165,10 @@ describe("authorize: only the exact pending or replaced instance", () => {
     expect(r.control({ op: "revoke_authorization", requestId: "rv", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
     expect(r.st.clients.get("a")!.authorization).toBeNull();
     expect(rowOf(r.disk.durable, "client", "a")!.authorization).toBeNull();
-    expect(r.control({ op: "revoke_authorization", requestId: "rv2", clientId: "a" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "client a has no authorization to revoke" } });
+    expect(r.control({ op: "revoke_authorization", requestId: "rv2", clientId: "a" })).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "client a has no authorization to revoke" },
+    });
     expect(r.control({ op: "revoke_authorization", requestId: "rv3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
     const j = r.open();
     expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
@@ -144,7 +179,10 @@ describe("authorize: only the exact pending or replaced instance", () => {
     expect(r.control({ op: "dismiss_claim", requestId: "d", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
     expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
     expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toBeNull();
-    expect(r.control({ op: "dismiss_claim", requestId: "d2", clientId: "a" })).toEqual({ ok: false, error: { code: Code.NOT_FOUND, message: "client a has no pending claim" } });
+    expect(r.control({ op: "dismiss_claim", requestId: "d2", clientId: "a" })).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "client a has no pending claim" },
+    });
     expect(r.control({ op: "dismiss_claim", requestId: "d3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
     expect(auth(r, "J-fedcba9876543210")).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     const j = r.open();
@@ -167,7 +205,11 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     const J = newA.st.instanceId;
     expect(lastError(h, "new")?.error?.code).toBe(Code.IDENTITY_CONFLICT);
     expect(h.server.clients.get("web-1")!.pendingClaim?.instanceId).toBe(J);
-    expect(h.control({ op: "authorize", requestId: "auth", clientId: "web-1", instanceId: J, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: J, expiresAt: h.now + 5 * 60_000 });
+    expect(h.control({ op: "authorize", requestId: "auth", clientId: "web-1", instanceId: J, instanceNotYetSeen: false })).toEqual({
+      ok: true,
+      instanceId: J,
+      expiresAt: h.now + 5 * 60_000,
+    });
     h.now = newA.st.session.retryAt;
     h.agentInput("new", { type: "tick" });
     expect(newA.st.session.phase).toBe("established");
@@ -178,7 +220,10 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(cmd.reason).toBe(`client taken over by instance ${J}; the command was running on the previous instance ${I}`);
     const incidents = [...h.server.incidents.values()].filter((i) => i.uuid === "u1");
     expect(incidents.map((i) => [i.kind, i.detail])).toEqual([
-      ["takeover_interrupt", `web-1 was taken over by instance ${J}; the command was running on the previous instance ${I}; its process may still run there until that instance reconnects and is told it was replaced`],
+      [
+        "takeover_interrupt",
+        `web-1 was taken over by instance ${J}; the command was running on the previous instance ${I}; its process may still run there until that instance reconnects and is told it was replaced`,
+      ],
     ]);
     expect(h.server.clients.get("web-1")!.replaced).toMatchObject({ instanceId: I, by: J, authorized: true });
 
@@ -201,7 +246,11 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(newA.st.session.phase).toBe("established");
 
     // The operator may re-admit it: the replaced instance is one authorize accepts by name.
-    expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({ ok: true, instanceId: I, expiresAt: h.now + 5 * 60_000 });
+    expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({
+      ok: true,
+      instanceId: I,
+      expiresAt: h.now + 5 * 60_000,
+    });
     h.now = oldA.st.session.retryAt;
     h.agentInput("old", { type: "tick" });
     expect(oldA.st.session.phase).toBe("established");

@@ -74,7 +74,12 @@ function setup(l: OutboxLimits, ...uuids: string[]): { ob: Outbox; cbs: CommandO
 }
 
 /** Hand-built spool of `cb` (revision 1, time 0), with the counters those entries imply. */
-function handBuilt(ob: Outbox, cb: CommandOutbox, entries: Array<Record<string, unknown> & { idx: number }>, streamNext: { stdout: number; stderr: number }): void {
+function handBuilt(
+  ob: Outbox,
+  cb: CommandOutbox,
+  entries: Array<Record<string, unknown> & { idx: number }>,
+  streamNext: { stdout: number; stderr: number },
+): void {
   cb.entries = entries.map((e) => ({ ...e, revision: 1, time: 0 }) as LocalEntry);
   cb.nextIdx = entries.at(-1)!.idx + 1;
   cb.streamNext = streamNext;
@@ -219,7 +224,11 @@ describe("persisted records", () => {
     const first: PersistRecord[] = [];
     expect(appendOutput(ob, cb, "stderr", data(4), 1, 5, first)).toBe(false);
     expect(first).toEqual([
-      { table: "entry", key: "u/000000000002", value: { idx: 2, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stderr", offset: 0, length: 4 }], revision: 1, time: 5 } },
+      {
+        table: "entry",
+        key: "u/000000000002",
+        value: { idx: 2, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stderr", offset: 0, length: 4 }], revision: 1, time: 5 },
+      },
       { table: "outbox", key: "u", value: { nextIdx: 3, nextSeq: 1, ackedThrough: 0, streamNext: { stdout: 11, stderr: 4 }, closed: false } },
     ]);
     const second: PersistRecord[] = [];
@@ -227,7 +236,11 @@ describe("persisted records", () => {
     // The earlier record still says 4 bytes; the new one says 10; no new entry idx.
     expect((first[0]!.value as Extract<LocalEntry, { kind: "truncation" }>).ranges).toEqual([{ stream: "stderr", offset: 0, length: 4 }]);
     expect(second).toEqual([
-      { table: "entry", key: "u/000000000002", value: { idx: 2, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stderr", offset: 0, length: 10 }], revision: 1, time: 5 } },
+      {
+        table: "entry",
+        key: "u/000000000002",
+        value: { idx: 2, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stderr", offset: 0, length: 10 }], revision: 1, time: 5 },
+      },
       { table: "outbox", key: "u", value: { nextIdx: 3, nextSeq: 1, ackedThrough: 0, streamNext: { stdout: 11, stderr: 10 }, closed: false } },
     ]);
   });
@@ -372,7 +385,14 @@ describe("budget eviction (R-O7)", () => {
       ["output", 3, "stdout", 32 * KiB, 1],
     ]);
     // The marker keeps the evicted entry's idx, revision and time.
-    expect(cb.entries[0]).toEqual({ idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 32 * KiB }], revision: 1, time: 10 });
+    expect(cb.entries[0]).toEqual({
+      idx: 1,
+      kind: "truncation",
+      cause: BUDGET,
+      ranges: [{ stream: "stdout", offset: 0, length: 32 * KiB }],
+      revision: 1,
+      time: 10,
+    });
     expect(out.at(-1)).toEqual({ table: "entry", key: "u/000000000001", value: cb.entries[0] });
     expect([cb.rawBytes, ob.rawTotal]).toEqual([32 * KiB + 1, 32 * KiB + 1]);
     outboxInvariants(ob);
@@ -393,7 +413,21 @@ describe("budget eviction (R-O7)", () => {
     ]);
     expect(out.slice(2)).toEqual([
       { table: "entry", key: "u/000000000002", value: null },
-      { table: "entry", key: "u/000000000001", value: { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 30000 }, { stream: "stderr", offset: 0, length: 30000 }], revision: 1, time: 0 } },
+      {
+        table: "entry",
+        key: "u/000000000001",
+        value: {
+          idx: 1,
+          kind: "truncation",
+          cause: BUDGET,
+          ranges: [
+            { stream: "stdout", offset: 0, length: 30000 },
+            { stream: "stderr", offset: 0, length: 30000 },
+          ],
+          revision: 1,
+          time: 0,
+        },
+      },
     ]);
     // And the stdout entry after that extends the stdout range past the stderr one.
     appendOutput(ob, cb, "stderr", data(30000), 1, 0, []); // evicts 3
@@ -437,11 +471,24 @@ describe("budget eviction (R-O7)", () => {
   it("R-O7: hand-built: an evicted output between two budget markers merges all three into the first", () => {
     const { ob, cbs } = setup(l(), "u");
     const cb = cbs[0]!;
-    handBuilt(ob, cb, [
-      { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }] },
-      { idx: 2, kind: "output", stream: "stdout", offset: 10, data: data(10) },
-      { idx: 3, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 20, length: 10 }, { stream: "stderr", offset: 0, length: 4 }] },
-    ], { stdout: 30, stderr: 4 });
+    handBuilt(
+      ob,
+      cb,
+      [
+        { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }] },
+        { idx: 2, kind: "output", stream: "stdout", offset: 10, data: data(10) },
+        {
+          idx: 3,
+          kind: "truncation",
+          cause: BUDGET,
+          ranges: [
+            { stream: "stdout", offset: 20, length: 10 },
+            { stream: "stderr", offset: 0, length: 4 },
+          ],
+        },
+      ],
+      { stdout: 30, stderr: 4 },
+    );
     outboxInvariants(ob);
     const out: PersistRecord[] = [];
     appendOutput(ob, cb, "stdout", data(MAX_CHUNK_BYTES - 5), 1, 0, out); // 10 + 65531 > 65536: evicts idx 2
@@ -461,7 +508,14 @@ describe("budget eviction (R-O7)", () => {
       { table: "entry", key: "u/000000000002", value: null },
       { table: "entry", key: "u/000000000001", value: t([["stdout", 0, 20]]) },
       { table: "entry", key: "u/000000000003", value: null },
-      { table: "entry", key: "u/000000000001", value: t([["stdout", 0, 30], ["stderr", 0, 4]]) },
+      {
+        table: "entry",
+        key: "u/000000000001",
+        value: t([
+          ["stdout", 0, 30],
+          ["stderr", 0, 4],
+        ]),
+      },
     ]);
     expect([cb.rawBytes, ob.rawTotal]).toEqual([MAX_CHUNK_BYTES - 5, MAX_CHUNK_BYTES - 5]);
     outboxInvariants(ob);
@@ -470,11 +524,16 @@ describe("budget eviction (R-O7)", () => {
   it("R-O7: hand-built: a following watermark marker is not merged, and a gap in the same stream starts a new range", () => {
     const { ob, cbs } = setup(l(), "u");
     const cb = cbs[0]!;
-    handBuilt(ob, cb, [
-      { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }] },
-      { idx: 2, kind: "output", stream: "stdout", offset: 50, data: data(10) },
-      { idx: 3, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stdout", offset: 60, length: 5 }] },
-    ], { stdout: 65, stderr: 0 });
+    handBuilt(
+      ob,
+      cb,
+      [
+        { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 10 }] },
+        { idx: 2, kind: "output", stream: "stdout", offset: 50, data: data(10) },
+        { idx: 3, kind: "truncation", cause: WATERMARK, ranges: [{ stream: "stdout", offset: 60, length: 5 }] },
+      ],
+      { stdout: 65, stderr: 0 },
+    );
     outboxInvariants(ob);
     appendOutput(ob, cb, "stdout", data(MAX_CHUNK_BYTES - 5), 1, 0, []);
     expect(shape(cb)).toEqual([
@@ -518,7 +577,11 @@ describe("budget eviction (R-O7)", () => {
     expect(shape(big)).toEqual([["truncation", 1, BUDGET, [`stdout:0+${2 * MAX_CHUNK_BYTES}`]]]);
     expect(out.slice(2)).toEqual([
       { table: "entry", key: "big/000000000002", value: null },
-      { table: "entry", key: "big/000000000001", value: { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 2 * MAX_CHUNK_BYTES }], revision: 1, time: 0 } },
+      {
+        table: "entry",
+        key: "big/000000000001",
+        value: { idx: 1, kind: "truncation", cause: BUDGET, ranges: [{ stream: "stdout", offset: 0, length: 2 * MAX_CHUNK_BYTES }], revision: 1, time: 0 },
+      },
     ]);
     expect([big.rawBytes, small.rawBytes, ob.rawTotal]).toEqual([0, 1, 1]);
     outboxInvariants(ob);

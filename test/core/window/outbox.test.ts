@@ -14,7 +14,13 @@ import {
   outboxInvariants,
   type OutboxLimits,
 } from "../../../core/window/outbox.js";
-import { CommandEventSchema, CommandLifecycle as L, LifecycleTransitionSchema, SignalResultSchema, TruncationCause } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  CommandEventSchema,
+  CommandLifecycle as L,
+  LifecycleTransitionSchema,
+  SignalResultSchema,
+  TruncationCause,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
 import { testPorts } from "../../support/ports.js";
 
@@ -25,7 +31,16 @@ const bytes = (n: number, c = 120) => new Uint8Array(n).fill(c);
 describe("outbox limits", () => {
   it("R-W9 R-W3: refuses every unworkable limit and accepts the smallest workable one", () => {
     const chunk = MAX_CHUNK_BYTES + 256;
-    const ok: OutboxLimits = { ...base(), windowPerCommand: chunk + 4096, windowPerSession: chunk + 4096, metadataReserve: 4096, rawLow: 10, rawHigh: 10, outputPerCommand: MAX_CHUNK_BYTES, outputTotal: MAX_CHUNK_BYTES };
+    const ok: OutboxLimits = {
+      ...base(),
+      windowPerCommand: chunk + 4096,
+      windowPerSession: chunk + 4096,
+      metadataReserve: 4096,
+      rawLow: 10,
+      rawHigh: 10,
+      outputPerCommand: MAX_CHUNK_BYTES,
+      outputTotal: MAX_CHUNK_BYTES,
+    };
     expect(checkOutboxLimits(ok)).toBeNull();
     expect(checkOutboxLimits({ ...ok, windowPerCommand: chunk + 4095 })).toMatch(/windowPerCommand/);
     expect(checkOutboxLimits({ ...ok, windowPerSession: chunk + 4095, windowPerCommand: chunk + 4095 })).toMatch(/windowPerCommand/);
@@ -116,7 +131,9 @@ describe("appending", () => {
       { uuid: "u", seq: 3 },
     ]);
     const evs = cb.pinned.map((p) => fromBinary(CommandEventSchema, p.bytes));
-    expect(evs.map((e) => [Number(e.eventSeq), e.event.case, Number((e.event.value as { streamOffset: bigint }).streamOffset), Number(e.commandRevision)])).toEqual([
+    expect(
+      evs.map((e) => [Number(e.eventSeq), e.event.case, Number((e.event.value as { streamOffset: bigint }).streamOffset), Number(e.commandRevision)]),
+    ).toEqual([
       [1, "output", 0, 2],
       [2, "output", 0, 2],
       [3, "output", 10, 2],

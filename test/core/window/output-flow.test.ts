@@ -5,7 +5,17 @@ import { Harness, Disk } from "../../support/harness.js";
 import { testPorts } from "../../support/ports.js";
 import { Code } from "../../../core/errors.js";
 import { defaultAgentConfig, defaultServerConfig, restoreAgent, type AgentLimits } from "../../../core/index.js";
-import { admit, acknowledge, appendMeta, appendOutput, newCommandOutbox, newOutbox, outboxHeader, outboxInvariants, type Outbox } from "../../../core/window/outbox.js";
+import {
+  admit,
+  acknowledge,
+  appendMeta,
+  appendOutput,
+  newCommandOutbox,
+  newOutbox,
+  outboxHeader,
+  outboxInvariants,
+  type Outbox,
+} from "../../../core/window/outbox.js";
 import type { PersistRecord } from "../../../core/effects.js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { CommandEventSchema, CommandLifecycle as L, SignalResultSchema, TruncationCause, type CommandEvent } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -31,13 +41,13 @@ function serverStream(h: Harness, uuid: string, stream: "stdout" | "stderr"): { 
   let covered = 0;
   let s = "";
   for (const e of h.storedEvents(uuid)) {
-    if (e["kind"] === "output" && e["stream"] === stream) {
-      expect(e["offset"]).toBe(bytes + covered);
-      const raw = (e["zstd"] as Uint8Array).slice(-(e["originalSize"] as number));
+    if (e.kind === "output" && e.stream === stream) {
+      expect(e.offset).toBe(bytes + covered);
+      const raw = (e.zstd as Uint8Array).slice(-(e.originalSize as number));
       s += new TextDecoder().decode(raw);
-      bytes += e["originalSize"] as number;
-    } else if (e["kind"] === "truncation") {
-      for (const r of e["ranges"] as Array<{ stream: string; offset: number; length: number }>) {
+      bytes += e.originalSize as number;
+    } else if (e.kind === "truncation") {
+      for (const r of e.ranges as Array<{ stream: string; offset: number; length: number }>) {
         if (r.stream !== stream) continue;
         expect(r.offset).toBe(bytes + covered);
         covered += r.length;
@@ -75,7 +85,15 @@ describe("output events", () => {
       fc.record({ k: fc.constant("ack" as const), c: fc.integer({ min: 0, max: 2 }), back: fc.integer({ min: 0, max: 3 }) }),
       fc.record({ k: fc.constant("restart" as const) }),
     );
-    const lim = limits({ windowPerCommand: 200 * KiB, windowPerSession: 300 * KiB, metadataReserve: 8 * KiB, rawHigh: 400 * KiB, rawLow: 100 * KiB, outputPerCommand: 300 * KiB, outputTotal: 500 * KiB });
+    const lim = limits({
+      windowPerCommand: 200 * KiB,
+      windowPerSession: 300 * KiB,
+      metadataReserve: 8 * KiB,
+      rawHigh: 400 * KiB,
+      rawLow: 100 * KiB,
+      outputPerCommand: 300 * KiB,
+      outputTotal: 500 * KiB,
+    });
     fc.assert(
       fc.property(fc.array(op, { maxLength: 60 }), (ops) => {
         const disk = new Disk();
@@ -103,8 +121,25 @@ describe("output events", () => {
         let salt = 0;
         for (const o of ops) {
           const rec: PersistRecord[] = [];
-          if (o.k === "out") appendOutput(ob, ob.commands.get(uuids[o.c]!)!, salt % 2 ? "stdout" : "stderr", text(o.n, String.fromCharCode(97 + (salt++ % 26))), 1, 1000 + salt, rec);
-          else if (o.k === "meta") appendMeta(ob, ob.commands.get(uuids[o.c]!)!, { case: "signalResult", value: create(SignalResultSchema, { delivered: true, detail: `m${salt++}` }) }, 1, 2000 + salt, rec);
+          if (o.k === "out")
+            appendOutput(
+              ob,
+              ob.commands.get(uuids[o.c]!)!,
+              salt % 2 ? "stdout" : "stderr",
+              text(o.n, String.fromCharCode(97 + (salt++ % 26))),
+              1,
+              1000 + salt,
+              rec,
+            );
+          else if (o.k === "meta")
+            appendMeta(
+              ob,
+              ob.commands.get(uuids[o.c]!)!,
+              { case: "signalResult", value: create(SignalResultSchema, { delivered: true, detail: `m${salt++}` }) },
+              1,
+              2000 + salt,
+              rec,
+            );
           else if (o.k === "admit") admit(ob, testPorts, rec);
           else if (o.k === "ack") {
             const cb = ob.commands.get(uuids[o.c]!)!;
@@ -132,7 +167,6 @@ describe("output events", () => {
     const first = h.wire.filter((w) => w.env.payload.case === "commandEvent").at(-1)!;
     h.queue.length = 0;
     h.autoDeliver = true;
-    const a = h.agents.get("a")!;
     h.cutLink("a");
     h.reconnectNow("a");
     const again = h.wire.filter((w) => w.env.payload.case === "commandEvent").at(-1)!;
@@ -152,7 +186,10 @@ describe("output events", () => {
     expect(h.server.commands.get("c1")!.receivedThrough).toBe(6);
     expect(h.server.commands.get("c1")!.storedThrough).toBe(1);
     h.flush("server");
-    const acks = h.sent("eventAck").slice(acksBefore).map((e) => Number((e.payload.value as { throughEventSeq: bigint }).throughEventSeq));
+    const acks = h
+      .sent("eventAck")
+      .slice(acksBefore)
+      .map((e) => Number((e.payload.value as { throughEventSeq: bigint }).throughEventSeq));
     expect(acks).toEqual([6]);
     expect(h.storedEvents("c1")).toHaveLength(6);
     expect(h.agents.get("a")!.st.outbox.commands.get("c1")!.pinned).toHaveLength(0);
@@ -166,18 +203,24 @@ describe("output events", () => {
     const ev = events(h, "c1").find((e) => e.event.case === "output")!.event.value as { zstdData: Uint8Array; originalSize: number };
     expect(ev.originalSize).toBe(11);
     expect(Array.from(ev.zstdData.slice(0, 4))).toEqual([0x28, 0xb5, 0x2f, 0xfd]);
-    const stored = h.storedEvents("c1").find((e) => e["kind"] === "output")!;
-    expect(Buffer.from(stored["zstd"] as Uint8Array).equals(Buffer.from(ev.zstdData))).toBe(true);
+    const stored = h.storedEvents("c1").find((e) => e.kind === "output")!;
+    expect(Buffer.from(stored.zstd as Uint8Array).equals(Buffer.from(ev.zstdData))).toBe(true);
 
     const send = (seq: number, size: number, zstd: Uint8Array) => {
       const a = h.agents.get("a")!;
       const data = encodeEnvelope(a.st.session.fence, {
         case: "commandEvent",
-        value: { $typeName: "rvbox.v1.CommandEvent", issueUuid: "c1", eventSeq: BigInt(seq), commandRevision: 1n, event: { case: "output", value: { $typeName: "rvbox.v1.OutputChunk", stream: 1, streamOffset: 11n, originalSize: size, zstdData: zstd } } },
+        value: {
+          $typeName: "rvbox.v1.CommandEvent",
+          issueUuid: "c1",
+          eventSeq: BigInt(seq),
+          commandRevision: 1n,
+          event: { case: "output", value: { $typeName: "rvbox.v1.OutputChunk", stream: 1, streamOffset: 11n, originalSize: size, zstdData: zstd } },
+        },
       });
       h.serverInput({ type: "frame", conn: a.serverConn, data });
     };
-    const lastErr = () => (h.sent("error", "a").at(-1)?.payload.value as { error: { code: number } }).error.code;
+    const lastErr = () => (h.sent("error", "a").at(-1)!.payload.value as { error: { code: number } }).error.code;
     send(3, 5, encodeRawZstdFrame(text(6))); // declared 5, frame says 6
     expect(lastErr()).toBe(Code.BAD_COMPRESSION);
     expect(h.agents.get("a")!.st.session.phase).toBe("backoff");
@@ -185,7 +228,7 @@ describe("output events", () => {
     h.agentInput("a", { type: "tick" });
     send(3, 65 * KiB, encodeRawZstdFrame(text(65 * KiB)));
     expect(lastErr()).toBe(Code.PAYLOAD_TOO_LARGE);
-    expect(h.storedEvents("c1").filter((e) => e["kind"] === "output")).toHaveLength(1);
+    expect(h.storedEvents("c1").filter((e) => e.kind === "output")).toHaveLength(1);
     expect(h.cmd("c1").state).toBe(L.RUNNING);
   });
 
@@ -210,12 +253,20 @@ describe("output events", () => {
     expect(m.ranges).toEqual([{ stream: "stdout", offset: 0, length: (m.lastSeq - 1) * 5 * KiB }]);
     expect(h.serverDisk.durable.get("retention")?.get("c1")).toMatchObject({ firstSeq: 2, lastSeq: m.lastSeq });
     // What is left starts exactly where the marker ends.
-    const kept = h.storedEvents("c1").filter((e) => e["kind"] === "output" && (e["seq"] as number) > m.lastSeq);
-    expect(kept[0]!["offset"]).toBe(m.ranges[0]!.length);
+    const kept = h.storedEvents("c1").filter((e) => e.kind === "output" && (e.seq as number) > m.lastSeq);
+    expect(kept[0]!.offset).toBe(m.ranges[0]!.length);
   });
 
   it("R-O6 R-O7: offline, a capped agent replaces unsequenced output with a marker (no event range) but never evicts pinned events", () => {
-    const lim = limits({ windowPerCommand: 72 * KiB, windowPerSession: 72 * KiB, metadataReserve: 4 * KiB, outputPerCommand: 100 * KiB, outputTotal: 1 * MiB, rawHigh: 10 * MiB, rawLow: 5 * MiB });
+    const lim = limits({
+      windowPerCommand: 72 * KiB,
+      windowPerSession: 72 * KiB,
+      metadataReserve: 4 * KiB,
+      outputPerCommand: 100 * KiB,
+      outputTotal: 1 * MiB,
+      rawHigh: 10 * MiB,
+      rawLow: 5 * MiB,
+    });
     const h = new Harness();
     h.addAgent("a", { limits: lim });
     h.submit("a", "c1");
@@ -261,10 +312,14 @@ describe("output events", () => {
     expect(kinds.slice(-2)).toEqual(["incomplete", "lifecycle"]);
     const inc = events(h, "c1").find((e) => e.event.case === "incomplete")!.event.value as { streams: number[] };
     expect(inc.streams).toEqual([1]);
-    expect(h.storedEvents("c1").map((e) => e["kind"]).slice(-2)).toEqual(["incomplete", "lifecycle"]);
+    expect(
+      h
+        .storedEvents("c1")
+        .map((e) => e.kind)
+        .slice(-2),
+    ).toEqual(["incomplete", "lifecycle"]);
   });
 });
-
 
 describe("flow control and budgets", () => {
   it("R-W3: unacknowledged bytes stay within 1 MiB per command and 8 MiB per session; the rest waits durably", () => {
@@ -321,7 +376,9 @@ describe("flow control and budgets", () => {
     h.autoDeliver = true;
     h.deliver();
     for (let i = 0; i < 5; i++) h.advance(10);
-    const order = events(h).filter((e) => e.event.case === "output").map((e) => e.issueUuid);
+    const order = events(h)
+      .filter((e) => e.event.case === "output")
+      .map((e) => e.issueUuid);
     const quietAt = order.indexOf("quiet");
     expect(quietAt).toBeGreaterThan(-1);
     expect(quietAt).toBeLessThan(10);
@@ -352,7 +409,9 @@ describe("flow control and budgets", () => {
     const h = new Harness();
     h.addAgent("a", { limits: lim, maxRunning: 10 });
     for (let i = 0; i < 4; i++) h.submit("a", `c${i}`);
-    const acc = h.sent("commandAccepted").map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number; message: string } });
+    const acc = h
+      .sent("commandAccepted")
+      .map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number; message: string } });
     expect(acc.filter((x) => x.accepted).length).toBe(3);
     expect(acc.find((x) => x.issueUuid === "c3")).toMatchObject({ accepted: false, rejection: { code: Code.CAPACITY } });
     expect(h.cmd("c3").state).toBe(L.QUEUED);
@@ -372,7 +431,7 @@ describe("flow control and budgets", () => {
     expect(h.sent("eventAck").length).toBe(acks);
     expect(a.st.session.phase).toBe("backoff");
     h.reconnectNow("a");
-    expect(h.storedEvents("c1").some((e) => e["kind"] === "output")).toBe(true);
+    expect(h.storedEvents("c1").some((e) => e.kind === "output")).toBe(true);
   });
 
   it("R-W7: at its ingress high watermark the server closes without acknowledging or discarding sequenced events", () => {
@@ -391,7 +450,6 @@ describe("flow control and budgets", () => {
     h.autoDurable = true;
     h.flush("server");
     h.flush("a");
-    const a = h.agents.get("a")!;
     h.reconnectNow("a");
     for (let i = 0; i < 10; i++) h.advance(10);
     const s = serverStream(h, "c1", "stdout");
@@ -429,7 +487,7 @@ describe("hostile input", () => {
         for (const f of frames) h.serverInput({ type: "frame", conn, data: f });
         // The other agent is still served.
         h.output("good", "c1", "still here");
-        expect(h.storedEvents("c1").some((e) => e["kind"] === "output")).toBe(true);
+        expect(h.storedEvents("c1").some((e) => e.kind === "output")).toBe(true);
       }),
       { numRuns: runs(300) },
     );
@@ -455,7 +513,13 @@ describe("hostile input", () => {
     const a = h.agents.get("a")!;
     const gap = encodeEnvelope(a.st.session.fence, {
       case: "commandEvent",
-      value: { $typeName: "rvbox.v1.CommandEvent", issueUuid: "c1", eventSeq: 9n, commandRevision: 1n, event: { case: "signalResult", value: create(SignalResultSchema, {}) } },
+      value: {
+        $typeName: "rvbox.v1.CommandEvent",
+        issueUuid: "c1",
+        eventSeq: 9n,
+        commandRevision: 1n,
+        event: { case: "signalResult", value: create(SignalResultSchema, {}) },
+      },
     });
     h.serverInput({ type: "frame", conn: a.serverConn, data: gap });
     expect(h.sent("error", "a").at(-1)?.payload.value).toMatchObject({ error: { code: Code.SEQUENCE_VIOLATION }, closeSession: true });
@@ -470,7 +534,7 @@ describe("hostile input", () => {
     fc.assert(
       fc.property(fc.integer({ min: 1, max: 1_000_000 }), (seed) => {
         let s = seed;
-        const rnd = () => ((s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+        const rnd = () => (s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
         const h = new Harness();
         h.addAgent("a");
         h.submit("a", "c1");

@@ -8,7 +8,11 @@ const known = defaultServerConfig().limits;
 
 describe("config limits", () => {
   it("takes known positive integers, and 0 only where allowed", () => {
-    expect(numericLimits({ metadataBudget: 1 << 20, historyMs: 0, prunedMax: 10 }, known, "limits", ["historyMs"])).toEqual({ metadataBudget: 1 << 20, historyMs: 0, prunedMax: 10 });
+    expect(numericLimits({ metadataBudget: 1 << 20, historyMs: 0, prunedMax: 10 }, known, "limits", ["historyMs"])).toEqual({
+      metadataBudget: 1 << 20,
+      historyMs: 0,
+      prunedMax: 10,
+    });
     expect(numericLimits(undefined, known, "limits")).toEqual({});
   });
 

@@ -49,9 +49,17 @@ describe("e2e: protocol abuse and authentication", () => {
     expect(wrongPath).toEqual({ status: 404 });
     const anon = controlClient(s.controlUrl, "not-the-operator");
     await expect(anon.listClients({})).rejects.toMatchObject({ code: ConnectCode.Unauthenticated });
-    const res = await fetch(`${s.controlUrl}/rvbox.v1.ControlService/ListClients`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    const res = await fetch(`${s.controlUrl}/rvbox.v1.ControlService/ListClients`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
     expect(res.status).toBe(401);
-    const ok = await fetch(`${s.controlUrl}/rvbox.v1.ControlService/ListClients`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${(await import("./helpers.js")).OPERATOR_TOKEN}` }, body: "{}" });
+    const ok = await fetch(`${s.controlUrl}/rvbox.v1.ControlService/ListClients`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${(await import("./helpers.js")).OPERATOR_TOKEN}` },
+      body: "{}",
+    });
     expect(ok.status).toBe(200);
   });
 
@@ -116,7 +124,10 @@ describe("e2e: protocol abuse and authentication", () => {
         eventSeq: BigInt(seq),
         commandRevision: 1n,
         time: timestampFromMs(Date.now()),
-        event: { case: "output", value: create(OutputChunkSchema, { stream: OutputStream.STDOUT, streamOffset: BigInt(offset), originalSize: size, zstdData: zstd }) },
+        event: {
+          case: "output",
+          value: create(OutputChunkSchema, { stream: OutputStream.STDOUT, streamOffset: BigInt(offset), originalSize: size, zstdData: zstd }),
+        },
       }),
     };
   }
@@ -156,13 +167,17 @@ describe("e2e: protocol abuse and authentication", () => {
 
   it("R-W10: the control API answers bad requests with errors, not crashes", async () => {
     await expect(s.client.submitCommand({ clientId: "", program: { case: "argv", value: { argv: ["x"] } } })).rejects.toBeInstanceOf(ConnectError);
-    await expect(s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "bad uuid with spaces", program: { case: "argv", value: { argv: ["x"] } } })).rejects.toMatchObject({
+    await expect(
+      s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "bad uuid with spaces", program: { case: "argv", value: { argv: ["x"] } } }),
+    ).rejects.toMatchObject({
       code: ConnectCode.InvalidArgument,
     });
     await s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["x"] } } });
     // Same uuid, same request: idempotent. Different request: conflict.
     await s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["x"] } } });
-    await expect(s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["y"] } } })).rejects.toMatchObject({ code: ConnectCode.AlreadyExists });
+    await expect(
+      s.client.submitCommand({ clientId: "c", allowUnknownClient: true, issueUuid: "dup-1", program: { case: "argv", value: { argv: ["y"] } } }),
+    ).rejects.toMatchObject({ code: ConnectCode.AlreadyExists });
     await expect(s.client.getCommand({ issueUuid: "nope" })).rejects.toMatchObject({ code: ConnectCode.NotFound });
     await expect(s.client.writeStdin({ issueUuid: "dup-1", data: new Uint8Array(70_000) })).rejects.toBeInstanceOf(ConnectError);
     await stillServing();

@@ -32,7 +32,21 @@ describe("e2e: backup and restore of the server's data directory", () => {
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const data = path.join(work, "data");
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const serverArgs = (dir: string) => ["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", dir, "--agent-tokens", files.agentTokens, "--operator-token", files.operatorToken, "--log-level", "warn"];
+    const serverArgs = (dir: string) => [
+      "server",
+      "--listen",
+      `127.0.0.1:${agentPort}`,
+      "--control",
+      `127.0.0.1:${controlPort}`,
+      "--data",
+      dir,
+      "--agent-tokens",
+      files.agentTokens,
+      "--operator-token",
+      files.operatorToken,
+      "--log-level",
+      "warn",
+    ];
     const client = controlClient(`http://127.0.0.1:${controlPort}`);
     const up = () => waitFor("server up", async () => (await client.listClients({}).catch(() => undefined)) !== undefined, 30_000);
     const stop = async (c: Child) => {
@@ -88,10 +102,14 @@ describe("e2e: backup and restore of the server's data directory", () => {
       await waitFor("agent back", async () => (await client.listClients({})).clients.find((c) => c.clientId === "backed-up")?.connected, 30_000);
       const c = await client.submitCommand({ clientId: "backed-up", program: { case: "argv", value: { argv: ["echo", "after the restore"] } } });
       expect((await collect(client, c.command!.issueUuid)).stdout.toString()).toBe("after the restore\n");
-      const bAfter = await waitFor("B settled", async () => {
-        const cmd = (await client.getCommand({ issueUuid: bu })).command!;
-        return cmd.state !== L.RUNNING ? cmd : null;
-      }, 30_000);
+      const bAfter = await waitFor(
+        "B settled",
+        async () => {
+          const cmd = (await client.getCommand({ issueUuid: bu })).command!;
+          return cmd.state !== L.RUNNING ? cmd : null;
+        },
+        30_000,
+      );
       expect(bAfter.state).toBe(L.INTERRUPTED);
       expect(bAfter.reason).toMatch(/already executed/);
     } catch (err) {

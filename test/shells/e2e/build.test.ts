@@ -32,10 +32,24 @@ describe("compiled build (dist/)", () => {
     const work = await tempDir("rvbox-dist-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const agentToken = path.join(work, "agent-token");
-    writeFileSync(agentToken, FLEET_TOKEN + "\n", { mode: 0o600 });
+    writeFileSync(agentToken, `${FLEET_TOKEN}\n`, { mode: 0o600 });
     const [agentPort, controlPort] = [await freePort(), await freePort()];
     const server = spawnRvbox(
-      ["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", path.join(work, "data"), "--agent-tokens", files.agentTokens, "--operator-token", files.operatorToken, "--log-level", "warn"],
+      [
+        "server",
+        "--listen",
+        `127.0.0.1:${agentPort}`,
+        "--control",
+        `127.0.0.1:${controlPort}`,
+        "--data",
+        path.join(work, "data"),
+        "--agent-tokens",
+        files.agentTokens,
+        "--operator-token",
+        files.operatorToken,
+        "--log-level",
+        "warn",
+      ],
       {},
       DIST_BIN,
     );
@@ -43,7 +57,19 @@ describe("compiled build (dist/)", () => {
     const client = controlClient(`http://127.0.0.1:${controlPort}`);
     await waitFor("server up", async () => (await client.listClients({})) !== undefined, 30_000);
     const agent = spawnRvbox(
-      ["agent", "--server", `ws://127.0.0.1:${agentPort}/v1/agent`, "--client-id", "dist-a", "--state", path.join(work, "agent"), "--token", agentToken, "--log-level", "warn"],
+      [
+        "agent",
+        "--server",
+        `ws://127.0.0.1:${agentPort}/v1/agent`,
+        "--client-id",
+        "dist-a",
+        "--state",
+        path.join(work, "agent"),
+        "--token",
+        agentToken,
+        "--log-level",
+        "warn",
+      ],
       {},
       DIST_BIN,
     );

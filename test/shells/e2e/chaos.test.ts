@@ -31,7 +31,11 @@ interface Summary {
 
 describe("real chaos (npm run chaos)", () => {
   it("R-D1 R-D2 R-H6 R-O2 R-O3 R-O5 R-O8 R-S1 R-W11: a minute of kill -9, cuts, stalls and a full disk against the compiled daemons: every command terminal, none launched twice, every byte read back exact and in order or covered by a marker, interrupted commands marked incomplete, resends identical", async () => {
-    const child = spawn(process.execPath, [...TSX, SCRIPT, "--minutes", "1", "--light", "--seed", "20261201", "--drain-minutes", "3", "--dist", "dist/chaos-test"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(
+      process.execPath,
+      [...TSX, SCRIPT, "--minutes", "1", "--light", "--seed", "20261201", "--drain-minutes", "3", "--dist", "dist/chaos-test"],
+      { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
+    );
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -51,7 +55,7 @@ describe("real chaos (npm run chaos)", () => {
     expect(s.bytesVerified).toBeGreaterThan(100_000);
     expect(s.wireEvents).toBeGreaterThan(0);
     expect(Object.values(s.byState).reduce((a, b) => a + b, 0)).toBe(s.commands);
-    expect(s.byState["UNFINISHED"] ?? 0).toBe(0);
+    expect(s.byState.UNFINISHED ?? 0).toBe(0);
   }, 480_000);
 
   it("bad flags are refused with one clear line and exit status 2", async () => {

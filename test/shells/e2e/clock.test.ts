@@ -89,7 +89,11 @@ describe("e2e: wall clock stepped ±1 h", () => {
       await until("ghost offline", async () => !(await s.client.listClients({})).clients.find((c) => c.clientId === "clk-ghost")?.connected);
       stepWallClock(-HOUR);
       const t0 = performance.now();
-      const q = await s.client.submitCommand({ clientId: "clk-ghost", program: { case: "argv", value: { argv: ["true"] } }, queueExpiryTime: timestampFromMs(Date.now() + 3_000) });
+      const q = await s.client.submitCommand({
+        clientId: "clk-ghost",
+        program: { case: "argv", value: { argv: ["true"] } },
+        queueExpiryTime: timestampFromMs(Date.now() + 3_000),
+      });
       expect(q.command!.state).toBe(L.QUEUED);
       near(timestampMs(q.command!.queueExpiryTime!), Date.now() + 3_000, 1_000);
       near(timestampMs(q.command!.createdTime!), Date.now());

@@ -54,7 +54,7 @@ describe("e2e: kill -9 and restart", () => {
   it("R-D1 R-D2 R-O2 R-O3 R-H6 R-D7 R-F1: agent kill -9 with output spooled but unsent, and with a command running: restart loses and duplicates nothing, launches nothing twice", async () => {
     const work = await tempDir("rvbox-crash-");
     const tokenFile = path.join(work, "token");
-    writeFileSync(tokenFile, FLEET_TOKEN + "\n");
+    writeFileSync(tokenFile, `${FLEET_TOKEN}\n`);
     const s = await startServer();
     const proxy = new TcpProxy(s.daemon.agentAddress.port);
     await proxy.start();
@@ -71,7 +71,10 @@ describe("e2e: kill -9 and restart", () => {
       const ticks = path.join(work, "ticks-b");
       const b = await s.client.submitCommand({
         clientId: "crashy",
-        program: { case: "shell", value: { commandLine: `echo start >> ${markB}; i=0; while [ $i -lt 200 ]; do echo tick >> ${ticks}; echo "b $i"; i=$((i+1)); sleep 0.05; done` } },
+        program: {
+          case: "shell",
+          value: { commandLine: `echo start >> ${markB}; i=0; while [ $i -lt 200 ]; do echo tick >> ${ticks}; echo "b $i"; i=$((i+1)); sleep 0.05; done` },
+        },
       });
       await waitFor("B started", async () => (await lines(markB)).length === 1);
       // A: all of its output is produced while the link is stalled, so when
@@ -132,7 +135,21 @@ describe("e2e: kill -9 and restart", () => {
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const data = path.join(work, "server-data");
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const serverArgs = ["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", data, "--agent-tokens", files.agentTokens, "--operator-token", files.operatorToken, "--log-level", "warn"];
+    const serverArgs = [
+      "server",
+      "--listen",
+      `127.0.0.1:${agentPort}`,
+      "--control",
+      `127.0.0.1:${controlPort}`,
+      "--data",
+      data,
+      "--agent-tokens",
+      files.agentTokens,
+      "--operator-token",
+      files.operatorToken,
+      "--log-level",
+      "warn",
+    ];
     let server = spawnRvbox(serverArgs);
     children.push(server);
     const client = controlClient(`http://127.0.0.1:${controlPort}`);
@@ -144,7 +161,10 @@ describe("e2e: kill -9 and restart", () => {
       // ~2.8 MB over ~3 s, in bursts.
       const r = await client.submitCommand({
         clientId: "steady",
-        program: { case: "shell", value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 60 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` } },
+        program: {
+          case: "shell",
+          value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 60 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` },
+        },
       });
       const uuid = r.command!.issueUuid;
       await waitFor("some output stored", async () => (await client.getCommand({ issueUuid: uuid })).command!.storedThroughEventSeq > 5n);

@@ -57,7 +57,9 @@ describe("e2e: fencing", () => {
     try {
       await waitFor("A connected", () => a.connected);
       c = await startAgent(s.url, "shared", { log: createLogger("c", "info", (l) => linesC.push(l)) });
-      const claim = await waitFor("pending claim", async () => (await s.client.listClaims({})).claims.find((x) => x.clientId === "shared" && x.instanceId === c!.instanceId));
+      const claim = await waitFor("pending claim", async () =>
+        (await s.client.listClaims({})).claims.find((x) => x.clientId === "shared" && x.instanceId === c!.instanceId),
+      );
       expect(claim.currentInstanceId).toBe(a.instanceId);
       expect(c.connected).toBe(false);
       await waitFor("C refused", () => linesC.some((l) => /IDENTITY_CONFLICT/.test(l)));
@@ -111,7 +113,9 @@ describe("e2e: fencing", () => {
       pid = Number(await waitFor("pid file", async () => (await fsp.readFile(pidFile, "utf8").catch(() => "")).trim()));
       expect(alive(pid)).toBe(true);
       b = await startAgent(s.url, "web-1");
-      const claim = await waitFor("B's pending claim", async () => (await s.client.listClaims({})).claims.find((x) => x.clientId === "web-1" && x.instanceId === b!.instanceId));
+      const claim = await waitFor("B's pending claim", async () =>
+        (await s.client.listClaims({})).claims.find((x) => x.clientId === "web-1" && x.instanceId === b!.instanceId),
+      );
       // A prefix of the claimant is refused; the exact id is authorized.
       await expect(s.client.authorizeInstance({ clientId: "web-1", instanceId: claim.instanceId.slice(0, 8) })).rejects.toThrow(/not the pending claimant/);
       await s.client.authorizeInstance({ clientId: "web-1", instanceId: claim.instanceId });

@@ -52,7 +52,7 @@ describe("e2e: floods by a peer with the fleet token", () => {
   it("R-D11 R-F6 R-W10: 10,005 unknown running commands are all terminated, incidents stay bounded and the rest are counted (control API, CLI, restart); client ids past maxClients are refused and an operator frees one with forget-client", async () => {
     const dir = await tempDir("rvbox-flood-");
     const tokenFile = path.join(dir, "operator-token");
-    writeFileSync(tokenFile, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+    writeFileSync(tokenFile, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
     s = await startServer({ limits: { maxClients: 3 } });
     const env = { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: tokenFile };
 
@@ -83,9 +83,14 @@ describe("e2e: floods by a peer with the fleet token", () => {
 
     const text = await cli(["incidents"], { env });
     expect(text.code).toBe(0);
-    expect(text.stdout).toContain(`${dropped} incidents were counted, not stored (bounds: ${MAX_OPEN_INCIDENTS_PER_CLIENT} open per client, ${MAX_OPEN_INCIDENTS} in all)`);
+    expect(text.stdout).toContain(
+      `${dropped} incidents were counted, not stored (bounds: ${MAX_OPEN_INCIDENTS_PER_CLIENT} open per client, ${MAX_OPEN_INCIDENTS} in all)`,
+    );
     expect(text.stdout).toMatch(new RegExp(`flood\\s+${dropped}\\s+\\d{4}-\\S+\\s+reconcile_terminate_local`));
-    const js = JSON.parse((await cli(["incidents", "--dropped", "--json"], { env })).stdout) as { total: number; byClient: Array<{ clientId: string; count: number }> };
+    const js = JSON.parse((await cli(["incidents", "--dropped", "--json"], { env })).stdout) as {
+      total: number;
+      byClient: Array<{ clientId: string; count: number }>;
+    };
     expect(js.total).toBe(dropped);
     expect(js.byClient).toMatchObject([{ clientId: "flood", count: dropped }]);
 
@@ -105,7 +110,9 @@ describe("e2e: floods by a peer with the fleet token", () => {
     const live = await cli(["forget-client", "flood"], { env });
     expect(live.code).toBe(65);
     expect(live.stderr).toContain("client flood has a live session");
-    await expect(s.client.forgetClient({ clientId: "flood" })).rejects.toSatisfy((e: unknown) => e instanceof ConnectError && e.code === ConnectCode.FailedPrecondition);
+    await expect(s.client.forgetClient({ clientId: "flood" })).rejects.toSatisfy(
+      (e: unknown) => e instanceof ConnectError && e.code === ConnectCode.FailedPrecondition,
+    );
     flood.close();
     await waitFor("flood offline", async () => !(await s!.client.listClients({})).clients.find((c) => c.clientId === "flood")?.connected);
     const gone = await cli(["forget-client", "flood"], { env });

@@ -31,7 +31,12 @@ describe("e2e: heartbeats", () => {
       await waitFor("A gives the session up", () => !a.connected, 40_000, 100);
       const aDead = Date.now() - t0;
       // The server hears nothing from B: it closes B's session after ~30 s.
-      await waitFor("server drops B", async () => !(await s.client.listSessions({})).sessions.some((x) => x.clientId === "hb-b" && x.phase === "ready"), 40_000, 100);
+      await waitFor(
+        "server drops B",
+        async () => !(await s.client.listSessions({})).sessions.some((x) => x.clientId === "hb-b" && x.phase === "ready"),
+        40_000,
+        100,
+      );
       const bDead = Date.now() - t0;
       for (const t of [aDead, bDead]) {
         expect(t).toBeGreaterThanOrEqual(29_000);

@@ -16,7 +16,7 @@ import { createLogger, type LogLevel } from "../../../shells/runtime/log.js";
 
 export const ROOT = path.resolve(import.meta.dirname, "../../..");
 export const BIN = path.join(ROOT, "bin/rvbox.js");
-export const LOG_LEVEL: LogLevel = (process.env["RVBOX_TEST_LOG"] as LogLevel | undefined) ?? "silent";
+export const LOG_LEVEL: LogLevel = (process.env.RVBOX_TEST_LOG as LogLevel | undefined) ?? "silent";
 
 const made: string[] = [];
 export async function tempDir(prefix = "rvbox-e2e-"): Promise<string> {
@@ -28,8 +28,8 @@ export async function cleanupTemp(): Promise<void> {
   for (const d of made.splice(0)) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
 }
 
-export const OPERATOR_TOKEN = "operator-" + randomBytes(8).toString("hex");
-export const FLEET_TOKEN = "fleet-" + randomBytes(8).toString("hex");
+export const OPERATOR_TOKEN = `operator-${randomBytes(8).toString("hex")}`;
+export const FLEET_TOKEN = `fleet-${randomBytes(8).toString("hex")}`;
 
 export interface TestServer {
   daemon: ServerDaemon;
@@ -119,7 +119,11 @@ export interface Collected {
 }
 
 /** FollowOutput to the end, reassembling stdout/stderr and checking offsets are contiguous. */
-export async function collect(client: Client<typeof ControlService>, uuid: string, opts: { from?: number; signal?: AbortSignal; keepData?: boolean } = {}): Promise<Collected> {
+export async function collect(
+  client: Client<typeof ControlService>,
+  uuid: string,
+  opts: { from?: number; signal?: AbortSignal; keepData?: boolean } = {},
+): Promise<Collected> {
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   const next = { stdout: 0, stderr: 0 };
@@ -131,7 +135,11 @@ export async function collect(client: Client<typeof ControlService>, uuid: strin
       if (Number(it.value.streamOffset) !== next[s]) throw new Error(`${s} offset ${it.value.streamOffset}, expected ${next[s]}`);
       next[s] += it.value.data.length;
       (s === "stdout" ? out : err).push(Buffer.from(it.value.data));
-      res.items.push({ seq: Number(m.eventSeq), kind: "output", value: opts.keepData ? it.value : { stream: s, offset: Number(it.value.streamOffset), length: it.value.data.length } });
+      res.items.push({
+        seq: Number(m.eventSeq),
+        kind: "output",
+        value: opts.keepData ? it.value : { stream: s, offset: Number(it.value.streamOffset), length: it.value.data.length },
+      });
     } else if (it.case === "retention" || it.case === "truncation") {
       // Removed bytes: the stream continues after them.
       for (const r of it.value.removedBytes) {
@@ -155,7 +163,7 @@ export function writeTokenFiles(dir: string, lines: string): { agentTokens: stri
   const agentTokens = path.join(dir, "agent-tokens");
   const operatorToken = path.join(dir, "operator-token");
   writeFileSync(agentTokens, lines, { mode: 0o600 });
-  writeFileSync(operatorToken, OPERATOR_TOKEN + "\n", { mode: 0o600 });
+  writeFileSync(operatorToken, `${OPERATOR_TOKEN}\n`, { mode: 0o600 });
   return { agentTokens, operatorToken };
 }
 

@@ -38,7 +38,8 @@ describe("e2e: command history within the server's metadata tier", () => {
     const removed: string[] = [];
     const watching = (async () => {
       try {
-        for await (const m of s.client.watchFleet({ commandClients: ["hist-a"] }, { signal: abort.signal })) if (m.change.case === "commandRemoved") removed.push(m.change.value);
+        for await (const m of s.client.watchFleet({ commandClients: ["hist-a"] }, { signal: abort.signal }))
+          if (m.change.case === "commandRemoved") removed.push(m.change.value);
       } catch {
         // aborted
       }
@@ -59,7 +60,9 @@ describe("e2e: command history within the server's metadata tier", () => {
       const gone = await refusal(s.client.getCommand({ issueUuid: "first" }));
       expect(gone.code).toBe(ConnectCode.NotFound);
       expect(gone.rawMessage).toMatch(/command first ended succeeded and was pruned from history/);
-      const again = await refusal(s.client.submitCommand({ clientId: "hist-a", issueUuid: "first", program: { case: "argv", value: { argv: ["echo", "the first command's output"] } } }));
+      const again = await refusal(
+        s.client.submitCommand({ clientId: "hist-a", issueUuid: "first", program: { case: "argv", value: { argv: ["echo", "the first command's output"] } } }),
+      );
       expect(again.code).toBe(ConnectCode.AlreadyExists);
       expect(again.rawMessage).toMatch(/ALREADY_EXECUTED/);
       const newest = (await s.client.getCommand({ issueUuid: "t-7" })).command!;

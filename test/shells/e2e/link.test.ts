@@ -22,7 +22,10 @@ describe("e2e: link cuts", () => {
       const mark = path.join(work, "marker");
       const big = await s.client.submitCommand({
         clientId: "flaky",
-        program: { case: "shell", value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 80 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` } },
+        program: {
+          case: "shell",
+          value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 80 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` },
+        },
       });
       const cat = await s.client.submitCommand({ clientId: "flaky", program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true });
       const catUuid = cat.command!.issueUuid;
@@ -34,21 +37,32 @@ describe("e2e: link cuts", () => {
         for (let i = 0; i < 40; i++) {
           const line = `stdin line ${i}`;
           await s.client.writeStdin({ issueUuid: catUuid, data: Buffer.from(line), appendNewline: true, requestId: `w-${i}` });
-          stdinSent += line + "\n";
+          stdinSent += `${line}\n`;
           await sleep(60);
         }
         await s.client.closeStdin({ issueUuid: catUuid });
       })();
       let seed = 12345;
-      const rnd = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+      const rnd = (): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
       let cuts = 0;
       for (let cut = 0; cut < 4; cut++) {
-        await waitFor("reconnected", async () => agent.connected && proxy.activeConnections > 0 && (await s.client.listSessions({})).sessions.some((x) => x.clientId === "flaky" && x.phase === "ready"), 60_000);
+        await waitFor(
+          "reconnected",
+          async () =>
+            agent.connected &&
+            proxy.activeConnections > 0 &&
+            (await s.client.listSessions({})).sessions.some((x) => x.clientId === "flaky" && x.phase === "ready"),
+          60_000,
+        );
         const before = (await s.client.getCommand({ issueUuid: bigUuid })).command!.storedThroughEventSeq;
-        await waitFor("progress", async () => {
-          const c = (await s.client.getCommand({ issueUuid: bigUuid })).command!;
-          return c.storedThroughEventSeq > before || c.state === L.SUCCEEDED;
-        }, 60_000);
+        await waitFor(
+          "progress",
+          async () => {
+            const c = (await s.client.getCommand({ issueUuid: bigUuid })).command!;
+            return c.storedThroughEventSeq > before || c.state === L.SUCCEEDED;
+          },
+          60_000,
+        );
         // Lose what the agent sends for a moment, then cut: the agent must
         // resend exactly the bytes the network swallowed (R-O2).
         proxy.blackholeUpstream();
@@ -77,7 +91,9 @@ describe("e2e: link cuts", () => {
       const cl = (await s.client.listClients({})).clients.find((c) => c.clientId === "flaky")!;
       expect(cl.generation).toBeGreaterThanOrEqual(BigInt(cuts));
       // Every hello after the first carries the same instance id (R-F1).
-      const hellos = proxy.envelopes.filter((e) => e.payload.case === "clientHello").map((e) => (e.payload.value as { clientInstanceId: string }).clientInstanceId);
+      const hellos = proxy.envelopes
+        .filter((e) => e.payload.case === "clientHello")
+        .map((e) => (e.payload.value as { clientInstanceId: string }).clientInstanceId);
       expect(new Set(hellos).size).toBe(1);
     } finally {
       await agent.close({ killProcesses: true });
@@ -96,7 +112,7 @@ describe("e2e: link cuts", () => {
       await waitFor("connected", () => agent.connected);
       const mark = path.join(work, "ran");
       // ~6 MiB: a comment block and one command; the upload window is 256 KiB.
-      const body = Buffer.from(`#!/bin/sh\n${("#" + "x".repeat(1023) + "\n").repeat(6 * 1024)}echo ran >> ${mark}\necho uploaded\n`);
+      const body = Buffer.from(`#!/bin/sh\n${(`#${"x".repeat(1023)}\n`).repeat(6 * 1024)}echo ran >> ${mark}\necho uploaded\n`);
       const r = await s.client.submitCommand({ clientId: "uploader", program: { case: "script", value: { content: body, interpreter: "/bin/sh" } } });
       const uuid = r.command!.issueUuid;
       const progress = async (): Promise<bigint> => {
@@ -143,10 +159,15 @@ describe("e2e: link cuts", () => {
       await waitFor("5000 events unacknowledged", () => (agent.state.outbox.commands.get(uuid)?.pinned.length ?? 0) > 5000, 60_000, 10);
       proxy.cutAll();
       proxy.resume();
-      const c = await waitFor("terminal", async () => {
-        const g = (await s.client.getCommand({ issueUuid: uuid })).command!;
-        return g.state === L.SUCCEEDED ? g : null;
-      }, 60_000, 100);
+      const c = await waitFor(
+        "terminal",
+        async () => {
+          const g = (await s.client.getCommand({ issueUuid: uuid })).command!;
+          return g.state === L.SUCCEEDED ? g : null;
+        },
+        60_000,
+        100,
+      );
       expect(agent.stats.connects).toBeLessThanOrEqual(3);
       // Every byte once, in order (counted, not kept: 450 MB).
       let next = 0;

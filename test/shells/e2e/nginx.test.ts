@@ -37,11 +37,27 @@ describe.skipIf(!NGINX)("e2e: behind nginx (TLS termination)", () => {
   beforeAll(async () => {
     const dir = await tempDir("rvbox-nginx-");
     s = await startServer();
-    execFileSync("openssl", [
-      "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-      "-keyout", path.join(dir, "privkey.pem"), "-out", path.join(dir, "fullchain.pem"),
-      "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-    ], { stdio: "ignore" });
+    execFileSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-keyout",
+        path.join(dir, "privkey.pem"),
+        "-out",
+        path.join(dir, "fullchain.pem"),
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+      ],
+      { stdio: "ignore" },
+    );
     cert = readFileSync(path.join(dir, "fullchain.pem"));
     port = await freePort();
     // The shipped site file, with this test's ports and paths.
@@ -76,14 +92,18 @@ http {
     execFileSync(NGINX!, ["-t", "-p", dir, "-c", path.join(dir, "nginx.conf")], { stdio: "pipe" });
     nginx = spawn(NGINX!, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"], { stdio: ["ignore", "pipe", "pipe"] });
     nginx.stderr!.on("data", (d: Buffer) => (log += d.toString()));
-    await waitFor("nginx listening", async () => {
-      try {
-        await fetch(`https://127.0.0.1:${port}/`).catch(() => null);
-        return existsSync(path.join(dir, "nginx.pid"));
-      } catch {
-        return false;
-      }
-    }, 15_000);
+    await waitFor(
+      "nginx listening",
+      async () => {
+        try {
+          await fetch(`https://127.0.0.1:${port}/`).catch(() => null);
+          return existsSync(path.join(dir, "nginx.pid"));
+        } catch {
+          return false;
+        }
+      },
+      15_000,
+    );
   });
 
   afterAll(async () => {
@@ -102,8 +122,14 @@ http {
       req.header.set("Authorization", `Bearer ${OPERATOR_TOKEN}`);
       return next(req);
     };
-    const ctl = createClient(ControlService, createConnectTransport({ baseUrl: `https://localhost:${port}`, httpVersion: "1.1", nodeOptions: { ca: cert }, interceptors: [auth] }));
-    const r = await ctl.submitCommand({ clientId: "tls-host", program: { case: "shell", value: { commandLine: "echo through nginx; head -c 300000 /dev/zero | tr '\\0' 'z'" } } });
+    const ctl = createClient(
+      ControlService,
+      createConnectTransport({ baseUrl: `https://localhost:${port}`, httpVersion: "1.1", nodeOptions: { ca: cert }, interceptors: [auth] }),
+    );
+    const r = await ctl.submitCommand({
+      clientId: "tls-host",
+      program: { case: "shell", value: { commandLine: "echo through nginx; head -c 300000 /dev/zero | tr '\\0' 'z'" } },
+    });
     const got = await collect(ctl, r.command!.issueUuid);
     expect(got.finished?.state).toBe(L.SUCCEEDED);
     expect(got.stdout.subarray(0, 14).toString()).toBe("through nginx\n");

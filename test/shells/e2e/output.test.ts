@@ -27,7 +27,9 @@ describe("e2e: output, stdin, signals, scripts (in-process server and agent, rea
   it("R-O1 R-O2 R-O3 R-O4 R-O6 R-W3 R-T3: 64 MiB of random output arrives byte-exact (SHA-256)", async () => {
     const file = path.join(work, "random.bin");
     execFileSync("sh", ["-c", `head -c 67108864 /dev/urandom > ${file}`]);
-    const want = createHash("sha256").update(await fsp.readFile(file)).digest("hex");
+    const want = createHash("sha256")
+      .update(await fsp.readFile(file))
+      .digest("hex");
     const t0 = Date.now();
     const r = await s.client.submitCommand({ clientId: "host-a", program: { case: "argv", value: { argv: ["cat", file] } } });
     const uuid = r.command!.issueUuid;
@@ -108,7 +110,10 @@ describe("e2e: output, stdin, signals, scripts (in-process server and agent, rea
   });
 
   it("R-S4: CANCEL of a sleep that ignores SIGTERM escalates to SIGKILL after the grace; cancel of a queued command never launches it", async () => {
-    const r = await s.client.submitCommand({ clientId: "host-a", program: { case: "shell", value: { shell: ShellType.SH, commandLine: "trap '' TERM; sleep 30" } } });
+    const r = await s.client.submitCommand({
+      clientId: "host-a",
+      program: { case: "shell", value: { shell: ShellType.SH, commandLine: "trap '' TERM; sleep 30" } },
+    });
     const uuid = r.command!.issueUuid;
     await running(uuid);
     const t0 = Date.now();
@@ -140,7 +145,11 @@ describe("e2e: output, stdin, signals, scripts (in-process server and agent, rea
 
     const bad = createHash("sha256").update("something else").digest();
     const err = await s.client
-      .submitCommand({ clientId: "host-a", issueUuid: "bad-checksum-1", program: { case: "script", value: { content: body, interpreter: "/bin/sh", sha256: bad } } })
+      .submitCommand({
+        clientId: "host-a",
+        issueUuid: "bad-checksum-1",
+        program: { case: "script", value: { content: body, interpreter: "/bin/sh", sha256: bad } },
+      })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(ConnectCode.InvalidArgument);
@@ -157,7 +166,11 @@ describe("e2e: output, stdin, signals, scripts (in-process server and agent, rea
     const g3 = await collect(s.client, r3.command!.issueUuid);
     expect(g3.finished?.state).toBe(L.FAILED);
     expect(g3.finished?.reason).toMatch(/timed out/);
-    const r4 = await s.client.submitCommand({ clientId: "host-a", program: { case: "shell", value: { shell: ShellType.SH, commandLine: "echo out; echo err >&2; exit 7" } }, environment: [{ name: "X", value: "1" }] });
+    const r4 = await s.client.submitCommand({
+      clientId: "host-a",
+      program: { case: "shell", value: { shell: ShellType.SH, commandLine: "echo out; echo err >&2; exit 7" } },
+      environment: [{ name: "X", value: "1" }],
+    });
     const g4 = await collect(s.client, r4.command!.issueUuid);
     expect(g4.finished).toMatchObject({ state: L.FAILED, exitCode: 7 });
     expect(g4.stdout.toString()).toBe("out\n");

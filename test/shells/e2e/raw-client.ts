@@ -96,7 +96,10 @@ export class RawAgent {
   /** The structured error the peer sent, and the close that followed. */
   async errorAndClose(): Promise<{ code: number; closeSession: boolean; close: { code: number; reason: string } }> {
     const e = await this.next("error");
-    const close = await Promise.race([this.closed, new Promise<{ code: number; reason: string }>((_, rej) => setTimeout(() => rej(new Error("not closed")), 10_000))]);
+    const close = await Promise.race([
+      this.closed,
+      new Promise<{ code: number; reason: string }>((_, rej) => setTimeout(() => rej(new Error("not closed")), 10_000)),
+    ]);
     const v = e.payload.value as { error?: { code: number }; closeSession: boolean };
     return { code: v.error?.code ?? 0, closeSession: v.closeSession, close };
   }

@@ -34,7 +34,10 @@ describe("e2e: recovery, retention, truncation", () => {
     try {
       await waitFor("connected", () => agent.connected);
       const markX = path.join(work, "x");
-      const x = await s1.client.submitCommand({ clientId: "restored", program: { case: "shell", value: { commandLine: `echo start >> ${markX}; sleep 1.5; echo done` } } });
+      const x = await s1.client.submitCommand({
+        clientId: "restored",
+        program: { case: "shell", value: { commandLine: `echo start >> ${markX}; sleep 1.5; echo done` } },
+      });
       const xu = x.command!.issueUuid;
       await waitFor("X running", async () => (await s1.client.getCommand({ issueUuid: xu })).command!.state === L.RUNNING);
       // The "backup": the server's state while X was running and before Y existed.
@@ -43,7 +46,10 @@ describe("e2e: recovery, retention, truncation", () => {
       await fsp.cp(data1, data2, { recursive: true });
       const markY = path.join(work, "y");
       const ticks = path.join(work, "y-ticks");
-      const y = await s1.client.submitCommand({ clientId: "restored", program: { case: "shell", value: { commandLine: `echo start >> ${markY}; while true; do echo t >> ${ticks}; sleep 0.1; done` } } });
+      const y = await s1.client.submitCommand({
+        clientId: "restored",
+        program: { case: "shell", value: { commandLine: `echo start >> ${markY}; while true; do echo t >> ${ticks}; sleep 0.1; done` } },
+      });
       const yu = y.command!.issueUuid;
       await waitFor("Y running", async () => (await s1.client.getCommand({ issueUuid: yu })).command!.state === L.RUNNING);
       expect((await collect(s1.client, xu)).finished?.state).toBe(L.SUCCEEDED);
@@ -53,10 +59,14 @@ describe("e2e: recovery, retention, truncation", () => {
       proxy.setTarget(s2.daemon.agentAddress.port);
       proxy.cutAll();
       // X: the restored server thinks it is running; the agent's tombstone says it ran (R-D5, R-D10).
-      const gx = await waitFor("X settled", async () => {
-        const c = (await s2!.client.getCommand({ issueUuid: xu })).command!;
-        return c.state === L.INTERRUPTED ? c : null;
-      }, 30_000);
+      const gx = await waitFor(
+        "X settled",
+        async () => {
+          const c = (await s2!.client.getCommand({ issueUuid: xu })).command!;
+          return c.state === L.INTERRUPTED ? c : null;
+        },
+        30_000,
+      );
       expect(gx.reason).toMatch(/already executed/);
       expect(await lines(markX)).toEqual(["start"]);
       // Y: unknown to the restored server: terminated at the agent after the durable result (R-D11).
@@ -99,7 +109,11 @@ describe("e2e: recovery, retention, truncation", () => {
       buf[60] = buf[60]! ^ 0xff;
       await fsp.writeFile(jf, buf);
       agent = await startAgent(s.url, "damaged", { stateDir: state });
-      await waitFor("incident at the server", async () => (await s.client.listIncidents({})).incidents.some((i) => i.kind === "agent_store_incident" && i.clientId === "damaged"), 15_000);
+      await waitFor(
+        "incident at the server",
+        async () => (await s.client.listIncidents({})).incidents.some((i) => i.kind === "agent_store_incident" && i.clientId === "damaged"),
+        15_000,
+      );
       expect(agent.state.storeIncident).not.toBeNull();
       const w = await s.client.submitCommand({ clientId: "damaged", program: { case: "argv", value: { argv: ["echo", "after repair"] } } });
       await sleep(1000);
@@ -127,7 +141,16 @@ describe("e2e: recovery, retention, truncation", () => {
       const uuid = r.command!.issueUuid;
       const got = await collect(s.client, uuid);
       expect(got.finished?.state).toBe(L.SUCCEEDED);
-      const markers = got.items.filter((i) => i.kind === "retention").map((i) => i.value as { removedEvents: { firstEventSeq: bigint; lastEventSeq: bigint }; removedBytes: Array<{ offset: bigint; length: bigint }>; cause: TruncationCause });
+      const markers = got.items
+        .filter((i) => i.kind === "retention")
+        .map(
+          (i) =>
+            i.value as {
+              removedEvents: { firstEventSeq: bigint; lastEventSeq: bigint };
+              removedBytes: Array<{ offset: bigint; length: bigint }>;
+              cause: TruncationCause;
+            },
+        );
       expect(markers.length).toBeGreaterThan(0);
       expect(markers.every((m) => m.cause === TruncationCause.SERVER_RETENTION && m.removedEvents.lastEventSeq >= m.removedEvents.firstEventSeq)).toBe(true);
       // Markers and kept bytes account for every byte exactly once (collect() checked contiguity).
@@ -136,7 +159,9 @@ describe("e2e: recovery, retention, truncation", () => {
       // Read again after the fact: one marker for the removed prefix, then the kept tail.
       const later = await collect(s.client, uuid);
       expect(later.items[0]!.kind === "retention" || later.items[1]!.kind === "retention").toBe(true);
-      const prefix = later.items.filter((i) => i.kind === "retention").flatMap((i) => (i.value as { removedBytes: Array<{ offset: bigint; length: bigint }> }).removedBytes);
+      const prefix = later.items
+        .filter((i) => i.kind === "retention")
+        .flatMap((i) => (i.value as { removedBytes: Array<{ offset: bigint; length: bigint }> }).removedBytes);
       expect(Number(prefix[0]!.offset)).toBe(0);
       const firstKept = later.items.find((i) => i.kind === "output")!.value as { offset: number };
       expect(firstKept.offset).toBe(Number(prefix.at(-1)!.offset) + Number(prefix.at(-1)!.length));
@@ -168,7 +193,10 @@ describe("e2e: recovery, retention, truncation", () => {
     });
     try {
       await waitFor("connected", () => agent.connected);
-      const r = await s.client.submitCommand({ clientId: "overflow", program: { case: "shell", value: { commandLine: "sleep 0.3; head -c 12000000 /dev/urandom" } } });
+      const r = await s.client.submitCommand({
+        clientId: "overflow",
+        program: { case: "shell", value: { commandLine: "sleep 0.3; head -c 12000000 /dev/urandom" } },
+      });
       const uuid = r.command!.issueUuid;
       await waitFor("running", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.RUNNING);
       proxy.stall();
@@ -176,7 +204,9 @@ describe("e2e: recovery, retention, truncation", () => {
       proxy.resume();
       const got = await collect(s.client, uuid);
       expect(got.finished?.state).toBe(L.SUCCEEDED);
-      const marks = got.items.filter((i) => i.kind === "truncation").map((i) => i.value as { removedEvents?: unknown; removedBytes: Array<{ offset: bigint; length: bigint }>; cause: TruncationCause });
+      const marks = got.items
+        .filter((i) => i.kind === "truncation")
+        .map((i) => i.value as { removedEvents?: unknown; removedBytes: Array<{ offset: bigint; length: bigint }>; cause: TruncationCause });
       expect(marks.length).toBeGreaterThan(0);
       expect(marks.every((m) => m.removedEvents === undefined)).toBe(true);
       const dropped = marks.flatMap((m) => m.removedBytes).reduce((n, b) => n + Number(b.length), 0);
@@ -209,7 +239,16 @@ describe("e2e: recovery, retention, truncation", () => {
     });
     try {
       await waitFor("connected", () => agent.connected);
-      const r = await s.client.submitCommand({ clientId: "holes", program: { case: "shell", value: { commandLine: "sleep 1.5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000; sleep 5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000" } } });
+      const r = await s.client.submitCommand({
+        clientId: "holes",
+        program: {
+          case: "shell",
+          value: {
+            commandLine:
+              "sleep 1.5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000; sleep 5; head -c 3000000 /dev/urandom | od -An -tx1 -w32 | head -c 8000000",
+          },
+        },
+      });
       const uuid = r.command!.issueUuid;
       await waitFor("running", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.RUNNING);
       proxy.stall();

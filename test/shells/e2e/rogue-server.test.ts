@@ -46,7 +46,13 @@ class FakeServer {
         c.inbox.push(env);
         if (env.payload.case === "clientHello") {
           this.hellos.push(env);
-          this.send(c, { case: "serverWelcome", value: create(ServerWelcomeSchema, { selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }), serverTime: timestampFromMs(Date.now()) }) });
+          this.send(c, {
+            case: "serverWelcome",
+            value: create(ServerWelcomeSchema, {
+              selectedProtocol: create(ProtocolVersionSchema, { major: 1, minor: 0 }),
+              serverTime: timestampFromMs(Date.now()),
+            }),
+          });
           this.send(c, { case: "reconcileRequest", value: create(ReconcileRequestSchema, { targets: [] }) });
         } else if (env.payload.case === "reconcileSnapshot") {
           this.send(c, { case: "reconcileResult", value: create(ReconcileResultSchema, {}) });
@@ -67,7 +73,10 @@ class FakeServer {
   }
 
   events(uuid: string) {
-    return this.conns.flatMap((c) => c.inbox).filter((e) => e.payload.case === "commandEvent" && e.payload.value.issueUuid === uuid).map((e) => (e.payload.value as { event: { case: string; value: unknown } }).event);
+    return this.conns
+      .flatMap((c) => c.inbox)
+      .filter((e) => e.payload.case === "commandEvent" && e.payload.value.issueUuid === uuid)
+      .map((e) => (e.payload.value as { event: { case: string; value: unknown } }).event);
   }
 
   accepted(uuid: string) {
@@ -127,7 +136,10 @@ describe("e2e: the agent against a scripted server", () => {
       fake.dispatchScript("script-bad-2", content, sha(content), wrong);
       for (const uuid of ["script-bad-1", "script-bad-2"]) {
         await waitFor(`${uuid} ends`, () => fake.events(uuid).some((e) => e.case === "lifecycle" && (e.value as { state: L }).state !== L.RUNNING));
-        const lifecycle = fake.events(uuid).filter((e) => e.case === "lifecycle").map((e) => e.value as { state: L; error?: { code: Code } });
+        const lifecycle = fake
+          .events(uuid)
+          .filter((e) => e.case === "lifecycle")
+          .map((e) => e.value as { state: L; error?: { code: Code } });
         expect(lifecycle.map((l) => l.state)).toEqual([L.REJECTED]);
         expect(lifecycle[0]!.error?.code).toBe(Code.VALIDATION);
         expect(fake.accepted(uuid)?.accepted).toBe(true);
@@ -136,7 +148,9 @@ describe("e2e: the agent against a scripted server", () => {
       expect(agent.stats.spawned).toBe(0);
       // 3. The good one runs.
       fake.dispatchScript("script-good", content, sha(content), sha(content));
-      await waitFor("good script succeeded", () => fake.events("script-good").some((e) => e.case === "lifecycle" && (e.value as { state: L }).state === L.SUCCEEDED));
+      await waitFor("good script succeeded", () =>
+        fake.events("script-good").some((e) => e.case === "lifecycle" && (e.value as { state: L }).state === L.SUCCEEDED),
+      );
       expect(existsSync(marker)).toBe(true);
       // 4. A dispatch naming another generation is refused (transient STALE_GENERATION), never admitted.
       fake.dispatchScript("stale-gen", content, sha(content), sha(content), fake.current.fence.generation + 3);

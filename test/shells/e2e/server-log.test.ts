@@ -11,14 +11,27 @@ describe("RateLimitedLog", () => {
   it("writes n lines of a kind per window, counts line n+1 on, and says how many it left out when the window turns", () => {
     const lines: string[] = [];
     let t = 0;
-    const log = new RateLimitedLog(createLogger("s", "info", (l) => lines.push(l)), () => t, 3, 1000);
+    const log = new RateLimitedLog(
+      createLogger("s", "info", (l) => lines.push(l)),
+      () => t,
+      3,
+      1000,
+    );
     for (let i = 0; i < 10; i++) log.write("info", "flood", `line ${i}`);
     log.write("info", "other", "another kind has its own budget");
     expect(lines.map((l) => l.replace(/^\S+ /, ""))).toEqual(["INFO s: line 0", "INFO s: line 1", "INFO s: line 2", "INFO s: another kind has its own budget"]);
     t = 1000;
     log.write("info", "flood", "after the window");
-    expect(lines.slice(4).map((l) => l.replace(/^\S+ /, ""))).toEqual(['INFO s: 7 more "flood" lines were left out in the last 1 s', "INFO s: after the window"]);
-    const quiet = new RateLimitedLog(createLogger("s", "warn", (l) => lines.push(l)), () => t, 3, 1000);
+    expect(lines.slice(4).map((l) => l.replace(/^\S+ /, ""))).toEqual([
+      'INFO s: 7 more "flood" lines were left out in the last 1 s',
+      "INFO s: after the window",
+    ]);
+    const quiet = new RateLimitedLog(
+      createLogger("s", "warn", (l) => lines.push(l)),
+      () => t,
+      3,
+      1000,
+    );
     quiet.write("info", "x", "below the level");
     expect(lines).toHaveLength(6);
   });
@@ -32,19 +45,23 @@ describe("server log at INFO", () => {
       const agent = await startAgent(s.url, "log-a");
       await waitFor("registered", () => lines.some((l) => /INFO server: client registered client="log-a" generation=1/.test(l)));
       const r = await s.client.submitCommand({ clientId: "log-a", program: { case: "argv", value: { argv: ["true"] } } });
-      await waitFor("submit logged", () => lines.some((l) => l.includes(`INFO server: operator submit clientId="log-a" uuid="${r.command!.issueUuid}" outcome="ok"`)));
+      await waitFor("submit logged", () =>
+        lines.some((l) => l.includes(`INFO server: operator submit clientId="log-a" uuid="${r.command!.issueUuid}" outcome="ok"`)),
+      );
       await s.client.signalCommand({ issueUuid: "no-such-command", signal: 1, requestId: "r1" }).catch(() => {});
       await waitFor("refused action logged", () => lines.some((l) => /operator signal uuid="no-such-command" .*outcome="NOT_FOUND"/.test(l)));
       // 200 connections with a bad token: a bounded number of lines, not 200.
       const before = lines.length;
       await Promise.all(
-        Array.from({ length: 200 }, () =>
-          new Promise<void>((done) => {
-            const ws = new WebSocket(s.url, { headers: { authorization: "Bearer wrong" } });
-            ws.on("error", () => done());
-            ws.on("close", () => done());
-            ws.on("unexpected-response", () => done());
-          }),
+        Array.from(
+          { length: 200 },
+          () =>
+            new Promise<void>((done) => {
+              const ws = new WebSocket(s.url, { headers: { authorization: "Bearer wrong" } });
+              ws.on("error", () => done());
+              ws.on("close", () => done());
+              ws.on("unexpected-response", () => done());
+            }),
         ),
       );
       const refused = lines.slice(before).filter((l) => l.includes("bad or missing bearer token"));

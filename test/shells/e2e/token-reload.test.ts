@@ -40,19 +40,44 @@ describe("e2e: token reload on SIGHUP", () => {
     writeFileSync(operatorToken, `${OLD_OP}\n`);
     writeFileSync(agentToken, `${OLD_AGENT}\n`);
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const server = spawnRvbox(["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", path.join(work, "data"), "--agent-tokens", agentTokens, "--operator-token", operatorToken]);
+    const server = spawnRvbox([
+      "server",
+      "--listen",
+      `127.0.0.1:${agentPort}`,
+      "--control",
+      `127.0.0.1:${controlPort}`,
+      "--data",
+      path.join(work, "data"),
+      "--agent-tokens",
+      agentTokens,
+      "--operator-token",
+      operatorToken,
+    ]);
     children.push(server);
     const base = `http://127.0.0.1:${controlPort}`;
     let op = controlClient(base, OLD_OP);
     await waitFor("server up", async () => (await op.listClients({}).catch(() => undefined)) !== undefined, 30_000);
-    const agent = spawnRvbox(["agent", "--server", `ws://127.0.0.1:${agentPort}/v1/agent`, "--client-id", "rot-1", "--state", path.join(work, "agent"), "--token", agentToken]);
+    const agent = spawnRvbox([
+      "agent",
+      "--server",
+      `ws://127.0.0.1:${agentPort}/v1/agent`,
+      "--client-id",
+      "rot-1",
+      "--state",
+      path.join(work, "agent"),
+      "--token",
+      agentToken,
+    ]);
     children.push(agent);
     const client = async () => (await op.listClients({})).clients.find((c) => c.clientId === "rot-1");
     try {
       await waitFor("agent connected", async () => (await client())?.connected, 30_000);
       const gen1 = (await client())!.generation;
       // A command that runs across the whole rotation.
-      const long = await op.submitCommand({ clientId: "rot-1", program: { case: "shell", value: { commandLine: "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done" } } });
+      const long = await op.submitCommand({
+        clientId: "rot-1",
+        program: { case: "shell", value: { commandLine: "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done" } },
+      });
 
       // 1. Operator token: old and new accepted while both are listed, then only the new.
       writeFileSync(operatorToken, `${NEW_OP}\n${OLD_OP}\n`);
@@ -87,10 +112,14 @@ describe("e2e: token reload on SIGHUP", () => {
       server.proc.kill("SIGHUP");
       await waitFor("fourth reload", () => server.output().split("tokens reloaded").length === 5);
       expect(server.output()).toMatch(/tokens reloaded.*sessionsClosed=1/);
-      await waitFor("agent back on the new token", async () => {
-        const c = await client();
-        return c?.connected && c.generation > gen1;
-      }, 30_000);
+      await waitFor(
+        "agent back on the new token",
+        async () => {
+          const c = await client();
+          return c?.connected && c.generation > gen1;
+        },
+        30_000,
+      );
 
       const got = await collect(op, long.command!.issueUuid);
       expect(got.finished?.state).toBe(L.SUCCEEDED);

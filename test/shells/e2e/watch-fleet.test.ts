@@ -34,7 +34,11 @@ function watch(client: ControlClient<typeof ControlService>, commandClients: str
   })();
   return {
     got,
-    since: (from, kind) => got.slice(from).filter((c) => c.case === kind).map((c) => c.value as never),
+    since: (from, kind) =>
+      got
+        .slice(from)
+        .filter((c) => c.case === kind)
+        .map((c) => c.value as never),
     ended,
     stop: () => abort.abort(),
   };
@@ -103,7 +107,10 @@ describe("WatchFleet (live server)", () => {
         // recorded as the next claimant in the same flush, so "gone" is either a claimCleared or a
         // claim by another instance, whichever the stream shows last for this client.
         const claimantGone = () => {
-          const last = w.got.slice(claimMark).filter((c) => (c.case === "claimCleared" && c.value === "wf-a") || (c.case === "claim" && c.value.clientId === "wf-a")).at(-1);
+          const last = w.got
+            .slice(claimMark)
+            .filter((c) => (c.case === "claimCleared" && c.value === "wf-a") || (c.case === "claim" && c.value.clientId === "wf-a"))
+            .at(-1);
           return last !== undefined && (last.case === "claimCleared" || (last.case === "claim" && last.value.instanceId !== claim.instanceId));
         };
         await waitFor("claim cleared", claimantGone, 60_000);
@@ -120,14 +127,16 @@ describe("WatchFleet (live server)", () => {
     }
   }, 120_000);
 
-  it("streams only the commands of the watched clients; \"*\" watches all", async () => {
+  it('streams only the commands of the watched clients; "*" watches all', async () => {
     const some = watch(s.client, ["wf-only"]);
     const all = watch(s.client, ["*"]);
     const none = watch(s.client, []);
     try {
       await waitFor("snapshots", () => some.got.length >= 1 && all.got.length >= 1 && none.got.length >= 1);
-      const other = (await s.client.submitCommand({ clientId: "wf-other", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } })).command!.issueUuid;
-      const mine = (await s.client.submitCommand({ clientId: "wf-only", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } })).command!.issueUuid;
+      const other = (await s.client.submitCommand({ clientId: "wf-other", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } }))
+        .command!.issueUuid;
+      const mine = (await s.client.submitCommand({ clientId: "wf-only", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } }))
+        .command!.issueUuid;
       await waitFor("all", () => all.since(1, "command").some((c) => c.issueUuid === other) && all.since(1, "command").some((c) => c.issueUuid === mine));
       await waitFor("some", () => some.since(1, "command").some((c) => c.issueUuid === mine));
       expect(some.since(1, "command").map((c) => c.clientId)).not.toContain("wf-other");
@@ -227,7 +236,9 @@ describe("WatchFleet coalescing and overflow", () => {
     const w = watch(s.client, ["*"]);
     try {
       await waitFor("snapshot", () => w.got.length >= 1);
-      const uuid = (await s.client.submitCommand({ clientId: "nobody", allowUnknownClient: true, program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true })).command!.issueUuid;
+      const uuid = (
+        await s.client.submitCommand({ clientId: "nobody", allowUnknownClient: true, program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true })
+      ).command!.issueUuid;
       // Three more durable changes of the same command before anything is pushed.
       await s.client.writeStdin({ issueUuid: uuid, data: new TextEncoder().encode("a"), appendNewline: true });
       await s.client.writeStdin({ issueUuid: uuid, data: new TextEncoder().encode("b"), appendNewline: true });
@@ -255,7 +266,11 @@ describe("WatchFleet coalescing and overflow", () => {
       const before = snapshotOf(w.got[0]).commands.length;
       // Three new commands in one push: more than the queue's bound of 2.
       const uuids: string[] = [];
-      for (let i = 0; i < 3; i++) uuids.push((await s.client.submitCommand({ clientId: "burst", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } })).command!.issueUuid);
+      for (let i = 0; i < 3; i++)
+        uuids.push(
+          (await s.client.submitCommand({ clientId: "burst", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } })).command!
+            .issueUuid,
+        );
       s.daemon.watch.flush();
       await waitFor("second snapshot", () => w.got.length >= 2);
       const snap = snapshotOf(w.got[1]);
@@ -263,7 +278,8 @@ describe("WatchFleet coalescing and overflow", () => {
       expect(snap.commands.length).toBe(before + 3);
       for (const u of uuids) expect(snap.commands.map((c) => c.issueUuid)).toContain(u);
       // Within the bound, changes flow again.
-      const one = (await s.client.submitCommand({ clientId: "burst", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } })).command!.issueUuid;
+      const one = (await s.client.submitCommand({ clientId: "burst", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } })).command!
+        .issueUuid;
       s.daemon.watch.flush();
       await waitFor("change after the snapshot", () => w.since(2, "command").some((c) => c.issueUuid === one));
       expect(w.got.filter((c) => c.case === "snapshot")).toHaveLength(2);

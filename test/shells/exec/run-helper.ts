@@ -1,12 +1,5 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import {
-  startProcess,
-  type ExitInfo,
-  type OutputStreamName,
-  type ProcessHandle,
-  type ProcessSpec,
-  type SpawnFailure,
-} from '../../../shells/exec/index.js';
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { startProcess, type ExitInfo, type OutputStreamName, type ProcessHandle, type ProcessSpec, type SpawnFailure } from "../../../shells/exec/index.js";
 
 export interface RunResult {
   pid: number | undefined;
@@ -86,11 +79,11 @@ export function isGone(pid: number): boolean {
   try {
     process.kill(pid, 0);
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+    return (err as NodeJS.ErrnoException).code === "ESRCH";
   }
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
   } catch {
     return true;
   }
@@ -101,19 +94,19 @@ export function isGone(pid: number): boolean {
  * Returns null where /proc is unavailable.
  */
 export function liveGroupMembers(pgid: number): number[] | null {
-  if (!existsSync('/proc/self/stat')) return null;
+  if (!existsSync("/proc/self/stat")) return null;
   const live: number[] = [];
-  for (const entry of readdirSync('/proc')) {
+  for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     let stat: string;
     try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
     } catch {
       continue;
     }
     // fields after "(comm) ": state ppid pgrp ...
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(fields[2]) === pgid && fields[0] !== 'Z') live.push(Number(entry));
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(fields[2]) === pgid && fields[0] !== "Z") live.push(Number(entry));
   }
   return live;
 }

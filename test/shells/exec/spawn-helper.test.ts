@@ -27,7 +27,12 @@ interface Run {
   spawnError?: string;
 }
 
-function run(helper: SpawnHelper, spec: ProcessSpec, extra: Partial<HelperHooks> = {}, record?: { dir: string; uuid: string }): Run & { h: ReturnType<SpawnHelper["startProcess"]> } {
+function run(
+  helper: SpawnHelper,
+  spec: ProcessSpec,
+  extra: Partial<HelperHooks> = {},
+  record?: { dir: string; uuid: string },
+): Run & { h: ReturnType<SpawnHelper["startProcess"]> } {
   let exitR!: (i: ExitInfo) => void;
   let lostR!: (w: string) => void;
   const r: Run = {
@@ -61,7 +66,13 @@ function run(helper: SpawnHelper, spec: ProcessSpec, extra: Partial<HelperHooks>
     },
     record,
   );
-  return { ...r, h, get pid() { return r.pid; } } as Run & { h: typeof h };
+  return {
+    ...r,
+    h,
+    get pid() {
+      return r.pid;
+    },
+  } as Run & { h: typeof h };
 }
 
 const alive = processAlive;
@@ -223,7 +234,10 @@ describe.runIf(process.platform === "linux")("agent with a spawn helper that die
     let again: Awaited<ReturnType<typeof startAgent>> | undefined;
     try {
       const ticks = path.join(work, "ticks");
-      const c = await s.client.submitCommand({ clientId: "mid-run", program: { case: "shell", value: { commandLine: `while true; do echo t >> ${ticks}; sleep 0.1; done` } } });
+      const c = await s.client.submitCommand({
+        clientId: "mid-run",
+        program: { case: "shell", value: { commandLine: `while true; do echo t >> ${ticks}; sleep 0.1; done` } },
+      });
       const uuid = c.command!.issueUuid;
       await waitFor("running", async () => (await s.client.getCommand({ issueUuid: uuid })).command!.state === L.RUNNING);
       const pid = (await waitFor("pid", () => [...agent.state.commands.values()].find((x) => x.uuid === uuid && x.pid > 0)))!.pid;

@@ -12,7 +12,8 @@ function loop(limits = { maxBytes: 100, maxCount: 4 }) {
   const l = new NodeLoop<In>(
     {
       step: (i) => seen.push(i),
-      staged: (conn, item: Staged) => (item.kind === "frame" ? { t: "frame", conn, n: item.data[0] } : item.kind === "open" ? { t: "open", conn } : { t: "closed", conn }),
+      staged: (conn, item: Staged) =>
+        item.kind === "frame" ? { t: "frame", conn, n: item.data[0] } : item.kind === "open" ? { t: "open", conn } : { t: "closed", conn },
       ingressFull: (conn) => ({ t: "full", conn }),
       durable: (n) => ({ t: "durable", n }),
       tick: () => ({ t: "tick" }),
@@ -127,7 +128,9 @@ describe("shell runtime: connection writer", () => {
 
     const ws2 = new FakeWs();
     const why: string[] = [];
-    const w2 = new ConnWriter(ws2 as unknown as WebSocket, { maxInFlight: 10, maxQueuedBytes: 1000, deadlineBytes: 50, writeDeadlineMs: 1000 }, (s) => why.push(s));
+    const w2 = new ConnWriter(ws2 as unknown as WebSocket, { maxInFlight: 10, maxQueuedBytes: 1000, deadlineBytes: 50, writeDeadlineMs: 1000 }, (s) =>
+      why.push(s),
+    );
     ws2.bufferedAmount = 500;
     w2.checkDeadline(10_000);
     w2.checkDeadline(10_500);

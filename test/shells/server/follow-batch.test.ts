@@ -25,16 +25,46 @@ describe("FollowOutput batches: encoding", () => {
     const uuid = "0b7f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b";
     const data = (n: number, seed: number) => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255);
     const items = [
-      { issueUuid: uuid, eventSeq: 1n, commandRevision: 0n, time: timestampFromMs(0), item: { case: "output" as const, value: { stream: OutputStream.STDOUT, streamOffset: 0n, data: data(300, 1) } } },
-      { issueUuid: uuid, eventSeq: 2n, commandRevision: 7n, time: timestampFromMs(1_796_127_390_816), item: { case: "output" as const, value: { stream: OutputStream.STDERR, streamOffset: 2n ** 40n, data: data(65536, 2) } } },
-      { issueUuid: uuid, eventSeq: 3n, time: timestampFromMs(1_796_127_391_000), item: { case: "output" as const, value: { stream: OutputStream.STDOUT, streamOffset: 300n, data: new Uint8Array(0) } } },
+      {
+        issueUuid: uuid,
+        eventSeq: 1n,
+        commandRevision: 0n,
+        time: timestampFromMs(0),
+        item: { case: "output" as const, value: { stream: OutputStream.STDOUT, streamOffset: 0n, data: data(300, 1) } },
+      },
+      {
+        issueUuid: uuid,
+        eventSeq: 2n,
+        commandRevision: 7n,
+        time: timestampFromMs(1_796_127_390_816),
+        item: { case: "output" as const, value: { stream: OutputStream.STDERR, streamOffset: 2n ** 40n, data: data(65536, 2) } },
+      },
+      {
+        issueUuid: uuid,
+        eventSeq: 3n,
+        time: timestampFromMs(1_796_127_391_000),
+        item: { case: "output" as const, value: { stream: OutputStream.STDOUT, streamOffset: 300n, data: new Uint8Array(0) } },
+      },
       {
         issueUuid: uuid,
         eventSeq: 4n,
         time: timestampFromMs(5),
-        item: { case: "retention" as const, value: { removedEvents: { firstEventSeq: 4n, lastEventSeq: 9n }, removedBytes: [{ stream: OutputStream.STDOUT, offset: 300n, length: 99n }], cause: TruncationCause.SERVER_RETENTION } },
+        item: {
+          case: "retention" as const,
+          value: {
+            removedEvents: { firstEventSeq: 4n, lastEventSeq: 9n },
+            removedBytes: [{ stream: OutputStream.STDOUT, offset: 300n, length: 99n }],
+            cause: TruncationCause.SERVER_RETENTION,
+          },
+        },
       },
-      { issueUuid: uuid, eventSeq: 10n, commandRevision: 3n, time: timestampFromMs(99_999), item: { case: "lifecycle" as const, value: { state: L.SUCCEEDED, exitCode: 0 } } },
+      {
+        issueUuid: uuid,
+        eventSeq: 10n,
+        commandRevision: 3n,
+        time: timestampFromMs(99_999),
+        item: { case: "lifecycle" as const, value: { state: L.SUCCEEDED, exitCode: 0 } },
+      },
     ];
     const env = batchEnvelope(uuid, items);
     expect(env[0]).toBe(0);
@@ -69,22 +99,40 @@ describe("FollowOutput batches: in-process server and agent", () => {
   });
 
   async function finished(uuid: string): Promise<void> {
-    await waitFor("command finished and stored", async () => {
-      const c = (await s.client.getCommand({ issueUuid: uuid })).command!;
-      return c.state === L.SUCCEEDED && c.storedThroughEventSeq > 0n;
-    }, 120_000, 50);
+    await waitFor(
+      "command finished and stored",
+      async () => {
+        const c = (await s.client.getCommand({ issueUuid: uuid })).command!;
+        return c.state === L.SUCCEEDED && c.storedThroughEventSeq > 0n;
+      },
+      120_000,
+      50,
+    );
   }
 
   it("R-O1 R-O4: a reader that asks for batches gets many events per response, in order and byte-exact; one that does not gets one per response", async () => {
     const file = path.join(work, "log.txt");
     // 4 MiB of text: 64 or more output events of at most 64 KiB.
-    execFileSync("sh", ["-c", `i=0; while [ $i -lt 120000 ]; do echo "line $i of a log that is long enough to count"; i=$((i+1)); done | head -c 4194304 > ${file}`]);
-    const want = createHash("sha256").update(await fsp.readFile(file)).digest("hex");
+    execFileSync("sh", [
+      "-c",
+      `i=0; while [ $i -lt 120000 ]; do echo "line $i of a log that is long enough to count"; i=$((i+1)); done | head -c 4194304 > ${file}`,
+    ]);
+    const want = createHash("sha256")
+      .update(await fsp.readFile(file))
+      .digest("hex");
     const r = await s.client.submitCommand({ clientId: "host-b", program: { case: "argv", value: { argv: ["cat", file] } } });
     const uuid = r.command!.issueUuid;
     await finished(uuid);
     // JSON is served by connect-node's handler, the binary form by follow-http.ts: both batch.
-    const json = createClient(ControlService, createConnectTransport({ baseUrl: s.controlUrl, httpVersion: "1.1", useBinaryFormat: false, interceptors: [(next) => (req) => (req.header.set("Authorization", `Bearer ${OPERATOR_TOKEN}`), next(req))] }));
+    const json = createClient(
+      ControlService,
+      createConnectTransport({
+        baseUrl: s.controlUrl,
+        httpVersion: "1.1",
+        useBinaryFormat: false,
+        interceptors: [(next) => (req) => (req.header.set("Authorization", `Bearer ${OPERATOR_TOKEN}`), next(req))],
+      }),
+    );
     const read = async (maxBatchBytes: number, client = s.client) => {
       const h = createHash("sha256");
       let responses = 0;

@@ -5,7 +5,12 @@ import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js
 import { waitingReason, type FleetReader } from "../../../shells/server/control-service.js";
 import { ServerRig, T0 } from "../../support/server-rig.js";
 
-const reader = (r: ServerRig, activity = new Map<string, number>()): FleetReader => ({ state: r.st, lastActivity: activity, sessionInfo: () => undefined, toWall: (t) => t });
+const reader = (r: ServerRig, activity = new Map<string, number>()): FleetReader => ({
+  state: r.st,
+  lastActivity: activity,
+  sessionInfo: () => undefined,
+  toWall: (t) => t,
+});
 
 describe("waiting reasons", () => {
   it("unknown, offline since its last activity, agent capacity full, server dispatch limit, nothing once it runs", () => {

@@ -13,10 +13,13 @@ describe("GroupCommitter", () => {
   it("items pushed in one synchronous run form one group; items pushed during a commit form the next", async () => {
     const groups: number[][] = [];
     const g = gate();
-    const c = new GroupCommitter<number>(async (group) => {
-      groups.push(group);
-      if (groups.length === 1) await g.wait;
-    }, () => {});
+    const c = new GroupCommitter<number>(
+      async (group) => {
+        groups.push(group);
+        if (groups.length === 1) await g.wait;
+      },
+      () => {},
+    );
     c.push(1);
     c.push(2, 3);
     await Promise.resolve();
@@ -27,16 +30,22 @@ describe("GroupCommitter", () => {
     expect(groups).toHaveLength(1); // the first commit is still in flight
     g.open();
     await c.whenIdle();
-    expect(groups).toEqual([[1, 2, 3], [4, 5]]);
+    expect(groups).toEqual([
+      [1, 2, 3],
+      [4, 5],
+    ]);
     expect(c.groups).toBe(2);
   });
 
   it("whenIdle resolves only after every queued item is committed", async () => {
     const done: number[] = [];
-    const c = new GroupCommitter<number>(async (group) => {
-      await new Promise((r) => setTimeout(r, 5));
-      done.push(...group);
-    }, () => {});
+    const c = new GroupCommitter<number>(
+      async (group) => {
+        await new Promise((r) => setTimeout(r, 5));
+        done.push(...group);
+      },
+      () => {},
+    );
     await c.whenIdle(); // idle at rest
     c.push(1);
     c.push(2);
@@ -48,13 +57,16 @@ describe("GroupCommitter", () => {
     const written: number[][] = [];
     const errors: unknown[] = [];
     const g = gate();
-    const c = new GroupCommitter<number>(async (group) => {
-      if (group.includes(1)) {
-        await g.wait;
-        throw new Error("EIO");
-      }
-      written.push(group);
-    }, (e) => errors.push(e));
+    const c = new GroupCommitter<number>(
+      async (group) => {
+        if (group.includes(1)) {
+          await g.wait;
+          throw new Error("EIO");
+        }
+        written.push(group);
+      },
+      (e) => errors.push(e),
+    );
     c.push(1);
     await Promise.resolve();
     c.push(2); // queued behind the failing group
@@ -71,10 +83,13 @@ describe("GroupCommitter", () => {
   it("close waits for queued groups and then refuses pushes without calling onError", async () => {
     const written: number[][] = [];
     const errors: unknown[] = [];
-    const c = new GroupCommitter<number>(async (group) => {
-      await new Promise((r) => setTimeout(r, 2));
-      written.push(group);
-    }, (e) => errors.push(e));
+    const c = new GroupCommitter<number>(
+      async (group) => {
+        await new Promise((r) => setTimeout(r, 2));
+        written.push(group);
+      },
+      (e) => errors.push(e),
+    );
     c.push(1);
     await c.close();
     expect(written).toEqual([[1]]);

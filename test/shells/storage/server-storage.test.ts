@@ -11,7 +11,21 @@ function outputEvent(id: number, uuid: string, seq: number, bytes: number): Pers
     type: "persist",
     id,
     records: [
-      { table: "event", key: `${uuid}/${String(seq).padStart(12, "0")}`, value: { seq, revision: 1, time: 1, digest: seq, kind: "output", stream: "stdout", offset: (seq - 1) * bytes, originalSize: bytes, zstd: new Uint8Array(bytes).fill(seq & 0xff) } },
+      {
+        table: "event",
+        key: `${uuid}/${String(seq).padStart(12, "0")}`,
+        value: {
+          seq,
+          revision: 1,
+          time: 1,
+          digest: seq,
+          kind: "output",
+          stream: "stdout",
+          offset: (seq - 1) * bytes,
+          originalSize: bytes,
+          zstd: new Uint8Array(bytes).fill(seq & 0xff),
+        },
+      },
       { table: "command", key: uuid, value: { uuid, storedThrough: seq } },
     ],
   };
@@ -76,17 +90,17 @@ describe("server storage: kv rows + output segment files", () => {
     s.dropOutput("cmd-b", 4);
     // Nothing else is persisted (a command that has gone quiet): the drop still lands.
     await s.whenIdle();
-    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([5, 6, 7, 8, 9, 10]);
+    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([5, 6, 7, 8, 9, 10]);
     expect((await segFiles(dir)).length).toBe(2);
     // A partly covered file stays until a later drop covers it (readers skip
     // what the retention marker covers).
     s.dropOutput("cmd-b", 6);
     await s.whenIdle();
-    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([5, 6, 7, 8, 9, 10]);
+    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([5, 6, 7, 8, 9, 10]);
     expect((await segFiles(dir)).length).toBe(2);
     s.dropOutput("cmd-b", 8);
     await s.whenIdle();
-    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([9, 10]);
+    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([9, 10]);
     expect((await segFiles(dir)).length).toBe(1);
     await s.close();
     await fsp.writeFile(path.join(dir, SEGMENT_DIR, "orphan.seg"), "x");
@@ -96,7 +110,7 @@ describe("server storage: kv rows + output segment files", () => {
     const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
     expect(await segFiles(dir)).not.toContain("orphan.seg");
     expect((await fsp.stat(path.join(dir, SEGMENT_DIR, kept!))).size).toBe(600);
-    expect(s2.readEvents("cmd-b", 1, 100, 100).map((r) => r["seq"])).toEqual([9, 10]);
+    expect(s2.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([9, 10]);
     await s2.close();
     // A committed file that lost bytes is corruption: refused unless repaired.
     await fsp.truncate(path.join(dir, SEGMENT_DIR, kept!), 10);
@@ -122,14 +136,14 @@ describe("server storage: kv rows + output segment files", () => {
     await s.whenIdle();
     // (It is only partly covered, so its entries 1..3 stay too; readers skip what the marker covers.)
     const rows = s.readEvents("cmd-g", 1, 100, 100) as StoredOutputRow[];
-    expect(rows.map((r) => r["seq"])).toEqual([1, 2, 3, 4, 5]);
+    expect(rows.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5]);
     expect(await readFrame(s, rows[3]!.seg!)).toEqual(new Uint8Array(300).fill(4));
     expect((await segFiles(dir)).length).toBe(2);
     // A later drop through 4 covers the first file wholly: now it goes.
     s.dropOutput("cmd-g", 4);
     await s.whenIdle();
     expect((await segFiles(dir)).length).toBe(1);
-    expect(s.readEvents("cmd-g", 1, 100, 100).map((r) => r["seq"])).toEqual([5]);
+    expect(s.readEvents("cmd-g", 1, 100, 100).map((r) => r.seq)).toEqual([5]);
     await s.close();
   });
 
@@ -139,20 +153,33 @@ describe("server storage: kv rows + output segment files", () => {
     const row = (uuid: string, seq: number) => ({ table: "event", key: `${uuid}/${String(seq).padStart(12, "0")}`, value: { seq, kind: "lifecycle" } });
     for (let i = 1; i <= 6; i++) s.persist(outputEvent(i, "ab", i, 300));
     s.persist({ type: "persist", id: 7, records: [row("ab", 7), row("abc", 1), row("ab", 8)] });
-    s.persist({ type: "persist", id: 8, records: [outputEvent(8, "keep", 1, 300).records[0]!, { table: "command", key: "keep", value: { uuid: "keep", storedThrough: 1 } }] });
+    s.persist({
+      type: "persist",
+      id: 8,
+      records: [outputEvent(8, "keep", 1, 300).records[0]!, { table: "command", key: "keep", value: { uuid: "keep", storedThrough: 1 } }],
+    });
     await s.whenIdle();
     expect((await segFiles(dir)).length).toBe(3); // two of "ab", one of "keep"
     const rowKeys = () => s.db.query<{ k: string }>("SELECT k FROM kv WHERE t = 'event' ORDER BY k").map((r) => r.k);
     expect(rowKeys()).toEqual(["ab/000000000007", "ab/000000000008", "abc/000000000001"]);
     // The core's pruning batch: command gone, its events by prefix, a row written after the prefix survives.
-    s.persist({ type: "persist", id: 9, records: [{ table: "command", key: "ab", value: null }, { table: "event", key: "ab/", value: null, prefix: true }, row("ab", 9), { table: "pruned", key: "ab", value: { uuid: "ab" } }] });
+    s.persist({
+      type: "persist",
+      id: 9,
+      records: [
+        { table: "command", key: "ab", value: null },
+        { table: "event", key: "ab/", value: null, prefix: true },
+        row("ab", 9),
+        { table: "pruned", key: "ab", value: { uuid: "ab" } },
+      ],
+    });
     await s.whenIdle();
     expect(rowKeys()).toEqual(["ab/000000000009", "abc/000000000001"]);
     s.pruneOutput("ab"); // no persist follows: it still goes now
     await s.whenIdle();
     expect((await segFiles(dir)).length).toBe(1);
-    expect(s.readEvents("ab", 1, 100, 100).filter((r) => r["kind"] === "output")).toEqual([]);
-    expect(s.readEvents("keep", 1, 100, 100).map((r) => r["seq"])).toEqual([1]);
+    expect(s.readEvents("ab", 1, 100, 100).filter((r) => r.kind === "output")).toEqual([]);
+    expect(s.readEvents("keep", 1, 100, 100).map((r) => r.seq)).toEqual([1]);
     // A crash between the pruning batch and pruneOutput: rows of a command that is gone.
     s.persist({ type: "persist", id: 10, records: [{ table: "command", key: "keep", value: null }] });
     await s.close();
@@ -167,7 +194,15 @@ describe("foldRecord: a group's net effect per row", () => {
   it("a prefix delete drops earlier writes it covers and keeps its place; later writes survive", () => {
     const net = new Map<string, PersistRecord>();
     const w = (key: string, value: unknown = 1): PersistRecord => ({ table: "event", key, value });
-    for (const r of [w("a/1"), w("ab/1"), { table: "other", key: "a/1", value: 1 }, { table: "event", key: "a/", value: null, prefix: true } as const, w("a/2"), w("a/1", 2)]) foldRecord(net, r);
+    for (const r of [
+      w("a/1"),
+      w("ab/1"),
+      { table: "other", key: "a/1", value: 1 },
+      { table: "event", key: "a/", value: null, prefix: true } as const,
+      w("a/2"),
+      w("a/1", 2),
+    ])
+      foldRecord(net, r);
     expect([...net.values()].map((r) => [r.table, r.key, r.value, r.prefix ?? false])).toEqual([
       ["event", "ab/1", 1, false],
       ["other", "a/1", 1, false],
@@ -175,7 +210,10 @@ describe("foldRecord: a group's net effect per row", () => {
       ["event", "a/2", 1, false],
       ["event", "a/1", 2, false],
     ]);
-    expect(recordStmt({ table: "event", key: "a/", value: null, prefix: true })).toEqual({ sql: "DELETE FROM kv WHERE t = ? AND k >= ? AND k < ?", params: ["event", "a/", "a0"] });
+    expect(recordStmt({ table: "event", key: "a/", value: null, prefix: true })).toEqual({
+      sql: "DELETE FROM kv WHERE t = ? AND k >= ? AND k < ?",
+      params: ["event", "a/", "a0"],
+    });
     expect(() => prefixEnd("")).toThrow(/non-empty ASCII/);
     expect(() => prefixEnd("é")).toThrow(/non-empty ASCII/);
   });

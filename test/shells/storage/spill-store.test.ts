@@ -40,7 +40,14 @@ describe("agent storage: kv rows with large fields spilled to blob files", () =>
     const s = await SpillStore.open({ dir, threshold: 1000, fileBytes: 5000 });
     // Same synchronous run: one group; the entry never reaches a file.
     s.persist(put(1, "entry", "u/1", { data: blob(4000, 1) }));
-    s.persist({ type: "persist", id: 2, records: [{ table: "entry", key: "u/1", value: null }, { table: "event", key: "u/1", value: { seq: 1, bytes: blob(2000, 9) } }] });
+    s.persist({
+      type: "persist",
+      id: 2,
+      records: [
+        { table: "entry", key: "u/1", value: null },
+        { table: "event", key: "u/1", value: { seq: 1, bytes: blob(2000, 9) } },
+      ],
+    });
     await s.whenIdle();
     expect(s.bytesSpilled).toBe(2000);
     for (let i = 2; i <= 6; i++) s.persist(put(10 + i, "event", `u/${i}`, { seq: i, bytes: blob(2000, i) }));

@@ -42,23 +42,37 @@ describe("storage value codec", () => {
       return out;
     };
     fc.assert(
-      fc.property(fc.oneof(fc.string({ maxLength: 200 }), fc.string({ unit: "grapheme", maxLength: 200 }), fc.string({ unit: "binary-ascii", minLength: 120, maxLength: 140 })), (str) => {
-        const utf8 = [...Buffer.from(str, "utf8")];
-        const bytes = [...encodeValue(str)];
-        // the tag byte, then exactly the length and bytes any UTF-8 writer produces
-        expect(bytes.slice(1)).toEqual([...varint(utf8.length), ...utf8]);
-        expect(decodeValue(encodeValue(str))).toBe(str);
-      }),
+      fc.property(
+        fc.oneof(
+          fc.string({ maxLength: 200 }),
+          fc.string({ unit: "grapheme", maxLength: 200 }),
+          fc.string({ unit: "binary-ascii", minLength: 120, maxLength: 140 }),
+        ),
+        (str) => {
+          const utf8 = [...Buffer.from(str, "utf8")];
+          const bytes = [...encodeValue(str)];
+          // the tag byte, then exactly the length and bytes any UTF-8 writer produces
+          expect(bytes.slice(1)).toEqual([...varint(utf8.length), ...utf8]);
+          expect(decodeValue(encodeValue(str))).toBe(str);
+        },
+      ),
       { numRuns: 500 },
     );
   });
 
   it("is canonical: key order does not change the bytes", () => {
     fc.assert(
-      fc.property(fc.dictionary(fc.string().filter((k) => k !== "__proto__"), fc.integer(), { maxKeys: 8 }), (o) => {
-        const reversed = Object.assign(Object.create(Object.getPrototypeOf(o)) as object, Object.fromEntries(Object.entries(o).reverse()));
-        expect(Buffer.from(encodeValue(reversed)).equals(Buffer.from(encodeValue(o)))).toBe(true);
-      }),
+      fc.property(
+        fc.dictionary(
+          fc.string().filter((k) => k !== "__proto__"),
+          fc.integer(),
+          { maxKeys: 8 },
+        ),
+        (o) => {
+          const reversed = Object.assign(Object.create(Object.getPrototypeOf(o)) as object, Object.fromEntries(Object.entries(o).reverse()));
+          expect(Buffer.from(encodeValue(reversed)).equals(Buffer.from(encodeValue(o)))).toBe(true);
+        },
+      ),
     );
   });
 
@@ -99,7 +113,7 @@ describe("storage value codec", () => {
     expect(() => encodeValue(() => 1)).toThrow(TypeError);
     expect(() => encodeValue(Symbol("s"))).toThrow(TypeError);
     const cyc: Record<string, unknown> = {};
-    cyc["self"] = cyc;
+    cyc.self = cyc;
     expect(() => encodeValue(cyc)).toThrow(TypeError);
     expect(() => decodeValue(new Uint8Array([99]))).toThrow(RangeError);
     expect(() => decodeValue(new Uint8Array([7, 5, 65]))).toThrow(RangeError);

@@ -1,13 +1,13 @@
-import { spawn } from 'node:child_process';
-import { readFileSync, promises as fsp } from 'node:fs';
-import * as path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
-import { openDurableDb, type DurableDb } from '../../../shells/store/index.js';
-import { SCHEMA, cleanupTempDirs, copyStore, tempDir } from './helpers.js';
+import { spawn } from "node:child_process";
+import { readFileSync, promises as fsp } from "node:fs";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterEach, describe, expect, it } from "vitest";
+import { openDurableDb, type DurableDb } from "../../../shells/store/index.js";
+import { SCHEMA, cleanupTempDirs, copyStore, tempDir } from "./helpers.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const projectRoot = path.resolve(here, '../../..');
+const projectRoot = path.resolve(here, "../../..");
 
 const open: DurableDb[] = [];
 async function openDb(dir: string, checkpointEveryBytes?: number): Promise<DurableDb> {
@@ -24,27 +24,30 @@ afterEach(async () => {
   await cleanupTempDirs();
 });
 
-const insertN = (n: number, pad = '') => [{ sql: 'INSERT INTO seqs (n) VALUES (?)', params: [n] }, ...(pad ? [{ sql: 'INSERT OR REPLACE INTO kv VALUES (?, ?)', params: [`pad${n}`, pad] }] : [])];
+const insertN = (n: number, pad = "") => [
+  { sql: "INSERT INTO seqs (n) VALUES (?)", params: [n] },
+  ...(pad ? [{ sql: "INSERT OR REPLACE INTO kv VALUES (?, ?)", params: [`pad${n}`, pad] }] : []),
+];
 const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
 function seqs(db: DurableDb): number[] {
-  return db.query<{ n: number }>('SELECT n FROM seqs ORDER BY n').map((r) => r.n);
+  return db.query<{ n: number }>("SELECT n FROM seqs ORDER BY n").map((r) => r.n);
 }
 
-describe('crash recovery', () => {
-  it('truncating the journal at every byte offset of the last record leaves earlier records intact', async () => {
+describe("crash recovery", () => {
+  it("truncating the journal at every byte offset of the last record leaves earlier records intact", async () => {
     const dir = await tempDir();
     const db = await openDb(dir);
     for (let i = 0; i < 4; i++) await db.apply(insertN(i));
     const lastStart = db.stats().journalBytes;
-    await db.apply(insertN(4, 'last record payload'));
+    await db.apply(insertN(4, "last record payload"));
     const end = db.stats().journalBytes;
     await closeDb(db);
-    const full = await fsp.readFile(path.join(dir, 'journal.bin'));
+    const full = await fsp.readFile(path.join(dir, "journal.bin"));
     expect(full.length).toBe(end);
 
     for (let cut = lastStart; cut <= end; cut++) {
       const copy = await copyStore(dir);
-      await fsp.writeFile(path.join(copy, 'journal.bin'), full.subarray(0, cut));
+      await fsp.writeFile(path.join(copy, "journal.bin"), full.subarray(0, cut));
       const d = await openDb(copy);
       expect(d.recovery.corrupt).toBeNull();
       if (cut === end) {
@@ -54,7 +57,7 @@ describe('crash recovery', () => {
         if (cut === lastStart) expect(d.recovery.tornTail).toBeNull();
         else expect(d.recovery.tornTail).toMatchObject({ offset: lastStart, bytesDiscarded: cut - lastStart });
         expect(seqs(d)).toEqual([0, 1, 2, 3]);
-        expect((await fsp.stat(path.join(copy, 'journal.bin'))).size).toBe(lastStart);
+        expect((await fsp.stat(path.join(copy, "journal.bin"))).size).toBe(lastStart);
         // the store keeps working after the torn tail was cut away
         await d.apply(insertN(100));
         await closeDb(d);
@@ -65,18 +68,18 @@ describe('crash recovery', () => {
     }
   });
 
-  it('a zero-filled or garbage tail after the last record is a torn tail', async () => {
+  it("a zero-filled or garbage tail after the last record is a torn tail", async () => {
     const dir = await tempDir();
     const db = await openDb(dir);
     for (let i = 0; i < 3; i++) await db.apply(insertN(i));
     const end = db.stats().journalBytes;
     await closeDb(db);
-    const full = await fsp.readFile(path.join(dir, 'journal.bin'));
+    const full = await fsp.readFile(path.join(dir, "journal.bin"));
     const garbage = Buffer.alloc(3000);
     for (let i = 0; i < garbage.length; i++) garbage[i] = (i * 2654435761) >>> 24;
     for (const tail of [Buffer.alloc(4096), garbage]) {
       const copy = await copyStore(dir);
-      await fsp.writeFile(path.join(copy, 'journal.bin'), Buffer.concat([full, tail]));
+      await fsp.writeFile(path.join(copy, "journal.bin"), Buffer.concat([full, tail]));
       const d = await openDb(copy);
       expect(d.recovery.corrupt).toBeNull();
       expect(d.recovery.tornTail).toMatchObject({ offset: end, bytesDiscarded: tail.length });
@@ -84,7 +87,7 @@ describe('crash recovery', () => {
     }
   });
 
-  it('point-in-time copies taken mid-stream (incl. during checkpoints) recover every acknowledged batch', async () => {
+  it("point-in-time copies taken mid-stream (incl. during checkpoints) recover every acknowledged batch", async () => {
     const dir = await tempDir();
     const db = await openDb(dir, 4 * 1024);
     let ackedUpTo = -1; // every batch <= this has resolved (promises resolve in order)
@@ -98,7 +101,7 @@ describe('crash recovery', () => {
         const files = new Map<string, Buffer>();
         // Synchronous reads: the writer has at most one fs operation in flight,
         // so this is (nearly) a point-in-time image of the directory, like kill -9.
-        for (const name of ['journal.bin', 'snapshot.bin']) {
+        for (const name of ["journal.bin", "snapshot.bin"]) {
           try {
             files.set(name, readFileSync(path.join(dir, name)));
           } catch {
@@ -113,7 +116,7 @@ describe('crash recovery', () => {
     // machine more batches wait in the queue and are covered by a snapshot
     // without ever reaching the journal, so N alone may fill it only once.
     for (let i = 0; i < N || (db.stats().checkpoints < 2 && i < 20 * N); i++) {
-      all.push(db.apply(insertN(i, 'x'.repeat(i % 50))).then(() => void (ackedUpTo = i)));
+      all.push(db.apply(insertN(i, "x".repeat(i % 50))).then(() => void (ackedUpTo = i)));
       if (i % 16 === 15) await new Promise((r) => setImmediate(r));
     }
     await Promise.all(all);
@@ -123,7 +126,7 @@ describe('crash recovery', () => {
     expect(copies.length).toBeGreaterThan(5);
 
     for (const c of copies) {
-      const copy = await tempDir('store-pit-');
+      const copy = await tempDir("store-pit-");
       for (const [name, data] of c.files) await fsp.writeFile(path.join(copy, name), data);
       const d = await openDb(copy);
       expect(d.recovery.corrupt).toBeNull();
@@ -135,34 +138,34 @@ describe('crash recovery', () => {
     }
   });
 
-  it('survives a real kill -9: every number printed as durable is present after reopen', async () => {
+  it("survives a real kill -9: every number printed as durable is present after reopen", async () => {
     const dir = await tempDir();
-    const child = path.join(here, 'fixtures', 'kill-child.ts');
+    const child = path.join(here, "fixtures", "kill-child.ts");
     const printed: number[] = [];
     for (let round = 0; round < 2; round++) {
-      const proc = spawn(process.execPath, ['--import', 'tsx', child, dir], {
+      const proc = spawn(process.execPath, ["--import", "tsx", child, dir], {
         cwd: projectRoot,
-        stdio: ['ignore', 'pipe', 'pipe'],
+        stdio: ["ignore", "pipe", "pipe"],
       });
-      let out = '';
-      let stderr = '';
+      let out = "";
+      let stderr = "";
       let roundCount = 0;
       const killAfter = 250 + Math.floor(Math.random() * 150);
-      proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      const exited = new Promise<NodeJS.Signals | null>((resolve) => proc.on('close', (_code, sig) => resolve(sig)));
-      proc.stdout.on('data', (d: Buffer) => {
+      proc.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      const exited = new Promise<NodeJS.Signals | null>((resolve) => proc.on("close", (_code, sig) => resolve(sig)));
+      proc.stdout.on("data", (d: Buffer) => {
         out += d.toString();
         let nl: number;
-        while ((nl = out.indexOf('\n')) >= 0) {
+        while ((nl = out.indexOf("\n")) >= 0) {
           const line = out.slice(0, nl);
           out = out.slice(nl + 1);
-          if (line.startsWith('ready')) continue;
+          if (line.startsWith("ready")) continue;
           printed.push(Number(line));
-          if (++roundCount === killAfter) proc.kill('SIGKILL');
+          if (++roundCount === killAfter) proc.kill("SIGKILL");
         }
       });
       const sig = await exited;
-      expect(sig, stderr).toBe('SIGKILL');
+      expect(sig, stderr).toBe("SIGKILL");
       expect(roundCount).toBeGreaterThanOrEqual(killAfter);
 
       const d = await openDb(dir);
@@ -174,6 +177,6 @@ describe('crash recovery', () => {
       await closeDb(d);
     }
     // the child checkpointed (16 KiB threshold) while it was being killed
-    await expect(fsp.stat(path.join(dir, 'snapshot.bin'))).resolves.toBeTruthy();
+    await expect(fsp.stat(path.join(dir, "snapshot.bin"))).resolves.toBeTruthy();
   }, 20_000);
 });

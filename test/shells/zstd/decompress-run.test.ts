@@ -1,15 +1,20 @@
 // decompressRun: the read path's decoding of a run of stored frames that sit
 // back to back in a segment file (FollowOutput), on both backends.
-import { beforeAll, describe, expect, it } from 'vitest';
-import { compress, decompressRun, initZstd, ZSTD_BACKENDS } from '../../../shells/zstd/index.js';
+import { beforeAll, describe, expect, it } from "vitest";
+import { compress, decompressRun, initZstd, ZSTD_BACKENDS } from "../../../shells/zstd/index.js";
 
 beforeAll(async () => {
-  await initZstd('portable');
+  await initZstd("portable");
 });
 
-const text = (n: number, seed: number): Uint8Array => Buffer.from(Array.from({ length: Math.ceil(n / 16) }, (_, i) => `${seed}:${i} log line\n`).join('').slice(0, n));
+const text = (n: number, seed: number): Uint8Array =>
+  Buffer.from(
+    Array.from({ length: Math.ceil(n / 16) }, (_, i) => `${seed}:${i} log line\n`)
+      .join("")
+      .slice(0, n),
+  );
 
-describe.each(ZSTD_BACKENDS)('decompressRun (%s)', (backend) => {
+describe.each(ZSTD_BACKENDS)("decompressRun (%s)", (backend) => {
   const raws = [text(65536, 1), text(100, 2), text(0, 3), text(40000, 4)];
   let frames: Uint8Array[] = [];
   let span = Buffer.alloc(0);
@@ -20,13 +25,13 @@ describe.each(ZSTD_BACKENDS)('decompressRun (%s)', (backend) => {
     index = frames.map((f, i) => ({ length: f.length, originalSize: raws[i]!.length }));
   });
 
-  it('R-O4 R-T3: decodes concatenated frames to the concatenated content, split exactly at the declared sizes', () => {
+  it("R-O4 R-T3: decodes concatenated frames to the concatenated content, split exactly at the declared sizes", () => {
     const r = decompressRun(span, index, 64 * 1024, backend);
     expect(r.ok).toBe(true);
     if (r.ok) expect(Buffer.from(r.data).equals(Buffer.concat(raws))).toBe(true);
   });
 
-  it('R-T3: refuses a run whose index does not match its frames (wrong declared size, wrong frame length, bytes after the last frame, corrupt data)', () => {
+  it("R-T3: refuses a run whose index does not match its frames (wrong declared size, wrong frame length, bytes after the last frame, corrupt data)", () => {
     const wrongSize = index.map((x, i) => (i === 1 ? { ...x, originalSize: x.originalSize + 1 } : x));
     expect(decompressRun(span, wrongSize, 64 * 1024, backend).ok).toBe(false);
     const wrongLen = index.map((x, i) => (i === 0 ? { ...x, length: x.length - 1 } : i === 1 ? { ...x, length: x.length + 1 } : x));
@@ -38,6 +43,6 @@ describe.each(ZSTD_BACKENDS)('decompressRun (%s)', (backend) => {
     if (r.ok) expect(Buffer.from(r.data).equals(Buffer.concat(raws))).toBe(false);
     const big = decompressRun(span, index, 1000, backend);
     expect(big.ok).toBe(false);
-    if (!big.ok) expect(big.code).toBe('PAYLOAD_TOO_LARGE');
+    if (!big.ok) expect(big.code).toBe("PAYLOAD_TOO_LARGE");
   });
 });

@@ -1,16 +1,10 @@
-import { execFileSync } from 'node:child_process';
-import { hasZstdCli } from '../../support/zstd-cli.js';
-import { randomBytes } from 'node:crypto';
-import fc from 'fast-check';
-import { decompress as fzstdDecompress } from 'fzstd';
-import { describe, expect, it } from 'vitest';
-import {
-  encodeRawZstdFrame,
-  parseZstdFrameHeader,
-  readZstdFrameContentSize,
-  scanZstdFrame,
-  ZSTD_BLOCK_SIZE_MAX,
-} from '../../../shells/zstd/index.js';
+import { execFileSync } from "node:child_process";
+import { hasZstdCli } from "../../support/zstd-cli.js";
+import { randomBytes } from "node:crypto";
+import fc from "fast-check";
+import { decompress as fzstdDecompress } from "fzstd";
+import { describe, expect, it } from "vitest";
+import { encodeRawZstdFrame, parseZstdFrameHeader, readZstdFrameContentSize, scanZstdFrame, ZSTD_BLOCK_SIZE_MAX } from "../../../shells/zstd/index.js";
 
 const MAGIC = [0x28, 0xb5, 0x2f, 0xfd];
 
@@ -19,17 +13,17 @@ const zstdCli = hasZstdCli();
 /** header bytes: magic, FHD, then the rest */
 const hdr = (fhd: number, ...rest: number[]): Uint8Array => new Uint8Array([...MAGIC, fhd, ...rest]);
 
-describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
-  it('single segment, FCS flag 0: 1-byte FCS', () => {
+describe("readZstdFrameContentSize: Frame_Content_Size forms", () => {
+  it("single segment, FCS flag 0: 1-byte FCS", () => {
     expect(readZstdFrameContentSize(hdr(0x20, 0))).toEqual({ ok: true, contentSize: 0, headerSize: 6 });
     expect(readZstdFrameContentSize(hdr(0x20, 255))).toEqual({ ok: true, contentSize: 255, headerSize: 6 });
   });
 
-  it('not single segment, FCS flag 0: no FCS, window descriptor present', () => {
+  it("not single segment, FCS flag 0: no FCS, window descriptor present", () => {
     expect(readZstdFrameContentSize(hdr(0x00, 0x00))).toEqual({ ok: true, contentSize: null, headerSize: 6 });
   });
 
-  it('FCS flag 1: 2 bytes + 256', () => {
+  it("FCS flag 1: 2 bytes + 256", () => {
     expect(readZstdFrameContentSize(hdr(0x60, 0x00, 0x00))).toEqual({ ok: true, contentSize: 256, headerSize: 7 });
     expect(readZstdFrameContentSize(hdr(0x60, 0xff, 0xff))).toEqual({ ok: true, contentSize: 65791, headerSize: 7 });
     expect(readZstdFrameContentSize(hdr(0x60, 0x00, 0xff))).toEqual({ ok: true, contentSize: 65536, headerSize: 7 });
@@ -41,7 +35,7 @@ describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
     });
   });
 
-  it('FCS flag 2: 4 bytes, unsigned', () => {
+  it("FCS flag 2: 4 bytes, unsigned", () => {
     expect(readZstdFrameContentSize(hdr(0xa0, 0x78, 0x56, 0x34, 0x12))).toEqual({
       ok: true,
       contentSize: 0x12345678,
@@ -54,7 +48,7 @@ describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
     });
   });
 
-  it('FCS flag 3: 8 bytes, up to Number.MAX_SAFE_INTEGER', () => {
+  it("FCS flag 3: 8 bytes, up to Number.MAX_SAFE_INTEGER", () => {
     expect(readZstdFrameContentSize(hdr(0xe0, 5, 0, 0, 0, 1, 0, 0, 0))).toEqual({
       ok: true,
       contentSize: 2 ** 32 + 5,
@@ -68,7 +62,7 @@ describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
     expect(readZstdFrameContentSize(hdr(0xe0, 0, 0, 0, 0, 0, 0, 0x20, 0))).toMatchObject({ ok: false });
   });
 
-  it('Dictionary_ID field: zero accepted (all sizes), non-zero refused', () => {
+  it("Dictionary_ID field: zero accepted (all sizes), non-zero refused", () => {
     expect(readZstdFrameContentSize(hdr(0x21, 0, 7))).toEqual({ ok: true, contentSize: 7, headerSize: 7 });
     expect(readZstdFrameContentSize(hdr(0x22, 0, 0, 7))).toEqual({ ok: true, contentSize: 7, headerSize: 8 });
     expect(readZstdFrameContentSize(hdr(0x23, 0, 0, 0, 0, 7))).toEqual({ ok: true, contentSize: 7, headerSize: 10 });
@@ -76,7 +70,7 @@ describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
     expect(readZstdFrameContentSize(hdr(0x23, 0, 0, 0, 0x80, 7))).toMatchObject({ ok: false });
   });
 
-  it('refuses skippable frames, bad magic, reserved bit, truncation', () => {
+  it("refuses skippable frames, bad magic, reserved bit, truncation", () => {
     for (let n = 0; n < 16; n++) {
       expect(readZstdFrameContentSize(new Uint8Array([0x50 + n, 0x2a, 0x4d, 0x18, 0, 0, 0, 0]))).toMatchObject({
         ok: false,
@@ -92,7 +86,7 @@ describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
     expect(readZstdFrameContentSize(full).ok).toBe(true);
   });
 
-  it('parseZstdFrameHeader computes Window_Size and flags', () => {
+  it("parseZstdFrameHeader computes Window_Size and flags", () => {
     // exponent 5, mantissa 3: 2^15 + 3 * 2^12
     expect(parseZstdFrameHeader(hdr(0x04, (5 << 3) | 3))).toMatchObject({
       ok: true,
@@ -105,9 +99,9 @@ describe('readZstdFrameContentSize: Frame_Content_Size forms', () => {
   });
 });
 
-describe('encodeRawZstdFrame', () => {
+describe("encodeRawZstdFrame", () => {
   const sizes = [0, 1, 255, 256, 65535, 65536, 65791, 65792, ZSTD_BLOCK_SIZE_MAX, ZSTD_BLOCK_SIZE_MAX + 1, 300 * 1024];
-  it.each(sizes)('size %i: valid frame, exact FCS, fzstd decodes it', (n) => {
+  it.each(sizes)("size %i: valid frame, exact FCS, fzstd decodes it", (n) => {
     const raw = new Uint8Array(randomBytes(n));
     const frame = encodeRawZstdFrame(raw);
     const h = readZstdFrameContentSize(frame);
@@ -130,17 +124,17 @@ describe('encodeRawZstdFrame', () => {
     expect(Buffer.from(decoded).equals(Buffer.from(raw))).toBe(true);
   });
 
-  it.runIf(zstdCli)('the reference zstd CLI decodes raw frames byte-exact', () => {
+  it.runIf(zstdCli)("the reference zstd CLI decodes raw frames byte-exact", () => {
     for (const n of [0, 1, 300, 70_000, 2 * ZSTD_BLOCK_SIZE_MAX + 17]) {
       const raw = randomBytes(n);
-      const out = execFileSync('zstd', ['-d', '-c', '-q'], { input: encodeRawZstdFrame(raw) });
+      const out = execFileSync("zstd", ["-d", "-c", "-q"], { input: encodeRawZstdFrame(raw) });
       expect(out.equals(raw)).toBe(true);
     }
   });
 });
 
-describe('scanZstdFrame', () => {
-  it('detects trailing bytes and truncation at every length', () => {
+describe("scanZstdFrame", () => {
+  it("detects trailing bytes and truncation at every length", () => {
     const frame = encodeRawZstdFrame(new Uint8Array(randomBytes(1000)));
     const withTail = new Uint8Array([...frame, 0, 1, 2]);
     const s = scanZstdFrame(withTail);
@@ -150,7 +144,7 @@ describe('scanZstdFrame', () => {
     }
   });
 
-  it('refuses Reserved block type and oversized blocks', () => {
+  it("refuses Reserved block type and oversized blocks", () => {
     // FCS 10, block header: last=1, type=3 (reserved), size 10
     const reserved = new Uint8Array([...MAGIC, 0x20, 10, (10 << 3) | (3 << 1) | 1, 0, 0, ...new Array(10).fill(0)]);
     expect(scanZstdFrame(reserved)).toMatchObject({ ok: false, reason: expect.stringMatching(/Reserved/) });
@@ -159,9 +153,9 @@ describe('scanZstdFrame', () => {
     expect(scanZstdFrame(rle)).toMatchObject({ ok: false, reason: expect.stringMatching(/Block_Maximum_Size/) });
   });
 
-  it.runIf(zstdCli)('accounts for the Content_Checksum of CLI frames and finds frame boundaries', () => {
-    const data = Buffer.from('hello from the zstd cli '.repeat(100));
-    const withCheck = execFileSync('zstd', ['-c', '-q', '--check'], { input: data });
+  it.runIf(zstdCli)("accounts for the Content_Checksum of CLI frames and finds frame boundaries", () => {
+    const data = Buffer.from("hello from the zstd cli ".repeat(100));
+    const withCheck = execFileSync("zstd", ["-c", "-q", "--check"], { input: data });
     const s = scanZstdFrame(withCheck);
     expect(s).toMatchObject({ ok: true, hasChecksum: true, frameSize: withCheck.length });
     const two = Buffer.concat([withCheck, withCheck]);
@@ -170,22 +164,22 @@ describe('scanZstdFrame', () => {
   });
 });
 
-describe('properties', () => {
-  it('header parsing and scanning never throw', () => {
+describe("properties", () => {
+  it("header parsing and scanning never throw", () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 64 }), fc.boolean(), (junk, magic) => {
         const b = magic ? new Uint8Array([...MAGIC, ...junk]) : junk;
         const h = readZstdFrameContentSize(b);
         const s = scanZstdFrame(b);
-        return typeof h.ok === 'boolean' && typeof s.ok === 'boolean' && (!s.ok || s.frameSize <= b.length);
+        return typeof h.ok === "boolean" && typeof s.ok === "boolean" && (!s.ok || s.frameSize <= b.length);
       }),
       { numRuns: 5000 },
     );
   });
 
-  it('encodeRawZstdFrame round-trips through fzstd for any bytes', () => {
+  it("encodeRawZstdFrame round-trips through fzstd for any bytes", () => {
     fc.assert(
-      fc.property(fc.uint8Array({ maxLength: 300 * 1024, size: 'max' }), (raw) => {
+      fc.property(fc.uint8Array({ maxLength: 300 * 1024, size: "max" }), (raw) => {
         const frame = encodeRawZstdFrame(raw);
         const h = readZstdFrameContentSize(frame);
         return h.ok && h.contentSize === raw.length && Buffer.from(fzstdDecompress(frame)).equals(Buffer.from(raw));
@@ -194,7 +188,7 @@ describe('properties', () => {
     );
   });
 
-  it('every FCS value round-trips through its smallest header form', () => {
+  it("every FCS value round-trips through its smallest header form", () => {
     fc.assert(
       fc.property(fc.oneof(fc.integer({ min: 0, max: 70000 }), fc.integer({ min: 0, max: 0xffffffff })), (n) => {
         // build just the header the way encodeRawZstdFrame would, via a fake length
