@@ -19,7 +19,7 @@ export type FinishExtra = { exitCode?: number; signalName?: string; reason?: str
 /** Make a command terminal: stdin leftovers are answered, then the lifecycle event. */
 export function finish(st: AgentState, ctx: AgentCtx, c: AgentCommand, state: CommandLifecycle, extra: FinishExtra, revision = c.revision): void {
   assert(c.phase !== "done", `finish twice: ${c.uuid}`);
-  // After a restart a pending write may or may not have reached the process.
+  // After a restart a pending write may or may not have reached the child.
   const failure = state === CommandLifecycle.INTERRUPTED ? "agent restarted before the write was confirmed" : "command ended before the write";
   for (const item of c.stdin.pending) {
     ctx.persist(deleteRecord("stdin", stdinKey(c.uuid, item.seq)));

@@ -116,7 +116,7 @@ export function start(st: AgentState, ctx: AgentCtx, acts: SessionAction[]): voi
   for (const c of st.commands.values()) {
     if (c.phase === "launching" || c.phase === "running") {
       // The spawn may have happened even when its pid never became durable:
-      // pid 0 asks the shell to use its own spawn-time record of the process.
+      // pid 0 asks the shell to use its own spawn-time record of the child.
       ctx.emit({ type: "kill_orphan", uuid: c.uuid, pid: c.pid });
       finishInterrupted(st, ctx, c, "agent restarted while the command was running; outcome unknown");
     }

@@ -95,7 +95,7 @@ export function handleStdinWritten(st: AgentState, ctx: AgentCtx, uuid: string, 
   flushStdin(ctx, c);
 }
 
-/** A write's row is durable: start the next write to the process. */
+/** A write's row is durable: start the next write to the command's stdin. */
 export function runStdinDeferred(st: AgentState, ctx: AgentCtx, a: StdinDeferred): void {
   const c = st.commands.get(a.uuid);
   if (c) flushStdin(ctx, c);

@@ -85,13 +85,6 @@ export type SentBy<S extends Sender> = {
   [K in PayloadCase]: Table[K]["from"] extends S | "both" ? K : never;
 }[PayloadCase];
 
-export type AgentSent = SentBy<"agent">;
-export type ServerSent = SentBy<"server">;
-
-export function envelopeRow(kind: PayloadCase): EnvelopeRow {
-  return ENVELOPES[kind];
-}
-
 /** True when `kind` may come from `sender`; narrows the kind for an exhaustive switch. */
 export function isSentBy<S extends Sender>(kind: PayloadCase, sender: S): kind is SentBy<S> {
   const from = ENVELOPES[kind].from;
