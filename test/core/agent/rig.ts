@@ -1,9 +1,10 @@
 // The hand-stepped agent rig of the agent core tests (test/core/agent/*):
 // one agent, persists applied to an in-memory disk and reported durable at
 // once unless autoDurable is off, invariants checked after every step, and
-// the helpers that build server frames and read what the agent sent.
-import { createHash } from "node:crypto";
-import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+// the helpers that build server frames and read what the agent sent. A thin
+// layer on the Pair rig's parts (test/support/pair.ts): its disk and its
+// checked step.
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { expect } from "vitest";
 import {
@@ -24,8 +25,6 @@ import {
   type ExecutionSpec,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import {
-  agentInvariants,
-  agentStep,
   defaultAgentConfig,
   restoreAgent,
   type AgentConfig,
@@ -36,12 +35,9 @@ import {
 import type { Code } from "../../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
-import { Disk } from "../../support/harness.js";
-import { testPorts } from "../../support/ports.js";
+import { decode, Disk, sha, stepAgentChecked, T0 } from "../../support/pair.js";
 import { toBinary } from "@bufbuild/protobuf";
-export const T0 = 1_700_000_000_000;
-export const sha = (b: Uint8Array | string): Uint8Array => new Uint8Array(createHash("sha256").update(b).digest());
-export const decode = (d: Uint8Array) => fromBinary(AgentEnvelopeSchema, d);
+export { decode, enc, sha, T0 } from "../../support/pair.js";
 export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
 export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a } } });
 
@@ -80,15 +76,11 @@ export class AgentRig {
   }
 
   step(input: AgentInput): AgentEffect[] {
-    const r = agentStep(this.st, input, this.now, { ports: testPorts });
-    agentInvariants(this.st);
-    for (const e of of(r.effects, "persist"))
-      for (const rec of e.records)
-        expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value });
-    this.log.push(...r.effects);
-    const out = [...r.effects];
-    for (const e of r.effects) if (e.type === "persist") this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
-    const last = of(r.effects, "persist").at(-1);
+    const effects = stepAgentChecked(this.st, input, this.now);
+    this.log.push(...effects);
+    const out = [...effects];
+    for (const e of effects) if (e.type === "persist") this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
+    const last = of(effects, "persist").at(-1);
     if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
     return out;
   }
@@ -243,4 +235,3 @@ export const signalResults = (effects: AgentEffect[], uuid?: string) =>
       return [Number(e.commandRevision), v.signal, v.delivered, v.detail];
     });
 
-export const enc = (s: string) => new TextEncoder().encode(s);
