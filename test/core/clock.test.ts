@@ -66,10 +66,10 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
     expect(r.cmd("q1").queueExpiry).toBe(r.now + 10_000);
     r.now += 9_999;
     r.step({ type: "tick" });
-    expect(r.cmd("q1").state).toBe(L.QUEUED);
+    expect(r.command("q1").state).toBe("queued");
     r.now += 1;
     r.step({ type: "tick" });
-    expect(r.cmd("q1").state).toBe(L.EXPIRED);
+    expect(r.command("q1").state).toBe("expired");
   });
 
   it("R-D1: an agent keeps the dispatch's queue_expiry_time on its own deadline clock, and stamps its events with its wall clock", () => {
@@ -90,7 +90,7 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
     h.advance(59_000);
     expect(h.agents.get("a")!.st.commands.get("wait")!.phase).toBe("queued");
     h.advance(1_000);
-    expect(h.cmd("wait").state).toBe(L.EXPIRED);
+    expect(h.command("wait").state).toBe("expired");
   });
 });
 
@@ -125,7 +125,7 @@ describe("clock: persisted deadlines across a restart", () => {
     r.submit("a", "busy");
     r.accept(a, "busy", false, Code.CAPACITY, "queue full");
     const retryAt = r.cmd("busy").nextAttemptAt;
-    expect(r.cmd("busy").state).toBe(L.QUEUED);
+    expect(r.command("busy").state).toBe("queued");
     // Restart 10 s later on a deadline clock that carried on (anchored to a
     // wall clock that was not stepped): the same instants, still pending.
     r.now += 10_000;
@@ -140,8 +140,8 @@ describe("clock: persisted deadlines across a restart", () => {
     r.wallStep = HOUR;
     r.st = restoreServer(r.cfg, r.disk.tables(), 3);
     const b = r.connect("a", "i1");
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
-    expect(r.cmd("busy").state).toBe(L.DISPATCHED);
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
+    expect(r.command("busy").state).toBe("dispatched");
     expect(r.cmd("busy").dispatchedOn).toBe(r.st.conns.get(b)!.generation);
     expect(CAPACITY_RETRY_CAP_MS).toBeLessThan(HOUR);
   });

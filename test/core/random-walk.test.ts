@@ -171,7 +171,7 @@ function run(ops: Op[], debug = false): Harness {
   for (const c of h.server.commands.values()) expect(isTerminal(c.state), `${c.uuid} ended ${L[c.state]}`).toBe(true);
   for (const a of AGENTS) expect(h.agents.get(a)!.st.commands.size, `${a} retains commands`).toBe(0);
   // At most once: no command was spawned twice, on any agent, across all restarts.
-  const spawns = AGENTS.flatMap((a) => h.agents.get(a)!.spawns);
+  const spawns = AGENTS.flatMap((a) => h.spawned(a));
   expect(new Set(spawns).size).toBe(spawns.length);
   // Output of commands that ran to completion without an agent crash is complete and in order.
   for (const c of h.server.commands.values()) {

@@ -106,17 +106,17 @@ describe("reconciliation end to end", () => {
     h.addAgent("a");
     h.cutLink("a");
     h.submit("a", "x", { argv: ["true"] });
-    expect(h.cmd("x").state).toBe(L.QUEUED);
+    expect(h.command("x").state).toBe("queued");
     // The server's data directory as a backup taken now: x is queued.
     const backup = structuredClone(h.serverDisk.durable);
     h.reconnectNow("a");
     h.exit("a", "x", 0);
-    expect(h.cmd("x").state).toBe(L.SUCCEEDED);
+    expect(h.command("x").state).toBe("succeeded");
     expect(h.agents.get("a")!.st.tombstones.has("x")).toBe(true);
     // The server is restored from the backup: it holds x queued again.
     h.serverDisk.durable = backup;
     h.restartServer();
-    expect(h.cmd("x").state).toBe(L.QUEUED);
+    expect(h.command("x").state).toBe("queued");
     const before = h.wire.length;
     h.reconnectNow("a");
     const after = h.wire.slice(before).map((w) => w.env.payload);
@@ -126,8 +126,8 @@ describe("reconciliation end to end", () => {
     expect(snap.retainedCommands.map((r) => [r.issueUuid, r.tombstoned])).toEqual([["x", true]]);
     // Never dispatched again, never launched twice: it ends interrupted, with an incident.
     expect(after.filter((p) => p.case === "commandDispatch")).toEqual([]);
-    expect(h.agents.get("a")!.spawns.filter((u) => u === "x")).toHaveLength(1);
-    expect(h.cmd("x").state).toBe(L.INTERRUPTED);
+    expect(h.spawned("a").filter((u) => u === "x")).toHaveLength(1);
+    expect(h.command("x").state).toBe("interrupted");
     expect([...h.server.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["x", "reconcile_already_executed"]]);
   });
 
@@ -142,7 +142,7 @@ describe("reconciliation end to end", () => {
     expect(after.indexOf("reconcileRequest")).toBeLessThan(after.indexOf("reconcileResult"));
     expect(after.indexOf("reconcileResult")).toBeLessThan(after.indexOf("commandDispatch"));
     expect(after.filter((c) => c === "commandDispatch")).toHaveLength(1);
-    expect(h.agents.get("a")!.spawns).toEqual(["q"]);
+    expect(h.spawned("a")).toEqual(["q"]);
     expect([...h.server.incidents.values()]).toEqual([]);
   });
 
@@ -178,7 +178,7 @@ describe("reconciliation end to end", () => {
         return `${e.issueUuid}#${e.eventSeq}`;
       });
     expect(seqs).toEqual(["c1#3", "c2#2"]);
-    expect(h.cmd("c2").state).toBe(L.FAILED);
+    expect(h.command("c2").state).toBe("failed");
     expect(h.agents.get("a")!.st.commands.has("c2")).toBe(false);
   });
 
@@ -190,7 +190,7 @@ describe("reconciliation end to end", () => {
     h.serverInput({ type: "conn_closed", conn: a.serverConn, reason: "cut" });
     a.serverConn = 0;
     h.submit("a", "c1");
-    expect(h.cmd("c1").state).toBe(L.QUEUED);
+    expect(h.command("c1").state).toBe("queued");
     const before = h.wire.length;
     const since = (k: string) => h.wire.slice(before).filter((w) => w.env.payload.case === k);
     h.autoDurable = false;
@@ -221,10 +221,10 @@ describe("reconciliation end to end", () => {
     h.submit("a", "c1");
     h.queue.length = 0; // dispatch lost
     h.autoDeliver = true;
-    expect(h.cmd("c1").state).toBe(L.DISPATCHED);
+    expect(h.command("c1").state).toBe("dispatched");
     reconnect(h);
-    expect(h.agents.get("a")!.spawns).toEqual(["c1"]);
-    expect(h.cmd("c1").state).toBe(L.RUNNING);
+    expect(h.spawned("a")).toEqual(["c1"]);
+    expect(h.command("c1").state).toBe("running");
   });
 
   it("R-D9: an accepted command missing from a healthy snapshot becomes interrupted with an incident", () => {
@@ -232,15 +232,15 @@ describe("reconciliation end to end", () => {
     h.addAgent("a", { maxRunning: 1 });
     h.submit("a", "c0");
     h.submit("a", "c1");
-    expect(h.cmd("c1").state).toBe(L.ACCEPTED);
+    expect(h.command("c1").state).toBe("accepted");
     // Invariant failure: the agent forgets what it accepted (state wiped, same instance id).
     const a = h.agents.get("a")!;
     const instance = a.disk.durable.get("meta")!;
     a.disk.durable = new Map([["meta", instance]]);
     h.restartAgent("a");
     reconnect(h);
-    expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
-    expect(h.cmd("c0").state).toBe(L.INTERRUPTED);
+    expect(h.command("c1").state).toBe("interrupted");
+    expect(h.command("c0").state).toBe("interrupted");
     expect(
       [...h.server.incidents.values()]
         .filter((i) => i.kind === "reconcile_interrupt")
@@ -280,7 +280,7 @@ describe("reconciliation end to end", () => {
       if (h.wire.length > n) h.queue.length = 0;
     }
     h.autoDeliver = true;
-    expect(h.cmd("c1").state).toBe(L.SUCCEEDED);
+    expect(h.command("c1").state).toBe("succeeded");
     expect(a.st.commands.has("c1")).toBe(true);
     reconnect(h);
     const res = h.sent("reconcileResult").at(-1)!;
@@ -304,10 +304,10 @@ describe("reconciliation end to end", () => {
     expect(err.error.code).toBe(Code.STORE_INCIDENT);
     expect([...h.server.incidents.values()].some((i) => i.kind === "agent_store_incident")).toBe(true);
     expect(h.sent("commandDispatch")).toHaveLength(0);
-    expect(h.agents.get("a")!.spawns).toEqual([]);
+    expect(h.spawned("a")).toEqual([]);
     h.agentInput("a", { type: "store_repaired" });
     reconnect(h);
-    expect(h.agents.get("a")!.spawns).toEqual(["c1"]);
+    expect(h.spawned("a")).toEqual(["c1"]);
   });
 });
 

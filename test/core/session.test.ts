@@ -15,7 +15,6 @@ import {
 } from "../../core/session/agent-session.js";
 import { rngFromSeed } from "../../core/rng.js";
 import { BACKOFF_CAP_MS, HEARTBEAT_DEAD_AFTER_MS, HEARTBEAT_PING_AFTER_MS } from "../../core/limits.js";
-import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 
 const lastError = (h: Harness, to: string) => h.sent("error", to).at(-1)?.payload.value as { error?: { code: number } } | undefined;
 
@@ -205,7 +204,7 @@ describe("registration and fencing", () => {
     // While b is in backoff the authorization expires unused.
     b.st.session.retryAt = h.now + 10 * 60_000;
     live(5 * 60_000 + 5_000);
-    expect(h.server.clients.get("a")!.authorization).toBeNull();
+    expect(h.client("a")!.authorizedInstanceId).toBe("");
     b.st.session.retryAt = h.now;
     h.agentInput("b", { type: "tick" });
     expect(b.st.session.phase).toBe("backoff");
@@ -216,9 +215,9 @@ describe("registration and fencing", () => {
     h.now = b.st.session.retryAt;
     h.agentInput("b", { type: "tick" });
     expect(b.st.session.phase).toBe("established");
-    expect(h.server.clients.get("a")!.authorization).toBeNull();
+    expect(h.client("a")!.authorizedInstanceId).toBe("");
     expect(h.server.clients.get("a")!.instanceId).toBe(b.st.instanceId);
-    expect(h.server.clients.get("a")!.pendingClaim).toBeNull();
+    expect(h.claimOf("a")).toBeUndefined();
     expect(a.st.session.phase).toBe("backoff");
     // One-shot: the old instance is now the different one and is refused; it was
     // taken over, so it is told so (CODE_REPLACED) instead of becoming the next claim.
@@ -226,7 +225,7 @@ describe("registration and fencing", () => {
     h.agentInput("a", { type: "tick" });
     expect(a.st.session.phase).toBe("backoff");
     expect(lastError(h, "a")?.error?.code).toBe(Code.REPLACED);
-    expect(h.server.clients.get("a")!.pendingClaim).toBeNull();
+    expect(h.claimOf("a")).toBeUndefined();
   });
 
   it("R-F6: with no live session for the client id, a new instance is accepted normally", () => {
@@ -309,7 +308,7 @@ describe("registration and fencing", () => {
     const ev = (e: typeof resent) => e.env.payload.value as { eventSeq: bigint };
     expect(ev(resent).eventSeq).toBe(ev(firstSend).eventSeq);
     expect(h.storedEvents("live-1").some((e) => e.kind === "output")).toBe(true);
-    expect(h.cmd("live-1").state).toBe(L.RUNNING);
+    expect(h.command("live-1").state).toBe("running");
   });
 });
 

@@ -38,7 +38,7 @@ import { createHash } from "node:crypto";
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { expect } from "vitest";
 import { AgentEnvelopeSchema, type AgentError } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Client, Incident, PendingClaim, Session } from "../../protos/gen/rvbox/v1/control_pb.js";
 import {
   agentInvariants,
@@ -144,6 +144,14 @@ export function fleetOf(st: ServerState, wallStep = 0): FleetReader {
 export function commandOf(st: ServerState, uuid: string, wallStep = 0): CommandInfo | undefined {
   const c = st.commands.get(uuid);
   return c ? commandView(c, (t) => t + wallStep) : undefined;
+}
+
+/** ListCommands (all pages): the commands with a committed state, newest first. */
+export function listCommandsOf(st: ServerState, wallStep = 0): CommandInfo[] {
+  return [...st.commands.values()]
+    .filter((c) => c.committed.state !== CommandLifecycle.UNSPECIFIED)
+    .sort((a, b) => b.createdAt - a.createdAt || (a.uuid < b.uuid ? -1 : 1))
+    .map((c) => commandView(c, (t) => t + wallStep));
 }
 
 /** ListClients. */
@@ -674,8 +682,23 @@ export class Pair {
     return claimsOf(this.server);
   }
 
+  /** A client's pending claim as ListClaims shows it, undefined when it has none. */
+  claimOf(clientId: string): PendingClaim | undefined {
+    return this.claims().find((c) => c.clientId === clientId);
+  }
+
   incidents(open = false): Incident[] {
     return incidentsOf(this.server, open);
+  }
+
+  /** ListIncidents' dropped_total. */
+  incidentsDropped(): number {
+    return this.server.incidentsDropped;
+  }
+
+  /** ListCommands: every command with a committed state (what `rvbox ls` lists). */
+  listCommands(): CommandInfo[] {
+    return listCommandsOf(this.server, this.wallStep);
   }
 
   /** Frames of a kind on the wire, optionally only those to (or, with `from`, from) one node. */

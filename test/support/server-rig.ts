@@ -40,7 +40,7 @@ import type { Code } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import type { CommandInfo } from "../../core/reader/command-view.js";
-import { claimsOf, clientListOf, commandOf, decode, Disk, followOf, incidentsOf, lenient, sessionsOf, stepServerChecked, T0, type Followed } from "./pair.js";
+import { claimsOf, clientListOf, commandOf, decode, Disk, followOf, incidentsOf, lenient, listCommandsOf, sessionsOf, stepServerChecked, T0, type Followed } from "./pair.js";
 import { testPorts } from "./ports.js";
 
 export { decode, enc, lenient, sha, T0 } from "./pair.js";
@@ -236,8 +236,23 @@ export class ServerRig {
     return claimsOf(this.st);
   }
 
+  /** A client's pending claim as ListClaims shows it, undefined when it has none. */
+  claimOf(clientId: string) {
+    return this.claims().find((c) => c.clientId === clientId);
+  }
+
   incidents(open = false) {
     return incidentsOf(this.st, open);
+  }
+
+  /** ListIncidents' dropped_total. */
+  incidentsDropped(): number {
+    return this.st.incidentsDropped;
+  }
+
+  /** ListCommands: every command with a committed state. */
+  listCommands(): CommandInfo[] {
+    return listCommandsOf(this.st, this.wallStep);
   }
 
   sent(effects: ServerEffect[], conn?: number, kind?: string) {

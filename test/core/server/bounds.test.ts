@@ -31,7 +31,7 @@ const unknownRunning = (uuid: string): StateInit => ({
 function reconciling(r: ServerRig, client: string): number {
   const c = r.open();
   r.hello(c, client);
-  expect(r.st.conns.get(c)?.phase).toBe("reconciling");
+  expect(r.session(c)?.phase).toBe("reconciling");
   return c;
 }
 
@@ -93,7 +93,7 @@ describe("incidents under a flood (R-D11)", () => {
     expect(openOf(r.st, "flood")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
     const dropped = uuids.length - MAX_OPEN_INCIDENTS_PER_CLIENT;
     expect(r.st.incidentDrops.get("flood")).toEqual({ clientId: "flood", count: dropped, lastAt: T0, lastKind: "reconcile_terminate_local" });
-    expect(r.st.incidentsDropped).toBe(dropped);
+    expect(r.incidentsDropped()).toBe(dropped);
     // Durable, in one record per client and one total however many were dropped.
     const drops = of(out, "persist")
       .flatMap((p) => p.records)
@@ -124,7 +124,7 @@ describe("incidents under a flood (R-D11)", () => {
     const c = r.connect("a");
     storeIncident(r, c);
     expect(openOf(r.st, "a")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
-    expect(r.st.incidentsDropped).toBe(0);
+    expect(r.incidentsDropped()).toBe(0);
     const out = storeIncident(r, c);
     expect(openOf(r.st, "a")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
     expect(
@@ -150,7 +150,7 @@ describe("incidents under a flood (R-D11)", () => {
     const z = r.connect("z");
     storeIncident(r, z);
     expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS);
-    expect(r.st.incidentsDropped).toBe(0);
+    expect(r.incidentsDropped()).toBe(0);
     // n + 1: the heaviest client (h1, the first at 100) gives up its newest incident.
     const newestH1 = [...r.st.incidents.values()].filter((i) => i.clientId === "h1").at(-1)!.id;
     const out = storeIncident(r, z);
@@ -173,16 +173,16 @@ describe("incidents under a flood (R-D11)", () => {
     const before = r.st.incidentsDropped;
     const out2 = storeIncident(r, h1);
     expect(of(out2, "trace").find((t) => t.event === "incident_dropped")?.detail).toMatchObject({ client: "h1", why: "total bound" });
-    expect(r.st.incidentsDropped).toBe(before + 1);
+    expect(r.incidentsDropped()).toBe(before + 1);
     expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS);
   });
 
   it("R-D11: at MAX_INCIDENTS_KEPT the oldest acknowledged incident goes to make room", () => {
     const r = seeded({ a: 1 }, MAX_INCIDENTS_KEPT - 1);
-    expect(r.st.incidents.size).toBe(MAX_INCIDENTS_KEPT);
+    expect(r.incidents().length).toBe(MAX_INCIDENTS_KEPT);
     const c = r.connect("a");
     const out = storeIncident(r, c);
-    expect(r.st.incidents.size).toBe(MAX_INCIDENTS_KEPT);
+    expect(r.incidents().length).toBe(MAX_INCIDENTS_KEPT);
     expect(r.st.incidents.has("inc-1")).toBe(false);
     expect(r.st.incidents.has(`inc-${MAX_INCIDENTS_KEPT + 1}`)).toBe(true);
     expect(
@@ -218,7 +218,7 @@ describe("client records (R-F6)", () => {
     const r = new ServerRig({ maxClients: 2 });
     r.connect("a");
     const b = r.connect("b");
-    expect(r.st.clients.size).toBe(2);
+    expect(r.clientList().length).toBe(2);
     const c = r.open();
     const persistsBefore = r.st.gate.lastId;
     const out = r.hello(c, "c");
@@ -229,13 +229,13 @@ describe("client records (R-F6)", () => {
       Code.CAPACITY,
       "client id c refused: the server keeps at most 2 client records (limits.maxClients) and holds 2; an operator may forget unused ones (rvbox forget-client)",
     );
-    expect(r.st.clients.has("c")).toBe(false);
+    expect(r.client("c")).toBeUndefined();
     expect(r.st.gate.lastId).toBe(persistsBefore);
     expect(of(out, "persist")).toEqual([]);
     // Existing clients are unaffected: b registers again (fencing its old session).
     r.step({ type: "conn_closed", conn: b, reason: "gone" });
     r.connect("b");
-    expect(r.st.clients.size).toBe(2);
+    expect(r.clientList().length).toBe(2);
   });
 
   it("R-F6: the default bound is MAX_CLIENTS, exactly: the last one fits, one more is refused", () => {
@@ -256,10 +256,10 @@ describe("client records (R-F6)", () => {
         draining: false,
       });
     r.connect("last");
-    expect(r.st.clients.size).toBe(MAX_CLIENTS);
+    expect(r.clientList().length).toBe(MAX_CLIENTS);
     const c = r.open();
     expectClosed(r, r.hello(c, "one-more"), c, Code.CAPACITY);
-    expect(r.st.clients.size).toBe(MAX_CLIENTS);
+    expect(r.clientList().length).toBe(MAX_CLIENTS);
   });
 
   it("R-F6: an operator forgets a client: refused while it has a live session or non-terminal commands; durable; the id registers again above its old generations", () => {
@@ -281,14 +281,14 @@ describe("client records (R-F6)", () => {
     });
     // A new session (generation 2) whose agent no longer has it ends it, then forget.
     const a2 = r.connect("a");
-    expect(r.cmd("c1").state).toBe(L.INTERRUPTED);
+    expect(r.command("c1").state).toBe("interrupted");
     r.step({ type: "conn_closed", conn: a2, reason: "gone" });
     expect(r.st.clients.get("a")!.generation).toBe(2);
     expect(r.control({ op: "forget_client", requestId: "f3", clientId: "a" })).toEqual({ ok: true });
-    expect(r.st.clients.has("a")).toBe(false);
+    expect(r.client("a")).toBeUndefined();
     expect(r.disk.durable.get("client")!.has("a")).toBe(false);
     expect(r.disk.durable.get("reconcile")?.has("a") ?? false).toBe(false);
-    expect(r.cmd("c1").state).toBe(L.INTERRUPTED); // history stays
+    expect(r.command("c1").state).toBe("interrupted"); // history stays
     // The bound has room again: another client fits.
     const b = r.connect("b");
     expect(r.st.conns.get(b)!.generation).toBe(3);
@@ -309,7 +309,7 @@ describe("client records (R-F6)", () => {
     expect(r.control({ op: "forget_client", requestId: "f", clientId: "a" })).toEqual({ ok: true });
     expect(r.st.incidentDrops.has("a")).toBe(false);
     expect(r.disk.durable.get("incident_drop")!.has("a")).toBe(false);
-    expect(r.st.incidentsDropped).toBe(1);
+    expect(r.incidentsDropped()).toBe(1);
     expect(restoreServer(r.cfg, r.disk.tables(), 2).incidentsDropped).toBe(1);
   });
 

@@ -64,7 +64,7 @@ describe("submit", () => {
     expect(r.cmd("e").queueExpiry).toBe(T0 + 500);
     r.now = T0 + 499;
     r.step({ type: "tick" });
-    expect(r.cmd("e").state).toBe(L.QUEUED);
+    expect(r.command("e").state).toBe("queued");
     r.now = T0 + 500;
     r.step({ type: "tick" });
     expect(r.cmd("e")).toMatchObject({ state: L.EXPIRED, terminalSource: "server", reason: "queue expiry passed before dispatch" });
@@ -206,7 +206,7 @@ describe("stdin, signal, incident requests", () => {
       ok: false,
       error: { code: Code.VALIDATION, message: "unknown signal" },
     });
-    expect(r.cmd("c1").revision).toBe(1);
+    expect(r.command("c1").revision).toBe(1);
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.USER2 })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.KILL })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.cmd("c1").signals.map((s) => [s.revision, s.signal, s.requestId])).toEqual([[2, SignalKind.USER2, "s3"]]);
@@ -232,7 +232,7 @@ describe("stdin, signal, incident requests", () => {
         ok: false,
         error: { code: Code.VALIDATION, message: "the command is not running yet", issueUuid: "q" },
       });
-      expect(r.cmd("q").revision).toBe(1);
+      expect(r.command("q").revision).toBe(1);
       expect(r.cmd("q").requests).toEqual({ "submit-q": 1 });
       expect(r.control({ op: "signal", requestId: "e", uuid: "q", signal: kind })).toEqual({ ok: true, uuid: "q", revision: 2 });
       expect(r.cmd("q")).toMatchObject({ state: L.CANCELLED, terminalSource: "server", reason: `${name} before dispatch`, signals: [] });

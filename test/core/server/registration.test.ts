@@ -45,10 +45,10 @@ describe("connections", () => {
     };
     fill(MAX_SERVER_CONNECTIONS - 1);
     r.step({ type: "conn_open", conn: 1 });
-    expect(r.st.conns.has(1)).toBe(true);
+    expect(r.session(1)).toBeDefined();
     const out = r.step({ type: "conn_open", conn: 2 });
     expect(of(out, "close")).toEqual([{ type: "close", conn: 2, reason: `CODE_CAPACITY: ${MAX_SERVER_CONNECTIONS} connections open` }]);
-    expect(r.st.conns.has(2)).toBe(false);
+    expect(r.session(2)).toBeUndefined();
     expect(r.st.conns.size).toBe(MAX_SERVER_CONNECTIONS);
   });
 
@@ -83,12 +83,12 @@ describe("connections", () => {
     r.now = T0 + 20_000;
     expect(of(r.step({ type: "tick" }), "ping")).toEqual([]);
     r.now = T0 + 29_999;
-    expect(r.st.conns.has(c)).toBe(true);
+    expect(r.session(c)).toBeDefined();
     r.now = T0 + 30_000;
     const out = r.step({ type: "tick" });
     expect(of(out, "close")).toEqual([{ type: "close", conn: c, reason: "UNSPECIFIED: heartbeat: no inbound activity for 30 s" }]);
     expect(r.sent(out)).toEqual([]);
-    expect(r.st.conns.has(c)).toBe(false);
+    expect(r.session(c)).toBeUndefined();
   });
 
   it("R-H1: the wake is the earliest of heartbeats, authorization expiries and command deadlines; nothing to wait for, no wake", () => {
@@ -135,7 +135,7 @@ describe("frames before and around registration", () => {
     r.autoDurable = false;
     const w = r.open();
     r.hello(w);
-    expect(r.st.conns.get(w)!.phase).toBe("welcoming");
+    expect(r.session(w)?.phase).toBe("welcoming");
     expect(r.sent(r.log, w, "serverWelcome")).toEqual([]);
     expectClosed(r, r.hello(w), w, Code.PROTOCOL_ERROR, "clientHello before ServerWelcome");
   });
@@ -154,12 +154,12 @@ describe("frames before and around registration", () => {
       const r = new ServerRig();
       const c = r.open();
       expectClosed(r, r.hello(c, client, inst), c, Code.VALIDATION, msg);
-      expect(r.st.clients.size).toBe(0);
+      expect(r.clientList().length).toBe(0);
     }
     const r = new ServerRig();
     const c = r.open();
     r.hello(c, "c".repeat(128), "i".repeat(128));
-    expect(r.st.conns.get(c)!.phase).toBe("reconciling");
+    expect(r.session(c)?.phase).toBe("reconciling");
   });
 
   it("R-T4: a missing or inverted protocol range, or one without overlap, is INCOMPATIBLE_VERSION", () => {
@@ -223,7 +223,7 @@ describe("frames before and around registration", () => {
     const d = r.open();
     r.hello(d);
     r.flush();
-    expect(r.st.conns.get(d)!.phase).toBe("reconciling");
+    expect(r.session(d)?.phase).toBe("reconciling");
     r.snapshot(d);
     r.step({ type: "conn_closed", conn: d, reason: "gone" });
     expect(r.sent(r.flush(), d, "reconcileResult")).toEqual([]);
@@ -314,12 +314,12 @@ describe("frames before and around registration", () => {
         .filter((t) => t.event === "agent_error")
         .map((t) => t.detail),
     ).toEqual([{ conn: c, code: "NOT_FOUND", message: "what" }]);
-    expect(r.st.incidents.size).toBe(1);
-    expect(r.st.conns.has(c)).toBe(true);
+    expect(r.incidents().length).toBe(1);
+    expect(r.session(c)).toBeDefined();
     const bye = r.frame(c, err(Code.PROTOCOL_ERROR, "bye", true));
     expect(of(bye, "close")).toEqual([{ type: "close", conn: c, reason: "UNSPECIFIED: agent closed the session" }]);
     expect(r.sent(bye)).toEqual([]);
-    expect(r.st.conns.has(c)).toBe(false);
+    expect(r.session(c)).toBeUndefined();
   });
 });
 
@@ -363,7 +363,7 @@ describe("identity: fencing, claims and authorizations", () => {
     expect(r.st.clients.get("a")!.pendingClaim).toMatchObject({ instanceId: "i2" });
     r.step({ type: "conn_closed", conn: c, reason: "gone" });
     r.connect("a", "i2");
-    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect(r.claimOf("a")).toBeUndefined();
   });
 
   it("R-F5: an authorization admits exactly that instance until 1 ms before its expiry, once", () => {
@@ -384,7 +384,7 @@ describe("identity: fencing, claims and authorizations", () => {
     const b = r.open();
     const out = r.hello(b, "a", "i2");
     expect(of(out, "trace").some((t) => t.event === "authorization_consumed")).toBe(true);
-    expect(r.st.conns.has(a)).toBe(false); // fenced
+    expect(r.session(a)).toBeUndefined(); // fenced
     expect(r.st.clients.get("a")).toMatchObject({ conn: b, instanceId: "i2", authorization: null });
     // one-shot: i1 is now refused (as the instance this takeover replaced)
     const back = r.open();
@@ -421,14 +421,14 @@ describe("identity: fencing, claims and authorizations", () => {
     r.snapshot(i);
     const j = r.open();
     expectClosed(r, r.hello(j, "a", "J"), j, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.pendingClaim?.instanceId).toBe("J");
+    expect(r.claimOf("a")?.instanceId).toBe("J");
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J" });
     // I goes away; J registers normally (R-F6: no live session) and is welcomed.
     r.step({ type: "conn_closed", conn: i, reason: "gone" });
     const j2 = r.open();
     const out = r.hello(j2, "a", "J");
     expect(r.sent(out, j2, "serverWelcome")).toHaveLength(1);
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
     expect(r.disk.durable.get("client")?.get("a")).toMatchObject({ authorization: null });
     r.snapshot(j2);
     r.step({ type: "conn_closed", conn: j2, reason: "gone" });
@@ -436,7 +436,7 @@ describe("identity: fencing, claims and authorizations", () => {
     // (no pending claim); authorized again, I is accepted.
     const i1 = r.open();
     expectClosed(r, r.hello(i1, "a", "I"), i1, Code.REPLACED);
-    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect(r.claimOf("a")).toBeUndefined();
     expect(r.control({ op: "authorize", requestId: "auth-i", clientId: "a", instanceId: "I", instanceNotYetSeen: false })).toMatchObject({ ok: true });
     const i2 = r.open();
     r.hello(i2, "a", "I");
@@ -444,7 +444,7 @@ describe("identity: fencing, claims and authorizations", () => {
     // J comes back: without a new authorization it is refused, and I keeps its session.
     const j3 = r.open();
     expectClosed(r, r.hello(j3, "a", "J"), j3, Code.REPLACED);
-    expect(r.st.conns.get(i2)?.phase).toBe("ready");
+    expect(r.session(i2)?.phase).toBe("ready");
     expect(r.st.clients.get("a")!.instanceId).toBe("I");
   });
 
@@ -454,7 +454,7 @@ describe("identity: fencing, claims and authorizations", () => {
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J" });
     r.step({ type: "conn_closed", conn: i, reason: "gone" });
     r.connect("a", "I");
-    expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
+    expect(r.client("a")!.authorizedInstanceId).toBe("J");
   });
 
   it("R-F5: a registration drops an expired authorization it did not use", () => {
@@ -478,7 +478,7 @@ describe("identity: fencing, claims and authorizations", () => {
       r.now,
       { ports: testPorts },
     );
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
     const s = new ServerRig({ authorizationTtlMs: 1_000 });
     const b = s.connect("a", "i1");
     s.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" });

@@ -229,7 +229,7 @@ describe("output events", () => {
     send(3, 65 * KiB, encodeRawZstdFrame(text(65 * KiB)));
     expect(lastErr()).toBe(Code.PAYLOAD_TOO_LARGE);
     expect(h.storedEvents("c1").filter((e) => e.kind === "output")).toHaveLength(1);
-    expect(h.cmd("c1").state).toBe(L.RUNNING);
+    expect(h.command("c1").state).toBe("running");
   });
 
   it("R-O5: server rolling retention drops old segments and records a marker with the removed event and byte ranges", () => {
@@ -291,7 +291,7 @@ describe("output events", () => {
     h.exit("a", "c1", 0);
     h.reconnectNow("a");
     for (let i = 0; i < 20 && h.cmd("c1").state !== L.SUCCEEDED; i++) h.advance(1000);
-    expect(h.cmd("c1").state).toBe(L.SUCCEEDED);
+    expect(h.command("c1").state).toBe("succeeded");
     const trunc = events(h, "c1").find((e) => e.event.case === "truncation")!;
     const tv = trunc.event.value as { removedEvents?: unknown; removedBytes: Array<{ length: bigint }> };
     expect(tv.removedEvents).toBeUndefined();
@@ -401,7 +401,7 @@ describe("flow control and budgets", () => {
     h.autoDeliver = true;
     h.deliver();
     for (let i = 0; i < 50 && h.cmd("c1").state !== L.SUCCEEDED; i++) h.advance(10);
-    expect(h.cmd("c1").state).toBe(L.SUCCEEDED);
+    expect(h.command("c1").state).toBe("succeeded");
   });
 
   it("R-W2: agent budgets are tiered: the metadata tier refuses new commands with a transient capacity error", () => {
@@ -414,7 +414,7 @@ describe("flow control and budgets", () => {
       .map((e) => e.payload.value as { issueUuid: string; accepted: boolean; rejection?: { code: number; message: string } });
     expect(acc.filter((x) => x.accepted).length).toBe(3);
     expect(acc.find((x) => x.issueUuid === "c3")).toMatchObject({ accepted: false, rejection: { code: Code.CAPACITY } });
-    expect(h.cmd("c3").state).toBe(L.QUEUED);
+    expect(h.command("c3").state).toBe("queued");
   });
 
   it("R-W5: a full ingress queue closes the session without acknowledging; the agent resends after reconnecting", () => {
@@ -564,7 +564,7 @@ describe("hostile input", () => {
           h.advance(31_000);
         }
         h.deliver();
-        expect(h.cmd("c1").state).toBe(L.SUCCEEDED);
+        expect(h.command("c1").state).toBe("succeeded");
         expect(serverStream(h, "c1", "stdout").text).toBe(expected);
         expect(a.spawns).toEqual(["c1"]);
       }),
