@@ -178,7 +178,7 @@ describe("dispatch", () => {
     h.submit("a", "c1");
     expect(accepted(h).at(-1)).toMatchObject({ issueUuid: "c1", accepted: false, rejection: { code: Code.ALREADY_EXECUTED } });
     expect(h.command("c1").state).toBe("interrupted");
-    expect([...h.server.incidents.values()].some((i) => i.uuid === "c1" && i.kind === "already_executed")).toBe(true);
+    expect(h.incidents().some((i) => i.issueUuid === "c1" && i.kind === "already_executed")).toBe(true);
     expect(a.spawns).toEqual(["c1"]);
   });
 

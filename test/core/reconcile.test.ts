@@ -128,7 +128,7 @@ describe("reconciliation end to end", () => {
     expect(after.filter((p) => p.case === "commandDispatch")).toEqual([]);
     expect(h.spawned("a").filter((u) => u === "x")).toHaveLength(1);
     expect(h.command("x").state).toBe("interrupted");
-    expect([...h.server.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["x", "reconcile_already_executed"]]);
+    expect(h.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["x", "reconcile_already_executed"]]);
   });
 
   it("R-D6 R-D9: a queued command the snapshot does not hold stays queued through reconciliation and is dispatched once after the result", () => {
@@ -143,7 +143,7 @@ describe("reconciliation end to end", () => {
     expect(after.indexOf("reconcileResult")).toBeLessThan(after.indexOf("commandDispatch"));
     expect(after.filter((c) => c === "commandDispatch")).toHaveLength(1);
     expect(h.spawned("a")).toEqual(["q"]);
-    expect([...h.server.incidents.values()]).toEqual([]);
+    expect(h.incidents()).toEqual([]);
   });
 
   it("R-D7: the agent answers once with a complete snapshot, then resumes retransmission from the server's last acknowledged event", () => {
@@ -262,7 +262,7 @@ describe("reconciliation end to end", () => {
     expect(a.procs.get("ghost")!.signals).toContain(SignalKind.KILL);
     expect(a.st.commands.has("ghost")).toBe(false);
     expect(a.st.tombstones.has("ghost")).toBe(true);
-    expect([...h.server.incidents.values()].some((i) => i.uuid === "ghost" && i.kind === "reconcile_terminate_local")).toBe(true);
+    expect(h.incidents().some((i) => i.issueUuid === "ghost" && i.kind === "reconcile_terminate_local")).toBe(true);
   });
 
   it("R-D12: the result discards terminal records the server already stored even when the EventAck was lost; repeating it is harmless", () => {
@@ -290,7 +290,7 @@ describe("reconciliation end to end", () => {
     const tombs = a.st.tombstones.size;
     h.agentInput("a", { type: "frame", conn: a.conn, data: wire.data });
     expect(a.st.tombstones.size).toBe(tombs);
-    expect(a.st.session.phase).toBe("established");
+    expect(h.sessionFor("a")?.phase).toBe("ready");
   });
 
   it("R-D13: an agent with a store incident claims no complete snapshot and accepts no work until repaired", () => {
@@ -302,7 +302,7 @@ describe("reconciliation end to end", () => {
     expect(h.sent("reconcileSnapshot")).toHaveLength(1); // only the first session's
     const err = h.sent("error", "server").at(-1)!.payload.value as { error: { code: number } };
     expect(err.error.code).toBe(Code.STORE_INCIDENT);
-    expect([...h.server.incidents.values()].some((i) => i.kind === "agent_store_incident")).toBe(true);
+    expect(h.incidents().some((i) => i.kind === "agent_store_incident")).toBe(true);
     expect(h.sent("commandDispatch")).toHaveLength(0);
     expect(h.spawned("a")).toEqual([]);
     h.agentInput("a", { type: "store_repaired" });
@@ -330,7 +330,7 @@ describe("regressions", () => {
     h.restartServer();
     h.now = a.st.session.retryAt;
     h.agentInput("a", { type: "tick" }); // the agent resends events 3 and 4: a "gap" for the server
-    expect(a.st.session.phase).toBe("established");
+    expect(h.sessionFor("a")?.phase).toBe("ready");
     expect(h.sent("error", "a").filter((e) => (e.payload.value as { error: { code: number } }).error.code === Code.SEQUENCE_VIOLATION)).toHaveLength(0);
     const res = h.sent("reconcileResult").at(-1)!.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["c1"]);

@@ -5,7 +5,7 @@ describe("core smoke", () => {
   it("a command runs end to end: dispatch, accept, output, exit, ack, tombstone", () => {
     const h = new Harness();
     h.addAgent("host-a");
-    expect(h.agents.get("host-a")!.st.session.phase).toBe("established");
+    expect(h.sessionFor("host-a")?.phase).toBe("ready");
     expect(h.submit("host-a", "cmd-1")).toEqual({ ok: true, uuid: "cmd-1", revision: 1 });
     expect(h.spawned("host-a")).toEqual(["cmd-1"]);
     h.output("host-a", "cmd-1", "hello\n");

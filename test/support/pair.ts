@@ -37,7 +37,7 @@
 import { createHash } from "node:crypto";
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { expect } from "vitest";
-import { AgentEnvelopeSchema, type AgentError } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import { AgentEnvelopeSchema, type AgentError, type ClientHello } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Client, Incident, PendingClaim, Session } from "../../protos/gen/rvbox/v1/control_pb.js";
 import {
@@ -676,6 +676,22 @@ export class Pair {
   /** The server's session of a client (ListSessions filtered), undefined when it has none. */
   sessionOf(clientId: string): Session | undefined {
     return this.sessions().find((s) => s.clientId === clientId);
+  }
+
+  /** ListSessions' entry for a server connection. */
+  session(conn: number): Session | undefined {
+    return this.sessions().find((s) => Number(s.connection) === conn);
+  }
+
+  /** The server's session on this agent's link (ListSessions' entry for its connection), undefined when the link is down. */
+  sessionFor(agent: string): Session | undefined {
+    const sc = this.agents.get(agent)!.serverConn;
+    return sc ? this.session(sc) : undefined;
+  }
+
+  /** The last ClientHello an agent sent (its client and instance id, capacity). */
+  helloOf(agent: string): ClientHello | undefined {
+    return this.framesSent(agent, "clientHello").at(-1)?.payload.value as ClientHello | undefined;
   }
 
   claims(): PendingClaim[] {

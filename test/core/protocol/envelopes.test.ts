@@ -110,7 +110,7 @@ describe("envelope table", () => {
       h.addAgent("a");
       const a = h.agents.get("a")!;
       const fence = a.st.session.fence!;
-      expect(a.st.session.phase).toBe("established");
+      expect(h.sessionFor("a")?.phase).toBe("ready");
       const before = h.agentEffects.length;
       h.agentInput("a", { type: "frame", conn: a.conn, data: encodeEnvelope(fence, emptyPayload(kind)) });
       const after = h.agentEffects.slice(before).map((x) => x.e);

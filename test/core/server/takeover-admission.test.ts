@@ -212,7 +212,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     });
     h.now = newA.st.session.retryAt;
     h.agentInput("new", { type: "tick" });
-    expect(newA.st.session.phase).toBe("established");
+    expect(h.sessionFor("new")?.phase).toBe("ready");
 
     // The server: a takeover, not an invariant failure.
     const cmd = h.cmd("u1");
@@ -234,7 +234,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(oldA.st.commands.has("u1")).toBe(false);
     expect(oldA.st.tombstones.has("u1")).toBe(true);
     expect(oldA.st.replaced).not.toBeNull();
-    expect(oldA.st.session.phase).toBe("backoff");
+    expect(h.linkUp("old")).toBe(false);
     expect(oldA.st.session.retryAt).toBe(h.now + BACKOFF_CAP_MS);
 
     // It comes back: refused again with CODE_REPLACED, never recorded as a claim, and it waits the cap again.
@@ -243,7 +243,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(lastError(h, "old")?.error?.code).toBe(Code.REPLACED);
     expect(h.claimOf("web-1")).toBeUndefined();
     expect(oldA.st.session.retryAt).toBe(h.now + BACKOFF_CAP_MS);
-    expect(newA.st.session.phase).toBe("established");
+    expect(h.sessionFor("new")?.phase).toBe("ready");
 
     // The operator may re-admit it: the replaced instance is one authorize accepts by name.
     expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({
@@ -253,7 +253,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     });
     h.now = oldA.st.session.retryAt;
     h.agentInput("old", { type: "tick" });
-    expect(oldA.st.session.phase).toBe("established");
+    expect(h.sessionFor("old")?.phase).toBe("ready");
     expect(oldA.st.replaced).toBeNull();
     expect(h.server.clients.get("web-1")!.replaced).toMatchObject({ instanceId: J, by: I, authorized: true });
     expect(lastError(h, "new")?.error?.code).toBe(Code.REPLACED);
