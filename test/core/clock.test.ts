@@ -33,10 +33,10 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       r.now += 1_000;
       const sub = r.step({ type: "control", request: { op: "submit", requestId: "s1", uuid: "u1", clientId: "a", spec: create(ExecutionSpecSchema, argv()) } });
       const d = r.sent(sub, c, "commandDispatch")[0]!.env.payload.value as CommandDispatch;
-      expect(r.cmd("u1").createdAt).toBe(wall());
+      expect(r.command("u1").createdAt).toBe(wall());
       expect(timestampMs(d.issueTime!)).toBe(wall());
       // The default expiry is a duration on the deadline clock, sent as a wall instant.
-      expect(r.cmd("u1").queueExpiry).toBe(r.now + DEFAULT_QUEUE_EXPIRY_MS);
+      expect(r.command("u1").queueExpiry, "shown as the wall instant its real duration away").toBe(r.now + r.wallStep + DEFAULT_QUEUE_EXPIRY_MS);
       expect(timestampMs(d.queueExpiryTime!)).toBe(wall() + DEFAULT_QUEUE_EXPIRY_MS);
       // A claim and an incident carry wall times.
       const x = r.open();
@@ -63,7 +63,7 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       type: "control",
       request: { op: "submit", requestId: "s1", uuid: "q1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: wall() + 10_000 },
     });
-    expect(r.cmd("q1").queueExpiry).toBe(r.now + 10_000);
+    expect(r.command("q1").queueExpiry, "shown as the wall instant its real duration away").toBe(r.now + r.wallStep + 10_000);
     r.now += 9_999;
     r.step({ type: "tick" });
     expect(r.command("q1").state).toBe("queued");
@@ -78,7 +78,7 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
     h.addAgent("a", { maxRunning: 1, maxQueued: 4 });
     h.submit("a", "run");
     h.submit("a", "wait", {}, { queueExpiry: h.now + h.wallStep + 60_000 });
-    expect(h.cmd("wait").queueExpiry).toBe(h.now + 60_000);
+    expect(h.command("wait").queueExpiry, "shown as the wall instant its real duration away").toBe(h.now + h.wallStep + 60_000);
     const held = h.agents.get("a")!.st.commands.get("wait")!;
     expect(held.phase).toBe("queued");
     expect(held.queueExpiry).toBe(h.now + 60_000);

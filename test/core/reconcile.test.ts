@@ -98,7 +98,7 @@ describe("reconciliation end to end", () => {
     expect(names).not.toContain("run");
     expect(names).not.toContain("other");
     const t = req.targets.find((x) => x.issueUuid === "queued-at-agent")!;
-    expect(t.lastServerEventSeq).toBe(BigInt(h.cmd("queued-at-agent").storedThrough));
+    expect(t.lastServerEventSeq).toBe(BigInt(h.command("queued-at-agent").storedThrough));
   });
 
   it("R-D6 R-D10 R-D5: a queued command is named in the request; the agent's matching tombstone ends it without a dispatch round trip", () => {

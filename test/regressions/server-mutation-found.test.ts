@@ -103,7 +103,7 @@ describe("server edges found by the mutation run", () => {
     for (let i = 0; i < 4; i++) r.event(c, "c1", 2 + i, output(i % 2 ? OutputStream.STDERR : OutputStream.STDOUT, i < 2 ? 0 : 30, raw));
     r.control({ op: "signal", requestId: "sig", uuid: "c1", signal: SignalKind.USER1 });
     r.submit("b", "quiet");
-    expect(r.cmd("c1").retention).toHaveLength(1);
+    expect(r.command("c1").retentionMarkers).toBe(1);
     const back = restoreServer(r.cfg, r.disk.tables(), 9);
     const c1 = back.commands.get("c1")!;
     expect(c1.segments).toEqual(r.cmd("c1").segments);
@@ -322,7 +322,7 @@ describe("server edges found by the mutation run", () => {
     ]);
     expect(r.cmd("cb").signals.map((s) => s.revision)).toEqual([2]);
     expect(r.command("cb2").state).toBe("accepted");
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["cb", "reconcile_terminate_local"]]);
+    expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["cb", "reconcile_terminate_local"]]);
     expect(r.cmd("qa")).toMatchObject({ state: L.QUEUED, nextAttemptAt: retryAt + 50_000 });
   });
 

@@ -36,6 +36,7 @@
 // the observation functions below.
 import { createHash } from "node:crypto";
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { expect } from "vitest";
 import { AgentEnvelopeSchema, type AgentError, type ClientHello } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -265,6 +266,18 @@ export function followOf(durable: ReadonlyMap<string, ReadonlyMap<string, unknow
     gaps: cursor.gaps,
   };
 }
+
+/** ListIncidents' `dropped` count of a client (0: none dropped). */
+export function droppedIncidentsOf(st: ServerState, clientId: string): number {
+  return st.incidentDrops.get(clientId)?.count ?? 0;
+}
+
+/** A pending claim as plain data (claim time in ms), undefined for none. */
+export const plainClaim = (c: PendingClaim | undefined) => c && { instanceId: c.instanceId, at: timestampMs(c.claimTime!), attempts: c.attempts };
+
+/** A client's authorization as ListClients shows it (expiry in wall ms), null for none. */
+export const plainAuthorization = (c: Client | undefined) =>
+  c && c.authorizedInstanceId !== "" ? { instanceId: c.authorizedInstanceId, expiresAt: timestampMs(c.authorizationExpiryTime!) } : null;
 
 /** The AgentError payloads among some sent frames. */
 export const errorsOf = (envs: Envelope[]) => envs.filter((e) => e.payload.case === "error").map((e) => e.payload.value as AgentError);
@@ -710,6 +723,11 @@ export class Pair {
   /** ListIncidents' dropped_total. */
   incidentsDropped(): number {
     return this.server.incidentsDropped;
+  }
+
+  /** ListIncidents' per-client dropped count. */
+  droppedIncidents(clientId: string): number {
+    return droppedIncidentsOf(this.server, clientId);
   }
 
   /** ListCommands: every command with a committed state (what `rvbox ls` lists). */

@@ -40,7 +40,7 @@ import type { Code } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import type { CommandInfo } from "../../core/reader/command-view.js";
-import { claimsOf, clientListOf, commandOf, decode, Disk, followOf, incidentsOf, lenient, listCommandsOf, sessionsOf, stepServerChecked, T0, type Followed } from "./pair.js";
+import { claimsOf, clientListOf, commandOf, decode, Disk, droppedIncidentsOf, followOf, incidentsOf, lenient, listCommandsOf, sessionsOf, stepServerChecked, T0, type Followed } from "./pair.js";
 import { testPorts } from "./ports.js";
 
 export { decode, enc, lenient, sha, T0 } from "./pair.js";
@@ -248,6 +248,11 @@ export class ServerRig {
   /** ListIncidents' dropped_total. */
   incidentsDropped(): number {
     return this.st.incidentsDropped;
+  }
+
+  /** ListIncidents' per-client dropped count. */
+  droppedIncidents(clientId: string): number {
+    return droppedIncidentsOf(this.st, clientId);
   }
 
   /** ListCommands: every command with a committed state. */

@@ -55,13 +55,13 @@ describe("submit", () => {
   it("R-D1: without an explicit expiry a command expires 24 h after submission; at exactly its expiry (not before) an undispatched command expires", () => {
     const r = new ServerRig();
     r.submit("offline", "d");
-    expect(r.cmd("d").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    expect(r.command("d").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "z", argv(), { queueExpiry: 0 });
-    expect(r.cmd("z").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    expect(r.command("z").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "neg", argv(), { queueExpiry: -5 });
-    expect(r.cmd("neg").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    expect(r.command("neg").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "e", argv(), { queueExpiry: T0 + 500 });
-    expect(r.cmd("e").queueExpiry).toBe(T0 + 500);
+    expect(r.command("e").queueExpiry).toBe(T0 + 500);
     r.now = T0 + 499;
     r.step({ type: "tick" });
     expect(r.command("e").state).toBe("queued");
@@ -263,7 +263,7 @@ describe("stdin, signal, incident requests", () => {
       error: { code: Code.NOT_FOUND, message: "no incident inc-9" },
     });
     expect(r.control({ op: "ack_incident", requestId: "y", incidentId: "inc-1" })).toEqual({ ok: true });
-    expect(r.st.incidents.get("inc-1")!.acknowledged).toBe(true);
+    expect(r.incidents().find((i) => i.incidentId === "inc-1")!.acknowledged).toBe(true);
     expect(r.disk.durable.get("incident")!.get("inc-1")).toMatchObject({ acknowledged: true });
   });
   // The incident bounds (per client, in total, kept) are in bounds.test.ts.

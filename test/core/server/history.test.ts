@@ -268,7 +268,7 @@ describe("a pruned command keeps its protocol answers", () => {
       { issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: sha("other"), lastClientEventSeq: 2n, commandRevision: 1n },
     ]);
     expect((r.sent(fx3, c3, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a different request under this issue_uuid");
+    expect(r.incidents().at(-1)!.detail).toBe("agent holds a different request under this issue_uuid");
   });
 
   it("a snapshot from another client naming it is a command the server lacks (R-D11)", () => {
@@ -277,7 +277,7 @@ describe("a pruned command keeps its protocol answers", () => {
     r.hello(b, "b", "inst-b");
     const fx = r.snapshot(b, [{ issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: hash(r), lastClientEventSeq: 2n, commandRevision: 1n }]);
     expect((r.sent(fx, b, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a command the server does not know");
+    expect(r.incidents().at(-1)!.detail).toBe("agent holds a command the server does not know");
   });
 
   it("a late event or CommandAccepted for it is ignored: no error, no ack, the session stays open", () => {

@@ -49,7 +49,7 @@ describe("acknowledgements", () => {
     r.step({ type: "conn_closed", conn: c, reason: "x" });
     const late = r.flush();
     expect(r.sent(late)).toEqual([]);
-    expect(r.cmd("c1").storedThrough).toBe(4);
+    expect(r.command("c1").storedThrough).toBe(4);
   });
 });
 

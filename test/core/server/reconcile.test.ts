@@ -79,7 +79,7 @@ describe("reconciliation at the server", () => {
     r.cmd("disp").nextAttemptAt = T0 + 99_999;
     r.snapshot(d, []);
     expect(r.cmd("acc")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server", reason: "agent lost an accepted command" });
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
+    expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
     expect(r.cmd("disp").nextAttemptAt).toBe(0);
     expect(r.command("disp").state).toBe("dispatched"); // requeued and dispatched again on the new session
     expect(dispatches(r, r.log, d).map((x) => x.issueUuid)).toEqual(["disp"]);
@@ -113,7 +113,7 @@ describe("reconciliation at the server", () => {
     expect(r.cmd("adopt")).toMatchObject({ state: L.RUNNING, terminalSource: "" });
     expect(r.cmd("div")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server" });
     expect(r.command("foreign").state).toBe("queued");
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind]).sort()).toEqual([
+    expect(r.incidents().map((i) => [i.issueUuid, i.kind]).sort()).toEqual([
       ["div", "reconcile_diverged"],
       ["foreign", "reconcile_terminate_local"],
       ["ghost", "reconcile_terminate_local"],

@@ -14,6 +14,7 @@ import { MAX_INCIDENTS_KEPT, MAX_SERVER_CONNECTIONS } from "../../../core/limits
 import { testPorts } from "../../support/ports.js";
 
 import { T0, argv, of, lifecycle, ServerRig, expectClosed } from "../../support/server-rig.js";
+import { plainClaim } from "../../support/pair.js";
 
 void MAX_INCIDENTS_KEPT;
 
@@ -49,7 +50,7 @@ describe("connections", () => {
     const out = r.step({ type: "conn_open", conn: 2 });
     expect(of(out, "close")).toEqual([{ type: "close", conn: 2, reason: `CODE_CAPACITY: ${MAX_SERVER_CONNECTIONS} connections open` }]);
     expect(r.session(2)).toBeUndefined();
-    expect(r.st.conns.size).toBe(MAX_SERVER_CONNECTIONS);
+    expect(r.sessions().length).toBe(MAX_SERVER_CONNECTIONS);
   });
 
   it("R-W5: a full ingress queue closes the connection without an error frame; unknown connections are ignored", () => {
@@ -59,7 +60,7 @@ describe("connections", () => {
     const out = r.step({ type: "ingress_full", conn: c });
     expect(of(out, "close")).toEqual([{ type: "close", conn: c, reason: "CAPACITY: ingress queue full" }]);
     expect(r.sent(out)).toEqual([]);
-    expect(r.st.clients.get("a")!.conn).toBe(0);
+    expect(r.client("a")!.connected).toBe(false);
   });
 
   it("R-H1: activity moves only that connection's heartbeat; frames for unknown connections change nothing", () => {
@@ -208,8 +209,8 @@ describe("frames before and around registration", () => {
     expect(
       targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")]),
     ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
-    expect(r.cmd("run").storedThrough).toBe(1);
-    expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 3, maxQueued: 4 });
+    expect(r.command("run").storedThrough).toBe(1);
+    expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 3, maxQueuedCommands: 4 });
     expect(r.st.clients.get("a")!.lastSeen).toBe(T0);
   });
 
@@ -287,12 +288,12 @@ describe("frames before and around registration", () => {
       case: "clientCapacity",
       value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 2, queuedCommands: 5, maxRunningCommands: 70_000, maxQueuedCommands: 65_536 },
     });
-    expect(r.st.clients.get("a")!.capacity).toEqual({ running: 2, queued: 5, maxRunning: 65_536, maxQueued: 65_536 });
+    expect(r.client("a")).toMatchObject({ runningCommands: 2, queuedCommands: 5, maxRunningCommands: 65_536, maxQueuedCommands: 65_536 });
     r.frame(c, {
       case: "clientCapacity",
       value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 65_535, maxQueuedCommands: 3 },
     });
-    expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 65_535, maxQueued: 3 });
+    expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 65_535, maxQueuedCommands: 3 });
   });
 
   it("R-D13 R-W10: an agent error opens a store incident or is traced; closeSession ends the session without an answer", () => {
@@ -340,14 +341,14 @@ describe("identity: fencing, claims and authorizations", () => {
     const a = r.connect("a", "i1");
     const c1 = r.open();
     expectClosed(r, r.hello(c1, "a", "i2"), c1, Code.IDENTITY_CONFLICT, "client id a is live under another instance; recorded as a pending claim");
-    expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i2", at: T0, attempts: 1 });
+    expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i2", at: T0, attempts: 1 });
     r.now += 5;
     const c2 = r.open();
     r.hello(c2, "a", "i2");
-    expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i2", at: T0 + 5, attempts: 2 });
+    expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i2", at: T0 + 5, attempts: 2 });
     const c3 = r.open();
     r.hello(c3, "a", "i3");
-    expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
+    expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
     expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
     expect(r.st.clients.get("a")!).toMatchObject({ conn: a, generation: 1, instanceId: "i1" });
   });
@@ -357,10 +358,10 @@ describe("identity: fencing, claims and authorizations", () => {
     const a = r.connect("a", "i1");
     r.hello(r.open(), "a", "i2"); // claim by i2
     r.step({ type: "conn_closed", conn: a, reason: "gone" });
-    expect(r.st.clients.get("a")!.conn).toBe(0);
+    expect(r.client("a")!.connected).toBe(false);
     const c = r.connect("a", "i3");
     expect(r.st.clients.get("a")).toMatchObject({ conn: c, instanceId: "i3", generation: 2 });
-    expect(r.st.clients.get("a")!.pendingClaim).toMatchObject({ instanceId: "i2" });
+    expect(plainClaim(r.claimOf("a"))).toMatchObject({ instanceId: "i2" });
     r.step({ type: "conn_closed", conn: c, reason: "gone" });
     r.connect("a", "i2");
     expect(r.claimOf("a")).toBeUndefined();
@@ -379,7 +380,7 @@ describe("identity: fencing, claims and authorizations", () => {
     // A different instance does not use it.
     const x = r.open();
     expectClosed(r, r.hello(x, "a", "i9"), x, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.authorization).not.toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).not.toBe("");
     r.now = T0 + 999;
     const b = r.open();
     const out = r.hello(b, "a", "i2");
@@ -403,10 +404,10 @@ describe("identity: fencing, claims and authorizations", () => {
     t.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" });
     t.now = T0 + 999;
     t.step({ type: "tick" });
-    expect(t.st.clients.get("a")!.authorization).not.toBeNull();
+    expect(t.client("a")!.authorizedInstanceId).not.toBe("");
     t.now = T0 + 1_000;
     const out = t.step({ type: "tick" });
-    expect(t.st.clients.get("a")!.authorization).toBeNull();
+    expect(t.client("a")!.authorizedInstanceId).toBe("");
     expect(
       of(out, "persist")
         .flatMap((p) => p.records)

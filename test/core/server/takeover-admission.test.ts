@@ -11,6 +11,7 @@ import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "..
 import { restoreServer } from "../../../core/index.js";
 import { Harness } from "../../support/harness.js";
 import { expectClosed, ServerRig } from "../../support/server-rig.js";
+import { plainClaim } from "../../support/pair.js";
 
 const spec = () => create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["true"] } } });
 const submit = (r: ServerRig, clientId: string, uuid: string, allowUnknownClient = false) =>
@@ -74,9 +75,9 @@ describe("submit admission: unknown client ids", () => {
     });
     // R-D1: with allow_unknown_client the command is queued for the id and dispatched once it registers.
     expect(submit(r, "later", "u9", true)).toEqual({ ok: true, uuid: "u9", revision: 1 });
-    expect(r.st.commands.get("u9")!.state).toBe(L.QUEUED);
+    expect(r.command("u9").state).toBe("queued");
     const c = r.connect("later");
-    expect(r.st.commands.get("u9")!.state).toBe(L.DISPATCHED);
+    expect(r.command("u9").state).toBe("dispatched");
     expect(r.st.commands.get("u9")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
   });
 
@@ -187,7 +188,7 @@ describe("authorize: only the exact pending or replaced instance", () => {
     expect(auth(r, "J-fedcba9876543210")).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     const j = r.open();
     expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.pendingClaim).toMatchObject({ instanceId: "J-fedcba9876543210", attempts: 1 });
+    expect(plainClaim(r.claimOf("a"))).toMatchObject({ instanceId: "J-fedcba9876543210", attempts: 1 });
   });
 });
 
