@@ -14,6 +14,7 @@ import type { CommandDispatch, ServerWelcome } from "../../protos/gen/rvbox/v1/a
 import type { CommandEvent } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { Harness } from "../support/harness.js";
 import { argv, expectClosed, ServerRig } from "../support/server-rig.js";
+import { plainAuthorization, plainClaim } from "../support/pair.js";
 
 const HOUR = 3_600_000;
 
@@ -24,11 +25,11 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       r.wallStep = step;
       const wall = () => r.now + r.wallStep;
       const c = r.open();
-      expect(r.st.conns.get(c)!.openedAt).toBe(wall());
+      expect(timestampMs(r.session(c)!.openedTime!)).toBe(wall());
       const hello = r.hello(c, "a", "i1");
       const welcome = r.sent(hello, c, "serverWelcome")[0]!.env.payload.value as ServerWelcome;
       expect(timestampMs(welcome.serverTime!)).toBe(wall());
-      expect(r.st.clients.get("a")!.lastSeen).toBe(wall());
+      expect(timestampMs(r.client("a")!.lastActivityTime!)).toBe(wall());
       r.snapshot(c);
       r.now += 1_000;
       const sub = r.step({ type: "control", request: { op: "submit", requestId: "s1", uuid: "u1", clientId: "a", spec: create(ExecutionSpecSchema, argv()) } });
@@ -41,15 +42,15 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       // A claim and an incident carry wall times.
       const x = r.open();
       expectClosed(r, r.hello(x, "a", "i2"), x, Code.IDENTITY_CONFLICT);
-      expect(r.st.clients.get("a")!.pendingClaim!.at).toBe(wall());
+      expect(plainClaim(r.claimOf("a"))!.at).toBe(wall());
       r.frame(c, {
         case: "error",
         value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false },
       });
-      expect([...r.st.incidents.values()].map((i) => i.at)).toEqual([wall()]);
+      expect(r.incidents().map((i) => timestampMs(i.time!))).toEqual([wall()]);
       // An authorization lives AUTHORIZATION_TTL_MS of deadline-clock time.
       r.control({ op: "authorize", requestId: "au", clientId: "a", instanceId: "i2" });
-      expect(r.st.clients.get("a")!.authorization!.expiresAt).toBe(r.now + AUTHORIZATION_TTL_MS);
+      expect(plainAuthorization(r.client("a"))!.expiresAt, "shown as the wall instant the TTL away").toBe(wall() + AUTHORIZATION_TTL_MS);
     });
   }
 
@@ -130,7 +131,7 @@ describe("clock: persisted deadlines across a restart", () => {
     // wall clock that was not stepped): the same instants, still pending.
     r.now += 10_000;
     r.st = restoreServer(r.cfg, r.disk.tables(), 2);
-    expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt });
+    expect(plainAuthorization(r.client("a"))).toEqual({ instanceId: "i2", expiresAt: expiresAt + r.wallStep });
     expect(r.cmd("busy").nextAttemptAt).toBe(retryAt);
     // Restart again after the wall clock was stepped back 1 h: the new
     // process anchors its deadline clock an hour earlier. The one-shot

@@ -179,7 +179,7 @@ describe("server edges found by the mutation run", () => {
     const s = new ServerRig();
     const c = s.connect();
     s.running(c, "c2");
-    expect(s.cmd("c2")).toMatchObject({ reason: "", signalName: "", terminalSource: "" });
+    expect(s.command("c2")).toMatchObject({ reason: "", signalName: "", terminalSource: "" });
   });
 
   it("R-C1: a script kept for upload is deleted from storage once the command ends; a stray script on an argv submit is not kept", () => {

@@ -279,6 +279,17 @@ export const plainClaim = (c: PendingClaim | undefined) => c && { instanceId: c.
 export const plainAuthorization = (c: Client | undefined) =>
   c && c.authorizedInstanceId !== "" ? { instanceId: c.authorizedInstanceId, expiresAt: timestampMs(c.authorizationExpiryTime!) } : null;
 
+/** An incident as ListIncidents shows it, as plain data (time in ms). */
+export const plainIncident = (i: Incident) => ({
+  id: i.incidentId,
+  clientId: i.clientId,
+  uuid: i.issueUuid,
+  kind: i.kind,
+  detail: i.detail,
+  at: timestampMs(i.time!),
+  acknowledged: i.acknowledged,
+});
+
 /** The AgentError payloads among some sent frames. */
 export const errorsOf = (envs: Envelope[]) => envs.filter((e) => e.payload.case === "error").map((e) => e.payload.value as AgentError);
 

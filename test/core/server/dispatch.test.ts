@@ -7,6 +7,7 @@ import { nextFloat } from "../../../core/rng.js";
 import { MAX_INCIDENTS_KEPT } from "../../../core/limits.js";
 
 import { T0, argv, of, lifecycle, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { plainIncident } from "../../support/pair.js";
 
 const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
   r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
@@ -145,7 +146,7 @@ describe("dispatch", () => {
       const c = r.connect();
       r.submit("a", "c1");
       r.accept(c, "c1", false, code, "no");
-      expect(r.cmd("c1")).toMatchObject({ state: L.REJECTED, terminalSource: "server", reason: `${Code[code]}: no` });
+      expect(r.command("c1")).toMatchObject({ state: "rejected", terminalSource: "server", reason: `${Code[code]}: no` });
     }
     for (const code of [Code.PROTOCOL_ERROR, Code.NOT_FOUND, undefined]) {
       const r = new ServerRig();
@@ -167,7 +168,7 @@ describe("dispatch", () => {
       terminalSource: "server",
       reason: "agent reports it already executed this request; outcome not retained",
     });
-    expect([...r.st.incidents.values()]).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
+    expect(r.incidents().map(plainIncident)).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
   });
 
   it("R-D2: CommandAccepted for an unknown or foreign command is NOT_FOUND (no close); a late one is ignored", () => {

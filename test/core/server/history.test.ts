@@ -9,6 +9,7 @@ import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from 
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../../core/limits.js";
 import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../../support/server-rig.js";
+import { plainIncident } from "../../support/pair.js";
 import { testPorts } from "../../support/ports.js";
 
 /** Run `uuid` to SUCCEEDED on `conn` (accepted, running, exit 0). */
@@ -259,7 +260,7 @@ describe("a pruned command keeps its protocol answers", () => {
     const fx = r.snapshot(c2, [{ issueUuid: "gone", lifecycle: L.RUNNING, immutableRequestSha256: hash(r), lastClientEventSeq: 1n, commandRevision: 1n }]);
     const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind, i.detail])).toEqual([
+    expect(r.incidents().map(plainIncident).map((i) => [i.uuid, i.kind, i.detail])).toEqual([
       ["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"],
     ]);
     const c3 = r.open();

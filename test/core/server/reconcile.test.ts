@@ -78,7 +78,7 @@ describe("reconciliation at the server", () => {
     });
     r.cmd("disp").nextAttemptAt = T0 + 99_999;
     r.snapshot(d, []);
-    expect(r.cmd("acc")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server", reason: "agent lost an accepted command" });
+    expect(r.command("acc")).toMatchObject({ state: "interrupted", terminalSource: "server", reason: "agent lost an accepted command" });
     expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
     expect(r.cmd("disp").nextAttemptAt).toBe(0);
     expect(r.command("disp").state).toBe("dispatched"); // requeued and dispatched again on the new session
@@ -110,8 +110,8 @@ describe("reconciliation at the server", () => {
     const res = r.sent(out, d, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[]; discardLocalTerminalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["div", "ghost", "foreign"]);
     expect(res.discardLocalTerminalIssueUuids).toEqual(["fin"]);
-    expect(r.cmd("adopt")).toMatchObject({ state: L.RUNNING, terminalSource: "" });
-    expect(r.cmd("div")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server" });
+    expect(r.command("adopt")).toMatchObject({ state: "running", terminalSource: "" });
+    expect(r.command("div")).toMatchObject({ state: "interrupted", terminalSource: "server" });
     expect(r.command("foreign").state).toBe("queued");
     expect(r.incidents().map((i) => [i.issueUuid, i.kind]).sort()).toEqual([
       ["div", "reconcile_diverged"],
@@ -127,8 +127,8 @@ describe("reconciliation at the server", () => {
       r.accept(c, "t");
     });
     r.snapshot(d, [state(r, "t", L.UNSPECIFIED, 0, { tombstoned: true })]);
-    expect(r.cmd("t")).toMatchObject({ state: L.INTERRUPTED, reason: "agent tombstone: already executed; outcome not retained" });
-    expect([...r.st.incidents.values()].map((i) => i.kind)).toEqual(["reconcile_already_executed"]);
+    expect(r.command("t")).toMatchObject({ state: "interrupted", reason: "agent tombstone: already executed; outcome not retained" });
+    expect(r.incidents().map((i) => i.kind)).toEqual(["reconcile_already_executed"]);
   });
 });
 

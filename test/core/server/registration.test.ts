@@ -3,6 +3,7 @@
 // reducer directly with hand-made agent frames.)
 import { rowOf } from "../../../core/server/store.js";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import { ClientHelloSchema, type ReconcileRequest } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, ControlErrorSchema, ProtocolRangeSchema, ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -14,7 +15,7 @@ import { MAX_INCIDENTS_KEPT, MAX_SERVER_CONNECTIONS } from "../../../core/limits
 import { testPorts } from "../../support/ports.js";
 
 import { T0, argv, of, lifecycle, ServerRig, expectClosed } from "../../support/server-rig.js";
-import { plainClaim } from "../../support/pair.js";
+import { plainAuthorization, plainClaim, plainIncident } from "../../support/pair.js";
 
 void MAX_INCIDENTS_KEPT;
 
@@ -69,7 +70,7 @@ describe("connections", () => {
     r.now += 4_000;
     r.step({ type: "activity", conn: 77 });
     r.step({ type: "activity", conn: c });
-    expect(r.st.conns.get(c)!.hb.lastInbound).toBe(T0 + 4_000);
+    expect(timestampMs(r.session(c)!.lastInboundTime!)).toBe(T0 + 4_000);
     const out = r.step({ type: "frame", conn: 77, data: new Uint8Array([1, 2, 3]) });
     expect(out.filter((e) => e.type !== "wake")).toEqual([]);
   });
@@ -211,7 +212,7 @@ describe("frames before and around registration", () => {
     ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
     expect(r.command("run").storedThrough).toBe(1);
     expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 3, maxQueuedCommands: 4 });
-    expect(r.st.clients.get("a")!.lastSeen).toBe(T0);
+    expect(timestampMs(r.client("a")!.lastActivityTime!)).toBe(T0);
   });
 
   it("R-D8: a welcome or reconcile result whose connection went away before the persist was durable is not sent", () => {
@@ -304,7 +305,7 @@ describe("frames before and around registration", () => {
       value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code, message }), closeSession },
     });
     const store = r.frame(c, err(Code.STORE_INCIDENT, "journal crc", false));
-    expect([...r.st.incidents.values()]).toEqual([
+    expect(r.incidents().map(plainIncident)).toEqual([
       { id: "inc-1", clientId: "a", uuid: "", kind: "agent_store_incident", detail: "journal crc", at: T0, acknowledged: false },
     ]);
     expect(r.disk.durable.get("incident")?.get("inc-1")).toMatchObject({ kind: "agent_store_incident" });
@@ -331,7 +332,8 @@ describe("identity: fencing, claims and authorizations", () => {
     const c = r.open();
     const out = r.hello(c, "a", "i1");
     expectClosed(r, out, old, Code.STALE_GENERATION, "fenced by a newer registration of this client");
-    expect(r.st.clients.get("a")).toMatchObject({ generation: 2, conn: c, instanceId: "i1" });
+    expect(r.client("a")).toMatchObject({ generation: 2n, connected: true, instanceId: "i1" });
+    expect(r.session(c)).toMatchObject({ clientId: "a", generation: 2n });
     expect(rowOf(r.disk.durable, "client", "a")!.generation).toBe(2);
     expect(rowOf(r.disk.durable, "client", "a")!.conn).toBe(0);
   });
@@ -350,7 +352,8 @@ describe("identity: fencing, claims and authorizations", () => {
     r.hello(c3, "a", "i3");
     expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
     expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
-    expect(r.st.clients.get("a")!).toMatchObject({ conn: a, generation: 1, instanceId: "i1" });
+    expect(r.client("a")).toMatchObject({ connected: true, generation: 1n, instanceId: "i1" });
+    expect(r.session(a)).toMatchObject({ clientId: "a", generation: 1n });
   });
 
   it("R-F6: with no live session another instance is accepted; a pending claim of that instance is cleared, another's is kept", () => {
@@ -360,7 +363,8 @@ describe("identity: fencing, claims and authorizations", () => {
     r.step({ type: "conn_closed", conn: a, reason: "gone" });
     expect(r.client("a")!.connected).toBe(false);
     const c = r.connect("a", "i3");
-    expect(r.st.clients.get("a")).toMatchObject({ conn: c, instanceId: "i3", generation: 2 });
+    expect(r.client("a")).toMatchObject({ connected: true, instanceId: "i3", generation: 2n });
+    expect(r.session(c)).toMatchObject({ clientId: "a", instanceId: "i3", generation: 2n });
     expect(plainClaim(r.claimOf("a"))).toMatchObject({ instanceId: "i2" });
     r.step({ type: "conn_closed", conn: c, reason: "gone" });
     r.connect("a", "i2");
@@ -375,7 +379,7 @@ describe("identity: fencing, claims and authorizations", () => {
       error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" },
     });
     expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2", expiresAt: T0 + 1_000 });
-    expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
+    expect(plainAuthorization(r.client("a"))).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     expect(rowOf(r.disk.durable, "client", "a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     // A different instance does not use it.
     const x = r.open();
@@ -386,7 +390,8 @@ describe("identity: fencing, claims and authorizations", () => {
     const out = r.hello(b, "a", "i2");
     expect(of(out, "trace").some((t) => t.event === "authorization_consumed")).toBe(true);
     expect(r.session(a)).toBeUndefined(); // fenced
-    expect(r.st.clients.get("a")).toMatchObject({ conn: b, instanceId: "i2", authorization: null });
+    expect(r.client("a")).toMatchObject({ connected: true, instanceId: "i2", authorizedInstanceId: "" });
+    expect(r.session(b)).toMatchObject({ clientId: "a", instanceId: "i2" });
     // one-shot: i1 is now refused (as the instance this takeover replaced)
     const back = r.open();
     expectClosed(r, r.hello(back, "a", "i1"), back, Code.REPLACED);
@@ -446,7 +451,7 @@ describe("identity: fencing, claims and authorizations", () => {
     const j3 = r.open();
     expectClosed(r, r.hello(j3, "a", "J"), j3, Code.REPLACED);
     expect(r.session(i2)?.phase).toBe("ready");
-    expect(r.st.clients.get("a")!.instanceId).toBe("I");
+    expect(r.client("a")!.instanceId).toBe("I");
   });
 
   it("R-F5: an authorization for another instance survives a normal registration of this one", () => {
@@ -499,6 +504,6 @@ describe("identity: fencing, claims and authorizations", () => {
       s.now,
       { ports: testPorts },
     );
-    expect(s.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
+    expect(plainAuthorization(s.client("a"))).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
   });
 });
