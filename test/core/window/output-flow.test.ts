@@ -35,26 +35,25 @@ function limits(over: Partial<AgentLimits> = {}): AgentLimits {
   return { ...defaultAgentConfig("x").limits, ...over };
 }
 
-/** Reassemble what the server durably holds for a stream, with markers as gaps. */
+/** What a follower of the command is shown of one stream: bytes shown, bytes covered by markers, the text. */
 function serverStream(h: Harness, uuid: string, stream: "stdout" | "stderr"): { bytes: number; covered: number; text: string } {
+  const f = h.outputOf(uuid);
+  expect(f.gaps, "every byte is shown or covered by a marker").toBe(0);
   let bytes = 0;
   let covered = 0;
-  let s = "";
-  for (const e of h.storedEvents(uuid)) {
-    if (e.kind === "output" && e.stream === stream) {
-      expect(e.offset).toBe(bytes + covered);
-      const raw = (e.zstd as Uint8Array).slice(-(e.originalSize as number));
-      s += new TextDecoder().decode(raw);
-      bytes += e.originalSize as number;
-    } else if (e.kind === "truncation") {
-      for (const r of e.ranges as Array<{ stream: string; offset: number; length: number }>) {
+  for (const it of f.items) {
+    if (it.kind === "output" && it.stream === stream) {
+      expect(it.offset).toBe(bytes + covered);
+      bytes += it.data.length;
+    } else if (it.kind === "truncation") {
+      for (const r of it.ranges) {
         if (r.stream !== stream) continue;
         expect(r.offset).toBe(bytes + covered);
         covered += r.length;
       }
     }
   }
-  return { bytes, covered, text: s };
+  return { bytes, covered, text: f[stream] };
 }
 
 describe("output events", () => {
