@@ -33,7 +33,7 @@ describe("stdin", () => {
     blobs.forEach((b, i) =>
       expect(h.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: b, appendNewline: false })).toEqual({ ok: true, uuid: "c1", writeSeq: i + 1 }),
     );
-    const proc = h.agents.get("a")!.procs.get("c1")!;
+    const proc = h.process("a", "c1")!;
     expect(proc.stdin.map((b) => Array.from(b))).toEqual(blobs.map((b) => Array.from(b)));
     const acks = events(h, "c1")
       .filter((e) => e.event.case === "stdinAck")
@@ -60,7 +60,7 @@ describe("stdin", () => {
     });
     h.agentInput("a", { type: "frame", conn: a.conn, data: skip });
     expect(h.sent("error", "server").at(-1)?.payload.value).toMatchObject({ error: { code: Code.SEQUENCE_VIOLATION } });
-    expect(a.procs.get("c1")!.stdin).toHaveLength(0);
+    expect(h.process("a", "c1")!.stdin).toHaveLength(0);
   });
 
   it("R-S2: append_newline is explicit on the wire and applied by the agent", () => {
@@ -74,12 +74,7 @@ describe("stdin", () => {
       ["yes", true],
       ["raw", false],
     ]);
-    expect(
-      h.agents
-        .get("a")!
-        .procs.get("c1")!
-        .stdin.map((b) => new TextDecoder().decode(b)),
-    ).toEqual(["yes\n", "raw"]);
+    expect(h.process("a", "c1")!.stdin.map((b) => new TextDecoder().decode(b))).toEqual(["yes\n", "raw"]);
   });
 
   it("R-S3: CloseStdin is separate and idempotent; writes after it are refused", () => {
@@ -94,7 +89,7 @@ describe("stdin", () => {
       ok: false,
       error: { code: Code.VALIDATION },
     });
-    const proc = h.agents.get("a")!.procs.get("c1")!;
+    const proc = h.process("a", "c1")!;
     expect(proc.stdinClosed).toBe(true);
     // A resent CloseStdin frame is harmless.
     const cl = h.wire.find((x) => x.env.payload.case === "closeStdin")!;
@@ -116,14 +111,9 @@ describe("stdin", () => {
     h.submit("a", "second", { stdinOpen: true });
     h.control({ op: "stdin", requestId: "w1", uuid: "second", data: new Uint8Array([1]), appendNewline: false });
     h.control({ op: "stdin", requestId: "w2", uuid: "second", data: new Uint8Array([2]), appendNewline: false });
-    expect(h.agents.get("a")!.procs.has("second")).toBe(false);
+    expect(h.process("a", "second")).toBeUndefined();
     h.exit("a", "first", 0);
-    expect(
-      h.agents
-        .get("a")!
-        .procs.get("second")!
-        .stdin.map((b) => b[0]),
-    ).toEqual([1, 2]);
+    expect(h.process("a", "second")!.stdin.map((b) => b[0])).toEqual([1, 2]);
   });
 });
 
@@ -142,7 +132,7 @@ describe("signals", () => {
       [2, SignalKind.USER1],
       [3, SignalKind.CANCEL],
     ]);
-    expect(h.agents.get("a")!.procs.get("c1")!.signals).toEqual([SignalKind.USER1, SignalKind.CANCEL]);
+    expect(h.process("a", "c1")!.signals).toEqual([SignalKind.USER1, SignalKind.CANCEL]);
     h.exit("a", "c1", null, "SIGTERM");
     const results = events(h, "c1").filter((e) => e.event.case === "signalResult");
     expect(results.map((e) => Number(e.commandRevision))).toEqual([2, 3]);
@@ -163,7 +153,7 @@ describe("signals", () => {
     const frame = h.wire.find((w) => w.env.payload.case === "signalCommand")!;
     const a = h.agents.get("a")!;
     h.agentInput("a", { type: "frame", conn: a.conn, data: frame.data });
-    expect(a.procs.get("c1")!.signals).toEqual([SignalKind.USER2]);
+    expect(h.process("a", "c1")!.signals).toEqual([SignalKind.USER2]);
   });
 
   it("R-S4: cancel before launch settles the start/kill race: cancelled with that revision and never launched", () => {
@@ -198,7 +188,9 @@ describe("signals", () => {
     h.flush("server"); // created
     h.flush("server"); // dispatched recorded: the dispatch reaches the agent; accept + launch authorization are persisting
     const a = h.agents.get("a")!;
-    expect(a.st.commands.get("c1")!.phase).toBe("launching");
+    // Launching: the dispatch reached the agent, no process yet.
+    expect(h.framesSent("a", "commandDispatch", "down").map((e) => (e.payload.value as { issueUuid: string }).issueUuid)).toEqual(["c1"]);
+    expect(h.spawned("a")).toEqual([]);
     const cancel = encodeEnvelope(a.st.session.fence, {
       case: "signalCommand",
       value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: "c1", commandRevision: 2n, signal: SignalKind.CANCEL },
@@ -349,14 +341,15 @@ describe("scripts", () => {
     h2.submit("b", "crash");
     h2.flush("server");
     h2.flush("server");
-    expect(h2.agents.get("b")!.st.commands.get("crash")!.phase).toBe("launching");
+    expect(h2.framesSent("b", "commandDispatch", "down")).toHaveLength(1);
+    expect(h2.spawned("b"), "launching: no process yet").toEqual([]);
     h2.flush("b"); // launch authorization durable, spawn issued, process started (not yet durable)
     expect(h2.spawned("b")).toEqual(["crash"]);
     h2.autoDurable = true;
     h2.restartAgent("b");
     expect(h2.command("crash").state).toBe("interrupted");
     expect(h2.spawned("b")).toEqual(["crash"]); // launched once, never again after the crash
-    for (const c of [...h.server.commands.values(), ...h2.server.commands.values()]) expect(c.state).not.toBe(L.FAILED);
+    for (const c of [...h.listCommands(), ...h2.listCommands()]) expect(c.state).not.toBe("failed");
   });
 });
 
