@@ -67,6 +67,7 @@ import {
 import { commandView, lifecycleName, type CommandInfo } from "../../core/reader/command-view.js";
 import { newCursor, step as cursorStep, type FollowCursor } from "../../core/reader/follow-cursor.js";
 import type { OutputItem, StreamName } from "../../core/reader/items.js";
+import { missingMessage } from "../../core/server/history.js";
 import type { EventRow, RetentionRow } from "../../core/server/store.js";
 import { activeCounts, claimView, clientView, incidentView, sessionView, type FleetReader } from "../../shells/server/control-service.js";
 import { decompressValidated } from "../../shells/zstd/decompress.js";
@@ -673,6 +674,11 @@ export class Pair {
     const c = commandOf(this.server, uuid, this.wallStep);
     if (!c) throw new Error(`GetCommand ${uuid}: NOT_FOUND`);
     return c;
+  }
+
+  /** GetCommand's NOT_FOUND message (`no command …`, or how a pruned command ended); undefined when it is found. */
+  notFound(uuid: string): string | undefined {
+    return this.server.commands.has(uuid) ? undefined : missingMessage(this.server, uuid);
   }
 
   /** GetCommand, undefined for NOT_FOUND. */

@@ -40,6 +40,7 @@ import type { Code } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import type { CommandInfo } from "../../core/reader/command-view.js";
+import { missingMessage } from "../../core/server/history.js";
 import { claimsOf, clientListOf, commandOf, decode, Disk, droppedIncidentsOf, followOf, incidentsOf, lenient, listCommandsOf, sessionsOf, stepServerChecked, T0, type Followed } from "./pair.js";
 import { testPorts } from "./ports.js";
 
@@ -203,6 +204,11 @@ export class ServerRig {
     const c = commandOf(this.st, uuid, this.wallStep);
     if (!c) throw new Error(`GetCommand ${uuid}: NOT_FOUND`);
     return c;
+  }
+
+  /** GetCommand's NOT_FOUND message (`no command …`, or how a pruned command ended); undefined when it is found. */
+  notFound(uuid: string): string | undefined {
+    return this.st.commands.has(uuid) ? undefined : missingMessage(this.st, uuid);
   }
 
   /** GetCommand, undefined for NOT_FOUND. */

@@ -18,7 +18,9 @@ function finish(r: ServerRig, conn: number, uuid: string, out?: string): void {
   let seq = 2;
   if (out !== undefined) r.event(conn, uuid, seq++, output(OutputStream.STDOUT, 0, enc(out)));
   r.event(conn, uuid, seq, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
-  expect(r.st.commands.get(uuid)?.state ?? r.st.pruned.get(uuid)?.state).toBe(L.SUCCEEDED);
+  // GetCommand: succeeded, or (history pruned at once) NOT_FOUND saying it ended succeeded.
+  if (r.findCommand(uuid)) expect(r.command(uuid).state).toBe("succeeded");
+  else expect(r.notFound(uuid)).toBe(`command ${uuid} ended succeeded and was pruned from history`);
 }
 
 /** The charge of one finished `true` command, measured on a throwaway server. */
@@ -184,7 +186,7 @@ describe("pruning by age", () => {
     expect(of(fx, "wake").every((w) => w.at > r.now)).toBe(true);
     r.flush();
     expect(r.findCommand("u")).toBeUndefined();
-    expect(r.st.pruned.has("u")).toBe(true);
+    expect(r.notFound("u")).toMatch(/ and was pruned from history$/);
   });
 
   it("a command the server ended itself waits for that state to be durable too", () => {
@@ -207,7 +209,7 @@ describe("pruning by age", () => {
     r.autoDurable = false;
     r.now += 10;
     const fx = r.step({ type: "tick" });
-    expect(r.st.pruned.has("u")).toBe(true);
+    expect(r.notFound("u")).toMatch(/ and was pruned from history$/);
     expect(of(fx, "prune_output")).toEqual([]);
     expect(of(r.flush(), "prune_output")).toEqual([{ type: "prune_output", uuid: "u" }]);
   });
@@ -237,7 +239,7 @@ describe("a pruned command keeps its protocol answers", () => {
     finish(r, c, "gone", over);
     r.now += 10;
     r.step({ type: "tick" });
-    expect(r.st.pruned.has("gone")).toBe(true);
+    expect(r.notFound("gone")).toMatch(/ and was pruned from history$/);
     return { r, c };
   }
   const hash = (r: ServerRig) => Uint8Array.from(Buffer.from(r.st.pruned.get("gone")!.hash, "hex"));
@@ -324,7 +326,7 @@ describe("a pruned command keeps its protocol answers", () => {
     r.event(c, "bad", 2, lifecycle(L.FAILED, { exitCode: 3 }));
     r.now += 10;
     r.step({ type: "tick" });
-    expect(r.st.pruned.get("bad")).toMatchObject({ state: L.FAILED, exitCode: 3 });
+    expect(r.notFound("bad")).toBe("command bad ended failed (exit 3) and was pruned from history");
     expect(r.control({ op: "signal", requestId: "s", uuid: "bad", signal: SignalKind.CANCEL })).toMatchObject({
       ok: false,
       error: { message: "command bad ended failed (exit 3) and was pruned from history" },
