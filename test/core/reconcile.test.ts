@@ -202,7 +202,7 @@ describe("reconciliation end to end", () => {
     expect(since("reconcileSnapshot")).toHaveLength(1);
     expect(since("reconcileResult")).toHaveLength(0);
     expect(since("commandDispatch")).toHaveLength(0);
-    expect(h.server.conns.get(a.serverConn)!.phase).toBe("reconciling");
+    expect(h.sessionFor("a")?.phase).toBe("reconciling");
     h.flush("server"); // the result is durable: result, then the dispatch is recorded
     h.flush("server"); // ... and sent
     const order = h.wire

@@ -88,7 +88,7 @@ describe("server edges found by the mutation run", () => {
     const d = new ServerRig({ redeliveryMs: 3_000 });
     d.connect();
     d.submit("a", "c2");
-    expect(d.cmd("c2").state).toBe(L.DISPATCHED);
+    expect(d.command("c2").state).toBe("dispatched");
     d.st = restoreServer(d.cfg, d.disk.tables(), 2);
     expect(d.st.commands.get("c2")!.dispatchedOn).toBe(0);
     expect(of(d.step({ type: "tick" }), "wake")).toEqual([]);
@@ -269,7 +269,7 @@ describe("server edges found by the mutation run", () => {
     n.connect();
     n.autoDurable = false;
     n.submit("a", "c1");
-    expect(n.cmd("c1").state).toBe(L.DISPATCHED);
+    expect(n.cmd("c1").state).toBe(L.DISPATCHED); // the working state: not durable yet, no reader sees it
     expect(of(n.log, "wake").at(-1)!.at).toBe(T0 + 10_000);
     const g = new ServerRig({ redeliveryMs: 5_000 });
     const c = g.connect();

@@ -19,14 +19,14 @@ describe("submit", () => {
       });
     }
     for (const good of ["a", "Z9._:-x", "x".repeat(128)]) expect(r.submit("a", good), good).toMatchObject({ ok: true, uuid: good, revision: 1 });
-    expect(r.st.commands.size).toBe(3);
+    expect(r.listCommands().length).toBe(3);
   });
 
   it("R-D1: a submit needs a client id and a program", () => {
     const r = new ServerRig();
     expect(r.submit("", "c1")).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "client id is required" } });
     expect(r.submit("a", "c2", {})).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "no program (argv, shell or script)" } });
-    expect(r.st.commands.size).toBe(0);
+    expect(r.listCommands().length).toBe(0);
   });
 
   it("R-C1: a script submit needs 1..16 MiB of bytes matching its descriptor", () => {

@@ -97,7 +97,7 @@ describe("submit admission: unknown client ids", () => {
       ok: false,
       error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") },
     });
-    expect(r.st.commands.size).toBe(0);
+    expect(r.listCommands().length).toBe(0);
     // A known client id is admitted whatever its characters, and a retried submit is answered
     // like the original even after the client was forgotten.
     const odd = r.connect("odd,id*");
