@@ -23,11 +23,11 @@ function dispatchesOf(h: Harness, uuid: string): unknown[] {
 function readyWithDiskStalled(h: Harness, name: string): void {
   h.autoDurable = false;
   h.reconnectNow(name);
-  for (let i = 0; i < 20 && ![...h.server.conns.values()].some((c) => c.phase === "ready"); i++) {
+  for (let i = 0; i < 20 && !h.sessions().some((c) => c.phase === "ready"); i++) {
     h.flush(name);
     h.flush("server", 1);
   }
-  expect([...h.server.conns.values()].some((c) => c.phase === "ready")).toBe(true);
+  expect(h.sessions().some((c) => c.phase === "ready")).toBe(true);
 }
 
 describe("dispatch", () => {

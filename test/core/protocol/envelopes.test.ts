@@ -84,13 +84,13 @@ describe("envelope table", () => {
       const h = new Harness();
       h.addAgent("a");
       const a = h.agents.get("a")!;
-      const conn = h.server.conns.get(a.serverConn)!;
-      expect(conn.phase).toBe("ready");
+      const session = h.sessionFor("a")!;
+      expect(session.phase).toBe("ready");
       const before = h.serverEffects.length;
       h.serverInput({
         type: "frame",
         conn: a.serverConn,
-        data: encodeEnvelope({ sessionId: conn.sessionId, generation: conn.generation }, emptyPayload(kind)),
+        data: encodeEnvelope({ sessionId: session.sessionId, generation: Number(session.generation) }, emptyPayload(kind)),
       });
       const after = h.serverEffects.slice(before);
       const err = after.find((e) => e.type === "send" && e.kind === "error");
