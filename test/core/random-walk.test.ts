@@ -8,7 +8,7 @@ import { runs } from "../support/runs.js";
 import { describe, expect, it } from "vitest";
 import { Harness } from "../support/harness.js";
 import { isTerminal } from "../../core/dispatch/lifecycle.js";
-import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { type CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 
 type Op =
   | { k: "submit"; agent: number; stdin: boolean }
@@ -168,7 +168,8 @@ function run(ops: Op[], debug = false): Harness {
   });
   for (const u of acked) expect(h.findCommand(u), `${u} acknowledged but lost`).toBeDefined();
   if (debug) return h;
-  for (const c of h.listCommands()) expect(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"], `${c.uuid} ended ${c.state}`).toContain(c.state);
+  for (const c of h.listCommands())
+    expect(["succeeded", "failed", "rejected", "cancelled", "interrupted", "expired"], `${c.uuid} ended ${c.state}`).toContain(c.state);
   for (const a of AGENTS) expect(h.agents.get(a)!.st.commands.size, `${a} retains commands`).toBe(0);
   // At most once: no command was spawned twice, on any agent, across all restarts.
   const spawns = AGENTS.flatMap((a) => h.spawned(a));
@@ -181,7 +182,10 @@ function run(ops: Op[], debug = false): Harness {
     // What `rvbox logs` shows: the durable events through the follow cursor.
     const seen = h.outputOf(u);
     expect(seen.gaps, `${u}: bytes no marker explains`).toBe(0);
-    expect(seen.items.filter((it) => it.kind === "truncation"), `${u}: nothing truncated`).toEqual([]);
+    expect(
+      seen.items.filter((it) => it.kind === "truncation"),
+      `${u}: nothing truncated`,
+    ).toEqual([]);
     for (const stream of ["stdout", "stderr"] as const) expect(seen[stream], `${u} ${stream}`).toBe(w[stream]);
   }
   return h;

@@ -246,7 +246,13 @@ export function followOf(durable: ReadonlyMap<string, ReadonlyMap<string, unknow
   for (const v of rows) {
     while (mi < markers.length && markers[mi]!.firstSeq <= v.seq) {
       const m = markers[mi++]!;
-      items.push({ kind: "truncation", seq: m.firstSeq, cause: "server-retention", events: { first: m.firstSeq, last: m.lastSeq }, ranges: m.ranges.map((r) => ({ ...r })) });
+      items.push({
+        kind: "truncation",
+        seq: m.firstSeq,
+        cause: "server-retention",
+        events: { first: m.firstSeq, last: m.lastSeq },
+        ranges: m.ranges.map((r) => ({ ...r })),
+      });
     }
     if (v.kind === "output" && markers.some((m) => m.firstSeq <= v.seq && v.seq <= m.lastSeq)) continue;
     items.push(itemOfRow(v));
@@ -759,9 +765,7 @@ export class Pair {
 
   /** Frames of a kind an agent sent ("up") or was sent ("down"). */
   framesSent(agent: string, kind: string, direction: "up" | "down" = "up"): Envelope[] {
-    return this.wire
-      .filter((w) => w.env.payload.case === kind && (direction === "up" ? w.from === agent : w.to === agent))
-      .map((w) => w.env);
+    return this.wire.filter((w) => w.env.payload.case === kind && (direction === "up" ? w.from === agent : w.to === agent)).map((w) => w.env);
   }
 
   /** Commands the agent spawned a process for, in order. */

@@ -41,7 +41,22 @@ import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import type { CommandInfo } from "../../core/reader/command-view.js";
 import { missingMessage } from "../../core/server/history.js";
-import { claimsOf, clientListOf, commandOf, decode, Disk, droppedIncidentsOf, followOf, incidentsOf, lenient, listCommandsOf, sessionsOf, stepServerChecked, T0, type Followed } from "./pair.js";
+import {
+  claimsOf,
+  clientListOf,
+  commandOf,
+  decode,
+  Disk,
+  droppedIncidentsOf,
+  followOf,
+  incidentsOf,
+  lenient,
+  listCommandsOf,
+  sessionsOf,
+  stepServerChecked,
+  T0,
+  type Followed,
+} from "./pair.js";
 import { testPorts } from "./ports.js";
 
 export { decode, enc, lenient, sha, T0 } from "./pair.js";

@@ -24,14 +24,7 @@ import {
   type CommandEvent,
   type ExecutionSpec,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  defaultAgentConfig,
-  restoreAgent,
-  type AgentConfig,
-  type AgentEffect,
-  type AgentInput,
-  type AgentState,
-} from "../../../core/index.js";
+import { defaultAgentConfig, restoreAgent, type AgentConfig, type AgentEffect, type AgentInput, type AgentState } from "../../../core/index.js";
 import type { Code } from "../../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
@@ -257,4 +250,3 @@ export const signalResults = (effects: AgentEffect[], uuid?: string) =>
       const v = e.event.value as { signal: SignalKind; delivered: boolean; detail: string };
       return [Number(e.commandRevision), v.signal, v.delivered, v.detail];
     });
-

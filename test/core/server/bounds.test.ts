@@ -108,7 +108,10 @@ describe("incidents under a flood (R-D11)", () => {
     // Another client's real incident is recorded.
     const other = reconciling(r, "victim");
     r.snapshot(other, [unknownRunning("victim-cmd")]);
-    const theirs = r.incidents().map(plainIncident).filter((i) => i.clientId === "victim");
+    const theirs = r
+      .incidents()
+      .map(plainIncident)
+      .filter((i) => i.clientId === "victim");
     expect(theirs.map((i) => [i.uuid, i.kind])).toEqual([["victim-cmd", "reconcile_terminate_local"]]);
     expect(r.droppedIncidents("victim")).toBe(0);
 
@@ -153,7 +156,10 @@ describe("incidents under a flood (R-D11)", () => {
     expect(r.incidents(true).length).toBe(MAX_OPEN_INCIDENTS);
     expect(r.incidentsDropped()).toBe(0);
     // n + 1: the heaviest client (h1, the first at 100) gives up its newest incident.
-    const newestH1 = r.incidents().filter((i) => i.clientId === "h1").at(-1)!.incidentId;
+    const newestH1 = r
+      .incidents()
+      .filter((i) => i.clientId === "h1")
+      .at(-1)!.incidentId;
     const out = storeIncident(r, z);
     expect(r.incidents(true).length).toBe(MAX_OPEN_INCIDENTS);
     expect(openOf(r.st, "z")).toBe(2);

@@ -262,9 +262,12 @@ describe("a pruned command keeps its protocol answers", () => {
     const fx = r.snapshot(c2, [{ issueUuid: "gone", lifecycle: L.RUNNING, immutableRequestSha256: hash(r), lastClientEventSeq: 1n, commandRevision: 1n }]);
     const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["gone"]);
-    expect(r.incidents().map(plainIncident).map((i) => [i.uuid, i.kind, i.detail])).toEqual([
-      ["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"],
-    ]);
+    expect(
+      r
+        .incidents()
+        .map(plainIncident)
+        .map((i) => [i.uuid, i.kind, i.detail]),
+    ).toEqual([["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"]]);
     const c3 = r.open();
     r.hello(c3, "a", "inst-a");
     const fx3 = r.snapshot(c3, [

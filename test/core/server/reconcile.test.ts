@@ -113,7 +113,12 @@ describe("reconciliation at the server", () => {
     expect(r.command("adopt")).toMatchObject({ state: "running", terminalSource: "" });
     expect(r.command("div")).toMatchObject({ state: "interrupted", terminalSource: "server" });
     expect(r.command("foreign").state).toBe("queued");
-    expect(r.incidents().map((i) => [i.issueUuid, i.kind]).sort()).toEqual([
+    expect(
+      r
+        .incidents()
+        .map((i) => [i.issueUuid, i.kind])
+        .sort(),
+    ).toEqual([
       ["div", "reconcile_diverged"],
       ["foreign", "reconcile_terminate_local"],
       ["ghost", "reconcile_terminate_local"],
