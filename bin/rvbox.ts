@@ -66,6 +66,7 @@ const OPERATOR: Record<string, string> = {
   get: "show one command",
   ls: "list commands",
   clients: "list clients and sessions",
+  label: "set or remove labels of a client (role=web, zone-)",
   "forget-client": "forget an idle client record (frees its place under the client bound)",
   drain: "stop dispatching new commands to a client before an agent restart (--wait, --off)",
   claims: "list pending identity claims",

@@ -2,7 +2,7 @@
 
 import { unreachable } from "../errors.js";
 import type { ControlRequest, ServerEnv, ServerState } from "./server-types.js";
-import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining } from "./clients.js";
+import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
 import type { ServerCtx } from "./io.js";
 import { controlSignal } from "./signals.js";
@@ -31,6 +31,8 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       return forgetClient(st, ctx, r.requestId, r.clientId);
     case "set_draining":
       return setDraining(st, ctx, r);
+    case "set_labels":
+      return setLabels(st, ctx, r);
     default:
       return unreachable(r, "control request");
   }

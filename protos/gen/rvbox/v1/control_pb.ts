@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/control.proto.
  */
 export const file_rvbox_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iewoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQYWZ0ZXJfcmVxdWVzdF9pZBgFIAEoCSI+ChJXcml0ZVN0ZGluUmVzcG9uc2USEQoJd3JpdGVfc2VxGAEgASgEEhUKDWFmdGVyX2NoZWNrZWQYAiABKAgiOwoRQ2xvc2VTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIicKEkNsb3NlU3RkaW5SZXNwb25zZRIRCgl3cml0ZV9zZXEYASABKAQiZAoUU2lnbmFsQ29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIkCgZzaWduYWwYAiABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhIKCnJlcXVlc3RfaWQYAyABKAkiKQoVU2lnbmFsQ29tbWFuZFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgEIhQKEkxpc3RDbGllbnRzUmVxdWVzdCLeAwoGQ2xpZW50EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgEEhEKCWNvbm5lY3RlZBgEIAEoCBI2ChJsYXN0X2FjdGl2aXR5X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJ1bm5pbmdfY29tbWFuZHMYBiABKA0SFwoPcXVldWVkX2NvbW1hbmRzGAcgASgNEhwKFG1heF9ydW5uaW5nX2NvbW1hbmRzGAggASgNEhsKE21heF9xdWV1ZWRfY29tbWFuZHMYCSABKA0SFwoPYWN0aXZlX2NvbW1hbmRzGAogASgNEh4KFmF1dGhvcml6ZWRfaW5zdGFuY2VfaWQYCyABKAkSPQoZYXV0aG9yaXphdGlvbl9leHBpcnlfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmV0YWluZWRfb3V0cHV0X2J5dGVzGA0gASgEEhsKE291dHB1dF9idWRnZXRfYnl0ZXMYDiABKAQSGQoRaW5jaWRlbnRzX2Ryb3BwZWQYDyABKAQSEAoIZHJhaW5pbmcYECABKAgiTQoTTGlzdENsaWVudHNSZXNwb25zZRIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EhMKC21heF9jbGllbnRzGAIgASgNIjwKE0ZvcmdldENsaWVudFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiFgoURm9yZ2V0Q2xpZW50UmVzcG9uc2UiUwoYU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghkcmFpbmluZxgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJIjEKGVNldENsaWVudERyYWluaW5nUmVzcG9uc2USFAoMd2FzX2RyYWluaW5nGAEgASgIIhUKE0xpc3RTZXNzaW9uc1JlcXVlc3Qi/AEKB1Nlc3Npb24SEgoKY29ubmVjdGlvbhgBIAEoBBIRCgljbGllbnRfaWQYAiABKAkSEwoLaW5zdGFuY2VfaWQYAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCRISCgpnZW5lcmF0aW9uGAUgASgEEg0KBXBoYXNlGAYgASgJEi8KC29wZW5lZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFsYXN0X2luYm91bmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcmVtb3RlX2FkZHJlc3MYCSABKAkiOwoUTGlzdFNlc3Npb25zUmVzcG9uc2USIwoIc2Vzc2lvbnMYASADKAsyES5ydmJveC52MS5TZXNzaW9uIhMKEUxpc3RDbGFpbXNSZXF1ZXN0IpUBCgxQZW5kaW5nQ2xhaW0SEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhsKE2N1cnJlbnRfaW5zdGFuY2VfaWQYAyABKAkSLgoKY2xhaW1fdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIYXR0ZW1wdHMYBSABKA0iPAoSTGlzdENsYWltc1Jlc3BvbnNlEiYKBmNsYWltcxgBIAMoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbSJ1ChhBdXRob3JpemVJbnN0YW5jZVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCnJlcXVlc3RfaWQYAyABKAkSHQoVaW5zdGFuY2Vfbm90X3lldF9zZWVuGAQgASgIIkwKGUF1dGhvcml6ZUluc3RhbmNlUmVzcG9uc2USLwoLZXhwaXJ5X3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjQKFExpc3RJbmNpZGVudHNSZXF1ZXN0EhwKFGluY2x1ZGVfYWNrbm93bGVkZ2VkGAEgASgIIqQBCghJbmNpZGVudBITCgtpbmNpZGVudF9pZBgBIAEoCRIRCgljbGllbnRfaWQYAiABKAkSEgoKaXNzdWVfdXVpZBgDIAEoCRIMCgRraW5kGAQgASgJEg4KBmRldGFpbBgFIAEoCRIoCgR0aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxhY2tub3dsZWRnZWQYByABKAgicwoNSW5jaWRlbnREcm9wcxIRCgljbGllbnRfaWQYASABKAkSDQoFY291bnQYAiABKAQSLQoJbGFzdF90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglsYXN0X2tpbmQYBCABKAkirgEKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIlCglpbmNpZGVudHMYASADKAsyEi5ydmJveC52MS5JbmNpZGVudBIVCg1kcm9wcGVkX3RvdGFsGAIgASgEEigKB2Ryb3BwZWQYAyADKAsyFy5ydmJveC52MS5JbmNpZGVudERyb3BzEhsKE21heF9vcGVuX3Blcl9jbGllbnQYBCABKA0SEAoIbWF4X29wZW4YBSABKA0iRQoaQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QSEwoLaW5jaWRlbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIdChtBY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2UiLAoRV2F0Y2hGbGVldFJlcXVlc3QSFwoPY29tbWFuZF9jbGllbnRzGAEgAygJIssBCg1GbGVldFNuYXBzaG90EiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQSIwoIc2Vzc2lvbnMYAiADKAsyES5ydmJveC52MS5TZXNzaW9uEiYKBmNsYWltcxgDIAMoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbRIlCglpbmNpZGVudHMYBCADKAsyEi5ydmJveC52MS5JbmNpZGVudBIjCghjb21tYW5kcxgFIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQikAMKEldhdGNoRmxlZXRSZXNwb25zZRIrCghzbmFwc2hvdBgBIAEoCzIXLnJ2Ym94LnYxLkZsZWV0U25hcHNob3RIABIiCgZjbGllbnQYAiABKAsyEC5ydmJveC52MS5DbGllbnRIABIkCgdzZXNzaW9uGAMgASgLMhEucnZib3gudjEuU2Vzc2lvbkgAEhgKDnNlc3Npb25fY2xvc2VkGAQgASgESAASJwoFY2xhaW0YBSABKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW1IABIXCg1jbGFpbV9jbGVhcmVkGAYgASgJSAASJgoIaW5jaWRlbnQYByABKAsyEi5ydmJveC52MS5JbmNpZGVudEgAEhoKEGluY2lkZW50X3JlbW92ZWQYCSABKAlIABIkCgdjb21tYW5kGAggASgLMhEucnZib3gudjEuQ29tbWFuZEgAEhkKD2NvbW1hbmRfcmVtb3ZlZBgKIAEoCUgAEhgKDmNsaWVudF9yZW1vdmVkGAsgASgJSABCCAoGY2hhbmdlIkMKGlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIjIKG1Jldm9rZUF1dGhvcml6YXRpb25SZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoCSI8ChNEaXNtaXNzQ2xhaW1SZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIisKFERpc21pc3NDbGFpbVJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJKmgKDlRlcm1pbmFsU291cmNlEh8KG1RFUk1JTkFMX1NPVVJDRV9VTlNQRUNJRklFRBAAEhkKFVRFUk1JTkFMX1NPVVJDRV9BR0VOVBABEhoKFlRFUk1JTkFMX1NPVVJDRV9TRVJWRVIQAjLSCwoOQ29udHJvbFNlcnZpY2USUAoNU3VibWl0Q29tbWFuZBIeLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlc3BvbnNlEkcKCkdldENvbW1hbmQSGy5ydmJveC52MS5HZXRDb21tYW5kUmVxdWVzdBocLnJ2Ym94LnYxLkdldENvbW1hbmRSZXNwb25zZRJNCgxMaXN0Q29tbWFuZHMSHS5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USTwoMRm9sbG93T3V0cHV0Eh0ucnZib3gudjEuRm9sbG93T3V0cHV0UmVxdWVzdBoeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlMAESRwoKV3JpdGVTdGRpbhIbLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkcKCkNsb3NlU3RkaW4SGy5ydmJveC52MS5DbG9zZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXNwb25zZRJQCg1TaWduYWxDb21tYW5kEh4ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TaWduYWxDb21tYW5kUmVzcG9uc2USSgoLTGlzdENsaWVudHMSHC5ydmJveC52MS5MaXN0Q2xpZW50c1JlcXVlc3QaHS5ydmJveC52MS5MaXN0Q2xpZW50c1Jlc3BvbnNlEk0KDExpc3RTZXNzaW9ucxIdLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJHCgpMaXN0Q2xhaW1zEhsucnZib3gudjEuTGlzdENsYWltc1JlcXVlc3QaHC5ydmJveC52MS5MaXN0Q2xhaW1zUmVzcG9uc2USXAoRQXV0aG9yaXplSW5zdGFuY2USIi5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlcXVlc3QaIy5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlElAKDUxpc3RJbmNpZGVudHMSHi5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBofLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZRJiChNBY2tub3dsZWRnZUluY2lkZW50EiQucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaJS5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2USSQoKV2F0Y2hGbGVldBIbLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXF1ZXN0GhwucnZib3gudjEuV2F0Y2hGbGVldFJlc3BvbnNlMAESTQoMRm9yZ2V0Q2xpZW50Eh0ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVxdWVzdBoeLnJ2Ym94LnYxLkZvcmdldENsaWVudFJlc3BvbnNlEmIKE1Jldm9rZUF1dGhvcml6YXRpb24SJC5ydmJveC52MS5SZXZva2VBdXRob3JpemF0aW9uUmVxdWVzdBolLnJ2Ym94LnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXNwb25zZRJNCgxEaXNtaXNzQ2xhaW0SHS5ydmJveC52MS5EaXNtaXNzQ2xhaW1SZXF1ZXN0Gh4ucnZib3gudjEuRGlzbWlzc0NsYWltUmVzcG9uc2USXAoRU2V0Q2xpZW50RHJhaW5pbmcSIi5ydmJveC52MS5TZXRDbGllbnREcmFpbmluZ1JlcXVlc3QaIy5ydmJveC52MS5TZXRDbGllbnREcmFpbmluZ1Jlc3BvbnNlQjBaLmdpdGh1Yi5jb20vcnZib3gvcnZib3gvZ2VuL2dvL3J2Ym94L3YxO3J2Ym94djFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
+  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iewoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQYWZ0ZXJfcmVxdWVzdF9pZBgFIAEoCSI+ChJXcml0ZVN0ZGluUmVzcG9uc2USEQoJd3JpdGVfc2VxGAEgASgEEhUKDWFmdGVyX2NoZWNrZWQYAiABKAgiOwoRQ2xvc2VTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIicKEkNsb3NlU3RkaW5SZXNwb25zZRIRCgl3cml0ZV9zZXEYASABKAQiZAoUU2lnbmFsQ29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIkCgZzaWduYWwYAiABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhIKCnJlcXVlc3RfaWQYAyABKAkiKQoVU2lnbmFsQ29tbWFuZFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgEIiYKEkxpc3RDbGllbnRzUmVxdWVzdBIQCghzZWxlY3RvchgBIAEoCSK7BAoGQ2xpZW50EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgEEhEKCWNvbm5lY3RlZBgEIAEoCBI2ChJsYXN0X2FjdGl2aXR5X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJ1bm5pbmdfY29tbWFuZHMYBiABKA0SFwoPcXVldWVkX2NvbW1hbmRzGAcgASgNEhwKFG1heF9ydW5uaW5nX2NvbW1hbmRzGAggASgNEhsKE21heF9xdWV1ZWRfY29tbWFuZHMYCSABKA0SFwoPYWN0aXZlX2NvbW1hbmRzGAogASgNEh4KFmF1dGhvcml6ZWRfaW5zdGFuY2VfaWQYCyABKAkSPQoZYXV0aG9yaXphdGlvbl9leHBpcnlfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmV0YWluZWRfb3V0cHV0X2J5dGVzGA0gASgEEhsKE291dHB1dF9idWRnZXRfYnl0ZXMYDiABKAQSGQoRaW5jaWRlbnRzX2Ryb3BwZWQYDyABKAQSEAoIZHJhaW5pbmcYECABKAgSLAoGbGFiZWxzGBEgAygLMhwucnZib3gudjEuQ2xpZW50LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoTTGlzdENsaWVudHNSZXNwb25zZRIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EhMKC21heF9jbGllbnRzGAIgASgNIjwKE0ZvcmdldENsaWVudFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiFgoURm9yZ2V0Q2xpZW50UmVzcG9uc2UiUwoYU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghkcmFpbmluZxgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJIjEKGVNldENsaWVudERyYWluaW5nUmVzcG9uc2USFAoMd2FzX2RyYWluaW5nGAEgASgIIrMBChZTZXRDbGllbnRMYWJlbHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRI2CgNzZXQYAiADKAsyKS5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0LlNldEVudHJ5Eg4KBnJlbW92ZRgDIAMoCRISCgpyZXF1ZXN0X2lkGAQgASgJGioKCFNldEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihwEKF1NldENsaWVudExhYmVsc1Jlc3BvbnNlEj0KBmxhYmVscxgBIAMoCzItLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltInUKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCRIdChVpbnN0YW5jZV9ub3RfeWV0X3NlZW4YBCABKAgiTAoZQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRIvCgtleHBpcnlfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiNAoUTGlzdEluY2lkZW50c1JlcXVlc3QSHAoUaW5jbHVkZV9hY2tub3dsZWRnZWQYASABKAgipAEKCEluY2lkZW50EhMKC2luY2lkZW50X2lkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRISCgppc3N1ZV91dWlkGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGZGV0YWlsGAUgASgJEigKBHRpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGFja25vd2xlZGdlZBgHIAEoCCJzCg1JbmNpZGVudERyb3BzEhEKCWNsaWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoBBItCglsYXN0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWxhc3Rfa2luZBgEIAEoCSKuAQoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEiUKCWluY2lkZW50cxgBIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EhUKDWRyb3BwZWRfdG90YWwYAiABKAQSKAoHZHJvcHBlZBgDIAMoCzIXLnJ2Ym94LnYxLkluY2lkZW50RHJvcHMSGwoTbWF4X29wZW5fcGVyX2NsaWVudBgEIAEoDRIQCghtYXhfb3BlbhgFIAEoDSJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCKQAwoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSAASGQoPY29tbWFuZF9yZW1vdmVkGAogASgJSAASGAoOY2xpZW50X3JlbW92ZWQYCyABKAlIAEIICgZjaGFuZ2UiQwoaUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiMgobUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJIjwKE0Rpc21pc3NDbGFpbVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiKwoURGlzbWlzc0NsYWltUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkqaAoOVGVybWluYWxTb3VyY2USHwobVEVSTUlOQUxfU09VUkNFX1VOU1BFQ0lGSUVEEAASGQoVVEVSTUlOQUxfU09VUkNFX0FHRU5UEAESGgoWVEVSTUlOQUxfU09VUkNFX1NFUlZFUhACMqoMCg5Db250cm9sU2VydmljZRJQCg1TdWJtaXRDb21tYW5kEh4ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVzcG9uc2USRwoKR2V0Q29tbWFuZBIbLnJ2Ym94LnYxLkdldENvbW1hbmRSZXF1ZXN0GhwucnZib3gudjEuR2V0Q29tbWFuZFJlc3BvbnNlEk0KDExpc3RDb21tYW5kcxIdLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXNwb25zZRJPCgxGb2xsb3dPdXRwdXQSHS5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXF1ZXN0Gh4ucnZib3gudjEuRm9sbG93T3V0cHV0UmVzcG9uc2UwARJHCgpXcml0ZVN0ZGluEhsucnZib3gudjEuV3JpdGVTdGRpblJlcXVlc3QaHC5ydmJveC52MS5Xcml0ZVN0ZGluUmVzcG9uc2USRwoKQ2xvc2VTdGRpbhIbLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuQ2xvc2VTdGRpblJlc3BvbnNlElAKDVNpZ25hbENvbW1hbmQSHi5ydmJveC52MS5TaWduYWxDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXNwb25zZRJKCgtMaXN0Q2xpZW50cxIcLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVxdWVzdBodLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVzcG9uc2USTQoMTGlzdFNlc3Npb25zEh0ucnZib3gudjEuTGlzdFNlc3Npb25zUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkcKCkxpc3RDbGFpbXMSGy5ydmJveC52MS5MaXN0Q2xhaW1zUmVxdWVzdBocLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXNwb25zZRJcChFBdXRob3JpemVJbnN0YW5jZRIiLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBojLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVzcG9uc2USUAoNTGlzdEluY2lkZW50cxIeLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gh8ucnZib3gudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlEmIKE0Fja25vd2xlZGdlSW5jaWRlbnQSJC5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBolLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZRJJCgpXYXRjaEZsZWV0EhsucnZib3gudjEuV2F0Y2hGbGVldFJlcXVlc3QaHC5ydmJveC52MS5XYXRjaEZsZWV0UmVzcG9uc2UwARJNCgxGb3JnZXRDbGllbnQSHS5ydmJveC52MS5Gb3JnZXRDbGllbnRSZXF1ZXN0Gh4ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVzcG9uc2USYgoTUmV2b2tlQXV0aG9yaXphdGlvbhIkLnJ2Ym94LnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0GiUucnZib3gudjEuUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEk0KDERpc21pc3NDbGFpbRIdLnJ2Ym94LnYxLkRpc21pc3NDbGFpbVJlcXVlc3QaHi5ydmJveC52MS5EaXNtaXNzQ2xhaW1SZXNwb25zZRJcChFTZXRDbGllbnREcmFpbmluZxIiLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVxdWVzdBojLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVzcG9uc2USVgoPU2V0Q2xpZW50TGFiZWxzEiAucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVxdWVzdBohLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlQjBaLmdpdGh1Yi5jb20vcnZib3gvcnZib3gvZ2VuL2dvL3J2Ym94L3YxO3J2Ym94djFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
 
 /**
  * Script bytes uploaded with the submit; the server computes size and SHA-256.
@@ -764,6 +764,14 @@ export const SignalCommandResponseSchema: GenMessage<SignalCommandResponse> = /*
  * @generated from message rvbox.v1.ListClientsRequest
  */
 export type ListClientsRequest = Message<"rvbox.v1.ListClientsRequest"> & {
+  /**
+   * A label selector (k=v, k!=v, k, !k; comma: all of them): only clients
+   * whose labels match it. Empty: every client. A malformed selector is
+   * InvalidArgument.
+   *
+   * @generated from field: string selector = 1;
+   */
+  selector: string;
 };
 
 /**
@@ -876,6 +884,13 @@ export type Client = Message<"rvbox.v1.Client"> & {
    * @generated from field: bool draining = 16;
    */
   draining: boolean;
+
+  /**
+   * Labels set by operators (rvbox label): key -> value.
+   *
+   * @generated from field: map<string, string> labels = 17;
+   */
+  labels: { [key: string]: string };
 };
 
 /**
@@ -994,6 +1009,61 @@ export const SetClientDrainingResponseSchema: GenMessage<SetClientDrainingRespon
   messageDesc(file_rvbox_v1_control, 23);
 
 /**
+ * @generated from message rvbox.v1.SetClientLabelsRequest
+ */
+export type SetClientLabelsRequest = Message<"rvbox.v1.SetClientLabelsRequest"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * Labels to set (added, or their value replaced).
+   *
+   * @generated from field: map<string, string> set = 2;
+   */
+  set: { [key: string]: string };
+
+  /**
+   * Keys to remove (absent keys are not an error).
+   *
+   * @generated from field: repeated string remove = 3;
+   */
+  remove: string[];
+
+  /**
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message rvbox.v1.SetClientLabelsRequest.
+ * Use `create(SetClientLabelsRequestSchema)` to create a new message.
+ */
+export const SetClientLabelsRequestSchema: GenMessage<SetClientLabelsRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 24);
+
+/**
+ * @generated from message rvbox.v1.SetClientLabelsResponse
+ */
+export type SetClientLabelsResponse = Message<"rvbox.v1.SetClientLabelsResponse"> & {
+  /**
+   * The client's labels after the request.
+   *
+   * @generated from field: map<string, string> labels = 1;
+   */
+  labels: { [key: string]: string };
+};
+
+/**
+ * Describes the message rvbox.v1.SetClientLabelsResponse.
+ * Use `create(SetClientLabelsResponseSchema)` to create a new message.
+ */
+export const SetClientLabelsResponseSchema: GenMessage<SetClientLabelsResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 25);
+
+/**
  * @generated from message rvbox.v1.ListSessionsRequest
  */
 export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
@@ -1004,7 +1074,7 @@ export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 24);
+  messageDesc(file_rvbox_v1_control, 26);
 
 /**
  * @generated from message rvbox.v1.Session
@@ -1065,7 +1135,7 @@ export type Session = Message<"rvbox.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 25);
+  messageDesc(file_rvbox_v1_control, 27);
 
 /**
  * @generated from message rvbox.v1.ListSessionsResponse
@@ -1082,7 +1152,7 @@ export type ListSessionsResponse = Message<"rvbox.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 26);
+  messageDesc(file_rvbox_v1_control, 28);
 
 /**
  * @generated from message rvbox.v1.ListClaimsRequest
@@ -1095,7 +1165,7 @@ export type ListClaimsRequest = Message<"rvbox.v1.ListClaimsRequest"> & {
  * Use `create(ListClaimsRequestSchema)` to create a new message.
  */
 export const ListClaimsRequestSchema: GenMessage<ListClaimsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 27);
+  messageDesc(file_rvbox_v1_control, 29);
 
 /**
  * @generated from message rvbox.v1.PendingClaim
@@ -1136,7 +1206,7 @@ export type PendingClaim = Message<"rvbox.v1.PendingClaim"> & {
  * Use `create(PendingClaimSchema)` to create a new message.
  */
 export const PendingClaimSchema: GenMessage<PendingClaim> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 28);
+  messageDesc(file_rvbox_v1_control, 30);
 
 /**
  * @generated from message rvbox.v1.ListClaimsResponse
@@ -1153,7 +1223,7 @@ export type ListClaimsResponse = Message<"rvbox.v1.ListClaimsResponse"> & {
  * Use `create(ListClaimsResponseSchema)` to create a new message.
  */
 export const ListClaimsResponseSchema: GenMessage<ListClaimsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 29);
+  messageDesc(file_rvbox_v1_control, 31);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceRequest
@@ -1191,7 +1261,7 @@ export type AuthorizeInstanceRequest = Message<"rvbox.v1.AuthorizeInstanceReques
  * Use `create(AuthorizeInstanceRequestSchema)` to create a new message.
  */
 export const AuthorizeInstanceRequestSchema: GenMessage<AuthorizeInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 30);
+  messageDesc(file_rvbox_v1_control, 32);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceResponse
@@ -1208,7 +1278,7 @@ export type AuthorizeInstanceResponse = Message<"rvbox.v1.AuthorizeInstanceRespo
  * Use `create(AuthorizeInstanceResponseSchema)` to create a new message.
  */
 export const AuthorizeInstanceResponseSchema: GenMessage<AuthorizeInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 31);
+  messageDesc(file_rvbox_v1_control, 33);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsRequest
@@ -1225,7 +1295,7 @@ export type ListIncidentsRequest = Message<"rvbox.v1.ListIncidentsRequest"> & {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 32);
+  messageDesc(file_rvbox_v1_control, 34);
 
 /**
  * @generated from message rvbox.v1.Incident
@@ -1272,7 +1342,7 @@ export type Incident = Message<"rvbox.v1.Incident"> & {
  * Use `create(IncidentSchema)` to create a new message.
  */
 export const IncidentSchema: GenMessage<Incident> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 33);
+  messageDesc(file_rvbox_v1_control, 35);
 
 /**
  * Incidents of one client that were counted instead of stored.
@@ -1308,7 +1378,7 @@ export type IncidentDrops = Message<"rvbox.v1.IncidentDrops"> & {
  * Use `create(IncidentDropsSchema)` to create a new message.
  */
 export const IncidentDropsSchema: GenMessage<IncidentDrops> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 34);
+  messageDesc(file_rvbox_v1_control, 36);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsResponse
@@ -1351,7 +1421,7 @@ export type ListIncidentsResponse = Message<"rvbox.v1.ListIncidentsResponse"> & 
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 35);
+  messageDesc(file_rvbox_v1_control, 37);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentRequest
@@ -1373,7 +1443,7 @@ export type AcknowledgeIncidentRequest = Message<"rvbox.v1.AcknowledgeIncidentRe
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 36);
+  messageDesc(file_rvbox_v1_control, 38);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentResponse
@@ -1386,7 +1456,7 @@ export type AcknowledgeIncidentResponse = Message<"rvbox.v1.AcknowledgeIncidentR
  * Use `create(AcknowledgeIncidentResponseSchema)` to create a new message.
  */
 export const AcknowledgeIncidentResponseSchema: GenMessage<AcknowledgeIncidentResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 37);
+  messageDesc(file_rvbox_v1_control, 39);
 
 /**
  * @generated from message rvbox.v1.WatchFleetRequest
@@ -1406,7 +1476,7 @@ export type WatchFleetRequest = Message<"rvbox.v1.WatchFleetRequest"> & {
  * Use `create(WatchFleetRequestSchema)` to create a new message.
  */
 export const WatchFleetRequestSchema: GenMessage<WatchFleetRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 38);
+  messageDesc(file_rvbox_v1_control, 40);
 
 /**
  * Everything a watcher is told about, as it stands.
@@ -1450,7 +1520,7 @@ export type FleetSnapshot = Message<"rvbox.v1.FleetSnapshot"> & {
  * Use `create(FleetSnapshotSchema)` to create a new message.
  */
 export const FleetSnapshotSchema: GenMessage<FleetSnapshot> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 39);
+  messageDesc(file_rvbox_v1_control, 41);
 
 /**
  * @generated from message rvbox.v1.WatchFleetResponse
@@ -1560,7 +1630,7 @@ export type WatchFleetResponse = Message<"rvbox.v1.WatchFleetResponse"> & {
  * Use `create(WatchFleetResponseSchema)` to create a new message.
  */
 export const WatchFleetResponseSchema: GenMessage<WatchFleetResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 40);
+  messageDesc(file_rvbox_v1_control, 42);
 
 /**
  * @generated from message rvbox.v1.RevokeAuthorizationRequest
@@ -1582,7 +1652,7 @@ export type RevokeAuthorizationRequest = Message<"rvbox.v1.RevokeAuthorizationRe
  * Use `create(RevokeAuthorizationRequestSchema)` to create a new message.
  */
 export const RevokeAuthorizationRequestSchema: GenMessage<RevokeAuthorizationRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 41);
+  messageDesc(file_rvbox_v1_control, 43);
 
 /**
  * @generated from message rvbox.v1.RevokeAuthorizationResponse
@@ -1601,7 +1671,7 @@ export type RevokeAuthorizationResponse = Message<"rvbox.v1.RevokeAuthorizationR
  * Use `create(RevokeAuthorizationResponseSchema)` to create a new message.
  */
 export const RevokeAuthorizationResponseSchema: GenMessage<RevokeAuthorizationResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 42);
+  messageDesc(file_rvbox_v1_control, 44);
 
 /**
  * @generated from message rvbox.v1.DismissClaimRequest
@@ -1623,7 +1693,7 @@ export type DismissClaimRequest = Message<"rvbox.v1.DismissClaimRequest"> & {
  * Use `create(DismissClaimRequestSchema)` to create a new message.
  */
 export const DismissClaimRequestSchema: GenMessage<DismissClaimRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 43);
+  messageDesc(file_rvbox_v1_control, 45);
 
 /**
  * @generated from message rvbox.v1.DismissClaimResponse
@@ -1642,7 +1712,7 @@ export type DismissClaimResponse = Message<"rvbox.v1.DismissClaimResponse"> & {
  * Use `create(DismissClaimResponseSchema)` to create a new message.
  */
 export const DismissClaimResponseSchema: GenMessage<DismissClaimResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 44);
+  messageDesc(file_rvbox_v1_control, 46);
 
 /**
  * Who made a command terminal.
@@ -1869,6 +1939,23 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof SetClientDrainingRequestSchema;
     output: typeof SetClientDrainingResponseSchema;
+  },
+  /**
+   * Set and remove labels of a client (rvbox label CLIENT role=web zone-).
+   * The server's record is authoritative. Keys: 1-63 characters of
+   * [a-z0-9._/-] starting with [a-z0-9]; values: 1-63 characters of
+   * [A-Za-z0-9._-] starting with [A-Za-z0-9]; at most 32 labels per client.
+   * A key both set and removed, an invalid key or value, or a result over the
+   * bound is refused whole (InvalidArgument, CODE_VALIDATION); an unknown
+   * client is NotFound. Durable before it answers; answers with the labels
+   * the client has now.
+   *
+   * @generated from rpc rvbox.v1.ControlService.SetClientLabels
+   */
+  setClientLabels: {
+    methodKind: "unary";
+    input: typeof SetClientLabelsRequestSchema;
+    output: typeof SetClientLabelsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rvbox_v1_control, 0);
