@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/control.proto.
  */
 export const file_rvbox_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iYQoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiJwoSV3JpdGVTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCI7ChFDbG9zZVN0ZGluUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJwoSQ2xvc2VTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCJkChRTaWduYWxDb21tYW5kUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEiQKBnNpZ25hbBgCIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEgoKcmVxdWVzdF9pZBgDIAEoCSIpChVTaWduYWxDb21tYW5kUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAQiJgoSTGlzdENsaWVudHNSZXF1ZXN0EhAKCHNlbGVjdG9yGAEgASgJIrsECgZDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCmdlbmVyYXRpb24YAyABKAQSEQoJY29ubmVjdGVkGAQgASgIEjYKEmxhc3RfYWN0aXZpdHlfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcnVubmluZ19jb21tYW5kcxgGIAEoDRIXCg9xdWV1ZWRfY29tbWFuZHMYByABKA0SHAoUbWF4X3J1bm5pbmdfY29tbWFuZHMYCCABKA0SGwoTbWF4X3F1ZXVlZF9jb21tYW5kcxgJIAEoDRIXCg9hY3RpdmVfY29tbWFuZHMYCiABKA0SHgoWYXV0aG9yaXplZF9pbnN0YW5jZV9pZBgLIAEoCRI9ChlhdXRob3JpemF0aW9uX2V4cGlyeV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGwoTb3V0cHV0X2J1ZGdldF9ieXRlcxgOIAEoBBIZChFpbmNpZGVudHNfZHJvcHBlZBgPIAEoBBIQCghkcmFpbmluZxgQIAEoCBIsCgZsYWJlbHMYESADKAsyHC5ydmJveC52MS5DbGllbnQuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJNChNMaXN0Q2xpZW50c1Jlc3BvbnNlEiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQSEwoLbWF4X2NsaWVudHMYAiABKA0iPAoTRm9yZ2V0Q2xpZW50UmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIWChRGb3JnZXRDbGllbnRSZXNwb25zZSJTChhTZXRDbGllbnREcmFpbmluZ1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhAKCGRyYWluaW5nGAIgASgIEhIKCnJlcXVlc3RfaWQYAyABKAkiMQoZU2V0Q2xpZW50RHJhaW5pbmdSZXNwb25zZRIUCgx3YXNfZHJhaW5pbmcYASABKAgiswEKFlNldENsaWVudExhYmVsc1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEjYKA3NldBgCIAMoCzIpLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1JlcXVlc3QuU2V0RW50cnkSDgoGcmVtb3ZlGAMgAygJEhIKCnJlcXVlc3RfaWQYBCABKAkaKgoIU2V0RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKHAQoXU2V0Q2xpZW50TGFiZWxzUmVzcG9uc2USPQoGbGFiZWxzGAEgAygLMi0ucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVzcG9uc2UuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIVChNMaXN0U2Vzc2lvbnNSZXF1ZXN0IvwBCgdTZXNzaW9uEhIKCmNvbm5lY3Rpb24YASABKAQSEQoJY2xpZW50X2lkGAIgASgJEhMKC2luc3RhbmNlX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEgoKZ2VuZXJhdGlvbhgFIAEoBBINCgVwaGFzZRgGIAEoCRIvCgtvcGVuZWRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRbGFzdF9pbmJvdW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnJlbW90ZV9hZGRyZXNzGAkgASgJIjsKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiMKCHNlc3Npb25zGAEgAygLMhEucnZib3gudjEuU2Vzc2lvbiITChFMaXN0Q2xhaW1zUmVxdWVzdCKVAQoMUGVuZGluZ0NsYWltEhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRIbChNjdXJyZW50X2luc3RhbmNlX2lkGAMgASgJEi4KCmNsYWltX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGF0dGVtcHRzGAUgASgNIjwKEkxpc3RDbGFpbXNSZXNwb25zZRImCgZjbGFpbXMYASADKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW0idQoYQXV0aG9yaXplSW5zdGFuY2VSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpyZXF1ZXN0X2lkGAMgASgJEh0KFWluc3RhbmNlX25vdF95ZXRfc2VlbhgEIAEoCCJMChlBdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlEi8KC2V4cGlyeV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI0ChRMaXN0SW5jaWRlbnRzUmVxdWVzdBIcChRpbmNsdWRlX2Fja25vd2xlZGdlZBgBIAEoCCKkAQoISW5jaWRlbnQSEwoLaW5jaWRlbnRfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhIKCmlzc3VlX3V1aWQYAyABKAkSDAoEa2luZBgEIAEoCRIOCgZkZXRhaWwYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYWNrbm93bGVkZ2VkGAcgASgIInMKDUluY2lkZW50RHJvcHMSEQoJY2xpZW50X2lkGAEgASgJEg0KBWNvdW50GAIgASgEEi0KCWxhc3RfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJbGFzdF9raW5kGAQgASgJIq4BChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USJQoJaW5jaWRlbnRzGAEgAygLMhIucnZib3gudjEuSW5jaWRlbnQSFQoNZHJvcHBlZF90b3RhbBgCIAEoBBIoCgdkcm9wcGVkGAMgAygLMhcucnZib3gudjEuSW5jaWRlbnREcm9wcxIbChNtYXhfb3Blbl9wZXJfY2xpZW50GAQgASgNEhAKCG1heF9vcGVuGAUgASgNIkUKGkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0EhMKC2luY2lkZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiHQobQWNrbm93bGVkZ2VJbmNpZGVudFJlc3BvbnNlIiwKEVdhdGNoRmxlZXRSZXF1ZXN0EhcKD2NvbW1hbmRfY2xpZW50cxgBIAMoCSLLAQoNRmxlZXRTbmFwc2hvdBIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EiMKCHNlc3Npb25zGAIgAygLMhEucnZib3gudjEuU2Vzc2lvbhImCgZjbGFpbXMYAyADKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW0SJQoJaW5jaWRlbnRzGAQgAygLMhIucnZib3gudjEuSW5jaWRlbnQSIwoIY29tbWFuZHMYBSADKAsyES5ydmJveC52MS5Db21tYW5kIpADChJXYXRjaEZsZWV0UmVzcG9uc2USKwoIc25hcHNob3QYASABKAsyFy5ydmJveC52MS5GbGVldFNuYXBzaG90SAASIgoGY2xpZW50GAIgASgLMhAucnZib3gudjEuQ2xpZW50SAASJAoHc2Vzc2lvbhgDIAEoCzIRLnJ2Ym94LnYxLlNlc3Npb25IABIYCg5zZXNzaW9uX2Nsb3NlZBgEIAEoBEgAEicKBWNsYWltGAUgASgLMhYucnZib3gudjEuUGVuZGluZ0NsYWltSAASFwoNY2xhaW1fY2xlYXJlZBgGIAEoCUgAEiYKCGluY2lkZW50GAcgASgLMhIucnZib3gudjEuSW5jaWRlbnRIABIaChBpbmNpZGVudF9yZW1vdmVkGAkgASgJSAASJAoHY29tbWFuZBgIIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmRIABIZCg9jb21tYW5kX3JlbW92ZWQYCiABKAlIABIYCg5jbGllbnRfcmVtb3ZlZBgLIAEoCUgAQggKBmNoYW5nZSJDChpSZXZva2VBdXRob3JpemF0aW9uUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIyChtSZXZva2VBdXRob3JpemF0aW9uUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkiPAoTRGlzbWlzc0NsYWltUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIrChREaXNtaXNzQ2xhaW1SZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoCSpoCg5UZXJtaW5hbFNvdXJjZRIfChtURVJNSU5BTF9TT1VSQ0VfVU5TUEVDSUZJRUQQABIZChVURVJNSU5BTF9TT1VSQ0VfQUdFTlQQARIaChZURVJNSU5BTF9TT1VSQ0VfU0VSVkVSEAIyqgwKDkNvbnRyb2xTZXJ2aWNlElAKDVN1Ym1pdENvbW1hbmQSHi5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXNwb25zZRJHCgpHZXRDb21tYW5kEhsucnZib3gudjEuR2V0Q29tbWFuZFJlcXVlc3QaHC5ydmJveC52MS5HZXRDb21tYW5kUmVzcG9uc2USTQoMTGlzdENvbW1hbmRzEh0ucnZib3gudjEuTGlzdENvbW1hbmRzUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1Jlc3BvbnNlEk8KDEZvbGxvd091dHB1dBIdLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlcXVlc3QaHi5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXNwb25zZTABEkcKCldyaXRlU3RkaW4SGy5ydmJveC52MS5Xcml0ZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXNwb25zZRJHCgpDbG9zZVN0ZGluEhsucnZib3gudjEuQ2xvc2VTdGRpblJlcXVlc3QaHC5ydmJveC52MS5DbG9zZVN0ZGluUmVzcG9uc2USUAoNU2lnbmFsQ29tbWFuZBIeLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlc3BvbnNlEkoKC0xpc3RDbGllbnRzEhwucnZib3gudjEuTGlzdENsaWVudHNSZXF1ZXN0Gh0ucnZib3gudjEuTGlzdENsaWVudHNSZXNwb25zZRJNCgxMaXN0U2Vzc2lvbnMSHS5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USRwoKTGlzdENsYWltcxIbLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXF1ZXN0GhwucnZib3gudjEuTGlzdENsYWltc1Jlc3BvbnNlElwKEUF1dGhvcml6ZUluc3RhbmNlEiIucnZib3gudjEuQXV0aG9yaXplSW5zdGFuY2VSZXF1ZXN0GiMucnZib3gudjEuQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRJQCg1MaXN0SW5jaWRlbnRzEh4ucnZib3gudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaHy5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2USYgoTQWNrbm93bGVkZ2VJbmNpZGVudBIkLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0GiUucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlc3BvbnNlEkkKCldhdGNoRmxlZXQSGy5ydmJveC52MS5XYXRjaEZsZWV0UmVxdWVzdBocLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXNwb25zZTABEk0KDEZvcmdldENsaWVudBIdLnJ2Ym94LnYxLkZvcmdldENsaWVudFJlcXVlc3QaHi5ydmJveC52MS5Gb3JnZXRDbGllbnRSZXNwb25zZRJiChNSZXZva2VBdXRob3JpemF0aW9uEiQucnZib3gudjEuUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QaJS5ydmJveC52MS5SZXZva2VBdXRob3JpemF0aW9uUmVzcG9uc2USTQoMRGlzbWlzc0NsYWltEh0ucnZib3gudjEuRGlzbWlzc0NsYWltUmVxdWVzdBoeLnJ2Ym94LnYxLkRpc21pc3NDbGFpbVJlc3BvbnNlElwKEVNldENsaWVudERyYWluaW5nEiIucnZib3gudjEuU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0GiMucnZib3gudjEuU2V0Q2xpZW50RHJhaW5pbmdSZXNwb25zZRJWCg9TZXRDbGllbnRMYWJlbHMSIC5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0GiEucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVzcG9uc2VCMFouZ2l0aHViLmNvbS9ydmJveC9ydmJveC9nZW4vZ28vcnZib3gvdjE7cnZib3h2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
+  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iYQoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkiJwoSV3JpdGVTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCI7ChFDbG9zZVN0ZGluUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiJwoSQ2xvc2VTdGRpblJlc3BvbnNlEhEKCXdyaXRlX3NlcRgBIAEoBCJkChRTaWduYWxDb21tYW5kUmVxdWVzdBISCgppc3N1ZV91dWlkGAEgASgJEiQKBnNpZ25hbBgCIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEgoKcmVxdWVzdF9pZBgDIAEoCSIpChVTaWduYWxDb21tYW5kUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAQiJgoSTGlzdENsaWVudHNSZXF1ZXN0EhAKCHNlbGVjdG9yGAEgASgJIrsECgZDbGllbnQSEQoJY2xpZW50X2lkGAEgASgJEhMKC2luc3RhbmNlX2lkGAIgASgJEhIKCmdlbmVyYXRpb24YAyABKAQSEQoJY29ubmVjdGVkGAQgASgIEjYKEmxhc3RfYWN0aXZpdHlfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcnVubmluZ19jb21tYW5kcxgGIAEoDRIXCg9xdWV1ZWRfY29tbWFuZHMYByABKA0SHAoUbWF4X3J1bm5pbmdfY29tbWFuZHMYCCABKA0SGwoTbWF4X3F1ZXVlZF9jb21tYW5kcxgJIAEoDRIXCg9hY3RpdmVfY29tbWFuZHMYCiABKA0SHgoWYXV0aG9yaXplZF9pbnN0YW5jZV9pZBgLIAEoCRI9ChlhdXRob3JpemF0aW9uX2V4cGlyeV90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGwoTb3V0cHV0X2J1ZGdldF9ieXRlcxgOIAEoBBIZChFpbmNpZGVudHNfZHJvcHBlZBgPIAEoBBIQCghkcmFpbmluZxgQIAEoCBIsCgZsYWJlbHMYESADKAsyHC5ydmJveC52MS5DbGllbnQuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJNChNMaXN0Q2xpZW50c1Jlc3BvbnNlEiEKB2NsaWVudHMYASADKAsyEC5ydmJveC52MS5DbGllbnQSEwoLbWF4X2NsaWVudHMYAiABKA0iPAoTRm9yZ2V0Q2xpZW50UmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIWChRGb3JnZXRDbGllbnRSZXNwb25zZSJTChhTZXRDbGllbnREcmFpbmluZ1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhAKCGRyYWluaW5nGAIgASgIEhIKCnJlcXVlc3RfaWQYAyABKAkiMQoZU2V0Q2xpZW50RHJhaW5pbmdSZXNwb25zZRIUCgx3YXNfZHJhaW5pbmcYASABKAgiswEKFlNldENsaWVudExhYmVsc1JlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEjYKA3NldBgCIAMoCzIpLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1JlcXVlc3QuU2V0RW50cnkSDgoGcmVtb3ZlGAMgAygJEhIKCnJlcXVlc3RfaWQYBCABKAkaKgoIU2V0RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKHAQoXU2V0Q2xpZW50TGFiZWxzUmVzcG9uc2USPQoGbGFiZWxzGAEgAygLMi0ucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVzcG9uc2UuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJ2ChBMaXN0QXVkaXRSZXF1ZXN0Ei4KCnNpbmNlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG9wZXJhdG9yGAIgASgJEhEKCWNsaWVudF9pZBgDIAEoCRINCgVsaW1pdBgEIAEoDSLPAQoKQXVkaXRFbnRyeRILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIb3BlcmF0b3IYAyABKAkSDAoEcm9sZRgEIAEoCRILCgNycGMYBSABKAkSDwoHc3VtbWFyeRgGIAEoCRISCgpjbGllbnRfaWRzGAcgAygJEhcKD2NsaWVudHNfb21pdHRlZBgIIAEoDRIOCgZyZXN1bHQYCSABKAkSDwoHbWVzc2FnZRgKIAEoCSJ5ChFMaXN0QXVkaXRSZXNwb25zZRIlCgdlbnRyaWVzGAEgAygLMhQucnZib3gudjEuQXVkaXRFbnRyeRIXCg9kcm9wcGVkX2VudHJpZXMYAiABKAQSEwoLbWF4X2VudHJpZXMYAyABKA0SDwoHbWF0Y2hlZBgEIAEoBCIVChNMaXN0U2Vzc2lvbnNSZXF1ZXN0IvwBCgdTZXNzaW9uEhIKCmNvbm5lY3Rpb24YASABKAQSEQoJY2xpZW50X2lkGAIgASgJEhMKC2luc3RhbmNlX2lkGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSEgoKZ2VuZXJhdGlvbhgFIAEoBBINCgVwaGFzZRgGIAEoCRIvCgtvcGVuZWRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRbGFzdF9pbmJvdW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnJlbW90ZV9hZGRyZXNzGAkgASgJIjsKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiMKCHNlc3Npb25zGAEgAygLMhEucnZib3gudjEuU2Vzc2lvbiITChFMaXN0Q2xhaW1zUmVxdWVzdCKVAQoMUGVuZGluZ0NsYWltEhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRIbChNjdXJyZW50X2luc3RhbmNlX2lkGAMgASgJEi4KCmNsYWltX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGF0dGVtcHRzGAUgASgNIjwKEkxpc3RDbGFpbXNSZXNwb25zZRImCgZjbGFpbXMYASADKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW0idQoYQXV0aG9yaXplSW5zdGFuY2VSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpyZXF1ZXN0X2lkGAMgASgJEh0KFWluc3RhbmNlX25vdF95ZXRfc2VlbhgEIAEoCCJMChlBdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlEi8KC2V4cGlyeV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI0ChRMaXN0SW5jaWRlbnRzUmVxdWVzdBIcChRpbmNsdWRlX2Fja25vd2xlZGdlZBgBIAEoCCKkAQoISW5jaWRlbnQSEwoLaW5jaWRlbnRfaWQYASABKAkSEQoJY2xpZW50X2lkGAIgASgJEhIKCmlzc3VlX3V1aWQYAyABKAkSDAoEa2luZBgEIAEoCRIOCgZkZXRhaWwYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYWNrbm93bGVkZ2VkGAcgASgIInMKDUluY2lkZW50RHJvcHMSEQoJY2xpZW50X2lkGAEgASgJEg0KBWNvdW50GAIgASgEEi0KCWxhc3RfdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJbGFzdF9raW5kGAQgASgJIq4BChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USJQoJaW5jaWRlbnRzGAEgAygLMhIucnZib3gudjEuSW5jaWRlbnQSFQoNZHJvcHBlZF90b3RhbBgCIAEoBBIoCgdkcm9wcGVkGAMgAygLMhcucnZib3gudjEuSW5jaWRlbnREcm9wcxIbChNtYXhfb3Blbl9wZXJfY2xpZW50GAQgASgNEhAKCG1heF9vcGVuGAUgASgNIkUKGkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0EhMKC2luY2lkZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiHQobQWNrbm93bGVkZ2VJbmNpZGVudFJlc3BvbnNlIiwKEVdhdGNoRmxlZXRSZXF1ZXN0EhcKD2NvbW1hbmRfY2xpZW50cxgBIAMoCSLLAQoNRmxlZXRTbmFwc2hvdBIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EiMKCHNlc3Npb25zGAIgAygLMhEucnZib3gudjEuU2Vzc2lvbhImCgZjbGFpbXMYAyADKAsyFi5ydmJveC52MS5QZW5kaW5nQ2xhaW0SJQoJaW5jaWRlbnRzGAQgAygLMhIucnZib3gudjEuSW5jaWRlbnQSIwoIY29tbWFuZHMYBSADKAsyES5ydmJveC52MS5Db21tYW5kIpADChJXYXRjaEZsZWV0UmVzcG9uc2USKwoIc25hcHNob3QYASABKAsyFy5ydmJveC52MS5GbGVldFNuYXBzaG90SAASIgoGY2xpZW50GAIgASgLMhAucnZib3gudjEuQ2xpZW50SAASJAoHc2Vzc2lvbhgDIAEoCzIRLnJ2Ym94LnYxLlNlc3Npb25IABIYCg5zZXNzaW9uX2Nsb3NlZBgEIAEoBEgAEicKBWNsYWltGAUgASgLMhYucnZib3gudjEuUGVuZGluZ0NsYWltSAASFwoNY2xhaW1fY2xlYXJlZBgGIAEoCUgAEiYKCGluY2lkZW50GAcgASgLMhIucnZib3gudjEuSW5jaWRlbnRIABIaChBpbmNpZGVudF9yZW1vdmVkGAkgASgJSAASJAoHY29tbWFuZBgIIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmRIABIZCg9jb21tYW5kX3JlbW92ZWQYCiABKAlIABIYCg5jbGllbnRfcmVtb3ZlZBgLIAEoCUgAQggKBmNoYW5nZSJDChpSZXZva2VBdXRob3JpemF0aW9uUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIyChtSZXZva2VBdXRob3JpemF0aW9uUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkiPAoTRGlzbWlzc0NsYWltUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSIrChREaXNtaXNzQ2xhaW1SZXNwb25zZRITCgtpbnN0YW5jZV9pZBgBIAEoCSpoCg5UZXJtaW5hbFNvdXJjZRIfChtURVJNSU5BTF9TT1VSQ0VfVU5TUEVDSUZJRUQQABIZChVURVJNSU5BTF9TT1VSQ0VfQUdFTlQQARIaChZURVJNSU5BTF9TT1VSQ0VfU0VSVkVSEAIy8AwKDkNvbnRyb2xTZXJ2aWNlElAKDVN1Ym1pdENvbW1hbmQSHi5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXNwb25zZRJHCgpHZXRDb21tYW5kEhsucnZib3gudjEuR2V0Q29tbWFuZFJlcXVlc3QaHC5ydmJveC52MS5HZXRDb21tYW5kUmVzcG9uc2USTQoMTGlzdENvbW1hbmRzEh0ucnZib3gudjEuTGlzdENvbW1hbmRzUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1Jlc3BvbnNlEk8KDEZvbGxvd091dHB1dBIdLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlcXVlc3QaHi5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXNwb25zZTABEkcKCldyaXRlU3RkaW4SGy5ydmJveC52MS5Xcml0ZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXNwb25zZRJHCgpDbG9zZVN0ZGluEhsucnZib3gudjEuQ2xvc2VTdGRpblJlcXVlc3QaHC5ydmJveC52MS5DbG9zZVN0ZGluUmVzcG9uc2USUAoNU2lnbmFsQ29tbWFuZBIeLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlc3BvbnNlEkoKC0xpc3RDbGllbnRzEhwucnZib3gudjEuTGlzdENsaWVudHNSZXF1ZXN0Gh0ucnZib3gudjEuTGlzdENsaWVudHNSZXNwb25zZRJNCgxMaXN0U2Vzc2lvbnMSHS5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdFNlc3Npb25zUmVzcG9uc2USRwoKTGlzdENsYWltcxIbLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXF1ZXN0GhwucnZib3gudjEuTGlzdENsYWltc1Jlc3BvbnNlElwKEUF1dGhvcml6ZUluc3RhbmNlEiIucnZib3gudjEuQXV0aG9yaXplSW5zdGFuY2VSZXF1ZXN0GiMucnZib3gudjEuQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRJQCg1MaXN0SW5jaWRlbnRzEh4ucnZib3gudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaHy5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2USYgoTQWNrbm93bGVkZ2VJbmNpZGVudBIkLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0GiUucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlc3BvbnNlEkkKCldhdGNoRmxlZXQSGy5ydmJveC52MS5XYXRjaEZsZWV0UmVxdWVzdBocLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXNwb25zZTABEk0KDEZvcmdldENsaWVudBIdLnJ2Ym94LnYxLkZvcmdldENsaWVudFJlcXVlc3QaHi5ydmJveC52MS5Gb3JnZXRDbGllbnRSZXNwb25zZRJiChNSZXZva2VBdXRob3JpemF0aW9uEiQucnZib3gudjEuUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QaJS5ydmJveC52MS5SZXZva2VBdXRob3JpemF0aW9uUmVzcG9uc2USTQoMRGlzbWlzc0NsYWltEh0ucnZib3gudjEuRGlzbWlzc0NsYWltUmVxdWVzdBoeLnJ2Ym94LnYxLkRpc21pc3NDbGFpbVJlc3BvbnNlElwKEVNldENsaWVudERyYWluaW5nEiIucnZib3gudjEuU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0GiMucnZib3gudjEuU2V0Q2xpZW50RHJhaW5pbmdSZXNwb25zZRJWCg9TZXRDbGllbnRMYWJlbHMSIC5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0GiEucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVzcG9uc2USRAoJTGlzdEF1ZGl0EhoucnZib3gudjEuTGlzdEF1ZGl0UmVxdWVzdBobLnJ2Ym94LnYxLkxpc3RBdWRpdFJlc3BvbnNlQjBaLmdpdGh1Yi5jb20vcnZib3gvcnZib3gvZ2VuL2dvL3J2Ym94L3YxO3J2Ym94djFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
 
 /**
  * Script bytes uploaded with the submit; the server computes size and SHA-256.
@@ -1039,6 +1039,159 @@ export const SetClientLabelsResponseSchema: GenMessage<SetClientLabelsResponse> 
   messageDesc(file_rvbox_v1_control, 25);
 
 /**
+ * @generated from message rvbox.v1.ListAuditRequest
+ */
+export type ListAuditRequest = Message<"rvbox.v1.ListAuditRequest"> & {
+  /**
+   * Only entries at or after this time (unset: all).
+   *
+   * @generated from field: google.protobuf.Timestamp since_time = 1;
+   */
+  sinceTime?: Timestamp | undefined;
+
+  /**
+   * Only entries of this operator identity (empty: all).
+   *
+   * @generated from field: string operator = 2;
+   */
+  operator: string;
+
+  /**
+   * Only entries naming this client (empty: all).
+   *
+   * @generated from field: string client_id = 3;
+   */
+  clientId: string;
+
+  /**
+   * The newest this many matching entries (0: up to the server's page bound).
+   *
+   * @generated from field: uint32 limit = 4;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message rvbox.v1.ListAuditRequest.
+ * Use `create(ListAuditRequestSchema)` to create a new message.
+ */
+export const ListAuditRequestSchema: GenMessage<ListAuditRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 26);
+
+/**
+ * @generated from message rvbox.v1.AuditEntry
+ */
+export type AuditEntry = Message<"rvbox.v1.AuditEntry"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * The operator identity's name (admin for the legacy --operator-token).
+   *
+   * @generated from field: string operator = 3;
+   */
+  operator: string;
+
+  /**
+   * @generated from field: string role = 4;
+   */
+  role: string;
+
+  /**
+   * The control RPC (SubmitCommand, SetClientLabels, ...).
+   *
+   * @generated from field: string rpc = 5;
+   */
+  rpc: string;
+
+  /**
+   * Its arguments, summarised.
+   *
+   * @generated from field: string summary = 6;
+   */
+  summary: string;
+
+  /**
+   * @generated from field: repeated string client_ids = 7;
+   */
+  clientIds: string[];
+
+  /**
+   * Clients the call named beyond those listed.
+   *
+   * @generated from field: uint32 clients_omitted = 8;
+   */
+  clientsOmitted: number;
+
+  /**
+   * OK, an RVBox code name (CODE_NOT_FOUND, ...), or PERMISSION_DENIED for a
+   * call access control refused.
+   *
+   * @generated from field: string result = 9;
+   */
+  result: string;
+
+  /**
+   * @generated from field: string message = 10;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message rvbox.v1.AuditEntry.
+ * Use `create(AuditEntrySchema)` to create a new message.
+ */
+export const AuditEntrySchema: GenMessage<AuditEntry> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 27);
+
+/**
+ * @generated from message rvbox.v1.ListAuditResponse
+ */
+export type ListAuditResponse = Message<"rvbox.v1.ListAuditResponse"> & {
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated rvbox.v1.AuditEntry entries = 1;
+   */
+  entries: AuditEntry[];
+
+  /**
+   * Entries the server dropped, oldest first, to stay inside its bound.
+   *
+   * @generated from field: uint64 dropped_entries = 2;
+   */
+  droppedEntries: bigint;
+
+  /**
+   * Entries the log keeps at most.
+   *
+   * @generated from field: uint32 max_entries = 3;
+   */
+  maxEntries: number;
+
+  /**
+   * Matching entries before `limit` cut them (the newest `limit` are sent).
+   *
+   * @generated from field: uint64 matched = 4;
+   */
+  matched: bigint;
+};
+
+/**
+ * Describes the message rvbox.v1.ListAuditResponse.
+ * Use `create(ListAuditResponseSchema)` to create a new message.
+ */
+export const ListAuditResponseSchema: GenMessage<ListAuditResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 28);
+
+/**
  * @generated from message rvbox.v1.ListSessionsRequest
  */
 export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
@@ -1049,7 +1202,7 @@ export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 26);
+  messageDesc(file_rvbox_v1_control, 29);
 
 /**
  * @generated from message rvbox.v1.Session
@@ -1110,7 +1263,7 @@ export type Session = Message<"rvbox.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 27);
+  messageDesc(file_rvbox_v1_control, 30);
 
 /**
  * @generated from message rvbox.v1.ListSessionsResponse
@@ -1127,7 +1280,7 @@ export type ListSessionsResponse = Message<"rvbox.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 28);
+  messageDesc(file_rvbox_v1_control, 31);
 
 /**
  * @generated from message rvbox.v1.ListClaimsRequest
@@ -1140,7 +1293,7 @@ export type ListClaimsRequest = Message<"rvbox.v1.ListClaimsRequest"> & {
  * Use `create(ListClaimsRequestSchema)` to create a new message.
  */
 export const ListClaimsRequestSchema: GenMessage<ListClaimsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 29);
+  messageDesc(file_rvbox_v1_control, 32);
 
 /**
  * @generated from message rvbox.v1.PendingClaim
@@ -1181,7 +1334,7 @@ export type PendingClaim = Message<"rvbox.v1.PendingClaim"> & {
  * Use `create(PendingClaimSchema)` to create a new message.
  */
 export const PendingClaimSchema: GenMessage<PendingClaim> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 30);
+  messageDesc(file_rvbox_v1_control, 33);
 
 /**
  * @generated from message rvbox.v1.ListClaimsResponse
@@ -1198,7 +1351,7 @@ export type ListClaimsResponse = Message<"rvbox.v1.ListClaimsResponse"> & {
  * Use `create(ListClaimsResponseSchema)` to create a new message.
  */
 export const ListClaimsResponseSchema: GenMessage<ListClaimsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 31);
+  messageDesc(file_rvbox_v1_control, 34);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceRequest
@@ -1236,7 +1389,7 @@ export type AuthorizeInstanceRequest = Message<"rvbox.v1.AuthorizeInstanceReques
  * Use `create(AuthorizeInstanceRequestSchema)` to create a new message.
  */
 export const AuthorizeInstanceRequestSchema: GenMessage<AuthorizeInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 32);
+  messageDesc(file_rvbox_v1_control, 35);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceResponse
@@ -1253,7 +1406,7 @@ export type AuthorizeInstanceResponse = Message<"rvbox.v1.AuthorizeInstanceRespo
  * Use `create(AuthorizeInstanceResponseSchema)` to create a new message.
  */
 export const AuthorizeInstanceResponseSchema: GenMessage<AuthorizeInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 33);
+  messageDesc(file_rvbox_v1_control, 36);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsRequest
@@ -1270,7 +1423,7 @@ export type ListIncidentsRequest = Message<"rvbox.v1.ListIncidentsRequest"> & {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 34);
+  messageDesc(file_rvbox_v1_control, 37);
 
 /**
  * @generated from message rvbox.v1.Incident
@@ -1317,7 +1470,7 @@ export type Incident = Message<"rvbox.v1.Incident"> & {
  * Use `create(IncidentSchema)` to create a new message.
  */
 export const IncidentSchema: GenMessage<Incident> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 35);
+  messageDesc(file_rvbox_v1_control, 38);
 
 /**
  * Incidents of one client that were counted instead of stored.
@@ -1353,7 +1506,7 @@ export type IncidentDrops = Message<"rvbox.v1.IncidentDrops"> & {
  * Use `create(IncidentDropsSchema)` to create a new message.
  */
 export const IncidentDropsSchema: GenMessage<IncidentDrops> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 36);
+  messageDesc(file_rvbox_v1_control, 39);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsResponse
@@ -1396,7 +1549,7 @@ export type ListIncidentsResponse = Message<"rvbox.v1.ListIncidentsResponse"> & 
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 37);
+  messageDesc(file_rvbox_v1_control, 40);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentRequest
@@ -1418,7 +1571,7 @@ export type AcknowledgeIncidentRequest = Message<"rvbox.v1.AcknowledgeIncidentRe
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 38);
+  messageDesc(file_rvbox_v1_control, 41);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentResponse
@@ -1431,7 +1584,7 @@ export type AcknowledgeIncidentResponse = Message<"rvbox.v1.AcknowledgeIncidentR
  * Use `create(AcknowledgeIncidentResponseSchema)` to create a new message.
  */
 export const AcknowledgeIncidentResponseSchema: GenMessage<AcknowledgeIncidentResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 39);
+  messageDesc(file_rvbox_v1_control, 42);
 
 /**
  * @generated from message rvbox.v1.WatchFleetRequest
@@ -1451,7 +1604,7 @@ export type WatchFleetRequest = Message<"rvbox.v1.WatchFleetRequest"> & {
  * Use `create(WatchFleetRequestSchema)` to create a new message.
  */
 export const WatchFleetRequestSchema: GenMessage<WatchFleetRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 40);
+  messageDesc(file_rvbox_v1_control, 43);
 
 /**
  * Everything a watcher is told about, as it stands.
@@ -1495,7 +1648,7 @@ export type FleetSnapshot = Message<"rvbox.v1.FleetSnapshot"> & {
  * Use `create(FleetSnapshotSchema)` to create a new message.
  */
 export const FleetSnapshotSchema: GenMessage<FleetSnapshot> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 41);
+  messageDesc(file_rvbox_v1_control, 44);
 
 /**
  * @generated from message rvbox.v1.WatchFleetResponse
@@ -1605,7 +1758,7 @@ export type WatchFleetResponse = Message<"rvbox.v1.WatchFleetResponse"> & {
  * Use `create(WatchFleetResponseSchema)` to create a new message.
  */
 export const WatchFleetResponseSchema: GenMessage<WatchFleetResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 42);
+  messageDesc(file_rvbox_v1_control, 45);
 
 /**
  * @generated from message rvbox.v1.RevokeAuthorizationRequest
@@ -1627,7 +1780,7 @@ export type RevokeAuthorizationRequest = Message<"rvbox.v1.RevokeAuthorizationRe
  * Use `create(RevokeAuthorizationRequestSchema)` to create a new message.
  */
 export const RevokeAuthorizationRequestSchema: GenMessage<RevokeAuthorizationRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 43);
+  messageDesc(file_rvbox_v1_control, 46);
 
 /**
  * @generated from message rvbox.v1.RevokeAuthorizationResponse
@@ -1646,7 +1799,7 @@ export type RevokeAuthorizationResponse = Message<"rvbox.v1.RevokeAuthorizationR
  * Use `create(RevokeAuthorizationResponseSchema)` to create a new message.
  */
 export const RevokeAuthorizationResponseSchema: GenMessage<RevokeAuthorizationResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 44);
+  messageDesc(file_rvbox_v1_control, 47);
 
 /**
  * @generated from message rvbox.v1.DismissClaimRequest
@@ -1668,7 +1821,7 @@ export type DismissClaimRequest = Message<"rvbox.v1.DismissClaimRequest"> & {
  * Use `create(DismissClaimRequestSchema)` to create a new message.
  */
 export const DismissClaimRequestSchema: GenMessage<DismissClaimRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 45);
+  messageDesc(file_rvbox_v1_control, 48);
 
 /**
  * @generated from message rvbox.v1.DismissClaimResponse
@@ -1687,7 +1840,7 @@ export type DismissClaimResponse = Message<"rvbox.v1.DismissClaimResponse"> & {
  * Use `create(DismissClaimResponseSchema)` to create a new message.
  */
 export const DismissClaimResponseSchema: GenMessage<DismissClaimResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 46);
+  messageDesc(file_rvbox_v1_control, 49);
 
 /**
  * Who made a command terminal.
@@ -1931,6 +2084,19 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof SetClientLabelsRequestSchema;
     output: typeof SetClientLabelsResponseSchema;
+  },
+  /**
+   * The audit log (role admin): every mutating call made on an operator's
+   * behalf and every call access control refused, oldest first, from the
+   * server's durable log. The log is bounded: dropped_entries says how many
+   * older entries it no longer holds (never silently short).
+   *
+   * @generated from rpc rvbox.v1.ControlService.ListAudit
+   */
+  listAudit: {
+    methodKind: "unary";
+    input: typeof ListAuditRequestSchema;
+    output: typeof ListAuditResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rvbox_v1_control, 0);
