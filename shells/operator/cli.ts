@@ -293,7 +293,7 @@ labels, and how many client records the server holds of the most it keeps
         // Servers older than the bound report 0: say nothing.
         if (cl.maxClients > 0 && selector === "")
           ctx.out(`${cl.clients.length} of at most ${cl.maxClients} client records (a new client id past that is refused; rvbox forget-client ID frees one)`);
-        else if (selector !== "") ctx.out(`${cl.clients.length} client${cl.clients.length === 1 ? "" : "s"} match ${selector}`);
+        else if (selector !== "") ctx.out(`${cl.clients.length} client${cl.clients.length === 1 ? " matches" : "s match"} ${selector}`);
       }
       return EXIT.OK;
     },
