@@ -24,7 +24,7 @@ export function requestClients(st: ServerState, r: ControlRequest): string[] {
     case "forget_client":
     case "set_draining":
     case "set_labels":
-      return [r.clientId];
+      return r.clientId !== "" ? [r.clientId] : [];
     case "stdin":
     case "close_stdin":
     case "signal": {

@@ -176,10 +176,11 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     return c;
   };
   const call = async (hctx: HandlerContext, req: ControlRequest) => {
-    const r = await d.control(req, audited(hctx));
-    // Every operator action that changes something, at INFO (rate-limited per kind).
+    const audit = audited(hctx);
+    const r = await d.control(req, audit);
+    // Every operator action that changes something, at INFO (rate-limited per kind); the audit log has them all.
     const f = req as unknown as Record<string, unknown>;
-    const detail: Record<string, unknown> = {};
+    const detail: Record<string, unknown> = audit ? { operator: audit.operator } : {};
     for (const k of ["clientId", "uuid", "instanceId", "incidentId", "signal"]) if (f[k] !== undefined && f[k] !== "") detail[k] = f[k];
     d.logOperatorAction(req.op, detail, r.ok ? "ok" : codeName(r.error.code));
     if (!r.ok) throw toConnectError(r.error);

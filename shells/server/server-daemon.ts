@@ -464,7 +464,7 @@ export class ServerDaemon {
     }
   }
 
-  /** Log one operator call at INFO (who is not known yet: one operator token). */
+  /** Log one operator call at INFO (`operator` in the detail: the identity; the audit log is the complete record). */
   logOperatorAction(method: string, detail: Record<string, unknown>, outcome: string): void {
     this.peerLog.write("info", `operator:${method}`, `operator ${method}`, { ...detail, outcome });
   }
