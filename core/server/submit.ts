@@ -139,7 +139,7 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
     exitCode: null,
     signalName: "",
     reason: "",
-    stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false },
+    stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false, inlineThrough: 0 },
     signals: [],
     scriptAcked: 0,
     scriptSent: 0,

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ControlErrorSchema, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { serverInvariants, type ControlRequest } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
-import { MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
+import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
 
 import { T0, sha, type SpecInit, argv, enc, lifecycle, ServerRig } from "../../support/server-rig.js";
 
@@ -128,9 +128,9 @@ describe("stdin, signal, incident requests", () => {
       error: { code: Code.VALIDATION, message: "the command was submitted without open stdin", issueUuid: "closed-spec" },
     });
     r.submit("off", "c1", { ...argv("cat"), stdinOpen: true });
-    expect(r.control(stdin("c1", "big", new Uint8Array(MAX_CHUNK_BYTES + 1)))).toMatchObject({
+    expect(r.control(stdin("c1", "big", new Uint8Array(CONTROL_STDIN_WRITE_BYTES + 1)))).toMatchObject({
       ok: false,
-      error: { code: Code.PAYLOAD_TOO_LARGE, message: `stdin writes are at most ${MAX_CHUNK_BYTES} bytes` },
+      error: { code: Code.PAYLOAD_TOO_LARGE, message: `stdin writes are at most ${CONTROL_STDIN_WRITE_BYTES} bytes` },
     });
     expect(r.control(stdin("c1", "w1", new Uint8Array(6)))).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
     expect(r.control(stdin("c1", "w2", new Uint8Array(4)))).toEqual({ ok: true, uuid: "c1", writeSeq: 2 }); // exactly the queue bound
