@@ -73,6 +73,7 @@ const OPERATOR: Record<string, string> = {
   authorize: "authorize one instance to take over a client id once (--revoke withdraws it)",
   "dismiss-claim": "forget a client's pending identity claim without authorizing it",
   incidents: "list incidents",
+  audit: "the audit log: who did what, when, with which result (--since, --operator)",
   "ack-incident": "acknowledge an incident",
   tui: "the terminal UI (--demo starts a local fleet; --sim SEED replays a simulated world)",
 };

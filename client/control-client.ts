@@ -93,8 +93,10 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
       EXIT.UNAVAILABLE,
     );
   switch (ce.code) {
-    case ConnectCode.Unauthenticated:
     case ConnectCode.PermissionDenied:
+      // Access control (the caller's role or label selector): the message names the rule.
+      return new OperatorError(`${what}permission denied: ${ce.rawMessage}`, EXIT.UNAUTHENTICATED);
+    case ConnectCode.Unauthenticated:
       return new OperatorError(
         `the server${ctx.server ? ` at ${ctx.server}` : ""} refused the operator token (HTTP 401); check --token / RVBOX_TOKEN_FILE`,
         EXIT.UNAUTHENTICATED,

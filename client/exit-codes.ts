@@ -23,7 +23,8 @@
  *   66   unknown id (command, client, incident)
  *   69   the server is unreachable
  *   75   temporary refusal (capacity); try again
- *   77   the operator token was refused (HTTP 401)
+ *   77   the operator token was refused (HTTP 401), or its role or label
+ *        selector does not allow the call (permission denied)
  *   1    anything else (the message says what)
  */
 import { constants as osConstants } from "node:os";
@@ -123,4 +124,4 @@ export const EXIT_CODE_HELP = `exit codes of run --follow / logs -f --exit-code 
   127    rejected: program not found on the agent    126  rejected: program not executable
 errors (every subcommand):
   2 usage   65 refused as invalid   66 unknown id   69 server unreachable
-  75 temporary refusal (capacity)   77 operator token refused   1 other`;
+  75 temporary refusal (capacity)   77 operator token refused or permission denied   1 other`;

@@ -196,3 +196,17 @@ export const MAX_LABEL_VALUE_CHARS = 63;
 export const MAX_SELECTOR_CHARS = 1024;
 /** Requirements (comma-separated terms) one selector holds at most. */
 export const MAX_SELECTOR_TERMS = 32;
+/**
+ * Audit log entries the server keeps (default of the configurable
+ * `limits.auditMax`): past it the oldest are deleted and counted, and every
+ * listing says how many older entries were dropped (never silently short).
+ */
+export const MAX_AUDIT_ENTRIES = 50_000;
+/** An audit entry's argument summary is cut to this many characters (with a trailing "…"). */
+export const MAX_AUDIT_SUMMARY_CHARS = 512;
+/** An audit entry's message is cut to this many characters. */
+export const MAX_AUDIT_MESSAGE_CHARS = 512;
+/** Client ids one audit entry lists; more are counted (clientsOmitted). */
+export const MAX_AUDIT_CLIENTS_PER_ENTRY = 64;
+/** Audit entries one ListAudit call returns at most. */
+export const MAX_AUDIT_PAGE_ENTRIES = 10_000;

@@ -1,16 +1,45 @@
 // Operator requests: one router to the module that answers each.
 
-import { unreachable } from "../errors.js";
-import type { ControlRequest, ServerEnv, ServerState } from "./server-types.js";
+import { assert, unreachable } from "../errors.js";
+import type { AuditCall, ControlRequest, ControlResult, ServerEnv, ServerState } from "./server-types.js";
+import { appendAudit, auditResult, requestClients } from "./audit.js";
 import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
-import type { ServerCtx } from "./io.js";
+import { type ServerCtx, reply } from "./io.js";
 import { controlSignal } from "./signals.js";
 import { controlStdin } from "./stdin.js";
 import { submit } from "./submit.js";
 
+/**
+ * One operator request. With `audit` (a call the control service made for an
+ * identified operator) its reply is held, an audit entry with the result is
+ * appended to this step's persist batch, and the reply leaves once that batch
+ * is durable (an error reply too, which unaudited would leave at once).
+ */
+export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv, audit?: AuditCall): void {
+  if (!audit) return route(st, ctx, r, env);
+  // Named before the request runs: forget_client removes the record it names.
+  const clients = requestClients(st, r);
+  let result: ControlResult | null = null;
+  const tap = Object.create(ctx) as ServerCtx;
+  tap.emit = (e) => {
+    if (e.type === "reply" && e.requestId === r.requestId) result = e.result;
+    else ctx.emit(e);
+  };
+  tap.afterDurable = (a) => {
+    if (a.kind === "reply" && a.requestId === r.requestId) result = a.result;
+    else ctx.afterDurable(a);
+  };
+  route(st, tap, r, env);
+  const answered = result as ControlResult | null;
+  assert(answered !== null, `control request ${r.op} was not answered`);
+  const res = r.op === "audit_refusal" ? { result: r.code, message: r.message } : auditResult(answered);
+  appendAudit(st, ctx, audit, clients, res.result, res.message);
+  ctx.afterDurable({ kind: "reply", requestId: r.requestId, result: answered });
+}
+
 /** Route one operator request to the module that answers it. */
-export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv): void {
+function route(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv): void {
   switch (r.op) {
     case "submit":
       return submit(st, ctx, r, env);
@@ -33,6 +62,9 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       return setDraining(st, ctx, r);
     case "set_labels":
       return setLabels(st, ctx, r);
+    case "audit_refusal":
+      // Only its audit entry (handleControl appends it); unaudited, nothing to record.
+      return reply(ctx, r.requestId, { ok: true });
     default:
       return unreachable(r, "control request");
   }

@@ -8,6 +8,7 @@ import * as LIM from "../limits.js";
 import { MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND, SERVER_RECENT_DIGESTS, STDIN_WRITES_IN_FLIGHT } from "../limits.js";
 import type { ServerState } from "./server-types.js";
 import { historyInvariants } from "./history.js";
+import { auditInvariants } from "./audit.js";
 import { incidentInvariants } from "./incidents.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
@@ -45,6 +46,7 @@ export function serverInvariants(st: ServerState): void {
     `${st.clients.size} client records over the bound ${st.config.limits.maxClients}`,
   );
   incidentInvariants(st);
+  auditInvariants(st);
   serverCommandInvariants(st);
 }
 

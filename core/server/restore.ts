@@ -9,6 +9,7 @@ import { rngFromSeed } from "../rng.js";
 import { newGate } from "../step-context.js";
 import type { ServerCommand, ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
 import { type ScriptRow, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
+import { restoreAudit } from "./audit.js";
 import { restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
 import { recharge } from "./metadata.js";
@@ -34,6 +35,7 @@ export function defaultServerConfig(): ServerConfig {
       historyMs: LIM.SERVER_HISTORY_MS,
       prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
       maxClients: LIM.MAX_CLIENTS,
+      auditMax: LIM.MAX_AUDIT_ENTRIES,
     },
   };
 }
@@ -65,6 +67,10 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     dropsDirty: new Set(),
     generationFloor: 0,
     clientsAtRestore: 0,
+    audit: new Map(),
+    auditSeq: 0,
+    auditDropped: 0,
+    auditAtRestore: 0,
     gate: newGate<ServerDeferred>(),
     wake: null,
   };
@@ -77,6 +83,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     if (Number.isFinite(n) && n > st.incidentSeq) st.incidentSeq = n;
   }
   restoreIncidentIndex(st, tables);
+  restoreAudit(st, tables);
   st.clientsAtRestore = st.clients.size;
   restoreCommands(st, tables);
   return st;

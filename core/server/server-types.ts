@@ -38,6 +38,8 @@ export interface ServerLimits {
   prunedMax: number;
   /** Client records kept; a hello naming a new client id past it is refused (CODE_CAPACITY). */
   maxClients: number;
+  /** Audit entries kept (audit.ts); past it the oldest go first and are counted as dropped. */
+  auditMax: number;
 }
 
 export interface ServerConfig {
@@ -234,6 +236,35 @@ export interface ClientRecord {
   labels: Labels;
 }
 
+/**
+ * Who made an operator call, and what it was, as the control service
+ * resolved it (shells/server/access.ts): the core appends it to the audit log
+ * with the call's result (audit.ts).
+ */
+export interface AuditCall {
+  /** The operator identity's name (`admin` for the legacy --operator-token). */
+  operator: string;
+  role: string;
+  /** The control RPC (e.g. SubmitCommand). */
+  rpc: string;
+  /** Its arguments, summarised (bounded by MAX_AUDIT_SUMMARY_CHARS). */
+  summary: string;
+}
+
+/** One audit log entry (durable, table `audit`). */
+export interface AuditEntry extends AuditCall {
+  seq: number;
+  /** Wall clock. */
+  at: number;
+  /** The clients the call named (at most MAX_AUDIT_CLIENTS_PER_ENTRY; `clientsOmitted` more). */
+  clients: string[];
+  clientsOmitted: number;
+  /** "OK", or the error code's name (CODE_NOT_FOUND, PERMISSION_DENIED, ...). */
+  result: string;
+  /** The refusal's message ("" when it succeeded). */
+  message: string;
+}
+
 /** conn-phase.ts: the phases, their order and their one writer (a closed connection is dropped). */
 export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready";
 
@@ -348,6 +379,14 @@ export interface ServerState {
   generationFloor: number;
   /** Client records found on restore (maxClients may have been lowered since). */
   clientsAtRestore: number;
+  /** The audit log, oldest first (audit.ts): at most limits.auditMax entries. */
+  audit: Map<number, AuditEntry>;
+  /** Last audit sequence number handed out. */
+  auditSeq: number;
+  /** Audit entries dropped (oldest first) to stay inside the bound (durable, table `counter`). */
+  auditDropped: number;
+  /** Audit entries found on restore (auditMax may have been lowered since; the next append trims). */
+  auditAtRestore: number;
   gate: DurableGate<ServerDeferred>;
   /**
    * The wake last asked for and the timer it is for (null: none). Kept in the
@@ -380,6 +419,11 @@ export type ControlRequest =
   | { op: "dismiss_claim"; requestId: string; clientId: string }
   | { op: "ack_incident"; requestId: string; incidentId: string }
   | { op: "forget_client"; requestId: string; clientId: string }
+  /**
+   * Only append an audit entry: a call the control service refused before it
+   * reached the core (access control). Answered once the entry is durable.
+   */
+  | { op: "audit_refusal"; requestId: string; clients: string[]; code: string; message: string }
   /** Drain (cordon) a client or end its drain. */
   | { op: "set_draining"; requestId: string; clientId: string; draining: boolean }
   /** Set and remove labels of a client (labels.ts); a key may not be in both. */
@@ -408,7 +452,8 @@ export type ServerInput =
   | { type: "frame"; conn: number; data: Uint8Array; binary?: boolean }
   | { type: "activity"; conn: number }
   | { type: "ingress_full"; conn: number }
-  | { type: "control"; request: ControlRequest };
+  /** `audit`: who made the call (the control service); audited calls append an audit entry before their reply. */
+  | { type: "control"; request: ControlRequest; audit?: AuditCall };
 
 /** What the shell stores for a validated output event (segment files). */
 export interface StoredOutput {

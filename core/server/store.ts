@@ -16,7 +16,8 @@
 //   reconcile      clientId            ReconcileRow (the last result)
 //   incident       incidentKey(n)      IncidentRow
 //   incident_drop  clientId            IncidentDropRow
-//   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow
+//   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow
+//   audit          auditKey(seq)       AuditRow (the operators' audit log, oldest first)
 //
 // The value of every row is exactly what is written here; changing a shape
 // changes the stored bytes, and restore must still read rows written before
@@ -27,7 +28,7 @@ import { type CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvb
 import { isTerminal } from "../dispatch/lifecycle.js";
 import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";
-import type { ClientRecord, Incident, IncidentDrops, Labels, PrunedCommand, RetentionMarker, ServerCommand, StdinOp } from "./server-types.js";
+import type { AuditEntry, ClientRecord, Incident, IncidentDrops, Labels, PrunedCommand, RetentionMarker, ServerCommand, StdinOp } from "./server-types.js";
 
 /** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
 export interface ServerTables {
@@ -64,7 +65,12 @@ export const incidentKey = (n: number): string => `inc-${n}`;
 /** The number in an incident key (NaN when it has none: such an id never raises the sequence). */
 export const parseIncidentKey = (id: string): number => Number(id.replace(/^inc-/, ""));
 
-export const COUNTER_KEYS = { incidentsDropped: "incidents_dropped", generationFloor: "generation_floor" } as const;
+export const COUNTER_KEYS = { incidentsDropped: "incidents_dropped", generationFloor: "generation_floor", auditDropped: "audit_dropped" } as const;
+
+/** Digits of the zero-padded sequence in an audit key: keys sort in seq order. */
+export const AUDIT_SEQ_DIGITS = 12;
+/** Key of audit entry `seq` in table `audit`. */
+export const auditKey = (seq: number): string => seq.toString().padStart(AUDIT_SEQ_DIGITS, "0");
 
 // ------------------------------------------------------------------ rows
 
@@ -115,6 +121,12 @@ export interface IncidentsDroppedRow {
 }
 export interface GenerationFloorRow {
   generation: number;
+}
+export type AuditRow = AuditEntry;
+/** Audit entries dropped to stay inside the bound, and the highest sequence number dropped. */
+export interface AuditDroppedRow {
+  count: number;
+  throughSeq: number;
 }
 
 /** Fields every stored event has. `time`: the agent's event time (wall clock). */
@@ -205,7 +217,8 @@ export interface ServerRows {
   reconcile: ReconcileRow;
   incident: IncidentRow;
   incident_drop: IncidentDropRow;
-  counter: IncidentsDroppedRow | GenerationFloorRow;
+  counter: IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow;
+  audit: AuditRow;
 }
 export type ServerTableName = keyof ServerRows;
 
@@ -221,6 +234,11 @@ export function rowOf<T extends ServerTableName>(tables: ServerTables, table: T,
 
 export function incidentsDroppedOf(tables: ServerTables): number {
   return (rowOf(tables, "counter", COUNTER_KEYS.incidentsDropped) as IncidentsDroppedRow | undefined)?.count ?? 0;
+}
+
+export function auditDroppedOf(tables: ServerTables): AuditDroppedRow {
+  const r = rowOf(tables, "counter", COUNTER_KEYS.auditDropped) as AuditDroppedRow | undefined;
+  return { count: r?.count ?? 0, throughSeq: r?.throughSeq ?? 0 };
 }
 
 export function generationFloorOf(tables: ServerTables): number {
@@ -308,6 +326,13 @@ export const incidentDropRecord = (clientId: string, d: IncidentDrops | undefine
 });
 
 export const incidentsDroppedRecord = (count: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.incidentsDropped, value: { count } });
+export const auditRecord = (e: AuditEntry): Rec<"audit"> => ({ table: "audit", key: auditKey(e.seq), value: { ...e, clients: [...e.clients] } });
+export const auditDelete = (seq: number): Rec<"audit"> => ({ table: "audit", key: auditKey(seq), value: null });
+export const auditDroppedRecord = (count: number, throughSeq: number): Rec<"counter"> => ({
+  table: "counter",
+  key: COUNTER_KEYS.auditDropped,
+  value: { count, throughSeq },
+});
 export const generationFloorRecord = (generation: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.generationFloor, value: { generation } });
 
 // ------------------------------------------------------------------ the command record's one field mapping

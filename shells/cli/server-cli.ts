@@ -1,21 +1,28 @@
 /** `rvbox server`: flags/config -> ServerDaemon, until SIGINT/SIGTERM. */
-import type { ParseArgsConfig } from "node:util";
+import { appendFileSync, existsSync, readFileSync } from "node:fs";
+import { type ParseArgsConfig, parseArgs } from "node:util";
 import { defaultServerConfig } from "../../core/index.js";
 import { createLogger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
+import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
 import { ServerDaemon } from "../server/server-daemon.js";
 import { numericLimits, onReload, parseHostPort, settings, untilSignal } from "./config.js";
 
 export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control HOST:PORT] [--data DIR]
-                    --agent-tokens FILE --operator-token FILE [--config FILE]
+                    --agent-tokens FILE (--operator-token FILE | --identities FILE) [--config FILE]
                     [--log-level debug|info|warn|error] [--repair-store]
+       rvbox server operator add NAME --role viewer|operator|admin [--selector SEL] --identities FILE
 
   --listen HOST:PORT       agent WebSocket endpoint, path /v1/agent (default 127.0.0.1:7400)
   --control HOST:PORT      ConnectRPC control API (default 127.0.0.1:7401)
   --data DIR               durable store and output segments (default ./rvbox-data)
   --agent-tokens FILE      lines "client_id token" or "* token"
-  --operator-token FILE    the operators' bearer tokens, one per line
-                           (SIGHUP re-reads both token files)
+  --operator-token FILE    the operators' bearer tokens, one per line: each is the
+                           identity "admin" (role admin)
+  --identities FILE         named operator identities with roles, lines
+                           "NAME ROLE sha256:HEX [SELECTOR]" (docs/CONFIG.md); mint one
+                           with: rvbox server operator add NAME --role R --identities FILE
+                           (SIGHUP re-reads the token and operator files)
   --config FILE            JSON with the same keys, plus "limits": {outputPerCommand, ...}
   --repair-store           acknowledge a corrupt journal: truncate it at the corruption`;
 
@@ -26,6 +33,7 @@ export const SERVER_OPTIONS = {
   data: { type: "string" },
   "agent-tokens": { type: "string" },
   "operator-token": { type: "string" },
+  identities: { type: "string" },
   config: { type: "string" },
   "log-level": { type: "string" },
   "repair-store": { type: "boolean" },
@@ -47,20 +55,71 @@ function loadOperatorToken(file: string): OperatorToken {
   }
 }
 
+function loadOperators(file: string): OperatorIdentities {
+  try {
+    return OperatorIdentities.load(file);
+  } catch (err) {
+    throw new Error(`--identities ${file}: ${(err as Error).message}`);
+  }
+}
+
+export const OPERATOR_ADD_USAGE = `usage: rvbox server operator add NAME --role viewer|operator|admin [--selector SEL] --identities FILE
+
+Mints a random token for a new operator identity, appends its line (the token's
+SHA-256, never the token) to FILE and prints the token once. Role operator needs
+--selector: the label selector of the clients it may run on (e.g. role=web).
+A running server picks the new identity up on SIGHUP.`;
+
+/** `rvbox server operator add ...`: mint an identity (prints the token once). */
+export function operatorAdd(argv: string[], out: (line: string) => void = (l) => void process.stdout.write(`${l}\n`)): number {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    options: { role: { type: "string" }, selector: { type: "string" }, identities: { type: "string" }, help: { type: "boolean", short: "h" } },
+    allowPositionals: true,
+    strict: true,
+  });
+  if (values.help) {
+    out(OPERATOR_ADD_USAGE);
+    return 0;
+  }
+  const [verb, name, ...extra] = positionals;
+  if (verb !== "add" || name === undefined || extra.length > 0 || !values.role || !values.identities) throw new Error(OPERATOR_ADD_USAGE);
+  const selector = values.selector ?? "";
+  const bad = identityError(name, values.role, selector);
+  if (bad) throw new Error(bad);
+  const file = values.identities;
+  const existing = existsSync(file) ? readFileSync(file, "utf8") : "";
+  const ids = existing ? OperatorIdentities.parse(existing) : null;
+  if (ids?.names.includes(name)) throw new Error(`${file}: operator ${name} already exists (remove its line to replace it)`);
+  const token = mintToken();
+  const line = operatorLine(name, values.role as Role, selector, token);
+  appendFileSync(file, `${existing !== "" && !existing.endsWith("\n") ? "\n" : ""}${line}\n`, { mode: 0o600 });
+  out(token);
+  process.stderr.write(
+    `operator ${name} (role ${values.role}${selector ? `, clients matching ${selector}` : ""}) added to ${file}; the token above is shown only now\n`,
+  );
+  return 0;
+}
+
 export async function serverMain(argv: string[]): Promise<number> {
+  if (argv[0] === "operator") return operatorAdd(argv.slice(1));
   const s = settings(argv, SERVER_OPTIONS, SERVER_USAGE);
   const tokensFile = s.get("agent-tokens");
   const operatorFile = s.get("operator-token");
-  if (!tokensFile || !operatorFile) throw new Error(`--agent-tokens and --operator-token are required\n\n${SERVER_USAGE}`);
+  const operatorsFile = s.get("identities");
+  if (!tokensFile || (!operatorFile && !operatorsFile))
+    throw new Error(`--agent-tokens and --operator-token (or --identities) are required\n\n${SERVER_USAGE}`);
   const log = createLogger("server", parseLogLevel(s.get("log-level")));
   const agentTokens = loadAgentTokens(tokensFile);
-  const operatorToken = loadOperatorToken(operatorFile);
+  const operatorToken = operatorFile ? loadOperatorToken(operatorFile) : undefined;
+  const operators = operatorsFile ? loadOperators(operatorsFile) : undefined;
   const daemon = await ServerDaemon.start({
     listen: parseHostPort(s.get("listen") ?? "127.0.0.1:7400", "--listen"),
     control: parseHostPort(s.get("control") ?? "127.0.0.1:7401", "--control"),
     dataDir: s.get("data") ?? "./rvbox-data",
     agentTokens,
-    operatorToken,
+    ...(operatorToken ? { operatorToken } : {}),
+    ...(operators ? { operators } : {}),
     limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs"]),
     repairStore: s.bool("repair-store"),
     log,
@@ -74,11 +133,13 @@ export async function serverMain(argv: string[]): Promise<number> {
       const a = loadAgentTokens(tokensFile);
       // A file caught empty (mid-write) would lock every agent out.
       if (a.size === 0) throw new Error(`--agent-tokens ${tokensFile} holds no token`);
-      const o = loadOperatorToken(operatorFile);
+      const o = operatorFile ? loadOperatorToken(operatorFile) : undefined;
+      const ids = operatorsFile ? loadOperators(operatorsFile) : undefined;
       agentTokens.replaceWith(a);
-      operatorToken.replaceWith(o);
+      if (o) operatorToken?.replaceWith(o);
+      if (ids) operators?.replaceWith(ids);
       const closed = daemon.closeRevokedSessions();
-      log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o.size, sessionsClosed: closed });
+      log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed });
     } catch (err) {
       log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
     }

@@ -1,7 +1,7 @@
 /**
  * The operator CLI: `rvbox run | logs | stdin | close-stdin | signal | cancel |
  * get | ls | clients | label | forget-client | drain | claims | authorize | dismiss-claim |
- * incidents | ack-incident | tui`.
+ * incidents | ack-incident | audit | tui`.
  *
  * Every subcommand talks to the server's control API only (ConnectRPC,
  * protos/rvbox/v1/control.proto) with the operator bearer token:
@@ -291,7 +291,7 @@ labels, and how many client records the server holds of the most it keeps
         // Servers older than the bound report 0: say nothing.
         if (cl.maxClients > 0 && selector === "")
           ctx.out(`${cl.clients.length} of at most ${cl.maxClients} client records (a new client id past that is refused; rvbox forget-client ID frees one)`);
-        else if (selector !== "") ctx.out(`${cl.clients.length} client${cl.clients.length === 1 ? "" : "s"} match ${selector}`);
+        else if (selector !== "") ctx.out(`${cl.clients.length} client${cl.clients.length === 1 ? " matches" : "s match"} ${selector}`);
       }
       return EXIT.OK;
     },
@@ -403,6 +403,21 @@ that has not tried to register yet). An unknown CLIENT exits 66.
       ctx.out(`dismissed the pending claim of instance ${r.instanceId} for client ${clientId}`);
       return EXIT.OK;
     },
+  },
+  audit: {
+    usage: `usage: rvbox audit [--since DUR] [--operator NAME] [--client CLIENT] [--limit N] [--json]
+
+Lists the server's audit log (role admin), oldest first: every mutating call made by an
+operator identity (who, role, RPC and its arguments, clients, result) and every call
+access control refused (result PERMISSION_DENIED). The log is durable and bounded
+(limits.auditMax): when older entries were dropped it says how many, first.
+
+  --since DUR        only entries of the last DUR (e.g. 1h, 30m, 7d)
+  --operator NAME    only entries of this operator identity
+  --client CLIENT    only entries naming this client
+  --limit N          only the newest N matching entries`,
+    flags: { ...JSON_FLAG, since: { type: "string" }, operator: { type: "string" }, client: { type: "string" }, limit: { type: "string" } },
+    run: cmdAudit,
   },
   incidents: {
     usage: `usage: rvbox incidents [--all] [--json] [--dropped]\n\nLists unacknowledged incidents (recovery, store); --all includes acknowledged ones.\nIncidents past the server's bounds (open ones per client, and in all) are counted, not\nstored: the counts follow the table. --dropped --json prints only those counts.`,
@@ -822,6 +837,58 @@ async function cmdDrain(ctx: Ctx, p: Parsed): Promise<number> {
     const pause = deadline === null ? DRAIN_POLL_MS : Math.max(0, Math.min(DRAIN_POLL_MS, deadline - Date.now()));
     await new Promise((res) => setTimeout(res, pause));
   }
+}
+
+async function cmdAudit(ctx: Ctx, p: Parsed): Promise<number> {
+  const since = str(p, "since");
+  const limitText = str(p, "limit");
+  const limit = limitText === undefined ? 0 : Number(limitText);
+  if (!Number.isSafeInteger(limit) || limit < 0) throw new UsageError("--limit must be a whole number");
+  const req = {
+    operator: str(p, "operator") ?? "",
+    clientId: str(p, "client") ?? "",
+    limit,
+    ...(since !== undefined ? { sinceTime: timestampFromMs(Date.now() - parseDuration(since, "--since")) } : {}),
+  };
+  const r = await call(ctx, "audit log", (c) => c.listAudit(req));
+  const rows = r.entries.map((e) => ({
+    seq: Number(e.seq),
+    time: e.time ? Number(e.time.seconds) * 1000 + Math.floor(e.time.nanos / 1e6) : null,
+    operator: e.operator,
+    role: e.role,
+    rpc: e.rpc,
+    summary: e.summary,
+    clients: e.clientIds,
+    clientsOmitted: e.clientsOmitted,
+    result: e.result,
+    message: e.message,
+  }));
+  const dropped = Number(r.droppedEntries);
+  const cut = Number(r.matched) - rows.length;
+  if (outputMode(p) === "json") {
+    ctx.out(JSON.stringify({ entries: rows, droppedEntries: dropped, maxEntries: r.maxEntries, matched: Number(r.matched) }, null, 2));
+    return EXIT.OK;
+  }
+  if (dropped > 0) ctx.out(`… ${dropped} older entr${dropped === 1 ? "y" : "ies"} dropped (the audit log keeps the newest ${r.maxEntries})`);
+  if (cut > 0) ctx.out(`… ${cut} older matching entr${cut === 1 ? "y" : "ies"} not shown (--limit ${limit})`);
+  ctx.out(
+    rows.length === 0
+      ? "no audit entries"
+      : table(
+          ["SEQ", "TIME", "OPERATOR", "ROLE", "RPC", "CLIENTS", "ARGUMENTS", "RESULT"],
+          rows.map((e) => [
+            String(e.seq),
+            iso(e.time),
+            e.operator,
+            e.role,
+            e.rpc,
+            (e.clients.join(",") || "-") + (e.clientsOmitted > 0 ? ` +${e.clientsOmitted}` : ""),
+            e.summary,
+            e.result === "OK" ? "OK" : `${e.result}: ${e.message}`,
+          ]),
+        ),
+  );
+  return EXIT.OK;
 }
 
 async function cmdLabel(ctx: Ctx, p: Parsed): Promise<number> {

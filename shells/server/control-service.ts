@@ -10,9 +10,10 @@
 import { randomUUID, createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import { Code as ConnectCode, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl, createContextKey } from "@connectrpc/connect";
 import {
   Code,
+  MAX_AUDIT_PAGE_ENTRIES,
   MAX_OPEN_INCIDENTS,
   MAX_OPEN_INCIDENTS_PER_CLIENT,
   codeName,
@@ -20,7 +21,10 @@ import {
   matchesSelector,
   missingMessage,
   parseSelector,
+  type AuditCall,
+  type AuditEntry as ServerAuditEntry,
   type ClientRecord,
+  type ControlRequest,
   type ConnState,
   type CoreError,
   type Incident as ServerIncident,
@@ -40,6 +44,8 @@ import {
   type ExecutionSpec,
 } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
+  type AuditEntry,
+  AuditEntrySchema,
   ClientSchema,
   CommandSchema,
   type ControlService,
@@ -60,6 +66,9 @@ import type { StoredEventRow, StoredOutputRow } from "../storage/server-storage.
 import type { ServerDaemon } from "./server-daemon.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
+
+/** Set per call by the access interceptor for an identified caller's mutating RPC. */
+export const AUDIT_KEY = createContextKey<{ call: AuditCall; recorded: boolean } | null>(null, { description: "rvbox audit call" });
 
 const CODE_MAP: Partial<Record<Code, ConnectCode>> = {
   [Code.VALIDATION]: ConnectCode.InvalidArgument,
@@ -150,17 +159,30 @@ function requestId(given: string, kind: string): string {
   return given !== "" ? given : `${kind}-${randomUUID()}`;
 }
 
+/**
+ * The audit call of an identified caller's mutating RPC (set by the access
+ * interceptor, server-daemon.ts), marked as recorded: the core appends the
+ * entry with the call's result, so the interceptor does not add another.
+ */
+function audited(hctx: HandlerContext): AuditCall | undefined {
+  const a = hctx.values.get(AUDIT_KEY);
+  if (!a) return undefined;
+  a.recorded = true;
+  return a.call;
+}
+
 export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlService> {
   const command = (uuid: string): ServerCommand => {
     const c = d.state.commands.get(uuid);
     if (!c) throw toConnectError({ code: Code.NOT_FOUND, message: missingMessage(d.state, uuid) });
     return c;
   };
-  const call = async (req: Parameters<ServerDaemon["control"]>[0]) => {
-    const r = await d.control(req);
-    // Every operator action that changes something, at INFO (rate-limited per kind).
+  const call = async (hctx: HandlerContext, req: ControlRequest) => {
+    const audit = audited(hctx);
+    const r = await d.control(req, audit);
+    // Every operator action that changes something, at INFO (rate-limited per kind); the audit log has them all.
     const f = req as unknown as Record<string, unknown>;
-    const detail: Record<string, unknown> = {};
+    const detail: Record<string, unknown> = audit ? { operator: audit.operator } : {};
     for (const k of ["clientId", "uuid", "instanceId", "incidentId", "signal"]) if (f[k] !== undefined && f[k] !== "") detail[k] = f[k];
     d.logOperatorAction(req.op, detail, r.ok ? "ok" : codeName(r.error.code));
     if (!r.ok) throw toConnectError(r.error);
@@ -168,7 +190,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
   };
 
   return {
-    async submitCommand(req) {
+    async submitCommand(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
       const uuid = req.issueUuid !== "" ? req.issueUuid : randomUUID();
       let program: ExecutionSpec["program"];
@@ -216,7 +238,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         queueExpiry,
         allowUnknownClient: req.allowUnknownClient,
       };
-      await call(script ? { ...request, script } : request);
+      await call(hctx, script ? { ...request, script } : request);
       return { command: toCommand(command(uuid), d) };
     },
 
@@ -261,8 +283,8 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       }
     },
 
-    async writeStdin(req) {
-      const r = await call({
+    async writeStdin(req, hctx) {
+      const r = await call(hctx, {
         op: "stdin",
         requestId: requestId(req.requestId, "stdin"),
         uuid: req.issueUuid,
@@ -273,13 +295,13 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { writeSeq: BigInt(r.writeSeq ?? 0), afterChecked: req.afterRequestId !== "" };
     },
 
-    async closeStdin(req) {
-      const r = await call({ op: "close_stdin", requestId: requestId(req.requestId, "close-stdin"), uuid: req.issueUuid });
+    async closeStdin(req, hctx) {
+      const r = await call(hctx, { op: "close_stdin", requestId: requestId(req.requestId, "close-stdin"), uuid: req.issueUuid });
       return { writeSeq: BigInt(r.writeSeq ?? 0) };
     },
 
-    async signalCommand(req) {
-      const r = await call({ op: "signal", requestId: requestId(req.requestId, "signal"), uuid: req.issueUuid, signal: req.signal });
+    async signalCommand(req, hctx) {
+      const r = await call(hctx, { op: "signal", requestId: requestId(req.requestId, "signal"), uuid: req.issueUuid, signal: req.signal });
       return { revision: BigInt(r.revision ?? 0) };
     },
 
@@ -299,9 +321,9 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { claims: [...d.state.clients.values()].filter((c) => c.pendingClaim !== null).map(claimView) };
     },
 
-    async authorizeInstance(req) {
+    async authorizeInstance(req, hctx) {
       if (req.clientId === "" || req.instanceId === "") throw invalid("client_id and instance_id are required");
-      const r = await call({
+      const r = await call(hctx, {
         op: "authorize",
         requestId: requestId(req.requestId, "authorize"),
         clientId: req.clientId,
@@ -312,27 +334,27 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { expiryTime: r.expiresAt !== undefined ? timestampFromMs(d.toWall(r.expiresAt)) : undefined };
     },
 
-    async revokeAuthorization(req) {
+    async revokeAuthorization(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
-      const r = await call({ op: "revoke_authorization", requestId: requestId(req.requestId, "revoke"), clientId: req.clientId });
+      const r = await call(hctx, { op: "revoke_authorization", requestId: requestId(req.requestId, "revoke"), clientId: req.clientId });
       return { instanceId: r.instanceId ?? "" };
     },
 
-    async dismissClaim(req) {
+    async dismissClaim(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
-      const r = await call({ op: "dismiss_claim", requestId: requestId(req.requestId, "dismiss-claim"), clientId: req.clientId });
+      const r = await call(hctx, { op: "dismiss_claim", requestId: requestId(req.requestId, "dismiss-claim"), clientId: req.clientId });
       return { instanceId: r.instanceId ?? "" };
     },
 
-    async setClientDraining(req) {
+    async setClientDraining(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
-      const r = await call({ op: "set_draining", requestId: requestId(req.requestId, "set-draining"), clientId: req.clientId, draining: req.draining });
+      const r = await call(hctx, { op: "set_draining", requestId: requestId(req.requestId, "set-draining"), clientId: req.clientId, draining: req.draining });
       return { wasDraining: r.wasDraining ?? false };
     },
 
-    async setClientLabels(req) {
+    async setClientLabels(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
-      const r = await call({
+      const r = await call(hctx, {
         op: "set_labels",
         requestId: requestId(req.requestId, "set-labels"),
         clientId: req.clientId,
@@ -340,6 +362,20 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         remove: [...req.remove],
       });
       return { labels: { ...(r.labels ?? {}) } };
+    },
+
+    async listAudit(req) {
+      const since = req.sinceTime ? timestampMs(req.sinceTime) : 0;
+      const all = [...d.state.audit.values()].filter(
+        (e) => e.at >= since && (req.operator === "" || e.operator === req.operator) && (req.clientId === "" || e.clients.includes(req.clientId)),
+      );
+      const limit = req.limit === 0 ? MAX_AUDIT_PAGE_ENTRIES : Math.min(req.limit, MAX_AUDIT_PAGE_ENTRIES);
+      return {
+        entries: all.slice(Math.max(0, all.length - limit)).map(auditView),
+        droppedEntries: BigInt(d.state.auditDropped),
+        maxEntries: d.state.config.limits.auditMax,
+        matched: BigInt(all.length),
+      };
     },
 
     async listIncidents(req) {
@@ -357,14 +393,14 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       };
     },
 
-    async acknowledgeIncident(req) {
-      await call({ op: "ack_incident", requestId: requestId(req.requestId, "ack-incident"), incidentId: req.incidentId });
+    async acknowledgeIncident(req, hctx) {
+      await call(hctx, { op: "ack_incident", requestId: requestId(req.requestId, "ack-incident"), incidentId: req.incidentId });
       return {};
     },
 
-    async forgetClient(req) {
+    async forgetClient(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
-      const r = await d.control({ op: "forget_client", requestId: requestId(req.requestId, "forget-client"), clientId: req.clientId });
+      const r = await d.control({ op: "forget_client", requestId: requestId(req.requestId, "forget-client"), clientId: req.clientId }, audited(hctx));
       // A client still in use is a failed precondition, not an existing resource.
       if (!r.ok) throw toConnectError(r.error, r.error.code === Code.CONFLICT ? ConnectCode.FailedPrecondition : undefined);
       return {};
@@ -469,6 +505,21 @@ export function claimView(c: ClientRecord): PendingClaim {
     currentInstanceId: c.instanceId,
     claimTime: timestampFromMs(p.at),
     attempts: p.attempts,
+  });
+}
+
+export function auditView(e: ServerAuditEntry): AuditEntry {
+  return create(AuditEntrySchema, {
+    seq: BigInt(e.seq),
+    time: timestampFromMs(e.at),
+    operator: e.operator,
+    role: e.role,
+    rpc: e.rpc,
+    summary: e.summary,
+    clientIds: e.clients,
+    clientsOmitted: e.clientsOmitted,
+    result: e.result,
+    message: e.message,
   });
 }
 

@@ -56,7 +56,11 @@ import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
+import { createContextValues } from "@connectrpc/connect";
+import { accessInterceptor, IDENTITY_KEY } from "./access-interceptor.js";
 import { type AgentTokens, ANY_CLIENT, bearer, type OperatorToken } from "./auth.js";
+import { type Identity, identify, type OperatorIdentities } from "./operators.js";
+import type { AuditCall } from "../../core/index.js";
 import { controlServiceImpl } from "./control-service.js";
 import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
 
@@ -74,7 +78,10 @@ export interface ServerDaemonOptions {
   control: HostPort;
   dataDir: string;
   agentTokens: AgentTokens;
-  operatorToken: OperatorToken;
+  /** The legacy shared operator token(s): the identity `admin` (role admin). Absent: only `operators`. */
+  operatorToken?: OperatorToken;
+  /** Named operator identities with roles (--identities FILE, operators.ts). */
+  operators?: OperatorIdentities;
   limits?: Partial<ServerLimits>;
   staging?: StagingLimits;
   writer?: WriterLimits;
@@ -190,19 +197,31 @@ export class ServerDaemon {
     // No response compression: output is mostly already-dense bytes and gzip
     // per 64 KiB message costs more than it saves on loopback/LAN.
     // Requests are bounded: a 16 MiB script plus its envelope.
+    // Every call is identified here, then checked by the access interceptor
+    // (access.ts) before the service reads or changes the core's state.
+    const identities = new WeakMap<http.IncomingMessage, Identity>();
     const handler = connectNodeAdapter({
       acceptCompression: [],
       readMaxBytes: 20 * 1024 * 1024,
+      contextValues: (req) => {
+        const v = createContextValues();
+        const id = identities.get(req as http.IncomingMessage);
+        if (id) v.set(IDENTITY_KEY, id);
+        return v;
+      },
+      interceptors: [accessInterceptor(this)],
       routes: (router) => router.service(ControlService, controlServiceImpl(this)),
     });
     this.controlHttp = http.createServer((req, res) => {
-      if (!this.opts.operatorToken.check(req.headers.authorization)) {
+      const id = identify(req.headers.authorization, this.opts.operators, this.opts.operatorToken);
+      if (!id) {
         res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="rvbox"' });
         res.end(JSON.stringify({ code: "unauthenticated", message: "operator bearer token required" }));
         return;
       }
-      // FollowOutput in the CLI's and the TUI's form is served without connect-node's copies (follow-http.ts).
+      // FollowOutput (a read: every role may) in the CLI's and the TUI's form is served without connect-node's copies (follow-http.ts).
       if (serveFollowFast(this, req, res)) return;
+      identities.set(req, id);
       handler(req, res);
     });
     this.controlHttp.on("clientError", (_err, socket) => socket.destroy());
@@ -445,7 +464,7 @@ export class ServerDaemon {
     }
   }
 
-  /** Log one operator call at INFO (who is not known yet: one operator token). */
+  /** Log one operator call at INFO (`operator` in the detail: the identity; the audit log is the complete record). */
   logOperatorAction(method: string, detail: Record<string, unknown>, outcome: string): void {
     this.peerLog.write("info", `operator:${method}`, `operator ${method}`, { ...detail, outcome });
   }
@@ -460,13 +479,17 @@ export class ServerDaemon {
 
   // ------------------------------------------------------------------ control plane
 
-  /** Feed one control request and wait for its reply (after its persist is durable). */
-  control(request: ControlRequest): Promise<ControlResult> {
+  /**
+   * Feed one control request and wait for its reply (after its persist is
+   * durable). `audit`: who made it; the core appends the audit entry, with
+   * the result, before the reply.
+   */
+  control(request: ControlRequest, audit?: AuditCall): Promise<ControlResult> {
     return new Promise((resolve) => {
       let list = this.pending.get(request.requestId);
       if (!list) this.pending.set(request.requestId, (list = []));
       list.push(resolve);
-      this.loop.feed({ type: "control", request });
+      this.loop.feed(audit ? { type: "control", request, audit } : { type: "control", request });
     });
   }
 

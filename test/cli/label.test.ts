@@ -46,7 +46,7 @@ describe("rvbox label", () => {
     expect(web.code).toBe(0);
     expect(web.stdout).toContain("web-1");
     expect(web.stdout).not.toContain("db-1");
-    expect(web.stdout).toContain("1 client match role=web");
+    expect(web.stdout).toContain("1 client matches role=web");
     const none = await cli(["clients", "-l", "role=web,zone=us-1"], { env });
     expect(none.stdout).toContain("no client matches role=web,zone=us-1");
     const notWeb = await cli(["clients", "--selector", "role!=web", "--json"], { env });

@@ -50,6 +50,20 @@ describe("sessions view", () => {
     expect(lineWith(f, "db-1")).not.toContain("draining");
   });
 
+  it("shows a client's labels (rvbox label) in DETAIL, in key order", async () => {
+    const src = new FakeSource({
+      sessions: [
+        fakeSession(0, { clientId: "web-1", link: "connected", detail: "ready 127.0.0.1:1", labels: { zone: "eu-1", role: "web" } }),
+        fakeSession(1, { clientId: "db-1", link: "connected", detail: "ready 127.0.0.1:2", labels: {} }),
+      ],
+    });
+    h = await mount(src, { columns: 140 });
+    const f = h.frame();
+    expect(lineWith(f, "web-1")).toMatch(/role=web,zone=eu-1; ready 127\.0\.0/);
+    expect(lineWith(f, "db-1")).toMatch(/connected.*ready 127\.0\.0/);
+    expect(lineWith(f, "db-1")).not.toContain("role=");
+  });
+
   it("moves the selection with j/k and the arrow keys", async () => {
     h = await mount(fakeFleet(5));
     expect(selectedRow(h.frame())).toContain("host-0000");

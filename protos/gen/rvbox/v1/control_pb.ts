@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/control.proto.
  */
 export const file_rvbox_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iewoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQYWZ0ZXJfcmVxdWVzdF9pZBgFIAEoCSI+ChJXcml0ZVN0ZGluUmVzcG9uc2USEQoJd3JpdGVfc2VxGAEgASgEEhUKDWFmdGVyX2NoZWNrZWQYAiABKAgiOwoRQ2xvc2VTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIicKEkNsb3NlU3RkaW5SZXNwb25zZRIRCgl3cml0ZV9zZXEYASABKAQiZAoUU2lnbmFsQ29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIkCgZzaWduYWwYAiABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhIKCnJlcXVlc3RfaWQYAyABKAkiKQoVU2lnbmFsQ29tbWFuZFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgEIiYKEkxpc3RDbGllbnRzUmVxdWVzdBIQCghzZWxlY3RvchgBIAEoCSK7BAoGQ2xpZW50EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgEEhEKCWNvbm5lY3RlZBgEIAEoCBI2ChJsYXN0X2FjdGl2aXR5X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJ1bm5pbmdfY29tbWFuZHMYBiABKA0SFwoPcXVldWVkX2NvbW1hbmRzGAcgASgNEhwKFG1heF9ydW5uaW5nX2NvbW1hbmRzGAggASgNEhsKE21heF9xdWV1ZWRfY29tbWFuZHMYCSABKA0SFwoPYWN0aXZlX2NvbW1hbmRzGAogASgNEh4KFmF1dGhvcml6ZWRfaW5zdGFuY2VfaWQYCyABKAkSPQoZYXV0aG9yaXphdGlvbl9leHBpcnlfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmV0YWluZWRfb3V0cHV0X2J5dGVzGA0gASgEEhsKE291dHB1dF9idWRnZXRfYnl0ZXMYDiABKAQSGQoRaW5jaWRlbnRzX2Ryb3BwZWQYDyABKAQSEAoIZHJhaW5pbmcYECABKAgSLAoGbGFiZWxzGBEgAygLMhwucnZib3gudjEuQ2xpZW50LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoTTGlzdENsaWVudHNSZXNwb25zZRIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EhMKC21heF9jbGllbnRzGAIgASgNIjwKE0ZvcmdldENsaWVudFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiFgoURm9yZ2V0Q2xpZW50UmVzcG9uc2UiUwoYU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghkcmFpbmluZxgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJIjEKGVNldENsaWVudERyYWluaW5nUmVzcG9uc2USFAoMd2FzX2RyYWluaW5nGAEgASgIIrMBChZTZXRDbGllbnRMYWJlbHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRI2CgNzZXQYAiADKAsyKS5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0LlNldEVudHJ5Eg4KBnJlbW92ZRgDIAMoCRISCgpyZXF1ZXN0X2lkGAQgASgJGioKCFNldEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihwEKF1NldENsaWVudExhYmVsc1Jlc3BvbnNlEj0KBmxhYmVscxgBIAMoCzItLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltInUKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCRIdChVpbnN0YW5jZV9ub3RfeWV0X3NlZW4YBCABKAgiTAoZQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRIvCgtleHBpcnlfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiNAoUTGlzdEluY2lkZW50c1JlcXVlc3QSHAoUaW5jbHVkZV9hY2tub3dsZWRnZWQYASABKAgipAEKCEluY2lkZW50EhMKC2luY2lkZW50X2lkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRISCgppc3N1ZV91dWlkGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGZGV0YWlsGAUgASgJEigKBHRpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGFja25vd2xlZGdlZBgHIAEoCCJzCg1JbmNpZGVudERyb3BzEhEKCWNsaWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoBBItCglsYXN0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWxhc3Rfa2luZBgEIAEoCSKuAQoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEiUKCWluY2lkZW50cxgBIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EhUKDWRyb3BwZWRfdG90YWwYAiABKAQSKAoHZHJvcHBlZBgDIAMoCzIXLnJ2Ym94LnYxLkluY2lkZW50RHJvcHMSGwoTbWF4X29wZW5fcGVyX2NsaWVudBgEIAEoDRIQCghtYXhfb3BlbhgFIAEoDSJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCKQAwoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSAASGQoPY29tbWFuZF9yZW1vdmVkGAogASgJSAASGAoOY2xpZW50X3JlbW92ZWQYCyABKAlIAEIICgZjaGFuZ2UiQwoaUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiMgobUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJIjwKE0Rpc21pc3NDbGFpbVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiKwoURGlzbWlzc0NsYWltUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkqaAoOVGVybWluYWxTb3VyY2USHwobVEVSTUlOQUxfU09VUkNFX1VOU1BFQ0lGSUVEEAASGQoVVEVSTUlOQUxfU09VUkNFX0FHRU5UEAESGgoWVEVSTUlOQUxfU09VUkNFX1NFUlZFUhACMqoMCg5Db250cm9sU2VydmljZRJQCg1TdWJtaXRDb21tYW5kEh4ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVzcG9uc2USRwoKR2V0Q29tbWFuZBIbLnJ2Ym94LnYxLkdldENvbW1hbmRSZXF1ZXN0GhwucnZib3gudjEuR2V0Q29tbWFuZFJlc3BvbnNlEk0KDExpc3RDb21tYW5kcxIdLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXNwb25zZRJPCgxGb2xsb3dPdXRwdXQSHS5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXF1ZXN0Gh4ucnZib3gudjEuRm9sbG93T3V0cHV0UmVzcG9uc2UwARJHCgpXcml0ZVN0ZGluEhsucnZib3gudjEuV3JpdGVTdGRpblJlcXVlc3QaHC5ydmJveC52MS5Xcml0ZVN0ZGluUmVzcG9uc2USRwoKQ2xvc2VTdGRpbhIbLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuQ2xvc2VTdGRpblJlc3BvbnNlElAKDVNpZ25hbENvbW1hbmQSHi5ydmJveC52MS5TaWduYWxDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXNwb25zZRJKCgtMaXN0Q2xpZW50cxIcLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVxdWVzdBodLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVzcG9uc2USTQoMTGlzdFNlc3Npb25zEh0ucnZib3gudjEuTGlzdFNlc3Npb25zUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkcKCkxpc3RDbGFpbXMSGy5ydmJveC52MS5MaXN0Q2xhaW1zUmVxdWVzdBocLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXNwb25zZRJcChFBdXRob3JpemVJbnN0YW5jZRIiLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBojLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVzcG9uc2USUAoNTGlzdEluY2lkZW50cxIeLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gh8ucnZib3gudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlEmIKE0Fja25vd2xlZGdlSW5jaWRlbnQSJC5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBolLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZRJJCgpXYXRjaEZsZWV0EhsucnZib3gudjEuV2F0Y2hGbGVldFJlcXVlc3QaHC5ydmJveC52MS5XYXRjaEZsZWV0UmVzcG9uc2UwARJNCgxGb3JnZXRDbGllbnQSHS5ydmJveC52MS5Gb3JnZXRDbGllbnRSZXF1ZXN0Gh4ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVzcG9uc2USYgoTUmV2b2tlQXV0aG9yaXphdGlvbhIkLnJ2Ym94LnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0GiUucnZib3gudjEuUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEk0KDERpc21pc3NDbGFpbRIdLnJ2Ym94LnYxLkRpc21pc3NDbGFpbVJlcXVlc3QaHi5ydmJveC52MS5EaXNtaXNzQ2xhaW1SZXNwb25zZRJcChFTZXRDbGllbnREcmFpbmluZxIiLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVxdWVzdBojLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVzcG9uc2USVgoPU2V0Q2xpZW50TGFiZWxzEiAucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVxdWVzdBohLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlQjBaLmdpdGh1Yi5jb20vcnZib3gvcnZib3gvZ2VuL2dvL3J2Ym94L3YxO3J2Ym94djFiBnByb3RvMw", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
+  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iewoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQYWZ0ZXJfcmVxdWVzdF9pZBgFIAEoCSI+ChJXcml0ZVN0ZGluUmVzcG9uc2USEQoJd3JpdGVfc2VxGAEgASgEEhUKDWFmdGVyX2NoZWNrZWQYAiABKAgiOwoRQ2xvc2VTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIicKEkNsb3NlU3RkaW5SZXNwb25zZRIRCgl3cml0ZV9zZXEYASABKAQiZAoUU2lnbmFsQ29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIkCgZzaWduYWwYAiABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhIKCnJlcXVlc3RfaWQYAyABKAkiKQoVU2lnbmFsQ29tbWFuZFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgEIiYKEkxpc3RDbGllbnRzUmVxdWVzdBIQCghzZWxlY3RvchgBIAEoCSK7BAoGQ2xpZW50EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgEEhEKCWNvbm5lY3RlZBgEIAEoCBI2ChJsYXN0X2FjdGl2aXR5X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJ1bm5pbmdfY29tbWFuZHMYBiABKA0SFwoPcXVldWVkX2NvbW1hbmRzGAcgASgNEhwKFG1heF9ydW5uaW5nX2NvbW1hbmRzGAggASgNEhsKE21heF9xdWV1ZWRfY29tbWFuZHMYCSABKA0SFwoPYWN0aXZlX2NvbW1hbmRzGAogASgNEh4KFmF1dGhvcml6ZWRfaW5zdGFuY2VfaWQYCyABKAkSPQoZYXV0aG9yaXphdGlvbl9leHBpcnlfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmV0YWluZWRfb3V0cHV0X2J5dGVzGA0gASgEEhsKE291dHB1dF9idWRnZXRfYnl0ZXMYDiABKAQSGQoRaW5jaWRlbnRzX2Ryb3BwZWQYDyABKAQSEAoIZHJhaW5pbmcYECABKAgSLAoGbGFiZWxzGBEgAygLMhwucnZib3gudjEuQ2xpZW50LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoTTGlzdENsaWVudHNSZXNwb25zZRIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EhMKC21heF9jbGllbnRzGAIgASgNIjwKE0ZvcmdldENsaWVudFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiFgoURm9yZ2V0Q2xpZW50UmVzcG9uc2UiUwoYU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghkcmFpbmluZxgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJIjEKGVNldENsaWVudERyYWluaW5nUmVzcG9uc2USFAoMd2FzX2RyYWluaW5nGAEgASgIIrMBChZTZXRDbGllbnRMYWJlbHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRI2CgNzZXQYAiADKAsyKS5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0LlNldEVudHJ5Eg4KBnJlbW92ZRgDIAMoCRISCgpyZXF1ZXN0X2lkGAQgASgJGioKCFNldEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihwEKF1NldENsaWVudExhYmVsc1Jlc3BvbnNlEj0KBmxhYmVscxgBIAMoCzItLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEidgoQTGlzdEF1ZGl0UmVxdWVzdBIuCgpzaW5jZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghvcGVyYXRvchgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSDQoFbGltaXQYBCABKA0izwEKCkF1ZGl0RW50cnkSCwoDc2VxGAEgASgEEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG9wZXJhdG9yGAMgASgJEgwKBHJvbGUYBCABKAkSCwoDcnBjGAUgASgJEg8KB3N1bW1hcnkYBiABKAkSEgoKY2xpZW50X2lkcxgHIAMoCRIXCg9jbGllbnRzX29taXR0ZWQYCCABKA0SDgoGcmVzdWx0GAkgASgJEg8KB21lc3NhZ2UYCiABKAkieQoRTGlzdEF1ZGl0UmVzcG9uc2USJQoHZW50cmllcxgBIAMoCzIULnJ2Ym94LnYxLkF1ZGl0RW50cnkSFwoPZHJvcHBlZF9lbnRyaWVzGAIgASgEEhMKC21heF9lbnRyaWVzGAMgASgNEg8KB21hdGNoZWQYBCABKAQiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltInUKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCRIdChVpbnN0YW5jZV9ub3RfeWV0X3NlZW4YBCABKAgiTAoZQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRIvCgtleHBpcnlfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiNAoUTGlzdEluY2lkZW50c1JlcXVlc3QSHAoUaW5jbHVkZV9hY2tub3dsZWRnZWQYASABKAgipAEKCEluY2lkZW50EhMKC2luY2lkZW50X2lkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRISCgppc3N1ZV91dWlkGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGZGV0YWlsGAUgASgJEigKBHRpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGFja25vd2xlZGdlZBgHIAEoCCJzCg1JbmNpZGVudERyb3BzEhEKCWNsaWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoBBItCglsYXN0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWxhc3Rfa2luZBgEIAEoCSKuAQoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEiUKCWluY2lkZW50cxgBIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EhUKDWRyb3BwZWRfdG90YWwYAiABKAQSKAoHZHJvcHBlZBgDIAMoCzIXLnJ2Ym94LnYxLkluY2lkZW50RHJvcHMSGwoTbWF4X29wZW5fcGVyX2NsaWVudBgEIAEoDRIQCghtYXhfb3BlbhgFIAEoDSJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCKQAwoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSAASGQoPY29tbWFuZF9yZW1vdmVkGAogASgJSAASGAoOY2xpZW50X3JlbW92ZWQYCyABKAlIAEIICgZjaGFuZ2UiQwoaUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiMgobUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJIjwKE0Rpc21pc3NDbGFpbVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiKwoURGlzbWlzc0NsYWltUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkqaAoOVGVybWluYWxTb3VyY2USHwobVEVSTUlOQUxfU09VUkNFX1VOU1BFQ0lGSUVEEAASGQoVVEVSTUlOQUxfU09VUkNFX0FHRU5UEAESGgoWVEVSTUlOQUxfU09VUkNFX1NFUlZFUhACMvAMCg5Db250cm9sU2VydmljZRJQCg1TdWJtaXRDb21tYW5kEh4ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVzcG9uc2USRwoKR2V0Q29tbWFuZBIbLnJ2Ym94LnYxLkdldENvbW1hbmRSZXF1ZXN0GhwucnZib3gudjEuR2V0Q29tbWFuZFJlc3BvbnNlEk0KDExpc3RDb21tYW5kcxIdLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXNwb25zZRJPCgxGb2xsb3dPdXRwdXQSHS5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXF1ZXN0Gh4ucnZib3gudjEuRm9sbG93T3V0cHV0UmVzcG9uc2UwARJHCgpXcml0ZVN0ZGluEhsucnZib3gudjEuV3JpdGVTdGRpblJlcXVlc3QaHC5ydmJveC52MS5Xcml0ZVN0ZGluUmVzcG9uc2USRwoKQ2xvc2VTdGRpbhIbLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuQ2xvc2VTdGRpblJlc3BvbnNlElAKDVNpZ25hbENvbW1hbmQSHi5ydmJveC52MS5TaWduYWxDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXNwb25zZRJKCgtMaXN0Q2xpZW50cxIcLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVxdWVzdBodLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVzcG9uc2USTQoMTGlzdFNlc3Npb25zEh0ucnZib3gudjEuTGlzdFNlc3Npb25zUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkcKCkxpc3RDbGFpbXMSGy5ydmJveC52MS5MaXN0Q2xhaW1zUmVxdWVzdBocLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXNwb25zZRJcChFBdXRob3JpemVJbnN0YW5jZRIiLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBojLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVzcG9uc2USUAoNTGlzdEluY2lkZW50cxIeLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gh8ucnZib3gudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlEmIKE0Fja25vd2xlZGdlSW5jaWRlbnQSJC5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBolLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZRJJCgpXYXRjaEZsZWV0EhsucnZib3gudjEuV2F0Y2hGbGVldFJlcXVlc3QaHC5ydmJveC52MS5XYXRjaEZsZWV0UmVzcG9uc2UwARJNCgxGb3JnZXRDbGllbnQSHS5ydmJveC52MS5Gb3JnZXRDbGllbnRSZXF1ZXN0Gh4ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVzcG9uc2USYgoTUmV2b2tlQXV0aG9yaXphdGlvbhIkLnJ2Ym94LnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0GiUucnZib3gudjEuUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEk0KDERpc21pc3NDbGFpbRIdLnJ2Ym94LnYxLkRpc21pc3NDbGFpbVJlcXVlc3QaHi5ydmJveC52MS5EaXNtaXNzQ2xhaW1SZXNwb25zZRJcChFTZXRDbGllbnREcmFpbmluZxIiLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVxdWVzdBojLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVzcG9uc2USVgoPU2V0Q2xpZW50TGFiZWxzEiAucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVxdWVzdBohLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlEkQKCUxpc3RBdWRpdBIaLnJ2Ym94LnYxLkxpc3RBdWRpdFJlcXVlc3QaGy5ydmJveC52MS5MaXN0QXVkaXRSZXNwb25zZUIwWi5naXRodWIuY29tL3J2Ym94L3J2Ym94L2dlbi9nby9ydmJveC92MTtydmJveHYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
 
 /**
  * Script bytes uploaded with the submit; the server computes size and SHA-256.
@@ -1064,6 +1064,159 @@ export const SetClientLabelsResponseSchema: GenMessage<SetClientLabelsResponse> 
   messageDesc(file_rvbox_v1_control, 25);
 
 /**
+ * @generated from message rvbox.v1.ListAuditRequest
+ */
+export type ListAuditRequest = Message<"rvbox.v1.ListAuditRequest"> & {
+  /**
+   * Only entries at or after this time (unset: all).
+   *
+   * @generated from field: google.protobuf.Timestamp since_time = 1;
+   */
+  sinceTime?: Timestamp | undefined;
+
+  /**
+   * Only entries of this operator identity (empty: all).
+   *
+   * @generated from field: string operator = 2;
+   */
+  operator: string;
+
+  /**
+   * Only entries naming this client (empty: all).
+   *
+   * @generated from field: string client_id = 3;
+   */
+  clientId: string;
+
+  /**
+   * The newest this many matching entries (0: up to the server's page bound).
+   *
+   * @generated from field: uint32 limit = 4;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message rvbox.v1.ListAuditRequest.
+ * Use `create(ListAuditRequestSchema)` to create a new message.
+ */
+export const ListAuditRequestSchema: GenMessage<ListAuditRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 26);
+
+/**
+ * @generated from message rvbox.v1.AuditEntry
+ */
+export type AuditEntry = Message<"rvbox.v1.AuditEntry"> & {
+  /**
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * The operator identity's name (admin for the legacy --operator-token).
+   *
+   * @generated from field: string operator = 3;
+   */
+  operator: string;
+
+  /**
+   * @generated from field: string role = 4;
+   */
+  role: string;
+
+  /**
+   * The control RPC (SubmitCommand, SetClientLabels, ...).
+   *
+   * @generated from field: string rpc = 5;
+   */
+  rpc: string;
+
+  /**
+   * Its arguments, summarised.
+   *
+   * @generated from field: string summary = 6;
+   */
+  summary: string;
+
+  /**
+   * @generated from field: repeated string client_ids = 7;
+   */
+  clientIds: string[];
+
+  /**
+   * Clients the call named beyond those listed.
+   *
+   * @generated from field: uint32 clients_omitted = 8;
+   */
+  clientsOmitted: number;
+
+  /**
+   * OK, an RVBox code name (CODE_NOT_FOUND, ...), or PERMISSION_DENIED for a
+   * call access control refused.
+   *
+   * @generated from field: string result = 9;
+   */
+  result: string;
+
+  /**
+   * @generated from field: string message = 10;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message rvbox.v1.AuditEntry.
+ * Use `create(AuditEntrySchema)` to create a new message.
+ */
+export const AuditEntrySchema: GenMessage<AuditEntry> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 27);
+
+/**
+ * @generated from message rvbox.v1.ListAuditResponse
+ */
+export type ListAuditResponse = Message<"rvbox.v1.ListAuditResponse"> & {
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated rvbox.v1.AuditEntry entries = 1;
+   */
+  entries: AuditEntry[];
+
+  /**
+   * Entries the server dropped, oldest first, to stay inside its bound.
+   *
+   * @generated from field: uint64 dropped_entries = 2;
+   */
+  droppedEntries: bigint;
+
+  /**
+   * Entries the log keeps at most.
+   *
+   * @generated from field: uint32 max_entries = 3;
+   */
+  maxEntries: number;
+
+  /**
+   * Matching entries before `limit` cut them (the newest `limit` are sent).
+   *
+   * @generated from field: uint64 matched = 4;
+   */
+  matched: bigint;
+};
+
+/**
+ * Describes the message rvbox.v1.ListAuditResponse.
+ * Use `create(ListAuditResponseSchema)` to create a new message.
+ */
+export const ListAuditResponseSchema: GenMessage<ListAuditResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 28);
+
+/**
  * @generated from message rvbox.v1.ListSessionsRequest
  */
 export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
@@ -1074,7 +1227,7 @@ export type ListSessionsRequest = Message<"rvbox.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 26);
+  messageDesc(file_rvbox_v1_control, 29);
 
 /**
  * @generated from message rvbox.v1.Session
@@ -1135,7 +1288,7 @@ export type Session = Message<"rvbox.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 27);
+  messageDesc(file_rvbox_v1_control, 30);
 
 /**
  * @generated from message rvbox.v1.ListSessionsResponse
@@ -1152,7 +1305,7 @@ export type ListSessionsResponse = Message<"rvbox.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 28);
+  messageDesc(file_rvbox_v1_control, 31);
 
 /**
  * @generated from message rvbox.v1.ListClaimsRequest
@@ -1165,7 +1318,7 @@ export type ListClaimsRequest = Message<"rvbox.v1.ListClaimsRequest"> & {
  * Use `create(ListClaimsRequestSchema)` to create a new message.
  */
 export const ListClaimsRequestSchema: GenMessage<ListClaimsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 29);
+  messageDesc(file_rvbox_v1_control, 32);
 
 /**
  * @generated from message rvbox.v1.PendingClaim
@@ -1206,7 +1359,7 @@ export type PendingClaim = Message<"rvbox.v1.PendingClaim"> & {
  * Use `create(PendingClaimSchema)` to create a new message.
  */
 export const PendingClaimSchema: GenMessage<PendingClaim> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 30);
+  messageDesc(file_rvbox_v1_control, 33);
 
 /**
  * @generated from message rvbox.v1.ListClaimsResponse
@@ -1223,7 +1376,7 @@ export type ListClaimsResponse = Message<"rvbox.v1.ListClaimsResponse"> & {
  * Use `create(ListClaimsResponseSchema)` to create a new message.
  */
 export const ListClaimsResponseSchema: GenMessage<ListClaimsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 31);
+  messageDesc(file_rvbox_v1_control, 34);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceRequest
@@ -1261,7 +1414,7 @@ export type AuthorizeInstanceRequest = Message<"rvbox.v1.AuthorizeInstanceReques
  * Use `create(AuthorizeInstanceRequestSchema)` to create a new message.
  */
 export const AuthorizeInstanceRequestSchema: GenMessage<AuthorizeInstanceRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 32);
+  messageDesc(file_rvbox_v1_control, 35);
 
 /**
  * @generated from message rvbox.v1.AuthorizeInstanceResponse
@@ -1278,7 +1431,7 @@ export type AuthorizeInstanceResponse = Message<"rvbox.v1.AuthorizeInstanceRespo
  * Use `create(AuthorizeInstanceResponseSchema)` to create a new message.
  */
 export const AuthorizeInstanceResponseSchema: GenMessage<AuthorizeInstanceResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 33);
+  messageDesc(file_rvbox_v1_control, 36);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsRequest
@@ -1295,7 +1448,7 @@ export type ListIncidentsRequest = Message<"rvbox.v1.ListIncidentsRequest"> & {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 34);
+  messageDesc(file_rvbox_v1_control, 37);
 
 /**
  * @generated from message rvbox.v1.Incident
@@ -1342,7 +1495,7 @@ export type Incident = Message<"rvbox.v1.Incident"> & {
  * Use `create(IncidentSchema)` to create a new message.
  */
 export const IncidentSchema: GenMessage<Incident> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 35);
+  messageDesc(file_rvbox_v1_control, 38);
 
 /**
  * Incidents of one client that were counted instead of stored.
@@ -1378,7 +1531,7 @@ export type IncidentDrops = Message<"rvbox.v1.IncidentDrops"> & {
  * Use `create(IncidentDropsSchema)` to create a new message.
  */
 export const IncidentDropsSchema: GenMessage<IncidentDrops> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 36);
+  messageDesc(file_rvbox_v1_control, 39);
 
 /**
  * @generated from message rvbox.v1.ListIncidentsResponse
@@ -1421,7 +1574,7 @@ export type ListIncidentsResponse = Message<"rvbox.v1.ListIncidentsResponse"> & 
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 37);
+  messageDesc(file_rvbox_v1_control, 40);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentRequest
@@ -1443,7 +1596,7 @@ export type AcknowledgeIncidentRequest = Message<"rvbox.v1.AcknowledgeIncidentRe
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 38);
+  messageDesc(file_rvbox_v1_control, 41);
 
 /**
  * @generated from message rvbox.v1.AcknowledgeIncidentResponse
@@ -1456,7 +1609,7 @@ export type AcknowledgeIncidentResponse = Message<"rvbox.v1.AcknowledgeIncidentR
  * Use `create(AcknowledgeIncidentResponseSchema)` to create a new message.
  */
 export const AcknowledgeIncidentResponseSchema: GenMessage<AcknowledgeIncidentResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 39);
+  messageDesc(file_rvbox_v1_control, 42);
 
 /**
  * @generated from message rvbox.v1.WatchFleetRequest
@@ -1476,7 +1629,7 @@ export type WatchFleetRequest = Message<"rvbox.v1.WatchFleetRequest"> & {
  * Use `create(WatchFleetRequestSchema)` to create a new message.
  */
 export const WatchFleetRequestSchema: GenMessage<WatchFleetRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 40);
+  messageDesc(file_rvbox_v1_control, 43);
 
 /**
  * Everything a watcher is told about, as it stands.
@@ -1520,7 +1673,7 @@ export type FleetSnapshot = Message<"rvbox.v1.FleetSnapshot"> & {
  * Use `create(FleetSnapshotSchema)` to create a new message.
  */
 export const FleetSnapshotSchema: GenMessage<FleetSnapshot> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 41);
+  messageDesc(file_rvbox_v1_control, 44);
 
 /**
  * @generated from message rvbox.v1.WatchFleetResponse
@@ -1630,7 +1783,7 @@ export type WatchFleetResponse = Message<"rvbox.v1.WatchFleetResponse"> & {
  * Use `create(WatchFleetResponseSchema)` to create a new message.
  */
 export const WatchFleetResponseSchema: GenMessage<WatchFleetResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 42);
+  messageDesc(file_rvbox_v1_control, 45);
 
 /**
  * @generated from message rvbox.v1.RevokeAuthorizationRequest
@@ -1652,7 +1805,7 @@ export type RevokeAuthorizationRequest = Message<"rvbox.v1.RevokeAuthorizationRe
  * Use `create(RevokeAuthorizationRequestSchema)` to create a new message.
  */
 export const RevokeAuthorizationRequestSchema: GenMessage<RevokeAuthorizationRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 43);
+  messageDesc(file_rvbox_v1_control, 46);
 
 /**
  * @generated from message rvbox.v1.RevokeAuthorizationResponse
@@ -1671,7 +1824,7 @@ export type RevokeAuthorizationResponse = Message<"rvbox.v1.RevokeAuthorizationR
  * Use `create(RevokeAuthorizationResponseSchema)` to create a new message.
  */
 export const RevokeAuthorizationResponseSchema: GenMessage<RevokeAuthorizationResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 44);
+  messageDesc(file_rvbox_v1_control, 47);
 
 /**
  * @generated from message rvbox.v1.DismissClaimRequest
@@ -1693,7 +1846,7 @@ export type DismissClaimRequest = Message<"rvbox.v1.DismissClaimRequest"> & {
  * Use `create(DismissClaimRequestSchema)` to create a new message.
  */
 export const DismissClaimRequestSchema: GenMessage<DismissClaimRequest> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 45);
+  messageDesc(file_rvbox_v1_control, 48);
 
 /**
  * @generated from message rvbox.v1.DismissClaimResponse
@@ -1712,7 +1865,7 @@ export type DismissClaimResponse = Message<"rvbox.v1.DismissClaimResponse"> & {
  * Use `create(DismissClaimResponseSchema)` to create a new message.
  */
 export const DismissClaimResponseSchema: GenMessage<DismissClaimResponse> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_control, 46);
+  messageDesc(file_rvbox_v1_control, 49);
 
 /**
  * Who made a command terminal.
@@ -1956,6 +2109,19 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof SetClientLabelsRequestSchema;
     output: typeof SetClientLabelsResponseSchema;
+  },
+  /**
+   * The audit log (role admin): every mutating call made on an operator's
+   * behalf and every call access control refused, oldest first, from the
+   * server's durable log. The log is bounded: dropped_entries says how many
+   * older entries it no longer holds (never silently short).
+   *
+   * @generated from rpc rvbox.v1.ControlService.ListAudit
+   */
+  listAudit: {
+    methodKind: "unary";
+    input: typeof ListAuditRequestSchema;
+    output: typeof ListAuditResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rvbox_v1_control, 0);

@@ -1,0 +1,103 @@
+// The operators' audit log: every mutating control call the control service
+// makes on an operator's behalf (who, which RPC and arguments, which clients,
+// when, the result) and every call access control refused, appended in the
+// same persist batch as the call's own change, so the reply (parked behind
+// that batch) never leaves before its entry is durable. Bounded by
+// limits.auditMax: the oldest entries go first and are counted (durably), so
+// a listing can say "N older entries dropped" instead of being silently short.
+
+import { assert, codeName, unreachable } from "../errors.js";
+import { MAX_AUDIT_CLIENTS_PER_ENTRY, MAX_AUDIT_MESSAGE_CHARS, MAX_AUDIT_SUMMARY_CHARS } from "../limits.js";
+import type { AuditCall, AuditEntry, ControlRequest, ControlResult, ServerState } from "./server-types.js";
+import { type ServerTables, auditDelete, auditDroppedOf, auditDroppedRecord, auditRecord, rowsOf } from "./store.js";
+import type { ServerCtx } from "./io.js";
+
+const cut = (s: string, max: number): string => (s.length <= max ? s : `${s.slice(0, max - 1)}…`);
+
+/** The clients a control request names (a command's client for the ones that name a command). */
+export function requestClients(st: ServerState, r: ControlRequest): string[] {
+  switch (r.op) {
+    case "submit":
+    case "authorize":
+    case "revoke_authorization":
+    case "dismiss_claim":
+    case "forget_client":
+    case "set_draining":
+    case "set_labels":
+      return r.clientId !== "" ? [r.clientId] : [];
+    case "stdin":
+    case "close_stdin":
+    case "signal": {
+      const id = st.commands.get(r.uuid)?.clientId ?? st.pruned.get(r.uuid)?.clientId;
+      return id !== undefined ? [id] : [];
+    }
+    case "ack_incident": {
+      const id = st.incidents.get(r.incidentId)?.clientId;
+      return id ? [id] : [];
+    }
+    case "audit_refusal":
+      return r.clients;
+    default:
+      return unreachable(r, "control request");
+  }
+}
+
+/** Append one audit entry (and drop the oldest past the bound); persisted with this step's batch. */
+export function appendAudit(st: ServerState, ctx: ServerCtx, call: AuditCall, clients: readonly string[], result: string, message: string): AuditEntry {
+  st.auditSeq++;
+  const e: AuditEntry = {
+    seq: st.auditSeq,
+    at: ctx.wall,
+    operator: call.operator,
+    role: call.role,
+    rpc: call.rpc,
+    summary: cut(call.summary, MAX_AUDIT_SUMMARY_CHARS),
+    clients: clients.slice(0, MAX_AUDIT_CLIENTS_PER_ENTRY),
+    clientsOmitted: Math.max(0, clients.length - MAX_AUDIT_CLIENTS_PER_ENTRY),
+    result,
+    message: cut(message, MAX_AUDIT_MESSAGE_CHARS),
+  };
+  st.audit.set(e.seq, e);
+  ctx.persist(auditRecord(e));
+  let dropped = 0;
+  let through = 0;
+  for (const seq of st.audit.keys()) {
+    if (st.audit.size <= st.config.limits.auditMax) break;
+    st.audit.delete(seq);
+    ctx.persist(auditDelete(seq));
+    dropped++;
+    through = seq;
+  }
+  if (dropped > 0) {
+    st.auditDropped += dropped;
+    ctx.persist(auditDroppedRecord(st.auditDropped, through));
+  }
+  return e;
+}
+
+/** The result an audit entry records for a reply. */
+export function auditResult(result: ControlResult): { result: string; message: string } {
+  return result.ok ? { result: "OK", message: "" } : { result: codeName(result.error.code), message: result.error.message };
+}
+
+/** Rebuild the audit log (after restore). */
+export function restoreAudit(st: ServerState, tables: ServerTables): void {
+  const rows = [...rowsOf(tables, "audit")].map(([, r]) => r).sort((a, b) => a.seq - b.seq);
+  for (const r of rows) st.audit.set(r.seq, { ...r, clients: [...r.clients] });
+  const d = auditDroppedOf(tables);
+  st.auditDropped = d.count;
+  st.auditSeq = Math.max(d.throughSeq, rows.at(-1)?.seq ?? 0);
+  st.auditAtRestore = st.audit.size;
+}
+
+export function auditInvariants(st: ServerState): void {
+  let prev = 0;
+  for (const [seq, e] of st.audit) {
+    assert(e.seq === seq && seq > prev, `audit entry ${seq} out of order`);
+    assert(e.clients.length <= MAX_AUDIT_CLIENTS_PER_ENTRY, `audit entry ${seq} lists too many clients`);
+    prev = seq;
+  }
+  assert(prev <= st.auditSeq, "audit entry beyond the audit sequence");
+  // Audit entries may exceed a lowered bound only until the next append trims them.
+  assert(st.audit.size <= Math.max(st.config.limits.auditMax, st.auditAtRestore), "audit log over its bound");
+}

@@ -1,0 +1,150 @@
+/**
+ * Access control of the control API: one table, RPC method -> the role it
+ * needs, whether it changes anything (mutating calls are audited), how to find
+ * the client it acts on (role operator is limited to clients matching its
+ * label selector) and how to summarise its arguments for the audit log.
+ * The table's type names every method of ControlService, so a new RPC does
+ * not compile until it has an entry (and test/shells/server/access.test.ts
+ * checks the table against the service descriptor).
+ *
+ * Roles, each including the ones before it:
+ *   viewer    reads: Get/List calls, FollowOutput, WatchFleet
+ *   operator  also SubmitCommand, WriteStdin, CloseStdin, SignalCommand, on
+ *             clients matching its selector only
+ *   admin     everything: claims, authorizations, incidents, labels, drains,
+ *             forgetting clients, the audit log
+ *
+ * Every call is checked here (control-interceptor in server-daemon.ts) before
+ * the service reads or changes the core's state; a refusal is Connect
+ * PERMISSION_DENIED naming the rule that refused it.
+ */
+import type { MessageShape } from "@bufbuild/protobuf";
+import { formatLabels, type ServerState, unmetRequirements } from "../../core/index.js";
+import { SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
+import type { Identity, Role } from "./operators.js";
+
+type Methods = (typeof ControlService)["method"];
+export type MethodName = keyof Methods;
+type Req<K extends MethodName> = MessageShape<Methods[K]["input"]>;
+
+export interface Rule<R> {
+  role: Role;
+  /** Changes state: audited (with its result), refusals included. */
+  mutating: boolean;
+  /** The command or client it acts on: role operator is checked against its selector; the audit entry of a refusal names it. */
+  target?: (req: R) => { clientId: string } | { uuid: string };
+  /** Its arguments for the audit log (mutating calls). */
+  summary?: (req: R) => string;
+}
+
+const q = (s: string): string => JSON.stringify(s);
+const read = { role: "viewer", mutating: false } as const;
+
+export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
+  submitCommand: {
+    role: "operator",
+    mutating: true,
+    target: (r) => ({ clientId: r.clientId }),
+    summary: (r) => {
+      const p = r.program;
+      const what =
+        p.case === "argv"
+          ? `argv=${JSON.stringify(p.value.argv)}`
+          : p.case === "shell"
+            ? `shell=${q(p.value.commandLine)}`
+            : p.case === "script"
+              ? `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${JSON.stringify(p.value.args)}`
+              : "no program";
+      return `client=${r.clientId} id=${r.issueUuid || "(new)"} ${what}${r.stdinOpen ? " stdin-open" : ""}${r.timeoutMs ? ` timeout=${r.timeoutMs}ms` : ""}`;
+    },
+  },
+  getCommand: read,
+  listCommands: read,
+  followOutput: read,
+  writeStdin: {
+    role: "operator",
+    mutating: true,
+    target: (r) => ({ uuid: r.issueUuid }),
+    // The bytes are not recorded (they may be secrets), only their size.
+    summary: (r) => `id=${r.issueUuid} bytes=${r.data.length}${r.appendNewline ? " +newline" : ""}`,
+  },
+  closeStdin: { role: "operator", mutating: true, target: (r) => ({ uuid: r.issueUuid }), summary: (r) => `id=${r.issueUuid}` },
+  signalCommand: {
+    role: "operator",
+    mutating: true,
+    target: (r) => ({ uuid: r.issueUuid }),
+    summary: (r) => `id=${r.issueUuid} signal=${SignalKind[r.signal] ?? r.signal}`,
+  },
+  listClients: read,
+  listSessions: read,
+  listClaims: read,
+  authorizeInstance: {
+    role: "admin",
+    mutating: true,
+    target: (r) => ({ clientId: r.clientId }),
+    summary: (r) => `client=${r.clientId} instance=${r.instanceId}${r.instanceNotYetSeen ? " not-yet-seen" : ""}`,
+  },
+  listIncidents: read,
+  acknowledgeIncident: { role: "admin", mutating: true, summary: (r) => `incident=${r.incidentId}` },
+  watchFleet: read,
+  forgetClient: { role: "admin", mutating: true, target: (r) => ({ clientId: r.clientId }), summary: (r) => `client=${r.clientId}` },
+  revokeAuthorization: { role: "admin", mutating: true, target: (r) => ({ clientId: r.clientId }), summary: (r) => `client=${r.clientId}` },
+  dismissClaim: { role: "admin", mutating: true, target: (r) => ({ clientId: r.clientId }), summary: (r) => `client=${r.clientId}` },
+  setClientDraining: {
+    role: "admin",
+    mutating: true,
+    target: (r) => ({ clientId: r.clientId }),
+    summary: (r) => `client=${r.clientId} draining=${r.draining}`,
+  },
+  setClientLabels: {
+    role: "admin",
+    mutating: true,
+    target: (r) => ({ clientId: r.clientId }),
+    summary: (r) => `client=${r.clientId} set=${formatLabels(r.set) || "-"} remove=${r.remove.join(",") || "-"}`,
+  },
+  // Every operator's actions: admins only.
+  listAudit: { role: "admin", mutating: false },
+};
+
+const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
+
+/** The RPC's name as the proto spells it (SubmitCommand). */
+export const rpcName = (m: MethodName): string => m.charAt(0).toUpperCase() + m.slice(1);
+
+/**
+ * Why `who` may not make this call (null: it may). `req`: the request
+ * message (unary calls; streams are reads and need none).
+ */
+export function refusal(who: Identity, method: MethodName, req: unknown, st: ServerState): string | null {
+  const rule = ACCESS[method] as Rule<unknown>;
+  if (RANK[who.role] < RANK[rule.role]) return `${who.role} ${who.name} may not call ${rpcName(method)} (it needs role ${rule.role})`;
+  if (who.role !== "operator" || !rule.target || req === undefined) return null;
+  const t = rule.target(req);
+  let clientId: string;
+  if ("uuid" in t) {
+    const c = st.commands.get(t.uuid)?.clientId ?? st.pruned.get(t.uuid)?.clientId;
+    // An unknown command: the core answers NOT_FOUND (nothing to act on).
+    if (c === undefined) return null;
+    clientId = c;
+  } else clientId = t.clientId;
+  const labels = st.clients.get(clientId)?.labels;
+  if (labels && unmetRequirements(labels, who.selector).length === 0) return null;
+  const has = !labels ? "is not a registered client (no labels)" : Object.keys(labels).length === 0 ? "has no labels" : `has labels ${formatLabels(labels)}`;
+  return `operator ${who.name} may run only on clients matching ${who.selectorText}; client ${clientId} ${has}`;
+}
+
+/** The clients a call names, for the audit entry of a refused call (a command's client for the calls that name a command). */
+export function targetClients(method: MethodName, req: unknown, st: ServerState): string[] {
+  const rule = ACCESS[method] as Rule<unknown>;
+  if (!rule.target || req === undefined) return [];
+  const t = rule.target(req);
+  if ("clientId" in t) return t.clientId ? [t.clientId] : [];
+  const c = st.commands.get(t.uuid)?.clientId ?? st.pruned.get(t.uuid)?.clientId;
+  return c ? [c] : [];
+}
+
+export function summarize(method: MethodName, req: unknown): string {
+  const rule = ACCESS[method] as Rule<unknown>;
+  return rule.summary && req !== undefined ? rule.summary(req) : "";
+}

@@ -1,0 +1,146 @@
+// Operator identities, roles and the audit log with a REAL server process
+// (killed with -9 and restarted on its store) and real agents: a viewer is
+// refused a run, an operator is refused a client outside its label selector
+// and allowed inside it, the legacy --operator-token still acts as admin, and
+// the audit log lists every call (refusals included) after the crash.
+import { writeFileSync } from "node:fs";
+import * as path from "node:path";
+import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
+import { afterAll, describe, expect, it } from "vitest";
+import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { operatorAdd } from "../../../shells/cli/server-cli.js";
+import { cli } from "../../cli/helpers.js";
+import {
+  cleanupTemp,
+  collect,
+  controlClient,
+  FLEET_TOKEN,
+  OPERATOR_TOKEN,
+  spawnRvbox,
+  startAgent,
+  tempDir,
+  waitFor,
+  writeTokenFiles,
+  type Child,
+} from "./helpers.js";
+import { freePort } from "./tcp-proxy.js";
+
+const refused = async (p: Promise<unknown>): Promise<string> => {
+  try {
+    await p;
+  } catch (e) {
+    const ce = ConnectError.from(e);
+    expect(ce.code).toBe(ConnectCode.PermissionDenied);
+    return ce.rawMessage;
+  }
+  throw new Error("the call was not refused");
+};
+
+function mint(file: string, args: string[]): string {
+  const out: string[] = [];
+  expect(operatorAdd(["add", ...args, "--identities", file], (l) => out.push(l))).toBe(0);
+  return out[0]!;
+}
+
+describe("e2e: operator identities, roles and the audit log", () => {
+  const children: Child[] = [];
+  afterAll(async () => {
+    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+    await cleanupTemp();
+  });
+
+  it("viewer refused a run; operator refused outside its selector, allowed inside; legacy token is admin; the audit log survives kill -9", async () => {
+    const work = await tempDir("rvbox-access-");
+    const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
+    const operators = path.join(work, "operators");
+    const alice = mint(operators, ["alice", "--role", "operator", "--selector", "role=web"]);
+    const bob = mint(operators, ["bob", "--role", "viewer"]);
+    expect(alice).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    const data = path.join(work, "server-data");
+    const [agentPort, controlPort] = [await freePort(), await freePort()];
+    const serverArgs = ["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", data];
+    serverArgs.push("--agent-tokens", files.agentTokens, "--operator-token", files.operatorToken, "--identities", operators, "--log-level", "warn");
+    let server = spawnRvbox(serverArgs);
+    children.push(server);
+    const url = `http://127.0.0.1:${controlPort}`;
+    const admin = controlClient(url); // the legacy --operator-token
+    const asAlice = controlClient(url, alice);
+    const asBob = controlClient(url, bob);
+    await waitFor("server up", async () => (await admin.listClients({})) !== undefined, 30_000);
+    const agents = [await startAgent(`ws://127.0.0.1:${agentPort}/v1/agent`, "web-1"), await startAgent(`ws://127.0.0.1:${agentPort}/v1/agent`, "db-1")];
+    try {
+      await waitFor("agents connected", () => agents.every((a) => a.connected));
+      // The old shared token still does everything (identity admin).
+      await admin.setClientLabels({ clientId: "web-1", set: { role: "web" } });
+      await admin.setClientLabels({ clientId: "db-1", set: { role: "db" } });
+
+      // viewer: reads yes, a run no.
+      expect((await asBob.listClients({})).clients.length).toBe(2);
+      expect(await refused(asBob.submitCommand({ clientId: "web-1", program: { case: "argv", value: { argv: ["true"] } } }))).toBe(
+        "viewer bob may not call SubmitCommand (it needs role operator)",
+      );
+
+      // operator: outside its selector no, inside yes (run and signal), admin calls no.
+      expect(await refused(asAlice.submitCommand({ clientId: "db-1", program: { case: "argv", value: { argv: ["uptime"] } } }))).toBe(
+        "operator alice may run only on clients matching role=web; client db-1 has labels role=db",
+      );
+      const ok = await asAlice.submitCommand({ clientId: "web-1", issueUuid: "alice-echo-1", program: { case: "argv", value: { argv: ["echo", "hi"] } } });
+      const done = await collect(asAlice, ok.command!.issueUuid);
+      expect(done.finished?.state).toBe(L.SUCCEEDED);
+      expect(done.stdout.toString()).toBe("hi\n");
+      const long = await asAlice.submitCommand({ clientId: "web-1", issueUuid: "alice-sleep-1", program: { case: "argv", value: { argv: ["sleep", "30"] } } });
+      await waitFor("running", async () => (await asAlice.getCommand({ issueUuid: long.command!.issueUuid })).command!.state === L.RUNNING);
+      await asAlice.signalCommand({ issueUuid: "alice-sleep-1", signal: SignalKind.CANCEL });
+      expect(await refused(asAlice.setClientLabels({ clientId: "db-1", set: { role: "web" } }))).toBe(
+        "operator alice may not call SetClientLabels (it needs role admin)",
+      );
+      expect(await refused(asAlice.listAudit({}))).toContain("needs role admin");
+      // The CLI says why, and exits 77.
+      const aliceFile = path.join(work, "alice-token");
+      writeFileSync(aliceFile, `${alice}\n`, { mode: 0o600 });
+      const r = await cli(["run", "db-1", "--", "uptime"], { env: { RVBOX_SERVER: url, RVBOX_TOKEN_FILE: aliceFile } });
+      expect(r.code).toBe(77);
+      expect(r.stderr).toContain("permission denied: operator alice may run only on clients matching role=web; client db-1 has labels role=db");
+
+      const before = (await admin.listAudit({})).entries;
+      server.proc.kill("SIGKILL");
+      await server.exited;
+      server = spawnRvbox(serverArgs);
+      children.push(server);
+      await waitFor("server back", async () => (await admin.listClients({})) !== undefined, 30_000);
+
+      const after = (await admin.listAudit({})).entries;
+      expect(after.map((e) => e.seq)).toEqual(before.map((e) => e.seq));
+      const rows = after.map((e) => [e.operator, e.role, e.rpc, e.clientIds.join(","), e.result]);
+      expect(rows).toEqual([
+        ["admin", "admin", "SetClientLabels", "web-1", "OK"],
+        ["admin", "admin", "SetClientLabels", "db-1", "OK"],
+        ["bob", "viewer", "SubmitCommand", "web-1", "PERMISSION_DENIED"],
+        ["alice", "operator", "SubmitCommand", "db-1", "PERMISSION_DENIED"],
+        ["alice", "operator", "SubmitCommand", "web-1", "OK"],
+        ["alice", "operator", "SubmitCommand", "web-1", "OK"],
+        ["alice", "operator", "SignalCommand", "web-1", "OK"],
+        ["alice", "operator", "SetClientLabels", "db-1", "PERMISSION_DENIED"],
+        ["alice", "operator", "ListAudit", "", "PERMISSION_DENIED"],
+        ["alice", "operator", "SubmitCommand", "db-1", "PERMISSION_DENIED"],
+      ]);
+      expect(after[4]!.summary).toBe('client=web-1 id=alice-echo-1 argv=["echo","hi"]');
+      expect(after[3]!.message).toContain("client db-1 has labels role=db");
+      // rvbox audit --operator alice, as the legacy admin token.
+      const adminFile = files.operatorToken;
+      const a = await cli(["audit", "--operator", "alice", "--since", "1h"], { env: { RVBOX_SERVER: url, RVBOX_TOKEN_FILE: adminFile } });
+      expect(a.code).toBe(0);
+      expect(a.stdout).toMatch(/SEQ\s+TIME\s+OPERATOR\s+ROLE\s+RPC\s+CLIENTS\s+ARGUMENTS\s+RESULT/);
+      expect(a.stdout.split("\n").filter((l) => /^\d+\s/.test(l))).toHaveLength(7);
+      expect(a.stdout).not.toContain("bob");
+      expect(OPERATOR_TOKEN).not.toBe(alice);
+    } catch (err) {
+      console.log(server.output());
+      throw err;
+    } finally {
+      for (const ag of agents) await ag.close({ killProcesses: true });
+      server.proc.kill("SIGTERM");
+      await server.exited;
+    }
+  }, 120_000);
+});
