@@ -170,3 +170,9 @@ export const MAX_INCIDENTS_KEPT = 20_000;
 export const MAX_CLIENTS = 10_000;
 /** Connections the server holds at once (registered or not). */
 export const MAX_SERVER_CONNECTIONS = 20_000;
+/** Jobs the server holds; at the bound the oldest ended job is forgotten, and a submit is refused (CODE_CAPACITY) while all are active. */
+export const MAX_JOBS = 1_000;
+/** Target clients of one job. */
+export const MAX_JOB_TARGETS = 2_048;
+/** A job id: 1..MAX_JOB_ID_CHARS of [A-Za-z0-9._:-] (its children's uuids add `.n`). */
+export const MAX_JOB_ID_CHARS = 100;

@@ -9,6 +9,7 @@ import { MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND, SERVER_RECENT_DIGESTS
 import type { ServerState } from "./server-types.js";
 import { historyInvariants } from "./history.js";
 import { incidentInvariants } from "./incidents.js";
+import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 
 export function serverInvariants(st: ServerState): void {
@@ -43,6 +44,7 @@ export function serverInvariants(st: ServerState): void {
   );
   incidentInvariants(st);
   serverCommandInvariants(st);
+  jobInvariants(st);
 }
 
 export function serverCommandInvariants(st: ServerState): void {

@@ -11,6 +11,7 @@ import type { ServerConfig, ServerDeferred, ServerState } from "./server-types.j
 import { type ScriptRow, type ServerTables, parseIncidentKey, restoreCommand, rowsOf } from "./store.js";
 import { restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
+import { restoreJobs } from "./jobs.js";
 import { recharge } from "./metadata.js";
 import { noteOutput } from "./retention.js";
 
@@ -65,6 +66,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     dropsDirty: new Set(),
     generationFloor: 0,
     clientsAtRestore: 0,
+    jobs: new Map(),
+    activeJobs: new Set(),
     gate: newGate<ServerDeferred>(),
     wake: null,
   };
@@ -79,6 +82,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   restoreIncidentIndex(st, tables);
   st.clientsAtRestore = st.clients.size;
   restoreCommands(st, tables);
+  restoreJobs(st, rowsOf(tables, "job"));
   return st;
 }
 

@@ -16,6 +16,7 @@
 //   incident       incidentKey(n)      IncidentRow
 //   incident_drop  clientId            IncidentDropRow
 //   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow
+//   job            jobId               JobRow (targets, rates, each child's phase)
 //
 // The value of every row is exactly what is written here; changing a shape
 // changes the stored bytes, and restore must still read rows written before
@@ -26,7 +27,7 @@ import { type CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvb
 import { isTerminal } from "../dispatch/lifecycle.js";
 import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";
-import type { ClientRecord, Incident, IncidentDrops, PrunedCommand, RetentionMarker, ServerCommand } from "./server-types.js";
+import type { ClientRecord, Incident, IncidentDrops, PrunedCommand, RetentionMarker, ServerCommand, ServerJob } from "./server-types.js";
 
 /** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
 export interface ServerTables {
@@ -96,6 +97,9 @@ export interface IncidentsDroppedRow {
 export interface GenerationFloorRow {
   generation: number;
 }
+
+/** A job as stored: everything but its readers' view (jobs.ts). */
+export type JobRow = Omit<ServerJob, "committed">;
 
 /** Fields every stored event has. `time`: the agent's event time (wall clock). */
 export interface EventRowBase {
@@ -185,6 +189,7 @@ export interface ServerRows {
   incident: IncidentRow;
   incident_drop: IncidentDropRow;
   counter: IncidentsDroppedRow | GenerationFloorRow;
+  job: JobRow;
 }
 export type ServerTableName = keyof ServerRows;
 
@@ -264,6 +269,12 @@ export const incidentDropRecord = (clientId: string, d: IncidentDrops | undefine
   key: clientId,
   value: d ? { ...d } : null,
 });
+
+export function jobRecord(j: ServerJob): Rec<"job"> {
+  const { committed: _view, ...row } = j;
+  return { table: "job", key: j.id, value: { ...row, children: j.children.map((c) => ({ ...c })) } };
+}
+export const jobDelete = (id: string): Rec<"job"> => ({ table: "job", key: id, value: null });
 
 export const incidentsDroppedRecord = (count: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.incidentsDropped, value: { count } });
 export const generationFloorRecord = (generation: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.generationFloor, value: { generation } });
