@@ -67,6 +67,7 @@ import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../r
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { ProcRegistry } from "./proc-identity.js";
 import { sharedSpawnHelper, type SpawnHelper } from "../exec/spawn-client.js";
+import { stopProcesses } from "../exec/stop-processes.js";
 import { tablesView } from "../storage/kv-store.js";
 import { SpillStore } from "../storage/spill-store.js";
 import type { DurableDb } from "../store/index.js";
@@ -601,16 +602,8 @@ export class AgentDaemon {
   }
 
   private async stopProcesses(graceMs: number): Promise<void> {
-    const live = (): ProcessHandle[] => [...this.procs.values()].filter((h) => h.state === "starting" || h.state === "running");
-    let left = live();
-    if (left.length === 0) return;
-    for (const h of left) h.signal("SIGTERM");
-    const deadline = Date.now() + graceMs;
-    while (left.length > 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, STOP_POLL_MS));
-      left = live();
-    }
-    for (const h of left) h.signal("SIGKILL");
-    if (left.length > 0) this.log.info("stopped commands that outlived the grace", { sigkilled: left.length, graceMs });
+    const out = await stopProcesses(() => this.procs.values(), graceMs, STOP_POLL_MS);
+    if (out.killed > 0) this.log.info("stopped commands that outlived the grace", { sigkilled: out.killed, graceMs });
+    if (out.unsignalled > 0) this.log.warn("commands still launching when the stop grace ended could not be signalled", { count: out.unsignalled, graceMs });
   }
 }
