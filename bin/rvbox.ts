@@ -68,6 +68,7 @@ const OPERATOR: Record<string, string> = {
   job: "show a job (rvbox run --clients): per-client state, exit and duration; --follow streams it",
   jobs: "list jobs",
   clients: "list clients and sessions",
+  label: "set or remove labels of a client (role=web, zone-)",
   "forget-client": "forget an idle client record (frees its place under the client bound)",
   drain: "stop dispatching new commands to a client before an agent restart (--wait, --off)",
   claims: "list pending identity claims",

@@ -118,6 +118,8 @@ export interface SessionInfo {
   incidentsDropped?: number;
   /** An operator drains the client (rvbox drain): no new command is dispatched to it. */
   draining?: boolean;
+  /** The client's labels at the server (rvbox label); absent: unknown (a simulated host). */
+  labels?: Record<string, string>;
 }
 
 export interface ClaimInfo {
@@ -226,6 +228,7 @@ export function sessionInfos(clients: readonly Client[], sessions: readonly Sess
       kind: "agent",
       incidentsDropped: Number(c.incidentsDropped),
       draining: c.draining,
+      labels: { ...c.labels },
     };
   });
 }

@@ -18,3 +18,13 @@ export { newServer, restoreServer, defaultServerConfig } from "./server/restore.
 export { requestDigest } from "./server/submit.js";
 export { missingMessage } from "./server/history.js";
 export { metaCharge } from "./server/metadata.js";
+export {
+  type Requirement,
+  type Selector,
+  formatLabels,
+  formatSelector,
+  matchesSelector,
+  parseLabelEdits,
+  parseSelector,
+  unmetRequirements,
+} from "./server/labels.js";

@@ -170,6 +170,19 @@ export const MAX_INCIDENTS_KEPT = 20_000;
 export const MAX_CLIENTS = 10_000;
 /** Connections the server holds at once (registered or not). */
 export const MAX_SERVER_CONNECTIONS = 20_000;
+/**
+ * Labels of one client (core/server/labels.ts): at most this many key=value
+ * pairs; a set_labels request that would leave more is refused whole.
+ */
+export const MAX_LABELS_PER_CLIENT = 32;
+/** A label key: 1..63 characters, [a-z0-9] first, then [a-z0-9._/-]. */
+export const MAX_LABEL_KEY_CHARS = 63;
+/** A label value: 1..63 characters, [A-Za-z0-9] first, then [A-Za-z0-9._-]. */
+export const MAX_LABEL_VALUE_CHARS = 63;
+/** A label selector's text (rvbox clients -l, run -l): at most this many characters. */
+export const MAX_SELECTOR_CHARS = 1024;
+/** Requirements (comma-separated terms) one selector holds at most. */
+export const MAX_SELECTOR_TERMS = 32;
 /** Jobs the server holds; at the bound the oldest ended job is forgotten, and a submit is refused (CODE_CAPACITY) while all are active. */
 export const MAX_JOBS = 1_000;
 /** Target clients of one job. */

@@ -24,6 +24,7 @@ for (let i = 0; i < N; i++) {
     instanceId: `inst-${i}`,
     conn: i + 1,
     draining: false,
+    labels: {},
     pendingClaim: null,
     authorization: null,
     replaced: null,

@@ -5,6 +5,7 @@ import { isPrintableAscii } from "../bytes.js";
 import { Code } from "../errors.js";
 import { MAX_INSTANCE_ID_CHARS } from "../limits.js";
 import { closestClients } from "./client-names.js";
+import { applyLabelChanges, formatLabels, sameLabels } from "./labels.js";
 import type { ControlRequest, ServerState } from "./server-types.js";
 import { clientDelete, clientRecord, generationFloorRecord, incidentDropRecord, reconcileDelete } from "./store.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
@@ -117,6 +118,26 @@ export function setDraining(st: ServerState, ctx: ServerCtx, r: Extract<ControlR
   }
   // Undrained: this step's pumpCommands dispatches what waited.
   return reply(ctx, r.requestId, { ok: true, wasDraining: was });
+}
+
+/**
+ * Set and remove labels of a client (rvbox label). The whole request is
+ * validated first (labels.ts; a key both set and removed, or a result over
+ * MAX_LABELS_PER_CLIENT, is refused and changes nothing). A change is
+ * persisted with the client record before the reply; a request that changes
+ * nothing persists nothing and still answers with the labels.
+ */
+export function setLabels(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "set_labels" }>): void {
+  const client = st.clients.get(r.clientId);
+  if (!client) return replyError(ctx, r.requestId, Code.NOT_FOUND, unknownClientMessage(st, r.clientId));
+  const next = applyLabelChanges(client.labels, r.set, r.remove);
+  if (!next.ok) return replyError(ctx, r.requestId, next.error.code, `client ${r.clientId}: ${next.error.message}`);
+  if (!sameLabels(client.labels, next.value)) {
+    client.labels = next.value;
+    ctx.persist(clientRecord(client));
+    ctx.emit({ type: "trace", event: "client_labels", detail: { client: r.clientId, labels: formatLabels(next.value) } });
+  }
+  return reply(ctx, r.requestId, { ok: true, labels: client.labels });
 }
 
 /**

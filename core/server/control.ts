@@ -2,7 +2,7 @@
 
 import { unreachable } from "../errors.js";
 import type { ControlRequest, ServerEnv, ServerState } from "./server-types.js";
-import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining } from "./clients.js";
+import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
 import { submitJob } from "./jobs.js";
 import type { ServerCtx } from "./io.js";
@@ -32,6 +32,8 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
       return forgetClient(st, ctx, r.requestId, r.clientId);
     case "set_draining":
       return setDraining(st, ctx, r);
+    case "set_labels":
+      return setLabels(st, ctx, r);
     case "submit_job":
       return submitJob(st, ctx, r, env);
     default:

@@ -11,6 +11,7 @@ import { historyInvariants } from "./history.js";
 import { incidentInvariants } from "./incidents.js";
 import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
+import { labelsError } from "./labels.js";
 
 export function serverInvariants(st: ServerState): void {
   const liveByClient = new Map<string, number>();
@@ -30,6 +31,8 @@ export function serverInvariants(st: ServerState): void {
   for (const client of st.clients.values()) {
     if (client.conn !== 0) assert(st.conns.get(client.conn)?.clientId === client.clientId, `client ${client.clientId} points at a foreign conn`);
     assert(typeof client.draining === "boolean", `client ${client.clientId} drain flag is not a boolean`);
+    const bad = labelsError(client.labels);
+    assert(bad === null, `client ${client.clientId} labels invalid: ${bad}`);
     const rep = client.replaced;
     if (rep) {
       assert(rep.instanceId !== client.instanceId, `client ${client.clientId} replaced by its own instance`);

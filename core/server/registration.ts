@@ -31,6 +31,7 @@ import { clientRecord } from "./store.js";
 import { authorizationExpired } from "./clients.js";
 import { type ServerCtx, closeConn, send } from "./io.js";
 import { reconcileTargets } from "./reconcile.js";
+import { NO_LABELS } from "./labels.js";
 
 function validHello(h: ClientHello): string | null {
   if (h.clientId.length < 1 || h.clientId.length > LIM.MAX_CLIENT_ID_CHARS || !isPrintableAscii(h.clientId))
@@ -63,6 +64,7 @@ export function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: Cl
       capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
       lastSeen: ctx.wall,
       draining: false,
+      labels: NO_LABELS,
     };
     st.clients.set(h.clientId, client);
   }

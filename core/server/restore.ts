@@ -8,7 +8,7 @@ import { SERVER_RECENT_DIGESTS } from "../limits.js";
 import { rngFromSeed } from "../rng.js";
 import { newGate } from "../step-context.js";
 import type { ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
-import { type ScriptRow, type ServerTables, parseIncidentKey, restoreCommand, rowsOf } from "./store.js";
+import { type ScriptRow, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
 import { restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
 import { restoreJobs } from "./jobs.js";
@@ -72,7 +72,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     wake: null,
   };
   for (const [id, c] of rowsOf(tables, "client")) {
-    st.clients.set(id, { ...c, conn: 0, capacity: { ...c.capacity }, replaced: c.replaced ? { ...c.replaced } : null, draining: c.draining === true });
+    st.clients.set(id, restoreClient(c));
   }
   for (const [id, v] of rowsOf(tables, "incident")) {
     st.incidents.set(id, { ...v });

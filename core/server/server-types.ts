@@ -181,6 +181,9 @@ export interface CommittedView {
   endedTime: number;
 }
 
+/** A client's labels, key -> value (validated, bounded and matched in labels.ts). */
+export type Labels = Readonly<Record<string, string>>;
+
 export interface ClientRecord {
   clientId: string;
   /** Last generation handed out; persisted before the welcome leaves. */
@@ -209,6 +212,12 @@ export interface ClientRecord {
    * the flag existed restore as false.
    */
   draining: boolean;
+  /**
+   * Labels an operator set (rvbox label): the server's record is
+   * authoritative. Durable; records written before labels existed, and
+   * records with none, store no field and restore as none (labels.ts).
+   */
+  labels: Labels;
 }
 
 /**
@@ -426,6 +435,8 @@ export type ControlRequest =
   | { op: "forget_client"; requestId: string; clientId: string }
   /** Drain (cordon) a client or end its drain. */
   | { op: "set_draining"; requestId: string; clientId: string; draining: boolean }
+  /** Set and remove labels of a client (labels.ts); a key may not be in both. */
+  | { op: "set_labels"; requestId: string; clientId: string; set: Labels; remove: string[] }
   /**
    * A job (jobs.ts): one command per target client. `clients`: explicit
    * targets, in order; `maxConcurrency` / `maxErrors`: "N" or "P%" ("": no limit).
@@ -444,8 +455,18 @@ export type ControlRequest =
 
 export type ControlResult =
   /** `expiresAt`: an authorization's expiry (deadline clock), as set by the request. */
-  /** `wasDraining`: the drain flag before a set_draining request. */
-  | { ok: true; uuid?: string; revision?: number; writeSeq?: number; instanceId?: string; expiresAt?: number; wasDraining?: boolean; jobId?: string }
+  /** `wasDraining`: the drain flag before a set_draining request. `labels`: a client's labels after a set_labels request. */
+  | {
+      ok: true;
+      uuid?: string;
+      revision?: number;
+      writeSeq?: number;
+      instanceId?: string;
+      expiresAt?: number;
+      wasDraining?: boolean;
+      labels?: Labels;
+      jobId?: string;
+    }
   | { ok: false; error: CoreError };
 
 export type ServerInput =

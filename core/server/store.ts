@@ -27,7 +27,7 @@ import { type CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvb
 import { isTerminal } from "../dispatch/lifecycle.js";
 import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";
-import type { ClientRecord, Incident, IncidentDrops, PrunedCommand, RetentionMarker, ServerCommand, ServerJob } from "./server-types.js";
+import type { ClientRecord, Incident, IncidentDrops, Labels, PrunedCommand, RetentionMarker, ServerCommand, ServerJob } from "./server-types.js";
 
 /** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
 export interface ServerTables {
@@ -63,8 +63,13 @@ export const COUNTER_KEYS = { incidentsDropped: "incidents_dropped", generationF
 
 // ------------------------------------------------------------------ rows
 
-/** A client record as stored: no live connection survives a restart. Rows written before drains lack `draining`. */
-export type ClientRow = Omit<ClientRecord, "draining"> & { draining?: boolean };
+/**
+ * A client record as stored: no live connection survives a restart. Rows
+ * written before drains lack `draining`; `labels` is stored only when the
+ * client has some (rows written before labels, and rows of unlabelled
+ * clients, have none and restore as none).
+ */
+export type ClientRow = Omit<ClientRecord, "draining" | "labels"> & { draining?: boolean; labels?: Labels };
 
 /** Fields of a command that are never stored (bytes in table `script`, derived views and charges). */
 type Unstored = "script" | "committed" | "charged";
@@ -219,15 +224,31 @@ export const isEventRow = (v: EventRow | EventDigestRow): v is EventRow => v.kin
 type Rec<T extends ServerTableName> = PersistRecord & { table: T; value: ServerRows[T] | null };
 
 export function clientRecord(c: ClientRecord): Rec<"client"> {
+  const { labels, ...rest } = c;
   const value: ClientRow = {
-    ...c,
+    ...rest,
     conn: 0,
     capacity: { ...c.capacity },
     pendingClaim: c.pendingClaim && { ...c.pendingClaim },
     authorization: c.authorization && { ...c.authorization },
     replaced: c.replaced && { ...c.replaced },
   };
+  // Unlabelled clients store the row they stored before labels existed.
+  if (Object.keys(labels).length > 0) value.labels = { ...labels };
   return { table: "client", key: c.clientId, value };
+}
+
+/** A client record from its row (restore): no connection; absent fields of older rows take their defaults. */
+export function restoreClient(r: ClientRow): ClientRecord {
+  const { labels, draining, ...rest } = r;
+  return {
+    ...rest,
+    conn: 0,
+    capacity: { ...r.capacity },
+    replaced: r.replaced ? { ...r.replaced } : null,
+    draining: draining === true,
+    labels: labels ? { ...labels } : {},
+  };
 }
 
 export const clientDelete = (clientId: string): Rec<"client"> => ({ table: "client", key: clientId, value: null });

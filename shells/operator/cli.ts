@@ -1,6 +1,6 @@
 /**
  * The operator CLI: `rvbox run | logs | stdin | close-stdin | signal | cancel |
- * get | ls | clients | forget-client | drain | claims | authorize | dismiss-claim |
+ * get | ls | clients | label | forget-client | drain | claims | authorize | dismiss-claim |
  * incidents | ack-incident | tui`.
  *
  * Every subcommand talks to the server's control API only (ConnectRPC,
@@ -26,6 +26,7 @@ import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdJob, cmdJobs, cmdRunJob } from "./jobs-cli.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
+import { MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_LABELS_PER_CLIENT, formatLabels, parseLabelEdits, parseSelector } from "../../core/index.js";
 import {
   claimInfo,
   commandInfo,
@@ -302,17 +303,28 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     run: cmdLs,
   },
   clients: {
-    usage: `usage: rvbox clients [--json]\n\nLists clients with their connection state, instance, generation and command counts,\nand how many client records the server holds of the most it keeps (limits.maxClients).`,
-    flags: JSON_FLAG,
+    usage: `usage: rvbox clients [-l SELECTOR] [--json]
+
+Lists clients with their connection state, instance, generation, command counts and
+labels, and how many client records the server holds of the most it keeps
+(limits.maxClients).
+
+  -l, --selector SEL   only clients whose labels match SEL: comma-separated terms that
+                       must all hold: k=v, k!=v, k (has the label), !k (has not)`,
+    flags: { ...JSON_FLAG, selector: { type: "string", short: "l" } },
     run: async (ctx, p) => {
-      const [cl, se] = await Promise.all([call(ctx, "", (c) => c.listClients({})), call(ctx, "", (c) => c.listSessions({}))]);
+      const selector = str(p, "selector") ?? "";
+      const parsed = parseSelector(selector);
+      if (!parsed.ok) throw new UsageError(parsed.error.message);
+      const [cl, se] = await Promise.all([call(ctx, "", (c) => c.listClients({ selector })), call(ctx, "", (c) => c.listSessions({}))]);
       const rows = sessionInfos(cl.clients, se.sessions);
       if (outputMode(p) === "json") ctx.out(JSON.stringify(rows, null, 2));
       else {
-        ctx.out(clientsTable(rows));
+        ctx.out(clientsTable(rows, selector !== "" ? `no client matches ${selector}` : undefined));
         // Servers older than the bound report 0: say nothing.
-        if (cl.maxClients > 0)
+        if (cl.maxClients > 0 && selector === "")
           ctx.out(`${cl.clients.length} of at most ${cl.maxClients} client records (a new client id past that is refused; rvbox forget-client ID frees one)`);
+        else if (selector !== "") ctx.out(`${cl.clients.length} client${cl.clients.length === 1 ? "" : "s"} match ${selector}`);
       }
       return EXIT.OK;
     },
@@ -327,6 +339,22 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
       ctx.out(`client ${id} forgotten`);
       return EXIT.OK;
     },
+  },
+  label: {
+    usage: `usage: rvbox label CLIENT KEY=VALUE... [KEY-...] [--json]
+
+Sets labels of CLIENT at the server (the server's record is authoritative): KEY=VALUE
+sets a label (replacing its value), KEY- removes one. Keys: 1-${MAX_LABEL_KEY_CHARS} characters of
+[a-z0-9._/-] starting with [a-z0-9]; values: 1-${MAX_LABEL_VALUE_CHARS} characters of [A-Za-z0-9._-]
+starting with [A-Za-z0-9]; at most ${MAX_LABELS_PER_CLIENT} labels per client. With no KEY, prints the
+labels. The change is durable before it answers. An unknown CLIENT exits 66.
+
+  rvbox label web-1 role=web zone=eu-1
+  rvbox label web-1 zone-
+  rvbox clients -l role=web`,
+    flags: JSON_FLAG,
+    args: [CLIENT],
+    run: cmdLabel,
   },
   drain: {
     usage: `usage: rvbox drain CLIENT [--wait] [--timeout DUR]
@@ -829,28 +857,56 @@ async function cmdDrain(ctx: Ctx, p: Parsed): Promise<number> {
   }
 }
 
-function clientsTable(rows: SessionInfo[]): string {
-  if (rows.length === 0) return "no clients have registered yet";
+async function cmdLabel(ctx: Ctx, p: Parsed): Promise<number> {
+  const [clientId, ...edits] = p.positionals;
+  if (clientId === undefined) throw new UsageError("expected CLIENT");
+  const parsed = parseLabelEdits(edits);
+  if (!parsed.ok) throw new UsageError(parsed.error.message);
+  const { set, remove } = parsed.value;
+  const r = await call(ctx, `client ${clientId}`, (c) => c.setClientLabels({ clientId, set, remove, requestId: randomUUID() }));
+  if (outputMode(p) === "json") ctx.out(JSON.stringify({ clientId, labels: sortedLabelObject(r.labels) }, null, 2));
+  else ctx.out(`client ${clientId} labels: ${formatLabels(r.labels) || "(none)"}`);
+  return EXIT.OK;
+}
+
+function sortedLabelObject(labels: Readonly<Record<string, string>>): Record<string, string> {
+  return Object.fromEntries(
+    Object.keys(labels)
+      .sort()
+      .map((k) => [k, labels[k]!]),
+  );
+}
+
+function clientsTable(rows: SessionInfo[], emptyText = "no clients have registered yet"): string {
+  if (rows.length === 0) return emptyText;
+  // The LABELS column only once some client has labels: an unlabelled fleet's table is as before.
+  const labelled = rows.some((s) => s.labels !== undefined && Object.keys(s.labels).length > 0);
+  const withLabels = (cells: string[], labels: string): string[] => (labelled ? [...cells.slice(0, -1), labels, cells[cells.length - 1]!] : cells);
   return table(
-    ["CLIENT", "STATE", "INSTANCE", "GEN", "RUNNING", "QUEUED", "ACTIVE", "LAST ACTIVITY", "DETAIL"],
-    rows.map((s) => [
-      s.clientId,
-      s.link,
-      s.instanceId,
-      String(s.generation),
-      `${s.running}${s.maxRunning !== null ? `/${s.maxRunning}` : ""}`,
-      `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}`,
-      String(s.active ?? "-"),
-      ago(s.lastActivity),
-      [
-        s.draining ? "draining" : "",
-        s.detail,
-        s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "",
-        s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : "",
-      ]
-        .filter(Boolean)
-        .join("; "),
-    ]),
+    withLabels(["CLIENT", "STATE", "INSTANCE", "GEN", "RUNNING", "QUEUED", "ACTIVE", "LAST ACTIVITY", "DETAIL"], "LABELS"),
+    rows.map((s) =>
+      withLabels(
+        [
+          s.clientId,
+          s.link,
+          s.instanceId,
+          String(s.generation),
+          `${s.running}${s.maxRunning !== null ? `/${s.maxRunning}` : ""}`,
+          `${s.queued}${s.maxQueued !== null ? `/${s.maxQueued}` : ""}`,
+          String(s.active ?? "-"),
+          ago(s.lastActivity),
+          [
+            s.draining ? "draining" : "",
+            s.detail,
+            s.authorizedInstance ? `authorized: ${s.authorizedInstance}` : "",
+            s.incidentsDropped ? `${s.incidentsDropped} incidents not stored` : "",
+          ]
+            .filter(Boolean)
+            .join("; "),
+        ],
+        formatLabels(s.labels ?? {}) || "-",
+      ),
+    ),
   );
 }
 

@@ -17,7 +17,9 @@ import {
   MAX_OPEN_INCIDENTS_PER_CLIENT,
   codeName,
   isTerminal,
+  matchesSelector,
   missingMessage,
+  parseSelector,
   type ClientRecord,
   type ConnState,
   type CoreError,
@@ -385,9 +387,12 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { revision: BigInt(r.revision ?? 0) };
     },
 
-    async listClients() {
+    async listClients(req) {
+      const sel = parseSelector(req.selector);
+      if (!sel.ok) throw toConnectError(sel.error);
       const active = activeCounts(d.state);
-      return { clients: [...d.state.clients.values()].map((c) => clientView(d, c, active)), maxClients: d.state.config.limits.maxClients };
+      const clients = [...d.state.clients.values()].filter((c) => matchesSelector(c.labels, sel.value));
+      return { clients: clients.map((c) => clientView(d, c, active)), maxClients: d.state.config.limits.maxClients };
     },
 
     async listSessions() {
@@ -427,6 +432,18 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       if (req.clientId === "") throw invalid("client_id is required");
       const r = await call({ op: "set_draining", requestId: requestId(req.requestId, "set-draining"), clientId: req.clientId, draining: req.draining });
       return { wasDraining: r.wasDraining ?? false };
+    },
+
+    async setClientLabels(req) {
+      if (req.clientId === "") throw invalid("client_id is required");
+      const r = await call({
+        op: "set_labels",
+        requestId: requestId(req.requestId, "set-labels"),
+        clientId: req.clientId,
+        set: { ...req.set },
+        remove: [...req.remove],
+      });
+      return { labels: { ...(r.labels ?? {}) } };
     },
 
     async listIncidents(req) {
@@ -524,6 +541,7 @@ export function clientView(d: FleetReader, c: ClientRecord, active: ReadonlyMap<
     outputBudgetBytes: BigInt(d.state.config.limits.outputPerClient),
     incidentsDropped: BigInt(d.state.incidentDrops.get(c.clientId)?.count ?? 0),
     draining: c.draining,
+    labels: { ...c.labels },
   });
 }
 

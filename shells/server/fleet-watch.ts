@@ -29,7 +29,7 @@
 import { create } from "@bufbuild/protobuf";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { FleetSnapshotSchema, WatchFleetResponseSchema, type Command, type WatchFleetResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
-import type { ClientRecord, ConnState, ServerCommand, ServerEffect, ServerInput } from "../../core/index.js";
+import { type ClientRecord, type ConnState, type ServerCommand, type ServerEffect, type ServerInput, formatLabels } from "../../core/index.js";
 import {
   activeCounts,
   claimView,
@@ -305,7 +305,7 @@ export class FleetWatch {
     const act = Math.floor(clientActivity(this.d, c) / WATCH_ACTIVITY_RESOLUTION_MS);
     const cap = c.capacity;
     const auth = c.authorization ? `${c.authorization.instanceId}@${c.authorization.expiresAt}` : "";
-    return `${c.instanceId}|${c.generation}|${c.conn !== 0}|${act}|${cap.running}/${cap.maxRunning}|${cap.queued}/${cap.maxQueued}|${active.get(c.clientId) ?? 0}|${auth}|${st.clientOutput.get(c.clientId)?.bytes ?? 0}|${st.incidentDrops.get(c.clientId)?.count ?? 0}|${c.draining}`;
+    return `${c.instanceId}|${c.generation}|${c.conn !== 0}|${act}|${cap.running}/${cap.maxRunning}|${cap.queued}/${cap.maxQueued}|${active.get(c.clientId) ?? 0}|${auth}|${st.clientOutput.get(c.clientId)?.bytes ?? 0}|${st.incidentDrops.get(c.clientId)?.count ?? 0}|${c.draining}|${formatLabels(c.labels)}`;
   }
 
   private sessionPrint(c: ConnState): string {

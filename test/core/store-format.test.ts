@@ -9,7 +9,7 @@ import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { agentInvariants, defaultAgentConfig, defaultServerConfig, restoreAgent, restoreServer, serverInvariants } from "../../core/index.js";
 import { commandRecord as agentCommandRecord } from "../../core/agent/store.js";
-import { commandRecord as serverCommandRecord } from "../../core/server/store.js";
+import { clientRecord as serverClientRecord, commandRecord as serverCommandRecord } from "../../core/server/store.js";
 import { canonical, scenarioTables } from "../fixtures/scenario.js";
 
 type Tables = Record<string, Record<string, unknown>>;
@@ -53,6 +53,20 @@ describe("storage format", () => {
       const c = agent.commands.get(uuid);
       expect(c, uuid).toBeDefined();
       expect(canonical(agentCommandRecord(c!).value), uuid).toEqual(row);
+    }
+  });
+
+  it("client rows written before labels restore with no labels and record back to the same rows", () => {
+    const server = restoreServer(defaultServerConfig(), tablesOf(fixture.server) as never, 2);
+    serverInvariants(server);
+    const rows = fixture.server["client"]!;
+    expect(Object.keys(rows).length).toBeGreaterThan(0);
+    for (const [id, row] of Object.entries(rows)) {
+      expect(row, id).not.toHaveProperty("labels");
+      const c = server.clients.get(id);
+      expect(c, id).toBeDefined();
+      expect(c!.labels).toEqual({});
+      expect(canonical(serverClientRecord(c!).value), id).toEqual(row);
     }
   });
 });

@@ -1,5 +1,6 @@
 /** Sessions: one row per client (or simulated host): link state, instance, generation, activity, load, window and budget use. */
 import type React from "react";
+import { formatLabels } from "../../core/server/labels.js";
 import { ago, linkColor, shortId, usage } from "../format.js";
 import type { FleetSnapshot, SessionInfo } from "../source.js";
 import { Table, type Column } from "./table.js";
@@ -21,7 +22,14 @@ export function sessionColumns(now: number): Array<Column<SessionInfo>> {
       min: 8,
       hideBelow: 110,
       value: (s) =>
-        [s.draining ? "draining" : "", s.detail, s.authorizedInstance ? `authorized ${shortId(s.authorizedInstance, 10)}` : ""].filter(Boolean).join("; "),
+        [
+          s.draining ? "draining" : "",
+          s.labels ? formatLabels(s.labels) : "",
+          s.detail,
+          s.authorizedInstance ? `authorized ${shortId(s.authorizedInstance, 10)}` : "",
+        ]
+          .filter(Boolean)
+          .join("; "),
     },
   ];
 }

@@ -254,6 +254,7 @@ describe("client records (R-F6)", () => {
         capacity: { running: 0, queued: 0, maxRunning: 0, maxQueued: 0 },
         lastSeen: T0,
         draining: false,
+        labels: {},
       });
     r.connect("last");
     expect(r.st.clients.size).toBe(MAX_CLIENTS);
