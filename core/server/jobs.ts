@@ -43,6 +43,7 @@ import { MAX_JOBS, MAX_JOB_ID_CHARS, MAX_JOB_TARGETS } from "../limits.js";
 import type { ControlRequest, JobChild, JobView, ServerDeferred, ServerEnv, ServerJob, ServerState } from "./server-types.js";
 import { jobDelete, jobRecord } from "./store.js";
 import { unknownClientMessage } from "./clients.js";
+import { formatSelector, matchesSelector, parseSelector } from "./labels.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
 import { admitCommand, utf8 } from "./submit.js";
 
@@ -76,10 +77,26 @@ export function resolveRate(text: string | undefined, targets: number, kind: "co
 }
 
 /**
- * The job's target clients, resolved once at submit. Today an explicit list
- * of known client ids; every unknown id is named with its did-you-mean.
+ * The job's target clients, resolved once at submit: an explicit list of
+ * known client ids (every unknown id is named with its did-you-mean), or
+ * every client whose labels match the selector, in client id order.
  */
 export function resolveTargets(st: ServerState, r: SubmitJob): string[] | CoreError {
+  const sel = r.selector ?? "";
+  if (sel !== "") {
+    if (r.clients.length > 0) return coreError(Code.VALIDATION, "a job names its clients or a label selector, not both");
+    const parsed = parseSelector(sel);
+    if (!parsed.ok) return parsed.error;
+    if (parsed.value.length === 0) return coreError(Code.VALIDATION, "an empty selector would match every client; name at least one label term");
+    const ids = [...st.clients.values()]
+      .filter((c) => matchesSelector(c.labels, parsed.value))
+      .map((c) => c.clientId)
+      .sort();
+    if (ids.length === 0) return coreError(Code.NOT_FOUND, `no client matches ${formatSelector(parsed.value)}; nothing was created`);
+    if (ids.length > MAX_JOB_TARGETS)
+      return coreError(Code.VALIDATION, `${ids.length} clients match ${formatSelector(parsed.value)}; a job targets at most ${MAX_JOB_TARGETS}`);
+    return ids;
+  }
   if (r.clients.length === 0) return coreError(Code.VALIDATION, "a job needs at least one target client");
   if (r.clients.length > MAX_JOB_TARGETS) return coreError(Code.VALIDATION, `a job targets at most ${MAX_JOB_TARGETS} clients (got ${r.clients.length})`);
   const seen = new Set<string>();
@@ -101,8 +118,11 @@ export const childFailed = (c: Pick<JobChild, "phase" | "state">): boolean => c.
 
 export const childEnded = (c: Pick<JobChild, "phase">): boolean => c.phase !== "pending" && c.phase !== "started";
 
-export function jobDigest(env: ServerEnv, r: SubmitJob, targets: string[], specBytes: Uint8Array): string {
-  const head = utf8(`rvbox.v1/job\n${r.jobId}\n${targets.join("\n")}\n\n${r.maxConcurrency ?? ""}\n${r.maxErrors ?? ""}\n${r.queueExpiry ?? 0}\n`);
+/** The request's digest (as given: a selector, not what it resolved to, so a retry matches whatever the labels are now). */
+export function jobDigest(env: ServerEnv, r: SubmitJob, specBytes: Uint8Array): string {
+  const head = utf8(
+    `rvbox.v1/job\n${r.jobId}\n${r.selector ?? ""}\n${r.clients.join("\n")}\n\n${r.maxConcurrency ?? ""}\n${r.maxErrors ?? ""}\n${r.queueExpiry ?? 0}\n`,
+  );
   return toHex(env.ports.sha256(concatBytes([head, specBytes])));
 }
 
@@ -112,19 +132,16 @@ export function submitJob(st: ServerState, ctx: ServerCtx, r: SubmitJob, env: Se
   const p = r.spec.program;
   if (p.case === undefined) return fail(coreError(Code.VALIDATION, "no program (argv or shell)"));
   if (p.case === "script") return fail(coreError(Code.VALIDATION, "script jobs are not supported: run argv or a shell command line"));
-  const existing = st.jobs.get(r.jobId);
-  const targets = resolveTargets(st, r);
-  if (!Array.isArray(targets)) {
-    // A retry of a job whose target has since been forgotten is still a retry.
-    if (!existing) return fail(targets);
-  }
-  const list = Array.isArray(targets) ? targets : r.clients;
   const specBytes = toBinary(ExecutionSpecSchema, r.spec);
-  const hash = jobDigest(env, r, list, specBytes);
+  const hash = jobDigest(env, r, specBytes);
+  // A retry is answered before the targets are resolved again: they were resolved once.
+  const existing = st.jobs.get(r.jobId);
   if (existing) {
     if (existing.hash === hash) return reply(ctx, r.requestId, { ok: true, jobId: existing.id });
     return fail(coreError(Code.CONFLICT, `job id ${r.jobId} already used by a different request`));
   }
+  const list = resolveTargets(st, r);
+  if (!Array.isArray(list)) return fail(list);
   const conc = resolveRate(r.maxConcurrency, list.length, "concurrency");
   if (typeof conc !== "number") return fail(conc);
   const errs = resolveRate(r.maxErrors, list.length, "errors");
@@ -152,7 +169,7 @@ export function submitJob(st: ServerState, ctx: ServerCtx, r: SubmitJob, env: Se
     createdAt: ctx.wall,
     spec: r.spec,
     queueExpiry: r.queueExpiry ?? 0,
-    selector: "",
+    selector: r.selector ?? "",
     concurrencyText: r.maxConcurrency ?? "",
     maxConcurrency: conc,
     errorsText: r.maxErrors ?? "",

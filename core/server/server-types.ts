@@ -439,13 +439,16 @@ export type ControlRequest =
   | { op: "set_labels"; requestId: string; clientId: string; set: Labels; remove: string[] }
   /**
    * A job (jobs.ts): one command per target client. `clients`: explicit
-   * targets, in order; `maxConcurrency` / `maxErrors`: "N" or "P%" ("": no limit).
+   * targets, in order; or `selector`: every client whose labels match it,
+   * in client id order (one of the two); `maxConcurrency` / `maxErrors`:
+   * "N" or "P%" ("": no limit).
    */
   | {
       op: "submit_job";
       requestId: string;
       jobId: string;
       clients: string[];
+      selector?: string;
       spec: ExecutionSpec;
       /** Wall clock, as for submit; 0: each child's default. */
       queueExpiry?: number;

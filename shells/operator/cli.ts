@@ -130,13 +130,15 @@ const SUBS: Record<string, Sub> = {
        rvbox run CLIENT --shell [sh|bash] [flags] -- 'COMMAND LINE'
        rvbox run CLIENT --script FILE [--interpreter PATH] [flags] [-- SCRIPT-ARG...]
        rvbox run --clients A,B,C [--max-concurrency N|P%] [--max-errors N|P%] [flags] -- CMD [ARG...]
+       rvbox run -l SELECTOR [--max-concurrency N|P%] [--max-errors N|P%] [flags] -- CMD [ARG...]
 
 Submits a command for CLIENT and prints its id. With --follow, streams its
 output live (stdout to stdout, stderr to stderr, markers on stderr) and exits
 with the command's exit code (below).
 
-With --clients it submits a job: one command per client, started in the
-order given, and prints the job's id (rvbox job ID shows it). With --follow
+With --clients (or -l SELECTOR: every client whose labels match, in id
+order, resolved once at submit) it submits a job: one command per client,
+started in that order, and prints the job's id (rvbox job ID shows it). With --follow
 it streams every client's output line by line, each line prefixed by the
 client ("web-1: …"), then prints a per-client table and exits 1 if any
 client failed (or was not started), else 0.
@@ -159,6 +161,7 @@ client failed (or was not started), else 0.
   --json                  print the submitted command as JSON (without --follow);
                           for a job, one JSON record per client
   --clients A,B,C         a job over these clients (repeatable; unknown ids are refused, nothing runs)
+  -l, --selector SEL      a job over every client whose labels match SEL (as rvbox clients -l)
   --max-concurrency N|P%  job: at most N (or P% of the clients, rounded up) commands at once (default: all)
   --max-errors N|P%       job: once more than N (P%, rounded down) clients failed, start no more;
                           the rest end cancelled (default: no limit)
@@ -181,6 +184,7 @@ ${EXIT_CODE_HELP}`,
       "allow-unknown-client": { type: "boolean" },
       "cancel-on-interrupt": { type: "boolean" },
       clients: { type: "string", multiple: true },
+      selector: { type: "string", short: "l" },
       "max-concurrency": { type: "string" },
       "max-errors": { type: "string" },
     },
@@ -1035,8 +1039,8 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
 }
 
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
-  if (p.flags.has("clients")) return cmdRunJob(ctx, p, outputMode(p) === "json");
-  for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients (a job)`);
+  if (p.flags.has("clients") || p.flags.has("selector")) return cmdRunJob(ctx, p, outputMode(p) === "json");
+  for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients or -l (a job)`);
   const req = buildSubmit(p);
   const follow = bool(p, "follow");
   let r: Awaited<ReturnType<ControlClient["submitCommand"]>>;

@@ -56,7 +56,7 @@ export function clientList(p: Parsed): string[] {
   return ids;
 }
 
-/** SubmitJob from `rvbox run --clients …` (the flags a job takes; script and stdin flags do not apply). */
+/** SubmitJob from `rvbox run --clients …` or `rvbox run -l SELECTOR …` (script and stdin flags do not apply). */
 export function buildJob(p: Parsed, now = Date.now()): SubmitJobInit {
   if (p.positionals.length > 0 && p.rest !== null)
     throw new UsageError(`unexpected ${JSON.stringify(p.positionals[0])} before \`--\` (with --clients, no CLIENT)`);
@@ -73,8 +73,11 @@ export function buildJob(p: Parsed, now = Date.now()): SubmitJobInit {
     if (words[0] === "") throw new UsageError("the command name is empty");
     program = { case: "argv", value: { argv: words } };
   }
+  const selector = str(p, "selector");
+  if (selector !== undefined && p.flags.has("clients")) throw new UsageError("--clients and -l/--selector do not go together");
+  if (selector !== undefined && selector.trim() === "") throw new UsageError("-l/--selector: expected a selector like role=web");
   const req: SubmitJobInit = {
-    clientIds: clientList(p),
+    ...(selector !== undefined ? { selector, clientIds: [] } : { clientIds: clientList(p) }),
     program,
     cwd: str(p, "cwd") ?? "",
     environment: list(p, "env").map(parseEnv),

@@ -230,7 +230,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
   return {
     async submitJob(req) {
-      if (req.clientIds.length === 0) throw invalid("client_ids: at least one target is required");
+      if (req.clientIds.length === 0 && req.selector === "") throw invalid("client_ids or selector: at least one target is required");
       let program: ExecutionSpec["program"];
       switch (req.program.case) {
         case "argv":
@@ -255,6 +255,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         requestId: requestId(req.requestId, "submit-job"),
         jobId,
         clients: req.clientIds,
+        ...(req.selector !== "" ? { selector: req.selector } : {}),
         spec,
         queueExpiry: req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0,
         maxConcurrency: req.maxConcurrency,

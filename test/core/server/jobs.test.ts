@@ -171,6 +171,30 @@ describe("jobs", () => {
     expect(new Set(j.children.map((c) => c.uuid)).size).toBe(5);
   });
 
+  it("-l: a selector is resolved once at submit to the matching clients in id order; later label changes move nothing; a retry is the same job", () => {
+    const r = new ServerRig();
+    fleet(r, ["web-2", "db-1", "web-1", "web-3"]);
+    const label = (clientId: string, role: string) =>
+      r.control({ op: "set_labels", requestId: `l-${clientId}-${role}-${r.now}`, clientId, set: { role }, remove: [] });
+    for (const id of ["web-2", "web-1", "web-3"]) label(id, "web");
+    label("db-1", "db");
+    expect(job(r, "jw", [], { selector: "role=web", maxConcurrency: "1" })).toEqual({ ok: true, jobId: "jw" });
+    const j = r.st.jobs.get("jw")!;
+    expect(j.selector).toBe("role=web");
+    expect(j.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
+    label("db-1", "web");
+    label("web-3", "db");
+    expect(job(r, "jw", [], { selector: "role=web", maxConcurrency: "1" })).toEqual({ ok: true, jobId: "jw" });
+    expect(r.st.jobs.get("jw")!.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
+    expect(job(r, "jn", [], { selector: "role=cache" })).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no client matches role=cache; nothing was created" },
+    });
+    expect(job(r, "jb", ["web-1"], { selector: "role=web" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(job(r, "je", [], { selector: "role=" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(r.st.jobs.size).toBe(1);
+  });
+
   it("readers see a job's committed view: a child start is shown only once durable", () => {
     const r = new ServerRig();
     const conns = fleet(r, ["a", "b"]);

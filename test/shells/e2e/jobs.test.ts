@@ -56,7 +56,7 @@ describe("e2e: jobs", () => {
     await cleanupTemp();
   });
 
-  it("run --clients over 6 agents, --max-concurrency 2 --max-errors 1, two clients fail: start order, stop point, prefixed output, exit 1", async () => {
+  it("run --clients over 6 agents, --max-concurrency 2 --max-errors 1, two clients fail: start order, stop point, prefixed output, exit 1; run -l", async () => {
     const work = await tempDir("rvbox-jobs-");
     const s = await startServer();
     const { agents, dirs } = await fleet(s.url, work);
@@ -123,6 +123,14 @@ describe("e2e: jobs", () => {
       expect(bad.code).toBe(66);
       expect(bad.stderr).toContain("no client wbe-2 has registered with this server; did you mean web-2");
       expect((await s.client.listJobs({})).jobs.map((x) => x.jobId)).toEqual(["job-e2e"]);
+      // -l: the clients whose labels match, in id order.
+      for (const id of ["web-6", "web-5"]) await s.client.setClientLabels({ clientId: id, set: { role: "db" } });
+      const sel = await cli(["run", "-l", "role=db", "--follow", "--id", "job-sel", "--", "echo", "hi"], {
+        env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") },
+      });
+      expect(sel.code, sel.stderr).toBe(0);
+      expect(sel.stdout.split("\n").sort()).toEqual(["", "web-5: hi", "web-6: hi"]);
+      expect((await s.client.getJob({ jobId: "job-sel" })).job!.children.map((c) => c.clientId)).toEqual(["web-5", "web-6"]);
     } finally {
       for (const a of agents) await a.close({ killProcesses: true });
       await s.close();
