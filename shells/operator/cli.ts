@@ -675,7 +675,10 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
     if (e instanceof OutputClosedError) return EXIT.OUTPUT_CLOSED; // `| head`: end quietly
     if (e instanceof UsageError) {
       const hint =
-        name === "run" && e.message.startsWith("unknown flag") && !e.message.includes("did you mean")
+        name === "run" &&
+        ((e.message.startsWith("unknown flag") && !e.message.includes("did you mean")) ||
+          // `rvbox run web-1 ls -l`: the command's own -l met run's -l (a job's selector).
+          (/^--\S+ needs a value$/.test(e.message) && !rest.includes("--")))
           ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)"
           : "";
       err(`rvbox ${name}: ${e.message}${hint}`);

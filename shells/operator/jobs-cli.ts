@@ -58,11 +58,18 @@ export function clientList(p: Parsed): string[] {
 
 /** SubmitJob from `rvbox run --clients …` or `rvbox run -l SELECTOR …` (script and stdin flags do not apply). */
 export function buildJob(p: Parsed, now = Date.now()): SubmitJobInit {
-  if (p.positionals.length > 0 && p.rest !== null)
-    throw new UsageError(`unexpected ${JSON.stringify(p.positionals[0])} before \`--\` (with --clients, no CLIENT)`);
+  // A job's command always follows `--`: `rvbox run web-1 ls -l /tmp` must not become a job over -l /tmp.
+  if (p.rest === null)
+    throw new UsageError(
+      p.positionals.length > 0
+        ? `${p.flags.has("selector") ? "-l/--selector" : "--clients"} makes this a job; put the command after \`--\` (rvbox run CLIENT -- CMD ARG... for one client, rvbox run --clients A,B -- CMD ARG... for a job)`
+        : "expected a command after `--`: rvbox run --clients A,B -- CMD [ARG...]",
+    );
+  if (p.positionals.length > 0)
+    throw new UsageError(`unexpected ${JSON.stringify(p.positionals[0])} before \`--\` (a job names its clients with --clients or -l, not CLIENT)`);
   for (const f of ["script", "interpreter", "stdin", "open-stdin", "allow-unknown-client", "cancel-on-interrupt"])
     if (p.flags.has(f)) throw new UsageError(`--${f} does not apply to a job (--clients)`);
-  const words = p.rest ?? p.positionals;
+  const words = p.rest;
   if (words.length === 0) throw new UsageError("expected a command: rvbox run --clients A,B -- CMD [ARG...]");
   const shell = str(p, "shell");
   let program: SubmitJobInit["program"];
