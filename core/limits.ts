@@ -97,8 +97,21 @@ export const SERVER_OUTPUT_PER_CLIENT_BYTES = 4096 * MiB;
 export const SERVER_SEGMENT_BYTES = 4 * MiB;
 /** Encoded bytes the server holds received but not yet durable, per session. */
 export const SERVER_INGRESS_HIGH_WATERMARK_BYTES = 16 * MiB;
-/** Stdin bytes the server keeps in flight (sent, not acknowledged) per command. */
-export const SERVER_STDIN_WINDOW_BYTES = 256 * KiB;
+/**
+ * Stdin bytes the server keeps in flight (sent, not acknowledged) per command.
+ * As large as the agent's AGENT_STDIN_PENDING_BYTES and no larger: the agent
+ * holds what is in flight until it reaches the child, and refuses more (the
+ * server counts each write one byte larger than the agent does). Each window
+ * costs a round trip of durable commits on both sides (the write, its
+ * sequenced acknowledgement, R-S1), so this sets `rvbox run -i` throughput.
+ */
+export const SERVER_STDIN_WINDOW_BYTES = 1 * MiB;
+/**
+ * Bytes one operator stdin write (the control API's WriteStdin) may carry.
+ * The server splits it into StdinWrites of at most MAX_CHUNK_BYTES, one
+ * write_seq each, so a writer moves up to this much per durable round trip.
+ */
+export const CONTROL_STDIN_WRITE_BYTES = 1 * MiB;
 /** Stdin bytes waiting at the server per command. */
 export const SERVER_STDIN_QUEUE_BYTES = 4 * MiB;
 

@@ -15,6 +15,7 @@
 //                (a) 64 MiB of log text to the operator's stdout, live (`run --follow -- cat`)
 //                (b) the same read back once finished (`logs ID`), both byte-exact (SHA-256)
 //                (c) `run --follow -- true` from the shell to exit  vs  `ssh host true`
+//                (d) `run -i --follow -- sha256sum < file`  vs  `ssh host sha256sum < file`
 //   soak         (only with --only=soak) both daemons' RSS over many short commands
 //
 // Flags: --only=a,b  --quick (smaller sizes, for a smoke run)
@@ -28,7 +29,7 @@
 // Internal roles (spawned by the bench itself): --fleet, --idle.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { appendFileSync, createWriteStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, closeSync, createWriteStream, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
@@ -460,10 +461,16 @@ async function benchRetention(env: Env): Promise<void> {
 }
 
 /** Runs argv to exit; stdout hashed (and counted), never buffered whole. */
-function timedRun(argv: string[], env?: NodeJS.ProcessEnv): Promise<{ secs: number; code: number | null; bytes: number; sha: string; stderr: string }> {
+function timedRun(
+  argv: string[],
+  env?: NodeJS.ProcessEnv,
+  stdinFile?: string,
+): Promise<{ secs: number; code: number | null; bytes: number; sha: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
-    const p = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: env ?? process.env });
+    const stdin = stdinFile === undefined ? "ignore" : openSync(stdinFile, "r");
+    const p = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: [stdin, "pipe", "pipe"], env: env ?? process.env });
+    if (typeof stdin === "number") closeSync(stdin);
     const h = createHash("sha256");
     let bytes = 0;
     let err = "";
@@ -560,6 +567,25 @@ async function benchSsh(env: Env): Promise<void> {
     }
     report(
       `ssh(c): rvbox run --follow -- true, shell to exit: p50 ${med(rt).toFixed(0)} ms (min ${Math.min(...rt).toFixed(0)}, n=${rt.length}) | baseline ssh host true p50 ${med(st).toFixed(0)} ms (min ${Math.min(...st).toFixed(0)}) | ratio ${(med(rt) / med(st)).toFixed(3)}x (target <= 0.5x)`,
+    );
+    // (d) The same file into a command's stdin: `rvbox run -i -- sha256sum < file` against `ssh host sha256sum < file`.
+    const inR: number[] = [];
+    const inS: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      const s = await timedRun([...sshd.ssh, "--", "sha256sum"], undefined, file);
+      const r = await timedRun(rvbox("run", "ssh-agent", "-i", "--follow", "--", "sha256sum"), cliEnv, file);
+      // Both must print the file's own digest: every byte arrived, in order.
+      const line = createHash("sha256").update(`${want}  -\n`).digest("hex");
+      for (const [who, x] of [
+        ["ssh", s],
+        ["rvbox", r],
+      ] as const)
+        if (x.code !== 0 || x.sha !== line) throw new Error(`stdin: ${who} exited ${x.code} without the file's digest: ${x.stderr}`);
+      inS.push(s.secs);
+      inR.push(r.secs);
+    }
+    report(
+      `ssh(d): rvbox run -i --follow -- sha256sum < ${mb} MiB file: ${(mb / med(inR)).toFixed(1)} MiB/s (median of ${rounds}: ${inR.map((x) => x.toFixed(2)).join(", ")} s) | baseline ssh host sha256sum < file ${(mb / med(inS)).toFixed(1)} MiB/s (${inS.map((x) => x.toFixed(2)).join(", ")} s) | ratio ${(med(inS) / med(inR)).toFixed(3)}x`,
     );
   } finally {
     agent.kill("SIGTERM");

@@ -57,6 +57,7 @@ import { parseEventKey, rowOf, rowsOf, type CommandRow, type EventRow, type Prun
 import { followCoverageOf, type RetentionSpan } from "./follow-oracle.js";
 import type { World } from "./world.js";
 import type { ControlRequest, ControlResult } from "../core/server/server-types.js";
+import { MAX_CHUNK_BYTES } from "../core/limits.js";
 import { bytesEqual, concatBytes } from "../core/bytes.js";
 import type { PayloadCase } from "../core/codec/frame-codec.js";
 import { ENVELOPES, isReconcileGatedWork, isSentBy, type Lane, type Sender } from "../core/protocol/envelopes.js";
@@ -601,11 +602,20 @@ export class Oracles implements ExecObserver {
     l.push({ lineage: host.lineage, info });
   }
 
-  /** What operators asked to write to a command's stdin, in request order. */
+  /**
+   * What operators asked to write to a command's stdin, in request order, as
+   * the writes that must reach the process: the control API stores a request
+   * over MAX_CHUNK_BYTES as consecutive pieces of at most that size, with the
+   * newline (if asked for) after the last (control.proto, WriteStdinRequest).
+   */
   stdinRequested(uuid: string, data: Uint8Array, appendNewline: boolean): void {
     let l = this.stdinReqs.get(uuid);
     if (!l) this.stdinReqs.set(uuid, (l = []));
-    l.push(appendNewline ? concatBytes([data, new Uint8Array([10])]) : data);
+    const pieces = Math.max(1, Math.ceil(data.length / MAX_CHUNK_BYTES));
+    for (let i = 0; i < pieces; i++) {
+      const piece = data.subarray(i * MAX_CHUNK_BYTES, Math.min(data.length, (i + 1) * MAX_CHUNK_BYTES));
+      l.push(appendNewline && i === pieces - 1 ? concatBytes([piece, new Uint8Array([10])]) : piece);
+    }
   }
 
   /** R-S1: a process reads each write once, in request order, byte for byte. */

@@ -8,7 +8,7 @@ import { canTransition, isTerminal } from "../dispatch/lifecycle.js";
 import { assert } from "../errors.js";
 import { MAX_REQUEST_IDS_PER_COMMAND } from "../limits.js";
 import type { CommittedView, ConnState, ServerCommand, ServerDeferred, ServerState } from "./server-types.js";
-import { commandRecord, scriptDelete } from "./store.js";
+import { commandRecord, scriptDelete, stdinRowsDelete } from "./store.js";
 import { noteEnded } from "./history.js";
 import type { ServerCtx } from "./io.js";
 import { recharge } from "./metadata.js";
@@ -85,6 +85,7 @@ export function setState(
     if (reason) c.reason = reason;
     c.script = null;
     ctx.persist(scriptDelete(c.uuid));
+    if (c.stdin.queue.some((o) => o.seq > c.stdin.inlineThrough)) ctx.persist(stdinRowsDelete(c.uuid));
     c.stdin.queue = [];
     c.stdin.queuedBytes = 0;
     c.signals = [];

@@ -24,6 +24,7 @@ import { persistCommand, setState } from "./commands.js";
 import { prunedFor } from "./history.js";
 import { type Fail, type ServerCtx, closeConn, sendAck } from "./io.js";
 import { addToSegments } from "./retention.js";
+import { releaseStdin } from "./stdin.js";
 
 const streamName = (s: OutputStream): StreamName | null => (s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : null);
 
@@ -152,13 +153,7 @@ export function handleCommandEvent(
     case "stdinAck": {
       const ws = safeNumber(e.value.writeSeq);
       if (ws === null || ws >= c.stdin.nextSeq) return fail(Code.SEQUENCE_VIOLATION, `stdin ack for write ${e.value.writeSeq} never sent`, true);
-      if (ws > c.stdin.ackedThrough) {
-        c.stdin.ackedThrough = ws;
-        while (c.stdin.queue.length > 0 && c.stdin.queue[0]!.seq <= ws) {
-          const op = c.stdin.queue.shift()!;
-          c.stdin.queuedBytes -= op.data.length;
-        }
-      }
+      releaseStdin(ctx, c, ws);
       record = { ...base, kind: "stdin_ack", writeSeq: ws, closed: e.value.closed, failure: e.value.failure };
       break;
     }

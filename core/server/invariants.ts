@@ -63,7 +63,13 @@ export function serverCommandInvariants(st: ServerState): void {
     assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);
     assert(c.stdin.ackedThrough < c.stdin.nextSeq, `${uuid}: stdin acked beyond assigned`);
     let q = 0;
-    for (const op of c.stdin.queue) q += op.data.length;
+    let prev = c.stdin.ackedThrough;
+    for (const op of c.stdin.queue) {
+      assert(op.seq > prev && op.seq < c.stdin.nextSeq, `${uuid}: stdin queue out of order or outside (acked, next)`);
+      prev = op.seq;
+      q += op.data.length;
+    }
+    assert(c.stdin.inlineThrough < c.stdin.nextSeq, `${uuid}: inline stdin writes beyond the assigned ones`);
     assert(q === c.stdin.queuedBytes && q <= st.config.limits.stdinQueue, `${uuid}: stdin queue accounting`);
     let seg = 0;
     for (const s of c.segments) seg += s.bytes;

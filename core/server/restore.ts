@@ -7,7 +7,7 @@ import * as LIM from "../limits.js";
 import { SERVER_RECENT_DIGESTS } from "../limits.js";
 import { rngFromSeed } from "../rng.js";
 import { newGate } from "../step-context.js";
-import type { ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
+import type { ServerCommand, ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
 import { type ScriptRow, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
 import { restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
@@ -95,6 +95,15 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
     if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
     recharge(st, c);
   }
+  // Stdin writes taken but not yet acknowledged, in seq order (keys sort so; the record's inline ones are older).
+  const withRows = new Set<ServerCommand>();
+  for (const [key, op] of rowsOf(tables, "stdin")) {
+    const c = st.commands.get(key.slice(0, key.lastIndexOf("/")));
+    if (!c || isTerminal(c.state) || op.seq <= c.stdin.ackedThrough) continue;
+    c.stdin.queue.push({ ...op });
+    withRows.add(c);
+  }
+  for (const c of withRows) c.stdin.queue.sort((a, b) => a.seq - b.seq);
   restoreHistory(st, rowsOf(tables, "pruned"));
   // Digests of the most recent stored events, for resend checks after a restart.
   for (const [key, e] of rowsOf(tables, "event")) {

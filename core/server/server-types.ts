@@ -119,7 +119,21 @@ export interface ServerCommand {
   signalName: string;
   reason: string;
   /** Stdin writes: assigned seqs, acknowledged through, queued ops. */
-  stdin: { nextSeq: number; ackedThrough: number; sentThrough: number; queue: StdinOp[]; queuedBytes: number; closeRequested: boolean };
+  /**
+   * Stdin writes (R-S1). Each write taken since stdin rows exist is stored as
+   * its own `stdin` row, written once and deleted when acknowledged; writes
+   * through `inlineThrough` came from a record written before that (its
+   * queue held their bytes) and stay in the record until acknowledged.
+   */
+  stdin: {
+    nextSeq: number;
+    ackedThrough: number;
+    sentThrough: number;
+    queue: StdinOp[];
+    queuedBytes: number;
+    closeRequested: boolean;
+    inlineThrough: number;
+  };
   signals: PendingSignal[];
   /** Script upload progress acknowledged by the agent, and sent up to. */
   scriptAcked: number;
@@ -424,7 +438,7 @@ export type ControlRequest =
       /** Queue it for a client id the server does not know (never registered, or forgotten). */
       allowUnknownClient?: boolean;
     }
-  | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean }
+  | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean; afterRequestId?: string }
   | { op: "close_stdin"; requestId: string; uuid: string }
   | { op: "signal"; requestId: string; uuid: string; signal: SignalKind }
   /** `instanceNotYetSeen`: an instance that is neither the pending claimant nor the replaced one. */

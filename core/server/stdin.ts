@@ -7,13 +7,21 @@ import { CloseStdinSchema, StdinWriteSchema } from "../../protos/gen/rvbox/v1/ag
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { Code } from "../errors.js";
-import { MAX_CHUNK_BYTES, STDIN_WRITES_IN_FLIGHT } from "../limits.js";
+import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES, STDIN_WRITES_IN_FLIGHT } from "../limits.js";
 import type { ConnState, ControlRequest, ServerCommand, ServerState } from "./server-types.js";
 import { persistCommand, remember } from "./commands.js";
 import { missingMessage } from "./history.js";
 import { type ServerCtx, reply, replyError, send } from "./io.js";
+import { stdinDelete, stdinRecord } from "./store.js";
 
-/** R-S1: a stdin write or close takes the next write_seq, durably, before it may be sent. */
+/** The write_seqs an operator write of `bytes` takes: one per MAX_CHUNK_BYTES, at least one. */
+export const stdinPieces = (bytes: number): number => Math.max(1, Math.ceil(bytes / MAX_CHUNK_BYTES));
+
+/**
+ * R-S1: a stdin write or close takes the next write_seq (a write larger than
+ * MAX_CHUNK_BYTES the next several), durably, before it may be sent. The
+ * reply names the last write_seq it took.
+ */
 export function controlStdin(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "stdin" | "close_stdin" }>): void {
   const c = st.commands.get(r.uuid);
   if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, missingMessage(st, r.uuid), r.uuid);
@@ -23,16 +31,55 @@ export function controlStdin(st: ServerState, ctx: ServerCtx, r: Extract<Control
   if (!c.spec.stdinOpen) return replyError(ctx, r.requestId, Code.VALIDATION, "the command was submitted without open stdin", r.uuid);
   if (c.stdin.closeRequested) return replyError(ctx, r.requestId, Code.VALIDATION, "stdin is already closed", r.uuid);
   const data = r.op === "stdin" ? r.data : new Uint8Array(0);
-  if (data.length > MAX_CHUNK_BYTES) return replyError(ctx, r.requestId, Code.PAYLOAD_TOO_LARGE, `stdin writes are at most ${MAX_CHUNK_BYTES} bytes`, r.uuid);
+  if (data.length > CONTROL_STDIN_WRITE_BYTES)
+    return replyError(ctx, r.requestId, Code.PAYLOAD_TOO_LARGE, `stdin writes are at most ${CONTROL_STDIN_WRITE_BYTES} bytes`, r.uuid);
   if (c.stdin.queuedBytes + data.length > st.config.limits.stdinQueue)
     return replyError(ctx, r.requestId, Code.CAPACITY, "stdin queue for this command is full; retry later", r.uuid);
-  const seq = c.stdin.nextSeq++;
-  c.stdin.queue.push({ seq, data, appendNewline: r.op === "stdin" && r.appendNewline, close: r.op === "close_stdin", requestId: r.requestId });
-  c.stdin.queuedBytes += data.length;
+  // A write chained to one that is not the last taken: it arrived ahead of its predecessor (the
+  // writer resends it once that one is in), or another writer's write came in between.
+  if (r.op === "stdin" && r.afterRequestId !== undefined && c.requests[r.afterRequestId] !== c.stdin.nextSeq - 1)
+    return replyError(
+      ctx,
+      r.requestId,
+      Code.SEQUENCE_VIOLATION,
+      `stdin write chained to request ${r.afterRequestId}, which is not the write taken last; resend it in order`,
+      r.uuid,
+    );
+  // One write_seq per MAX_CHUNK_BYTES of data (the agent protocol's bound; one for an empty
+  // write or the close); the newline, if asked for, follows the last piece.
+  const pieces = stdinPieces(data.length);
+  let seq = 0;
+  for (let i = 0; i < pieces; i++) {
+    seq = c.stdin.nextSeq++;
+    const last = i === pieces - 1;
+    const op = {
+      seq,
+      data: pieces === 1 ? data : data.subarray(i * MAX_CHUNK_BYTES, Math.min(data.length, (i + 1) * MAX_CHUNK_BYTES)),
+      appendNewline: last && r.op === "stdin" && r.appendNewline,
+      close: r.op === "close_stdin",
+      requestId: r.requestId,
+    };
+    c.stdin.queue.push(op);
+    c.stdin.queuedBytes += op.data.length;
+    // The bytes in a row of their own, written once: the command record (rewritten with every
+    // event) holds only the counters, so its size does not grow with what is queued.
+    ctx.persist(stdinRecord(c.uuid, op));
+  }
   if (r.op === "close_stdin") c.stdin.closeRequested = true;
   remember(c, r.requestId, seq);
   persistCommand(st, ctx, c);
   return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, writeSeq: seq });
+}
+
+/** The agent acknowledged stdin writes through `through`: they leave the queue, and their rows go. */
+export function releaseStdin(ctx: ServerCtx, c: ServerCommand, through: number): void {
+  if (through <= c.stdin.ackedThrough) return;
+  c.stdin.ackedThrough = through;
+  while (c.stdin.queue.length > 0 && c.stdin.queue[0]!.seq <= through) {
+    const op = c.stdin.queue.shift()!;
+    c.stdin.queuedBytes -= op.data.length;
+    if (op.seq > c.stdin.inlineThrough) ctx.persist(stdinDelete(c.uuid, op.seq));
+  }
 }
 
 export function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {

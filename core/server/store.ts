@@ -10,6 +10,7 @@
 //   command        uuid                CommandRow
 //   event          eventKey(uuid, seq) EventRow (one per stored event)
 //   script         uuid                ScriptRow (until the upload completes)
+//   stdin          stdinKey(uuid, seq) StdinRow (a taken write or close, until acknowledged)
 //   retention      uuid                RetentionRow (one cumulative marker)
 //   pruned         uuid                PrunedRow
 //   reconcile      clientId            ReconcileRow (the last result)
@@ -27,7 +28,7 @@ import { type CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvb
 import { isTerminal } from "../dispatch/lifecycle.js";
 import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";
-import type { ClientRecord, Incident, IncidentDrops, Labels, PrunedCommand, RetentionMarker, ServerCommand, ServerJob } from "./server-types.js";
+import type { ClientRecord, Incident, IncidentDrops, Labels, PrunedCommand, RetentionMarker, ServerCommand, ServerJob, StdinOp } from "./server-types.js";
 
 /** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
 export interface ServerTables {
@@ -53,6 +54,11 @@ export function parseEventKey(key: string): { uuid: string; seq: number } | null
   return Number.isInteger(seq) ? { uuid: key.slice(0, i), seq } : null;
 }
 
+/** Key of stdin write `seq` of command `uuid` in table `stdin` (sorts in seq order, like event keys). */
+export const stdinKey = (uuid: string, seq: number): string => `${uuid}/${padSeq(seq)}`;
+/** Every stdin key of `uuid` starts with this. */
+export const stdinPrefix = (uuid: string): string => `${uuid}/`;
+
 /** Key (and id) of the n-th incident. */
 export const incidentKey = (n: number): string => `inc-${n}`;
 
@@ -75,7 +81,16 @@ export type ClientRow = Omit<ClientRecord, "draining" | "labels"> & { draining?:
 type Unstored = "script" | "committed" | "charged";
 /** Fields that records written by older servers may lack (restore fills them in). */
 type Legacy = "endedAt" | "startedTime" | "endedTime" | "specBytes" | "rowEvents";
-export type CommandRow = Omit<ServerCommand, Unstored | Legacy> & Partial<Pick<ServerCommand, Legacy>>;
+/**
+ * `stdin.queue` holds only writes through `inlineThrough` (taken before stdin
+ * rows existed; records of older servers hold every queued write there), and
+ * `inlineThrough` itself is not stored: restore derives it from that queue.
+ */
+export type CommandRow = Omit<ServerCommand, Unstored | Legacy | "stdin"> &
+  Partial<Pick<ServerCommand, Legacy>> & { stdin: Omit<ServerCommand["stdin"], "inlineThrough"> };
+
+/** Row of `stdin`: one taken write (or the close), until the agent acknowledges it. */
+export type StdinRow = StdinOp;
 
 export interface ScriptRow {
   data: Uint8Array;
@@ -188,6 +203,7 @@ export interface ServerRows {
   command: CommandRow;
   event: EventRow | EventDigestRow;
   script: ScriptRow;
+  stdin: StdinRow;
   retention: RetentionRow;
   pruned: PrunedRow;
   reconcile: ReconcileRow;
@@ -265,6 +281,11 @@ export const eventRecord = (uuid: string, row: EventRow): Rec<"event"> => ({ tab
 
 /** Deletes every stored event of `uuid`. */
 export const eventsDelete = (uuid: string): Rec<"event"> & { prefix: true } => ({ table: "event", key: eventPrefix(uuid), value: null, prefix: true });
+
+export const stdinRecord = (uuid: string, op: StdinOp): Rec<"stdin"> => ({ table: "stdin", key: stdinKey(uuid, op.seq), value: { ...op } });
+export const stdinDelete = (uuid: string, seq: number): Rec<"stdin"> => ({ table: "stdin", key: stdinKey(uuid, seq), value: null });
+/** Deletes every stdin row of `uuid`. */
+export const stdinRowsDelete = (uuid: string): Rec<"stdin"> & { prefix: true } => ({ table: "stdin", key: stdinPrefix(uuid), value: null, prefix: true });
 
 export const scriptRecord = (uuid: string, data: Uint8Array): Rec<"script"> => ({ table: "script", key: uuid, value: { data } });
 export const scriptDelete = (uuid: string): Rec<"script"> => ({ table: "script", key: uuid, value: null });
@@ -360,9 +381,21 @@ export const COMMAND_FIELDS: CommandFields = {
   exitCode: { save: (c) => c.exitCode, load: (r) => r.exitCode },
   signalName: { save: (c) => c.signalName, load: (r) => r.signalName },
   reason: { save: (c) => c.reason, load: (r) => r.reason },
+  // Only the writes through inlineThrough are in the record; the rest are `stdin` rows, which
+  // restoreCommands adds to the queue.
   stdin: {
-    save: (c) => ({ ...c.stdin, queue: c.stdin.queue.map((o) => ({ ...o })), sentThrough: c.stdin.ackedThrough }),
-    load: (r) => ({ ...r.stdin, queue: r.stdin.queue.map((o) => ({ ...o })), sentThrough: r.stdin.ackedThrough }),
+    save: (c) => {
+      const { inlineThrough, ...rest } = c.stdin;
+      const inline: StdinOp[] = [];
+      for (const o of c.stdin.queue) if (o.seq <= inlineThrough) inline.push({ ...o });
+      return { ...rest, queue: inline, sentThrough: c.stdin.ackedThrough };
+    },
+    load: (r) => ({
+      ...r.stdin,
+      queue: r.stdin.queue.map((o) => ({ ...o })),
+      sentThrough: r.stdin.ackedThrough,
+      inlineThrough: r.stdin.queue.reduce((m, o) => Math.max(m, o.seq), 0),
+    }),
   },
   signals: { save: (c) => c.signals.map((s) => ({ ...s, sentOn: 0 })), load: (r) => r.signals.map((s) => ({ ...s })) },
   scriptAcked: { save: (c) => c.scriptAcked, load: (r) => r.scriptAcked },

@@ -150,7 +150,7 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     exitCode: null,
     signalName: "",
     reason: "",
-    stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false },
+    stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false, inlineThrough: 0 },
     signals: [],
     scriptAcked: 0,
     scriptSent: 0,

@@ -24,12 +24,14 @@ import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type 
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdJob, cmdJobs, cmdRunJob } from "./jobs-cli.js";
+import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
 import { MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_LABELS_PER_CLIENT, formatLabels, parseLabelEdits, parseSelector } from "../../core/index.js";
 import {
   claimInfo,
   commandInfo,
+  isTerminalState,
   durationText,
   incidentInfo,
   lifecycleEnum,
@@ -62,10 +64,6 @@ export interface TuiLaunch {
 }
 
 export const DEFAULT_SERVER = "http://127.0.0.1:7401";
-/** The control API takes at most 64 KiB per stdin write. */
-export const STDIN_PIECE = 64 * 1024;
-/** Bytes of this CLI's stdin read but not yet written before it stops reading. */
-export const STDIN_BUFFER_MAX = 1024 * 1024;
 
 const COMMON: FlagSpecs = {
   server: { type: "string" },
@@ -976,69 +974,32 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
   return req;
 }
 
-/**
- * Stream the CLI's stdin to a command as it arrives: each read becomes a
- * write at once (an interactive `sh` answers each line), and reads that
- * arrive while a write is in flight are batched into the next one, up to
- * STDIN_PIECE per write. At most STDIN_BUFFER_MAX bytes wait here; beyond
- * that the reading pauses (backpressure to whatever feeds this CLI). EOF
- * closes the command's stdin.
- */
+/** `run -i`: this CLI's stdin into the command's (shells/operator/stdin-pump.ts). */
 async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<void> {
-  const waiting: Buffer[] = [];
-  let waitingBytes = 0;
-  let eof = false;
-  let readErr: unknown = null;
-  let wakeWriter: (() => void) | null = null;
-  let wakeReader: (() => void) | null = null;
-  const poke = (f: (() => void) | null) => f?.();
-  const reader = (async () => {
-    try {
-      for await (const chunk of ctx.io.stdin as AsyncIterable<Buffer | string>) {
-        if (signal.aborted) return;
-        const b = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
-        if (b.length === 0) continue;
-        waiting.push(b);
-        waitingBytes += b.length;
-        poke(wakeWriter);
-        while (waitingBytes >= STDIN_BUFFER_MAX && !signal.aborted) await new Promise<void>((r) => (wakeReader = r));
-      }
-    } catch (e) {
-      readErr = e;
-    } finally {
-      eof = true;
-      poke(wakeWriter);
-    }
-  })();
-  const send = async (data: Uint8Array): Promise<void> => {
-    const requestId = randomUUID();
-    await callIdempotent(ctx, `stdin of ${uuid}`, (c) => c.writeStdin({ issueUuid: uuid, data, appendNewline: false, requestId }, { signal }));
-  };
+  const c = timed(ctx);
+  let st: PumpStats;
   try {
-    for (;;) {
-      if (signal.aborted) return;
-      if (waitingBytes === 0) {
-        if (eof) break;
-        await new Promise<void>((r) => (wakeWriter = r));
-        wakeWriter = null;
-        continue;
-      }
-      // Everything that arrived while the last write was in flight, up to one piece.
-      const all = Buffer.concat(waiting);
-      const piece = all.subarray(0, STDIN_PIECE);
-      waiting.length = 0;
-      if (all.length > piece.length) waiting.push(all.subarray(piece.length));
-      waitingBytes = all.length - piece.length;
-      poke(wakeReader);
-      await send(piece);
-    }
-  } finally {
-    poke(wakeReader); // a reader held back by a full buffer goes on (and ends at EOF)
+    st = await pumpStdinInto(
+      ctx.io.stdin as AsyncIterable<Buffer | string>,
+      {
+        write: (data, requestId, after) => c.writeStdin({ issueUuid: uuid, data, appendNewline: false, requestId, afterRequestId: after ?? "" }, { signal }),
+        close: (requestId) => callIdempotent(ctx, `stdin of ${uuid}`, (k) => k.closeStdin({ issueUuid: uuid, requestId }, { signal })),
+        // The refusal comes from the server's working state; the view it serves follows once
+        // the end is durable, so look a few times before calling the refusal an error.
+        ended: async () => {
+          for (let i = 0; i < 10; i++) {
+            if (isTerminalState(commandInfo((await c.getCommand({ issueUuid: uuid })).command!).state)) return true;
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          return false;
+        },
+      },
+      signal,
+    );
+  } catch (e) {
+    throw describeError(e, { server: ctx.server, what: `stdin of ${uuid}` });
   }
-  if (readErr) throw readErr;
-  await reader;
-  const requestId = randomUUID();
-  await callIdempotent(ctx, `stdin of ${uuid}`, (c) => c.closeStdin({ issueUuid: uuid, requestId }, { signal }));
+  if (ctx.io.env.RVBOX_STDIN_STATS) ctx.err(`rvbox: stdin: ${JSON.stringify(st)}`);
 }
 
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {

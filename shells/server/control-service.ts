@@ -74,6 +74,8 @@ const CODE_MAP: Partial<Record<Code, ConnectCode>> = {
   [Code.ALREADY_EXECUTED]: ConnectCode.AlreadyExists,
   [Code.UNAUTHENTICATED]: ConnectCode.Unauthenticated,
   [Code.UNSUPPORTED_PLATFORM]: ConnectCode.FailedPrecondition,
+  // A chained stdin write ahead of its predecessor: the writer resends it in order.
+  [Code.SEQUENCE_VIOLATION]: ConnectCode.Aborted,
 };
 
 export function toConnectError(e: CoreError, connectCode?: ConnectCode): ConnectError {
@@ -374,8 +376,9 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         uuid: req.issueUuid,
         data: req.data,
         appendNewline: req.appendNewline,
+        ...(req.afterRequestId !== "" ? { afterRequestId: req.afterRequestId } : {}),
       });
-      return { writeSeq: BigInt(r.writeSeq ?? 0) };
+      return { writeSeq: BigInt(r.writeSeq ?? 0), afterChecked: req.afterRequestId !== "" };
     },
 
     async closeStdin(req) {

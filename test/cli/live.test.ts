@@ -1,7 +1,7 @@
 // The operator CLI against a REAL server and agent on loopback (in-process
 // daemons, the CLI in-process with captured stdio, one run as a child process).
 import { execFileSync, spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { Readable } from "node:stream";
@@ -144,6 +144,32 @@ describe("rvbox run", () => {
     expect(r.code).toBe(0);
     expect(r.stdout.trim()).toBe(String(5 + big.length + 6));
   }, 60_000);
+
+  it("R-S1: -i into a command that reads slower than the CLI writes waits out the server's full stdin queue, then delivers every byte in order", async () => {
+    // More than the server's stdin queue (4 MiB) and the agent's window (1 MiB) hold while the command sleeps.
+    const big = randomBytes(9 * 1024 * 1024);
+    const parts: Buffer[] = [];
+    for (let o = 0; o < big.length; o += 65536) parts.push(big.subarray(o, o + 65536));
+    const r = await cli(["run", "host-a", "-f", "-i", "--shell", "--", "sleep 2; sha256sum"], {
+      env: { ...env, RVBOX_STDIN_STATS: "1" },
+      stdin: Readable.from(parts),
+    });
+    expect(r.stderr).not.toMatch(/stdin of .*(refused|try again)/);
+    expect(r.code).toBe(0);
+    expect(r.stdout.split(" ")[0]).toBe(createHash("sha256").update(big).digest("hex"));
+    // The pump met the full queue and waited (the statistics line RVBOX_STDIN_STATS asks for).
+    const stats = JSON.parse(/rvbox: stdin: (\{.*\})/.exec(r.stderr)![1]!) as { backpressured: number; bytes: number };
+    expect(stats.bytes).toBe(big.length);
+    expect(stats.backpressured).toBeGreaterThan(0);
+  }, 90_000);
+
+  it("a command that exits before reading all of its stdin ends the CLI with its exit code, and no stdin error", async () => {
+    const big = Buffer.alloc(6 * 1024 * 1024, "y");
+    const r = await cli(["run", "host-a", "-f", "-i", "--", "head", "-c", "10"], { env, stdin: Readable.from([big]) });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe("yyyyyyyyyy");
+    expect(r.stderr, r.stderr).not.toMatch(/rvbox: stdin/);
+  }, 90_000);
 
   it("--stdin pipes the CLI's stdin to the command and closes it at EOF", async () => {
     const r = await cli(["run", "host-a", "-f", "--stdin", "--", "cat"], { env, stdin: Readable.from([Buffer.from("alpha\n"), Buffer.from("beta\n")]) });

@@ -14,6 +14,7 @@ import type { CommandDispatch, ServerWelcome } from "../../protos/gen/rvbox/v1/a
 import type { CommandEvent } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { Harness } from "../support/harness.js";
 import { argv, expectClosed, ServerRig } from "../support/server-rig.js";
+import { plainAuthorization, plainClaim } from "../support/pair.js";
 
 const HOUR = 3_600_000;
 
@@ -24,32 +25,32 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       r.wallStep = step;
       const wall = () => r.now + r.wallStep;
       const c = r.open();
-      expect(r.st.conns.get(c)!.openedAt).toBe(wall());
+      expect(timestampMs(r.session(c)!.openedTime!)).toBe(wall());
       const hello = r.hello(c, "a", "i1");
       const welcome = r.sent(hello, c, "serverWelcome")[0]!.env.payload.value as ServerWelcome;
       expect(timestampMs(welcome.serverTime!)).toBe(wall());
-      expect(r.st.clients.get("a")!.lastSeen).toBe(wall());
+      expect(timestampMs(r.client("a")!.lastActivityTime!)).toBe(wall());
       r.snapshot(c);
       r.now += 1_000;
       const sub = r.step({ type: "control", request: { op: "submit", requestId: "s1", uuid: "u1", clientId: "a", spec: create(ExecutionSpecSchema, argv()) } });
       const d = r.sent(sub, c, "commandDispatch")[0]!.env.payload.value as CommandDispatch;
-      expect(r.cmd("u1").createdAt).toBe(wall());
+      expect(r.command("u1").createdAt).toBe(wall());
       expect(timestampMs(d.issueTime!)).toBe(wall());
       // The default expiry is a duration on the deadline clock, sent as a wall instant.
-      expect(r.cmd("u1").queueExpiry).toBe(r.now + DEFAULT_QUEUE_EXPIRY_MS);
+      expect(r.command("u1").queueExpiry, "shown as the wall instant its real duration away").toBe(r.now + r.wallStep + DEFAULT_QUEUE_EXPIRY_MS);
       expect(timestampMs(d.queueExpiryTime!)).toBe(wall() + DEFAULT_QUEUE_EXPIRY_MS);
       // A claim and an incident carry wall times.
       const x = r.open();
       expectClosed(r, r.hello(x, "a", "i2"), x, Code.IDENTITY_CONFLICT);
-      expect(r.st.clients.get("a")!.pendingClaim!.at).toBe(wall());
+      expect(plainClaim(r.claimOf("a"))!.at).toBe(wall());
       r.frame(c, {
         case: "error",
         value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false },
       });
-      expect([...r.st.incidents.values()].map((i) => i.at)).toEqual([wall()]);
+      expect(r.incidents().map((i) => timestampMs(i.time!))).toEqual([wall()]);
       // An authorization lives AUTHORIZATION_TTL_MS of deadline-clock time.
       r.control({ op: "authorize", requestId: "au", clientId: "a", instanceId: "i2" });
-      expect(r.st.clients.get("a")!.authorization!.expiresAt).toBe(r.now + AUTHORIZATION_TTL_MS);
+      expect(plainAuthorization(r.client("a"))!.expiresAt, "shown as the wall instant the TTL away").toBe(wall() + AUTHORIZATION_TTL_MS);
     });
   }
 
@@ -63,13 +64,13 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
       type: "control",
       request: { op: "submit", requestId: "s1", uuid: "q1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: wall() + 10_000 },
     });
-    expect(r.cmd("q1").queueExpiry).toBe(r.now + 10_000);
+    expect(r.command("q1").queueExpiry, "shown as the wall instant its real duration away").toBe(r.now + r.wallStep + 10_000);
     r.now += 9_999;
     r.step({ type: "tick" });
-    expect(r.cmd("q1").state).toBe(L.QUEUED);
+    expect(r.command("q1").state).toBe("queued");
     r.now += 1;
     r.step({ type: "tick" });
-    expect(r.cmd("q1").state).toBe(L.EXPIRED);
+    expect(r.command("q1").state).toBe("expired");
   });
 
   it("R-D1: an agent keeps the dispatch's queue_expiry_time on its own deadline clock, and stamps its events with its wall clock", () => {
@@ -78,9 +79,12 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
     h.addAgent("a", { maxRunning: 1, maxQueued: 4 });
     h.submit("a", "run");
     h.submit("a", "wait", {}, { queueExpiry: h.now + h.wallStep + 60_000 });
-    expect(h.cmd("wait").queueExpiry).toBe(h.now + 60_000);
+    expect(h.command("wait").queueExpiry, "shown as the wall instant its real duration away").toBe(h.now + h.wallStep + 60_000);
+    // Accepted and held in the agent's queue (no process yet).
+    expect(h.command("wait").state).toBe("accepted");
+    expect(h.spawned("a")).toEqual(["run"]);
+    // Internal on purpose: which clock the agent keeps the expiry on shows only when it passes (below).
     const held = h.agents.get("a")!.st.commands.get("wait")!;
-    expect(held.phase).toBe("queued");
     expect(held.queueExpiry).toBe(h.now + 60_000);
     expect(held.acceptedAt).toBe(h.now + h.wallStep);
     const times = h.sent("commandEvent").map((e) => timestampMs((e.payload.value as CommandEvent).time!));
@@ -88,9 +92,9 @@ describe("clock: deadlines on the deadline clock, timestamps from the wall clock
     for (const t of times) expect(t).toBe(h.now + h.wallStep);
     // It expires after its real 60 s, not an hour early.
     h.advance(59_000);
-    expect(h.agents.get("a")!.st.commands.get("wait")!.phase).toBe("queued");
+    expect(h.command("wait").state).toBe("accepted");
     h.advance(1_000);
-    expect(h.cmd("wait").state).toBe(L.EXPIRED);
+    expect(h.command("wait").state).toBe("expired");
   });
 });
 
@@ -100,7 +104,7 @@ describe("clock: event timestamps after an agent restart", () => {
     h.wallStep = HOUR;
     h.addAgent("a");
     h.submit("a", "r1", { argv: ["sleep", "60"] });
-    expect(h.agents.get("a")!.st.commands.get("r1")!.phase).toBe("running");
+    expect(h.agentRunning("a")).toEqual(["r1"]);
     h.restartAgent("a");
     h.reconnectNow("a");
     const events = h
@@ -125,12 +129,12 @@ describe("clock: persisted deadlines across a restart", () => {
     r.submit("a", "busy");
     r.accept(a, "busy", false, Code.CAPACITY, "queue full");
     const retryAt = r.cmd("busy").nextAttemptAt;
-    expect(r.cmd("busy").state).toBe(L.QUEUED);
+    expect(r.command("busy").state).toBe("queued");
     // Restart 10 s later on a deadline clock that carried on (anchored to a
     // wall clock that was not stepped): the same instants, still pending.
     r.now += 10_000;
     r.st = restoreServer(r.cfg, r.disk.tables(), 2);
-    expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt });
+    expect(plainAuthorization(r.client("a"))).toEqual({ instanceId: "i2", expiresAt: expiresAt + r.wallStep });
     expect(r.cmd("busy").nextAttemptAt).toBe(retryAt);
     // Restart again after the wall clock was stepped back 1 h: the new
     // process anchors its deadline clock an hour earlier. The one-shot
@@ -140,8 +144,8 @@ describe("clock: persisted deadlines across a restart", () => {
     r.wallStep = HOUR;
     r.st = restoreServer(r.cfg, r.disk.tables(), 3);
     const b = r.connect("a", "i1");
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
-    expect(r.cmd("busy").state).toBe(L.DISPATCHED);
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
+    expect(r.command("busy").state).toBe("dispatched");
     expect(r.cmd("busy").dispatchedOn).toBe(r.st.conns.get(b)!.generation);
     expect(CAPACITY_RETRY_CAP_MS).toBeLessThan(HOUR);
   });

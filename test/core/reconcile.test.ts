@@ -98,7 +98,7 @@ describe("reconciliation end to end", () => {
     expect(names).not.toContain("run");
     expect(names).not.toContain("other");
     const t = req.targets.find((x) => x.issueUuid === "queued-at-agent")!;
-    expect(t.lastServerEventSeq).toBe(BigInt(h.cmd("queued-at-agent").storedThrough));
+    expect(t.lastServerEventSeq).toBe(BigInt(h.command("queued-at-agent").storedThrough));
   });
 
   it("R-D6 R-D10 R-D5: a queued command is named in the request; the agent's matching tombstone ends it without a dispatch round trip", () => {
@@ -106,17 +106,17 @@ describe("reconciliation end to end", () => {
     h.addAgent("a");
     h.cutLink("a");
     h.submit("a", "x", { argv: ["true"] });
-    expect(h.cmd("x").state).toBe(L.QUEUED);
+    expect(h.command("x").state).toBe("queued");
     // The server's data directory as a backup taken now: x is queued.
     const backup = structuredClone(h.serverDisk.durable);
     h.reconnectNow("a");
     h.exit("a", "x", 0);
-    expect(h.cmd("x").state).toBe(L.SUCCEEDED);
+    expect(h.command("x").state).toBe("succeeded");
     expect(h.agents.get("a")!.st.tombstones.has("x")).toBe(true);
     // The server is restored from the backup: it holds x queued again.
     h.serverDisk.durable = backup;
     h.restartServer();
-    expect(h.cmd("x").state).toBe(L.QUEUED);
+    expect(h.command("x").state).toBe("queued");
     const before = h.wire.length;
     h.reconnectNow("a");
     const after = h.wire.slice(before).map((w) => w.env.payload);
@@ -126,9 +126,9 @@ describe("reconciliation end to end", () => {
     expect(snap.retainedCommands.map((r) => [r.issueUuid, r.tombstoned])).toEqual([["x", true]]);
     // Never dispatched again, never launched twice: it ends interrupted, with an incident.
     expect(after.filter((p) => p.case === "commandDispatch")).toEqual([]);
-    expect(h.agents.get("a")!.spawns.filter((u) => u === "x")).toHaveLength(1);
-    expect(h.cmd("x").state).toBe(L.INTERRUPTED);
-    expect([...h.server.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["x", "reconcile_already_executed"]]);
+    expect(h.spawned("a").filter((u) => u === "x")).toHaveLength(1);
+    expect(h.command("x").state).toBe("interrupted");
+    expect(h.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["x", "reconcile_already_executed"]]);
   });
 
   it("R-D6 R-D9: a queued command the snapshot does not hold stays queued through reconciliation and is dispatched once after the result", () => {
@@ -142,8 +142,8 @@ describe("reconciliation end to end", () => {
     expect(after.indexOf("reconcileRequest")).toBeLessThan(after.indexOf("reconcileResult"));
     expect(after.indexOf("reconcileResult")).toBeLessThan(after.indexOf("commandDispatch"));
     expect(after.filter((c) => c === "commandDispatch")).toHaveLength(1);
-    expect(h.agents.get("a")!.spawns).toEqual(["q"]);
-    expect([...h.server.incidents.values()]).toEqual([]);
+    expect(h.spawned("a")).toEqual(["q"]);
+    expect(h.incidents()).toEqual([]);
   });
 
   it("R-D7: the agent answers once with a complete snapshot, then resumes retransmission from the server's last acknowledged event", () => {
@@ -178,7 +178,7 @@ describe("reconciliation end to end", () => {
         return `${e.issueUuid}#${e.eventSeq}`;
       });
     expect(seqs).toEqual(["c1#3", "c2#2"]);
-    expect(h.cmd("c2").state).toBe(L.FAILED);
+    expect(h.command("c2").state).toBe("failed");
     expect(h.agents.get("a")!.st.commands.has("c2")).toBe(false);
   });
 
@@ -190,7 +190,7 @@ describe("reconciliation end to end", () => {
     h.serverInput({ type: "conn_closed", conn: a.serverConn, reason: "cut" });
     a.serverConn = 0;
     h.submit("a", "c1");
-    expect(h.cmd("c1").state).toBe(L.QUEUED);
+    expect(h.command("c1").state).toBe("queued");
     const before = h.wire.length;
     const since = (k: string) => h.wire.slice(before).filter((w) => w.env.payload.case === k);
     h.autoDurable = false;
@@ -202,7 +202,7 @@ describe("reconciliation end to end", () => {
     expect(since("reconcileSnapshot")).toHaveLength(1);
     expect(since("reconcileResult")).toHaveLength(0);
     expect(since("commandDispatch")).toHaveLength(0);
-    expect(h.server.conns.get(a.serverConn)!.phase).toBe("reconciling");
+    expect(h.sessionFor("a")?.phase).toBe("reconciling");
     h.flush("server"); // the result is durable: result, then the dispatch is recorded
     h.flush("server"); // ... and sent
     const order = h.wire
@@ -221,10 +221,10 @@ describe("reconciliation end to end", () => {
     h.submit("a", "c1");
     h.queue.length = 0; // dispatch lost
     h.autoDeliver = true;
-    expect(h.cmd("c1").state).toBe(L.DISPATCHED);
+    expect(h.command("c1").state).toBe("dispatched");
     reconnect(h);
-    expect(h.agents.get("a")!.spawns).toEqual(["c1"]);
-    expect(h.cmd("c1").state).toBe(L.RUNNING);
+    expect(h.spawned("a")).toEqual(["c1"]);
+    expect(h.command("c1").state).toBe("running");
   });
 
   it("R-D9: an accepted command missing from a healthy snapshot becomes interrupted with an incident", () => {
@@ -232,15 +232,15 @@ describe("reconciliation end to end", () => {
     h.addAgent("a", { maxRunning: 1 });
     h.submit("a", "c0");
     h.submit("a", "c1");
-    expect(h.cmd("c1").state).toBe(L.ACCEPTED);
+    expect(h.command("c1").state).toBe("accepted");
     // Invariant failure: the agent forgets what it accepted (state wiped, same instance id).
     const a = h.agents.get("a")!;
     const instance = a.disk.durable.get("meta")!;
     a.disk.durable = new Map([["meta", instance]]);
     h.restartAgent("a");
     reconnect(h);
-    expect(h.cmd("c1").state).toBe(L.INTERRUPTED);
-    expect(h.cmd("c0").state).toBe(L.INTERRUPTED);
+    expect(h.command("c1").state).toBe("interrupted");
+    expect(h.command("c0").state).toBe("interrupted");
     expect(
       [...h.server.incidents.values()]
         .filter((i) => i.kind === "reconcile_interrupt")
@@ -262,7 +262,7 @@ describe("reconciliation end to end", () => {
     expect(a.procs.get("ghost")!.signals).toContain(SignalKind.KILL);
     expect(a.st.commands.has("ghost")).toBe(false);
     expect(a.st.tombstones.has("ghost")).toBe(true);
-    expect([...h.server.incidents.values()].some((i) => i.uuid === "ghost" && i.kind === "reconcile_terminate_local")).toBe(true);
+    expect(h.incidents().some((i) => i.issueUuid === "ghost" && i.kind === "reconcile_terminate_local")).toBe(true);
   });
 
   it("R-D12: the result discards terminal records the server already stored even when the EventAck was lost; repeating it is harmless", () => {
@@ -280,7 +280,7 @@ describe("reconciliation end to end", () => {
       if (h.wire.length > n) h.queue.length = 0;
     }
     h.autoDeliver = true;
-    expect(h.cmd("c1").state).toBe(L.SUCCEEDED);
+    expect(h.command("c1").state).toBe("succeeded");
     expect(a.st.commands.has("c1")).toBe(true);
     reconnect(h);
     const res = h.sent("reconcileResult").at(-1)!;
@@ -290,7 +290,7 @@ describe("reconciliation end to end", () => {
     const tombs = a.st.tombstones.size;
     h.agentInput("a", { type: "frame", conn: a.conn, data: wire.data });
     expect(a.st.tombstones.size).toBe(tombs);
-    expect(a.st.session.phase).toBe("established");
+    expect(h.sessionFor("a")?.phase).toBe("ready");
   });
 
   it("R-D13: an agent with a store incident claims no complete snapshot and accepts no work until repaired", () => {
@@ -302,12 +302,12 @@ describe("reconciliation end to end", () => {
     expect(h.sent("reconcileSnapshot")).toHaveLength(1); // only the first session's
     const err = h.sent("error", "server").at(-1)!.payload.value as { error: { code: number } };
     expect(err.error.code).toBe(Code.STORE_INCIDENT);
-    expect([...h.server.incidents.values()].some((i) => i.kind === "agent_store_incident")).toBe(true);
+    expect(h.incidents().some((i) => i.kind === "agent_store_incident")).toBe(true);
     expect(h.sent("commandDispatch")).toHaveLength(0);
-    expect(h.agents.get("a")!.spawns).toEqual([]);
+    expect(h.spawned("a")).toEqual([]);
     h.agentInput("a", { type: "store_repaired" });
     reconnect(h);
-    expect(h.agents.get("a")!.spawns).toEqual(["c1"]);
+    expect(h.spawned("a")).toEqual(["c1"]);
   });
 });
 
@@ -330,7 +330,7 @@ describe("regressions", () => {
     h.restartServer();
     h.now = a.st.session.retryAt;
     h.agentInput("a", { type: "tick" }); // the agent resends events 3 and 4: a "gap" for the server
-    expect(a.st.session.phase).toBe("established");
+    expect(h.sessionFor("a")?.phase).toBe("ready");
     expect(h.sent("error", "a").filter((e) => (e.payload.value as { error: { code: number } }).error.code === Code.SEQUENCE_VIOLATION)).toHaveLength(0);
     const res = h.sent("reconcileResult").at(-1)!.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["c1"]);

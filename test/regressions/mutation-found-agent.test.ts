@@ -184,7 +184,7 @@ describe("agent edges found by the mutation run", () => {
     r.establish();
     r.run("c1");
     expect(r.step({ type: "script_failed", uuid: "c1", reason: "x" }).some((e) => e.type === "persist")).toBe(false);
-    expect(r.cmd("c1").lifecycle).toBe(L.RUNNING);
+    expect(r.lifecycleOf("c1")).toBe("running");
     expect(r.step({ type: "process_output", uuid: "ghost", stream: "stdout", data: enc("x") }).some((e) => e.type === "persist")).toBe(false);
     expect(r.step({ type: "stdin_written", uuid: "ghost", seq: 1 }).some((e) => e.type === "persist")).toBe(false);
   });
@@ -197,7 +197,7 @@ describe("agent edges found by the mutation run", () => {
     r.now = T0 + 2_000;
     r.step({ type: "activity", conn: r.st.session.conn });
     r.step({ type: "tick" });
-    expect(r.cmd("c1").lifecycle).toBe(L.RUNNING);
+    expect(r.lifecycleOf("c1")).toBe("running");
   });
 
   it("R-S1 R-S3: writes and closes for a finished command with open stdin only consume their seq", () => {

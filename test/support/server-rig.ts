@@ -1,10 +1,11 @@
 // The server node reducer stepped by hand, with fake agents that are just
-// connection numbers: shared by the server-node tests.
-import { createHash } from "node:crypto";
-import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+// connection numbers: shared by the server-node tests. A thin layer on the
+// Pair rig's parts (test/support/pair.ts): its disk, its checked step and
+// its operator observation helpers (command, clientList, sessions, claims,
+// incidents, outputOf).
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { expect } from "vitest";
 import {
-  AgentEnvelopeSchema,
   ClientHelloSchema,
   CommandAcceptedSchema,
   ReconcileCommandStateSchema,
@@ -27,8 +28,6 @@ import {
 import {
   defaultServerConfig,
   newServer,
-  serverInvariants,
-  serverStep,
   type ControlRequest,
   type ControlResult,
   type ServerConfig,
@@ -40,12 +39,27 @@ import {
 import type { Code } from "../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../core/codec/frame-codec.js";
 import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
-import { Disk } from "./harness.js";
+import type { CommandInfo } from "../../core/reader/command-view.js";
+import { missingMessage } from "../../core/server/history.js";
+import {
+  claimsOf,
+  clientListOf,
+  commandOf,
+  decode,
+  Disk,
+  droppedIncidentsOf,
+  followOf,
+  incidentsOf,
+  lenient,
+  listCommandsOf,
+  sessionsOf,
+  stepServerChecked,
+  T0,
+  type Followed,
+} from "./pair.js";
 import { testPorts } from "./ports.js";
 
-export const T0 = 1_700_000_000_000;
-export const sha = (b: Uint8Array | string): Uint8Array => new Uint8Array(createHash("sha256").update(b).digest());
-export const decode = (d: Uint8Array) => fromBinary(AgentEnvelopeSchema, d);
+export { decode, enc, lenient, sha, T0 } from "./pair.js";
 export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
 export type HelloInit = Exclude<MessageInitShape<typeof ClientHelloSchema>, ClientHello>;
 export type StateInit = Exclude<MessageInitShape<typeof ReconcileCommandStateSchema>, ReconcileCommandState>;
@@ -54,7 +68,6 @@ export type EventInit = MessageInitShape<typeof CommandEventSchema>["event"];
 export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a.length ? a : ["true"] } } });
 export const of = <T extends ServerEffect["type"]>(effects: ServerEffect[], type: T) =>
   effects.filter((e) => e.type === type) as Array<Extract<ServerEffect, { type: T }>>;
-export const enc = (s: string) => new TextEncoder().encode(s);
 
 export const lifecycle = (state: L, extra: Partial<LifecycleInit> = {}): EventInit => ({
   case: "lifecycle",
@@ -88,23 +101,14 @@ export class ServerRig {
   }
 
   step(input: ServerInput): ServerEffect[] {
-    const r = serverStep(this.st, input, this.now, { ports: testPorts }, this.now + this.wallStep);
-    serverInvariants(this.st);
-    for (const e of of(r.effects, "persist"))
-      for (const rec of e.records)
-        expect(rec, "persist records are table/key/value rows").toEqual({
-          table: expect.any(String),
-          key: expect.any(String),
-          value: rec.value,
-          ...(rec.prefix ? { prefix: true } : {}),
-        });
-    this.log.push(...r.effects);
-    const out = [...r.effects];
-    for (const e of r.effects) {
+    const effects = stepServerChecked(this.st, input, this.now, this.now + this.wallStep);
+    this.log.push(...effects);
+    const out = [...effects];
+    for (const e of effects) {
       if (e.type === "reply") this.replies.set(e.requestId, e.result);
       if (e.type === "persist" && this.store) this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
     }
-    const last = of(r.effects, "persist").at(-1);
+    const last = of(effects, "persist").at(-1);
     if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
     return out;
   }
@@ -159,9 +163,9 @@ export class ServerRig {
   connect(clientId = "a", instanceId = `inst-${clientId}`, over: Partial<HelloInit> = {}): number {
     const c = this.open();
     this.hello(c, clientId, instanceId, over);
-    expect(this.st.conns.get(c)?.phase).toBe("reconciling");
+    expect(this.session(c)?.phase).toBe("reconciling");
     this.snapshot(c);
-    expect(this.st.conns.get(c)?.phase).toBe("ready");
+    expect(this.session(c)?.phase).toBe("ready");
     return c;
   }
 
@@ -197,14 +201,84 @@ export class ServerRig {
   running(conn: number, uuid: string, spec: SpecInit = argv()): void {
     const client = this.st.conns.get(conn)!.clientId;
     this.submit(client, uuid, spec);
-    expect(this.cmd(uuid).state).toBe(L.DISPATCHED);
+    expect(this.command(uuid).state).toBe("dispatched");
     this.accept(conn, uuid);
     this.event(conn, uuid, 1, lifecycle(L.RUNNING));
-    expect(this.cmd(uuid).state).toBe(L.RUNNING);
+    expect(this.command(uuid).state).toBe("running");
   }
 
+  /** The server's working record of a command: internal state, for invariant-level checks only (prefer `command`). */
   cmd(uuid: string) {
     return this.st.commands.get(uuid)!;
+  }
+
+  // ------------------------------------------------------------ what an operator sees (pair.ts)
+
+  /** GetCommand: the operator's view (committed state, exit code, …); throws if the server does not know it. */
+  command(uuid: string): CommandInfo {
+    const c = commandOf(this.st, uuid, this.wallStep);
+    if (!c) throw new Error(`GetCommand ${uuid}: NOT_FOUND`);
+    return c;
+  }
+
+  /** GetCommand's NOT_FOUND message (`no command …`, or how a pruned command ended); undefined when it is found. */
+  notFound(uuid: string): string | undefined {
+    return this.st.commands.has(uuid) ? undefined : missingMessage(this.st, uuid);
+  }
+
+  /** GetCommand, undefined for NOT_FOUND. */
+  findCommand(uuid: string): CommandInfo | undefined {
+    return commandOf(this.st, uuid, this.wallStep);
+  }
+
+  /** What a follower is shown of a command's durable events (needs `store`). */
+  outputOf(uuid: string): Followed {
+    return followOf(this.disk.durable, uuid);
+  }
+
+  clientList() {
+    return clientListOf(this.st, this.wallStep);
+  }
+
+  client(clientId: string) {
+    return this.clientList().find((c) => c.clientId === clientId);
+  }
+
+  sessions() {
+    return sessionsOf(this.st, this.wallStep);
+  }
+
+  /** ListSessions' entry for a connection. */
+  session(conn: number) {
+    return this.sessions().find((s) => Number(s.connection) === conn);
+  }
+
+  claims() {
+    return claimsOf(this.st);
+  }
+
+  /** A client's pending claim as ListClaims shows it, undefined when it has none. */
+  claimOf(clientId: string) {
+    return this.claims().find((c) => c.clientId === clientId);
+  }
+
+  incidents(open = false) {
+    return incidentsOf(this.st, open);
+  }
+
+  /** ListIncidents' dropped_total. */
+  incidentsDropped(): number {
+    return this.st.incidentsDropped;
+  }
+
+  /** ListIncidents' per-client dropped count. */
+  droppedIncidents(clientId: string): number {
+    return droppedIncidentsOf(this.st, clientId);
+  }
+
+  /** ListCommands: every command with a committed state. */
+  listCommands(): CommandInfo[] {
+    return listCommandsOf(this.st, this.wallStep);
   }
 
   sent(effects: ServerEffect[], conn?: number, kind?: string) {
@@ -226,26 +300,12 @@ export function expectClosed(r: ServerRig, effects: ServerEffect[], conn: number
   ]);
   if (message !== undefined) expect((errs[0]!.env.payload.value as AgentError).error?.message).toBe(message);
   expect(of(effects, "close").filter((c) => c.conn === conn)).toHaveLength(1);
-  expect(r.st.conns.has(conn)).toBe(false);
+  expect(r.session(conn), "the session is gone from ListSessions").toBeUndefined();
 }
 
 export function expectRefused(r: ServerRig, effects: ServerEffect[], conn: number, code: Code, message?: string): void {
   if (message !== undefined) expect(r.errors(effects, conn)[0]?.error?.message).toBe(message);
   expect(r.errors(effects, conn).map((e) => [e.error?.code, e.closeSession])).toEqual([[code, false]]);
   expect(of(effects, "close")).toEqual([]);
-  expect(r.st.conns.has(conn)).toBe(true);
-}
-
-// ====================================================================== server-node
-
-/**
- * Most unit tests submit to a client before (or without) registering it and
- * authorize instances that never tried: the rig opts those requests in to
- * `allowUnknownClient` / `instanceNotYetSeen` unless the test sets the field
- * itself (the tests of those refusals set it to false).
- */
-export function lenient(r: ControlRequest): ControlRequest {
-  if (r.op === "submit" && r.allowUnknownClient === undefined) return { ...r, allowUnknownClient: true };
-  if (r.op === "authorize" && r.instanceNotYetSeen === undefined) return { ...r, instanceNotYetSeen: true };
-  return r;
+  expect(r.session(conn), "the session is still listed").toBeDefined();
 }

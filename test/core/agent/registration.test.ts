@@ -43,7 +43,7 @@ describe("agent registration", () => {
         [Code.INCOMPATIBLE_VERSION, "server selected a version outside our range", true],
       ]);
       expect(closes(out)).toHaveLength(1);
-      expect(r.st.session.phase).toBe("backoff");
+      expect(r.linkUp()).toBe(false);
       expect(r.st.session.fence).toBeNull();
     }
   });
@@ -58,7 +58,7 @@ describe("agent registration", () => {
       r.register();
       const out = r.welcome(Number(gen), sid);
       expect(errorsIn(out).map((e) => [e.error?.code, e.error?.message])).toEqual([[Code.STALE_GENERATION, `welcome with unusable fence (generation ${gen})`]]);
-      expect(r.st.session.phase).toBe("backoff");
+      expect(r.linkUp()).toBe(false);
     }
     const r = new AgentRig();
     r.register();
@@ -84,7 +84,7 @@ describe("agent registration", () => {
     g.register();
     const low = g.welcome(4, "older");
     expect(errorsIn(low).map((e) => e.error?.code)).toEqual([Code.STALE_GENERATION]);
-    expect(g.st.session.phase).toBe("backoff");
+    expect(g.linkUp()).toBe(false);
     g.register();
     g.welcome(5, "same-gen");
     expect(g.st.session.phase).toBe("established");
@@ -107,13 +107,13 @@ describe("agent registration", () => {
     );
     expect(errorsIn(out)).toEqual([]);
     expect(of(out, "close")).toEqual([{ type: "close", conn: 1, reason: "registration refused: IDENTITY_CONFLICT live elsewhere" }]);
-    expect(r.st.session.phase).toBe("backoff");
+    expect(r.linkUp()).toBe(false);
 
     const p = new AgentRig();
     p.register();
     const bad = p.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "x", throughEventSeq: 1n } }, null);
     expect(errorsIn(bad).map((e) => [e.error?.code, e.error?.message, e.closeSession])).toEqual([[Code.PROTOCOL_ERROR, "eventAck before ServerWelcome", true]]);
-    expect(p.st.session.phase).toBe("backoff");
+    expect(p.linkUp()).toBe(false);
   });
 
   it("R-H6: frames on a connection that is still opening, or on a stale connection number, are ignored", () => {
@@ -205,7 +205,7 @@ describe("agent frame handling once established", () => {
     });
     expect(errorsIn(end)).toEqual([]);
     expect(of(end, "close")).toEqual([{ type: "close", conn: 1, reason: "server error: CAPACITY full" }]);
-    expect(r.st.session.phase).toBe("backoff");
+    expect(r.linkUp()).toBe(false);
   });
 
   it("R-W10: a payload only an agent sends, or a second welcome, is PROTOCOL_ERROR and closes", () => {
@@ -233,7 +233,7 @@ describe("agent frame handling once established", () => {
     expect(r.st.session.phase).toBe("established");
     const out = r.step({ type: "ingress_full", conn: r.st.session.conn });
     expect(of(out, "close")).toEqual([{ type: "close", conn: 1, reason: "ingress queue full" }]);
-    expect(r.st.session.phase).toBe("backoff");
+    expect(r.linkUp()).toBe(false);
   });
 
   it("R-D13: store_repaired re-registers only when there was an incident", () => {

@@ -1,9 +1,10 @@
 // The hand-stepped agent rig of the agent core tests (test/core/agent/*):
 // one agent, persists applied to an in-memory disk and reported durable at
 // once unless autoDurable is off, invariants checked after every step, and
-// the helpers that build server frames and read what the agent sent.
-import { createHash } from "node:crypto";
-import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
+// the helpers that build server frames and read what the agent sent. A thin
+// layer on the Pair rig's parts (test/support/pair.ts): its disk and its
+// checked step.
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { expect } from "vitest";
 import {
@@ -23,25 +24,14 @@ import {
   type CommandEvent,
   type ExecutionSpec,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import {
-  agentInvariants,
-  agentStep,
-  defaultAgentConfig,
-  restoreAgent,
-  type AgentConfig,
-  type AgentEffect,
-  type AgentInput,
-  type AgentState,
-} from "../../../core/index.js";
+import { defaultAgentConfig, restoreAgent, type AgentConfig, type AgentEffect, type AgentInput, type AgentState } from "../../../core/index.js";
 import type { Code } from "../../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
-import { Disk } from "../../support/harness.js";
-import { testPorts } from "../../support/ports.js";
+import { lifecycleName } from "../../../core/reader/command-view.js";
+import { decode, Disk, sha, stepAgentChecked, T0 } from "../../support/pair.js";
 import { toBinary } from "@bufbuild/protobuf";
-export const T0 = 1_700_000_000_000;
-export const sha = (b: Uint8Array | string): Uint8Array => new Uint8Array(createHash("sha256").update(b).digest());
-export const decode = (d: Uint8Array) => fromBinary(AgentEnvelopeSchema, d);
+export { decode, enc, sha, T0 } from "../../support/pair.js";
 export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
 export const argv = (...a: string[]): SpecInit => ({ program: { case: "argv", value: { argv: a } } });
 
@@ -73,6 +63,7 @@ export class AgentRig {
   disk = new Disk();
   log: AgentEffect[] = [];
   autoDurable = true;
+  private up = false;
 
   constructor(over: Partial<AgentConfig> = {}, seed = 7) {
     this.cfg = defaultAgentConfig("agent-1", over);
@@ -80,15 +71,13 @@ export class AgentRig {
   }
 
   step(input: AgentInput): AgentEffect[] {
-    const r = agentStep(this.st, input, this.now, { ports: testPorts });
-    agentInvariants(this.st);
-    for (const e of of(r.effects, "persist"))
-      for (const rec of e.records)
-        expect(rec, "persist records are table/key/value rows").toEqual({ table: expect.any(String), key: expect.any(String), value: rec.value });
-    this.log.push(...r.effects);
-    const out = [...r.effects];
-    for (const e of r.effects) if (e.type === "persist") this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
-    const last = of(r.effects, "persist").at(-1);
+    const effects = stepAgentChecked(this.st, input, this.now);
+    if (input.type === "transport_open") this.up = true;
+    if (input.type === "transport_closed" || effects.some((e) => e.type === "close")) this.up = false;
+    this.log.push(...effects);
+    const out = [...effects];
+    for (const e of effects) if (e.type === "persist") this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
+    const last = of(effects, "persist").at(-1);
     if (this.autoDurable && last) out.push(...this.step({ type: "durable", through: last.id }));
     return out;
   }
@@ -171,8 +160,27 @@ export class AgentRig {
     return this.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: uuid, throughEventSeq: BigInt(cb.nextSeq - 1) } });
   }
 
+  /** The agent's working record of a command: internal state, for invariant-level checks only (prefer the observations below). */
   cmd(uuid: string) {
     return this.st.commands.get(uuid)!;
+  }
+
+  // ------------------------------------------------------------ what the server sees of the agent
+
+  /** Whether the agent's transport is open: opened and neither closed by the agent nor seen closed. */
+  linkUp(): boolean {
+    return this.up;
+  }
+
+  /** Commands the agent spawned a process for, in order. */
+  spawned(): string[] {
+    return of(this.log, "spawn").map((s) => s.uuid);
+  }
+
+  /** The last lifecycle state the agent sent for a command ("" for none), as a reader names it. */
+  lifecycleOf(uuid: string): string {
+    const last = lifecycles(this.log, uuid).at(-1);
+    return last ? lifecycleName(last.state) : "";
   }
 }
 
@@ -186,7 +194,7 @@ export function expectClosed(r: AgentRig, effects: AgentEffect[], code: Code, me
   expect(closes(effects)).toHaveLength(1);
   const errAt = effects.findIndex((e) => e.type === "send" && e.kind === "error");
   expect(errAt).toBeLessThan(effects.findIndex((e) => e.type === "close"));
-  expect(r.st.session.phase).toBe("backoff");
+  expect(r.linkUp()).toBe(false);
   expect(r.st.reconciled).toBe(false);
 }
 
@@ -195,7 +203,7 @@ export function expectRefused(r: AgentRig, effects: AgentEffect[], code: Code, m
   if (message !== undefined) expect(errorsIn(effects)[0]?.error?.message).toBe(message);
   expect(errorsIn(effects).map((e) => [e.error?.code, e.closeSession])).toEqual([[code, false]]);
   expect(closes(effects)).toHaveLength(0);
-  expect(r.st.session.phase).toBe("established");
+  expect(r.linkUp()).toBe(true);
 }
 
 // A local stand-in for toBinary that keeps the import list above readable.
@@ -242,5 +250,3 @@ export const signalResults = (effects: AgentEffect[], uuid?: string) =>
       const v = e.event.value as { signal: SignalKind; delivered: boolean; detail: string };
       return [Number(e.commandRevision), v.signal, v.delivered, v.detail];
     });
-
-export const enc = (s: string) => new TextEncoder().encode(s);

@@ -205,7 +205,7 @@ describe("scripts at the agent", () => {
     expect(of(out, "wake").at(-1)!.at).toBe(T0 + 3_000);
     r.now = T0 + 3_000;
     r.step({ type: "tick" });
-    expect(r.cmd("s1").lifecycle).toBe(L.EXPIRED);
+    expect(r.lifecycleOf("s1")).toBe("expired");
     expect(r.step({ type: "script_prepared", uuid: "s1", path: "/p" }).some((e) => e.type === "spawn")).toBe(false);
   });
 });

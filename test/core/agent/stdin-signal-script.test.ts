@@ -33,7 +33,7 @@ describe("stdin", () => {
     blobs.forEach((b, i) =>
       expect(h.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: b, appendNewline: false })).toEqual({ ok: true, uuid: "c1", writeSeq: i + 1 }),
     );
-    const proc = h.agents.get("a")!.procs.get("c1")!;
+    const proc = h.process("a", "c1")!;
     expect(proc.stdin.map((b) => Array.from(b))).toEqual(blobs.map((b) => Array.from(b)));
     const acks = events(h, "c1")
       .filter((e) => e.event.case === "stdinAck")
@@ -46,7 +46,7 @@ describe("stdin", () => {
     expect(proc.stdin).toHaveLength(3);
     // Durable: the dedup point survives a restart of the agent.
     expect(agentRow(a.disk.durable, "command", "c1")!.stdin.next).toBe(4);
-    expect(h.cmd("c1").stdin.ackedThrough).toBe(3);
+    expect(h.command("c1").stdinAckedThrough).toBe(3);
   });
 
   it("R-S1: a write that skips a write_seq is a sequence violation", () => {
@@ -60,7 +60,7 @@ describe("stdin", () => {
     });
     h.agentInput("a", { type: "frame", conn: a.conn, data: skip });
     expect(h.sent("error", "server").at(-1)?.payload.value).toMatchObject({ error: { code: Code.SEQUENCE_VIOLATION } });
-    expect(a.procs.get("c1")!.stdin).toHaveLength(0);
+    expect(h.process("a", "c1")!.stdin).toHaveLength(0);
   });
 
   it("R-S2: append_newline is explicit on the wire and applied by the agent", () => {
@@ -74,12 +74,7 @@ describe("stdin", () => {
       ["yes", true],
       ["raw", false],
     ]);
-    expect(
-      h.agents
-        .get("a")!
-        .procs.get("c1")!
-        .stdin.map((b) => new TextDecoder().decode(b)),
-    ).toEqual(["yes\n", "raw"]);
+    expect(h.process("a", "c1")!.stdin.map((b) => new TextDecoder().decode(b))).toEqual(["yes\n", "raw"]);
   });
 
   it("R-S3: CloseStdin is separate and idempotent; writes after it are refused", () => {
@@ -94,7 +89,7 @@ describe("stdin", () => {
       ok: false,
       error: { code: Code.VALIDATION },
     });
-    const proc = h.agents.get("a")!.procs.get("c1")!;
+    const proc = h.process("a", "c1")!;
     expect(proc.stdinClosed).toBe(true);
     // A resent CloseStdin frame is harmless.
     const cl = h.wire.find((x) => x.env.payload.case === "closeStdin")!;
@@ -116,14 +111,9 @@ describe("stdin", () => {
     h.submit("a", "second", { stdinOpen: true });
     h.control({ op: "stdin", requestId: "w1", uuid: "second", data: new Uint8Array([1]), appendNewline: false });
     h.control({ op: "stdin", requestId: "w2", uuid: "second", data: new Uint8Array([2]), appendNewline: false });
-    expect(h.agents.get("a")!.procs.has("second")).toBe(false);
+    expect(h.process("a", "second")).toBeUndefined();
     h.exit("a", "first", 0);
-    expect(
-      h.agents
-        .get("a")!
-        .procs.get("second")!
-        .stdin.map((b) => b[0]),
-    ).toEqual([1, 2]);
+    expect(h.process("a", "second")!.stdin.map((b) => b[0])).toEqual([1, 2]);
   });
 });
 
@@ -142,14 +132,14 @@ describe("signals", () => {
       [2, SignalKind.USER1],
       [3, SignalKind.CANCEL],
     ]);
-    expect(h.agents.get("a")!.procs.get("c1")!.signals).toEqual([SignalKind.USER1, SignalKind.CANCEL]);
+    expect(h.process("a", "c1")!.signals).toEqual([SignalKind.USER1, SignalKind.CANCEL]);
     h.exit("a", "c1", null, "SIGTERM");
     const results = events(h, "c1").filter((e) => e.event.case === "signalResult");
     expect(results.map((e) => Number(e.commandRevision))).toEqual([2, 3]);
     const last = events(h, "c1").at(-1)!;
     expect(last.event.value.state).toBe(L.CANCELLED);
     expect(Number(last.commandRevision)).toBe(3);
-    expect(h.cmd("c1").state).toBe(L.CANCELLED);
+    expect(h.command("c1").state).toBe("cancelled");
     expect(h.cmd("c1").requests).toMatchObject({ "op-42": 2, "op-43": 3 });
     // request ids never cross the agent protocol.
     for (const w of h.wire) expect(Buffer.from(w.data).includes(Buffer.from("op-42"))).toBe(false);
@@ -163,7 +153,7 @@ describe("signals", () => {
     const frame = h.wire.find((w) => w.env.payload.case === "signalCommand")!;
     const a = h.agents.get("a")!;
     h.agentInput("a", { type: "frame", conn: a.conn, data: frame.data });
-    expect(a.procs.get("c1")!.signals).toEqual([SignalKind.USER2]);
+    expect(h.process("a", "c1")!.signals).toEqual([SignalKind.USER2]);
   });
 
   it("R-S4: cancel before launch settles the start/kill race: cancelled with that revision and never launched", () => {
@@ -171,23 +161,23 @@ describe("signals", () => {
     h.addAgent("a", { maxRunning: 1 });
     h.submit("a", "busy");
     h.submit("a", "waiting");
-    expect(h.cmd("waiting").state).toBe(L.ACCEPTED);
+    expect(h.command("waiting").state).toBe("accepted");
     expect(h.control({ op: "signal", requestId: "c", uuid: "waiting", signal: SignalKind.CANCEL })).toEqual({ ok: true, uuid: "waiting", revision: 2 });
-    expect(h.cmd("waiting").state).toBe(L.CANCELLED);
+    expect(h.command("waiting").state).toBe("cancelled");
     const last = events(h, "waiting").at(-1)!;
     expect(Number(last.commandRevision)).toBe(2);
     h.exit("a", "busy", 0);
-    expect(h.agents.get("a")!.spawns).toEqual(["busy"]);
+    expect(h.spawned("a")).toEqual(["busy"]);
   });
 
   it("R-S4: cancel of a queued command that never reached an agent ends it at the server", () => {
     const h = new Harness();
     h.submit("offline", "c1");
     expect(h.control({ op: "signal", requestId: "c", uuid: "c1", signal: SignalKind.CANCEL })).toEqual({ ok: true, uuid: "c1", revision: 2 });
-    expect(h.cmd("c1").state).toBe(L.CANCELLED);
-    expect(h.cmd("c1").terminalSource).toBe("server");
+    expect(h.command("c1").state).toBe("cancelled");
+    expect(h.command("c1").terminalSource).toBe("server");
     h.addAgent("offline");
-    expect(h.agents.get("offline")!.spawns).toEqual([]);
+    expect(h.spawned("offline")).toEqual([]);
   });
 
   it("R-S4: a cancel that lands between launch authorization and spawn suppresses the spawn", () => {
@@ -198,7 +188,9 @@ describe("signals", () => {
     h.flush("server"); // created
     h.flush("server"); // dispatched recorded: the dispatch reaches the agent; accept + launch authorization are persisting
     const a = h.agents.get("a")!;
-    expect(a.st.commands.get("c1")!.phase).toBe("launching");
+    // Launching: the dispatch reached the agent, no process yet.
+    expect(h.framesSent("a", "commandDispatch", "down").map((e) => (e.payload.value as { issueUuid: string }).issueUuid)).toEqual(["c1"]);
+    expect(h.spawned("a")).toEqual([]);
     const cancel = encodeEnvelope(a.st.session.fence, {
       case: "signalCommand",
       value: { $typeName: "rvbox.v1.SignalCommand", issueUuid: "c1", commandRevision: 2n, signal: SignalKind.CANCEL },
@@ -208,7 +200,7 @@ describe("signals", () => {
     h.flush("a");
     h.flush("server");
     expect(a.spawns).toEqual([]);
-    expect(h.cmd("c1").state).toBe(L.CANCELLED);
+    expect(h.command("c1").state).toBe("cancelled");
     const last = events(h, "c1").at(-1)!;
     expect(Number(last.commandRevision)).toBe(2);
   });
@@ -218,8 +210,8 @@ describe("signals", () => {
     h.addAgent("a");
     h.submit("a", "c1");
     h.exit("a", "c1", null, "SIGSEGV");
-    expect(h.cmd("c1").state).toBe(L.FAILED);
-    expect(h.cmd("c1").signalName).toBe("SIGSEGV");
+    expect(h.command("c1").state).toBe("failed");
+    expect(h.command("c1").signalName).toBe("SIGSEGV");
   });
 });
 
@@ -243,7 +235,7 @@ describe("scripts", () => {
     expect(spawnAt).toBeGreaterThan(writeAt);
     const ws = h.agentEffects[writeAt]!.e as { data: Uint8Array };
     expect(Buffer.from(ws.data).equals(Buffer.from(bytes))).toBe(true);
-    expect(h.cmd("sc1").state).toBe(L.RUNNING);
+    expect(h.command("sc1").state).toBe("running");
   });
 
   it("R-C3: received_bytes is a cumulative durable acknowledgement; the server keeps at most its window in flight", () => {
@@ -270,7 +262,7 @@ describe("scripts", () => {
     ).toBe(true);
     // Each progress event was durable at the agent before it was sent (events go out after their persist).
     expect(h.sent("scriptChunk")).toHaveLength(5);
-    expect(h.cmd("sc1").state).toBe(L.RUNNING);
+    expect(h.command("sc1").state).toBe("running");
   });
 
   it("R-C3: after a reconnect the upload resumes from the acknowledged offset; a resent chunk is idempotent", () => {
@@ -289,7 +281,7 @@ describe("scripts", () => {
     h.autoDeliver = true;
     h.cutLink("a");
     h.reconnectNow("a");
-    expect(h.cmd("sc1").state).toBe(L.RUNNING);
+    expect(h.command("sc1").state).toBe("running");
     const offsets = h.sent("scriptChunk").map((e) => Number((e.payload.value as { offset: bigint }).offset));
     expect(offsets.filter((o) => o === 0).length).toBeLessThanOrEqual(2);
     // A chunk resent with the same content is ignored; the upload is not disturbed.
@@ -319,8 +311,8 @@ describe("scripts", () => {
     h2.cmd("bad2").script = new Uint8Array(bytes.length).fill(9);
     h2.autoDeliver = true;
     h2.deliver();
-    expect(h2.cmd("bad2").state).toBe(L.REJECTED);
-    expect(h2.agents.get("a")!.spawns).toEqual([]);
+    expect(h2.command("bad2").state).toBe("rejected");
+    expect(h2.spawned("a")).toEqual([]);
   });
 
   it("R-C4: failure to prepare the executable is rejected; cancel during upload is cancelled; a crash after launch authorization is interrupted; none is failed", () => {
@@ -328,11 +320,11 @@ describe("scripts", () => {
     h.addAgent("a");
     h.prepareFails.add("noprep");
     h.control({ op: "submit", requestId: "s1", uuid: "noprep", clientId: "a", spec: scriptSpec(bytes), script: bytes });
-    expect(h.cmd("noprep").state).toBe(L.REJECTED);
+    expect(h.command("noprep").state).toBe("rejected");
     h.spawnFails.add("nolaunch");
     h.submit("a", "nolaunch", { argv: ["/nonexistent"] });
-    expect(h.cmd("nolaunch").state).toBe(L.REJECTED);
-    expect(h.cmd("nolaunch").reason).toMatch(/could not launch/);
+    expect(h.command("nolaunch").state).toBe("rejected");
+    expect(h.command("nolaunch").reason).toMatch(/could not launch/);
 
     h.autoDeliver = false;
     h.control({ op: "submit", requestId: "s2", uuid: "cancelme", clientId: "a", spec: scriptSpec(bytes), script: bytes });
@@ -340,8 +332,8 @@ describe("scripts", () => {
     h.control({ op: "signal", requestId: "x", uuid: "cancelme", signal: SignalKind.CANCEL }); // queued behind the first chunks
     h.autoDeliver = true;
     h.deliver();
-    expect(h.cmd("cancelme").state).toBe(L.CANCELLED);
-    expect(h.agents.get("a")!.spawns).not.toContain("cancelme");
+    expect(h.command("cancelme").state).toBe("cancelled");
+    expect(h.spawned("a")).not.toContain("cancelme");
 
     const h2 = new Harness();
     h2.addAgent("b");
@@ -349,14 +341,15 @@ describe("scripts", () => {
     h2.submit("b", "crash");
     h2.flush("server");
     h2.flush("server");
-    expect(h2.agents.get("b")!.st.commands.get("crash")!.phase).toBe("launching");
+    expect(h2.framesSent("b", "commandDispatch", "down")).toHaveLength(1);
+    expect(h2.spawned("b"), "launching: no process yet").toEqual([]);
     h2.flush("b"); // launch authorization durable, spawn issued, process started (not yet durable)
-    expect(h2.agents.get("b")!.spawns).toEqual(["crash"]);
+    expect(h2.spawned("b")).toEqual(["crash"]);
     h2.autoDurable = true;
     h2.restartAgent("b");
-    expect(h2.cmd("crash").state).toBe(L.INTERRUPTED);
-    expect(h2.agents.get("b")!.spawns).toEqual(["crash"]); // launched once, never again after the crash
-    for (const c of [...h.server.commands.values(), ...h2.server.commands.values()]) expect(c.state).not.toBe(L.FAILED);
+    expect(h2.command("crash").state).toBe("interrupted");
+    expect(h2.spawned("b")).toEqual(["crash"]); // launched once, never again after the crash
+    for (const c of [...h.listCommands(), ...h2.listCommands()]) expect(c.state).not.toBe("failed");
   });
 });
 
@@ -368,7 +361,7 @@ describe("bounds", () => {
     h.autoDeliver = false; // nothing is answered
     for (let i = 0; i < 64; i++) expect(h.control({ op: "signal", requestId: `s${i}`, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true });
     expect(h.control({ op: "signal", requestId: "s64", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: false, error: { code: Code.CAPACITY } });
-    expect(h.cmd("c1").revision).toBe(65);
+    expect(h.command("c1").revision).toBe(65);
     h.autoDeliver = true;
     h.deliver();
     expect(h.cmd("c1").signals).toHaveLength(0);

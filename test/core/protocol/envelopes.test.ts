@@ -84,13 +84,13 @@ describe("envelope table", () => {
       const h = new Harness();
       h.addAgent("a");
       const a = h.agents.get("a")!;
-      const conn = h.server.conns.get(a.serverConn)!;
-      expect(conn.phase).toBe("ready");
+      const session = h.sessionFor("a")!;
+      expect(session.phase).toBe("ready");
       const before = h.serverEffects.length;
       h.serverInput({
         type: "frame",
         conn: a.serverConn,
-        data: encodeEnvelope({ sessionId: conn.sessionId, generation: conn.generation }, emptyPayload(kind)),
+        data: encodeEnvelope({ sessionId: session.sessionId, generation: Number(session.generation) }, emptyPayload(kind)),
       });
       const after = h.serverEffects.slice(before);
       const err = after.find((e) => e.type === "send" && e.kind === "error");
@@ -110,7 +110,7 @@ describe("envelope table", () => {
       h.addAgent("a");
       const a = h.agents.get("a")!;
       const fence = a.st.session.fence!;
-      expect(a.st.session.phase).toBe("established");
+      expect(h.sessionFor("a")?.phase).toBe("ready");
       const before = h.agentEffects.length;
       h.agentInput("a", { type: "frame", conn: a.conn, data: encodeEnvelope(fence, emptyPayload(kind)) });
       const after = h.agentEffects.slice(before).map((x) => x.e);

@@ -18,6 +18,7 @@ import {
 } from "../../../core/limits.js";
 import { rowEventBound } from "../../../core/server/ingest.js";
 import { T0, sha, of, ServerRig, expectClosed, type StateInit } from "../../support/server-rig.js";
+import { plainIncident } from "../../support/pair.js";
 
 const unknownRunning = (uuid: string): StateInit => ({
   issueUuid: uuid,
@@ -31,7 +32,7 @@ const unknownRunning = (uuid: string): StateInit => ({
 function reconciling(r: ServerRig, client: string): number {
   const c = r.open();
   r.hello(c, client);
-  expect(r.st.conns.get(c)?.phase).toBe("reconciling");
+  expect(r.session(c)?.phase).toBe("reconciling");
   return c;
 }
 
@@ -93,7 +94,7 @@ describe("incidents under a flood (R-D11)", () => {
     expect(openOf(r.st, "flood")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
     const dropped = uuids.length - MAX_OPEN_INCIDENTS_PER_CLIENT;
     expect(r.st.incidentDrops.get("flood")).toEqual({ clientId: "flood", count: dropped, lastAt: T0, lastKind: "reconcile_terminate_local" });
-    expect(r.st.incidentsDropped).toBe(dropped);
+    expect(r.incidentsDropped()).toBe(dropped);
     // Durable, in one record per client and one total however many were dropped.
     const drops = of(out, "persist")
       .flatMap((p) => p.records)
@@ -107,9 +108,12 @@ describe("incidents under a flood (R-D11)", () => {
     // Another client's real incident is recorded.
     const other = reconciling(r, "victim");
     r.snapshot(other, [unknownRunning("victim-cmd")]);
-    const theirs = [...r.st.incidents.values()].filter((i) => i.clientId === "victim");
+    const theirs = r
+      .incidents()
+      .map(plainIncident)
+      .filter((i) => i.clientId === "victim");
     expect(theirs.map((i) => [i.uuid, i.kind])).toEqual([["victim-cmd", "reconcile_terminate_local"]]);
-    expect(r.st.incidentDrops.has("victim")).toBe(false);
+    expect(r.droppedIncidents("victim")).toBe(0);
 
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     serverInvariants(back);
@@ -124,7 +128,7 @@ describe("incidents under a flood (R-D11)", () => {
     const c = r.connect("a");
     storeIncident(r, c);
     expect(openOf(r.st, "a")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
-    expect(r.st.incidentsDropped).toBe(0);
+    expect(r.incidentsDropped()).toBe(0);
     const out = storeIncident(r, c);
     expect(openOf(r.st, "a")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
     expect(
@@ -132,11 +136,11 @@ describe("incidents under a flood (R-D11)", () => {
         .filter((t) => t.event === "incident_dropped")
         .map((t) => t.detail),
     ).toEqual([{ client: "a", kind: "agent_store_incident", uuid: "", why: "per-client bound" }]);
-    expect(r.st.incidentDrops.get("a")?.count).toBe(1);
+    expect(r.droppedIncidents("a")).toBe(1);
     expect(r.control({ op: "ack_incident", requestId: "ack", incidentId: "inc-1" })).toEqual({ ok: true });
     storeIncident(r, c);
     expect(openOf(r.st, "a")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT);
-    expect(r.st.incidentDrops.get("a")?.count).toBe(1);
+    expect(r.droppedIncidents("a")).toBe(1);
   });
 
   it("R-D11: at the total bound a client with fewer open incidents takes the heaviest client's newest one, which is counted; the heaviest's own is counted", () => {
@@ -146,19 +150,22 @@ describe("incidents under a flood (R-D11)", () => {
     per.h0 = MAX_OPEN_INCIDENTS_PER_CLIENT - 1; // n - 1 in total: one more fits without eviction
     per.z = 0;
     const r = seeded(per);
-    expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS - 1);
+    expect(r.incidents(true).length).toBe(MAX_OPEN_INCIDENTS - 1);
     const z = r.connect("z");
     storeIncident(r, z);
-    expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS);
-    expect(r.st.incidentsDropped).toBe(0);
+    expect(r.incidents(true).length).toBe(MAX_OPEN_INCIDENTS);
+    expect(r.incidentsDropped()).toBe(0);
     // n + 1: the heaviest client (h1, the first at 100) gives up its newest incident.
-    const newestH1 = [...r.st.incidents.values()].filter((i) => i.clientId === "h1").at(-1)!.id;
+    const newestH1 = r
+      .incidents()
+      .filter((i) => i.clientId === "h1")
+      .at(-1)!.incidentId;
     const out = storeIncident(r, z);
-    expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS);
+    expect(r.incidents(true).length).toBe(MAX_OPEN_INCIDENTS);
     expect(openOf(r.st, "z")).toBe(2);
     expect(openOf(r.st, "h1")).toBe(MAX_OPEN_INCIDENTS_PER_CLIENT - 1);
-    expect(r.st.incidents.has(newestH1)).toBe(false);
-    expect(r.st.incidentDrops.get("h1")?.count).toBe(1);
+    expect(r.incidents().some((i) => i.incidentId === newestH1)).toBe(false);
+    expect(r.droppedIncidents("h1")).toBe(1);
     expect(
       of(out, "persist")
         .flatMap((p) => p.records)
@@ -167,24 +174,24 @@ describe("incidents under a flood (R-D11)", () => {
     // A client as heavy as the others (h2 at 100) is at its own bound: counted.
     const h2 = r.connect("h2");
     storeIncident(r, h2);
-    expect(r.st.incidentDrops.get("h2")?.count).toBe(1);
+    expect(r.droppedIncidents("h2")).toBe(1);
     // h1 at 99 while the heaviest hold 100: swapping would only move the imbalance, so it is counted.
     const h1 = r.connect("h1");
     const before = r.st.incidentsDropped;
     const out2 = storeIncident(r, h1);
     expect(of(out2, "trace").find((t) => t.event === "incident_dropped")?.detail).toMatchObject({ client: "h1", why: "total bound" });
-    expect(r.st.incidentsDropped).toBe(before + 1);
-    expect(r.st.openIncidents).toBe(MAX_OPEN_INCIDENTS);
+    expect(r.incidentsDropped()).toBe(before + 1);
+    expect(r.incidents(true).length).toBe(MAX_OPEN_INCIDENTS);
   });
 
   it("R-D11: at MAX_INCIDENTS_KEPT the oldest acknowledged incident goes to make room", () => {
     const r = seeded({ a: 1 }, MAX_INCIDENTS_KEPT - 1);
-    expect(r.st.incidents.size).toBe(MAX_INCIDENTS_KEPT);
+    expect(r.incidents().length).toBe(MAX_INCIDENTS_KEPT);
     const c = r.connect("a");
     const out = storeIncident(r, c);
-    expect(r.st.incidents.size).toBe(MAX_INCIDENTS_KEPT);
-    expect(r.st.incidents.has("inc-1")).toBe(false);
-    expect(r.st.incidents.has(`inc-${MAX_INCIDENTS_KEPT + 1}`)).toBe(true);
+    expect(r.incidents().length).toBe(MAX_INCIDENTS_KEPT);
+    expect(r.incidents().some((i) => i.incidentId === "inc-1")).toBe(false);
+    expect(r.incidents().some((i) => i.incidentId === `inc-${MAX_INCIDENTS_KEPT + 1}`)).toBe(true);
     expect(
       of(out, "persist")
         .flatMap((p) => p.records)
@@ -218,7 +225,7 @@ describe("client records (R-F6)", () => {
     const r = new ServerRig({ maxClients: 2 });
     r.connect("a");
     const b = r.connect("b");
-    expect(r.st.clients.size).toBe(2);
+    expect(r.clientList().length).toBe(2);
     const c = r.open();
     const persistsBefore = r.st.gate.lastId;
     const out = r.hello(c, "c");
@@ -229,13 +236,13 @@ describe("client records (R-F6)", () => {
       Code.CAPACITY,
       "client id c refused: the server keeps at most 2 client records (limits.maxClients) and holds 2; an operator may forget unused ones (rvbox forget-client)",
     );
-    expect(r.st.clients.has("c")).toBe(false);
+    expect(r.client("c")).toBeUndefined();
     expect(r.st.gate.lastId).toBe(persistsBefore);
     expect(of(out, "persist")).toEqual([]);
     // Existing clients are unaffected: b registers again (fencing its old session).
     r.step({ type: "conn_closed", conn: b, reason: "gone" });
     r.connect("b");
-    expect(r.st.clients.size).toBe(2);
+    expect(r.clientList().length).toBe(2);
   });
 
   it("R-F6: the default bound is MAX_CLIENTS, exactly: the last one fits, one more is refused", () => {
@@ -257,10 +264,10 @@ describe("client records (R-F6)", () => {
         labels: {},
       });
     r.connect("last");
-    expect(r.st.clients.size).toBe(MAX_CLIENTS);
+    expect(r.clientList().length).toBe(MAX_CLIENTS);
     const c = r.open();
     expectClosed(r, r.hello(c, "one-more"), c, Code.CAPACITY);
-    expect(r.st.clients.size).toBe(MAX_CLIENTS);
+    expect(r.clientList().length).toBe(MAX_CLIENTS);
   });
 
   it("R-F6: an operator forgets a client: refused while it has a live session or non-terminal commands; durable; the id registers again above its old generations", () => {
@@ -282,17 +289,17 @@ describe("client records (R-F6)", () => {
     });
     // A new session (generation 2) whose agent no longer has it ends it, then forget.
     const a2 = r.connect("a");
-    expect(r.cmd("c1").state).toBe(L.INTERRUPTED);
+    expect(r.command("c1").state).toBe("interrupted");
     r.step({ type: "conn_closed", conn: a2, reason: "gone" });
     expect(r.st.clients.get("a")!.generation).toBe(2);
     expect(r.control({ op: "forget_client", requestId: "f3", clientId: "a" })).toEqual({ ok: true });
-    expect(r.st.clients.has("a")).toBe(false);
+    expect(r.client("a")).toBeUndefined();
     expect(r.disk.durable.get("client")!.has("a")).toBe(false);
     expect(r.disk.durable.get("reconcile")?.has("a") ?? false).toBe(false);
-    expect(r.cmd("c1").state).toBe(L.INTERRUPTED); // history stays
+    expect(r.command("c1").state).toBe("interrupted"); // history stays
     // The bound has room again: another client fits.
     const b = r.connect("b");
-    expect(r.st.conns.get(b)!.generation).toBe(3);
+    expect(r.session(b)!.generation).toBe(3n);
     r.step({ type: "conn_closed", conn: b, reason: "gone" });
     // Forgetting survives a restart, and so does the generation floor.
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
@@ -305,12 +312,12 @@ describe("client records (R-F6)", () => {
     const r = seeded({ a: MAX_OPEN_INCIDENTS_PER_CLIENT });
     const c = r.connect("a");
     storeIncident(r, c);
-    expect(r.st.incidentDrops.get("a")?.count).toBe(1);
+    expect(r.droppedIncidents("a")).toBe(1);
     r.step({ type: "conn_closed", conn: c, reason: "gone" });
     expect(r.control({ op: "forget_client", requestId: "f", clientId: "a" })).toEqual({ ok: true });
-    expect(r.st.incidentDrops.has("a")).toBe(false);
+    expect(r.droppedIncidents("a")).toBe(0);
     expect(r.disk.durable.get("incident_drop")!.has("a")).toBe(false);
-    expect(r.st.incidentsDropped).toBe(1);
+    expect(r.incidentsDropped()).toBe(1);
     expect(restoreServer(r.cfg, r.disk.tables(), 2).incidentsDropped).toBe(1);
   });
 

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ControlErrorSchema, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { serverInvariants, type ControlRequest } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
-import { MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
+import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
 
 import { T0, sha, type SpecInit, argv, enc, lifecycle, ServerRig } from "../../support/server-rig.js";
 
@@ -19,14 +19,14 @@ describe("submit", () => {
       });
     }
     for (const good of ["a", "Z9._:-x", "x".repeat(128)]) expect(r.submit("a", good), good).toMatchObject({ ok: true, uuid: good, revision: 1 });
-    expect(r.st.commands.size).toBe(3);
+    expect(r.listCommands().length).toBe(3);
   });
 
   it("R-D1: a submit needs a client id and a program", () => {
     const r = new ServerRig();
     expect(r.submit("", "c1")).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "client id is required" } });
     expect(r.submit("a", "c2", {})).toEqual({ ok: false, error: { code: Code.VALIDATION, message: "no program (argv, shell or script)" } });
-    expect(r.st.commands.size).toBe(0);
+    expect(r.listCommands().length).toBe(0);
   });
 
   it("R-C1: a script submit needs 1..16 MiB of bytes matching its descriptor", () => {
@@ -55,19 +55,19 @@ describe("submit", () => {
   it("R-D1: without an explicit expiry a command expires 24 h after submission; at exactly its expiry (not before) an undispatched command expires", () => {
     const r = new ServerRig();
     r.submit("offline", "d");
-    expect(r.cmd("d").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    expect(r.command("d").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "z", argv(), { queueExpiry: 0 });
-    expect(r.cmd("z").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    expect(r.command("z").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "neg", argv(), { queueExpiry: -5 });
-    expect(r.cmd("neg").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
+    expect(r.command("neg").queueExpiry).toBe(T0 + 24 * 60 * 60_000);
     r.submit("offline", "e", argv(), { queueExpiry: T0 + 500 });
-    expect(r.cmd("e").queueExpiry).toBe(T0 + 500);
+    expect(r.command("e").queueExpiry).toBe(T0 + 500);
     r.now = T0 + 499;
     r.step({ type: "tick" });
-    expect(r.cmd("e").state).toBe(L.QUEUED);
+    expect(r.command("e").state).toBe("queued");
     r.now = T0 + 500;
     r.step({ type: "tick" });
-    expect(r.cmd("e")).toMatchObject({ state: L.EXPIRED, terminalSource: "server", reason: "queue expiry passed before dispatch" });
+    expect(r.command("e")).toMatchObject({ state: "expired", terminalSource: "server", reason: "queue expiry passed before dispatch" });
   });
 
   it("R-D2: a retried submit is answered like the original, only once durable; a different request under the same uuid is CONFLICT", () => {
@@ -128,9 +128,9 @@ describe("stdin, signal, incident requests", () => {
       error: { code: Code.VALIDATION, message: "the command was submitted without open stdin", issueUuid: "closed-spec" },
     });
     r.submit("off", "c1", { ...argv("cat"), stdinOpen: true });
-    expect(r.control(stdin("c1", "big", new Uint8Array(MAX_CHUNK_BYTES + 1)))).toMatchObject({
+    expect(r.control(stdin("c1", "big", new Uint8Array(CONTROL_STDIN_WRITE_BYTES + 1)))).toMatchObject({
       ok: false,
-      error: { code: Code.PAYLOAD_TOO_LARGE, message: `stdin writes are at most ${MAX_CHUNK_BYTES} bytes` },
+      error: { code: Code.PAYLOAD_TOO_LARGE, message: `stdin writes are at most ${CONTROL_STDIN_WRITE_BYTES} bytes` },
     });
     expect(r.control(stdin("c1", "w1", new Uint8Array(6)))).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
     expect(r.control(stdin("c1", "w2", new Uint8Array(4)))).toEqual({ ok: true, uuid: "c1", writeSeq: 2 }); // exactly the queue bound
@@ -206,7 +206,7 @@ describe("stdin, signal, incident requests", () => {
       ok: false,
       error: { code: Code.VALIDATION, message: "unknown signal" },
     });
-    expect(r.cmd("c1").revision).toBe(1);
+    expect(r.command("c1").revision).toBe(1);
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.USER2 })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.KILL })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.cmd("c1").signals.map((s) => [s.revision, s.signal, s.requestId])).toEqual([[2, SignalKind.USER2, "s3"]]);
@@ -232,10 +232,11 @@ describe("stdin, signal, incident requests", () => {
         ok: false,
         error: { code: Code.VALIDATION, message: "the command is not running yet", issueUuid: "q" },
       });
-      expect(r.cmd("q").revision).toBe(1);
+      expect(r.command("q").revision).toBe(1);
       expect(r.cmd("q").requests).toEqual({ "submit-q": 1 });
       expect(r.control({ op: "signal", requestId: "e", uuid: "q", signal: kind })).toEqual({ ok: true, uuid: "q", revision: 2 });
-      expect(r.cmd("q")).toMatchObject({ state: L.CANCELLED, terminalSource: "server", reason: `${name} before dispatch`, signals: [] });
+      expect(r.command("q")).toMatchObject({ state: "cancelled", terminalSource: "server", reason: `${name} before dispatch` });
+      expect(r.cmd("q").signals).toEqual([]);
     }
   });
 
@@ -263,7 +264,7 @@ describe("stdin, signal, incident requests", () => {
       error: { code: Code.NOT_FOUND, message: "no incident inc-9" },
     });
     expect(r.control({ op: "ack_incident", requestId: "y", incidentId: "inc-1" })).toEqual({ ok: true });
-    expect(r.st.incidents.get("inc-1")!.acknowledged).toBe(true);
+    expect(r.incidents().find((i) => i.incidentId === "inc-1")!.acknowledged).toBe(true);
     expect(r.disk.durable.get("incident")!.get("inc-1")).toMatchObject({ acknowledged: true });
   });
   // The incident bounds (per client, in total, kept) are in bounds.test.ts.

@@ -7,6 +7,7 @@ import { nextFloat } from "../../../core/rng.js";
 import { MAX_INCIDENTS_KEPT } from "../../../core/limits.js";
 
 import { T0, argv, of, lifecycle, ServerRig, expectClosed, expectRefused } from "../../support/server-rig.js";
+import { plainIncident } from "../../support/pair.js";
 
 const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
   r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
@@ -100,7 +101,7 @@ describe("dispatch", () => {
     const c = r.connect();
     r.autoDurable = false;
     r.submit("a", "c1"); // created and dispatched in one batch, not yet durable
-    expect(r.cmd("c1").state).toBe(L.DISPATCHED);
+    expect(r.findCommand("c1")?.state, "nothing durable: a reader sees no state yet").toBe("unknown");
     expect(dispatches(r, r.log)).toEqual([]);
     r.step({ type: "conn_closed", conn: c, reason: "x" });
     expect(dispatches(r, r.flush())).toEqual([]);
@@ -123,7 +124,7 @@ describe("dispatch", () => {
       const expected = T0 + Math.floor(nextFloat(rng) * 2_000);
       r.accept(c, "c1", false, code, "busy");
       expect(r.cmd("c1")).toMatchObject({ state: L.QUEUED, nextAttemptAt: expected });
-      expect(r.st.conns.has(c)).toBe(true);
+      expect(r.session(c)).toBeDefined();
       if (expected > T0) {
         r.now = expected - 1;
         expect(dispatches(r, r.step({ type: "tick" }))).toEqual([]);
@@ -145,7 +146,7 @@ describe("dispatch", () => {
       const c = r.connect();
       r.submit("a", "c1");
       r.accept(c, "c1", false, code, "no");
-      expect(r.cmd("c1")).toMatchObject({ state: L.REJECTED, terminalSource: "server", reason: `${Code[code]}: no` });
+      expect(r.command("c1")).toMatchObject({ state: "rejected", terminalSource: "server", reason: `${Code[code]}: no` });
     }
     for (const code of [Code.PROTOCOL_ERROR, Code.NOT_FOUND, undefined]) {
       const r = new ServerRig();
@@ -153,7 +154,7 @@ describe("dispatch", () => {
       r.submit("a", "c1");
       const out = r.accept(c, "c1", false, code);
       expectClosed(r, out, c, Code.PROTOCOL_ERROR, `rejection with code ${code ?? 0} is not a dispatch answer`);
-      expect(r.cmd("c1").state).toBe(L.DISPATCHED);
+      expect(r.command("c1").state).toBe("dispatched");
     }
   });
 
@@ -167,7 +168,7 @@ describe("dispatch", () => {
       terminalSource: "server",
       reason: "agent reports it already executed this request; outcome not retained",
     });
-    expect([...r.st.incidents.values()]).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
+    expect(r.incidents().map(plainIncident)).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
   });
 
   it("R-D2: CommandAccepted for an unknown or foreign command is NOT_FOUND (no close); a late one is ignored", () => {
@@ -179,12 +180,12 @@ describe("dispatch", () => {
     expectRefused(r, out, a, Code.NOT_FOUND);
     expect(r.errors(out, a)[0]!.error?.issueUuid).toBe("theirs");
     expectRefused(r, r.accept(a, "ghost"), a, Code.NOT_FOUND, "CommandAccepted for unknown command ghost");
-    expect(r.cmd("theirs").state).toBe(L.DISPATCHED);
+    expect(r.command("theirs").state).toBe("dispatched");
     r.accept(b, "theirs");
     r.event(b, "theirs", 1, lifecycle(L.RUNNING));
     const late = r.accept(b, "theirs", false, Code.CAPACITY);
     expect(late.filter((e) => e.type === "persist")).toEqual([]);
-    expect(r.cmd("theirs").state).toBe(L.RUNNING);
+    expect(r.command("theirs").state).toBe("running");
   });
 });
 

@@ -18,14 +18,14 @@ describe("drain (set_draining)", () => {
     const r = new ServerRig();
     const a = r.connect("a");
     expect(drain(r, "a", true)).toEqual({ ok: true, wasDraining: false });
-    expect(r.st.clients.get("a")!.draining).toBe(true);
+    expect(r.client("a")!.draining).toBe(true);
     r.submit("a", "q1");
     r.now += 5_000; // within the heartbeat: the session stays up
     r.step({ type: "tick" });
-    expect(r.cmd("q1").state).toBe(L.QUEUED);
+    expect(r.command("q1").state).toBe("queued");
     expect(dispatches(r, a)).toBe(0);
     expect(drain(r, "a", false)).toEqual({ ok: true, wasDraining: true });
-    expect(r.cmd("q1").state).toBe(L.DISPATCHED);
+    expect(r.command("q1").state).toBe("dispatched");
     expect(dispatches(r, a)).toBe(1);
   });
 
@@ -34,7 +34,7 @@ describe("drain (set_draining)", () => {
     const a = r.connect("a");
     r.running(a, "run1");
     r.submit("a", "d1");
-    expect(r.cmd("d1").state).toBe(L.DISPATCHED);
+    expect(r.command("d1").state).toBe("dispatched");
     drain(r, "a", true);
     // Unanswered: the dispatch is sent again after the redelivery timeout (R-D1).
     const before = dispatches(r, a);
@@ -42,9 +42,9 @@ describe("drain (set_draining)", () => {
     r.step({ type: "tick" });
     expect(dispatches(r, a)).toBe(before + 1);
     r.accept(a, "d1");
-    expect(r.cmd("d1").state).toBe(L.ACCEPTED);
+    expect(r.command("d1").state).toBe("accepted");
     r.event(a, "run1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
-    expect(r.cmd("run1").state).toBe(L.SUCCEEDED);
+    expect(r.command("run1").state).toBe("succeeded");
   });
 
   it("queue expiry still applies to a command held back by a drain", () => {
@@ -54,7 +54,7 @@ describe("drain (set_draining)", () => {
     r.submit("a", "x", argv(), { queueExpiry: T0 + 1_000 });
     r.now += 2_000;
     r.step({ type: "tick" });
-    expect(r.cmd("x").state).toBe(L.EXPIRED);
+    expect(r.command("x").state).toBe("expired");
   });
 
   it("the flag is durable: it survives a server restart, and an old record without it restores as not draining", () => {
@@ -63,15 +63,15 @@ describe("drain (set_draining)", () => {
     drain(r, "a", true);
     expect(rowOf(r.disk.durable, "client", "a")!.draining).toBe(true);
     r.st = restoreServer(r.cfg, r.disk.tables(), 2);
-    expect(r.st.clients.get("a")!.draining).toBe(true);
+    expect(r.client("a")!.draining).toBe(true);
     const a = r.connect("a");
     r.submit("a", "after");
     r.now += 10_000;
     r.step({ type: "tick" });
-    expect(r.cmd("after").state).toBe(L.QUEUED);
+    expect(r.command("after").state).toBe("queued");
     expect(dispatches(r, a)).toBe(0);
     drain(r, "a", false);
-    expect(r.cmd("after").state).toBe(L.DISPATCHED);
+    expect(r.command("after").state).toBe("dispatched");
 
     // A record persisted before the field existed.
     const rec = rowOf(r.disk.durable, "client", "a")!;
@@ -87,9 +87,9 @@ describe("drain (set_draining)", () => {
     r.step({ type: "conn_closed", conn: a, reason: "agent restarted" });
     const a2 = r.connect("a");
     r.submit("a", "q");
-    expect(r.cmd("q").state).toBe(L.QUEUED);
+    expect(r.command("q").state).toBe("queued");
     expect(dispatches(r, a2)).toBe(0);
-    expect(r.st.clients.get("a")!.draining).toBe(true);
+    expect(r.client("a")!.draining).toBe(true);
   });
 
   it("an unknown client is refused with NOT_FOUND; setting the state it has is no error and persists nothing", () => {

@@ -9,6 +9,7 @@ import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from 
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../../core/limits.js";
 import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../../support/server-rig.js";
+import { plainIncident } from "../../support/pair.js";
 import { testPorts } from "../../support/ports.js";
 
 /** Run `uuid` to SUCCEEDED on `conn` (accepted, running, exit 0). */
@@ -17,7 +18,9 @@ function finish(r: ServerRig, conn: number, uuid: string, out?: string): void {
   let seq = 2;
   if (out !== undefined) r.event(conn, uuid, seq++, output(OutputStream.STDOUT, 0, enc(out)));
   r.event(conn, uuid, seq, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
-  expect(r.st.commands.get(uuid)?.state ?? r.st.pruned.get(uuid)?.state).toBe(L.SUCCEEDED);
+  // GetCommand: succeeded, or (history pruned at once) NOT_FOUND saying it ended succeeded.
+  if (r.findCommand(uuid)) expect(r.command(uuid).state).toBe("succeeded");
+  else expect(r.notFound(uuid)).toBe(`command ${uuid} ended succeeded and was pruned from history`);
 }
 
 /** The charge of one finished `true` command, measured on a throwaway server. */
@@ -64,7 +67,7 @@ describe("metadata tier", () => {
     finish(r, c, "h4");
     expect([...r.st.pruned.keys()]).toEqual(["h1", "h2"]);
     expect([...r.st.commands.keys()].sort()).toEqual(["h3", "h4", "live"]);
-    expect(r.cmd("live").state).toBe(L.RUNNING);
+    expect(r.command("live").state).toBe("running");
     // Durably: records and events of the pruned ones gone, the compact records written.
     expect(durable(r, "command").sort()).toEqual(["h3", "h4", "live"]);
     expect(durable(r, "event").filter((k) => k.startsWith("h1/") || k.startsWith("h2/"))).toEqual([]);
@@ -154,10 +157,10 @@ describe("pruning by age", () => {
     expect(of(fx, "wake").at(-1)?.at).toBe(T0 + 5_000);
     r.now = T0 + 4_999;
     r.step({ type: "tick" });
-    expect(r.st.commands.has("old")).toBe(true);
+    expect(r.findCommand("old")).toBeDefined();
     r.now = T0 + 5_000;
     r.step({ type: "tick" });
-    expect(r.st.commands.has("old")).toBe(false);
+    expect(r.findCommand("old")).toBeUndefined();
     expect(r.st.pruned.get("old")).toMatchObject({ state: L.SUCCEEDED, endedAt: T0, at: T0 + 5_000 });
   });
 
@@ -166,7 +169,7 @@ describe("pruning by age", () => {
     finish(r, r.connect(), "old");
     r.now = T0 + 10 * 365 * 86_400_000;
     r.step({ type: "tick" });
-    expect(r.st.commands.has("old")).toBe(true);
+    expect(r.findCommand("old")).toBeDefined();
   });
 
   it("waits until the terminal state and every event are durable, then prunes on that durable report", () => {
@@ -177,13 +180,13 @@ describe("pruning by age", () => {
     r.event(c, "u", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     r.now += 10; // due exactly now
     const fx = r.step({ type: "tick" });
-    expect(r.st.commands.has("u")).toBe(true); // terminal in memory only
+    expect(r.findCommand("u")).toBeDefined(); // terminal in memory only
     // Due but unsettled: no wake for now (that spun the simulator, seeds 7 and
     // 130); the durable report that settles it runs the next step.
     expect(of(fx, "wake").every((w) => w.at > r.now)).toBe(true);
     r.flush();
-    expect(r.st.commands.has("u")).toBe(false);
-    expect(r.st.pruned.has("u")).toBe(true);
+    expect(r.findCommand("u")).toBeUndefined();
+    expect(r.notFound("u")).toMatch(/ and was pruned from history$/);
   });
 
   it("a command the server ended itself waits for that state to be durable too", () => {
@@ -191,10 +194,10 @@ describe("pruning by age", () => {
     r.submit("a", "q"); // no agent: stays queued
     r.autoDurable = false;
     r.control({ op: "signal", requestId: "c", uuid: "q", signal: SignalKind.CANCEL });
-    expect(r.cmd("q").state).toBe(L.CANCELLED);
+    expect(r.command("q").state, "not durable yet: the operator still sees it queued").toBe("queued");
     r.now += 10;
     r.step({ type: "tick" });
-    expect(r.st.commands.has("q")).toBe(true);
+    expect(r.findCommand("q")).toBeDefined();
     r.flush();
     expect(r.st.pruned.get("q")).toMatchObject({ state: L.CANCELLED, terminalSource: "server", storedThrough: 0 });
   });
@@ -206,7 +209,7 @@ describe("pruning by age", () => {
     r.autoDurable = false;
     r.now += 10;
     const fx = r.step({ type: "tick" });
-    expect(r.st.pruned.has("u")).toBe(true);
+    expect(r.notFound("u")).toMatch(/ and was pruned from history$/);
     expect(of(fx, "prune_output")).toEqual([]);
     expect(of(r.flush(), "prune_output")).toEqual([{ type: "prune_output", uuid: "u" }]);
   });
@@ -236,7 +239,7 @@ describe("a pruned command keeps its protocol answers", () => {
     finish(r, c, "gone", over);
     r.now += 10;
     r.step({ type: "tick" });
-    expect(r.st.pruned.has("gone")).toBe(true);
+    expect(r.notFound("gone")).toMatch(/ and was pruned from history$/);
     return { r, c };
   }
   const hash = (r: ServerRig) => Uint8Array.from(Buffer.from(r.st.pruned.get("gone")!.hash, "hex"));
@@ -249,7 +252,7 @@ describe("a pruned command keeps its protocol answers", () => {
     const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { discardLocalTerminalIssueUuids: string[]; terminateLocalIssueUuids: string[] };
     expect(res.discardLocalTerminalIssueUuids).toEqual(["gone"]);
     expect(res.terminateLocalIssueUuids).toEqual([]);
-    expect(r.st.incidents.size).toBe(0);
+    expect(r.incidents().length).toBe(0);
   });
 
   it("R-D11: a snapshot that still runs it, or holds another request under its uuid, gets it terminated with an incident", () => {
@@ -259,16 +262,19 @@ describe("a pruned command keeps its protocol answers", () => {
     const fx = r.snapshot(c2, [{ issueUuid: "gone", lifecycle: L.RUNNING, immutableRequestSha256: hash(r), lastClientEventSeq: 1n, commandRevision: 1n }]);
     const res = r.sent(fx, c2, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind, i.detail])).toEqual([
-      ["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"],
-    ]);
+    expect(
+      r
+        .incidents()
+        .map(plainIncident)
+        .map((i) => [i.uuid, i.kind, i.detail]),
+    ).toEqual([["gone", "reconcile_terminate_local", "agent still runs a command that is terminal at the server"]]);
     const c3 = r.open();
     r.hello(c3, "a", "inst-a");
     const fx3 = r.snapshot(c3, [
       { issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: sha("other"), lastClientEventSeq: 2n, commandRevision: 1n },
     ]);
     expect((r.sent(fx3, c3, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a different request under this issue_uuid");
+    expect(r.incidents().at(-1)!.detail).toBe("agent holds a different request under this issue_uuid");
   });
 
   it("a snapshot from another client naming it is a command the server lacks (R-D11)", () => {
@@ -277,7 +283,7 @@ describe("a pruned command keeps its protocol answers", () => {
     r.hello(b, "b", "inst-b");
     const fx = r.snapshot(b, [{ issueUuid: "gone", lifecycle: L.SUCCEEDED, immutableRequestSha256: hash(r), lastClientEventSeq: 2n, commandRevision: 1n }]);
     expect((r.sent(fx, b, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] }).terminateLocalIssueUuids).toEqual(["gone"]);
-    expect([...r.st.incidents.values()].at(-1)!.detail).toBe("agent holds a command the server does not know");
+    expect(r.incidents().at(-1)!.detail).toBe("agent holds a command the server does not know");
   });
 
   it("a late event or CommandAccepted for it is ignored: no error, no ack, the session stays open", () => {
@@ -286,7 +292,7 @@ describe("a pruned command keeps its protocol answers", () => {
       expect(r.sent(fx, c)).toEqual([]);
       expect(of(fx, "close")).toEqual([]);
     }
-    expect(r.st.conns.get(c)?.phase).toBe("ready");
+    expect(r.session(c)?.phase).toBe("ready");
     // From another client it is still an unknown command.
     const b = r.connect("b");
     expect(r.errors(r.event(b, "gone", 3, lifecycle(L.SUCCEEDED)), b).map((e) => e.error?.code)).toEqual([Code.NOT_FOUND]);
@@ -298,7 +304,7 @@ describe("a pruned command keeps its protocol answers", () => {
     expect(same).toMatchObject({ ok: false, error: { code: Code.ALREADY_EXECUTED, message: "command gone ended succeeded and was pruned from history" } });
     const other = r.submit("a", "gone", argv("false"));
     expect(other).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
-    expect(r.st.commands.has("gone")).toBe(false);
+    expect(r.findCommand("gone")).toBeUndefined();
   });
 
   it("operator requests on it say it was pruned", () => {
@@ -323,7 +329,7 @@ describe("a pruned command keeps its protocol answers", () => {
     r.event(c, "bad", 2, lifecycle(L.FAILED, { exitCode: 3 }));
     r.now += 10;
     r.step({ type: "tick" });
-    expect(r.st.pruned.get("bad")).toMatchObject({ state: L.FAILED, exitCode: 3 });
+    expect(r.notFound("bad")).toBe("command bad ended failed (exit 3) and was pruned from history");
     expect(r.control({ op: "signal", requestId: "s", uuid: "bad", signal: SignalKind.CANCEL })).toMatchObject({
       ok: false,
       error: { message: "command bad ended failed (exit 3) and was pruned from history" },

@@ -83,8 +83,22 @@ describe("server invariants catch every corruption they check", () => {
     ],
     [
       "terminal with queued stdin",
-      (r) => void (C(r, "done").stdin.queue = [{ seq: 1, data: new Uint8Array(0), appendNewline: false, close: true, requestId: "x" }]),
+      (r) => {
+        const c = C(r, "done");
+        c.stdin.nextSeq = 2;
+        c.stdin.queue = [{ seq: 1, data: new Uint8Array(0), appendNewline: false, close: true, requestId: "x" }];
+      },
       /done: terminal with pending work/,
+    ],
+    [
+      "stdin queue holding an acknowledged write",
+      (r) => {
+        const c = C(r, "done");
+        c.stdin.nextSeq = 3;
+        c.stdin.ackedThrough = 2;
+        c.stdin.queue = [{ seq: 2, data: new Uint8Array(0), appendNewline: false, close: false, requestId: "x" }];
+      },
+      /done: stdin queue out of order or outside \(acked, next\)/,
     ],
     ["output index drift", (r) => void (r.st.clientOutput.get("a")!.bytes += 1), /a: retained output index drift/],
     [

@@ -59,11 +59,11 @@ describe("more server edges", () => {
     const r = new ServerRig({ redeliveryMs: 1_000_000 });
     const c = r.connect();
     r.submit("a", "d", argv(), { queueExpiry: T0 + 1_000 });
-    expect(r.cmd("d").state).toBe(L.DISPATCHED);
+    expect(r.command("d").state).toBe("dispatched");
     r.now = T0 + 5_000;
     r.step({ type: "activity", conn: c });
     r.step({ type: "tick" });
-    expect(r.cmd("d").state).toBe(L.DISPATCHED);
+    expect(r.command("d").state).toBe("dispatched");
   });
 
   it("R-D3: a late acceptance of a command requeued after a transient rejection is taken", () => {
@@ -71,9 +71,9 @@ describe("more server edges", () => {
     const c = r.connect();
     r.submit("a", "c1");
     r.accept(c, "c1", false, Code.CAPACITY);
-    expect(r.cmd("c1").state).toBe(L.QUEUED);
+    expect(r.command("c1").state).toBe("queued");
     r.accept(c, "c1", true);
-    expect(r.cmd("c1").state).toBe(L.ACCEPTED);
+    expect(r.command("c1").state).toBe("accepted");
   });
 
   it("R-H6: a reconnect resends pending signals only to that client, not to other clients' sessions", () => {

@@ -30,7 +30,7 @@ describe("reconciliation at the server", () => {
       const out = r.snapshot(c, [
         { issueUuid: "run", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("run").hash, "hex") },
       ]);
-      expect(r.cmd("run").state).toBe(L.RUNNING);
+      expect(r.command("run").state).toBe("running");
       expect(r.sent(out, c, "commandDispatch").map((d) => (d.env.payload.value as CommandDispatch).issueUuid)).toEqual(queued.slice(0, 7)); // maxRunning + maxQueued - 1 running
     }
   });
@@ -78,10 +78,10 @@ describe("reconciliation at the server", () => {
     });
     r.cmd("disp").nextAttemptAt = T0 + 99_999;
     r.snapshot(d, []);
-    expect(r.cmd("acc")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server", reason: "agent lost an accepted command" });
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
+    expect(r.command("acc")).toMatchObject({ state: "interrupted", terminalSource: "server", reason: "agent lost an accepted command" });
+    expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
     expect(r.cmd("disp").nextAttemptAt).toBe(0);
-    expect(r.cmd("disp").state).toBe(L.DISPATCHED); // requeued and dispatched again on the new session
+    expect(r.command("disp").state).toBe("dispatched"); // requeued and dispatched again on the new session
     expect(dispatches(r, r.log, d).map((x) => x.issueUuid)).toEqual(["disp"]);
     expect(r.disk.durable.get("reconcile")!.get("a")).toEqual({ generation: 2, terminate: [], discard: [] });
   });
@@ -104,21 +104,26 @@ describe("reconciliation at the server", () => {
       state(r, "foreign", L.RUNNING, 0),
     ]);
     expect(r.sent(r.log, d, "reconcileResult")).toEqual([]);
-    expect(r.st.conns.get(d)!.phase).toBe("reconciling");
+    expect(r.session(d)?.phase).toBe("reconciling");
     r.autoDurable = true;
     const out = r.flush();
     const res = r.sent(out, d, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[]; discardLocalTerminalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["div", "ghost", "foreign"]);
     expect(res.discardLocalTerminalIssueUuids).toEqual(["fin"]);
-    expect(r.cmd("adopt")).toMatchObject({ state: L.RUNNING, terminalSource: "" });
-    expect(r.cmd("div")).toMatchObject({ state: L.INTERRUPTED, terminalSource: "server" });
-    expect(r.cmd("foreign").state).toBe(L.QUEUED);
-    expect([...r.st.incidents.values()].map((i) => [i.uuid, i.kind]).sort()).toEqual([
+    expect(r.command("adopt")).toMatchObject({ state: "running", terminalSource: "" });
+    expect(r.command("div")).toMatchObject({ state: "interrupted", terminalSource: "server" });
+    expect(r.command("foreign").state).toBe("queued");
+    expect(
+      r
+        .incidents()
+        .map((i) => [i.issueUuid, i.kind])
+        .sort(),
+    ).toEqual([
       ["div", "reconcile_diverged"],
       ["foreign", "reconcile_terminate_local"],
       ["ghost", "reconcile_terminate_local"],
     ]);
-    expect(r.st.conns.get(d)!.phase).toBe("ready");
+    expect(r.session(d)?.phase).toBe("ready");
   });
 
   it("R-D10: a tombstone for a command the server still thinks is in flight interrupts it as already executed", () => {
@@ -127,8 +132,8 @@ describe("reconciliation at the server", () => {
       r.accept(c, "t");
     });
     r.snapshot(d, [state(r, "t", L.UNSPECIFIED, 0, { tombstoned: true })]);
-    expect(r.cmd("t")).toMatchObject({ state: L.INTERRUPTED, reason: "agent tombstone: already executed; outcome not retained" });
-    expect([...r.st.incidents.values()].map((i) => i.kind)).toEqual(["reconcile_already_executed"]);
+    expect(r.command("t")).toMatchObject({ state: "interrupted", reason: "agent tombstone: already executed; outcome not retained" });
+    expect(r.incidents().map((i) => i.kind)).toEqual(["reconcile_already_executed"]);
   });
 });
 

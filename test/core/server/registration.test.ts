@@ -3,6 +3,7 @@
 // reducer directly with hand-made agent frames.)
 import { rowOf } from "../../../core/server/store.js";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import { ClientHelloSchema, type ReconcileRequest } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, ControlErrorSchema, ProtocolRangeSchema, ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -14,6 +15,7 @@ import { MAX_INCIDENTS_KEPT, MAX_SERVER_CONNECTIONS } from "../../../core/limits
 import { testPorts } from "../../support/ports.js";
 
 import { T0, argv, of, lifecycle, ServerRig, expectClosed } from "../../support/server-rig.js";
+import { plainAuthorization, plainClaim, plainIncident } from "../../support/pair.js";
 
 void MAX_INCIDENTS_KEPT;
 
@@ -45,11 +47,11 @@ describe("connections", () => {
     };
     fill(MAX_SERVER_CONNECTIONS - 1);
     r.step({ type: "conn_open", conn: 1 });
-    expect(r.st.conns.has(1)).toBe(true);
+    expect(r.session(1)).toBeDefined();
     const out = r.step({ type: "conn_open", conn: 2 });
     expect(of(out, "close")).toEqual([{ type: "close", conn: 2, reason: `CODE_CAPACITY: ${MAX_SERVER_CONNECTIONS} connections open` }]);
-    expect(r.st.conns.has(2)).toBe(false);
-    expect(r.st.conns.size).toBe(MAX_SERVER_CONNECTIONS);
+    expect(r.session(2)).toBeUndefined();
+    expect(r.sessions().length).toBe(MAX_SERVER_CONNECTIONS);
   });
 
   it("R-W5: a full ingress queue closes the connection without an error frame; unknown connections are ignored", () => {
@@ -59,7 +61,7 @@ describe("connections", () => {
     const out = r.step({ type: "ingress_full", conn: c });
     expect(of(out, "close")).toEqual([{ type: "close", conn: c, reason: "CAPACITY: ingress queue full" }]);
     expect(r.sent(out)).toEqual([]);
-    expect(r.st.clients.get("a")!.conn).toBe(0);
+    expect(r.client("a")!.connected).toBe(false);
   });
 
   it("R-H1: activity moves only that connection's heartbeat; frames for unknown connections change nothing", () => {
@@ -68,7 +70,7 @@ describe("connections", () => {
     r.now += 4_000;
     r.step({ type: "activity", conn: 77 });
     r.step({ type: "activity", conn: c });
-    expect(r.st.conns.get(c)!.hb.lastInbound).toBe(T0 + 4_000);
+    expect(timestampMs(r.session(c)!.lastInboundTime!)).toBe(T0 + 4_000);
     const out = r.step({ type: "frame", conn: 77, data: new Uint8Array([1, 2, 3]) });
     expect(out.filter((e) => e.type !== "wake")).toEqual([]);
   });
@@ -83,12 +85,12 @@ describe("connections", () => {
     r.now = T0 + 20_000;
     expect(of(r.step({ type: "tick" }), "ping")).toEqual([]);
     r.now = T0 + 29_999;
-    expect(r.st.conns.has(c)).toBe(true);
+    expect(r.session(c)).toBeDefined();
     r.now = T0 + 30_000;
     const out = r.step({ type: "tick" });
     expect(of(out, "close")).toEqual([{ type: "close", conn: c, reason: "UNSPECIFIED: heartbeat: no inbound activity for 30 s" }]);
     expect(r.sent(out)).toEqual([]);
-    expect(r.st.conns.has(c)).toBe(false);
+    expect(r.session(c)).toBeUndefined();
   });
 
   it("R-H1: the wake is the earliest of heartbeats, authorization expiries and command deadlines; nothing to wait for, no wake", () => {
@@ -135,7 +137,7 @@ describe("frames before and around registration", () => {
     r.autoDurable = false;
     const w = r.open();
     r.hello(w);
-    expect(r.st.conns.get(w)!.phase).toBe("welcoming");
+    expect(r.session(w)?.phase).toBe("welcoming");
     expect(r.sent(r.log, w, "serverWelcome")).toEqual([]);
     expectClosed(r, r.hello(w), w, Code.PROTOCOL_ERROR, "clientHello before ServerWelcome");
   });
@@ -154,12 +156,12 @@ describe("frames before and around registration", () => {
       const r = new ServerRig();
       const c = r.open();
       expectClosed(r, r.hello(c, client, inst), c, Code.VALIDATION, msg);
-      expect(r.st.clients.size).toBe(0);
+      expect(r.clientList().length).toBe(0);
     }
     const r = new ServerRig();
     const c = r.open();
     r.hello(c, "c".repeat(128), "i".repeat(128));
-    expect(r.st.conns.get(c)!.phase).toBe("reconciling");
+    expect(r.session(c)?.phase).toBe("reconciling");
   });
 
   it("R-T4: a missing or inverted protocol range, or one without overlap, is INCOMPATIBLE_VERSION", () => {
@@ -208,9 +210,9 @@ describe("frames before and around registration", () => {
     expect(
       targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")]),
     ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
-    expect(r.cmd("run").storedThrough).toBe(1);
-    expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 3, maxQueued: 4 });
-    expect(r.st.clients.get("a")!.lastSeen).toBe(T0);
+    expect(r.command("run").storedThrough).toBe(1);
+    expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 3, maxQueuedCommands: 4 });
+    expect(timestampMs(r.client("a")!.lastActivityTime!)).toBe(T0);
   });
 
   it("R-D8: a welcome or reconcile result whose connection went away before the persist was durable is not sent", () => {
@@ -223,7 +225,7 @@ describe("frames before and around registration", () => {
     const d = r.open();
     r.hello(d);
     r.flush();
-    expect(r.st.conns.get(d)!.phase).toBe("reconciling");
+    expect(r.session(d)?.phase).toBe("reconciling");
     r.snapshot(d);
     r.step({ type: "conn_closed", conn: d, reason: "gone" });
     expect(r.sent(r.flush(), d, "reconcileResult")).toEqual([]);
@@ -287,12 +289,12 @@ describe("frames before and around registration", () => {
       case: "clientCapacity",
       value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 2, queuedCommands: 5, maxRunningCommands: 70_000, maxQueuedCommands: 65_536 },
     });
-    expect(r.st.clients.get("a")!.capacity).toEqual({ running: 2, queued: 5, maxRunning: 65_536, maxQueued: 65_536 });
+    expect(r.client("a")).toMatchObject({ runningCommands: 2, queuedCommands: 5, maxRunningCommands: 65_536, maxQueuedCommands: 65_536 });
     r.frame(c, {
       case: "clientCapacity",
       value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 65_535, maxQueuedCommands: 3 },
     });
-    expect(r.st.clients.get("a")!.capacity).toEqual({ running: 0, queued: 0, maxRunning: 65_535, maxQueued: 3 });
+    expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 65_535, maxQueuedCommands: 3 });
   });
 
   it("R-D13 R-W10: an agent error opens a store incident or is traced; closeSession ends the session without an answer", () => {
@@ -303,7 +305,7 @@ describe("frames before and around registration", () => {
       value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code, message }), closeSession },
     });
     const store = r.frame(c, err(Code.STORE_INCIDENT, "journal crc", false));
-    expect([...r.st.incidents.values()]).toEqual([
+    expect(r.incidents().map(plainIncident)).toEqual([
       { id: "inc-1", clientId: "a", uuid: "", kind: "agent_store_incident", detail: "journal crc", at: T0, acknowledged: false },
     ]);
     expect(r.disk.durable.get("incident")?.get("inc-1")).toMatchObject({ kind: "agent_store_incident" });
@@ -314,12 +316,12 @@ describe("frames before and around registration", () => {
         .filter((t) => t.event === "agent_error")
         .map((t) => t.detail),
     ).toEqual([{ conn: c, code: "NOT_FOUND", message: "what" }]);
-    expect(r.st.incidents.size).toBe(1);
-    expect(r.st.conns.has(c)).toBe(true);
+    expect(r.incidents().length).toBe(1);
+    expect(r.session(c)).toBeDefined();
     const bye = r.frame(c, err(Code.PROTOCOL_ERROR, "bye", true));
     expect(of(bye, "close")).toEqual([{ type: "close", conn: c, reason: "UNSPECIFIED: agent closed the session" }]);
     expect(r.sent(bye)).toEqual([]);
-    expect(r.st.conns.has(c)).toBe(false);
+    expect(r.session(c)).toBeUndefined();
   });
 });
 
@@ -330,7 +332,8 @@ describe("identity: fencing, claims and authorizations", () => {
     const c = r.open();
     const out = r.hello(c, "a", "i1");
     expectClosed(r, out, old, Code.STALE_GENERATION, "fenced by a newer registration of this client");
-    expect(r.st.clients.get("a")).toMatchObject({ generation: 2, conn: c, instanceId: "i1" });
+    expect(r.client("a")).toMatchObject({ generation: 2n, connected: true, instanceId: "i1" });
+    expect(r.session(c)).toMatchObject({ clientId: "a", generation: 2n });
     expect(rowOf(r.disk.durable, "client", "a")!.generation).toBe(2);
     expect(rowOf(r.disk.durable, "client", "a")!.conn).toBe(0);
   });
@@ -340,16 +343,17 @@ describe("identity: fencing, claims and authorizations", () => {
     const a = r.connect("a", "i1");
     const c1 = r.open();
     expectClosed(r, r.hello(c1, "a", "i2"), c1, Code.IDENTITY_CONFLICT, "client id a is live under another instance; recorded as a pending claim");
-    expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i2", at: T0, attempts: 1 });
+    expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i2", at: T0, attempts: 1 });
     r.now += 5;
     const c2 = r.open();
     r.hello(c2, "a", "i2");
-    expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i2", at: T0 + 5, attempts: 2 });
+    expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i2", at: T0 + 5, attempts: 2 });
     const c3 = r.open();
     r.hello(c3, "a", "i3");
-    expect(r.st.clients.get("a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
+    expect(plainClaim(r.claimOf("a"))).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
     expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toEqual({ instanceId: "i3", at: T0 + 5, attempts: 1 });
-    expect(r.st.clients.get("a")!).toMatchObject({ conn: a, generation: 1, instanceId: "i1" });
+    expect(r.client("a")).toMatchObject({ connected: true, generation: 1n, instanceId: "i1" });
+    expect(r.session(a)).toMatchObject({ clientId: "a", generation: 1n });
   });
 
   it("R-F6: with no live session another instance is accepted; a pending claim of that instance is cleared, another's is kept", () => {
@@ -357,13 +361,14 @@ describe("identity: fencing, claims and authorizations", () => {
     const a = r.connect("a", "i1");
     r.hello(r.open(), "a", "i2"); // claim by i2
     r.step({ type: "conn_closed", conn: a, reason: "gone" });
-    expect(r.st.clients.get("a")!.conn).toBe(0);
+    expect(r.client("a")!.connected).toBe(false);
     const c = r.connect("a", "i3");
-    expect(r.st.clients.get("a")).toMatchObject({ conn: c, instanceId: "i3", generation: 2 });
-    expect(r.st.clients.get("a")!.pendingClaim).toMatchObject({ instanceId: "i2" });
+    expect(r.client("a")).toMatchObject({ connected: true, instanceId: "i3", generation: 2n });
+    expect(r.session(c)).toMatchObject({ clientId: "a", instanceId: "i3", generation: 2n });
+    expect(plainClaim(r.claimOf("a"))).toMatchObject({ instanceId: "i2" });
     r.step({ type: "conn_closed", conn: c, reason: "gone" });
     r.connect("a", "i2");
-    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect(r.claimOf("a")).toBeUndefined();
   });
 
   it("R-F5: an authorization admits exactly that instance until 1 ms before its expiry, once", () => {
@@ -374,18 +379,19 @@ describe("identity: fencing, claims and authorizations", () => {
       error: { code: Code.NOT_FOUND, message: "no client nobody has registered with this server" },
     });
     expect(r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" })).toEqual({ ok: true, instanceId: "i2", expiresAt: T0 + 1_000 });
-    expect(r.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
+    expect(plainAuthorization(r.client("a"))).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     expect(rowOf(r.disk.durable, "client", "a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
     // A different instance does not use it.
     const x = r.open();
     expectClosed(r, r.hello(x, "a", "i9"), x, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.authorization).not.toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).not.toBe("");
     r.now = T0 + 999;
     const b = r.open();
     const out = r.hello(b, "a", "i2");
     expect(of(out, "trace").some((t) => t.event === "authorization_consumed")).toBe(true);
-    expect(r.st.conns.has(a)).toBe(false); // fenced
-    expect(r.st.clients.get("a")).toMatchObject({ conn: b, instanceId: "i2", authorization: null });
+    expect(r.session(a)).toBeUndefined(); // fenced
+    expect(r.client("a")).toMatchObject({ connected: true, instanceId: "i2", authorizedInstanceId: "" });
+    expect(r.session(b)).toMatchObject({ clientId: "a", instanceId: "i2" });
     // one-shot: i1 is now refused (as the instance this takeover replaced)
     const back = r.open();
     expectClosed(r, r.hello(back, "a", "i1"), back, Code.REPLACED);
@@ -403,10 +409,10 @@ describe("identity: fencing, claims and authorizations", () => {
     t.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" });
     t.now = T0 + 999;
     t.step({ type: "tick" });
-    expect(t.st.clients.get("a")!.authorization).not.toBeNull();
+    expect(t.client("a")!.authorizedInstanceId).not.toBe("");
     t.now = T0 + 1_000;
     const out = t.step({ type: "tick" });
-    expect(t.st.clients.get("a")!.authorization).toBeNull();
+    expect(t.client("a")!.authorizedInstanceId).toBe("");
     expect(
       of(out, "persist")
         .flatMap((p) => p.records)
@@ -421,14 +427,14 @@ describe("identity: fencing, claims and authorizations", () => {
     r.snapshot(i);
     const j = r.open();
     expectClosed(r, r.hello(j, "a", "J"), j, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.pendingClaim?.instanceId).toBe("J");
+    expect(r.claimOf("a")?.instanceId).toBe("J");
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J" });
     // I goes away; J registers normally (R-F6: no live session) and is welcomed.
     r.step({ type: "conn_closed", conn: i, reason: "gone" });
     const j2 = r.open();
     const out = r.hello(j2, "a", "J");
     expect(r.sent(out, j2, "serverWelcome")).toHaveLength(1);
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
     expect(r.disk.durable.get("client")?.get("a")).toMatchObject({ authorization: null });
     r.snapshot(j2);
     r.step({ type: "conn_closed", conn: j2, reason: "gone" });
@@ -436,7 +442,7 @@ describe("identity: fencing, claims and authorizations", () => {
     // (no pending claim); authorized again, I is accepted.
     const i1 = r.open();
     expectClosed(r, r.hello(i1, "a", "I"), i1, Code.REPLACED);
-    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect(r.claimOf("a")).toBeUndefined();
     expect(r.control({ op: "authorize", requestId: "auth-i", clientId: "a", instanceId: "I", instanceNotYetSeen: false })).toMatchObject({ ok: true });
     const i2 = r.open();
     r.hello(i2, "a", "I");
@@ -444,8 +450,8 @@ describe("identity: fencing, claims and authorizations", () => {
     // J comes back: without a new authorization it is refused, and I keeps its session.
     const j3 = r.open();
     expectClosed(r, r.hello(j3, "a", "J"), j3, Code.REPLACED);
-    expect(r.st.conns.get(i2)?.phase).toBe("ready");
-    expect(r.st.clients.get("a")!.instanceId).toBe("I");
+    expect(r.session(i2)?.phase).toBe("ready");
+    expect(r.client("a")!.instanceId).toBe("I");
   });
 
   it("R-F5: an authorization for another instance survives a normal registration of this one", () => {
@@ -454,7 +460,7 @@ describe("identity: fencing, claims and authorizations", () => {
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J" });
     r.step({ type: "conn_closed", conn: i, reason: "gone" });
     r.connect("a", "I");
-    expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
+    expect(r.client("a")!.authorizedInstanceId).toBe("J");
   });
 
   it("R-F5: a registration drops an expired authorization it did not use", () => {
@@ -478,7 +484,7 @@ describe("identity: fencing, claims and authorizations", () => {
       r.now,
       { ports: testPorts },
     );
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
     const s = new ServerRig({ authorizationTtlMs: 1_000 });
     const b = s.connect("a", "i1");
     s.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" });
@@ -498,6 +504,6 @@ describe("identity: fencing, claims and authorizations", () => {
       s.now,
       { ports: testPorts },
     );
-    expect(s.st.clients.get("a")!.authorization).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
+    expect(plainAuthorization(s.client("a"))).toEqual({ instanceId: "i2", expiresAt: T0 + 1_000 });
   });
 });

@@ -36,8 +36,8 @@ describe("retention", () => {
         { stream: "stdout", offset: 80, length: 40 },
       ],
     });
-    expect(r.cmd("c1").storedOutputBytes).toBe(4 * zlen); // exactly the budget: nothing dropped
-    expect(r.cmd("c1").retention).toEqual([]);
+    expect(r.command("c1").retainedBytes).toBe(4 * zlen); // exactly the budget: nothing dropped
+    expect(r.command("c1").retentionMarkers).toBe(0);
     r.now = T0 + 5;
     const drop = put();
     expect(r.cmd("c1").segments.map((s) => [s.firstSeq, s.lastSeq])).toEqual([
@@ -66,7 +66,7 @@ describe("retention", () => {
         at: T0 + 5,
       },
     ]);
-    expect(r.st.clientOutput.get("a")!.bytes).toBe(r.cmd("c1").storedOutputBytes);
+    expect(r.st.clientOutput.get("a")!.bytes).toBe(r.command("c1").retainedBytes);
   });
 
   it("R-O5: past the per-client budget the client's oldest output goes first, never a command's only segment", () => {
@@ -82,7 +82,7 @@ describe("retention", () => {
     expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen); // exactly the budget
     r.event(c, "new", 4, output(OutputStream.STDOUT, 80, raw));
     expect(r.cmd("old").segments).toEqual([]);
-    expect(r.cmd("old").retention).toHaveLength(1);
+    expect(r.command("old").retentionMarkers).toBe(1);
     expect(r.cmd("new").segments).toHaveLength(3);
     expect([...r.st.clientOutput.get("a")!.uuids]).toEqual(["new"]);
     r.event(c, "new", 5, output(OutputStream.STDOUT, 120, raw));
@@ -133,8 +133,8 @@ describe("retention edges", () => {
     r.running(c, "c1");
     for (let i = 0; i < 4; i++) r.event(c, "c1", 2 + i, output(OutputStream.STDOUT, 40 * i, raw));
     expect(r.cmd("c1").segments).toHaveLength(1);
-    expect(r.cmd("c1").storedOutputBytes).toBe(4 * zlen);
-    expect(r.cmd("c1").retention).toEqual([]);
+    expect(r.command("c1").retainedBytes).toBe(4 * zlen);
+    expect(r.command("c1").retentionMarkers).toBe(0);
     expect(of(r.log, "drop_output")).toEqual([]);
   });
 

@@ -43,6 +43,8 @@ function sample(): ServerCommand {
       ],
       queuedBytes: 1,
       closeRequested: true,
+      // Both writes inline, as a record of an older server holds them (rows: restoreCommands).
+      inlineThrough: 3,
     },
     signals: [{ revision: 4, signal: SignalKind.TERMINATE, requestId: "r4", sentOn: 6 }],
     scriptAcked: 2,

@@ -11,6 +11,7 @@ import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "..
 import { restoreServer } from "../../../core/index.js";
 import { Harness } from "../../support/harness.js";
 import { expectClosed, ServerRig } from "../../support/server-rig.js";
+import { plainClaim } from "../../support/pair.js";
 
 const spec = () => create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["true"] } } });
 const submit = (r: ServerRig, clientId: string, uuid: string, allowUnknownClient = false) =>
@@ -60,7 +61,7 @@ describe("submit admission: unknown client ids", () => {
           "no client web-3 has registered with this server; did you mean web-1, web-2? (allow_unknown_client queues it for an id that has not registered yet)",
       },
     });
-    expect(r.st.commands.has("u1")).toBe(false);
+    expect(r.findCommand("u1")).toBeUndefined();
     expect(r.disk.durable.get("command")?.has("u1") ?? false).toBe(false);
     expect(submit(r, "nosuch-client", "u2")).toMatchObject({
       ok: false,
@@ -74,9 +75,9 @@ describe("submit admission: unknown client ids", () => {
     });
     // R-D1: with allow_unknown_client the command is queued for the id and dispatched once it registers.
     expect(submit(r, "later", "u9", true)).toEqual({ ok: true, uuid: "u9", revision: 1 });
-    expect(r.st.commands.get("u9")!.state).toBe(L.QUEUED);
+    expect(r.command("u9").state).toBe("queued");
     const c = r.connect("later");
-    expect(r.st.commands.get("u9")!.state).toBe(L.DISPATCHED);
+    expect(r.command("u9").state).toBe("dispatched");
     expect(r.st.commands.get("u9")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
   });
 
@@ -96,7 +97,7 @@ describe("submit admission: unknown client ids", () => {
       ok: false,
       error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") },
     });
-    expect(r.st.commands.size).toBe(0);
+    expect(r.listCommands().length).toBe(0);
     // A known client id is admitted whatever its characters, and a retried submit is answered
     // like the original even after the client was forgotten.
     const odd = r.connect("odd,id*");
@@ -138,7 +139,7 @@ describe("authorize: only the exact pending or replaced instance", () => {
     });
     expect(auth(r, "I-0123456789abcdef", true)).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(auth(r, "", true)).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "instance id must be 1-128 printable ASCII characters" } });
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
   });
 
   it("R-F5: a client with no claim is refused unless instance_not_yet_seen; an unknown client is NOT_FOUND", () => {
@@ -156,14 +157,14 @@ describe("authorize: only the exact pending or replaced instance", () => {
       error: { code: Code.NOT_FOUND, message: "no client b has registered with this server; did you mean a?" },
     });
     expect(auth(r, "J", true)).toEqual({ ok: true, instanceId: "J", expiresAt: r.now + r.cfg.limits.authorizationTtlMs });
-    expect(r.st.clients.get("a")!.authorization?.instanceId).toBe("J");
+    expect(r.client("a")!.authorizedInstanceId).toBe("J");
   });
 
   it("R-F5: the exact claimant is authorized; revoking withdraws it durably, so its next hello is refused again", () => {
     const r = claimed();
     expect(auth(r, "J-fedcba9876543210")).toEqual({ ok: true, instanceId: "J-fedcba9876543210", expiresAt: r.now + r.cfg.limits.authorizationTtlMs });
     expect(r.control({ op: "revoke_authorization", requestId: "rv", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
-    expect(r.st.clients.get("a")!.authorization).toBeNull();
+    expect(r.client("a")!.authorizedInstanceId).toBe("");
     expect(rowOf(r.disk.durable, "client", "a")!.authorization).toBeNull();
     expect(r.control({ op: "revoke_authorization", requestId: "rv2", clientId: "a" })).toEqual({
       ok: false,
@@ -177,7 +178,7 @@ describe("authorize: only the exact pending or replaced instance", () => {
   it("R-F4: dismissing a claim forgets it durably; with none (or an unknown client) it is NOT_FOUND; the claimant trying again is recorded anew", () => {
     const r = claimed();
     expect(r.control({ op: "dismiss_claim", requestId: "d", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
-    expect(r.st.clients.get("a")!.pendingClaim).toBeNull();
+    expect(r.claimOf("a")).toBeUndefined();
     expect(rowOf(r.disk.durable, "client", "a")!.pendingClaim).toBeNull();
     expect(r.control({ op: "dismiss_claim", requestId: "d2", clientId: "a" })).toEqual({
       ok: false,
@@ -187,7 +188,7 @@ describe("authorize: only the exact pending or replaced instance", () => {
     expect(auth(r, "J-fedcba9876543210")).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     const j = r.open();
     expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.pendingClaim).toMatchObject({ instanceId: "J-fedcba9876543210", attempts: 1 });
+    expect(plainClaim(r.claimOf("a"))).toMatchObject({ instanceId: "J-fedcba9876543210", attempts: 1 });
   });
 });
 
@@ -197,14 +198,14 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     h.addAgent("old", { clientId: "web-1" }, 7);
     const oldA = h.agents.get("old")!;
     h.submit("web-1", "u1", { argv: ["sleep", "1000"] });
-    expect(h.cmd("u1").state).toBe(L.RUNNING);
+    expect(h.command("u1").state).toBe("running");
     const I = oldA.st.instanceId;
     // A new host claims the id while the old one is live: refused, recorded.
     h.addAgent("new", { clientId: "web-1" }, 99);
     const newA = h.agents.get("new")!;
     const J = newA.st.instanceId;
     expect(lastError(h, "new")?.error?.code).toBe(Code.IDENTITY_CONFLICT);
-    expect(h.server.clients.get("web-1")!.pendingClaim?.instanceId).toBe(J);
+    expect(h.claimOf("web-1")?.instanceId).toBe(J);
     expect(h.control({ op: "authorize", requestId: "auth", clientId: "web-1", instanceId: J, instanceNotYetSeen: false })).toEqual({
       ok: true,
       instanceId: J,
@@ -212,7 +213,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     });
     h.now = newA.st.session.retryAt;
     h.agentInput("new", { type: "tick" });
-    expect(newA.st.session.phase).toBe("established");
+    expect(h.sessionFor("new")?.phase).toBe("ready");
 
     // The server: a takeover, not an invariant failure.
     const cmd = h.cmd("u1");
@@ -234,16 +235,16 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(oldA.st.commands.has("u1")).toBe(false);
     expect(oldA.st.tombstones.has("u1")).toBe(true);
     expect(oldA.st.replaced).not.toBeNull();
-    expect(oldA.st.session.phase).toBe("backoff");
+    expect(h.linkUp("old")).toBe(false);
     expect(oldA.st.session.retryAt).toBe(h.now + BACKOFF_CAP_MS);
 
     // It comes back: refused again with CODE_REPLACED, never recorded as a claim, and it waits the cap again.
     h.now = oldA.st.session.retryAt;
     h.agentInput("old", { type: "tick" });
     expect(lastError(h, "old")?.error?.code).toBe(Code.REPLACED);
-    expect(h.server.clients.get("web-1")!.pendingClaim).toBeNull();
+    expect(h.claimOf("web-1")).toBeUndefined();
     expect(oldA.st.session.retryAt).toBe(h.now + BACKOFF_CAP_MS);
-    expect(newA.st.session.phase).toBe("established");
+    expect(h.sessionFor("new")?.phase).toBe("ready");
 
     // The operator may re-admit it: the replaced instance is one authorize accepts by name.
     expect(h.control({ op: "authorize", requestId: "back", clientId: "web-1", instanceId: I, instanceNotYetSeen: false })).toEqual({
@@ -253,7 +254,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     });
     h.now = oldA.st.session.retryAt;
     h.agentInput("old", { type: "tick" });
-    expect(oldA.st.session.phase).toBe("established");
+    expect(h.sessionFor("old")?.phase).toBe("ready");
     expect(oldA.st.replaced).toBeNull();
     expect(h.server.clients.get("web-1")!.replaced).toMatchObject({ instanceId: J, by: I, authorized: true });
     expect(lastError(h, "new")?.error?.code).toBe(Code.REPLACED);
@@ -267,7 +268,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     expect(r.st.clients.get("a")!.replaced).toMatchObject({ instanceId: "I", by: "J", authorized: false });
     const back = r.open();
     expectClosed(r, r.hello(back, "a", "I"), back, Code.IDENTITY_CONFLICT);
-    expect(r.st.clients.get("a")!.pendingClaim?.instanceId).toBe("I");
+    expect(r.claimOf("a")?.instanceId).toBe("I");
     void j;
   });
 
