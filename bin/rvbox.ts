@@ -57,7 +57,7 @@ const COMMANDS: Record<string, Subcommand> = {
 
 /** Operator subcommands: clients of the control API (shells/operator/cli.ts). */
 const OPERATOR: Record<string, string> = {
-  run: "submit a command; --follow streams its output and exits with its code",
+  run: "submit a command (--clients A,B: a job on many); --follow streams its output and exits with its code",
   logs: "print a command's output (-f follows); markers on stderr",
   stdin: "write to a command's stdin (newline appended unless --no-newline)",
   "close-stdin": "close a command's stdin",
@@ -65,6 +65,8 @@ const OPERATOR: Record<string, string> = {
   cancel: "cancel a command",
   get: "show one command",
   ls: "list commands",
+  job: "show a job (rvbox run --clients): per-client state, exit and duration; --follow streams it",
+  jobs: "list jobs",
   clients: "list clients and sessions",
   label: "set or remove labels of a client (role=web, zone-)",
   "forget-client": "forget an idle client record (frees its place under the client bound)",

@@ -11,9 +11,11 @@ import { CommandLifecycle, OutputStream, SignalKind, TruncationCause } from "../
 import { lifecycleName, programSummary, times, type CommandInfo } from "../core/reader/command-view.js";
 import type { Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
 import {
+  JobChildPhase,
   TerminalSource,
   type Client,
   type Command,
+  type Job,
   type FollowOutputResponse,
   type Incident,
   type PendingClaim,
@@ -304,4 +306,99 @@ export function outputItem(m: FollowOutputResponse): OutputItem | null {
     default:
       return null;
   }
+}
+
+// ------------------------------------------------------------------ jobs
+
+export type JobChildPhaseName = "pending" | "started" | "done" | "refused" | "cancelled" | "unknown";
+
+/** One client of a job: `state` is its command's (or cancelled / rejected for one never started). */
+export interface JobChildInfo {
+  client: string;
+  uuid: string;
+  phase: JobChildPhaseName;
+  state: Lifecycle | "pending";
+  exitCode: number | null;
+  reason: string;
+  startedAt: number | null;
+  endedAt: number | null;
+  durationMs: number | null;
+}
+
+export interface JobInfo {
+  id: string;
+  createdAt: number;
+  program: string;
+  maxConcurrency: string;
+  maxConcurrencyResolved: number;
+  maxErrors: string;
+  /** -1: no limit. */
+  maxErrorsResolved: number;
+  stoppedReason: string;
+  endedAt: number | null;
+  summary: { targets: number; pending: number; inFlight: number; succeeded: number; failed: number; cancelled: number };
+  children: JobChildInfo[];
+}
+
+const PHASE_NAMES: Record<JobChildPhase, JobChildPhaseName> = {
+  [JobChildPhase.UNSPECIFIED]: "unknown",
+  [JobChildPhase.PENDING]: "pending",
+  [JobChildPhase.STARTED]: "started",
+  [JobChildPhase.DONE]: "done",
+  [JobChildPhase.REFUSED]: "refused",
+  [JobChildPhase.CANCELLED]: "cancelled",
+};
+
+export function jobInfo(j: Job): JobInfo {
+  const ms = (t: Parameters<typeof timestampMs>[0] | undefined): number | null => (t ? timestampMs(t) : null);
+  const s = j.summary;
+  return {
+    id: j.jobId,
+    createdAt: ms(j.createdTime) ?? 0,
+    program: programSummary(j.spec),
+    maxConcurrency: j.maxConcurrency,
+    maxConcurrencyResolved: j.maxConcurrencyResolved,
+    maxErrors: j.maxErrors,
+    maxErrorsResolved: j.maxErrorsResolved,
+    stoppedReason: j.stoppedReason,
+    endedAt: ms(j.endedTime),
+    summary: {
+      targets: s?.targets ?? 0,
+      pending: s?.pending ?? 0,
+      inFlight: s?.inFlight ?? 0,
+      succeeded: s?.succeeded ?? 0,
+      failed: s?.failed ?? 0,
+      cancelled: s?.cancelled ?? 0,
+    },
+    children: j.children.map((c) => {
+      const startedAt = ms(c.startedTime);
+      const endedAt = ms(c.endedTime);
+      const phase = PHASE_NAMES[c.phase] ?? "unknown";
+      return {
+        client: c.clientId,
+        uuid: c.issueUuid,
+        phase,
+        state: phase === "pending" ? "pending" : lifecycleName(c.state),
+        exitCode: c.exitCode ?? null,
+        reason: c.reason,
+        startedAt,
+        endedAt,
+        durationMs: startedAt !== null && endedAt !== null ? Math.max(0, endedAt - startedAt) : null,
+      };
+    }),
+  };
+}
+
+/** A job's one-line summary: "6 targets: 3 succeeded, 2 failed, 1 cancelled (stopped: …)". */
+export function jobSummaryText(j: JobInfo): string {
+  const s = j.summary;
+  const parts = [
+    s.succeeded > 0 ? `${s.succeeded} succeeded` : "",
+    s.failed > 0 ? `${s.failed} failed` : "",
+    s.cancelled > 0 ? `${s.cancelled} cancelled` : "",
+    s.inFlight > 0 ? `${s.inFlight} in flight` : "",
+    s.pending > 0 ? `${s.pending} pending` : "",
+  ].filter(Boolean);
+  const state = j.endedAt !== null ? "done" : "running";
+  return `job ${j.id} ${state}: ${s.targets} target${s.targets === 1 ? "" : "s"}: ${parts.join(", ") || "none started"}${j.stoppedReason ? ` (stopped: ${j.stoppedReason})` : ""}`;
 }

@@ -210,3 +210,9 @@ export const MAX_AUDIT_MESSAGE_CHARS = 512;
 export const MAX_AUDIT_CLIENTS_PER_ENTRY = 64;
 /** Audit entries one ListAudit call returns at most. */
 export const MAX_AUDIT_PAGE_ENTRIES = 10_000;
+/** Jobs the server holds; at the bound the oldest ended job is forgotten, and a submit is refused (CODE_CAPACITY) while all are active. */
+export const MAX_JOBS = 1_000;
+/** Target clients of one job. */
+export const MAX_JOB_TARGETS = 2_048;
+/** A job id: 1..MAX_JOB_ID_CHARS of [A-Za-z0-9._:-] (its children's uuids add `.n`). */
+export const MAX_JOB_ID_CHARS = 100;

@@ -32,6 +32,11 @@ export interface Behaviour {
   nostart?: boolean;
   /** Start-up delay, ms. */
   delay: number;
+  /**
+   * Jobs only: the exit code on these client ids (agent-N) instead of
+   * `code`, so one job's children can fail on some clients and not others.
+   */
+  codeOn?: Record<string, number>;
 }
 
 export const PROGRAM = "sim-proc";

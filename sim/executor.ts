@@ -190,7 +190,9 @@ export class Executor {
     if (p.b.hang) return;
     if (p.b.echo && !p.stdinClosed) return;
     if (p.b.sig) return this.die(p, null, p.b.sig, false);
-    this.die(p, p.b.code, null, false);
+    const client = (p.host as { client?: number }).client;
+    const own = client !== undefined ? p.b.codeOn?.[`agent-${client}`] : undefined;
+    this.die(p, own ?? p.b.code, null, false);
   }
 
   private die(p: Proc, exitCode: number | null, signal: string | null, timedOut: boolean): void {

@@ -324,6 +324,8 @@ export function quiescent(w: World): { ok: true } | null {
   // group commit, and on a slow disk that can be many seconds (seed 6021).
   for (const c of st.commands.values()) if (!isTerminal(c.committed.state) || c.committed.storedThrough < c.receivedThrough) return null;
   for (const s of w.ops.submitted.values()) if (s.acked && !st.commands.has(s.uuid) && !st.pruned.has(s.uuid)) return null;
+  // A job has ended on disk too (its last child ended, was refused or cancelled).
+  for (const j of st.jobs.values()) if (j.committed.endedAt === 0) return null;
   for (const h of w.hosts) {
     if (h.kind !== "agent") continue;
     if (!h.up || !h.state || h.state.commands.size > 0) return null;

@@ -26,6 +26,15 @@ import { sha256 } from "./sim-ports.js";
 import type { World } from "./world.js";
 
 type SubmitAction = Extract<Action, { k: "submit" }>;
+type JobAction = Extract<Action, { k: "job" }>;
+
+/** A job the operator submitted (core/server/jobs.ts). */
+export interface SubmittedJob {
+  jobId: string;
+  request: Extract<ControlRequest, { op: "submit_job" }>;
+  /** The server answered ok (the job is durable). */
+  acked: boolean;
+}
 
 export interface Submitted {
   i: number;
@@ -51,6 +60,7 @@ const ENDING = new Set<SignalKind>([SignalKind.CANCEL, SignalKind.TERMINATE, Sig
 export class Operator {
   readonly submitted = new Map<number, Submitted>();
   readonly byUuid = new Map<string, Submitted>();
+  readonly jobs = new Map<string, SubmittedJob>();
   private readonly pending = new Map<string, Pending>();
   private reqSeq = 0;
   stats = { requests: 0, replies: 0, lost: 0, errors: 0 };
@@ -161,9 +171,42 @@ export class Operator {
         if (h.up && h.state?.storeIncident !== null) h.deliver(h.inc, { type: "store_repaired" });
         return;
       }
+      case "job":
+        return this.job(a);
       case "fault":
         return;
     }
+  }
+
+  /**
+   * A job over the planned clients the server knows now (all of them while
+   * it is down: an unknown one is then refused NOT_FOUND, nothing created).
+   */
+  private job(a: JobAction): void {
+    const known = this.w.server.state?.clients;
+    const planned = a.clients.map((c) => `agent-${c}`);
+    const named = known ? planned.filter((id) => known.has(id)) : planned;
+    const clients = named.length > 0 ? named : planned;
+    const spec = this.buildSpec({ prog: a.prog, b: a.b, stdinOpen: false, timeoutMs: 0, pad: 0, i: -1 } as SubmitAction).spec;
+    const request: Extract<ControlRequest, { op: "submit_job" }> = {
+      op: "submit_job",
+      requestId: this.nextId(),
+      jobId: a.jobId,
+      clients,
+      spec,
+      ...(a.conc ? { maxConcurrency: a.conc } : {}),
+      ...(a.errs ? { maxErrors: a.errs } : {}),
+    };
+    const sj: SubmittedJob = { jobId: a.jobId, request, acked: false };
+    this.jobs.set(a.jobId, sj);
+    this.w.oracles.jobSubmitted(sj);
+    this.send(request, (r) => {
+      if (r.ok) {
+        if (!sj.acked) this.w.oracles.jobAcked(sj);
+        sj.acked = true;
+      } else if (r.error.code !== Code.NOT_FOUND && r.error.code !== Code.CAPACITY)
+        this.w.oracles.unexpected("job-refused", `job ${a.jobId} refused: ${r.error.message}`);
+    });
   }
 
   ackIncidents(): void {
@@ -279,6 +322,16 @@ export class Operator {
       if (!c || isTerminal(c.state)) continue;
       if (kind === "close_stdin" && c.spec.stdinOpen && !c.stdin.closeRequested) this.closeStdin(s);
       if (kind === "cancel") this.signal(s, SignalKind.CANCEL);
+    }
+    if (kind !== "cancel") return;
+    // Jobs' children are commands too: whatever of them still runs is cancelled.
+    for (const job of st.jobs.values()) {
+      for (const ch of job.children) {
+        const c = st.commands.get(ch.uuid);
+        if (!c || isTerminal(c.state)) continue;
+        this.w.oracles.endingSignal(ch.uuid);
+        this.send({ op: "signal", requestId: this.nextId(), uuid: ch.uuid, signal: SignalKind.CANCEL }, undefined, 0);
+      }
     }
   }
 }

@@ -35,6 +35,8 @@
 //                 retention marker (after every server restart and at the end)
 //  liveness       after the heal: every command terminal at the server, every
 //                 event acknowledged, agents retain nothing but tombstones
+//  jobs           concurrency, one launch per client, the error budget, R-D1
+//                 and liveness of jobs (job-oracle.ts)
 
 import { toBinary } from "@bufbuild/protobuf";
 import type { AgentEffect, AgentInput } from "../core/agent/agent-types.js";
@@ -46,7 +48,8 @@ import { CommandLifecycle as L, ExecutionSpecSchema } from "../protos/gen/rvbox/
 import type { PendingBatch } from "./disk.js";
 import type { ExecHost, ExecObserver, ExitInfo } from "./executor.js";
 import type { AgentHost } from "./hosts.js";
-import type { Submitted } from "./operator.js";
+import type { Submitted, SubmittedJob } from "./operator.js";
+import { JobOracle } from "./job-oracle.js";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { decodeEnvelope, envelopeGeneration, rawField, shortDigest, PAYLOAD_FIELD } from "./wire.js";
 import { coverageOf, type StoredEvent } from "./coverage.js";
@@ -135,6 +138,9 @@ export class Oracles implements ExecObserver {
     prunes: 0,
   };
 
+  /** The jobs oracle (job-oracle.ts). */
+  readonly jobs = new JobOracle((oracle, message) => this.fail(oracle, message));
+
   constructor(private readonly w: World) {}
 
   fail(oracle: string, message: string): never {
@@ -212,6 +218,7 @@ export class Oracles implements ExecObserver {
       this.stats.helloRejections++;
     }
     this.checkTerminalStates();
+    this.jobs.afterServer(st, effects);
     void input;
   }
 
@@ -377,6 +384,7 @@ export class Oracles implements ExecObserver {
       if (!c || c.state !== dt) this.fail("terminal", `${uuid} durably ${L[dt]} restored as ${c ? L[c.state] : "missing"}`);
     }
     this.checkTerminalStates();
+    this.jobs.serverRestored(st);
   }
 
   /**
@@ -436,6 +444,14 @@ export class Oracles implements ExecObserver {
 
   submitAcked(s: Submitted): void {
     this.acked.set(s.uuid, s);
+  }
+
+  jobSubmitted(j: SubmittedJob): void {
+    this.jobs.jobSubmitted(j);
+  }
+
+  jobAcked(j: SubmittedJob): void {
+    this.jobs.jobAcked(j);
   }
 
   endingSignal(uuid: string): void {
@@ -553,6 +569,7 @@ export class Oracles implements ExecObserver {
   // ================================================================ processes
 
   spawned(host: ExecHost, uuid: string): void {
+    this.jobs.spawned(host, uuid);
     const key = `${host.lineage}/${uuid}`;
     const n = (this.spawns.get(key) ?? 0) + 1;
     this.spawns.set(key, n);
@@ -685,6 +702,7 @@ export class Oracles implements ExecObserver {
     const pruned = this.prunedNow(st);
     for (const [uuid, s] of this.acked) if (!st.commands.has(uuid) && !pruned.has(uuid)) stuck.push(`${uuid.slice(0, 8)}:missing@${s.clientId}`);
     if (stuck.length > 0) this.fail("liveness", `${stuck.length} commands not terminal after the heal: ${stuck.slice(0, 8).join(", ")}`);
+    this.jobs.checkLiveness(st);
     for (const h of this.w.hosts) {
       if (h.kind !== "agent") continue;
       if (!h.up || !h.state) this.fail("liveness", `${h.name} is down at the end`);

@@ -85,6 +85,8 @@ export function runSeed(seed: number, opts: RunOptions = {}): RunResult {
     ...prefix("net.", w.net.stats),
     ...prefix("exec.", w.exec.stats),
     ...prefix("ops.", w.ops.stats),
+    // Only seeds that submit jobs have these (the others' lines stay as they were).
+    ...(w.oracles.jobs.active ? prefix("jobs.", w.oracles.jobs.stats) : {}),
     diskBatchesLost: w.server.disk.batchesLost + w.hosts.reduce((n, h) => n + h.disk.batchesLost, 0),
   };
   const result: RunResult = {
@@ -96,7 +98,8 @@ export function runSeed(seed: number, opts: RunOptions = {}): RunResult {
     wallMs: performance.now() - t0,
     fullChecks: w.fullChecks,
     agents: swarm.agents,
-    commands: w.ops.submitted.size,
+    // The operator's submits and the commands its jobs created (children started or ended).
+    commands: w.ops.submitted.size + jobChildren(w),
     states,
     faultsEnabled: enabledFaults(swarm),
     faultsSeen: Object.fromEntries(w.faultsSeen),
@@ -115,6 +118,12 @@ export function runSeed(seed: number, opts: RunOptions = {}): RunResult {
     return again;
   }
   return result;
+}
+
+function jobChildren(w: World): number {
+  let n = 0;
+  for (const j of w.server.state?.jobs.values() ?? []) for (const c of j.children) if (c.phase === "started" || c.phase === "done") n++;
+  return n;
 }
 
 function prefix(p: string, o: Record<string, number>): Record<string, number> {

@@ -27,6 +27,8 @@ export type Action =
       pad: number;
     }
   | { at: number; k: "resubmit"; i: number; conflict: boolean }
+  /** A job (core/server/jobs.ts) over these clients, in this order; `conc` / `errs` as an operator types them. */
+  | { at: number; k: "job"; j: number; jobId: string; clients: number[]; prog: "argv" | "shell"; b: Behaviour; conc: string; errs: string }
   | { at: number; k: "stdin"; i: number; n: number; nl: boolean; s: number }
   | { at: number; k: "close_stdin"; i: number }
   | { at: number; k: "signal"; i: number; sig: SignalKind }
@@ -81,6 +83,7 @@ export function planSchedule(seed: number, sw: Swarm): Schedule {
       actions.push({ at: at + cr.range(0, 60_000), k: "signal", i, sig });
     }
   }
+  planJobs(root, sw, actions);
   for (const f of FAULT_KINDS) {
     const n = sw.faults[f] ?? 0;
     if (n <= 0 || f === "clock_skew") continue;
@@ -110,8 +113,44 @@ export function planSchedule(seed: number, sw: Swarm): Schedule {
   return { actions };
 }
 
+/**
+ * Jobs, from their own stream (fork "jobs"), so a seed's other actions are
+ * drawn exactly as before; about half the seeds submit one to three jobs.
+ * Their children fail on a seeded subset of the clients.
+ */
+function planJobs(root: Rng, sw: Swarm, actions: Action[]): void {
+  const jr = root.fork("jobs");
+  if (!jr.chance(0.5)) return;
+  const n = jr.range(1, 3);
+  for (let j = 0; j < n; j++) {
+    const order = Array.from({ length: sw.agents }, (_, i) => i);
+    for (let i = order.length - 1; i > 0; i--) {
+      const k = jr.int(i + 1);
+      [order[i], order[k]] = [order[k]!, order[i]!];
+    }
+    const clients = order.slice(0, jr.range(1, sw.agents));
+    const b = drawBehaviour(jr, sw.mix);
+    const codeOn: Record<string, number> = {};
+    for (const c of clients) if (jr.chance(0.3)) codeOn[`agent-${c}`] = jr.range(1, 255);
+    if (Object.keys(codeOn).length > 0) b.codeOn = codeOn;
+    actions.push({
+      at: jr.range(0, Math.floor(sw.faultPhaseMs * 0.9)),
+      k: "job",
+      j,
+      jobId: `job-${jr.uuid().slice(0, 8)}-${j}`,
+      clients,
+      prog: jr.chance(0.3) ? "shell" : "argv",
+      b,
+      conc: jr.pick(["", "1", "2", "50%", "34%"]),
+      errs: jr.pick(["", "0", "1", "2", "25%"]),
+    });
+  }
+}
+
 export function describeAction(a: Action): string {
   switch (a.k) {
+    case "job":
+      return `job ${a.jobId} -> ${a.clients.map((c) => `agent-${c}`).join(",")} conc=${a.conc || "all"} errs=${a.errs || "none"} code=${a.b.code}${a.b.codeOn ? ` codeOn=${JSON.stringify(a.b.codeOn)}` : ""}${a.b.hang ? " hang" : ""}`;
     case "submit":
       return `submit #${a.i} ${a.uuid.slice(0, 8)} -> agent-${a.client} ${a.prog} out=${a.b.out} err=${a.b.err} code=${a.b.code}${a.b.sig ? ` sig=${a.b.sig}` : ""}${a.b.hang ? " hang" : ""}${a.b.echo ? " echo" : ""}${a.b.ignTerm ? " ignTERM" : ""}${a.b.inc ? " incomplete" : ""}${a.b.nostart ? " nostart" : ""}${a.stdinOpen ? " stdin" : ""}${a.timeoutMs ? ` timeout=${a.timeoutMs}` : ""}${a.expiryMs ? ` expiry=${a.expiryMs}` : ""}`;
     case "resubmit":

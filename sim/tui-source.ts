@@ -21,10 +21,10 @@
 import { Decompress } from "fzstd";
 import { isTerminal } from "../core/dispatch/lifecycle.js";
 import { eventKey, isEventRow, rowOf, type EventRow } from "../core/server/store.js";
-import type { ServerCommand, ServerState } from "../core/server/server-types.js";
+import type { ServerCommand, ServerJob, ServerState } from "../core/server/server-types.js";
 import { viewerElisionText } from "../client/markers.js";
 import { commandView, commandViewKey } from "../core/reader/command-view.js";
-import { lifecycleName, truncationSource, type ByteSpan, type OutputItem } from "../client/model.js";
+import { lifecycleName, programSummary, truncationSource, type ByteSpan, type JobInfo, type OutputItem } from "../client/model.js";
 import { EPOCH, type AgentHost } from "./hosts.js";
 import { SimFailure } from "./oracles.js";
 import { planSchedule } from "./schedule.js";
@@ -79,6 +79,7 @@ interface Frame {
   commands: CommandInfo[];
   claims: ClaimInfo[];
   incidents: IncidentInfo[];
+  jobs: JobInfo[];
   /** Retention markers per command at this frame (shared when unchanged). */
   retention: Map<string, ServerCommand["retention"]>;
 }
@@ -173,7 +174,12 @@ export class SimSource implements DataSource, TimelineControl {
   private readonly rowCache = new Map<string, { key: string; row: CommandInfo }>();
   private readonly sessionCache = new Map<string, { key: string; row: SessionInfo }>();
   private readonly retentionCache = new Map<string, ServerCommand["retention"]>();
-  private lastServerView: { commands: CommandInfo[]; claims: ClaimInfo[]; incidents: IncidentInfo[] } = { commands: [], claims: [], incidents: [] };
+  private lastServerView: { commands: CommandInfo[]; claims: ClaimInfo[]; incidents: IncidentInfo[]; jobs: JobInfo[] } = {
+    commands: [],
+    claims: [],
+    incidents: [],
+    jobs: [],
+  };
   private outputCache: { frame: number; uuid: string; snap: OutputSnapshot } | null = null;
   private filt: { node: string | null; command: string | null };
   private readonly maxFrames: number;
@@ -302,6 +308,7 @@ export class SimSource implements DataSource, TimelineControl {
       commands: this.lastServerView.commands,
       claims: this.lastServerView.claims,
       incidents: this.lastServerView.incidents,
+      jobs: this.lastServerView.jobs,
       retention,
     });
     if (this.framesList.length > this.maxFrames) this.thin();
@@ -321,7 +328,7 @@ export class SimSource implements DataSource, TimelineControl {
     this.outputCache = null;
   }
 
-  private serverView(st: ServerState): { commands: CommandInfo[]; claims: ClaimInfo[]; incidents: IncidentInfo[] } {
+  private serverView(st: ServerState): { commands: CommandInfo[]; claims: ClaimInfo[]; incidents: IncidentInfo[]; jobs: JobInfo[] } {
     const commands: CommandInfo[] = [];
     for (const c of st.commands.values()) {
       // What the control API would answer: the committed view only (core/reader/command-view.ts).
@@ -350,7 +357,8 @@ export class SimSource implements DataSource, TimelineControl {
     const incidents: IncidentInfo[] = [...st.incidents.values()]
       .map((i) => ({ id: i.id, clientId: i.clientId, uuid: i.uuid, kind: i.kind, detail: i.detail, at: i.at, acknowledged: i.acknowledged }))
       .sort((a, b) => b.at - a.at);
-    return { commands, claims, incidents };
+    const jobs = [...st.jobs.values()].map((j) => jobView(st, j)).sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1));
+    return { commands, claims, incidents, jobs };
   }
 
   private sessionsNow(st: ServerState | null): SessionInfo[] {
@@ -469,6 +477,14 @@ export class SimSource implements DataSource, TimelineControl {
     const notes = [f.serverUp ? "server up" : "SERVER DOWN"];
     if (this.linesDropped) notes.push(`${this.linesDropped} timeline lines not kept`);
     return { sessions: f.sessions, claims: f.claims, incidents: f.incidents, status, now: EPOCH + f.t, notes };
+  }
+
+  jobs(): readonly JobInfo[] {
+    return this.frame().jobs;
+  }
+
+  watchJobs(): () => void {
+    return () => {};
   }
 
   commands(clientId: string | null): readonly CommandInfo[] {
@@ -657,4 +673,44 @@ export class SimSource implements DataSource, TimelineControl {
 
 function isTerminalState(s: string): boolean {
   return s === "succeeded" || s === "failed" || s === "rejected" || s === "cancelled" || s === "interrupted" || s === "expired";
+}
+
+/** What GetJob would answer (the job's committed view; a started child shows its command's committed state). */
+function jobView(st: ServerState, j: ServerJob): JobInfo {
+  const sum = { targets: j.children.length, pending: 0, inFlight: 0, succeeded: 0, failed: 0, cancelled: 0 };
+  const children = j.committed.children.map((c, i) => {
+    const base = j.children[i]!;
+    const cmd = c.phase === "started" ? st.commands.get(base.uuid) : undefined;
+    if (c.phase === "pending") sum.pending++;
+    else if (c.phase === "started") sum.inFlight++;
+    else if (c.phase === "cancelled") sum.cancelled++;
+    else if (c.phase === "done" && lifecycleName(c.state) === "succeeded") sum.succeeded++;
+    else sum.failed++;
+    const startedAt = (cmd ? cmd.committed.startedTime : c.startedTime) || null;
+    const endedAt = c.endedTime || null;
+    return {
+      client: base.clientId,
+      uuid: base.uuid,
+      phase: c.phase,
+      state: c.phase === "pending" ? ("pending" as const) : lifecycleName(cmd ? cmd.committed.state : c.state),
+      exitCode: c.exitCode,
+      reason: c.reason,
+      startedAt,
+      endedAt,
+      durationMs: startedAt !== null && endedAt !== null ? Math.max(0, endedAt - startedAt) : null,
+    };
+  });
+  return {
+    id: j.id,
+    createdAt: j.createdAt,
+    program: programSummary(j.spec),
+    maxConcurrency: j.concurrencyText,
+    maxConcurrencyResolved: j.maxConcurrency,
+    maxErrors: j.errorsText,
+    maxErrorsResolved: j.maxErrors,
+    stoppedReason: j.committed.stopped,
+    endedAt: j.committed.endedAt || null,
+    summary: sum,
+    children,
+  };
 }

@@ -215,7 +215,33 @@ const oneClock: Variant = {
   wrapServer: (step) => (st, input, now, env) => step(st, input, now, env, now),
 };
 
+/**
+ * (j) A job ignores its max-concurrency: the moment a job is submitted, every
+ * child's command is created at once (the job's own bookkeeping adopts them
+ * later as retries of the same requests, so its invariants still hold).
+ */
+const jobAllAtOnce: Variant = {
+  name: "job-all-at-once",
+  description: "server creates every child command of a job at submit, ignoring max-concurrency",
+  swarm: {},
+  wrapServer: (step) => (st, input, now, env, wall) => {
+    const res = step(st, input, now, env, wall);
+    if (input.type !== "control" || input.request.op !== "submit_job") return res;
+    const r = input.request;
+    const job = res.state.jobs.get(r.jobId);
+    if (!job) return res;
+    const effects = [...res.effects];
+    for (const ch of job.children) {
+      if (ch.phase !== "pending") continue;
+      const request = { op: "submit" as const, requestId: `mutant-${ch.uuid}`, uuid: ch.uuid, clientId: ch.clientId, spec: job.spec, allowUnknownClient: true };
+      effects.push(...step(res.state, { type: "control", request }, now, env, wall).effects);
+    }
+    return { state: res.state, effects };
+  },
+};
+
 export const VARIANTS: Variant[] = [
+  jobAllAtOnce,
   loseOutputByte,
   stdinTwice,
   ackBeforePersist,

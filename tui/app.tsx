@@ -17,12 +17,13 @@ import { useEffect, useReducer, useRef } from "react";
 import { Box, Text, useApp, useInput, type Key } from "ink";
 import { fit, shortId } from "./format.js";
 import { useSource, useTerminalSize } from "./hooks.js";
-import type { CommandInfo, DataSource, FleetSnapshot, OutputSnapshot, SessionInfo } from "./source.js";
+import type { CommandInfo, DataSource, FleetSnapshot, JobInfo, OutputSnapshot, SessionInfo } from "./source.js";
 import { ClaimsView } from "./views/claims.js";
 import { CommandsView } from "./views/commands.js";
 import { Header, TABS, type Tab } from "./views/header.js";
 import { HelpLine, HelpOverlay, type HelpContext } from "./views/help.js";
 import { IncidentsView } from "./views/incidents.js";
+import { JobsView } from "./views/jobs.js";
 import { OutputView } from "./views/output.js";
 import {
   ConfirmLine,
@@ -82,6 +83,7 @@ interface Derived {
   commands: readonly CommandInfo[];
   claims: FleetSnapshot["claims"];
   incidents: FleetSnapshot["incidents"];
+  jobs: readonly JobInfo[];
   counts: Record<Tab, number>;
   sel: Record<Tab, number>;
   selSession: SessionInfo | undefined;
@@ -95,6 +97,7 @@ const rowKey = {
   commands: (c: CommandInfo): string => c.uuid,
   claims: (c: FleetSnapshot["claims"][number]): string => `${c.clientId}/${c.instanceId}`,
   incidents: (i: FleetSnapshot["incidents"][number]): string => i.id,
+  jobs: (j: JobInfo): string => j.id,
 };
 
 function keyAt(d: Derived, t: Tab, i: number): string | null {
@@ -107,6 +110,8 @@ function keyAt(d: Derived, t: Tab, i: number): string | null {
       return d.claims[i] ? rowKey.claims(d.claims[i]!) : null;
     case "incidents":
       return d.incidents[i] ? rowKey.incidents(d.incidents[i]!) : null;
+    case "jobs":
+      return d.jobs[i] ? rowKey.jobs(d.jobs[i]!) : null;
   }
 }
 
@@ -123,13 +128,21 @@ function derive(source: DataSource, ui: Ui): Derived {
   if (cmdFilter) commands = commands.filter((c) => c.uuid.includes(cmdFilter));
   const claims = fleet.claims;
   const incidents = ui.showAcked ? fleet.incidents : fleet.incidents.filter((i) => !i.acknowledged);
-  const counts: Record<Tab, number> = { sessions: sessions.length, commands: commands.length, claims: claims.length, incidents: incidents.length };
+  const jobs = source.jobs?.() ?? [];
+  const counts: Record<Tab, number> = {
+    sessions: sessions.length,
+    commands: commands.length,
+    claims: claims.length,
+    incidents: incidents.length,
+    jobs: jobs.length,
+  };
   const sel = { ...ui.sel };
   const keyed: Record<Tab, ReadonlyArray<string>> = {
     sessions: ui.selKey.sessions ? sessions.map(rowKey.sessions) : [],
     commands: ui.selKey.commands ? commands.map(rowKey.commands) : [],
     claims: ui.selKey.claims ? claims.map(rowKey.claims) : [],
     incidents: ui.selKey.incidents ? incidents.map(rowKey.incidents) : [],
+    jobs: ui.selKey.jobs ? jobs.map(rowKey.jobs) : [],
   };
   for (const t of TABS) {
     const k = ui.selKey[t];
@@ -145,7 +158,7 @@ function derive(source: DataSource, ui: Ui): Derived {
     output = raw.command ? raw : { ...raw, command: listed ?? null };
     outCommand = output.command ?? { uuid: ui.outputOf, clientId: ui.cmdClient ?? "" };
   }
-  return { fleet, sessions, commands, claims, incidents, counts, sel, selSession: sessions[sel.sessions], selCommand, output, outCommand };
+  return { fleet, sessions, commands, claims, incidents, jobs, counts, sel, selSession: sessions[sel.sessions], selCommand, output, outCommand };
 }
 
 export function App({ source, initialClient, onExit }: AppProps): React.ReactElement {
@@ -158,8 +171,8 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
     cmdClient: initialClient ?? null,
     outputOf: null,
     outTop: null,
-    sel: { sessions: 0, commands: 0, claims: 0, incidents: 0 },
-    selKey: { sessions: null, commands: null, claims: null, incidents: null },
+    sel: { sessions: 0, commands: 0, claims: 0, incidents: 0, jobs: 0 },
+    selKey: { sessions: null, commands: null, claims: null, incidents: null, jobs: null },
     prompt: null,
     message: null,
     showAcked: false,
@@ -181,6 +194,7 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
   const watchingCommands = u.tab === "commands" || u.outputOf !== null;
   useEffect(() => (watchingCommands ? source.watchCommands(u.cmdClient) : undefined), [source, u.cmdClient, watchingCommands]);
   useEffect(() => (u.outputOf ? source.watchOutput(u.outputOf) : undefined), [source, u.outputOf]);
+  useEffect(() => (u.tab === "jobs" ? source.watchJobs?.() : undefined), [source, u.tab]);
 
   // ---------------------------------------------------------------- actions
   const act = (pending: string, run: () => Promise<string>): void => {
@@ -269,7 +283,10 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
         const nodes: Array<string | null> = [null, ...tl.nodes];
         const i = nodes.indexOf(tl.filter.node);
         tl.setFilter({ node: nodes[(i + 1) % nodes.length] ?? null });
-        update({ sel: { sessions: 0, commands: 0, claims: 0, incidents: 0 }, selKey: { sessions: null, commands: null, claims: null, incidents: null } });
+        update({
+          sel: { sessions: 0, commands: 0, claims: 0, incidents: 0, jobs: 0 },
+          selKey: { sessions: null, commands: null, claims: null, incidents: null, jobs: null },
+        });
         return true;
       }
       case "/":
@@ -365,7 +382,7 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
       const i = TABS.indexOf(cur.tab);
       return switchTab(TABS[(i + (key.shift ? TABS.length - 1 : 1)) % TABS.length]!);
     }
-    if (/^[1-4]$/.test(input)) return switchTab(TABS[Number(input) - 1]!);
+    if (/^[1-5]$/.test(input)) return switchTab(TABS[Number(input) - 1]!);
     if (simKeys(input)) return;
     if (
       source.readOnly &&
@@ -559,6 +576,9 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
             height={body}
           />
         );
+        break;
+      case "jobs":
+        view = <JobsView rows={d.jobs} selected={d.sel.jobs} now={d.fleet.now} width={width} height={body} />;
         break;
     }
   }

@@ -10,12 +10,13 @@
  * lives with the simulator and is injected by shells/operator/tui-open.ts),
  * sources/fake-source.ts (tests).
  */
-import type { ClaimInfo, CommandInfo, IncidentInfo, OutputItem, SessionInfo, SignalName } from "../client/model.js";
+import type { ClaimInfo, CommandInfo, IncidentInfo, JobInfo, OutputItem, SessionInfo, SignalName } from "../client/model.js";
 
 export type {
   ClaimInfo,
   CommandInfo,
   IncidentInfo,
+  JobInfo,
   Lifecycle,
   LinkState,
   OutputItem,
@@ -152,6 +153,13 @@ export interface DataSource {
   /** Output of one command; empty until watched. */
   output(uuid: string): OutputSnapshot;
 
+  /**
+   * Jobs, newest first, each with its per-client children (sources without
+   * jobs leave these out: the tab then says there are none).
+   */
+  jobs?(): readonly JobInfo[];
+  /** Keep the job list current while the returned release is not called. */
+  watchJobs?(): () => void;
   /** Keep this client's command list current while the returned release is not called. */
   watchCommands(clientId: string | null): () => void;
   /** Stream this command's output while the returned release is not called. */

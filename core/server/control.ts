@@ -6,6 +6,7 @@ import { appendAudit, auditResult, requestClients } from "./audit.js";
 import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
 import { type ServerCtx, reply } from "./io.js";
+import { submitJob } from "./jobs.js";
 import { controlSignal } from "./signals.js";
 import { controlStdin } from "./stdin.js";
 import { submit } from "./submit.js";
@@ -65,6 +66,8 @@ function route(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEn
     case "audit_refusal":
       // Only its audit entry (handleControl appends it); unaudited, nothing to record.
       return reply(ctx, r.requestId, { ok: true });
+    case "submit_job":
+      return submitJob(st, ctx, r, env);
     default:
       return unreachable(r, "control request");
   }

@@ -10,6 +10,7 @@ import type { ServerState } from "./server-types.js";
 import { historyInvariants } from "./history.js";
 import { auditInvariants } from "./audit.js";
 import { incidentInvariants } from "./incidents.js";
+import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 
@@ -48,6 +49,7 @@ export function serverInvariants(st: ServerState): void {
   incidentInvariants(st);
   auditInvariants(st);
   serverCommandInvariants(st);
+  jobInvariants(st);
 }
 
 export function serverCommandInvariants(st: ServerState): void {

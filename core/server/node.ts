@@ -52,6 +52,7 @@ import { handleAccepted, pumpCommands, releaseDispatch } from "./dispatch.js";
 import { pruneHistory, releasePrune } from "./history.js";
 import { flushIncidentDrops, openIncident } from "./incidents.js";
 import { type AckBatch, handleCommandEvent, releaseAck, sendAcks } from "./ingest.js";
+import { pumpJobs, releaseJobCommitted } from "./jobs.js";
 import { type ServerCtx, closeConn, dropConn, releaseReply, sendError } from "./io.js";
 import { handleSnapshot, releaseReconcileResult } from "./reconcile.js";
 import { onCapacity, register, releaseWelcome } from "./registration.js";
@@ -230,6 +231,9 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
       case "prune":
         releasePrune(ctx, a);
         break;
+      case "job_committed":
+        releaseJobCommitted(st, a);
+        break;
       default:
         unreachable(a, "deferred action");
     }
@@ -247,13 +251,24 @@ function tick(st: ServerState, ctx: ServerCtx): void {
   expireAuthorizations(st, ctx);
 }
 
+/**
+ * Jobs and commands: jobs start children (and note ended ones), the dispatch
+ * pass sends them (and may expire queued ones), until a jobs pass changes
+ * nothing. Without jobs this is one dispatch pass.
+ */
+function pumpWork(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
+  pumpJobs(st, ctx, env);
+  pumpCommands(st, ctx, env);
+  while (pumpJobs(st, ctx, env)) pumpCommands(st, ctx, env);
+}
+
 function pump(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   flushIncidentDrops(st, ctx);
-  pumpCommands(st, ctx, env);
+  pumpWork(st, ctx, env);
   let ready = ctx.seal(st.gate);
   while (ready.length > 0) {
     runReleased(st, ctx, ready);
-    pumpCommands(st, ctx, env);
+    pumpWork(st, ctx, env);
     ready = ctx.seal(st.gate);
   }
   // History goes last: a command settled by this step's releases may go now.

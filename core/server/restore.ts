@@ -12,6 +12,7 @@ import { type ScriptRow, type ServerTables, parseIncidentKey, restoreClient, res
 import { restoreAudit } from "./audit.js";
 import { restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
+import { restoreJobs } from "./jobs.js";
 import { recharge } from "./metadata.js";
 import { noteOutput } from "./retention.js";
 
@@ -71,6 +72,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     auditSeq: 0,
     auditDropped: 0,
     auditAtRestore: 0,
+    jobs: new Map(),
+    activeJobs: new Set(),
     gate: newGate<ServerDeferred>(),
     wake: null,
   };
@@ -86,6 +89,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   restoreAudit(st, tables);
   st.clientsAtRestore = st.clients.size;
   restoreCommands(st, tables);
+  restoreJobs(st, rowsOf(tables, "job"));
   return st;
 }
 

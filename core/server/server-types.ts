@@ -265,6 +265,68 @@ export interface AuditEntry extends AuditCall {
   message: string;
 }
 
+/**
+ * A job's child (jobs.ts): one target client. `pending`: not a command yet;
+ * `started`: its command exists (uuid) and is not terminal; `done`: its
+ * command ended (state, exit copied from it); `refused`: admission refused
+ * to create its command (counted as failed); `cancelled`: never started
+ * because the job stopped (the error budget was exceeded).
+ */
+export type JobChildPhase = "pending" | "started" | "done" | "refused" | "cancelled";
+
+export interface JobChild {
+  clientId: string;
+  /** The child's command uuid (`${jobId}.${n}`), fixed at submit. */
+  uuid: string;
+  phase: JobChildPhase;
+  /** The command's terminal state (done), CANCELLED (cancelled), REJECTED (refused), else UNSPECIFIED. */
+  state: CommandLifecycle;
+  exitCode: number | null;
+  reason: string;
+  /** Wall clock: when its command was created (0: not yet). */
+  createdAt: number;
+  /** Wall clock: its process start and its end, copied from the command when it ended (0: none). */
+  startedTime: number;
+  endedTime: number;
+}
+
+/** What readers see of a job: as of its last durable persist. */
+export interface JobView {
+  children: Array<Pick<JobChild, "phase" | "state" | "exitCode" | "reason" | "createdAt" | "startedTime" | "endedTime">>;
+  stopped: string;
+  endedAt: number;
+}
+
+/**
+ * One request, many clients (jobs.ts). The targets are resolved once, at
+ * submit, and recorded in `children`, in order.
+ */
+export interface ServerJob {
+  id: string;
+  /** Request digest (hex): a repeated submit with the same id must match. */
+  hash: string;
+  /** Wall clock. */
+  createdAt: number;
+  spec: ExecutionSpec;
+  /** The operator's queue expiry for every child (wall clock, 0: the default, counted from each child's creation). */
+  queueExpiry: number;
+  /** The label selector the targets were resolved from ("" for an explicit list). */
+  selector: string;
+  /** As given ("2", "10%", "" for the default) and resolved against the target count. */
+  concurrencyText: string;
+  maxConcurrency: number;
+  errorsText: string;
+  /** Failed children tolerated; one more stops the job. -1: no limit. */
+  maxErrors: number;
+  children: JobChild[];
+  /** Why no further child is started ("" while not stopped). */
+  stopped: string;
+  /** Wall clock: when its last child ended (0 while active). */
+  endedAt: number;
+  /** Readers' view (not stored). */
+  committed: JobView;
+}
+
 /** conn-phase.ts: the phases, their order and their one writer (a closed connection is dropped). */
 export type ConnPhase = "hello" | "welcoming" | "reconciling" | "ready";
 
@@ -314,7 +376,8 @@ export type ServerDeferred =
   | { kind: "committed"; uuid: string; view: CommittedView }
   | { kind: "dispatch"; uuid: string; conn: number; generation: number }
   | { kind: "drop_output"; uuid: string; throughSeq: number }
-  | { kind: "prune"; uuid: string };
+  | { kind: "prune"; uuid: string }
+  | { kind: "job_committed"; id: string; view: JobView };
 
 /**
  * The server's named timers (timers.ts): what a `wake` is for. `at` of each is
@@ -387,6 +450,10 @@ export interface ServerState {
   auditDropped: number;
   /** Audit entries found on restore (auditMax may have been lowered since; the next append trims). */
   auditAtRestore: number;
+  /** Jobs held (at most MAX_JOBS; the oldest ended one is forgotten first). */
+  jobs: Map<string, ServerJob>;
+  /** Index: jobs with a child not yet ended, in submission order. Derived. */
+  activeJobs: Set<string>;
   gate: DurableGate<ServerDeferred>;
   /**
    * The wake last asked for and the timer it is for (null: none). Kept in the
@@ -427,7 +494,25 @@ export type ControlRequest =
   /** Drain (cordon) a client or end its drain. */
   | { op: "set_draining"; requestId: string; clientId: string; draining: boolean }
   /** Set and remove labels of a client (labels.ts); a key may not be in both. */
-  | { op: "set_labels"; requestId: string; clientId: string; set: Labels; remove: string[] };
+  | { op: "set_labels"; requestId: string; clientId: string; set: Labels; remove: string[] }
+  /**
+   * A job (jobs.ts): one command per target client. `clients`: explicit
+   * targets, in order; or `selector`: every client whose labels match it,
+   * in client id order (one of the two); `maxConcurrency` / `maxErrors`:
+   * "N" or "P%" ("": no limit).
+   */
+  | {
+      op: "submit_job";
+      requestId: string;
+      jobId: string;
+      clients: string[];
+      selector?: string;
+      spec: ExecutionSpec;
+      /** Wall clock, as for submit; 0: each child's default. */
+      queueExpiry?: number;
+      maxConcurrency?: string;
+      maxErrors?: string;
+    };
 
 export type ControlResult =
   /** `expiresAt`: an authorization's expiry (deadline clock), as set by the request. */
@@ -441,6 +526,7 @@ export type ControlResult =
       expiresAt?: number;
       wasDraining?: boolean;
       labels?: Labels;
+      jobId?: string;
     }
   | { ok: false; error: CoreError };
 

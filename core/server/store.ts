@@ -18,6 +18,7 @@
 //   incident_drop  clientId            IncidentDropRow
 //   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow
 //   audit          auditKey(seq)       AuditRow (the operators' audit log, oldest first)
+//   job            jobId               JobRow (targets, rates, each child's phase)
 //
 // The value of every row is exactly what is written here; changing a shape
 // changes the stored bytes, and restore must still read rows written before
@@ -28,7 +29,18 @@ import { type CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvb
 import { isTerminal } from "../dispatch/lifecycle.js";
 import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";
-import type { AuditEntry, ClientRecord, Incident, IncidentDrops, Labels, PrunedCommand, RetentionMarker, ServerCommand, StdinOp } from "./server-types.js";
+import type {
+  AuditEntry,
+  ClientRecord,
+  Incident,
+  IncidentDrops,
+  Labels,
+  PrunedCommand,
+  RetentionMarker,
+  ServerCommand,
+  ServerJob,
+  StdinOp,
+} from "./server-types.js";
 
 /** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
 export interface ServerTables {
@@ -129,6 +141,9 @@ export interface AuditDroppedRow {
   throughSeq: number;
 }
 
+/** A job as stored: everything but its readers' view (jobs.ts). */
+export type JobRow = Omit<ServerJob, "committed">;
+
 /** Fields every stored event has. `time`: the agent's event time (wall clock). */
 export interface EventRowBase {
   seq: number;
@@ -219,6 +234,7 @@ export interface ServerRows {
   incident_drop: IncidentDropRow;
   counter: IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow;
   audit: AuditRow;
+  job: JobRow;
 }
 export type ServerTableName = keyof ServerRows;
 
@@ -324,6 +340,12 @@ export const incidentDropRecord = (clientId: string, d: IncidentDrops | undefine
   key: clientId,
   value: d ? { ...d } : null,
 });
+
+export function jobRecord(j: ServerJob): Rec<"job"> {
+  const { committed: _view, ...row } = j;
+  return { table: "job", key: j.id, value: { ...row, children: j.children.map((c) => ({ ...c })) } };
+}
+export const jobDelete = (id: string): Rec<"job"> => ({ table: "job", key: id, value: null });
 
 export const incidentsDroppedRecord = (count: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.incidentsDropped, value: { count } });
 export const auditRecord = (e: AuditEntry): Rec<"audit"> => ({ table: "audit", key: auditKey(e.seq), value: { ...e, clients: [...e.clients] } });

@@ -6,7 +6,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { ExecutionSpecSchema, CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { concatBytes, toHex } from "../bytes.js";
-import { Code } from "../errors.js";
+import { Code, type CoreError, coreError } from "../errors.js";
 import { DEFAULT_QUEUE_EXPIRY_MS, MAX_SCRIPT_BYTES, SERVER_ACTIVE_METADATA_SHARE, SERVER_RECORD_BASE_BYTES } from "../limits.js";
 import { clientsNamedBy } from "./client-names.js";
 import type { ControlRequest, ServerCommand, ServerEnv, ServerState } from "./server-types.js";
@@ -21,6 +21,9 @@ export function requestDigest(env: ServerEnv, uuid: string, clientId: string, sp
   const head = new TextEncoderLite().encode(`rvbox.v1/request\n${uuid}\n${clientId}\n${queueExpiry}\n`);
   return env.ports.sha256(concatBytes([head, specBytes]));
 }
+
+/** UTF-8 bytes of `s`. */
+export const utf8 = (s: string): Uint8Array => new TextEncoderLite().encode(s);
 
 /** Minimal UTF-8 encoder (core has no TextEncoder in its lib). */
 class TextEncoderLite {
@@ -42,17 +45,33 @@ class TextEncoderLite {
 
 const UUID_RE = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
+/** What admission decided: a new command, an existing one the same request made (a retry), or a refusal. */
+export type Admission = { ok: true; command: ServerCommand; created: boolean } | { ok: false; error: CoreError };
+
 export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "submit" }>, env: ServerEnv): void {
-  if (!UUID_RE.test(r.uuid)) return replyError(ctx, r.requestId, Code.VALIDATION, "issue uuid must be 1-128 characters of [A-Za-z0-9._:-]");
-  if (r.clientId === "") return replyError(ctx, r.requestId, Code.VALIDATION, "client id is required");
+  const a = admitCommand(st, ctx, r, env);
+  // A retry is answered like the original, and no sooner: only once the command is durable.
+  if (a.ok) reply(ctx, r.requestId, { ok: true, uuid: a.command.uuid, revision: a.created ? 1 : a.command.revision });
+  else replyError(ctx, r.requestId, a.error.code, a.error.message, a.error.issueUuid);
+}
+
+const refuse = (code: Code, message: string, uuid?: string): Admission => ({ ok: false, error: coreError(code, message, uuid) });
+
+/**
+ * Admission of one command (the operator's submit, or a job's child): on
+ * success the command is held and its record persisted in this step's batch.
+ * `requestId` is remembered as the request that created it.
+ */
+export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "submit" }>, env: ServerEnv): Admission {
+  if (!UUID_RE.test(r.uuid)) return refuse(Code.VALIDATION, "issue uuid must be 1-128 characters of [A-Za-z0-9._:-]");
+  if (r.clientId === "") return refuse(Code.VALIDATION, "client id is required");
   const p = r.spec.program;
-  if (p.case === undefined) return replyError(ctx, r.requestId, Code.VALIDATION, "no program (argv, shell or script)");
+  if (p.case === undefined) return refuse(Code.VALIDATION, "no program (argv, shell or script)");
   if (p.case === "script") {
     const bytes = r.script;
-    if (!bytes || bytes.length === 0 || bytes.length > MAX_SCRIPT_BYTES)
-      return replyError(ctx, r.requestId, Code.VALIDATION, `script of 1..${MAX_SCRIPT_BYTES} bytes required`);
+    if (!bytes || bytes.length === 0 || bytes.length > MAX_SCRIPT_BYTES) return refuse(Code.VALIDATION, `script of 1..${MAX_SCRIPT_BYTES} bytes required`);
     if (Number(p.value.sizeBytes) !== bytes.length || toHex(env.ports.sha256(bytes)) !== toHex(p.value.sha256))
-      return replyError(ctx, r.requestId, Code.VALIDATION, "script descriptor does not match the script bytes");
+      return refuse(Code.VALIDATION, "script descriptor does not match the script bytes");
   }
   // The operator's expiry is a wall-clock instant; it is kept on the deadline clock.
   const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? Math.max(1, ctx.toDeadline(r.queueExpiry)) : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
@@ -60,15 +79,14 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
   const hash = toHex(requestDigest(env, r.uuid, r.clientId, specBytes, r.queueExpiry ?? 0));
   const existing = st.commands.get(r.uuid);
   if (existing) {
-    // A retry is answered like the original, and no sooner: only once the command is durable.
-    if (existing.hash === hash) return reply(ctx, r.requestId, { ok: true, uuid: r.uuid, revision: existing.revision });
-    return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
+    if (existing.hash === hash) return { ok: true, command: existing, created: false };
+    return refuse(Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
   }
   const gone = st.pruned.get(r.uuid);
   if (gone) {
     // Never run a pruned command again: the same request already ran.
-    if (gone.hash === hash) return replyError(ctx, r.requestId, Code.ALREADY_EXECUTED, missingMessage(st, r.uuid), r.uuid);
-    return replyError(ctx, r.requestId, Code.CONFLICT, "issue uuid already used by a different request (since pruned from history)", r.uuid);
+    if (gone.hash === hash) return refuse(Code.ALREADY_EXECUTED, missingMessage(st, r.uuid), r.uuid);
+    return refuse(Code.CONFLICT, "issue uuid already used by a different request (since pruned from history)", r.uuid);
   }
   // A mistyped client id would wait silently for an agent that never comes
   // (or for whichever agent registers under that id later).
@@ -79,20 +97,13 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
         named.total === 0
           ? "it names no known client"
           : `it names ${named.ids.join(", ")}${named.total > named.ids.length ? ` and ${named.total - named.ids.length} more` : ""}`;
-      return replyError(
-        ctx,
-        r.requestId,
+      return refuse(
         Code.VALIDATION,
         `client id ${r.clientId} looks like a list or a wildcard (${which}); multi-client runs are not supported yet: submit once per client`,
       );
     }
     if (!r.allowUnknownClient)
-      return replyError(
-        ctx,
-        r.requestId,
-        Code.NOT_FOUND,
-        `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`,
-      );
+      return refuse(Code.NOT_FOUND, `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`);
   }
   // One pass: this client's active commands, and the metadata all active ones hold.
   let active = 0;
@@ -102,10 +113,10 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
     activeBytes += a.charged;
     if (a.clientId === r.clientId) active++;
   }
-  if (active >= st.config.limits.maxActivePerClient) return replyError(ctx, r.requestId, Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
+  if (active >= st.config.limits.maxActivePerClient) return refuse(Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
   // Active work may take only its share of the tier: final states and history need the rest.
   if (activeBytes + SERVER_RECORD_BASE_BYTES + specBytes.length > st.config.limits.metadataBudget * SERVER_ACTIVE_METADATA_SHARE)
-    return replyError(ctx, r.requestId, Code.CAPACITY, `server metadata budget: active commands hold ${activeBytes} bytes; retry once some finish`);
+    return refuse(Code.CAPACITY, `server metadata budget: active commands hold ${activeBytes} bytes; retry once some finish`);
   const c: ServerCommand = {
     uuid: r.uuid,
     clientId: r.clientId,
@@ -162,5 +173,5 @@ export function submit(st: ServerState, ctx: ServerCtx, r: Extract<ControlReques
   persistCommand(st, ctx, c);
   if (c.script) ctx.persist(scriptRecord(c.uuid, c.script));
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
-  reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: 1 });
+  return { ok: true, command: c, created: true };
 }

@@ -23,6 +23,7 @@ import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, st
 import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
+import { cmdJob, cmdJobs, cmdRunJob } from "./jobs-cli.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
@@ -126,10 +127,19 @@ const SUBS: Record<string, Sub> = {
     usage: `usage: rvbox run CLIENT [flags] -- CMD [ARG...]
        rvbox run CLIENT --shell [sh|bash] [flags] -- 'COMMAND LINE'
        rvbox run CLIENT --script FILE [--interpreter PATH] [flags] [-- SCRIPT-ARG...]
+       rvbox run --clients A,B,C [--max-concurrency N|P%] [--max-errors N|P%] [flags] -- CMD [ARG...]
+       rvbox run -l SELECTOR [--max-concurrency N|P%] [--max-errors N|P%] [flags] -- CMD [ARG...]
 
 Submits a command for CLIENT and prints its id. With --follow, streams its
 output live (stdout to stdout, stderr to stderr, markers on stderr) and exits
 with the command's exit code (below).
+
+With --clients (or -l SELECTOR: every client whose labels match, in id
+order, resolved once at submit) it submits a job: one command per client,
+started in that order, and prints the job's id (rvbox job ID shows it). With --follow
+it streams every client's output line by line, each line prefixed by the
+client ("web-1: …"), then prints a per-client table and exits 1 if any
+client failed (or was not started), else 0.
 
   -f, --follow            stream output until the command ends; exit with its code
   --shell [sh|bash]       run CMD as a shell command line (words joined by spaces)
@@ -146,7 +156,13 @@ with the command's exit code (below).
   --events                with --follow: also print lifecycle/stdin/signal events on stderr
   --cancel-on-interrupt   with --follow: Ctrl-C cancels the command and waits for its end
                           (a second Ctrl-C detaches); without it Ctrl-C detaches at once
-  --json                  print the submitted command as JSON (without --follow)
+  --json                  print the submitted command as JSON (without --follow);
+                          for a job, one JSON record per client
+  --clients A,B,C         a job over these clients (repeatable; unknown ids are refused, nothing runs)
+  -l, --selector SEL      a job over every client whose labels match SEL (as rvbox clients -l)
+  --max-concurrency N|P%  job: at most N (or P% of the clients, rounded up) commands at once (default: all)
+  --max-errors N|P%       job: once more than N (P%, rounded down) clients failed, start no more;
+                          the rest end cancelled (default: no limit)
 
 ${EXIT_CODE_HELP}`,
     flags: {
@@ -165,10 +181,29 @@ ${EXIT_CODE_HELP}`,
       events: { type: "boolean" },
       "allow-unknown-client": { type: "boolean" },
       "cancel-on-interrupt": { type: "boolean" },
+      clients: { type: "string", multiple: true },
+      selector: { type: "string", short: "l" },
+      "max-concurrency": { type: "string" },
+      "max-errors": { type: "string" },
     },
     args: [CLIENT],
     rest: { kind: "command" },
     run: cmdRun,
+  },
+  job: {
+    usage: `usage: rvbox job ID [--follow] [--json]
+
+Shows a job (rvbox run --clients): one row per client with its state, exit
+code and duration, and a summary line. --follow streams the output of every
+client as with run --follow; --json prints one JSON record per client.`,
+    flags: { ...JSON_FLAG, follow: { type: "boolean", short: "f" } },
+    args: [WORD],
+    run: (ctx, p) => cmdJob(ctx, p, outputMode(p) === "json"),
+  },
+  jobs: {
+    usage: "usage: rvbox jobs [--json]\n\nLists jobs, newest first, with their per-state counts.",
+    flags: JSON_FLAG,
+    run: (ctx, p) => cmdJobs(ctx, p, outputMode(p) === "json"),
   },
   logs: {
     usage: `usage: rvbox logs ID [-f] [--stream stdout|stderr] [--tail N] [--since DURATION|TIME] [--timestamps]
@@ -653,7 +688,10 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
     if (e instanceof OutputClosedError) return EXIT.OUTPUT_CLOSED; // `| head`: end quietly
     if (e instanceof UsageError) {
       const hint =
-        name === "run" && e.message.startsWith("unknown flag") && !e.message.includes("did you mean")
+        name === "run" &&
+        ((e.message.startsWith("unknown flag") && !e.message.includes("did you mean")) ||
+          // `rvbox run web-1 ls -l`: the command's own -l met run's -l (a job's selector).
+          (/^--\S+ needs a value$/.test(e.message) && !rest.includes("--")))
           ? " (put the command after `--`: rvbox run CLIENT -- CMD ARG...)"
           : "";
       err(`rvbox ${name}: ${e.message}${hint}`);
@@ -1032,6 +1070,8 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
 }
 
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
+  if (p.flags.has("clients") || p.flags.has("selector")) return cmdRunJob(ctx, p, outputMode(p) === "json");
+  for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients or -l (a job)`);
   const req = buildSubmit(p);
   const follow = bool(p, "follow");
   let r: Awaited<ReturnType<ControlClient["submitCommand"]>>;

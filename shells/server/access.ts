@@ -9,8 +9,9 @@
  *
  * Roles, each including the ones before it:
  *   viewer    reads: Get/List calls, FollowOutput, WatchFleet
- *   operator  also SubmitCommand, WriteStdin, CloseStdin, SignalCommand, on
- *             clients matching its selector only
+ *   operator  also SubmitCommand, SubmitJob, WriteStdin, CloseStdin,
+ *             SignalCommand, on clients matching its selector only (a job:
+ *             every client it names or its selector matches)
  *   admin     everything: claims, authorizations, incidents, labels, drains,
  *             forgetting clients, the audit log
  *
@@ -19,7 +20,7 @@
  * PERMISSION_DENIED naming the rule that refused it.
  */
 import type { MessageShape } from "@bufbuild/protobuf";
-import { formatLabels, type ServerState, unmetRequirements } from "../../core/index.js";
+import { formatLabels, matchesSelector, parseSelector, type ServerState, unmetRequirements } from "../../core/index.js";
 import { SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { Identity, Role } from "./operators.js";
@@ -34,8 +35,17 @@ export interface Rule<R> {
   mutating: boolean;
   /** The command or client it acts on: role operator is checked against its selector; the audit entry of a refusal names it. */
   target?: (req: R) => { clientId: string } | { uuid: string };
+  /** Several clients it acts on (a job's targets, a selector resolved against the server's labels now). */
+  targets?: (req: R, st: ServerState) => string[];
   /** Its arguments for the audit log (mutating calls). */
   summary?: (req: R) => string;
+}
+
+/** The clients a selector matches now (a malformed one matches none; the core refuses it with its own message). */
+function matching(st: ServerState, selector: string): string[] {
+  const sel = parseSelector(selector);
+  if (!sel.ok) return [];
+  return [...st.clients.values()].filter((c) => matchesSelector(c.labels, sel.value)).map((c) => c.clientId);
 }
 
 const q = (s: string): string => JSON.stringify(s);
@@ -105,6 +115,20 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
   },
   // Every operator's actions: admins only.
   listAudit: { role: "admin", mutating: false },
+  submitJob: {
+    role: "operator",
+    mutating: true,
+    // An operator may start a job only if every client it would start on is in its scope.
+    targets: (r, st) => (r.clientIds.length > 0 ? [...r.clientIds] : matching(st, r.selector)),
+    summary: (r) => {
+      const p = r.program;
+      const what = p.case === "argv" ? `argv=${JSON.stringify(p.value.argv)}` : p.case === "shell" ? `shell=${q(p.value.commandLine)}` : "no program";
+      const on = r.clientIds.length > 0 ? `clients=${r.clientIds.join(",")}` : `selector=${q(r.selector)}`;
+      return `job=${r.jobId || "(new)"} ${on} ${what}${r.maxConcurrency ? ` max-concurrency=${r.maxConcurrency}` : ""}${r.maxErrors ? ` max-errors=${r.maxErrors}` : ""}`;
+    },
+  },
+  getJob: read,
+  listJobs: read,
 };
 
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -119,7 +143,15 @@ export const rpcName = (m: MethodName): string => m.charAt(0).toUpperCase() + m.
 export function refusal(who: Identity, method: MethodName, req: unknown, st: ServerState): string | null {
   const rule = ACCESS[method] as Rule<unknown>;
   if (RANK[who.role] < RANK[rule.role]) return `${who.role} ${who.name} may not call ${rpcName(method)} (it needs role ${rule.role})`;
-  if (who.role !== "operator" || !rule.target || req === undefined) return null;
+  if (who.role !== "operator" || req === undefined) return null;
+  if (rule.targets) {
+    for (const clientId of rule.targets(req, st)) {
+      const why = outOfScope(who, clientId, st);
+      if (why) return why;
+    }
+    return null;
+  }
+  if (!rule.target) return null;
   const t = rule.target(req);
   let clientId: string;
   if ("uuid" in t) {
@@ -128,6 +160,11 @@ export function refusal(who: Identity, method: MethodName, req: unknown, st: Ser
     if (c === undefined) return null;
     clientId = c;
   } else clientId = t.clientId;
+  return outOfScope(who, clientId, st);
+}
+
+/** Why `clientId` is outside an operator's selector (null: inside it). */
+function outOfScope(who: Identity, clientId: string, st: ServerState): string | null {
   const labels = st.clients.get(clientId)?.labels;
   if (labels && unmetRequirements(labels, who.selector).length === 0) return null;
   const has = !labels ? "is not a registered client (no labels)" : Object.keys(labels).length === 0 ? "has no labels" : `has labels ${formatLabels(labels)}`;
@@ -137,7 +174,9 @@ export function refusal(who: Identity, method: MethodName, req: unknown, st: Ser
 /** The clients a call names, for the audit entry of a refused call (a command's client for the calls that name a command). */
 export function targetClients(method: MethodName, req: unknown, st: ServerState): string[] {
   const rule = ACCESS[method] as Rule<unknown>;
-  if (!rule.target || req === undefined) return [];
+  if (req === undefined) return [];
+  if (rule.targets) return rule.targets(req, st);
+  if (!rule.target) return [];
   const t = rule.target(req);
   if ("clientId" in t) return t.clientId ? [t.clientId] : [];
   const c = st.commands.get(t.uuid)?.clientId ?? st.pruned.get(t.uuid)?.clientId;

@@ -29,6 +29,7 @@ import {
   type CoreError,
   type Incident as ServerIncident,
   type ServerCommand,
+  type ServerJob,
   type ServerState,
 } from "../../core/index.js";
 import {
@@ -50,6 +51,8 @@ import {
   CommandSchema,
   type ControlService,
   IncidentSchema,
+  JobChildPhase,
+  JobSchema,
   PendingClaimSchema,
   SessionSchema,
   TerminalSource,
@@ -57,6 +60,7 @@ import {
   type Command,
   type FollowOutputResponseSchema,
   type Incident,
+  type Job,
   type PendingClaim,
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
@@ -149,6 +153,59 @@ export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Com
   });
 }
 
+const PHASES: Record<ServerJob["children"][number]["phase"], JobChildPhase> = {
+  pending: JobChildPhase.PENDING,
+  started: JobChildPhase.STARTED,
+  done: JobChildPhase.DONE,
+  refused: JobChildPhase.REFUSED,
+  cancelled: JobChildPhase.CANCELLED,
+};
+
+/**
+ * A job as readers see it: its committed view; a started child shows its
+ * command's committed state (queued .. running). `children` false: the
+ * summary only (ListJobs).
+ */
+export function toJob(j: ServerJob, d: FleetReader, children = true): Job {
+  const v = j.committed;
+  const sum = { targets: v.children.length, pending: 0, inFlight: 0, succeeded: 0, failed: 0, cancelled: 0 };
+  const kids = v.children.map((c, i) => {
+    const base = j.children[i]!;
+    const cmd = c.phase === "started" ? d.state.commands.get(base.uuid) : undefined;
+    if (c.phase === "pending") sum.pending++;
+    else if (c.phase === "started") sum.inFlight++;
+    else if (c.phase === "cancelled") sum.cancelled++;
+    else if (c.phase === "done" && c.state === CommandLifecycle.SUCCEEDED) sum.succeeded++;
+    else sum.failed++;
+    const started = cmd ? cmd.committed.startedTime : c.startedTime;
+    return {
+      clientId: base.clientId,
+      issueUuid: base.uuid,
+      phase: PHASES[c.phase],
+      state: cmd ? cmd.committed.state : c.state,
+      exitCode: c.exitCode ?? undefined,
+      reason: c.reason,
+      createdTime: c.createdAt > 0 ? timestampFromMs(c.createdAt) : undefined,
+      startedTime: started > 0 ? timestampFromMs(started) : undefined,
+      endedTime: c.endedTime > 0 ? timestampFromMs(c.endedTime) : undefined,
+    };
+  });
+  return create(JobSchema, {
+    jobId: j.id,
+    createdTime: timestampFromMs(j.createdAt),
+    spec: j.spec,
+    maxConcurrency: j.concurrencyText,
+    maxConcurrencyResolved: j.maxConcurrency,
+    maxErrors: j.errorsText,
+    maxErrorsResolved: j.maxErrors,
+    stoppedReason: v.stopped,
+    endedTime: v.endedAt > 0 ? timestampFromMs(v.endedAt) : undefined,
+    children: children ? kids : [],
+    summary: sum,
+    selector: j.selector,
+  });
+}
+
 const streamEnum = (s: unknown): OutputStream => (s === "stdout" ? OutputStream.STDOUT : s === "stderr" ? OutputStream.STDERR : OutputStream.UNSPECIFIED);
 
 function rangesToWire(ranges: Array<{ stream: string; offset: number; length: number }>) {
@@ -189,7 +246,58 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     return r;
   };
 
+  const job = (id: string): ServerJob => {
+    const j = d.state.jobs.get(id);
+    if (!j) throw toConnectError({ code: Code.NOT_FOUND, message: `no job ${id}` });
+    return j;
+  };
+
   return {
+    async submitJob(req, hctx) {
+      if (req.clientIds.length === 0 && req.selector === "") throw invalid("client_ids or selector: at least one target is required");
+      let program: ExecutionSpec["program"];
+      switch (req.program.case) {
+        case "argv":
+          program = { case: "argv", value: create(ArgvProgramSchema, { argv: req.program.value.argv }) };
+          break;
+        case "shell":
+          program = {
+            case: "shell",
+            value: create(ShellProgramSchema, {
+              shell: req.program.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : req.program.value.shell,
+              commandLine: req.program.value.commandLine,
+            }),
+          };
+          break;
+        default:
+          throw invalid("no program: set argv or shell");
+      }
+      const spec = create(ExecutionSpecSchema, { program, cwd: req.cwd, environment: req.environment, timeoutMs: req.timeoutMs, stdinOpen: false });
+      const jobId = req.jobId !== "" ? req.jobId : randomUUID();
+      await call(hctx, {
+        op: "submit_job",
+        requestId: requestId(req.requestId, "submit-job"),
+        jobId,
+        clients: req.clientIds,
+        ...(req.selector !== "" ? { selector: req.selector } : {}),
+        spec,
+        queueExpiry: req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0,
+        maxConcurrency: req.maxConcurrency,
+        maxErrors: req.maxErrors,
+      });
+      return { job: toJob(job(jobId), d) };
+    },
+
+    async getJob(req) {
+      return { job: toJob(job(req.jobId), d) };
+    },
+
+    async listJobs(req) {
+      const list = [...d.state.jobs.values()].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1));
+      const size = req.pageSize === 0 ? 1000 : Math.min(req.pageSize, 10_000);
+      return { jobs: list.slice(0, size).map((j) => toJob(j, d, false)) };
+    },
+
     async submitCommand(req, hctx) {
       if (req.clientId === "") throw invalid("client_id is required");
       const uuid = req.issueUuid !== "" ? req.issueUuid : randomUUID();

@@ -195,9 +195,16 @@ describe("CLI front door (no server needed)", () => {
   });
 
   it("unknown flags are usage errors (exit 2) with a hint to put the command after --", async () => {
-    const r = await cli(["run", "web-1", "ls", "-l"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    const r = await cli(["run", "web-1", "ls", "-x"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
     expect(r.code).toBe(2);
-    expect(r.stderr).toContain("unknown flag -l (put the command after `--`");
+    expect(r.stderr).toContain("unknown flag -x (put the command after `--`");
+    // -l is run's own (a job's label selector): the same hint, and never a job over the command's words.
+    const l = await cli(["run", "web-1", "ls", "-l"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(l.code).toBe(2);
+    expect(l.stderr).toContain("--selector needs a value (put the command after `--`");
+    const l2 = await cli(["run", "web-1", "ls", "-l", "/tmp"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(l2.code).toBe(2);
+    expect(l2.stderr).toContain("-l/--selector makes this a job; put the command after `--`");
   });
 
   it("without a token it says how to give one (exit 2)", async () => {

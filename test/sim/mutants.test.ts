@@ -52,6 +52,11 @@ describe("broken cores are caught", () => {
     expect(c.message).toMatch(/spawned|orphan/);
   }, 240_000);
 
+  it("jobs: a job that starts every child at once, past its max-concurrency, is caught", () => {
+    const c = caught("job-all-at-once", ["jobs-concurrency"], 20);
+    expect(c.message).toMatch(/commands in flight, max-concurrency/);
+  }, 240_000);
+
   it("R-S1: writing a stdin chunk to the process twice is caught", () => {
     const c = caught("stdin-twice", ["R-S1"], 20);
     expect(c.message).toMatch(/stdin write/);

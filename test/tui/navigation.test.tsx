@@ -8,7 +8,7 @@ afterEach(() => h?.unmount());
 const activeTab = (frame: string): string => frame.split("\n")[1] ?? "";
 
 describe("navigation and layout", () => {
-  it("tab and shift-tab cycle sessions → commands → claims → incidents; 1-4 jump", async () => {
+  it("tab and shift-tab cycle sessions → commands → claims → incidents → jobs; 1-5 jump", async () => {
     h = await mount(fakeFleet(3), { columns: 120 });
     expect(h.frame()).toContain("LAST ACTIVITY");
     await h.press(KEY.tab);
@@ -20,7 +20,11 @@ describe("navigation and layout", () => {
     expect(h.frame()).toContain("DETAIL");
     expect(h.frame()).toContain("recovery");
     await h.press(KEY.tab);
+    expect(h.frame()).toContain("no jobs");
+    await h.press(KEY.tab);
     expect(h.frame()).toContain("LAST ACTIVITY");
+    await h.press(KEY.shiftTab);
+    expect(h.frame()).toContain("no jobs");
     await h.press(KEY.shiftTab);
     expect(h.frame()).toContain("recovery");
     await h.press("2");

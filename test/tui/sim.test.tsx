@@ -3,6 +3,8 @@ import { VARIANTS } from "../../sim/variants.js";
 import { runSeed } from "../../sim/run.js";
 import { fakeCommand, fakeSession, FakeSource, FakeTimeline } from "../../tui/sources/fake-source.js";
 import { SimSource } from "../../sim/tui-source.js";
+import { planSchedule } from "../../sim/schedule.js";
+import { drawSwarm } from "../../sim/swarm.js";
 import { eventually, KEY, lineWith, mount, type Harness } from "./helpers.js";
 
 let h: Harness | undefined;
@@ -123,6 +125,26 @@ describe("sim mode (timeline keys, fake timeline)", () => {
 });
 
 describe("sim source (a real simulated world)", () => {
+  it("shows a seed's jobs as GetJob would: at the end every job ended, its children as their commands ended", () => {
+    const opts = { noFaults: true };
+    const seed = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12].find((x) => planSchedule(x, drawSwarm(x, opts)).actions.some((a) => a.k === "job"))!;
+    sim = new SimSource({ seed, sync: true, swarmOptions: opts });
+    expect(sim.failure).toBe(null);
+    sim.seek(sim.frames - 1);
+    const jobs = sim.jobs();
+    expect(jobs.length).toBeGreaterThan(0);
+    const cmds = new Map(sim.commands(null).map((c) => [c.uuid, c]));
+    expect(jobs.some((j) => j.children.some((c) => c.phase === "done" && cmds.has(c.uuid)))).toBe(true);
+    for (const j of jobs) {
+      expect(j.endedAt, j.id).not.toBe(null);
+      for (const c of j.children) {
+        // (A child's command may have been pruned from history since: then it is not listed.)
+        if (c.phase === "done" && cmds.has(c.uuid)) expect(c.state).toBe(cmds.get(c.uuid)!.state);
+        else if (c.phase !== "done") expect(["cancelled", "refused"]).toContain(c.phase);
+      }
+    }
+  });
+
   it("records a seed's run and steps the same views forward and back", () => {
     sim = new SimSource({ seed: 5, sync: true, swarmOptions: { noFaults: true } });
     expect(sim.recording).toBe(false);

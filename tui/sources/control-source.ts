@@ -13,7 +13,7 @@ import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { createControlClient, describeError, isTransient, type ControlClient } from "../../client/control-client.js";
-import { claimInfo, commandInfo, incidentInfo, outputItem, sessionInfos, signalKind } from "../../client/model.js";
+import { claimInfo, commandInfo, incidentInfo, jobInfo, outputItem, sessionInfos, signalKind, type JobInfo } from "../../client/model.js";
 import { OutputBuffer, PANE_MAX_LINES } from "../output-buffer.js";
 import {
   Emitter,
@@ -69,6 +69,10 @@ export const TAIL_EVENTS = 16;
 /** Events an "earlier" step reads at least, and at most (the number aims at half a pane at the window's lines per event). */
 export const EARLIER_EVENTS = { min: 8, max: 4096 } as const;
 
+/** How often the jobs tab re-reads the job list, and how many jobs it shows with their clients. */
+const JOB_POLL_MS = 1000;
+const JOB_DETAIL_MAX = 50;
+
 export class ControlSource implements DataSource {
   private readonly em = new Emitter();
   private readonly rpc: ControlClient;
@@ -78,6 +82,9 @@ export class ControlSource implements DataSource {
   private readonly interest = new Map<string | null, number>();
   private readonly outputs = new Map<string, OutputWatch>();
   private closed = false;
+  private jobList: readonly JobInfo[] = [];
+  private jobWatchers = 0;
+  private jobTimer: ReturnType<typeof setTimeout> | null = null;
   readonly readOnly = false;
 
   constructor(private readonly o: ControlSourceOptions) {
@@ -131,6 +138,42 @@ export class ControlSource implements DataSource {
 
   commands(clientId: string | null): readonly CommandInfo[] {
     return this.lists.get(clientId) ?? [];
+  }
+
+  jobs(): readonly JobInfo[] {
+    return this.jobList;
+  }
+
+  /**
+   * Polled while watched (jobs are not in WatchFleet): the list every
+   * JOB_POLL_MS, with the per-client children of the newest JOB_DETAIL_MAX.
+   */
+  watchJobs(): () => void {
+    this.jobWatchers++;
+    if (this.jobWatchers === 1) void this.pollJobs();
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.jobWatchers--;
+      if (this.jobWatchers === 0 && this.jobTimer) {
+        clearTimeout(this.jobTimer);
+        this.jobTimer = null;
+      }
+    };
+  }
+
+  private async pollJobs(): Promise<void> {
+    if (this.closed || this.jobWatchers === 0) return;
+    try {
+      const list = (await this.rpc.listJobs({ pageSize: JOB_DETAIL_MAX })).jobs;
+      const full = await Promise.all(list.map(async (j) => (await this.rpc.getJob({ jobId: j.jobId })).job ?? j));
+      this.jobList = full.map(jobInfo);
+      this.em.changed();
+    } catch (err) {
+      this.onError(err);
+    }
+    if (!this.closed && this.jobWatchers > 0) this.jobTimer = setTimeout(() => void this.pollJobs(), JOB_POLL_MS);
   }
 
   watchCommands(clientId: string | null): () => void {
@@ -452,6 +495,7 @@ export class ControlSource implements DataSource {
 
   close(): void {
     this.closed = true;
+    if (this.jobTimer) clearTimeout(this.jobTimer);
     this.feed.stop();
     for (const w of this.outputs.values()) w.abort?.abort();
   }

@@ -4,6 +4,7 @@
  * way a server would (authorize consumes the claim, ack marks the incident,
  * submit adds a queued command, a signal bumps the revision).
  */
+import type { JobInfo } from "../../client/model.js";
 import { OutputBuffer } from "../output-buffer.js";
 import {
   EMPTY_OUTPUT,
@@ -91,6 +92,7 @@ export interface FakeData {
   commands?: CommandInfo[];
   claims?: ClaimInfo[];
   incidents?: IncidentInfo[];
+  jobs?: JobInfo[];
   status?: Partial<SourceStatus>;
   notes?: string[];
 }
@@ -101,6 +103,9 @@ export class FakeSource implements DataSource {
   commandList: CommandInfo[];
   claims: ClaimInfo[];
   incidents: IncidentInfo[];
+  jobList: JobInfo[];
+  /** Jobs tab watchers (tests check the view releases its watch). */
+  watchingJobs = 0;
   status: SourceStatus;
   notes: string[];
   readonly outputs = new Map<string, OutputBuffer>();
@@ -119,12 +124,24 @@ export class FakeSource implements DataSource {
     this.commandList = d.commands ?? [];
     this.claims = d.claims ?? [];
     this.incidents = d.incidents ?? [];
+    this.jobList = d.jobs ?? [];
     this.status = { mode: "fake", label: "fake fleet", connected: true, error: null, updatedAt: FAKE_NOW, feed: "test", ...d.status };
     this.notes = d.notes ?? [];
   }
 
   get version(): number {
     return this.em.version;
+  }
+
+  jobs(): readonly JobInfo[] {
+    return this.jobList;
+  }
+
+  watchJobs(): () => void {
+    this.watchingJobs++;
+    return () => {
+      this.watchingJobs--;
+    };
   }
   subscribe(l: () => void): () => void {
     return this.em.subscribe(l);

@@ -4,9 +4,9 @@ import { Box, Text } from "ink";
 import { clock, fit } from "../format.js";
 import type { FleetSnapshot } from "../source.js";
 
-export type Tab = "sessions" | "commands" | "claims" | "incidents";
-export const TABS: Tab[] = ["sessions", "commands", "claims", "incidents"];
-const TITLES: Record<Tab, string> = { sessions: "Sessions", commands: "Commands", claims: "Claims", incidents: "Incidents" };
+export type Tab = "sessions" | "commands" | "claims" | "incidents" | "jobs";
+export const TABS: Tab[] = ["sessions", "commands", "claims", "incidents", "jobs"];
+const TITLES: Record<Tab, string> = { sessions: "Sessions", commands: "Commands", claims: "Claims", incidents: "Incidents", jobs: "Jobs" };
 
 export function Header(p: { fleet: FleetSnapshot; tab: Tab; crumb: string; width: number }): React.ReactElement {
   const f = p.fleet;

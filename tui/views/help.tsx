@@ -3,7 +3,7 @@ import type React from "react";
 import { Box, Text } from "ink";
 import { clip, fit } from "../format.js";
 
-export type HelpContext = "sessions" | "commands" | "output" | "claims" | "incidents";
+export type HelpContext = "sessions" | "commands" | "output" | "claims" | "incidents" | "jobs";
 
 const LINES: Record<HelpContext, string> = {
   sessions: "↑↓/jk move · enter commands · s submit · tab/1-4 views · ? help · q quit",
@@ -11,6 +11,7 @@ const LINES: Record<HelpContext, string> = {
   output: "↑↓/jk PgUp/PgDn scroll · G follow · c cancel · x signal · i stdin · D close stdin · esc back · q quit",
   claims: "↑↓ move · a/enter authorize the claiming instance (once) · d dismiss the claim · tab views · q quit",
   incidents: "↑↓ move · a/enter acknowledge · h show acknowledged · tab views · q quit",
+  jobs: "↑↓ move (the selected job's clients below) · tab views · q quit",
 };
 
 export const SIM_KEYS = ", . step · [ ] ±10s · < > start/end · space play · F failure · n node · / command";
@@ -24,7 +25,7 @@ export function HelpLine(p: { ctx: HelpContext; sim: boolean; width: number }): 
 }
 
 const ALL: Array<[string, string]> = [
-  ["tab / shift-tab, 1-4", "switch view: sessions, commands, claims, incidents"],
+  ["tab / shift-tab, 1-5", "switch view: sessions, commands, claims, incidents, jobs"],
   ["↑ ↓ / j k", "move the selection (scroll in the output pane)"],
   ["PgUp PgDn, g G, Home End", "page, first, last (output: g loads from the start, G jumps to the end and follows)"],
   ["enter", "drill in: session → its commands → a command's output"],

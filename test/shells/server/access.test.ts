@@ -66,7 +66,7 @@ describe("access table", () => {
         .filter(([, r]) => r.role === "operator")
         .map(([k]) => k)
         .sort(),
-    ).toEqual(["closeStdin", "signalCommand", "submitCommand", "writeStdin"]);
+    ).toEqual(["closeStdin", "signalCommand", "submitCommand", "submitJob", "writeStdin"]);
   });
 
   it("roles nest: viewer < operator < admin; the refusal names the rule", () => {
@@ -100,6 +100,22 @@ describe("access table", () => {
     expect(refusal(alice, "getCommand", { issueUuid: "cmd-db" }, st)).toBeNull();
     const multi = who("carol", "operator", "role=web,zone!=eu-1");
     expect(refusal(multi, "submitCommand", { clientId: "web-1" }, st)).toContain("matching role=web,zone!=eu-1; client web-1 has labels role=web,zone=eu-1");
+  });
+
+  it("an operator starts a job only if every client it names, or its selector matches, is in its scope", () => {
+    const st = fleet();
+    const alice = who("alice", "operator", "role=web");
+    expect(refusal(alice, "submitJob", { clientIds: ["web-1"], selector: "" }, st)).toBeNull();
+    expect(refusal(alice, "submitJob", { clientIds: ["web-1", "db-1"], selector: "" }, st)).toBe(
+      "operator alice may run only on clients matching role=web; client db-1 has labels role=db",
+    );
+    expect(refusal(alice, "submitJob", { clientIds: [], selector: "zone=eu-1" }, st)).toBeNull(); // matches web-1 only
+    expect(refusal(alice, "submitJob", { clientIds: [], selector: "role" }, st)).toContain("client db-1 has labels role=db");
+    expect(targetClients("submitJob", { clientIds: [], selector: "role" }, st).sort()).toEqual(["db-1", "web-1"]);
+    expect(refusal(who("bob", "viewer"), "submitJob", { clientIds: ["web-1"], selector: "" }, st)).toBe(
+      "viewer bob may not call SubmitJob (it needs role operator)",
+    );
+    expect(refusal(who("bob", "viewer"), "listJobs", {}, st)).toBeNull();
   });
 
   it("audit summaries name the arguments but never stdin bytes; refusals name their clients", () => {

@@ -24,7 +24,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/control.proto.
  */
 export const file_rvbox_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iewoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQYWZ0ZXJfcmVxdWVzdF9pZBgFIAEoCSI+ChJXcml0ZVN0ZGluUmVzcG9uc2USEQoJd3JpdGVfc2VxGAEgASgEEhUKDWFmdGVyX2NoZWNrZWQYAiABKAgiOwoRQ2xvc2VTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIicKEkNsb3NlU3RkaW5SZXNwb25zZRIRCgl3cml0ZV9zZXEYASABKAQiZAoUU2lnbmFsQ29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIkCgZzaWduYWwYAiABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhIKCnJlcXVlc3RfaWQYAyABKAkiKQoVU2lnbmFsQ29tbWFuZFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgEIiYKEkxpc3RDbGllbnRzUmVxdWVzdBIQCghzZWxlY3RvchgBIAEoCSK7BAoGQ2xpZW50EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgEEhEKCWNvbm5lY3RlZBgEIAEoCBI2ChJsYXN0X2FjdGl2aXR5X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJ1bm5pbmdfY29tbWFuZHMYBiABKA0SFwoPcXVldWVkX2NvbW1hbmRzGAcgASgNEhwKFG1heF9ydW5uaW5nX2NvbW1hbmRzGAggASgNEhsKE21heF9xdWV1ZWRfY29tbWFuZHMYCSABKA0SFwoPYWN0aXZlX2NvbW1hbmRzGAogASgNEh4KFmF1dGhvcml6ZWRfaW5zdGFuY2VfaWQYCyABKAkSPQoZYXV0aG9yaXphdGlvbl9leHBpcnlfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmV0YWluZWRfb3V0cHV0X2J5dGVzGA0gASgEEhsKE291dHB1dF9idWRnZXRfYnl0ZXMYDiABKAQSGQoRaW5jaWRlbnRzX2Ryb3BwZWQYDyABKAQSEAoIZHJhaW5pbmcYECABKAgSLAoGbGFiZWxzGBEgAygLMhwucnZib3gudjEuQ2xpZW50LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoTTGlzdENsaWVudHNSZXNwb25zZRIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EhMKC21heF9jbGllbnRzGAIgASgNIjwKE0ZvcmdldENsaWVudFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiFgoURm9yZ2V0Q2xpZW50UmVzcG9uc2UiUwoYU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghkcmFpbmluZxgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJIjEKGVNldENsaWVudERyYWluaW5nUmVzcG9uc2USFAoMd2FzX2RyYWluaW5nGAEgASgIIrMBChZTZXRDbGllbnRMYWJlbHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRI2CgNzZXQYAiADKAsyKS5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0LlNldEVudHJ5Eg4KBnJlbW92ZRgDIAMoCRISCgpyZXF1ZXN0X2lkGAQgASgJGioKCFNldEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihwEKF1NldENsaWVudExhYmVsc1Jlc3BvbnNlEj0KBmxhYmVscxgBIAMoCzItLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEidgoQTGlzdEF1ZGl0UmVxdWVzdBIuCgpzaW5jZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghvcGVyYXRvchgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSDQoFbGltaXQYBCABKA0izwEKCkF1ZGl0RW50cnkSCwoDc2VxGAEgASgEEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG9wZXJhdG9yGAMgASgJEgwKBHJvbGUYBCABKAkSCwoDcnBjGAUgASgJEg8KB3N1bW1hcnkYBiABKAkSEgoKY2xpZW50X2lkcxgHIAMoCRIXCg9jbGllbnRzX29taXR0ZWQYCCABKA0SDgoGcmVzdWx0GAkgASgJEg8KB21lc3NhZ2UYCiABKAkieQoRTGlzdEF1ZGl0UmVzcG9uc2USJQoHZW50cmllcxgBIAMoCzIULnJ2Ym94LnYxLkF1ZGl0RW50cnkSFwoPZHJvcHBlZF9lbnRyaWVzGAIgASgEEhMKC21heF9lbnRyaWVzGAMgASgNEg8KB21hdGNoZWQYBCABKAQiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltInUKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCRIdChVpbnN0YW5jZV9ub3RfeWV0X3NlZW4YBCABKAgiTAoZQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRIvCgtleHBpcnlfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiNAoUTGlzdEluY2lkZW50c1JlcXVlc3QSHAoUaW5jbHVkZV9hY2tub3dsZWRnZWQYASABKAgipAEKCEluY2lkZW50EhMKC2luY2lkZW50X2lkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRISCgppc3N1ZV91dWlkGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGZGV0YWlsGAUgASgJEigKBHRpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGFja25vd2xlZGdlZBgHIAEoCCJzCg1JbmNpZGVudERyb3BzEhEKCWNsaWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoBBItCglsYXN0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWxhc3Rfa2luZBgEIAEoCSKuAQoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEiUKCWluY2lkZW50cxgBIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EhUKDWRyb3BwZWRfdG90YWwYAiABKAQSKAoHZHJvcHBlZBgDIAMoCzIXLnJ2Ym94LnYxLkluY2lkZW50RHJvcHMSGwoTbWF4X29wZW5fcGVyX2NsaWVudBgEIAEoDRIQCghtYXhfb3BlbhgFIAEoDSJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCKQAwoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSAASGQoPY29tbWFuZF9yZW1vdmVkGAogASgJSAASGAoOY2xpZW50X3JlbW92ZWQYCyABKAlIAEIICgZjaGFuZ2UiQwoaUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiMgobUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJIjwKE0Rpc21pc3NDbGFpbVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiKwoURGlzbWlzc0NsYWltUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAkqaAoOVGVybWluYWxTb3VyY2USHwobVEVSTUlOQUxfU09VUkNFX1VOU1BFQ0lGSUVEEAASGQoVVEVSTUlOQUxfU09VUkNFX0FHRU5UEAESGgoWVEVSTUlOQUxfU09VUkNFX1NFUlZFUhACMvAMCg5Db250cm9sU2VydmljZRJQCg1TdWJtaXRDb21tYW5kEh4ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TdWJtaXRDb21tYW5kUmVzcG9uc2USRwoKR2V0Q29tbWFuZBIbLnJ2Ym94LnYxLkdldENvbW1hbmRSZXF1ZXN0GhwucnZib3gudjEuR2V0Q29tbWFuZFJlc3BvbnNlEk0KDExpc3RDb21tYW5kcxIdLnJ2Ym94LnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXNwb25zZRJPCgxGb2xsb3dPdXRwdXQSHS5ydmJveC52MS5Gb2xsb3dPdXRwdXRSZXF1ZXN0Gh4ucnZib3gudjEuRm9sbG93T3V0cHV0UmVzcG9uc2UwARJHCgpXcml0ZVN0ZGluEhsucnZib3gudjEuV3JpdGVTdGRpblJlcXVlc3QaHC5ydmJveC52MS5Xcml0ZVN0ZGluUmVzcG9uc2USRwoKQ2xvc2VTdGRpbhIbLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuQ2xvc2VTdGRpblJlc3BvbnNlElAKDVNpZ25hbENvbW1hbmQSHi5ydmJveC52MS5TaWduYWxDb21tYW5kUmVxdWVzdBofLnJ2Ym94LnYxLlNpZ25hbENvbW1hbmRSZXNwb25zZRJKCgtMaXN0Q2xpZW50cxIcLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVxdWVzdBodLnJ2Ym94LnYxLkxpc3RDbGllbnRzUmVzcG9uc2USTQoMTGlzdFNlc3Npb25zEh0ucnZib3gudjEuTGlzdFNlc3Npb25zUmVxdWVzdBoeLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlEkcKCkxpc3RDbGFpbXMSGy5ydmJveC52MS5MaXN0Q2xhaW1zUmVxdWVzdBocLnJ2Ym94LnYxLkxpc3RDbGFpbXNSZXNwb25zZRJcChFBdXRob3JpemVJbnN0YW5jZRIiLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBojLnJ2Ym94LnYxLkF1dGhvcml6ZUluc3RhbmNlUmVzcG9uc2USUAoNTGlzdEluY2lkZW50cxIeLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gh8ucnZib3gudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlEmIKE0Fja25vd2xlZGdlSW5jaWRlbnQSJC5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBolLnJ2Ym94LnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZRJJCgpXYXRjaEZsZWV0EhsucnZib3gudjEuV2F0Y2hGbGVldFJlcXVlc3QaHC5ydmJveC52MS5XYXRjaEZsZWV0UmVzcG9uc2UwARJNCgxGb3JnZXRDbGllbnQSHS5ydmJveC52MS5Gb3JnZXRDbGllbnRSZXF1ZXN0Gh4ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVzcG9uc2USYgoTUmV2b2tlQXV0aG9yaXphdGlvbhIkLnJ2Ym94LnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXF1ZXN0GiUucnZib3gudjEuUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEk0KDERpc21pc3NDbGFpbRIdLnJ2Ym94LnYxLkRpc21pc3NDbGFpbVJlcXVlc3QaHi5ydmJveC52MS5EaXNtaXNzQ2xhaW1SZXNwb25zZRJcChFTZXRDbGllbnREcmFpbmluZxIiLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVxdWVzdBojLnJ2Ym94LnYxLlNldENsaWVudERyYWluaW5nUmVzcG9uc2USVgoPU2V0Q2xpZW50TGFiZWxzEiAucnZib3gudjEuU2V0Q2xpZW50TGFiZWxzUmVxdWVzdBohLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlEkQKCUxpc3RBdWRpdBIaLnJ2Ym94LnYxLkxpc3RBdWRpdFJlcXVlc3QaGy5ydmJveC52MS5MaXN0QXVkaXRSZXNwb25zZUIwWi5naXRodWIuY29tL3J2Ym94L3J2Ym94L2dlbi9nby9ydmJveC92MTtydmJveHYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
+  fileDesc("ChZydmJveC92MS9jb250cm9sLnByb3RvEghydmJveC52MSJSCgxTY3JpcHRTb3VyY2USDwoHY29udGVudBgBIAEoDBITCgtpbnRlcnByZXRlchgCIAEoCRIMCgRhcmdzGAMgAygJEg4KBnNoYTI1NhgEIAEoDCKUAwoUU3VibWl0Q29tbWFuZFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEiUKBGFyZ3YYAiABKAsyFS5ydmJveC52MS5Bcmd2UHJvZ3JhbUgAEicKBXNoZWxsGAMgASgLMhYucnZib3gudjEuU2hlbGxQcm9ncmFtSAASKAoGc2NyaXB0GAQgASgLMhYucnZib3gudjEuU2NyaXB0U291cmNlSAASCwoDY3dkGAUgASgJEjIKC2Vudmlyb25tZW50GAYgAygLMh0ucnZib3gudjEuRW52aXJvbm1lbnRWYXJpYWJsZRISCgp0aW1lb3V0X21zGAcgASgEEhIKCnN0ZGluX29wZW4YCCABKAgSNQoRcXVldWVfZXhwaXJ5X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmlzc3VlX3V1aWQYCiABKAkSEgoKcmVxdWVzdF9pZBgLIAEoCRIcChRhbGxvd191bmtub3duX2NsaWVudBgMIAEoCEIJCgdwcm9ncmFtIjsKFVN1Ym1pdENvbW1hbmRSZXNwb25zZRIiCgdjb21tYW5kGAEgASgLMhEucnZib3gudjEuQ29tbWFuZCKhBQoHQ29tbWFuZBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRIpCgVzdGF0ZRgDIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSEAoIcmV2aXNpb24YBCABKAQSJQoEc3BlYxgFIAEoCzIXLnJ2Ym94LnYxLkV4ZWN1dGlvblNwZWMSMAoMY3JlYXRlZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZXhpdF9jb2RlGAggASgFSACIAQESEwoLc2lnbmFsX25hbWUYCSABKAkSDgoGcmVhc29uGAogASgJEjEKD3Rlcm1pbmFsX3NvdXJjZRgLIAEoDjIYLnJ2Ym94LnYxLlRlcm1pbmFsU291cmNlEiAKGHN0b3JlZF90aHJvdWdoX2V2ZW50X3NlcRgMIAEoBBIdChVyZXRhaW5lZF9vdXRwdXRfYnl0ZXMYDSABKAQSGQoRcmV0ZW50aW9uX21hcmtlcnMYDiABKA0SGQoRZGlzcGF0Y2hfYXR0ZW1wdHMYDyABKA0SGwoTc3RkaW5fYWNrZWRfdGhyb3VnaBgQIAEoBBIWCg5yZXF1ZXN0X3NoYTI1NhgRIAEoCRIWCg53YWl0aW5nX3JlYXNvbhgSIAEoCRIwCgxzdGFydGVkX3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmVuZGVkX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9leGl0X2NvZGUiJwoRR2V0Q29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCSI4ChJHZXRDb21tYW5kUmVzcG9uc2USIgoHY29tbWFuZBgBIAEoCzIRLnJ2Ym94LnYxLkNvbW1hbmQiewoTTGlzdENvbW1hbmRzUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSKgoGc3RhdGVzGAIgAygOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJUChRMaXN0Q29tbWFuZHNSZXNwb25zZRIjCghjb21tYW5kcxgBIAMoCzIRLnJ2Ym94LnYxLkNvbW1hbmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImoKE0ZvbGxvd091dHB1dFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIWCg5mcm9tX2V2ZW50X3NlcRgCIAEoBBIOCgZmb2xsb3cYAyABKAgSFwoPbWF4X2JhdGNoX2J5dGVzGAQgASgNIlkKCk91dHB1dERhdGESJgoGc3RyZWFtGAEgASgOMhYucnZib3gudjEuT3V0cHV0U3RyZWFtEhUKDXN0cmVhbV9vZmZzZXQYAiABKAQSDAoEZGF0YRgDIAEoDCLiBAoURm9sbG93T3V0cHV0UmVzcG9uc2USEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZvdXRwdXQYBSABKAsyFC5ydmJveC52MS5PdXRwdXREYXRhSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSAASLwoJcmV0ZW50aW9uGAwgASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEiUKCGZpbmlzaGVkGA0gASgLMhEucnZib3gudjEuQ29tbWFuZEgAEi4KBmV2ZW50cxgOIAMoCzIeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlQgYKBGl0ZW0iewoRV3JpdGVTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIMCgRkYXRhGAIgASgMEhYKDmFwcGVuZF9uZXdsaW5lGAMgASgIEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQYWZ0ZXJfcmVxdWVzdF9pZBgFIAEoCSI+ChJXcml0ZVN0ZGluUmVzcG9uc2USEQoJd3JpdGVfc2VxGAEgASgEEhUKDWFmdGVyX2NoZWNrZWQYAiABKAgiOwoRQ2xvc2VTdGRpblJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIicKEkNsb3NlU3RkaW5SZXNwb25zZRIRCgl3cml0ZV9zZXEYASABKAQiZAoUU2lnbmFsQ29tbWFuZFJlcXVlc3QSEgoKaXNzdWVfdXVpZBgBIAEoCRIkCgZzaWduYWwYAiABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhIKCnJlcXVlc3RfaWQYAyABKAkiKQoVU2lnbmFsQ29tbWFuZFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgEIiYKEkxpc3RDbGllbnRzUmVxdWVzdBIQCghzZWxlY3RvchgBIAEoCSK7BAoGQ2xpZW50EhEKCWNsaWVudF9pZBgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRISCgpnZW5lcmF0aW9uGAMgASgEEhEKCWNvbm5lY3RlZBgEIAEoCBI2ChJsYXN0X2FjdGl2aXR5X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJ1bm5pbmdfY29tbWFuZHMYBiABKA0SFwoPcXVldWVkX2NvbW1hbmRzGAcgASgNEhwKFG1heF9ydW5uaW5nX2NvbW1hbmRzGAggASgNEhsKE21heF9xdWV1ZWRfY29tbWFuZHMYCSABKA0SFwoPYWN0aXZlX2NvbW1hbmRzGAogASgNEh4KFmF1dGhvcml6ZWRfaW5zdGFuY2VfaWQYCyABKAkSPQoZYXV0aG9yaXphdGlvbl9leHBpcnlfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoVcmV0YWluZWRfb3V0cHV0X2J5dGVzGA0gASgEEhsKE291dHB1dF9idWRnZXRfYnl0ZXMYDiABKAQSGQoRaW5jaWRlbnRzX2Ryb3BwZWQYDyABKAQSEAoIZHJhaW5pbmcYECABKAgSLAoGbGFiZWxzGBEgAygLMhwucnZib3gudjEuQ2xpZW50LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoTTGlzdENsaWVudHNSZXNwb25zZRIhCgdjbGllbnRzGAEgAygLMhAucnZib3gudjEuQ2xpZW50EhMKC21heF9jbGllbnRzGAIgASgNIjwKE0ZvcmdldENsaWVudFJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiFgoURm9yZ2V0Q2xpZW50UmVzcG9uc2UiUwoYU2V0Q2xpZW50RHJhaW5pbmdSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRIQCghkcmFpbmluZxgCIAEoCBISCgpyZXF1ZXN0X2lkGAMgASgJIjEKGVNldENsaWVudERyYWluaW5nUmVzcG9uc2USFAoMd2FzX2RyYWluaW5nGAEgASgIIrMBChZTZXRDbGllbnRMYWJlbHNSZXF1ZXN0EhEKCWNsaWVudF9pZBgBIAEoCRI2CgNzZXQYAiADKAsyKS5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXF1ZXN0LlNldEVudHJ5Eg4KBnJlbW92ZRgDIAMoCRISCgpyZXF1ZXN0X2lkGAQgASgJGioKCFNldEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEihwEKF1NldENsaWVudExhYmVsc1Jlc3BvbnNlEj0KBmxhYmVscxgBIAMoCzItLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1Jlc3BvbnNlLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEidgoQTGlzdEF1ZGl0UmVxdWVzdBIuCgpzaW5jZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghvcGVyYXRvchgCIAEoCRIRCgljbGllbnRfaWQYAyABKAkSDQoFbGltaXQYBCABKA0izwEKCkF1ZGl0RW50cnkSCwoDc2VxGAEgASgEEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG9wZXJhdG9yGAMgASgJEgwKBHJvbGUYBCABKAkSCwoDcnBjGAUgASgJEg8KB3N1bW1hcnkYBiABKAkSEgoKY2xpZW50X2lkcxgHIAMoCRIXCg9jbGllbnRzX29taXR0ZWQYCCABKA0SDgoGcmVzdWx0GAkgASgJEg8KB21lc3NhZ2UYCiABKAkieQoRTGlzdEF1ZGl0UmVzcG9uc2USJQoHZW50cmllcxgBIAMoCzIULnJ2Ym94LnYxLkF1ZGl0RW50cnkSFwoPZHJvcHBlZF9lbnRyaWVzGAIgASgEEhMKC21heF9lbnRyaWVzGAMgASgNEg8KB21hdGNoZWQYBCABKAQiFQoTTGlzdFNlc3Npb25zUmVxdWVzdCL8AQoHU2Vzc2lvbhISCgpjb25uZWN0aW9uGAEgASgEEhEKCWNsaWVudF9pZBgCIAEoCRITCgtpbnN0YW5jZV9pZBgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEhIKCmdlbmVyYXRpb24YBSABKAQSDQoFcGhhc2UYBiABKAkSLwoLb3BlbmVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWxhc3RfaW5ib3VuZF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgJIAEoCSI7ChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIjCghzZXNzaW9ucxgBIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24iEwoRTGlzdENsYWltc1JlcXVlc3QilQEKDFBlbmRpbmdDbGFpbRIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSGwoTY3VycmVudF9pbnN0YW5jZV9pZBgDIAEoCRIuCgpjbGFpbV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgFIAEoDSI8ChJMaXN0Q2xhaW1zUmVzcG9uc2USJgoGY2xhaW1zGAEgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltInUKGEF1dGhvcml6ZUluc3RhbmNlUmVxdWVzdBIRCgljbGllbnRfaWQYASABKAkSEwoLaW5zdGFuY2VfaWQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCRIdChVpbnN0YW5jZV9ub3RfeWV0X3NlZW4YBCABKAgiTAoZQXV0aG9yaXplSW5zdGFuY2VSZXNwb25zZRIvCgtleHBpcnlfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiNAoUTGlzdEluY2lkZW50c1JlcXVlc3QSHAoUaW5jbHVkZV9hY2tub3dsZWRnZWQYASABKAgipAEKCEluY2lkZW50EhMKC2luY2lkZW50X2lkGAEgASgJEhEKCWNsaWVudF9pZBgCIAEoCRISCgppc3N1ZV91dWlkGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGZGV0YWlsGAUgASgJEigKBHRpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGFja25vd2xlZGdlZBgHIAEoCCJzCg1JbmNpZGVudERyb3BzEhEKCWNsaWVudF9pZBgBIAEoCRINCgVjb3VudBgCIAEoBBItCglsYXN0X3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWxhc3Rfa2luZBgEIAEoCSKuAQoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEiUKCWluY2lkZW50cxgBIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EhUKDWRyb3BwZWRfdG90YWwYAiABKAQSKAoHZHJvcHBlZBgDIAMoCzIXLnJ2Ym94LnYxLkluY2lkZW50RHJvcHMSGwoTbWF4X29wZW5fcGVyX2NsaWVudBgEIAEoDRIQCghtYXhfb3BlbhgFIAEoDSJFChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBITCgtpbmNpZGVudF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJIh0KG0Fja25vd2xlZGdlSW5jaWRlbnRSZXNwb25zZSIsChFXYXRjaEZsZWV0UmVxdWVzdBIXCg9jb21tYW5kX2NsaWVudHMYASADKAkiywEKDUZsZWV0U25hcHNob3QSIQoHY2xpZW50cxgBIAMoCzIQLnJ2Ym94LnYxLkNsaWVudBIjCghzZXNzaW9ucxgCIAMoCzIRLnJ2Ym94LnYxLlNlc3Npb24SJgoGY2xhaW1zGAMgAygLMhYucnZib3gudjEuUGVuZGluZ0NsYWltEiUKCWluY2lkZW50cxgEIAMoCzISLnJ2Ym94LnYxLkluY2lkZW50EiMKCGNvbW1hbmRzGAUgAygLMhEucnZib3gudjEuQ29tbWFuZCKQAwoSV2F0Y2hGbGVldFJlc3BvbnNlEisKCHNuYXBzaG90GAEgASgLMhcucnZib3gudjEuRmxlZXRTbmFwc2hvdEgAEiIKBmNsaWVudBgCIAEoCzIQLnJ2Ym94LnYxLkNsaWVudEgAEiQKB3Nlc3Npb24YAyABKAsyES5ydmJveC52MS5TZXNzaW9uSAASGAoOc2Vzc2lvbl9jbG9zZWQYBCABKARIABInCgVjbGFpbRgFIAEoCzIWLnJ2Ym94LnYxLlBlbmRpbmdDbGFpbUgAEhcKDWNsYWltX2NsZWFyZWQYBiABKAlIABImCghpbmNpZGVudBgHIAEoCzISLnJ2Ym94LnYxLkluY2lkZW50SAASGgoQaW5jaWRlbnRfcmVtb3ZlZBgJIAEoCUgAEiQKB2NvbW1hbmQYCCABKAsyES5ydmJveC52MS5Db21tYW5kSAASGQoPY29tbWFuZF9yZW1vdmVkGAogASgJSAASGAoOY2xpZW50X3JlbW92ZWQYCyABKAlIAEIICgZjaGFuZ2UiQwoaUmV2b2tlQXV0aG9yaXphdGlvblJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiMgobUmV2b2tlQXV0aG9yaXphdGlvblJlc3BvbnNlEhMKC2luc3RhbmNlX2lkGAEgASgJIjwKE0Rpc21pc3NDbGFpbVJlcXVlc3QSEQoJY2xpZW50X2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkiKwoURGlzbWlzc0NsYWltUmVzcG9uc2USEwoLaW5zdGFuY2VfaWQYASABKAki8AIKEFN1Ym1pdEpvYlJlcXVlc3QSEgoKY2xpZW50X2lkcxgBIAMoCRIlCgRhcmd2GAIgASgLMhUucnZib3gudjEuQXJndlByb2dyYW1IABInCgVzaGVsbBgDIAEoCzIWLnJ2Ym94LnYxLlNoZWxsUHJvZ3JhbUgAEgsKA2N3ZBgEIAEoCRIyCgtlbnZpcm9ubWVudBgFIAMoCzIdLnJ2Ym94LnYxLkVudmlyb25tZW50VmFyaWFibGUSEgoKdGltZW91dF9tcxgGIAEoBBI1ChFxdWV1ZV9leHBpcnlfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPbWF4X2NvbmN1cnJlbmN5GAggASgJEhIKCm1heF9lcnJvcnMYCSABKAkSDgoGam9iX2lkGAogASgJEhIKCnJlcXVlc3RfaWQYCyABKAkSEAoIc2VsZWN0b3IYDCABKAlCCQoHcHJvZ3JhbSIvChFTdWJtaXRKb2JSZXNwb25zZRIaCgNqb2IYASABKAsyDS5ydmJveC52MS5Kb2IiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiLAoOR2V0Sm9iUmVzcG9uc2USGgoDam9iGAEgASgLMg0ucnZib3gudjEuSm9iIiQKD0xpc3RKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0iLwoQTGlzdEpvYnNSZXNwb25zZRIbCgRqb2JzGAEgAygLMg0ucnZib3gudjEuSm9iIs4CCghKb2JDaGlsZBIRCgljbGllbnRfaWQYASABKAkSEgoKaXNzdWVfdXVpZBgCIAEoCRImCgVwaGFzZRgDIAEoDjIXLnJ2Ym94LnYxLkpvYkNoaWxkUGhhc2USKQoFc3RhdGUYBCABKA4yGi5ydmJveC52MS5Db21tYW5kTGlmZWN5Y2xlEhYKCWV4aXRfY29kZRgFIAEoBUgAiAEBEg4KBnJlYXNvbhgGIAEoCRIwCgxjcmVhdGVkX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHN0YXJ0ZWRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZW5kZWRfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDAoKX2V4aXRfY29kZSJ3CgpKb2JTdW1tYXJ5Eg8KB3RhcmdldHMYASABKA0SDwoHcGVuZGluZxgCIAEoDRIRCglpbl9mbGlnaHQYAyABKA0SEQoJc3VjY2VlZGVkGAQgASgNEg4KBmZhaWxlZBgFIAEoDRIRCgljYW5jZWxsZWQYBiABKA0igQMKA0pvYhIOCgZqb2JfaWQYASABKAkSMAoMY3JlYXRlZF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCgRzcGVjGAMgASgLMhcucnZib3gudjEuRXhlY3V0aW9uU3BlYxIXCg9tYXhfY29uY3VycmVuY3kYBCABKAkSIAoYbWF4X2NvbmN1cnJlbmN5X3Jlc29sdmVkGAUgASgNEhIKCm1heF9lcnJvcnMYBiABKAkSGwoTbWF4X2Vycm9yc19yZXNvbHZlZBgHIAEoBRIWCg5zdG9wcGVkX3JlYXNvbhgIIAEoCRIuCgplbmRlZF90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIkCghjaGlsZHJlbhgKIAMoCzISLnJ2Ym94LnYxLkpvYkNoaWxkEiUKB3N1bW1hcnkYCyABKAsyFC5ydmJveC52MS5Kb2JTdW1tYXJ5EhAKCHNlbGVjdG9yGAwgASgJKmgKDlRlcm1pbmFsU291cmNlEh8KG1RFUk1JTkFMX1NPVVJDRV9VTlNQRUNJRklFRBAAEhkKFVRFUk1JTkFMX1NPVVJDRV9BR0VOVBABEhoKFlRFUk1JTkFMX1NPVVJDRV9TRVJWRVIQAirAAQoNSm9iQ2hpbGRQaGFzZRIfChtKT0JfQ0hJTERfUEhBU0VfVU5TUEVDSUZJRUQQABIbChdKT0JfQ0hJTERfUEhBU0VfUEVORElORxABEhsKF0pPQl9DSElMRF9QSEFTRV9TVEFSVEVEEAISGAoUSk9CX0NISUxEX1BIQVNFX0RPTkUQAxIbChdKT0JfQ0hJTERfUEhBU0VfUkVGVVNFRBAEEh0KGUpPQl9DSElMRF9QSEFTRV9DQU5DRUxMRUQQBTK2DgoOQ29udHJvbFNlcnZpY2USUAoNU3VibWl0Q29tbWFuZBIeLnJ2Ym94LnYxLlN1Ym1pdENvbW1hbmRSZXF1ZXN0Gh8ucnZib3gudjEuU3VibWl0Q29tbWFuZFJlc3BvbnNlEkcKCkdldENvbW1hbmQSGy5ydmJveC52MS5HZXRDb21tYW5kUmVxdWVzdBocLnJ2Ym94LnYxLkdldENvbW1hbmRSZXNwb25zZRJNCgxMaXN0Q29tbWFuZHMSHS5ydmJveC52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0Gh4ucnZib3gudjEuTGlzdENvbW1hbmRzUmVzcG9uc2USTwoMRm9sbG93T3V0cHV0Eh0ucnZib3gudjEuRm9sbG93T3V0cHV0UmVxdWVzdBoeLnJ2Ym94LnYxLkZvbGxvd091dHB1dFJlc3BvbnNlMAESRwoKV3JpdGVTdGRpbhIbLnJ2Ym94LnYxLldyaXRlU3RkaW5SZXF1ZXN0GhwucnZib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkcKCkNsb3NlU3RkaW4SGy5ydmJveC52MS5DbG9zZVN0ZGluUmVxdWVzdBocLnJ2Ym94LnYxLkNsb3NlU3RkaW5SZXNwb25zZRJQCg1TaWduYWxDb21tYW5kEh4ucnZib3gudjEuU2lnbmFsQ29tbWFuZFJlcXVlc3QaHy5ydmJveC52MS5TaWduYWxDb21tYW5kUmVzcG9uc2USSgoLTGlzdENsaWVudHMSHC5ydmJveC52MS5MaXN0Q2xpZW50c1JlcXVlc3QaHS5ydmJveC52MS5MaXN0Q2xpZW50c1Jlc3BvbnNlEk0KDExpc3RTZXNzaW9ucxIdLnJ2Ym94LnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHi5ydmJveC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJHCgpMaXN0Q2xhaW1zEhsucnZib3gudjEuTGlzdENsYWltc1JlcXVlc3QaHC5ydmJveC52MS5MaXN0Q2xhaW1zUmVzcG9uc2USXAoRQXV0aG9yaXplSW5zdGFuY2USIi5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlcXVlc3QaIy5ydmJveC52MS5BdXRob3JpemVJbnN0YW5jZVJlc3BvbnNlElAKDUxpc3RJbmNpZGVudHMSHi5ydmJveC52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBofLnJ2Ym94LnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZRJiChNBY2tub3dsZWRnZUluY2lkZW50EiQucnZib3gudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaJS5ydmJveC52MS5BY2tub3dsZWRnZUluY2lkZW50UmVzcG9uc2USSQoKV2F0Y2hGbGVldBIbLnJ2Ym94LnYxLldhdGNoRmxlZXRSZXF1ZXN0GhwucnZib3gudjEuV2F0Y2hGbGVldFJlc3BvbnNlMAESTQoMRm9yZ2V0Q2xpZW50Eh0ucnZib3gudjEuRm9yZ2V0Q2xpZW50UmVxdWVzdBoeLnJ2Ym94LnYxLkZvcmdldENsaWVudFJlc3BvbnNlEmIKE1Jldm9rZUF1dGhvcml6YXRpb24SJC5ydmJveC52MS5SZXZva2VBdXRob3JpemF0aW9uUmVxdWVzdBolLnJ2Ym94LnYxLlJldm9rZUF1dGhvcml6YXRpb25SZXNwb25zZRJNCgxEaXNtaXNzQ2xhaW0SHS5ydmJveC52MS5EaXNtaXNzQ2xhaW1SZXF1ZXN0Gh4ucnZib3gudjEuRGlzbWlzc0NsYWltUmVzcG9uc2USXAoRU2V0Q2xpZW50RHJhaW5pbmcSIi5ydmJveC52MS5TZXRDbGllbnREcmFpbmluZ1JlcXVlc3QaIy5ydmJveC52MS5TZXRDbGllbnREcmFpbmluZ1Jlc3BvbnNlElYKD1NldENsaWVudExhYmVscxIgLnJ2Ym94LnYxLlNldENsaWVudExhYmVsc1JlcXVlc3QaIS5ydmJveC52MS5TZXRDbGllbnRMYWJlbHNSZXNwb25zZRJECglMaXN0QXVkaXQSGi5ydmJveC52MS5MaXN0QXVkaXRSZXF1ZXN0GhsucnZib3gudjEuTGlzdEF1ZGl0UmVzcG9uc2USRAoJU3VibWl0Sm9iEhoucnZib3gudjEuU3VibWl0Sm9iUmVxdWVzdBobLnJ2Ym94LnYxLlN1Ym1pdEpvYlJlc3BvbnNlEjsKBkdldEpvYhIXLnJ2Ym94LnYxLkdldEpvYlJlcXVlc3QaGC5ydmJveC52MS5HZXRKb2JSZXNwb25zZRJBCghMaXN0Sm9icxIZLnJ2Ym94LnYxLkxpc3RKb2JzUmVxdWVzdBoaLnJ2Ym94LnYxLkxpc3RKb2JzUmVzcG9uc2VCMFouZ2l0aHViLmNvbS9ydmJveC9ydmJveC9nZW4vZ28vcnZib3gvdjE7cnZib3h2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_rvbox_v1_common]);
 
 /**
  * Script bytes uploaded with the submit; the server computes size and SHA-256.
@@ -1868,6 +1868,383 @@ export const DismissClaimResponseSchema: GenMessage<DismissClaimResponse> = /*@_
   messageDesc(file_rvbox_v1_control, 49);
 
 /**
+ * @generated from message rvbox.v1.SubmitJobRequest
+ */
+export type SubmitJobRequest = Message<"rvbox.v1.SubmitJobRequest"> & {
+  /**
+   * The targets, in the order children start. At most 2048. Or `selector`.
+   *
+   * @generated from field: repeated string client_ids = 1;
+   */
+  clientIds: string[];
+
+  /**
+   * @generated from oneof rvbox.v1.SubmitJobRequest.program
+   */
+  program: {
+    /**
+     * @generated from field: rvbox.v1.ArgvProgram argv = 2;
+     */
+    value: ArgvProgram;
+    case: "argv";
+  } | {
+    /**
+     * @generated from field: rvbox.v1.ShellProgram shell = 3;
+     */
+    value: ShellProgram;
+    case: "shell";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * @generated from field: string cwd = 4;
+   */
+  cwd: string;
+
+  /**
+   * @generated from field: repeated rvbox.v1.EnvironmentVariable environment = 5;
+   */
+  environment: EnvironmentVariable[];
+
+  /**
+   * @generated from field: uint64 timeout_ms = 6;
+   */
+  timeoutMs: bigint;
+
+  /**
+   * Every child not launched by then ends expired. Unset: each child's
+   * default (24 h from when it is started).
+   *
+   * @generated from field: google.protobuf.Timestamp queue_expiry_time = 7;
+   */
+  queueExpiryTime?: Timestamp | undefined;
+
+  /**
+   * "N" or "P%" of the targets (rounded up, at least 1): never more of the
+   * job's commands between created and terminal. Empty: all at once.
+   *
+   * @generated from field: string max_concurrency = 8;
+   */
+  maxConcurrency: string;
+
+  /**
+   * "N" or "P%" of the targets (rounded down): once more children than this
+   * failed (ended in any state but succeeded, or could not be created), no
+   * further child starts and the rest end cancelled. Empty: no limit.
+   *
+   * @generated from field: string max_errors = 9;
+   */
+  maxErrors: string;
+
+  /**
+   * Caller-chosen job id (1-100 of [A-Za-z0-9._:-]); empty: the server
+   * generates one.
+   *
+   * @generated from field: string job_id = 10;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string request_id = 11;
+   */
+  requestId: string;
+
+  /**
+   * Instead of client_ids: every client whose labels match this selector
+   * (rvbox clients -l), in client id order, resolved once here. No client
+   * matching: NotFound, nothing created.
+   *
+   * @generated from field: string selector = 12;
+   */
+  selector: string;
+};
+
+/**
+ * Describes the message rvbox.v1.SubmitJobRequest.
+ * Use `create(SubmitJobRequestSchema)` to create a new message.
+ */
+export const SubmitJobRequestSchema: GenMessage<SubmitJobRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 50);
+
+/**
+ * @generated from message rvbox.v1.SubmitJobResponse
+ */
+export type SubmitJobResponse = Message<"rvbox.v1.SubmitJobResponse"> & {
+  /**
+   * @generated from field: rvbox.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+};
+
+/**
+ * Describes the message rvbox.v1.SubmitJobResponse.
+ * Use `create(SubmitJobResponseSchema)` to create a new message.
+ */
+export const SubmitJobResponseSchema: GenMessage<SubmitJobResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 51);
+
+/**
+ * @generated from message rvbox.v1.GetJobRequest
+ */
+export type GetJobRequest = Message<"rvbox.v1.GetJobRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+};
+
+/**
+ * Describes the message rvbox.v1.GetJobRequest.
+ * Use `create(GetJobRequestSchema)` to create a new message.
+ */
+export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 52);
+
+/**
+ * @generated from message rvbox.v1.GetJobResponse
+ */
+export type GetJobResponse = Message<"rvbox.v1.GetJobResponse"> & {
+  /**
+   * @generated from field: rvbox.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+};
+
+/**
+ * Describes the message rvbox.v1.GetJobResponse.
+ * Use `create(GetJobResponseSchema)` to create a new message.
+ */
+export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 53);
+
+/**
+ * @generated from message rvbox.v1.ListJobsRequest
+ */
+export type ListJobsRequest = Message<"rvbox.v1.ListJobsRequest"> & {
+  /**
+   * 0: 1000.
+   *
+   * @generated from field: uint32 page_size = 1;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message rvbox.v1.ListJobsRequest.
+ * Use `create(ListJobsRequestSchema)` to create a new message.
+ */
+export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 54);
+
+/**
+ * @generated from message rvbox.v1.ListJobsResponse
+ */
+export type ListJobsResponse = Message<"rvbox.v1.ListJobsResponse"> & {
+  /**
+   * @generated from field: repeated rvbox.v1.Job jobs = 1;
+   */
+  jobs: Job[];
+};
+
+/**
+ * Describes the message rvbox.v1.ListJobsResponse.
+ * Use `create(ListJobsResponseSchema)` to create a new message.
+ */
+export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 55);
+
+/**
+ * @generated from message rvbox.v1.JobChild
+ */
+export type JobChild = Message<"rvbox.v1.JobChild"> & {
+  /**
+   * @generated from field: string client_id = 1;
+   */
+  clientId: string;
+
+  /**
+   * @generated from field: string issue_uuid = 2;
+   */
+  issueUuid: string;
+
+  /**
+   * @generated from field: rvbox.v1.JobChildPhase phase = 3;
+   */
+  phase: JobChildPhase;
+
+  /**
+   * The command's state (started, done); CANCELLED / REJECTED for a child
+   * cancelled / refused; UNSPECIFIED while pending.
+   *
+   * @generated from field: rvbox.v1.CommandLifecycle state = 4;
+   */
+  state: CommandLifecycle;
+
+  /**
+   * @generated from field: optional int32 exit_code = 5;
+   */
+  exitCode?: number | undefined;
+
+  /**
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_time = 7;
+   */
+  createdTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp started_time = 8;
+   */
+  startedTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ended_time = 9;
+   */
+  endedTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message rvbox.v1.JobChild.
+ * Use `create(JobChildSchema)` to create a new message.
+ */
+export const JobChildSchema: GenMessage<JobChild> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 56);
+
+/**
+ * @generated from message rvbox.v1.JobSummary
+ */
+export type JobSummary = Message<"rvbox.v1.JobSummary"> & {
+  /**
+   * @generated from field: uint32 targets = 1;
+   */
+  targets: number;
+
+  /**
+   * @generated from field: uint32 pending = 2;
+   */
+  pending: number;
+
+  /**
+   * Started and not terminal.
+   *
+   * @generated from field: uint32 in_flight = 3;
+   */
+  inFlight: number;
+
+  /**
+   * @generated from field: uint32 succeeded = 4;
+   */
+  succeeded: number;
+
+  /**
+   * Ended in any other state, or refused.
+   *
+   * @generated from field: uint32 failed = 5;
+   */
+  failed: number;
+
+  /**
+   * Never started (the job stopped).
+   *
+   * @generated from field: uint32 cancelled = 6;
+   */
+  cancelled: number;
+};
+
+/**
+ * Describes the message rvbox.v1.JobSummary.
+ * Use `create(JobSummarySchema)` to create a new message.
+ */
+export const JobSummarySchema: GenMessage<JobSummary> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 57);
+
+/**
+ * @generated from message rvbox.v1.Job
+ */
+export type Job = Message<"rvbox.v1.Job"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_time = 2;
+   */
+  createdTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: rvbox.v1.ExecutionSpec spec = 3;
+   */
+  spec?: ExecutionSpec | undefined;
+
+  /**
+   * As given ("" when unset) and as resolved against the target count.
+   *
+   * @generated from field: string max_concurrency = 4;
+   */
+  maxConcurrency: string;
+
+  /**
+   * @generated from field: uint32 max_concurrency_resolved = 5;
+   */
+  maxConcurrencyResolved: number;
+
+  /**
+   * @generated from field: string max_errors = 6;
+   */
+  maxErrors: string;
+
+  /**
+   * -1: no limit.
+   *
+   * @generated from field: int32 max_errors_resolved = 7;
+   */
+  maxErrorsResolved: number;
+
+  /**
+   * Why no further child starts (empty while not stopped).
+   *
+   * @generated from field: string stopped_reason = 8;
+   */
+  stoppedReason: string;
+
+  /**
+   * Set once every child ended, was refused or cancelled.
+   *
+   * @generated from field: google.protobuf.Timestamp ended_time = 9;
+   */
+  endedTime?: Timestamp | undefined;
+
+  /**
+   * Empty in ListJobs.
+   *
+   * @generated from field: repeated rvbox.v1.JobChild children = 10;
+   */
+  children: JobChild[];
+
+  /**
+   * @generated from field: rvbox.v1.JobSummary summary = 11;
+   */
+  summary?: JobSummary | undefined;
+
+  /**
+   * The label selector the targets were resolved from (empty: a list).
+   *
+   * @generated from field: string selector = 12;
+   */
+  selector: string;
+};
+
+/**
+ * Describes the message rvbox.v1.Job.
+ * Use `create(JobSchema)` to create a new message.
+ */
+export const JobSchema: GenMessage<Job> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_control, 58);
+
+/**
  * Who made a command terminal.
  *
  * @generated from enum rvbox.v1.TerminalSource
@@ -1898,6 +2275,57 @@ export enum TerminalSource {
  */
 export const TerminalSourceSchema: GenEnum<TerminalSource> = /*@__PURE__*/
   enumDesc(file_rvbox_v1_control, 0);
+
+/**
+ * @generated from enum rvbox.v1.JobChildPhase
+ */
+export enum JobChildPhase {
+  /**
+   * @generated from enum value: JOB_CHILD_PHASE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Not started: no command exists yet.
+   *
+   * @generated from enum value: JOB_CHILD_PHASE_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * Its command exists and is not terminal (state says where it is).
+   *
+   * @generated from enum value: JOB_CHILD_PHASE_STARTED = 2;
+   */
+  STARTED = 2,
+
+  /**
+   * Its command ended (state, exit_code).
+   *
+   * @generated from enum value: JOB_CHILD_PHASE_DONE = 3;
+   */
+  DONE = 3,
+
+  /**
+   * The server refused to create its command (reason); counts as failed.
+   *
+   * @generated from enum value: JOB_CHILD_PHASE_REFUSED = 4;
+   */
+  REFUSED = 4,
+
+  /**
+   * Never started: the job stopped (reason).
+   *
+   * @generated from enum value: JOB_CHILD_PHASE_CANCELLED = 5;
+   */
+  CANCELLED = 5,
+}
+
+/**
+ * Describes the enum rvbox.v1.JobChildPhase.
+ */
+export const JobChildPhaseSchema: GenEnum<JobChildPhase> = /*@__PURE__*/
+  enumDesc(file_rvbox_v1_control, 1);
 
 /**
  * @generated from service rvbox.v1.ControlService
@@ -2122,6 +2550,39 @@ export const ControlService: GenService<{
     methodKind: "unary";
     input: typeof ListAuditRequestSchema;
     output: typeof ListAuditResponseSchema;
+  },
+  /**
+   * A job: one command per target client (each with its own issue_uuid,
+   * `<job_id>.<n>`), the targets resolved once here and recorded, started in
+   * target order with rate control (max_concurrency, max_errors). Answers
+   * once the job is durable. Unknown targets: NotFound naming the closest
+   * known ids, nothing created. The same job_id and request again returns the
+   * job; a different request under it is AlreadyExists (CODE_CONFLICT).
+   *
+   * @generated from rpc rvbox.v1.ControlService.SubmitJob
+   */
+  submitJob: {
+    methodKind: "unary";
+    input: typeof SubmitJobRequestSchema;
+    output: typeof SubmitJobResponseSchema;
+  },
+  /**
+   * @generated from rpc rvbox.v1.ControlService.GetJob
+   */
+  getJob: {
+    methodKind: "unary";
+    input: typeof GetJobRequestSchema;
+    output: typeof GetJobResponseSchema;
+  },
+  /**
+   * Newest first, without children (their counts are in each summary).
+   *
+   * @generated from rpc rvbox.v1.ControlService.ListJobs
+   */
+  listJobs: {
+    methodKind: "unary";
+    input: typeof ListJobsRequestSchema;
+    output: typeof ListJobsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rvbox_v1_control, 0);

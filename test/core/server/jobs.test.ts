@@ -1,0 +1,210 @@
+// Jobs (core/server/jobs.ts): one request, many clients, with a concurrency
+// bound and an error budget; targets resolved once; durable across a crash.
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { Code } from "../../../core/errors.js";
+import { restoreServer, type ControlRequest } from "../../../core/index.js";
+import { resolveRate } from "../../../core/server/jobs.js";
+import { rowOf } from "../../../core/server/store.js";
+import { CommandLifecycle as L, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
+
+type Job = Extract<ControlRequest, { op: "submit_job" }>;
+
+function job(r: ServerRig, jobId: string, clients: string[], extra: Partial<Job> = {}) {
+  return r.control({ op: "submit_job", requestId: `job-${jobId}-${r.now}`, jobId, clients, spec: create(ExecutionSpecSchema, argv("true")), ...extra });
+}
+
+/** A fleet of ready sessions a..: client id -> conn. */
+function fleet(r: ServerRig, ids: string[]): Map<string, number> {
+  return new Map(ids.map((id) => [id, r.connect(id)]));
+}
+
+/** The agent runs the child's command to its end with `exit`. */
+function finish(r: ServerRig, conns: Map<string, number>, uuid: string, exit: number) {
+  const c = r.cmd(uuid);
+  const conn = conns.get(c.clientId)!;
+  r.accept(conn, uuid);
+  r.event(conn, uuid, 1, lifecycle(L.RUNNING));
+  r.event(conn, uuid, 2, lifecycle(exit === 0 ? L.SUCCEEDED : L.FAILED, { exitCode: exit }));
+}
+
+const phases = (r: ServerRig, id: string) => r.st.jobs.get(id)!.children.map((c) => c.phase);
+const inflight = (r: ServerRig, id: string) => r.st.jobs.get(id)!.children.filter((c) => c.phase === "started").length;
+
+describe("jobs", () => {
+  it("R-D1: a job is answered once durable; it creates one command per target, each with its own uuid, in target order", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b", "c"]);
+    expect(job(r, "j1", ["a", "b", "c"])).toEqual({ ok: true, jobId: "j1" });
+    expect(rowOf(r.disk.durable, "job", "j1")!.children.map((c) => c.clientId)).toEqual(["a", "b", "c"]);
+    expect(phases(r, "j1")).toEqual(["started", "started", "started"]);
+    expect(["j1.1", "j1.2", "j1.3"].map((u) => [r.cmd(u).clientId, r.cmd(u).state])).toEqual([
+      ["a", L.DISPATCHED],
+      ["b", L.DISPATCHED],
+      ["c", L.DISPATCHED],
+    ]);
+    for (const [id, u] of [
+      ["a", "j1.1"],
+      ["b", "j1.2"],
+      ["c", "j1.3"],
+    ] as const)
+      expect(r.sent(r.log, conns.get(id), "commandDispatch").map((s) => (s.env.payload.value as { issueUuid: string }).issueUuid)).toEqual([u]);
+    // The same request again is the same job; a different one under its id is a conflict.
+    expect(job(r, "j1", ["a", "b", "c"])).toEqual({ ok: true, jobId: "j1" });
+    expect(job(r, "j1", ["a", "b"])).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+    expect(r.st.commands.size).toBe(3);
+  });
+
+  it("max-concurrency n: exactly n in flight, the n+1-th starts only when one ends", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b", "c", "d"]);
+    job(r, "j", ["a", "b", "c", "d"], { maxConcurrency: "2" });
+    expect(phases(r, "j")).toEqual(["started", "started", "pending", "pending"]);
+    expect(r.st.commands.has("j.3")).toBe(false);
+    // Accepted and running still count as in flight.
+    r.accept(conns.get("a")!, "j.1");
+    r.event(conns.get("a")!, "j.1", 1, lifecycle(L.RUNNING));
+    expect(inflight(r, "j")).toBe(2);
+    expect(r.st.commands.has("j.3")).toBe(false);
+    r.event(conns.get("a")!, "j.1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    expect(phases(r, "j")).toEqual(["done", "started", "started", "pending"]);
+    expect(r.cmd("j.3").state).toBe(L.DISPATCHED);
+    finish(r, conns, "j.2", 0);
+    finish(r, conns, "j.3", 0);
+    finish(r, conns, "j.4", 0);
+    const j = r.st.jobs.get("j")!;
+    expect(j.endedAt).toBeGreaterThan(0);
+    expect(j.children.map((c) => [c.phase, c.state, c.exitCode])).toEqual(Array(4).fill(["done", L.SUCCEEDED, 0]));
+    expect(r.st.activeJobs.size).toBe(0);
+  });
+
+  it("a percentage is of the targets: concurrency rounds up (at least 1), errors round down", () => {
+    expect(resolveRate("50%", 3, "concurrency")).toBe(2);
+    expect(resolveRate("1%", 3, "concurrency")).toBe(1);
+    expect(resolveRate("", 7, "concurrency")).toBe(7);
+    expect(resolveRate("9", 3, "concurrency")).toBe(3);
+    expect(resolveRate("10%", 6, "errors")).toBe(0);
+    expect(resolveRate("50%", 6, "errors")).toBe(3);
+    expect(resolveRate("", 6, "errors")).toBe(-1);
+    expect(resolveRate("0", 6, "concurrency")).toMatchObject({ code: Code.VALIDATION });
+    expect(resolveRate("101%", 6, "errors")).toMatchObject({ code: Code.VALIDATION });
+    expect(resolveRate("two", 6, "errors")).toMatchObject({ code: Code.VALIDATION });
+  });
+
+  it("max-errors: once failures exceed it nothing new starts; the rest end cancelled with the reason; started ones run on", () => {
+    const r = new ServerRig();
+    const ids = ["a", "b", "c", "d", "e", "f"];
+    const conns = fleet(r, ids);
+    job(r, "j", ids, { maxConcurrency: "2", maxErrors: "1" });
+    expect(phases(r, "j")).toEqual(["started", "started", "pending", "pending", "pending", "pending"]);
+    finish(r, conns, "j.1", 3); // failure 1: within the budget
+    expect(phases(r, "j")).toEqual(["done", "started", "started", "pending", "pending", "pending"]);
+    finish(r, conns, "j.3", 0);
+    expect(phases(r, "j")).toEqual(["done", "started", "done", "started", "pending", "pending"]);
+    finish(r, conns, "j.4", 1); // failure 2 > 1: stop
+    const j = r.st.jobs.get("j")!;
+    expect(phases(r, "j")).toEqual(["done", "started", "done", "done", "cancelled", "cancelled"]);
+    expect(j.stopped).toBe("error budget exceeded: 2 failed, max-errors 1");
+    expect(j.children[4]!.reason).toBe("not started: error budget exceeded: 2 failed, max-errors 1");
+    expect(j.children[4]!.state).toBe(L.CANCELLED);
+    expect(r.st.commands.has("j.5") || r.st.commands.has("j.6")).toBe(false);
+    expect(j.endedAt).toBe(0);
+    // The child in flight when the budget ran out finishes normally, then the job ends.
+    finish(r, conns, "j.2", 0);
+    expect(j.endedAt).toBeGreaterThan(0);
+    expect(j.children.map((c) => c.state)).toEqual([L.FAILED, L.SUCCEEDED, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.CANCELLED]);
+  });
+
+  it("max-errors 0 stops at the first failure; a child admission refuses counts as a failure", () => {
+    const r = new ServerRig({ maxActivePerClient: 1 });
+    const conns = fleet(r, ["a", "b", "c"]);
+    r.submit("a", "busy"); // a's one active slot is taken: the child for a is refused
+    job(r, "j", ["a", "b", "c"], { maxConcurrency: "1", maxErrors: "0" });
+    const j = r.st.jobs.get("j")!;
+    expect(j.children.map((c) => c.phase)).toEqual(["refused", "cancelled", "cancelled"]);
+    expect(j.children[0]!.reason).toMatch(/^not started: client a has 1 active commands/);
+    expect(j.endedAt).toBeGreaterThan(0);
+    expect(conns.size).toBe(3);
+  });
+
+  it("unknown targets are refused with the did-you-mean of each, and nothing is created", () => {
+    const r = new ServerRig();
+    fleet(r, ["web-1", "web-2"]);
+    const res = job(r, "j", ["web-1", "wbe-2", "db-9"]);
+    expect(res).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
+    expect(res!.ok === false && res!.error.message).toContain("no client wbe-2 has registered with this server; did you mean web-2");
+    expect(res!.ok === false && res!.error.message).toContain("db-9");
+    expect(r.st.jobs.size + r.st.commands.size).toBe(0);
+    expect(job(r, "j2", ["web-1", "web-1"])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(job(r, "j3", [])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(job(r, "bad id", ["web-1"])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+  });
+
+  it("R-D1: a crash mid-wave: restore continues the job without starting a child twice or exceeding its concurrency", () => {
+    const r = new ServerRig();
+    const ids = ["a", "b", "c", "d", "e"];
+    let conns = fleet(r, ids);
+    job(r, "j", ids, { maxConcurrency: "2" });
+    finish(r, conns, "j.1", 0);
+    expect(phases(r, "j")).toEqual(["done", "started", "started", "pending", "pending"]);
+    // Not yet durable: j.2 ends in memory, j.4 starts in memory; the crash takes both back.
+    r.autoDurable = false;
+    finish(r, conns, "j.2", 0);
+    expect(phases(r, "j")).toEqual(["done", "done", "started", "started", "pending"]);
+    r.st = restoreServer(r.cfg, r.disk.tables(), 7);
+    const j = r.st.jobs.get("j")!;
+    expect(j.children.map((c) => c.phase)).toEqual(["done", "started", "started", "pending", "pending"]);
+    expect(r.st.commands.has("j.4")).toBe(false);
+    expect(inflight(r, "j")).toBe(2);
+    r.autoDurable = true;
+    conns = fleet(r, ids);
+    // Nothing new starts until a child ends: j.2's end comes again from its agent.
+    expect(r.st.commands.has("j.4")).toBe(false);
+    finish(r, conns, "j.2", 0);
+    expect(phases(r, "j")).toEqual(["done", "done", "started", "started", "pending"]);
+    finish(r, conns, "j.3", 0);
+    finish(r, conns, "j.4", 0);
+    finish(r, conns, "j.5", 0);
+    expect(j.endedAt).toBeGreaterThan(0);
+    // Each uuid was dispatched for creation once per session at most: no child ran twice.
+    expect(new Set(j.children.map((c) => c.uuid)).size).toBe(5);
+  });
+
+  it("-l: a selector is resolved once at submit to the matching clients in id order; later label changes move nothing; a retry is the same job", () => {
+    const r = new ServerRig();
+    fleet(r, ["web-2", "db-1", "web-1", "web-3"]);
+    const label = (clientId: string, role: string) =>
+      r.control({ op: "set_labels", requestId: `l-${clientId}-${role}-${r.now}`, clientId, set: { role }, remove: [] });
+    for (const id of ["web-2", "web-1", "web-3"]) label(id, "web");
+    label("db-1", "db");
+    expect(job(r, "jw", [], { selector: "role=web", maxConcurrency: "1" })).toEqual({ ok: true, jobId: "jw" });
+    const j = r.st.jobs.get("jw")!;
+    expect(j.selector).toBe("role=web");
+    expect(j.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
+    label("db-1", "web");
+    label("web-3", "db");
+    expect(job(r, "jw", [], { selector: "role=web", maxConcurrency: "1" })).toEqual({ ok: true, jobId: "jw" });
+    expect(r.st.jobs.get("jw")!.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
+    expect(job(r, "jn", [], { selector: "role=cache" })).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no client matches role=cache; nothing was created" },
+    });
+    expect(job(r, "jb", ["web-1"], { selector: "role=web" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(job(r, "je", [], { selector: "role=" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(r.st.jobs.size).toBe(1);
+  });
+
+  it("readers see a job's committed view: a child start is shown only once durable", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b"]);
+    job(r, "j", ["a", "b"], { maxConcurrency: "1" });
+    r.autoDurable = false;
+    finish(r, conns, "j.1", 0);
+    const j = r.st.jobs.get("j")!;
+    expect(j.children.map((c) => c.phase)).toEqual(["done", "started"]);
+    expect(j.committed.children.map((c) => c.phase)).toEqual(["started", "pending"]);
+    r.flush();
+    expect(j.committed.children.map((c) => c.phase)).toEqual(["done", "started"]);
+  });
+});

@@ -1,0 +1,70 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { JobInfo } from "../../client/model.js";
+import { FAKE_NOW, fakeSession, FakeSource } from "../../tui/sources/fake-source.js";
+import { lineWith, mount, type Harness } from "./helpers.js";
+
+let h: Harness | undefined;
+afterEach(() => h?.unmount());
+
+const child = (client: string, state: JobInfo["children"][number]["state"], exitCode: number | null, reason = "", ranMs: number | null = 1200) => ({
+  client,
+  uuid: `j1.${client}`,
+  phase: (state === "pending"
+    ? "pending"
+    : state === "cancelled" && exitCode === null
+      ? "cancelled"
+      : state === "running"
+        ? "started"
+        : "done") as JobInfo["children"][number]["phase"],
+  state,
+  exitCode,
+  reason,
+  startedAt: ranMs === null ? null : FAKE_NOW - 5_000,
+  endedAt: ranMs === null || state === "running" ? null : FAKE_NOW - 5_000 + ranMs,
+  durationMs: ranMs === null || state === "running" ? null : ranMs,
+});
+
+const job: JobInfo = {
+  id: "job-web-uptime",
+  createdAt: FAKE_NOW - 60_000,
+  program: "uptime",
+  maxConcurrency: "2",
+  maxConcurrencyResolved: 2,
+  maxErrors: "1",
+  maxErrorsResolved: 1,
+  stoppedReason: "error budget exceeded: 2 failed, max-errors 1",
+  endedAt: null,
+  summary: { targets: 4, pending: 0, inFlight: 1, succeeded: 0, failed: 2, cancelled: 1 },
+  children: [
+    child("web-1", "running", null),
+    child("web-2", "failed", 3),
+    child("web-3", "failed", 1),
+    child("web-4", "cancelled", null, "not started: error budget exceeded: 2 failed, max-errors 1", null),
+  ],
+};
+
+describe("jobs view", () => {
+  it("lists jobs and the selected job's per-client state, exit, duration and reason; the tab watches only while shown", async () => {
+    const src = new FakeSource({ sessions: [fakeSession(0, { clientId: "web-1" })], jobs: [job] });
+    h = await mount(src, { columns: 160 });
+    expect(src.watchingJobs).toBe(0);
+    await h.press("5");
+    const f = h.frame();
+    expect(f).toContain("5 Jobs");
+    expect(f).toMatch(/JOB\s+STATE\s+TARGETS\s+OK\s+FAILED\s+CANCELLED\s+IN FLIGHT/);
+    expect(lineWith(f, "job-web-uptime")).toMatch(/job-web-uptime\s+running\s+4\s+0\s+2\s+1\s+1/);
+    expect(f).toContain("job job-web-uptime running: 4 targets: 2 failed, 1 cancelled, 1 in flight (stopped: error budget exceeded: 2 failed, max-errors 1)");
+    expect(lineWith(f, "web-2")).toMatch(/web-2\s+failed\s+3\s+1\.2s/);
+    expect(lineWith(f, "web-4")).toMatch(/web-4\s+cancelled\s+-\s+-\s+not started: error budget exceeded/);
+    expect(lineWith(f, "web-1 ")).toMatch(/web-1\s+running\s+-\s+5\.0s…/);
+    expect(src.watchingJobs).toBe(1);
+    await h.press("1");
+    expect(src.watchingJobs).toBe(0);
+  });
+
+  it("a source without jobs shows an empty tab", async () => {
+    h = await mount(new FakeSource({}), { columns: 100 });
+    await h.press("5");
+    expect(h.frame()).toContain("no jobs (rvbox run --clients A,B -- CMD)");
+  });
+});
