@@ -46,10 +46,11 @@ describe("server log at INFO", () => {
       await waitFor("registered", () => lines.some((l) => /INFO server: client registered client="log-a" generation=1/.test(l)));
       const r = await s.client.submitCommand({ clientId: "log-a", program: { case: "argv", value: { argv: ["true"] } } });
       await waitFor("submit logged", () =>
-        lines.some((l) => l.includes(`INFO server: operator submit clientId="log-a" uuid="${r.command!.issueUuid}" outcome="ok"`)),
+        // The identity that made the call comes first (the legacy --operator-token is `admin`).
+        lines.some((l) => l.includes(`INFO server: operator submit operator="admin" clientId="log-a" uuid="${r.command!.issueUuid}" outcome="ok"`)),
       );
       await s.client.signalCommand({ issueUuid: "no-such-command", signal: 1, requestId: "r1" }).catch(() => {});
-      await waitFor("refused action logged", () => lines.some((l) => /operator signal uuid="no-such-command" .*outcome="NOT_FOUND"/.test(l)));
+      await waitFor("refused action logged", () => lines.some((l) => /operator signal operator="admin" uuid="no-such-command" .*outcome="NOT_FOUND"/.test(l)));
       // 200 connections with a bad token: a bounded number of lines, not 200.
       const before = lines.length;
       await Promise.all(
