@@ -49,6 +49,26 @@ function matching(st: ServerState, selector: string): string[] {
 }
 
 const q = (s: string): string => JSON.stringify(s);
+
+/** A submit's program for the audit log (a script by its size, never its content). */
+function programSummary(
+  p:
+    | { case: "argv"; value: { argv: string[] } }
+    | { case: "shell"; value: { commandLine: string } }
+    | { case: "script"; value: { content: Uint8Array; interpreter: string; args: string[] } }
+    | { case: undefined; value?: undefined },
+): string {
+  switch (p.case) {
+    case "argv":
+      return `argv=${JSON.stringify(p.value.argv)}`;
+    case "shell":
+      return `shell=${q(p.value.commandLine)}`;
+    case "script":
+      return `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${JSON.stringify(p.value.args)}`;
+    default:
+      return "no program";
+  }
+}
 const read = { role: "viewer", mutating: false } as const;
 
 export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
@@ -57,15 +77,7 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
     mutating: true,
     target: (r) => ({ clientId: r.clientId }),
     summary: (r) => {
-      const p = r.program;
-      const what =
-        p.case === "argv"
-          ? `argv=${JSON.stringify(p.value.argv)}`
-          : p.case === "shell"
-            ? `shell=${q(p.value.commandLine)}`
-            : p.case === "script"
-              ? `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${JSON.stringify(p.value.args)}`
-              : "no program";
+      const what = programSummary(r.program);
       return `client=${r.clientId} id=${r.issueUuid || "(new)"} ${what}${r.stdinOpen ? " stdin-open" : ""}${r.timeoutMs ? ` timeout=${r.timeoutMs}ms` : ""}`;
     },
   },
@@ -121,8 +133,7 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
     // An operator may start a job only if every client it would start on is in its scope.
     targets: (r, st) => (r.clientIds.length > 0 ? [...r.clientIds] : matching(st, r.selector)),
     summary: (r) => {
-      const p = r.program;
-      const what = p.case === "argv" ? `argv=${JSON.stringify(p.value.argv)}` : p.case === "shell" ? `shell=${q(p.value.commandLine)}` : "no program";
+      const what = programSummary(r.program);
       const on = r.clientIds.length > 0 ? `clients=${r.clientIds.join(",")}` : `selector=${q(r.selector)}`;
       return `job=${r.jobId || "(new)"} ${on} ${what}${r.maxConcurrency ? ` max-concurrency=${r.maxConcurrency}` : ""}${r.maxErrors ? ` max-errors=${r.maxErrors}` : ""}`;
     },

@@ -93,6 +93,15 @@ export function toConnectError(e: CoreError, connectCode?: ConnectCode): Connect
   ]);
 }
 
+/** An argv or shell program of a submit as the core stores it (the shell defaults to sh). */
+function argvOrShell(
+  p: { case: "argv"; value: { argv: string[] } } | { case: "shell"; value: { shell: ShellType; commandLine: string } },
+): ExecutionSpec["program"] {
+  if (p.case === "argv") return { case: "argv", value: create(ArgvProgramSchema, { argv: p.value.argv }) };
+  const shell = p.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : p.value.shell;
+  return { case: "shell", value: create(ShellProgramSchema, { shell, commandLine: p.value.commandLine }) };
+}
+
 function invalid(message: string): ConnectError {
   return toConnectError({ code: Code.VALIDATION, message });
 }
@@ -258,16 +267,8 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       let program: ExecutionSpec["program"];
       switch (req.program.case) {
         case "argv":
-          program = { case: "argv", value: create(ArgvProgramSchema, { argv: req.program.value.argv }) };
-          break;
         case "shell":
-          program = {
-            case: "shell",
-            value: create(ShellProgramSchema, {
-              shell: req.program.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : req.program.value.shell,
-              commandLine: req.program.value.commandLine,
-            }),
-          };
+          program = argvOrShell(req.program);
           break;
         default:
           throw invalid("no program: set argv or shell");
@@ -305,16 +306,8 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       let script: Uint8Array | undefined;
       switch (req.program.case) {
         case "argv":
-          program = { case: "argv", value: create(ArgvProgramSchema, { argv: req.program.value.argv }) };
-          break;
         case "shell":
-          program = {
-            case: "shell",
-            value: create(ShellProgramSchema, {
-              shell: req.program.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : req.program.value.shell,
-              commandLine: req.program.value.commandLine,
-            }),
-          };
+          program = argvOrShell(req.program);
           break;
         case "script": {
           const s = req.program.value;

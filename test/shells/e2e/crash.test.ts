@@ -18,6 +18,7 @@ import {
   waitFor,
   writeTokenFiles,
   type Child,
+  serverArgv,
 } from "./helpers.js";
 import { freePort, TcpProxy } from "./tcp-proxy.js";
 
@@ -135,21 +136,7 @@ describe("e2e: kill -9 and restart", () => {
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const data = path.join(work, "server-data");
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const serverArgs = [
-      "server",
-      "--listen",
-      `127.0.0.1:${agentPort}`,
-      "--control",
-      `127.0.0.1:${controlPort}`,
-      "--data",
-      data,
-      "--agent-tokens",
-      files.agentTokens,
-      "--operator-token",
-      files.operatorToken,
-      "--log-level",
-      "warn",
-    ];
+    const serverArgs = serverArgv({ agentPort, controlPort, data, files });
     let server = spawnRvbox(serverArgs);
     children.push(server);
     const client = controlClient(`http://127.0.0.1:${controlPort}`);

@@ -167,6 +167,29 @@ export function writeTokenFiles(dir: string, lines: string): { agentTokens: stri
   return { agentTokens, operatorToken };
 }
 
+/** `rvbox server` on loopback ports with a data directory and token files, logging at warn (plus `extra` flags). */
+export function serverArgv(
+  o: { agentPort: number; controlPort: number; data: string; files: { agentTokens: string; operatorToken: string } },
+  ...extra: string[]
+): string[] {
+  return [
+    "server",
+    "--listen",
+    `127.0.0.1:${o.agentPort}`,
+    "--control",
+    `127.0.0.1:${o.controlPort}`,
+    "--data",
+    o.data,
+    "--agent-tokens",
+    o.files.agentTokens,
+    "--operator-token",
+    o.files.operatorToken,
+    "--log-level",
+    "warn",
+    ...extra,
+  ];
+}
+
 export interface Child {
   proc: ChildProcess;
   output: () => string;
