@@ -22,25 +22,17 @@
 // Environment: RVBOX_BUNDLE=0 skips the bundle (tsx always);
 // RVBOX_BUNDLE_DEBUG=1 prints esbuild's own errors when a build fails
 // (silent by default: the tsx fallback reports the same error).
-import { mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import path from "node:path";
+import { inputsCurrent, stamp } from "./cli-stamps.js";
 
-const MANIFEST_VERSION = 1;
+const MANIFEST_VERSION = 2;
 const KEEP_BUILDS = 3;
 const LOADERS = { ".ts": "ts", ".mts": "ts", ".cts": "ts", ".tsx": "tsx", ".js": "js", ".mjs": "js", ".cjs": "js", ".jsx": "jsx", ".json": "json" };
 
 /** Never resolved inside the bundle: packages the bundled commands do not load (the TUI's, native/wasm ones). */
 export const EXTERNAL_PACKAGES = ["ink", "ink-*", "react", "react/*", "react-devtools-core", "sql.js", "zstd-codec", "fzstd", "ws"];
-
-function stamp(file) {
-  const s = statSync(file, { bigint: true });
-  return [file, String(s.ino), String(s.size), String(s.mtimeNs), String(s.ctimeNs)];
-}
-
-function same(a, b) {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
-}
 
 /** The cache directory of one source tree (the tree's real path, made a file name: no hashing on the fast path). */
 export function cacheDirFor(root, cacheRoot = path.join(root, "node_modules/.cache/rvbox-cli")) {
@@ -64,16 +56,7 @@ export function currentBundle(dir) {
   } catch {
     return undefined;
   }
-  if (m.version !== MANIFEST_VERSION || typeof m.entry !== "string" || !Array.isArray(m.inputs)) return undefined;
-  for (const rec of m.inputs) {
-    let now;
-    try {
-      now = stamp(rec[0]);
-    } catch {
-      return undefined;
-    }
-    if (!same(now, rec)) return undefined;
-  }
+  if (m.version !== MANIFEST_VERSION || typeof m.entry !== "string" || !inputsCurrent(m.inputs)) return undefined;
   return path.join(dir, m.entry);
 }
 
@@ -119,6 +102,9 @@ export async function buildBundle({ root, entry, dir, unbundled = [], external =
       outdir: tmp,
       entryNames: "[name]",
       external,
+      // Every free \`Headers\` in the bundle (ConnectRPC's) is the CLI's own class:
+      // Node's global one loads all of undici on first use (shells/operator/headers.ts).
+      inject: [path.join(root, "shells/operator/headers.ts")].filter((f) => existsSync(f)),
       logLevel: process.env.RVBOX_BUNDLE_DEBUG ? "error" : "silent",
       plugins: [
         {

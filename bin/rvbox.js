@@ -1,14 +1,22 @@
 #!/bin/sh
-":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); n="${s%/*}/../node_modules/.bin/node"; [ -x "$n" ] || n=node; exec "$n" "$s" "$@"
+":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
 // ^ Executed as a program (`./bin/rvbox.js`, node_modules/.bin/rvbox, a
 // symlink on PATH), the line above is a shell command: it starts the
 // project's node_modules/.bin/node directly (or `node` where npm installed
-// none), so an older system Node is never started just to re-execute. To
-// Node the same line is a string statement and a comment.
+// none), so an older system Node is never started just to re-execute. For
+// the bundled commands it starts that Node from the CLI's start-up snapshot
+// when there is one made by that very binary (bin/cli-snapshot.js; the
+// restored process checks that it is current and otherwise runs this file).
+// RVBOX_LAUNCH=sh tells this file that it was started by that line (it may
+// then build a missing snapshot in the background). To Node the same line is
+// a string statement and a comment.
 //
 // Runs bin/rvbox.ts with tsx's ESM loader registered in this process, so
 // `node bin/rvbox.js`, `npx rvbox` / `npm exec rvbox` and a systemd ExecStart
 // all work without a build step. Signals and exit codes are the process's own.
+//
+// Which commands are bundled: bin/cli-routes.js (the first line's `case`
+// names the same unbundled ones; test/cli/snapshot.test.ts checks that).
 //
 // RVBox needs Node >= 22.15 (native zstd in node:zlib; Ink 8, vitest 5). On a
 // machine whose system Node is older (Debian's 20, say), `npm ci` has put the
@@ -17,26 +25,13 @@
 // loading anything else, so every way of starting rvbox runs the same Node as
 // `npm start` and `npm test`. The cost is one extra start of the old Node
 // (measured in docs/ARCHITECTURE.md, "Runtime"); nothing is loaded twice.
-import { existsSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
 
-// Long-running or heavy commands run the sources through tsx as they always
-// did; every other command (the operator commands, version, help) runs the
-// esbuild bundle of bin/rvbox.ts that bin/cli-bundle.js keeps current, or tsx
-// when it cannot build one. RVBOX_BUNDLE=0 forces tsx.
-// `completion` reads the daemons' own option tables (it imports their CLIs), so it
-// runs through tsx too: it runs once per install, not per keystroke (`__complete`,
-// what a TAB runs, is bundled).
-const UNBUNDLED_COMMANDS = new Set(["server", "agent", "demo", "sim", "tui", "completion"]);
-/** Their modules, left out of the bundle (bin/rvbox.ts and shells/operator/cli.ts import them lazily). */
-const UNBUNDLED_IMPORTS = [
-  "../shells/cli/completion-cli.js",
-  "../shells/cli/server-cli.js",
-  "../shells/cli/agent-cli.js",
-  "../shells/demo/demo.js",
-  "../sim/cli.js",
-  "./tui-open.js",
-];
+// Started by the first line (the variable is not passed on to anything this process starts).
+const viaShellLine = process.env.RVBOX_LAUNCH === "sh";
+delete process.env.RVBOX_LAUNCH;
 
 const MIN_MAJOR = 22;
 const MIN_MINOR = 15;
@@ -60,33 +55,8 @@ if (tooOld(process.versions.node)) {
   }
   // Imported here, not at the top: child_process (and net under it) costs ~12 ms of
   // every start, and only this re-exec path needs it.
-  const { spawn } = await import("node:child_process");
-  const child = spawn(packaged, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
-    stdio: "inherit",
-    env: { ...process.env, RVBOX_REEXEC: "1" },
-  });
-  // Signals sent to this process by pid are passed on. SIGINT and SIGQUIT are
-  // not: from a terminal they reach the whole foreground process group, the
-  // child included, and a second copy would turn the daemons' graceful stop
-  // into an immediate one. This process only waits for the child.
-  const forwarded = ["SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"];
-  const forward = (sig) => {
-    if (child.pid !== undefined) child.kill(sig);
-  };
-  for (const sig of forwarded) process.on(sig, forward);
-  for (const sig of ["SIGINT", "SIGQUIT"]) process.on(sig, () => {});
-  child.on("error", (err) => {
-    process.stderr.write(`rvbox: cannot start ${packaged}: ${err.message}\n`);
-    process.exit(1);
-  });
-  child.on("exit", (code, signal) => {
-    if (signal) {
-      for (const sig of [...forwarded, "SIGINT", "SIGQUIT"]) process.removeAllListeners(sig);
-      process.kill(process.pid, signal);
-      return;
-    }
-    process.exit(code ?? 1);
-  });
+  const { runChild } = await import("./cli-child.js");
+  runChild(packaged, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], { ...process.env, RVBOX_REEXEC: "1" });
 } else {
   // V8's compile cache (Node >= 22.1): the bundle's and tsx's compiled code is
   // reused across starts; Node keys each entry by the source's hash itself.
@@ -98,6 +68,15 @@ if (tooOld(process.versions.node)) {
     const { buildBundle, cacheDirFor, currentBundle } = await import("./cli-bundle.js");
     const dir = cacheDirFor(root);
     entry = currentBundle(dir) ?? (await buildBundle({ root, entry: "bin/rvbox.ts", dir, unbundled: UNBUNDLED_IMPORTS }));
+    // Started by the first line but not from a snapshot (none, another tree's, stale):
+    // make one in the background for the next start. RVBOX_SNAPSHOT=0 never does.
+    if (viaShellLine && entry !== undefined && process.env.RVBOX_SNAPSHOT !== "0") {
+      const { buildSnapshotInBackground, currentSnapshot, snapshotLink } = await import("./cli-snapshot.js");
+      const real = realpathSync(root);
+      if (currentSnapshot(snapshotLink(real), real) === undefined) {
+        buildSnapshotInBackground({ root: real, dir });
+      }
+    }
   }
   if (entry !== undefined) {
     await import(pathToFileURL(entry).href);

@@ -19,6 +19,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const args = process.argv.slice(2);
@@ -121,14 +122,17 @@ async function main(): Promise<void> {
       ["rvbox run c --follow -- true", ["run", "c", "--follow", "--", "true"]],
     ];
     const before = { ...cliEnv, RVBOX_BUNDLE: "0", NODE_DISABLE_COMPILE_CACHE: "1" };
+    const bundled = { ...cliEnv, RVBOX_SNAPSHOT: "0" };
     // [label, program, its leading arguments, environment]
     const ways: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
       [`before, node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], before],
-      [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], cliEnv],
+      [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], bundled],
+      [`after,  ./bin/rvbox.js, no snapshot (RVBOX_SNAPSHOT=0)`, BIN, [], bundled],
+      [`after,  ./bin/rvbox.js (start-up snapshot)`, BIN, [], cliEnv],
       ...(withOld
         ? ([
             [`before, node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], before],
-            [`after,  node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], cliEnv],
+            [`after,  node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], bundled],
             // executed as a program with the old Node first on PATH: its sh line starts the project's Node
             [`after,  ./bin/rvbox.js (\`node\` on PATH ${oldVersion})`, BIN, [], { ...cliEnv, PATH: `${path.dirname(OLD)}:${process.env.PATH ?? ""}` }],
           ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
@@ -136,6 +140,8 @@ async function main(): Promise<void> {
     ];
     // Warm-up: builds the bundle if it is missing or stale, fills the compile cache and the page cache.
     for (const [, argv] of commands) for (const [, cmd, pre, env] of ways) ms(cmd, [...pre, ...argv], env);
+    // The start-up snapshot: the runs above start building it in the background; make sure it is there.
+    console.log(`bench:startup: start-up snapshot ${await ensureCliSnapshot(ROOT)}`);
     const bare: number[] = [];
     const bareOld: number[] = [];
     const t = commands.map(() => ways.map(() => [] as number[]));

@@ -601,7 +601,11 @@ function defaultIO(): OperatorIO {
   return {
     stdout: process.stdout,
     stderr: process.stderr,
-    stdin: process.stdin,
+    // Read only by the commands that take input (`run -i`, `stdin -`): making
+    // process.stdin builds a stream over fd 0, a few ms of every start.
+    get stdin() {
+      return process.stdin;
+    },
     env: process.env,
     onInterrupt: (cb) => {
       process.on("SIGINT", cb);
@@ -625,7 +629,9 @@ function defaultIO(): OperatorIO {
  * never throws for expected failures.
  */
 export async function runOperatorCli(argv: readonly string[], ioIn: Partial<OperatorIO> = {}): Promise<number> {
-  const io: OperatorIO = { ...defaultIO(), ...ioIn };
+  // Not a spread: that would read the lazy `stdin` getter.
+  const io: OperatorIO = defaultIO();
+  for (const [k, v] of Object.entries(ioIn)) Object.defineProperty(io, k, { value: v, enumerable: true, writable: true, configurable: true });
   try {
     return await runWith(io, argv);
   } finally {

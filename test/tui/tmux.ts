@@ -14,7 +14,15 @@ export const hasTmux = spawnSync("tmux", ["-V"]).status === 0;
  * standalone entry with the same code path.
  */
 export function operatorEntry(): string[] {
-  const bin = readFileSync(path.join(ROOT, "bin/rvbox.ts"), "utf8");
+  const bin = ["bin/rvbox.ts", "bin/rvbox-main.ts"]
+    .map((f) => {
+      try {
+        return readFileSync(path.join(ROOT, f), "utf8");
+      } catch {
+        return "";
+      }
+    })
+    .join("\n");
   return /runOperatorCli/.test(bin) ? ["bin/rvbox.ts"] : ["shells/operator/main.ts"];
 }
 

@@ -1,0 +1,1 @@
+export function runChild(program: string, args: string[], env: NodeJS.ProcessEnv): void;

@@ -1,0 +1,22 @@
+// Which `rvbox` commands run from the CLI bundle and the start-up snapshot
+// (the operator commands, `version`, help) and which run the sources through
+// tsx (bin/rvbox.js, bin/cli-bundle.js, bin/cli-snapshot.js read this file;
+// the first line of bin/rvbox.js repeats UNBUNDLED_COMMANDS in its `case`).
+//
+// Long-running or heavy commands run the sources through tsx as they always
+// did; every other command (the operator commands, version, help) runs the
+// esbuild bundle of bin/rvbox.ts that bin/cli-bundle.js keeps current, or tsx
+// when it cannot build one. RVBOX_BUNDLE=0 forces tsx.
+// `completion` reads the daemons' own option tables (it imports their CLIs), so it
+// runs through tsx too: it runs once per install, not per keystroke (`__complete`,
+// what a TAB runs, is bundled).
+export const UNBUNDLED_COMMANDS = new Set(["server", "agent", "demo", "sim", "tui", "completion"]);
+/** Their modules, left out of the bundle (bin/rvbox.ts and shells/operator/cli.ts import them lazily). */
+export const UNBUNDLED_IMPORTS = [
+  "../shells/cli/completion-cli.js",
+  "../shells/cli/server-cli.js",
+  "../shells/cli/agent-cli.js",
+  "../shells/demo/demo.js",
+  "../sim/cli.js",
+  "./tui-open.js",
+];
