@@ -1,12 +1,13 @@
 #!/bin/sh
-":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
+":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:|*:help|*:-h|*:--help|*:version|*:-V|*:--version) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
 // ^ Executed as a program (`./bin/rvbox.js`, node_modules/.bin/rvbox, a
 // symlink on PATH), the line above is a shell command: it starts the
 // project's node_modules/.bin/node directly (or `node` where npm installed
 // none), so an older system Node is never started just to re-execute. For
 // the bundled commands it starts that Node from the CLI's start-up snapshot
 // when there is one made by that very binary (bin/cli-snapshot.js; the
-// restored process checks that it is current and otherwise runs this file).
+// restored process checks that it is current and otherwise runs this file);
+// not for help and version, which load too little to gain from it.
 // RVBOX_LAUNCH=sh tells this file that it was started by that line (it may
 // then build a missing snapshot in the background). To Node the same line is
 // a string statement and a comment.
