@@ -393,3 +393,14 @@ describe("what a server can grow at the agent, at n and n + 1", () => {
     expect(() => agentInvariants(r.st)).toThrow(/snapshot tombstone hits over the ledger's bound/);
   });
 });
+
+describe("admission edges (from the former agent edges file)", () => {
+  it("R-W2: finished (unacknowledged) commands count neither as running nor as queued", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    const out = r.exit("c1", 0);
+    expect(sends(out, "clientCapacity").map((s) => s.env.payload.value)).toEqual([expect.objectContaining({ runningCommands: 0, queuedCommands: 0 })]);
+    expect(r.st.commands.has("c1")).toBe(true);
+  });
+});

@@ -1,7 +1,7 @@
 // Event acknowledgements at the agent.
 import { describe, expect, it } from "vitest";
 import { Code } from "../../../core/errors.js";
-import { sha, sends, of, AgentRig, expectClosed } from "./rig.js";
+import { sha, sends, of, AgentRig, expectClosed, eventsIn, enc } from "./rig.js";
 
 describe("event acknowledgements", () => {
   it("R-O3: an ack for an unknown or retired command is ignored; one beyond the last assigned seq is SEQUENCE_VIOLATION and closes", () => {
@@ -47,5 +47,17 @@ describe("event acknowledgements", () => {
     expect(recs).toContainEqual({ table: "command", key: "c1", value: null });
     expect(recs).toContainEqual({ table: "outbox", key: "c1", value: null });
     expect(recs).toContainEqual({ table: "tombstone", key: "c1", value: { hash: Buffer.from(sha("c1")).toString("hex"), order: 1 } });
+  });
+});
+
+describe("outbox-ack edges (from the former agent edges file)", () => {
+  it("R-O2: an event already sent on this session is not sent again until a new session asks", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1");
+    const out = r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: enc("x") });
+    expect(eventsIn(out, "c1").map((e) => e.eventSeq)).toEqual([2n]);
+    expect(eventsIn(r.step({ type: "tick" }))).toEqual([]);
+    expect(eventsIn(r.step({ type: "activity", conn: r.st.session.conn }))).toEqual([]);
   });
 });

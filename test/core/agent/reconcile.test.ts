@@ -8,7 +8,7 @@ import { fitSnapshot } from "../../../core/agent/reconcile.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 import { toBinary } from "@bufbuild/protobuf";
-import { sha, argv, sends, accepts, eventsIn, of, AgentRig, expectClosed, expectRefused } from "./rig.js";
+import { sha, argv, sends, accepts, eventsIn, of, AgentRig, expectClosed, expectRefused, stdinWrite } from "./rig.js";
 
 describe("reconciliation at the agent", () => {
   it("R-D7 R-T2: matching tombstones join the snapshot while it fits the envelope budget; the rest are left out, never a crash", () => {
@@ -250,5 +250,27 @@ describe("tombstone ledger", () => {
     ]);
     expect(st.tombstoneSeq).toBe(9);
     expect(restoreAgent(cfg, { get: () => undefined }, 1).tombstoneSeq).toBe(0);
+  });
+});
+
+describe("reconcile edges (from the former agent edges file)", () => {
+  it("R-D11: a command terminated by the reconcile result drops its pending stdin rows, chunks, events and record", () => {
+    const r = new AgentRig({ maxRunning: 1 });
+    r.establish();
+    r.run("busy");
+    r.dispatch("c1", { ...argv("cat"), stdinOpen: true });
+    r.frame(stdinWrite("c1", 1n, [1]));
+    r.frame(stdinWrite("c1", 2n, [2]));
+    const out = r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
+    });
+    const recs = of(out, "persist").flatMap((p) => p.records);
+    expect(recs).toContainEqual({ table: "stdin", key: "c1/0000000000000001", value: null });
+    expect(recs).toContainEqual({ table: "stdin", key: "c1/0000000000000002", value: null });
+    expect(recs).toContainEqual({ table: "command", key: "c1", value: null });
+    expect(r.disk.durable.get("stdin")?.size ?? 0).toBe(0);
+    expect(r.disk.durable.get("command")?.has("c1")).toBe(false);
+    expect(r.st.metadataUsed).toBe(defaultAgentConfig("x").limits.metadataPerCommand);
   });
 });

@@ -277,3 +277,31 @@ describe("agent frame handling once established", () => {
     ]);
   });
 });
+
+describe("registration edges (from the former agent edges file)", () => {
+  it("R-W10: the agent traces established, protocol_failure and session_lost with the details the daemon log and the simulator use", () => {
+    const r = new AgentRig();
+    r.register();
+    const est = r.welcome(3, "s3");
+    expect(
+      of(est, "trace")
+        .filter((t) => t.event === "established")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: 1, generation: 3 }]);
+    const bad = r.frame({
+      case: "clientCapacity",
+      value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: 0, queuedCommands: 0, maxRunningCommands: 0, maxQueuedCommands: 0 },
+    });
+    expect(
+      of(bad, "trace")
+        .filter((t) => t.event === "protocol_failure")
+        .map((t) => t.detail),
+    ).toEqual([{ code: "PROTOCOL_ERROR", message: "unexpected clientCapacity from server" }]);
+    expect(
+      of(bad, "trace")
+        .filter((t) => t.event === "session_lost")
+        .map((t) => t.detail),
+    ).toEqual([{ conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
+    expect(of(bad, "close")).toEqual([{ type: "close", conn: 1, reason: "PROTOCOL_ERROR: unexpected clientCapacity from server" }]);
+  });
+});

@@ -176,3 +176,74 @@ describe("restart", () => {
     expect(back.outbox.sessionPinnedBytes).toBe(back.outbox.commands.get("c1")!.pinnedBytes);
   });
 });
+
+describe("restart edges (from the former agent edges file)", () => {
+  it("R-W6 R-O7: a restart restores unsent output entries, truncation markers, raw accounting and the summarizing state", () => {
+    const base = defaultAgentConfig("x").limits;
+    const KiB = 1024;
+    const limits = { ...base, windowPerCommand: 96 * KiB, windowPerSession: 96 * KiB, rawHigh: 100 * KiB, rawLow: 50 * KiB };
+    const r = new AgentRig({ limits });
+    r.establish();
+    r.run("c1");
+    for (let i = 0; i < 3; i++) r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new Uint8Array(MAX_CHUNK_BYTES).fill(65 + i) });
+    r.step({ type: "process_output", uuid: "c1", stream: "stderr", data: new Uint8Array(10) });
+    const cb = r.st.outbox.commands.get("c1")!;
+    expect(cb.entries.map((e) => e.kind)).toEqual(["output", "output", "truncation"]);
+    expect(r.st.outbox.summarizing).toBe(true);
+    const back = restoreAgent(r.cfg, r.disk.tables(), 3);
+    expect(back.outbox.commands.get("c1")!.entries).toEqual(cb.entries);
+    expect(back.outbox.commands.get("c1")!.rawBytes).toBe(cb.rawBytes);
+    expect(back.outbox.rawTotal).toBe(2 * MAX_CHUNK_BYTES);
+    expect(back.outbox.summarizing).toBe(true);
+    // Below the high watermark a restored outbox is not summarizing.
+    const low = new AgentRig({ limits: { ...limits, rawHigh: 2 * MAX_CHUNK_BYTES, rawLow: 0 } });
+    low.establish();
+    low.run("c1");
+    low.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new Uint8Array(MAX_CHUNK_BYTES) });
+    low.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new Uint8Array(MAX_CHUNK_BYTES) });
+    low.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new Uint8Array(MAX_CHUNK_BYTES) });
+    expect(low.st.outbox.rawTotal).toBe(2 * MAX_CHUNK_BYTES);
+    expect(restoreAgent(low.cfg, low.disk.tables(), 3).outbox.summarizing).toBe(false);
+  });
+  it("R-D1: before start nothing is admitted or launched; a command queued before a restart launches after it (it was never started)", () => {
+    const r = new AgentRig({ maxRunning: 1 });
+    r.establish();
+    r.run("busy");
+    r.dispatch("waiting");
+    expect(r.cmd("waiting").phase).toBe("queued");
+    const back = new AgentRig({ maxRunning: 2 }); // a slot is free even before "busy" is settled
+    back.disk = r.disk;
+    back.st = restoreAgent(back.cfg, back.disk.tables(), 4);
+    const early = back.step({ type: "tick" });
+    expect(early.filter((e) => e.type === "persist")).toEqual([]);
+    expect(back.st.commands.get("waiting")!.phase).toBe("queued");
+    const started = back.step({ type: "start" });
+    expect(of(started, "kill_orphan").map((k) => k.uuid)).toEqual(["busy"]);
+    expect(back.st.commands.get("waiting")!.phase).toBe("launching");
+    expect(of(started, "spawn").map((s) => s.uuid)).toEqual(["waiting"]);
+    expect(
+      of(started, "persist")
+        .flatMap((p) => p.records)
+        .some((x) => x.table === "meta"),
+    ).toBe(false); // the instance id is kept, not rewritten
+    // The interrupted command is done like any other: once acknowledged it becomes a tombstone.
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    back.reconcile([]);
+    back.ackAll("busy");
+    expect(back.st.tombstones.has("busy")).toBe(true);
+  });
+  it("R-D2: a launch authorized before a crash is reported interrupted and its possible process killed by the shell's own record (pid 0)", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.dispatch("c1");
+    expect(r.cmd("c1").phase).toBe("launching");
+    const back = new AgentRig();
+    back.disk = r.disk;
+    back.st = restoreAgent(back.cfg, back.disk.tables(), 4);
+    const out = back.step({ type: "start" });
+    expect(of(out, "kill_orphan")).toEqual([{ type: "kill_orphan", uuid: "c1", pid: 0 }]);
+    expect(back.st.commands.get("c1")).toMatchObject({ phase: "done", lifecycle: L.INTERRUPTED });
+    expect(of(out, "spawn")).toEqual([]);
+  });
+});

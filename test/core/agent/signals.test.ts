@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { agentRow } from "../../../core/agent/store.js";
-import { sends, eventsIn, lifecycles, of, AgentRig, expectClosed, expectRefused, signal, signalResults } from "./rig.js";
+import { sends, eventsIn, lifecycles, of, AgentRig, expectClosed, expectRefused, signal, signalResults, argv, accepts } from "./rig.js";
 
 describe("signals at the agent", () => {
   it("R-S4: a signal for an unknown command is NOT_FOUND; revision 0 or beyond 2^53 closes; an unknown kind is VALIDATION", () => {
@@ -125,5 +125,19 @@ describe("signals at the agent", () => {
     z.frame(signal("c1", 2n, SignalKind.QUIT));
     const ok = z.exit("c1", 0);
     expect(lifecycles(ok, "c1").at(-1)).toMatchObject({ state: L.SUCCEEDED, exitCode: 0 });
+  });
+});
+
+describe("signals edges (from the former agent edges file)", () => {
+  it("R-S4: a signal revision below the command's revision is applied but never lowers the revision", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.dispatch("c1", argv("true"), { rev: 5n });
+    r.step({ type: "process_started", uuid: "c1", pid: 3 });
+    const out = r.frame(signal("c1", 2n, SignalKind.USER1));
+    expect(signalResults(out, "c1")).toEqual([[2, SignalKind.USER1, true, ""]]);
+    expect(r.cmd("c1").revision).toBe(5);
+    expect(r.cmd("c1").lastSignalRevision).toBe(2);
+    expect(accepts(r.dispatch("c1", argv("true"), { rev: 5n }))[0]!.commandRevision).toBe(5n);
   });
 });

@@ -156,3 +156,19 @@ describe("stdin at the agent", () => {
     expect(r.cmd("c1").stdin).toMatchObject({ pending: [], pendingBytes: 0, inFlight: false });
   });
 });
+
+describe("stdin edges (from the former agent edges file)", () => {
+  it("R-S3: a duplicate CloseStdin changes nothing; a CloseStdin with nothing in flight reaches the process once durable", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1", { ...argv("cat"), stdinOpen: true });
+    r.autoDurable = false;
+    const cl = r.frame(closeStdin("c1", 1n));
+    expect(of(cl, "close_stdin")).toEqual([]);
+    expect(of(r.flush(), "close_stdin")).toEqual([{ type: "close_stdin", uuid: "c1", seq: 1 }]);
+    r.autoDurable = true;
+    const dup = r.frame(closeStdin("c1", 1n));
+    expect(dup.some((e) => e.type === "persist" || e.type === "close_stdin")).toBe(false);
+    expect(r.cmd("c1").stdin.next).toBe(2);
+  });
+});

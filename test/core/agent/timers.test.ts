@@ -17,6 +17,7 @@ import {
 } from "../../../core/session/agent-session.js";
 import { newCommandOutbox } from "../../../core/window/outbox.js";
 import { rngFromSeed } from "../../../core/rng.js";
+import { argv, of, AgentRig } from "./rig.js";
 
 const T0 = 1_700_000_000_000;
 
@@ -73,5 +74,23 @@ describe("agent timers", () => {
     add(waiting("running", T0 + 1_000, "running"));
     add(waiting("none", 0));
     expect(nextWake(st)).toEqual({ at: T0 + 5_000, timer: { timer: "queue_expiry", uuid: "soon" } });
+  });
+});
+
+describe("timers edges (from the former agent edges file)", () => {
+  it("R-H1: the wake never lies in the past, and a queued command without expiry adds no deadline", () => {
+    const r = new AgentRig({ maxRunning: 0 });
+    r.establish();
+    const q = r.dispatch("q");
+    expect(of(q, "wake").at(-1)!.at).toBe(T0 + 10_000);
+    r.now = T0 + 100;
+    const late = r.dispatch("late", argv("true"), { expiry: T0 + 50 });
+    expect(of(late, "wake").at(-1)!.at).toBe(T0 + 100);
+  });
+  it("R-H1: after 10 s of silence the agent asks its runner for a ping on the current connection", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.now = T0 + 10_000;
+    expect(of(r.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
   });
 });

@@ -5,11 +5,11 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CommandDispatchSchema, ReconcileRequestSchema, ServerWelcomeSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { ExecutionSpecSchema, ProtocolVersionSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { agentInvariants, agentStep, defaultAgentConfig, newAgent, type AgentEffect, type AgentInput, type AgentState } from "../../core/index.js";
-import { encodeEnvelope, type Payload } from "../../core/codec/frame-codec.js";
-import { testPorts } from "../support/ports.js";
+import { CommandDispatchSchema, ReconcileRequestSchema, ServerWelcomeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { ExecutionSpecSchema, ProtocolVersionSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { agentInvariants, agentStep, defaultAgentConfig, newAgent, type AgentEffect, type AgentInput, type AgentState } from "../../../core/index.js";
+import { encodeEnvelope, type Payload } from "../../../core/codec/frame-codec.js";
+import { testPorts } from "../../support/ports.js";
 
 const T0 = 1_700_000_000_000;
 const sha = (s: string): Uint8Array => new Uint8Array(createHash("sha256").update(s).digest());

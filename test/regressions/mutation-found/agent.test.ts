@@ -1,11 +1,11 @@
 // Agent edges found by the mutation run (Stryker): each test kills mutants
 // that survived before it (docs/MUTATION.md).
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { agentInvariants, restoreAgent } from "../../core/index.js";
-import { Code } from "../../core/errors.js";
-import { agentRow, stdinKey } from "../../core/agent/store.js";
-import { T0, sha, argv, sends, eventsIn, lifecycles, of, AgentRig, stdinWrite, closeStdin, signal, chunk, commit, enc } from "../core/agent/rig.js";
+import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { agentInvariants, restoreAgent } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { agentRow, stdinKey } from "../../../core/agent/store.js";
+import { T0, sha, argv, sends, eventsIn, lifecycles, of, AgentRig, stdinWrite, closeStdin, signal, chunk, commit, enc } from "../../core/agent/rig.js";
 
 describe("agent edges found by the mutation run", () => {
   it("R-O1: restore ignores rows whose command or outbox is gone, and an empty ledger starts the counter at 0", () => {

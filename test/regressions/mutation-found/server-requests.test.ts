@@ -5,11 +5,11 @@
 // kept as the regression test.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { ExecutionSpecSchema, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { defaultServerConfig, newServer, serverInvariants, serverStep, type ControlRequest, type ControlResult } from "../../core/index.js";
-import { MAX_REQUEST_IDS_PER_COMMAND } from "../../core/limits.js";
-import { testPorts } from "../support/ports.js";
-import { lenient } from "../support/server-rig.js";
+import { ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { defaultServerConfig, newServer, serverInvariants, serverStep, type ControlRequest, type ControlResult } from "../../../core/index.js";
+import { MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
+import { lenient } from "../../support/server-rig.js";
 
 const T0 = 1_700_000_000_000;
 

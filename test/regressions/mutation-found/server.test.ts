@@ -4,7 +4,7 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import type { AgentError, CommandDispatch } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import type { AgentError, CommandDispatch } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import {
   ByteRangeSchema,
   CommandLifecycle as L,
@@ -15,13 +15,13 @@ import {
   ScriptUploadStatusSchema,
   SignalKind,
   StdinAckSchema,
-} from "../../protos/gen/rvbox/v1/common_pb.js";
-import { defaultServerConfig, restoreServer, serverInvariants, type ServerEffect } from "../../core/index.js";
-import { Code } from "../../core/errors.js";
-import { MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES } from "../../core/limits.js";
-import { testPorts } from "../support/ports.js";
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { defaultServerConfig, restoreServer, serverInvariants, type ServerEffect } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES } from "../../../core/limits.js";
+import { testPorts } from "../../support/ports.js";
 
-import { T0, sha, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed } from "../support/server-rig.js";
+import { T0, sha, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed } from "../../support/server-rig.js";
 
 const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
   r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);

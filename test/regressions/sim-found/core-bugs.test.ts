@@ -7,10 +7,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
-import { agentStep, defaultAgentConfig, newAgent } from "../../core/agent/node.js";
-import type { AgentInput, AgentState } from "../../core/agent/agent-types.js";
-import { defaultServerConfig, newServer, restoreServer, serverStep } from "../../core/index.js";
-import type { ControlRequest, ServerInput, ServerState } from "../../core/server/server-types.js";
+import { agentStep, defaultAgentConfig, newAgent } from "../../../core/agent/node.js";
+import type { AgentInput, AgentState } from "../../../core/agent/agent-types.js";
+import { defaultServerConfig, newServer, restoreServer, serverStep } from "../../../core/index.js";
+import type { ControlRequest, ServerInput, ServerState } from "../../../core/server/server-types.js";
 import {
   CommandAcceptedSchema,
   CommandDispatchSchema,
@@ -20,7 +20,7 @@ import {
   ReconcileSnapshotSchema,
   ReconcileTargetSchema,
   ServerWelcomeSchema,
-} from "../../protos/gen/rvbox/v1/agent_pb.js";
+} from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import {
   CommandEventSchema,
   CommandLifecycle,
@@ -30,9 +30,9 @@ import {
   OutputStream,
   ProtocolVersionSchema,
   ScriptDescriptorSchema,
-} from "../../protos/gen/rvbox/v1/common_pb.js";
-import { argvSpec, closes, Driver, fenceOf, frame, hello, sent } from "./core-harness.js";
-import { encodeRawZstdFrame } from "../../sim/zstd-raw.js";
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { argvSpec, closes, Driver, fenceOf, frame, hello, sent } from "../../sim/core-harness.js";
+import { encodeRawZstdFrame } from "../../../sim/zstd-raw.js";
 
 describe("core bugs found by the simulator", () => {
   // Seeds 8, 12, 19, 24, 60, 78, 111, 132, 135 (R-D1 oracle): the operator's
@@ -189,7 +189,7 @@ describe("core gaps found by the simulator", () => {
   // emits kill_orphan only when the durable pid is > 0. The process runs on,
   // unsupervised, after its command was declared over.
   it("at-most-once/R-D9: a command found `launching` after a restart gets a kill_orphan even without a durable pid", async () => {
-    const { restoreAgent } = await import("../../core/agent/node.js");
+    const { restoreAgent } = await import("../../../core/agent/node.js");
     const tables = new Map<string, Map<string, unknown>>();
     const a = new Driver<AgentState, AgentInput>(newAgent(defaultAgentConfig("agent-0"), 1), agentStep);
     const apply = (effects: Array<{ type: string } & Record<string, unknown>>): void => {

@@ -5,12 +5,12 @@
 // second snapshot was classified again and its incidents opened twice).
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { defaultServerConfig, newServer, serverStep } from "../../core/index.js";
-import type { ServerInput, ServerState } from "../../core/server/server-types.js";
-import { ReconcileCommandStateSchema, ReconcileSnapshotSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { Code } from "../../core/errors.js";
-import { closes, Driver, fenceOf, frame, hello, sent } from "../sim/core-harness.js";
+import { defaultServerConfig, newServer, serverStep } from "../../../core/index.js";
+import type { ServerInput, ServerState } from "../../../core/server/server-types.js";
+import { ReconcileCommandStateSchema, ReconcileSnapshotSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { Code } from "../../../core/errors.js";
+import { closes, Driver, fenceOf, frame, hello, sent } from "../../sim/core-harness.js";
 
 describe("reconcile snapshot, once per session", () => {
   it("R-D7 R-D8: a second ReconcileSnapshot before the first result is durable closes the session; one result, one set of incidents", () => {

@@ -18,11 +18,11 @@ import {
   sessionWelcome,
   type AgentSession,
   type SessionAction,
-} from "../../core/session/agent-session.js";
-import { backoffDelay } from "../../core/session/backoff.js";
-import { heartbeatDeadline, heartbeatDue, newHeartbeat, onActivity } from "../../core/session/heartbeat.js";
-import { rngFromSeed, type RngState } from "../../core/rng.js";
-import { InvariantViolation } from "../../core/errors.js";
+} from "../../../core/session/agent-session.js";
+import { backoffDelay } from "../../../core/session/backoff.js";
+import { heartbeatDeadline, heartbeatDue, newHeartbeat, onActivity } from "../../../core/session/heartbeat.js";
+import { rngFromSeed, type RngState } from "../../../core/rng.js";
+import { InvariantViolation } from "../../../core/errors.js";
 
 const T0 = 1_700_000_000_000;
 const V = { major: 1, minor: 0 };
