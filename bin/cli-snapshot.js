@@ -42,7 +42,6 @@
 // the first use of one of its exports, at run time. The modules in
 // SNAPSHOT_SAFE_BUILTINS are used while modules evaluate and are part of
 // Node's own start-up snapshot anyway.
-import { spawn, spawnSync } from "node:child_process";
 import {
   closeSync,
   linkSync,
@@ -260,6 +259,7 @@ export async function buildSnapshot({
     };
     for (const k of LOAD_TIME_ENV) delete env[k];
     delete env.NODE_OPTIONS;
+    const { spawnSync } = process.getBuiltinModule("node:child_process");
     const r = spawnSync(node, ["--snapshot-blob", path.join(tmp, "blob"), "--build-snapshot", path.join(tmp, "snapshot.cjs")], {
       cwd: tmp,
       env,
@@ -311,6 +311,9 @@ export function buildSnapshotInBackground({ root, dir }) {
       rmSync(lock, { force: true });
       closeSync(openSync(lock, "wx"));
     }
+    // child_process is read here, not imported: this module is loaded on every
+    // start that could not use a snapshot, and child_process costs ~12 ms.
+    const { spawn } = process.getBuiltinModule("node:child_process");
     const child = spawn(process.execPath, [fileURLToPath(import.meta.url), "build", root, dir, lock], {
       detached: true,
       stdio: "ignore",

@@ -48,6 +48,8 @@ function unusable(argv: string[]): string | null {
 }
 
 function restored(): void {
+  // Set by bin/rvbox.js's first line; nothing this process starts should see it.
+  delete process.env.RVBOX_LAUNCH;
   const why = unusable(process.argv);
   if (why !== null) {
     if (process.env.RVBOX_BUNDLE_DEBUG === "1") process.stderr.write(`rvbox: start-up snapshot not used: ${why}\n`);
