@@ -177,8 +177,6 @@ export async function buildSnapshot({
       entryPoints: [path.join(root, "bin/rvbox-snapshot.ts")],
       bundle: true,
       format: "cjs",
-      minifyWhitespace: true,
-      minifySyntax: true,
       metafile: true,
       platform: "node",
       target: "node22",
