@@ -441,7 +441,7 @@ export class SimSource implements DataSource, TimelineControl {
     for (const c of st.commands.values()) {
       let log = this.logs.get(c.uuid);
       if (!log) this.logs.set(c.uuid, (log = { items: [], through: 0, outputBytes: 0, elidedBytes: 0, elidedEvents: 0 }));
-      for (let seq = log.through + 1; seq <= c.storedThrough; seq++) {
+      for (let seq = log.through + 1; seq <= c.ingest.storedThrough; seq++) {
         const v = rowOf(tables, "event", eventKey(c.uuid, seq));
         log.through = seq;
         if (!v || !isEventRow(v)) continue;

@@ -54,7 +54,7 @@ export interface CommittedCommand {
   createdAt: number;
   queueExpiry: number;
   terminalSource: "agent" | "server" | "";
-  attempts: number;
+  dispatch: { attempts: number };
   storedOutputBytes: number;
   retention: readonly unknown[];
   stdin: { ackedThrough: number };
@@ -104,7 +104,7 @@ export function times(startedAt: number | null, endedAt: number | null): Pick<Co
 /** A change of any of these changes the view (a cache key for readers that rebuild rows per frame). */
 export function commandViewKey(c: CommittedCommand): string {
   const k = c.committed;
-  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.attempts}|${c.storedOutputBytes}|${c.retention.length}|${c.stdin.ackedThrough}|${c.terminalSource}`;
+  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.storedOutputBytes}|${c.retention.length}|${c.stdin.ackedThrough}|${c.terminalSource}`;
 }
 
 /** `toWall`: the server's deadline clock to wall time (queueExpiry); identity where both are one clock. */
@@ -129,7 +129,7 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     storedThrough: k.storedThrough,
     retainedBytes: c.storedOutputBytes,
     retentionMarkers: c.retention.length,
-    attempts: c.attempts,
+    attempts: c.dispatch.attempts,
     stdinAckedThrough: c.stdin.ackedThrough,
   };
 }

@@ -20,7 +20,7 @@ export function viewOf(c: ServerCommand): CommittedView {
     exitCode: c.exitCode,
     signalName: c.signalName,
     reason: c.reason,
-    storedThrough: c.receivedThrough,
+    storedThrough: c.ingest.receivedThrough,
     revision: c.revision,
     stdinAssigned: c.stdin.nextSeq - 1,
     startedTime: c.startedTime,

@@ -80,14 +80,17 @@ export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
 }
 
 function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
-  assert(c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough, `${c.uuid}: pruned with events not yet durable`);
+  assert(
+    c.committed.storedThrough === c.ingest.receivedThrough && c.ingest.storedThrough === c.ingest.receivedThrough,
+    `${c.uuid}: pruned with events not yet durable`,
+  );
   const entry: PrunedCommand = {
     uuid: c.uuid,
     clientId: c.clientId,
     hash: c.hash,
     state: c.state,
     terminalSource: c.terminalSource,
-    storedThrough: c.storedThrough,
+    storedThrough: c.ingest.storedThrough,
     exitCode: c.exitCode,
     endedAt: c.endedAt,
     at: ctx.now,

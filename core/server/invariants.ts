@@ -59,10 +59,10 @@ export function serverCommandInvariants(st: ServerState): void {
     if (isTerminal(c.committed.state)) assert(c.state === c.committed.state, `${uuid}: committed terminal state ${c.committed.state} changed to ${c.state}`);
     assert(c.committed.revision <= c.revision && c.committed.stdinAssigned < c.stdin.nextSeq, `${uuid}: committed view ahead of memory`);
     assert(c.stdin.sentThrough <= Math.max(c.committed.stdinAssigned, c.stdin.ackedThrough), `${uuid}: stdin sent before it was durable`);
-    assert(c.committed.storedThrough <= c.storedThrough, `${uuid}: readers would see events not yet durable`);
+    assert(c.committed.storedThrough <= c.ingest.storedThrough, `${uuid}: readers would see events not yet durable`);
     if (c.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.storedOutputBytes);
     assert(c.uuid === uuid, "command key mismatch");
-    assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);
+    assert(c.ingest.storedThrough <= c.ingest.receivedThrough, `${uuid}: stored beyond received`);
     assert(c.stdin.ackedThrough < c.stdin.nextSeq, `${uuid}: stdin acked beyond assigned`);
     let q = 0;
     let prev = c.stdin.ackedThrough;
@@ -82,8 +82,8 @@ export function serverCommandInvariants(st: ServerState): void {
       `${uuid}: a per-command bound exceeded`,
     );
     // Digests grow only while a command is active (events of terminal ones are never stored).
-    if (!isTerminal(c.state)) assert(Object.keys(c.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
-    assert(c.rowEvents <= rowEventBound(c), `${uuid}: ${c.rowEvents} stored non-output events over the bound`);
+    if (!isTerminal(c.state)) assert(Object.keys(c.ingest.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
+    assert(c.ingest.rowEvents <= rowEventBound(c), `${uuid}: ${c.ingest.rowEvents} stored non-output events over the bound`);
     let sent = 0;
     for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) sent++;
     assert(sent <= STDIN_WRITES_IN_FLIGHT, `${uuid}: ${sent} stdin writes in flight over the bound`);

@@ -116,6 +116,6 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
   for (const [key, e] of rowsOf(tables, "event")) {
     const uuid = key.slice(0, key.lastIndexOf("/"));
     const c = st.commands.get(uuid);
-    if (c && e.seq > c.storedThrough - SERVER_RECENT_DIGESTS) c.digests[e.seq] = e.digest;
+    if (c && e.seq > c.ingest.storedThrough - SERVER_RECENT_DIGESTS) c.ingest.digests[e.seq] = e.digest;
   }
 }

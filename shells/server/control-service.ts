@@ -126,12 +126,12 @@ export function waitingReason(c: ServerCommand, fleet?: FleetReader): string {
   if (s === CommandLifecycle.ACCEPTED) {
     return k.maxRunning > 0 && k.running >= k.maxRunning ? `accepted by ${c.clientId}; queued there behind ${k.running} running (agent capacity full)` : "";
   }
-  if (s === CommandLifecycle.DISPATCHED) return c.attempts > 1 ? `dispatched to ${c.clientId} ${c.attempts} times without an answer yet` : "";
+  if (s === CommandLifecycle.DISPATCHED) return c.dispatch.attempts > 1 ? `dispatched to ${c.clientId} ${c.dispatch.attempts} times without an answer yet` : "";
   if (k.maxRunning + k.maxQueued - k.running - k.queued - conn.inflight <= 0)
     return `queued behind ${[`${k.running} running`, k.queued > 0 ? `${k.queued} queued` : "", conn.inflight > 0 ? `${conn.inflight} being dispatched` : ""].filter(Boolean).join(", ")} on ${c.clientId} (agent capacity full: ${k.maxRunning} running, ${k.maxQueued} queued)`;
   if (conn.inflight >= st.config.limits.maxInflightDispatches)
     return `server capacity full: ${conn.inflight} dispatches to ${c.clientId} await an answer (at most ${st.config.limits.maxInflightDispatches})`;
-  if (fleet.toWall(c.nextAttemptAt) > Date.now()) return `${c.clientId} refused it for capacity; retrying`;
+  if (fleet.toWall(c.dispatch.nextAttemptAt) > Date.now()) return `${c.clientId} refused it for capacity; retrying`;
   return "";
 }
 
@@ -153,7 +153,7 @@ export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Com
     storedThroughEventSeq: BigInt(c.committed.storedThrough),
     retainedOutputBytes: BigInt(c.storedOutputBytes),
     retentionMarkers: c.retention.length,
-    dispatchAttempts: c.attempts,
+    dispatchAttempts: c.dispatch.attempts,
     stdinAckedThrough: BigInt(c.stdin.ackedThrough),
     requestSha256: c.hash,
     startedTime: c.committed.startedTime > 0 ? timestampFromMs(c.committed.startedTime) : undefined,

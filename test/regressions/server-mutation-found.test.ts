@@ -90,7 +90,7 @@ describe("server edges found by the mutation run", () => {
     d.submit("a", "c2");
     expect(d.command("c2").state).toBe("dispatched");
     d.st = restoreServer(d.cfg, d.disk.tables(), 2);
-    expect(d.st.commands.get("c2")!.dispatchedOn).toBe(0);
+    expect(d.st.commands.get("c2")!.dispatch.dispatchedOn).toBe(0);
     expect(of(d.step({ type: "tick" }), "wake")).toEqual([]);
   });
 
@@ -141,10 +141,7 @@ describe("server edges found by the mutation run", () => {
       revision: 1,
       state: L.QUEUED,
       terminalSource: "",
-      everDispatched: false,
-      dispatchedOn: 0,
-      attempts: 0,
-      nextAttemptAt: 0,
+      dispatch: { everDispatched: false, dispatchedOn: 0, attempts: 0, nextAttemptAt: 0 },
       exitCode: null,
       signalName: "",
       reason: "",
@@ -308,8 +305,8 @@ describe("server edges found by the mutation run", () => {
     const b = r.connect("b");
     r.submit("a", "qa");
     r.accept(a, "qa", false, Code.CAPACITY);
-    const retryAt = r.cmd("qa").nextAttemptAt;
-    r.cmd("qa").nextAttemptAt = retryAt + 50_000; // make sure it lies ahead
+    const retryAt = r.cmd("qa").dispatch.nextAttemptAt;
+    r.cmd("qa").dispatch.nextAttemptAt = retryAt + 50_000; // make sure it lies ahead
     r.running(b, "cb");
     r.control({ op: "signal", requestId: "s", uuid: "cb", signal: SignalKind.USER1 });
     r.submit("b", "cb2");
@@ -323,7 +320,7 @@ describe("server edges found by the mutation run", () => {
     expect(r.cmd("cb").signals.map((s) => s.revision)).toEqual([2]);
     expect(r.command("cb2").state).toBe("accepted");
     expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["cb", "reconcile_terminate_local"]]);
-    expect(r.cmd("qa")).toMatchObject({ state: L.QUEUED, nextAttemptAt: retryAt + 50_000 });
+    expect(r.cmd("qa")).toMatchObject({ state: L.QUEUED, dispatch: { nextAttemptAt: retryAt + 50_000 } });
   });
 
   it("R-O3: a resend of a terminal event not yet durable is not acknowledged early; at exactly the stored seq it is", () => {

@@ -19,7 +19,7 @@ const base = (): CommittedCommand & Record<string, unknown> => ({
   createdAt: 1000,
   queueExpiry: 9000,
   terminalSource: "",
-  attempts: 1,
+  dispatch: { attempts: 1 },
   storedOutputBytes: 12,
   retention: [],
   stdin: { ackedThrough: 0 },

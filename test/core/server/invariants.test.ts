@@ -37,7 +37,7 @@ describe("server invariants catch every corruption they check", () => {
     ["stdin sent before durable", (r) => void (C(r).stdin.sentThrough = 1), /c1: stdin sent before it was durable/],
     ["readers see undurable events", (r) => void (C(r).committed = { ...C(r).committed, storedThrough: 3 }), /c1: readers would see events not yet durable/],
     ["command key mismatch", (r) => void (C(r).uuid = "x"), /command key mismatch/],
-    ["stored beyond received", (r) => void (C(r).storedThrough = 3), /c1: stored beyond received/],
+    ["stored beyond received", (r) => void (C(r).ingest.storedThrough = 3), /c1: stored beyond received/],
     ["stdin acked beyond assigned", (r) => void (C(r).stdin.ackedThrough = 1), /c1: stdin acked beyond assigned/],
     ["stdin queue accounting", (r) => void (C(r).stdin.queuedBytes = 4), /c1: stdin queue accounting/],
     ["segment accounting", (r) => void (C(r).storedOutputBytes += 1), /c1: segment accounting|retained output index drift/],

@@ -18,7 +18,7 @@ describe("retention", () => {
     let seq = 2;
     let off = 0;
     const put = (stream = OutputStream.STDOUT) => {
-      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : r.cmd("c1").streamNext.stderr, raw));
+      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : r.cmd("c1").ingest.streamNext.stderr, raw));
       if (stream === OutputStream.STDOUT) off += raw.length;
       return out;
     };

@@ -6,7 +6,16 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { defaultServerConfig, restoreServer, serverInvariants, type ServerCommand } from "../../../core/index.js";
-import { COMMAND_FIELDS, commandRecord, eventKey, eventPrefix, parseEventKey, restoreCommand, type CommandRow } from "../../../core/server/store.js";
+import {
+  COMMAND_FIELDS,
+  COMMAND_FIELD_PATHS,
+  commandRecord,
+  eventKey,
+  eventPrefix,
+  parseEventKey,
+  restoreCommand,
+  type CommandRow,
+} from "../../../core/server/store.js";
 
 /** A command in which every field holds a value no default or reset has. */
 function sample(): ServerCommand {
@@ -22,14 +31,8 @@ function sample(): ServerCommand {
     queueExpiry: 90_000,
     state: L.RUNNING,
     terminalSource: "agent",
-    everDispatched: true,
-    dispatchedOn: 6,
-    dispatchedAt: 5_000,
-    attempts: 3,
-    nextAttemptAt: 4_000,
-    storedThrough: 8,
-    receivedThrough: 9,
-    streamNext: { stdout: 100, stderr: 20 },
+    dispatch: { everDispatched: true, dispatchedOn: 6, dispatchedAt: 5_000, attempts: 3, nextAttemptAt: 4_000 },
+    ingest: { storedThrough: 8, receivedThrough: 9, streamNext: { stdout: 100, stderr: 20 }, digests: { 8: 12345, 9: 6789 }, rowEvents: 5 },
     exitCode: 2,
     signalName: "SIGTERM",
     reason: "because",
@@ -55,12 +58,10 @@ function sample(): ServerCommand {
     storedOutputBytes: 50,
     retention: [{ firstSeq: 1, lastSeq: 1, ranges: [{ stream: "stdout", offset: 0, length: 40 }], at: 1_600_000_000_002 }],
     requests: { r1: 1, r4: 4 },
-    digests: { 8: 12345, 9: 6789 },
     endedAt: 77,
     startedTime: 1_600_000_000_003,
     endedTime: 1_600_000_000_004,
     specBytes: 11,
-    rowEvents: 5,
     charged: 999,
   };
 }
@@ -73,21 +74,19 @@ function sample(): ServerCommand {
 function afterRestart(c: ServerCommand): Partial<ServerCommand> {
   return {
     script: c.script, // from its own row (table `script`)
-    storedThrough: c.receivedThrough,
-    receivedThrough: c.receivedThrough,
-    dispatchedOn: 0,
+    dispatch: { ...c.dispatch, dispatchedOn: 0 },
+    ingest: { ...c.ingest, storedThrough: c.ingest.receivedThrough, digests: {} },
     stdin: { ...c.stdin, sentThrough: c.stdin.ackedThrough },
     signals: c.signals.map((s) => ({ ...s, sentOn: 0 })),
     scriptSent: c.scriptAcked,
     scriptCommitSentOn: 0,
-    digests: {},
     charged: 0,
     committed: {
       state: c.state,
       exitCode: c.exitCode,
       signalName: c.signalName,
       reason: c.reason,
-      storedThrough: c.receivedThrough,
+      storedThrough: c.ingest.receivedThrough,
       revision: c.revision,
       stdinAssigned: c.stdin.nextSeq - 1,
       startedTime: c.startedTime,
@@ -97,8 +96,22 @@ function afterRestart(c: ServerCommand): Partial<ServerCommand> {
 }
 
 describe("server store: the command record", () => {
-  it("names every field of a ServerCommand once (the sample is complete)", () => {
+  it("names every field of a ServerCommand once, sub-structs field by field (the sample is complete)", () => {
     expect(Object.keys(COMMAND_FIELDS).sort()).toEqual(Object.keys(sample()).sort());
+    const c = sample() as unknown as Record<string, Record<string, unknown>>;
+    const leaves = COMMAND_FIELD_PATHS.map((f) => f.path.join("."));
+    const want: string[] = [];
+    for (const [k, v] of Object.entries(COMMAND_FIELDS)) {
+      if (typeof (v as { load?: unknown }).load === "function") want.push(k);
+      else for (const f of Object.keys(c[k]!)) want.push(`${k}.${f}`);
+    }
+    expect(leaves.sort()).toEqual(want.sort());
+  });
+
+  it("writes each column of the flat stored record from exactly one field", () => {
+    const columns = COMMAND_FIELD_PATHS.flatMap((f) => (f.codec.column === null ? [] : [f.codec.column]));
+    expect(new Set(columns).size).toBe(columns.length);
+    expect(Object.keys(commandRecord(sample()).value as object).sort()).toEqual([...columns].sort());
   });
 
   it("round-trips every field through record and restore; only the documented ones are reset", () => {
@@ -120,12 +133,12 @@ describe("server store: the command record", () => {
     const v = commandRecord(c).value as unknown as Record<string, unknown>;
     expect("script" in v || "committed" in v || "charged" in v).toBe(false);
     c.stdin.queue[0]!.seq = 99;
-    c.streamNext.stdout = 1;
+    c.ingest.streamNext.stdout = 1;
     c.segments[0]!.ranges[0]!.length = 1;
     c.requests.r9 = 9;
     const s = v.stdin as ServerCommand["stdin"];
     expect(s.queue[0]!.seq).toBe(2);
-    expect((v.streamNext as ServerCommand["streamNext"]).stdout).toBe(100);
+    expect((v.streamNext as CommandRow["streamNext"]).stdout).toBe(100);
     expect((v.segments as ServerCommand["segments"])[0]!.ranges[0]!.length).toBe(60);
     expect(v.requests).toEqual({ r1: 1, r4: 4 });
   });
@@ -144,7 +157,7 @@ describe("server store: the command record", () => {
     delete v.rowEvents;
     const back = restoreCommand(v, undefined);
     expect(back.endedAt).toBe(c.createdAt); // terminal: ordered by its creation
-    expect([back.startedTime, back.endedTime, back.rowEvents]).toEqual([0, 0, 0]);
+    expect([back.startedTime, back.endedTime, back.ingest.rowEvents]).toEqual([0, 0, 0]);
     expect(back.specBytes).toBeGreaterThan(0);
     expect(back.script).toBeNull();
   });
@@ -161,7 +174,7 @@ describe("server store: the command record", () => {
     const back = st.commands.get(c.uuid)!;
     expect(back.stdin.queue).toEqual(c.stdin.queue);
     expect(back.retention).toEqual(c.retention);
-    expect(back.committed.storedThrough).toBe(c.receivedThrough);
+    expect(back.committed.storedThrough).toBe(c.ingest.receivedThrough);
     expect(st.active.has(c.uuid)).toBe(true);
     expect(() => serverInvariants(st)).not.toThrow();
   });

@@ -78,7 +78,7 @@ describe("submit admission: unknown client ids", () => {
     expect(r.command("u9").state).toBe("queued");
     const c = r.connect("later");
     expect(r.command("u9").state).toBe("dispatched");
-    expect(r.st.commands.get("u9")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
+    expect(r.st.commands.get("u9")!.dispatch.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
   });
 
   it("an unknown id with ',' or '*' is refused as a list or wildcard, naming the known ids it matches, even with allow_unknown_client; a known one is admitted", () => {

@@ -182,8 +182,8 @@ describe("output events", () => {
     for (let i = 0; i < 5; i++) h.output("a", "c1", `line ${i}\n`);
     h.flush("a");
     expect(h.sent("eventAck").length).toBe(acksBefore);
-    expect(h.server.commands.get("c1")!.receivedThrough).toBe(6);
-    expect(h.server.commands.get("c1")!.storedThrough).toBe(1);
+    expect(h.server.commands.get("c1")!.ingest.receivedThrough).toBe(6);
+    expect(h.server.commands.get("c1")!.ingest.storedThrough).toBe(1);
     h.flush("server");
     const acks = h
       .sent("eventAck")
