@@ -55,8 +55,7 @@ export interface CommittedCommand {
   queueExpiry: number;
   terminalSource: "agent" | "server" | "";
   dispatch: { attempts: number };
-  storedOutputBytes: number;
-  retention: readonly unknown[];
+  output: { storedOutputBytes: number; retention: readonly unknown[] };
   stdin: { ackedThrough: number };
   committed: {
     state: CommandLifecycle;
@@ -104,7 +103,7 @@ export function times(startedAt: number | null, endedAt: number | null): Pick<Co
 /** A change of any of these changes the view (a cache key for readers that rebuild rows per frame). */
 export function commandViewKey(c: CommittedCommand): string {
   const k = c.committed;
-  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.storedOutputBytes}|${c.retention.length}|${c.stdin.ackedThrough}|${c.terminalSource}`;
+  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.output.storedOutputBytes}|${c.output.retention.length}|${c.stdin.ackedThrough}|${c.terminalSource}`;
 }
 
 /** `toWall`: the server's deadline clock to wall time (queueExpiry); identity where both are one clock. */
@@ -127,8 +126,8 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     stdinOpen: c.spec.stdinOpen,
     timeoutMs: Number(c.spec.timeoutMs),
     storedThrough: k.storedThrough,
-    retainedBytes: c.storedOutputBytes,
-    retentionMarkers: c.retention.length,
+    retainedBytes: c.output.storedOutputBytes,
+    retentionMarkers: c.output.retention.length,
     attempts: c.dispatch.attempts,
     stdinAckedThrough: c.stdin.ackedThrough,
   };

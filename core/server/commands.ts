@@ -83,7 +83,7 @@ export function setState(
     noteEnded(st, c, ctx.now);
     c.terminalSource = source;
     if (reason) c.reason = reason;
-    c.script = null;
+    c.script.bytes = null;
     ctx.persist(scriptDelete(c.uuid));
     if (c.stdin.queue.some((o) => o.seq > c.stdin.inlineThrough)) ctx.persist(stdinRowsDelete(c.uuid));
     c.stdin.queue = [];

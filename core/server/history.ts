@@ -97,14 +97,14 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
   };
   ctx.persist(commandDelete(c.uuid));
   ctx.persist(eventsDelete(c.uuid));
-  if (c.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
+  if (c.output.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
   ctx.persist(prunedRecord(entry));
   // Output files go once the batch that forgets the command is durable.
   // (Retention never drops a command's last segment: no segments, no files.)
-  if (c.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
-  if (c.storedOutputBytes > 0) {
-    const bytes = c.storedOutputBytes;
-    c.storedOutputBytes = 0;
+  if (c.output.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
+  if (c.output.storedOutputBytes > 0) {
+    const bytes = c.output.storedOutputBytes;
+    c.output.storedOutputBytes = 0;
     noteOutput(st, c, -bytes);
   }
   st.metaBytes -= c.charged;

@@ -164,11 +164,11 @@ export function handleCommandEvent(
     case "scriptUpload": {
       const got = safeNumber(e.value.receivedBytes);
       const size = c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : -1;
-      if (got === null || got > size || got < c.scriptAcked) return fail(Code.SEQUENCE_VIOLATION, `script progress ${e.value.receivedBytes} impossible`, true);
-      c.scriptAcked = got;
+      if (got === null || got > size || got < c.script.acked) return fail(Code.SEQUENCE_VIOLATION, `script progress ${e.value.receivedBytes} impossible`, true);
+      c.script.acked = got;
       if (e.value.complete) {
-        c.scriptCommitted = true;
-        c.script = null;
+        c.script.committed = true;
+        c.script.bytes = null;
         ctx.persist(scriptDelete(c.uuid));
       }
       record = { ...base, kind: "script_upload", receivedBytes: got, complete: e.value.complete };

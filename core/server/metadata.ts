@@ -12,7 +12,7 @@ export function metaCharge(c: ServerCommand): number {
     c.specBytes +
     c.ingest.rowEvents * SERVER_EVENT_ROW_BYTES +
     Math.min(c.ingest.receivedThrough, SERVER_RECENT_DIGESTS) * SERVER_DIGEST_BYTES +
-    (c.segments.length + c.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
+    (c.output.segments.length + c.output.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
   );
 }
 

@@ -46,8 +46,8 @@ export function onSessionReady(st: ServerState, conn: ConnState): void {
     if (isTerminal(c.state)) continue;
     if (c.clientId !== conn.clientId) continue;
     c.stdin.sentThrough = c.stdin.ackedThrough;
-    c.scriptSent = c.scriptAcked;
-    c.scriptCommitSentOn = 0;
+    c.script.sent = c.script.acked;
+    c.script.commitSentOn = 0;
     for (const s of c.signals) s.sentOn = 0;
   }
 }

@@ -99,7 +99,7 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
     const c = restoreCommand(r, scripts?.get(uuid) as ScriptRow | undefined);
     st.commands.set(uuid, c);
     if (!isTerminal(c.state)) st.active.add(uuid);
-    if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
+    if (c.output.storedOutputBytes > 0) noteOutput(st, c, c.output.storedOutputBytes);
     recharge(st, c);
   }
   // Stdin writes taken but not yet acknowledged, in seq order (keys sort so; the record's inline ones are older).

@@ -135,18 +135,8 @@ export interface ServerCommand {
   };
   /** Signals not yet answered, owned by signals.ts (ingest.ts and reconcile.ts drop answered ones). */
   signals: PendingSignal[];
-  /** Script bytes (script commands only) until the upload completes. */
-  script: Uint8Array | null;
-  /** Script upload progress acknowledged by the agent, and sent up to. */
-  scriptAcked: number;
-  scriptSent: number;
-  /** Generation of the session the ScriptCommit was sent on (0: not yet). */
-  scriptCommitSentOn: number;
-  scriptCommitted: boolean;
-  /** Stored output accounting for retention (R-O5). */
-  segments: Segment[];
-  storedOutputBytes: number;
-  retention: RetentionMarker[];
+  script: CommandScript;
+  output: CommandOutput;
   /** request_id -> revision (R-S5); bounded by the number of requests (commands.ts `remember`). */
   requests: Record<string, number>;
   /** Deadline clock: when it became terminal (0 while active): history is pruned in this order (history.ts). */

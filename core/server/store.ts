@@ -410,7 +410,7 @@ type Loader<V> = (r: CommandRow, script: Uint8Array | null) => V;
 export type FieldCodec<V> = { column: keyof CommandRow; save: (c: ServerCommand) => unknown; load: Loader<V> } | { column: null; save: null; load: Loader<V> };
 
 /** The sub-structs of ServerCommand (server-types.ts): each of their fields is mapped on its own. */
-export type CommandGroup = "dispatch" | "ingest";
+export type CommandGroup = "dispatch" | "ingest" | "script" | "output";
 
 /**
  * The mapping's type names every field of ServerCommand and of each of its
@@ -498,22 +498,26 @@ export const COMMAND_FIELDS = {
     }),
   }),
   signals: col({ column: "signals", save: (c) => c.signals.map((s) => ({ ...s, sentOn: 0 })), load: (r) => r.signals.map((s) => ({ ...s })) }),
-  script: unstored((_r, script) => script),
-  scriptAcked: col({ column: "scriptAcked", save: (c) => c.scriptAcked, load: (r) => r.scriptAcked }),
-  scriptSent: col({ column: "scriptSent", save: (c) => c.scriptSent, load: (r) => r.scriptAcked }),
-  scriptCommitSentOn: col({ column: "scriptCommitSentOn", save: (c) => c.scriptCommitSentOn, load: () => 0 }),
-  scriptCommitted: col({ column: "scriptCommitted", save: (c) => c.scriptCommitted, load: (r) => r.scriptCommitted }),
-  segments: col({
-    column: "segments",
-    save: (c) => c.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
-    load: (r) => r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
-  }),
-  storedOutputBytes: col({ column: "storedOutputBytes", save: (c) => c.storedOutputBytes, load: (r) => r.storedOutputBytes }),
-  retention: col({
-    column: "retention",
-    save: (c) => c.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
-    load: (r) => r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
-  }),
+  script: {
+    bytes: unstored((_r, script) => script),
+    acked: col({ column: "scriptAcked", save: (c) => c.script.acked, load: (r) => r.scriptAcked }),
+    sent: col({ column: "scriptSent", save: (c) => c.script.sent, load: (r) => r.scriptAcked }),
+    commitSentOn: col({ column: "scriptCommitSentOn", save: (c) => c.script.commitSentOn, load: () => 0 }),
+    committed: col({ column: "scriptCommitted", save: (c) => c.script.committed, load: (r) => r.scriptCommitted }),
+  },
+  output: {
+    segments: col({
+      column: "segments",
+      save: (c) => c.output.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+      load: (r) => r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+    }),
+    storedOutputBytes: col({ column: "storedOutputBytes", save: (c) => c.output.storedOutputBytes, load: (r) => r.storedOutputBytes }),
+    retention: col({
+      column: "retention",
+      save: (c) => c.output.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+      load: (r) => r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+    }),
+  },
   requests: col({ column: "requests", save: (c) => ({ ...c.requests }), load: (r) => ({ ...r.requests }) }),
   // Records written before history pruning lack endedAt and specBytes.
   endedAt: col({ column: "endedAt", save: (c) => c.endedAt, load: (r) => r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0) }),

@@ -123,7 +123,7 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     hash,
     revision: 1,
     spec: r.spec,
-    script: p.case === "script" ? r.script! : null,
+    script: { bytes: p.case === "script" ? r.script! : null, acked: 0, sent: 0, commitSentOn: 0, committed: false },
     createdAt: ctx.wall,
     committed: {
       state: L.UNSPECIFIED,
@@ -146,13 +146,7 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     reason: "",
     stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false, inlineThrough: 0 },
     signals: [],
-    scriptAcked: 0,
-    scriptSent: 0,
-    scriptCommitSentOn: 0,
-    scriptCommitted: false,
-    segments: [],
-    storedOutputBytes: 0,
-    retention: [],
+    output: { segments: [], storedOutputBytes: 0, retention: [] },
     requests: { [r.requestId]: 1 },
     endedAt: 0,
     startedTime: 0,
@@ -163,7 +157,7 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
   st.commands.set(c.uuid, c);
   st.active.add(c.uuid);
   persistCommand(st, ctx, c);
-  if (c.script) ctx.persist(scriptRecord(c.uuid, c.script));
+  if (c.script.bytes) ctx.persist(scriptRecord(c.uuid, c.script.bytes));
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
   return { ok: true, command: c, created: true };
 }

@@ -151,8 +151,8 @@ export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Com
     reason: c.committed.reason,
     terminalSource: c.terminalSource === "agent" ? TerminalSource.AGENT : c.terminalSource === "server" ? TerminalSource.SERVER : TerminalSource.UNSPECIFIED,
     storedThroughEventSeq: BigInt(c.committed.storedThrough),
-    retainedOutputBytes: BigInt(c.storedOutputBytes),
-    retentionMarkers: c.retention.length,
+    retainedOutputBytes: BigInt(c.output.storedOutputBytes),
+    retentionMarkers: c.output.retention.length,
     dispatchAttempts: c.dispatch.attempts,
     stdinAckedThrough: BigInt(c.stdin.ackedThrough),
     requestSha256: c.hash,
@@ -679,7 +679,7 @@ function eventItem(uuid: string, v: StoredEventRow, data: Uint8Array | null | un
   }
 }
 
-type Marker = ServerCommand["retention"][number];
+type Marker = ServerCommand["output"]["retention"][number];
 type StreamKey = "stdout" | "stderr";
 
 function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["ranges"]): FollowItem {
@@ -725,7 +725,7 @@ export async function* follow(
   const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };
   // Ranges of the last retention marker not sent yet: they begin past what this reader has reached.
   let pending: { m: Marker; ranges: Marker["ranges"] } | null = null;
-  const covered = (c: ServerCommand, seq: number): boolean => c.retention.some((m) => m.firstSeq <= seq && seq <= m.lastSeq);
+  const covered = (c: ServerCommand, seq: number): boolean => c.output.retention.some((m) => m.firstSeq <= seq && seq <= m.lastSeq);
   /** The pending ranges that now continue their streams (all of them if `force`), as one marker. */
   const release = (firstSeq: number, force = false): FollowItem | null => {
     if (!pending) return null;
@@ -747,7 +747,7 @@ export async function* follow(
     return out.length > 0 ? markerItem(uuid, Math.max(firstSeq, m.firstSeq), m, out) : null;
   };
   const due = (c: ServerCommand, upto: number): FollowItem | null => {
-    for (const m of c.retention) {
+    for (const m of c.output.retention) {
       if (m.lastSeq <= markerThrough || m.firstSeq > upto) continue;
       markerThrough = m.lastSeq;
       if (m.lastSeq < next) continue; // removed after this reader had it all

@@ -106,10 +106,10 @@ describe("server edges found by the mutation run", () => {
     expect(r.command("c1").retentionMarkers).toBe(1);
     const back = restoreServer(r.cfg, r.disk.tables(), 9);
     const c1 = back.commands.get("c1")!;
-    expect(c1.segments).toEqual(r.cmd("c1").segments);
-    expect(c1.retention).toEqual(r.cmd("c1").retention);
+    expect(c1.output.segments).toEqual(r.cmd("c1").output.segments);
+    expect(c1.output.retention).toEqual(r.cmd("c1").output.retention);
     expect(c1.requests).toEqual(r.cmd("c1").requests);
-    expect(c1.storedOutputBytes).toBe(r.command("c1").retainedBytes);
+    expect(c1.output.storedOutputBytes).toBe(r.command("c1").retainedBytes);
     expect(back.clientOutput).toEqual(r.st.clientOutput);
     expect(back.clientOutput.has("b")).toBe(false);
   });
@@ -145,7 +145,7 @@ describe("server edges found by the mutation run", () => {
       exitCode: null,
       signalName: "",
       reason: "",
-      script: null,
+      script: { bytes: null },
       createdAt: T0,
       queueExpiry: T0 + 24 * 60 * 60_000,
     });
@@ -191,9 +191,9 @@ describe("server edges found by the mutation run", () => {
     expect(r.disk.durable.get("script")?.get("s1")).toEqual({ data: body });
     r.control({ op: "signal", requestId: "k", uuid: "s1", signal: SignalKind.CANCEL });
     expect(r.disk.durable.get("script")?.has("s1")).toBe(false);
-    expect(r.cmd("s1").script).toBeNull();
+    expect(r.cmd("s1").script.bytes).toBeNull();
     r.submit("off", "a1", argv("true"), { script: body });
-    expect(r.cmd("a1").script).toBeNull();
+    expect(r.cmd("a1").script.bytes).toBeNull();
     expect(r.disk.durable.get("script")?.has("a1")).toBe(false);
   });
 

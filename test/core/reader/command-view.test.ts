@@ -20,8 +20,7 @@ const base = (): CommittedCommand & Record<string, unknown> => ({
   queueExpiry: 9000,
   terminalSource: "",
   dispatch: { attempts: 1 },
-  storedOutputBytes: 12,
-  retention: [],
+  output: { storedOutputBytes: 12, retention: [] },
   stdin: { ackedThrough: 0 },
   committed: { state: CommandLifecycle.RUNNING, revision: 3, exitCode: null, signalName: "", reason: "", storedThrough: 4, startedTime: 1500, endedTime: 0 },
 });

@@ -115,7 +115,7 @@ describe("metadata tier", () => {
     for (let i = 0; i < 3; i++) r.event(c, "o", 2 + i, output(OutputStream.STDOUT, i * 64, enc("x".repeat(64))));
     r.event(c, "o", 5, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     const o = r.cmd("o");
-    expect([o.segments.length, o.retention.length]).toEqual([1, 1]);
+    expect([o.output.segments.length, o.output.retention.length]).toEqual([1, 1]);
     expect(o.charged).toBe(1024 + o.specBytes + 2 * 256 + 5 * 32 + 2 * 128);
     r.now += 10;
     const fx2 = r.step({ type: "tick" });

@@ -60,7 +60,7 @@ describe("server restart", () => {
     expect(Object.keys(c1.ingest.digests).map(Number)).toEqual([1, 2]);
     expect(c1.ingest.digests).toEqual(r.cmd("c1").ingest.digests);
     expect(c1.stdin).toEqual({ ...r.cmd("c1").stdin, sentThrough: r.cmd("c1").stdin.ackedThrough });
-    expect(back.clientOutput.get("a")).toEqual({ bytes: r.cmd("c1").storedOutputBytes, uuids: new Set(["c1"]) });
+    expect(back.clientOutput.get("a")).toEqual({ bytes: r.cmd("c1").output.storedOutputBytes, uuids: new Set(["c1"]) });
     expect(back.commands.get("q")).toMatchObject({ state: L.DISPATCHED, dispatch: { everDispatched: true, dispatchedOn: 0 } });
     expect(back.commands.get("c2")).toMatchObject({ state: L.SUCCEEDED, terminalSource: "agent", exitCode: 0 });
   });

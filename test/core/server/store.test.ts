@@ -25,7 +25,7 @@ function sample(): ServerCommand {
     hash: "ab".repeat(32),
     revision: 4,
     spec: create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["cat"] } }, stdinOpen: true }),
-    script: new Uint8Array([1, 2, 3]),
+    script: { bytes: new Uint8Array([1, 2, 3]), acked: 2, sent: 3, commitSentOn: 6, committed: true },
     createdAt: 1_600_000_000_001,
     committed: { state: L.QUEUED, exitCode: 7, signalName: "x", reason: "y", storedThrough: 1, revision: 2, stdinAssigned: 1, startedTime: 3, endedTime: 4 },
     queueExpiry: 90_000,
@@ -50,13 +50,11 @@ function sample(): ServerCommand {
       inlineThrough: 3,
     },
     signals: [{ revision: 4, signal: SignalKind.TERMINATE, requestId: "r4", sentOn: 6 }],
-    scriptAcked: 2,
-    scriptSent: 3,
-    scriptCommitSentOn: 6,
-    scriptCommitted: true,
-    segments: [{ firstSeq: 2, lastSeq: 5, bytes: 50, ranges: [{ stream: "stdout", offset: 40, length: 60 }] }],
-    storedOutputBytes: 50,
-    retention: [{ firstSeq: 1, lastSeq: 1, ranges: [{ stream: "stdout", offset: 0, length: 40 }], at: 1_600_000_000_002 }],
+    output: {
+      segments: [{ firstSeq: 2, lastSeq: 5, bytes: 50, ranges: [{ stream: "stdout", offset: 40, length: 60 }] }],
+      storedOutputBytes: 50,
+      retention: [{ firstSeq: 1, lastSeq: 1, ranges: [{ stream: "stdout", offset: 0, length: 40 }], at: 1_600_000_000_002 }],
+    },
     requests: { r1: 1, r4: 4 },
     endedAt: 77,
     startedTime: 1_600_000_000_003,
@@ -73,13 +71,12 @@ function sample(): ServerCommand {
  */
 function afterRestart(c: ServerCommand): Partial<ServerCommand> {
   return {
-    script: c.script, // from its own row (table `script`)
+    // The bytes come from their own row (table `script`); nothing is in flight on a session.
+    script: { ...c.script, sent: c.script.acked, commitSentOn: 0 },
     dispatch: { ...c.dispatch, dispatchedOn: 0 },
     ingest: { ...c.ingest, storedThrough: c.ingest.receivedThrough, digests: {} },
     stdin: { ...c.stdin, sentThrough: c.stdin.ackedThrough },
     signals: c.signals.map((s) => ({ ...s, sentOn: 0 })),
-    scriptSent: c.scriptAcked,
-    scriptCommitSentOn: 0,
     charged: 0,
     committed: {
       state: c.state,
@@ -119,7 +116,7 @@ describe("server store: the command record", () => {
     const rec = commandRecord(c);
     expect(rec.table).toBe("command");
     expect(rec.key).toBe(c.uuid);
-    const back = restoreCommand(rec.value as CommandRow, { data: c.script! });
+    const back = restoreCommand(rec.value as CommandRow, { data: c.script.bytes! });
     const reset = afterRestart(c);
     expect(Object.keys(back).sort()).toEqual(Object.keys(c).sort());
     for (const k of Object.keys(c) as Array<keyof ServerCommand>) {
@@ -134,12 +131,12 @@ describe("server store: the command record", () => {
     expect("script" in v || "committed" in v || "charged" in v).toBe(false);
     c.stdin.queue[0]!.seq = 99;
     c.ingest.streamNext.stdout = 1;
-    c.segments[0]!.ranges[0]!.length = 1;
+    c.output.segments[0]!.ranges[0]!.length = 1;
     c.requests.r9 = 9;
     const s = v.stdin as ServerCommand["stdin"];
     expect(s.queue[0]!.seq).toBe(2);
     expect((v.streamNext as CommandRow["streamNext"]).stdout).toBe(100);
-    expect((v.segments as ServerCommand["segments"])[0]!.ranges[0]!.length).toBe(60);
+    expect((v.segments as CommandRow["segments"])[0]!.ranges[0]!.length).toBe(60);
     expect(v.requests).toEqual({ r1: 1, r4: 4 });
   });
 
@@ -159,21 +156,21 @@ describe("server store: the command record", () => {
     expect(back.endedAt).toBe(c.createdAt); // terminal: ordered by its creation
     expect([back.startedTime, back.endedTime, back.ingest.rowEvents]).toEqual([0, 0, 0]);
     expect(back.specBytes).toBeGreaterThan(0);
-    expect(back.script).toBeNull();
+    expect(back.script.bytes).toBeNull();
   });
 
   it("a restored server holds the command as recorded (through restoreServer)", () => {
     const c = sample();
     c.clientId = "a";
-    c.scriptAcked = 0; // an argv command uploads no script
+    c.script.acked = 0; // an argv command uploads no script
     const tables = new Map<string, Map<string, unknown>>([
       ["command", new Map([[c.uuid, commandRecord(c).value]])],
-      ["script", new Map([[c.uuid, { data: c.script }]])],
+      ["script", new Map([[c.uuid, { data: c.script.bytes }]])],
     ]);
     const st = restoreServer(defaultServerConfig(), { get: (t) => tables.get(t) }, 1);
     const back = st.commands.get(c.uuid)!;
     expect(back.stdin.queue).toEqual(c.stdin.queue);
-    expect(back.retention).toEqual(c.retention);
+    expect(back.output.retention).toEqual(c.output.retention);
     expect(back.committed.storedThrough).toBe(c.ingest.receivedThrough);
     expect(st.active.has(c.uuid)).toBe(true);
     expect(() => serverInvariants(st)).not.toThrow();
