@@ -53,7 +53,7 @@ export interface CommittedCommand {
   spec: ExecutionSpec;
   createdAt: number;
   queueExpiry: number;
-  terminalSource: "agent" | "server" | "";
+  exit: { terminalSource: "agent" | "server" | "" };
   dispatch: { attempts: number };
   output: { storedOutputBytes: number; retention: readonly unknown[] };
   stdin: { ackedThrough: number };
@@ -103,7 +103,7 @@ export function times(startedAt: number | null, endedAt: number | null): Pick<Co
 /** A change of any of these changes the view (a cache key for readers that rebuild rows per frame). */
 export function commandViewKey(c: CommittedCommand): string {
   const k = c.committed;
-  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.output.storedOutputBytes}|${c.output.retention.length}|${c.stdin.ackedThrough}|${c.terminalSource}`;
+  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.output.storedOutputBytes}|${c.output.retention.length}|${c.stdin.ackedThrough}|${c.exit.terminalSource}`;
 }
 
 /** `toWall`: the server's deadline clock to wall time (queueExpiry); identity where both are one clock. */
@@ -117,7 +117,7 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     exitCode: k.exitCode,
     signalName: k.signalName,
     reason: k.reason,
-    terminalSource: c.terminalSource,
+    terminalSource: c.exit.terminalSource,
     createdAt: c.createdAt,
     queueExpiry: toWall(c.queueExpiry),
     ...times(k.startedTime || null, k.endedTime || null),

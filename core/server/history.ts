@@ -89,9 +89,9 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
     clientId: c.clientId,
     hash: c.hash,
     state: c.state,
-    terminalSource: c.terminalSource,
+    terminalSource: c.exit.terminalSource,
     storedThrough: c.ingest.storedThrough,
-    exitCode: c.exitCode,
+    exitCode: c.exit.exitCode,
     endedAt: c.endedAt,
     at: ctx.now,
   };

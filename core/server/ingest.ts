@@ -55,7 +55,7 @@ export function handleCommandEvent(
   // whatever their sequence; the ReconcileResult tells the agent to drop it.
   // (Checking sequences first would close every session on a "gap" and the
   // result that ends the copy would never arrive: a livelock.)
-  if (isTerminal(c.state) && c.terminalSource === "server") return;
+  if (isTerminal(c.state) && c.exit.terminalSource === "server") return;
   // The digest of the event's bytes as received: every retry must resend
   // identical bytes (R-O2). For a canonical encoder (every RVBox agent:
   // protobuf-es, whose sub-message bytes inside an envelope are those of the
@@ -135,8 +135,8 @@ export function handleCommandEvent(
       const to = e.value.state;
       if (to !== c.state && !canTransition(c.state, to)) return fail(Code.SEQUENCE_VIOLATION, `lifecycle ${L[c.state]} -> ${L[to] ?? to} is not allowed`, true);
       if (to === L.ACCEPTED || to === L.QUEUED || to === L.DISPATCHED) return fail(Code.PROTOCOL_ERROR, `agent lifecycle event ${L[to]}`, true);
-      if (e.value.exitCode !== undefined) c.exitCode = e.value.exitCode;
-      c.signalName = e.value.signalName;
+      if (e.value.exitCode !== undefined) c.exit.exitCode = e.value.exitCode;
+      c.exit.signalName = e.value.signalName;
       record = {
         ...base,
         kind: "lifecycle",

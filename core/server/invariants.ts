@@ -89,7 +89,7 @@ export function serverCommandInvariants(st: ServerState): void {
     assert(sent <= STDIN_WRITES_IN_FLIGHT, `${uuid}: ${sent} stdin writes in flight over the bound`);
     assert(c.script.acked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
     if (isTerminal(c.state)) {
-      assert(c.terminalSource !== "", `${uuid}: terminal without a source`);
+      assert(c.exit.terminalSource !== "", `${uuid}: terminal without a source`);
       assert(c.signals.length === 0 && c.stdin.queue.length === 0, `${uuid}: terminal with pending work`);
     }
   }

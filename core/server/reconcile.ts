@@ -56,7 +56,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
   const view = (c: ServerCommand): ServerView => ({
     uuid: c.uuid,
     state: c.state,
-    terminalSource: c.terminalSource,
+    terminalSource: c.exit.terminalSource,
     hash: c.hash,
     storedThrough: c.ingest.storedThrough,
   });

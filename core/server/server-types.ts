@@ -112,10 +112,7 @@ export interface ServerCommand {
   state: CommandLifecycle;
   dispatch: CommandDispatch;
   ingest: CommandIngest;
-  terminalSource: TerminalSource;
-  exitCode: number | null;
-  signalName: string;
-  reason: string;
+  exit: CommandExit;
   /**
    * Stdin writes (R-S1), owned by stdin.ts (ingest.ts releases acknowledged
    * ones, setState clears the queue at the end). Each write taken since stdin

@@ -410,7 +410,7 @@ type Loader<V> = (r: CommandRow, script: Uint8Array | null) => V;
 export type FieldCodec<V> = { column: keyof CommandRow; save: (c: ServerCommand) => unknown; load: Loader<V> } | { column: null; save: null; load: Loader<V> };
 
 /** The sub-structs of ServerCommand (server-types.ts): each of their fields is mapped on its own. */
-export type CommandGroup = "dispatch" | "ingest" | "script" | "output";
+export type CommandGroup = "dispatch" | "ingest" | "exit" | "script" | "output";
 
 /**
  * The mapping's type names every field of ServerCommand and of each of its
@@ -476,10 +476,12 @@ export const COMMAND_FIELDS = {
     // Records written before history pruning lack rowEvents.
     rowEvents: col({ column: "rowEvents", save: (c) => c.ingest.rowEvents, load: (r) => r.rowEvents ?? 0 }),
   },
-  terminalSource: col({ column: "terminalSource", save: (c) => c.terminalSource, load: (r) => r.terminalSource }),
-  exitCode: col({ column: "exitCode", save: (c) => c.exitCode, load: (r) => r.exitCode }),
-  signalName: col({ column: "signalName", save: (c) => c.signalName, load: (r) => r.signalName }),
-  reason: col({ column: "reason", save: (c) => c.reason, load: (r) => r.reason }),
+  exit: {
+    exitCode: col({ column: "exitCode", save: (c) => c.exit.exitCode, load: (r) => r.exitCode }),
+    signalName: col({ column: "signalName", save: (c) => c.exit.signalName, load: (r) => r.signalName }),
+    reason: col({ column: "reason", save: (c) => c.exit.reason, load: (r) => r.reason }),
+    terminalSource: col({ column: "terminalSource", save: (c) => c.exit.terminalSource, load: (r) => r.terminalSource }),
+  },
   // Only the writes through inlineThrough are in the record; the rest are `stdin` rows, which
   // restoreCommands adds to the queue.
   stdin: col({

@@ -149,7 +149,8 @@ export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Com
     exitCode: c.committed.exitCode ?? undefined,
     signalName: c.committed.signalName,
     reason: c.committed.reason,
-    terminalSource: c.terminalSource === "agent" ? TerminalSource.AGENT : c.terminalSource === "server" ? TerminalSource.SERVER : TerminalSource.UNSPECIFIED,
+    terminalSource:
+      c.exit.terminalSource === "agent" ? TerminalSource.AGENT : c.exit.terminalSource === "server" ? TerminalSource.SERVER : TerminalSource.UNSPECIFIED,
     storedThroughEventSeq: BigInt(c.committed.storedThrough),
     retainedOutputBytes: BigInt(c.output.storedOutputBytes),
     retentionMarkers: c.output.retention.length,

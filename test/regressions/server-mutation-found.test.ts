@@ -140,11 +140,8 @@ describe("server edges found by the mutation run", () => {
     expect(r.cmd("c1")).toMatchObject({
       revision: 1,
       state: L.QUEUED,
-      terminalSource: "",
+      exit: { terminalSource: "", exitCode: null, signalName: "", reason: "" },
       dispatch: { everDispatched: false, dispatchedOn: 0, attempts: 0, nextAttemptAt: 0 },
-      exitCode: null,
-      signalName: "",
-      reason: "",
       script: { bytes: null },
       createdAt: T0,
       queueExpiry: T0 + 24 * 60 * 60_000,

@@ -18,7 +18,7 @@ const base = (): CommittedCommand & Record<string, unknown> => ({
   spec: create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["echo", "hi there"] } }, cwd: "/tmp", timeoutMs: 5000n }),
   createdAt: 1000,
   queueExpiry: 9000,
-  terminalSource: "",
+  exit: { terminalSource: "" },
   dispatch: { attempts: 1 },
   output: { storedOutputBytes: 12, retention: [] },
   stdin: { ackedThrough: 0 },
@@ -40,7 +40,10 @@ describe("command view", () => {
           const c = base();
           const before = commandView(c);
           const key = commandViewKey(c);
-          Object.assign(c, ahead);
+          // The working fields, where a server command holds them.
+          const { exitCode, storedThrough, receivedThrough, ...top } = ahead;
+          Object.assign(c, top, { ingest: { storedThrough, receivedThrough } });
+          Object.assign(c.exit, { exitCode });
           expect(commandView(c)).toEqual(before);
           expect(commandViewKey(c)).toBe(key);
         },

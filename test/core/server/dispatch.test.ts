@@ -165,8 +165,7 @@ describe("dispatch", () => {
     r.accept(c, "c1", false, Code.ALREADY_EXECUTED, "tomb");
     expect(r.cmd("c1")).toMatchObject({
       state: L.INTERRUPTED,
-      terminalSource: "server",
-      reason: "agent reports it already executed this request; outcome not retained",
+      exit: { terminalSource: "server", reason: "agent reports it already executed this request; outcome not retained" },
     });
     expect(r.incidents().map(plainIncident)).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
   });

@@ -247,7 +247,11 @@ describe("command events", () => {
       3,
       lifecycle(L.FAILED, { exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: create(ControlErrorSchema, { code: Code.VALIDATION, message: "m" }) }),
     );
-    expect(s.r.cmd("c1")).toMatchObject({ state: L.FAILED, exitCode: 2, signalName: "SIGSEGV", reason: "boom", terminalSource: "agent", signals: [] });
+    expect(s.r.cmd("c1")).toMatchObject({
+      state: L.FAILED,
+      exit: { exitCode: 2, signalName: "SIGSEGV", reason: "boom", terminalSource: "agent" },
+      signals: [],
+    });
     expect(s.r.disk.durable.get("event")!.get("c1/000000000003")).toMatchObject({
       kind: "lifecycle",
       state: L.FAILED,

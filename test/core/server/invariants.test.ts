@@ -75,7 +75,7 @@ describe("server invariants catch every corruption they check", () => {
     ],
     ["script progress beyond size", (r) => void (C(r, "s1").script.acked = 4), /s1: script progress beyond size/],
     ["script progress on a non-script command", (r) => void (C(r).script.acked = 1), /c1: script progress beyond size/],
-    ["terminal without a source", (r) => void (C(r, "done").terminalSource = ""), /done: terminal without a source/],
+    ["terminal without a source", (r) => void (C(r, "done").exit.terminalSource = ""), /done: terminal without a source/],
     [
       "terminal with pending signals",
       (r) => void (C(r, "done").signals = [{ revision: 2, signal: SignalKind.USER1, requestId: "x", sentOn: 0 }]),

@@ -62,7 +62,7 @@ describe("server restart", () => {
     expect(c1.stdin).toEqual({ ...r.cmd("c1").stdin, sentThrough: r.cmd("c1").stdin.ackedThrough });
     expect(back.clientOutput.get("a")).toEqual({ bytes: r.cmd("c1").output.storedOutputBytes, uuids: new Set(["c1"]) });
     expect(back.commands.get("q")).toMatchObject({ state: L.DISPATCHED, dispatch: { everDispatched: true, dispatchedOn: 0 } });
-    expect(back.commands.get("c2")).toMatchObject({ state: L.SUCCEEDED, terminalSource: "agent", exitCode: 0 });
+    expect(back.commands.get("c2")).toMatchObject({ state: L.SUCCEEDED, exit: { terminalSource: "agent", exitCode: 0 } });
   });
 
   it("R-O2: after a restart only digests newer than storedThrough - SERVER_RECENT_DIGESTS are kept", () => {

@@ -218,7 +218,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     // The server: a takeover, not an invariant failure.
     const cmd = h.cmd("u1");
     expect(cmd.state).toBe(L.INTERRUPTED);
-    expect(cmd.reason).toBe(`client taken over by instance ${J}; the command was running on the previous instance ${I}`);
+    expect(cmd.exit.reason).toBe(`client taken over by instance ${J}; the command was running on the previous instance ${I}`);
     const incidents = [...h.server.incidents.values()].filter((i) => i.uuid === "u1");
     expect(incidents.map((i) => [i.kind, i.detail])).toEqual([
       [
