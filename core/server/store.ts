@@ -432,9 +432,10 @@ const legacyTime = (t: number | undefined): number => t ?? 0;
  * Every field of a command (sub-structs field by field) and its column.
  *
  * What a restart resets on purpose: nothing is in flight on a session
- * (dispatch.dispatchedOn, signals' sentOn, stdin's sentThrough, scriptSent,
- * scriptCommitSentOn), digests are reloaded from the event table, and the
- * record claims what is durable with it (storedThrough = receivedThrough).
+ * (dispatch.dispatchedOn, signals' sentOn, stdin.sentThrough, script.sent,
+ * script.commitSentOn), ingest.digests are reloaded from the event table, and
+ * the record claims what is durable with it (ingest.storedThrough =
+ * receivedThrough).
  * In the order of a command's fields (server-types.ts); the stored bytes do
  * not depend on it (keys are sorted).
  */
