@@ -322,7 +322,7 @@ export function quiescent(w: World): { ok: true } | null {
   // Settled means settled on disk: the committed (durable) view is terminal and
   // every received event is stored. In-memory state runs ahead by up to one
   // group commit, and on a slow disk that can be many seconds (seed 6021).
-  for (const c of st.commands.values()) if (!isTerminal(c.committed.state) || c.committed.storedThrough < c.receivedThrough) return null;
+  for (const c of st.commands.values()) if (!isTerminal(c.committed.state) || c.committed.storedThrough < c.ingest.receivedThrough) return null;
   for (const s of w.ops.submitted.values()) if (s.acked && !st.commands.has(s.uuid) && !st.pruned.has(s.uuid)) return null;
   // A job has ended on disk too (its last child ended, was refused or cancelled).
   for (const j of st.jobs.values()) if (j.committed.endedAt === 0) return null;

@@ -643,7 +643,9 @@ export class Oracles implements ExecObserver {
     if (!st) return;
     // Pruned commands are checked too: the oracle keeps its own copy of what
     // the server stored, so a command's coverage outlives its server record.
-    const ended: Array<{ uuid: string; state: L; terminalSource: string }> = [...st.commands.values()].filter((c) => isTerminal(c.state));
+    const ended: Array<{ uuid: string; state: L; terminalSource: string }> = [...st.commands.values()]
+      .filter((c) => isTerminal(c.state))
+      .map((c) => ({ uuid: c.uuid, state: c.state, terminalSource: c.exit.terminalSource }));
     for (const [uuid, p] of this.prunedNow(st)) ended.push({ uuid, state: p.state, terminalSource: p.terminalSource });
     for (const c of ended) {
       const lineages = [...(this.startedBy.get(c.uuid) ?? [])];

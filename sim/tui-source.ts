@@ -81,7 +81,7 @@ interface Frame {
   incidents: IncidentInfo[];
   jobs: JobInfo[];
   /** Retention markers per command at this frame (shared when unchanged). */
-  retention: Map<string, ServerCommand["retention"]>;
+  retention: Map<string, ServerCommand["output"]["retention"]>;
 }
 
 interface CommandLog {
@@ -173,7 +173,7 @@ export class SimSource implements DataSource, TimelineControl {
   private readonly logs = new Map<string, CommandLog>();
   private readonly rowCache = new Map<string, { key: string; row: CommandInfo }>();
   private readonly sessionCache = new Map<string, { key: string; row: SessionInfo }>();
-  private readonly retentionCache = new Map<string, ServerCommand["retention"]>();
+  private readonly retentionCache = new Map<string, ServerCommand["output"]["retention"]>();
   private lastServerView: { commands: CommandInfo[]; claims: ClaimInfo[]; incidents: IncidentInfo[]; jobs: JobInfo[] } = {
     commands: [],
     claims: [],
@@ -286,13 +286,13 @@ export class SimSource implements DataSource, TimelineControl {
     if (st) this.lastServerView = this.serverView(st);
     for (const h of w.hosts) if (!this.nodes.includes(h.name)) this.nodes.push(h.name);
     if (!this.nodes.includes("server")) this.nodes.unshift("server");
-    const retention = new Map<string, ServerCommand["retention"]>();
+    const retention = new Map<string, ServerCommand["output"]["retention"]>();
     if (st) {
       for (const c of st.commands.values()) {
-        if (c.retention.length === 0) continue;
+        if (c.output.retention.length === 0) continue;
         let r = this.retentionCache.get(c.uuid);
-        if (!r || r.length !== c.retention.length)
-          this.retentionCache.set(c.uuid, (r = c.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) }))));
+        if (!r || r.length !== c.output.retention.length)
+          this.retentionCache.set(c.uuid, (r = c.output.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) }))));
         retention.set(c.uuid, r);
       }
       this.readEvents(st);
@@ -441,7 +441,7 @@ export class SimSource implements DataSource, TimelineControl {
     for (const c of st.commands.values()) {
       let log = this.logs.get(c.uuid);
       if (!log) this.logs.set(c.uuid, (log = { items: [], through: 0, outputBytes: 0, elidedBytes: 0, elidedEvents: 0 }));
-      for (let seq = log.through + 1; seq <= c.storedThrough; seq++) {
+      for (let seq = log.through + 1; seq <= c.ingest.storedThrough; seq++) {
         const v = rowOf(tables, "event", eventKey(c.uuid, seq));
         log.through = seq;
         if (!v || !isEventRow(v)) continue;

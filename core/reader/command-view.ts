@@ -53,10 +53,9 @@ export interface CommittedCommand {
   spec: ExecutionSpec;
   createdAt: number;
   queueExpiry: number;
-  terminalSource: "agent" | "server" | "";
-  attempts: number;
-  storedOutputBytes: number;
-  retention: readonly unknown[];
+  exit: { terminalSource: "agent" | "server" | "" };
+  dispatch: { attempts: number };
+  output: { storedOutputBytes: number; retention: readonly unknown[] };
   stdin: { ackedThrough: number };
   committed: {
     state: CommandLifecycle;
@@ -104,7 +103,7 @@ export function times(startedAt: number | null, endedAt: number | null): Pick<Co
 /** A change of any of these changes the view (a cache key for readers that rebuild rows per frame). */
 export function commandViewKey(c: CommittedCommand): string {
   const k = c.committed;
-  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.attempts}|${c.storedOutputBytes}|${c.retention.length}|${c.stdin.ackedThrough}|${c.terminalSource}`;
+  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.output.storedOutputBytes}|${c.output.retention.length}|${c.stdin.ackedThrough}|${c.exit.terminalSource}`;
 }
 
 /** `toWall`: the server's deadline clock to wall time (queueExpiry); identity where both are one clock. */
@@ -118,7 +117,7 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     exitCode: k.exitCode,
     signalName: k.signalName,
     reason: k.reason,
-    terminalSource: c.terminalSource,
+    terminalSource: c.exit.terminalSource,
     createdAt: c.createdAt,
     queueExpiry: toWall(c.queueExpiry),
     ...times(k.startedTime || null, k.endedTime || null),
@@ -127,9 +126,9 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     stdinOpen: c.spec.stdinOpen,
     timeoutMs: Number(c.spec.timeoutMs),
     storedThrough: k.storedThrough,
-    retainedBytes: c.storedOutputBytes,
-    retentionMarkers: c.retention.length,
-    attempts: c.attempts,
+    retainedBytes: c.output.storedOutputBytes,
+    retentionMarkers: c.output.retention.length,
+    attempts: c.dispatch.attempts,
     stdinAckedThrough: c.stdin.ackedThrough,
   };
 }

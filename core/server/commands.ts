@@ -17,10 +17,10 @@ import { recharge } from "./metadata.js";
 export function viewOf(c: ServerCommand): CommittedView {
   return {
     state: c.state,
-    exitCode: c.exitCode,
-    signalName: c.signalName,
-    reason: c.reason,
-    storedThrough: c.receivedThrough,
+    exitCode: c.exit.exitCode,
+    signalName: c.exit.signalName,
+    reason: c.exit.reason,
+    storedThrough: c.ingest.receivedThrough,
     revision: c.revision,
     stdinAssigned: c.stdin.nextSeq - 1,
     startedTime: c.startedTime,
@@ -81,9 +81,9 @@ export function setState(
     c.endedTime = at;
     st.active.delete(c.uuid);
     noteEnded(st, c, ctx.now);
-    c.terminalSource = source;
-    if (reason) c.reason = reason;
-    c.script = null;
+    c.exit.terminalSource = source;
+    if (reason) c.exit.reason = reason;
+    c.script.bytes = null;
     ctx.persist(scriptDelete(c.uuid));
     if (c.stdin.queue.some((o) => o.seq > c.stdin.inlineThrough)) ctx.persist(stdinRowsDelete(c.uuid));
     c.stdin.queue = [];

@@ -42,7 +42,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     }
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
-    if (c.state === L.DISPATCHED && c.dispatchedOn === conn.generation) {
+    if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) {
       inflightByConn.set(conn.conn, (inflightByConn.get(conn.conn) ?? 0) + 1);
     }
   }
@@ -79,7 +79,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
  * at a restart must not hold a queued command back by the wall-clock step.
  */
 export function retryDue(c: ServerCommand, now: number): boolean {
-  return now >= c.nextAttemptAt || c.nextAttemptAt - now > CAPACITY_RETRY_CAP_MS;
+  return now >= c.dispatch.nextAttemptAt || c.dispatch.nextAttemptAt - now > CAPACITY_RETRY_CAP_MS;
 }
 
 /**
@@ -89,20 +89,20 @@ export function retryDue(c: ServerCommand, now: number): boolean {
  */
 function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, now: number): boolean {
   const at = redeliveryAt(st, c);
-  return at !== null && c.dispatchedOn === generation && now >= at;
+  return at !== null && c.dispatch.dispatchedOn === generation && now >= at;
 }
 
 /** When a dispatch sent on a live session and durably recorded may be sent again (null: none). */
 export function redeliveryAt(st: ServerState, c: ServerCommand): number | null {
-  const armed = c.state === L.DISPATCHED && c.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED;
-  return armed ? c.dispatchedAt + st.config.limits.redeliveryMs : null;
+  const armed = c.state === L.DISPATCHED && c.dispatch.dispatchedOn !== 0 && c.committed.state === L.DISPATCHED;
+  return armed ? c.dispatch.dispatchedAt + st.config.limits.redeliveryMs : null;
 }
 
 export function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
-  c.everDispatched = true;
-  c.dispatchedOn = conn.generation;
-  c.dispatchedAt = ctx.now;
-  c.attempts++;
+  c.dispatch.everDispatched = true;
+  c.dispatch.dispatchedOn = conn.generation;
+  c.dispatch.dispatchedAt = ctx.now;
+  c.dispatch.attempts++;
   if (c.state === L.QUEUED) {
     // The first send waits until `dispatched` is durable: a server that crashed
     // after sending but before recording it would believe the command never
@@ -120,9 +120,9 @@ export function releaseDispatch(st: ServerState, ctx: ServerCtx, a: Extract<Serv
   const { uuid, generation } = a;
   const c = st.commands.get(uuid);
   const conn = st.conns.get(a.conn);
-  if (!c || !conn || c.state !== L.DISPATCHED || c.dispatchedOn !== generation) return;
+  if (!c || !conn || c.state !== L.DISPATCHED || c.dispatch.dispatchedOn !== generation) return;
   if (conn.phase !== "ready" || conn.generation !== generation) return; // redelivery or reconciliation takes over
-  c.dispatchedAt = ctx.now;
+  c.dispatch.dispatchedAt = ctx.now;
   sendDispatch(ctx, conn, c);
 }
 
@@ -139,7 +139,7 @@ function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
       immutableRequestSha256: fromHex(c.hash),
     }),
   });
-  ctx.emit({ type: "trace", event: "dispatch", detail: { uuid: c.uuid, conn: conn.conn, generation: conn.generation, attempt: c.attempts } });
+  ctx.emit({ type: "trace", event: "dispatch", detail: { uuid: c.uuid, conn: conn.conn, generation: conn.generation, attempt: c.dispatch.attempts } });
 }
 
 function timestampFromMsLocal(ms: number): ReturnType<typeof timestampFromMs> {
@@ -172,10 +172,10 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
   }
   if (isTransientRejection(code) || code === Code.STALE_GENERATION) {
     setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
-    const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.attempts, 20));
-    c.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
+    const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.dispatch.attempts, 20));
+    c.dispatch.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
     persistCommand(st, ctx, c);
-    ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.nextAttemptAt } });
+    ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.dispatch.nextAttemptAt } });
     return;
   }
   fail(Code.PROTOCOL_ERROR, `rejection with code ${code} is not a dispatch answer`, true);

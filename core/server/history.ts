@@ -80,28 +80,31 @@ export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
 }
 
 function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
-  assert(c.committed.storedThrough === c.receivedThrough && c.storedThrough === c.receivedThrough, `${c.uuid}: pruned with events not yet durable`);
+  assert(
+    c.committed.storedThrough === c.ingest.receivedThrough && c.ingest.storedThrough === c.ingest.receivedThrough,
+    `${c.uuid}: pruned with events not yet durable`,
+  );
   const entry: PrunedCommand = {
     uuid: c.uuid,
     clientId: c.clientId,
     hash: c.hash,
     state: c.state,
-    terminalSource: c.terminalSource,
-    storedThrough: c.storedThrough,
-    exitCode: c.exitCode,
+    terminalSource: c.exit.terminalSource,
+    storedThrough: c.ingest.storedThrough,
+    exitCode: c.exit.exitCode,
     endedAt: c.endedAt,
     at: ctx.now,
   };
   ctx.persist(commandDelete(c.uuid));
   ctx.persist(eventsDelete(c.uuid));
-  if (c.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
+  if (c.output.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
   ctx.persist(prunedRecord(entry));
   // Output files go once the batch that forgets the command is durable.
   // (Retention never drops a command's last segment: no segments, no files.)
-  if (c.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
-  if (c.storedOutputBytes > 0) {
-    const bytes = c.storedOutputBytes;
-    c.storedOutputBytes = 0;
+  if (c.output.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
+  if (c.output.storedOutputBytes > 0) {
+    const bytes = c.output.storedOutputBytes;
+    c.output.storedOutputBytes = 0;
     noteOutput(st, c, -bytes);
   }
   st.metaBytes -= c.charged;

@@ -55,7 +55,7 @@ export function handleCommandEvent(
   // whatever their sequence; the ReconcileResult tells the agent to drop it.
   // (Checking sequences first would close every session on a "gap" and the
   // result that ends the copy would never arrive: a livelock.)
-  if (isTerminal(c.state) && c.terminalSource === "server") return;
+  if (isTerminal(c.state) && c.exit.terminalSource === "server") return;
   // The digest of the event's bytes as received: every retry must resend
   // identical bytes (R-O2). For a canonical encoder (every RVBox agent:
   // protobuf-es, whose sub-message bytes inside an envelope are those of the
@@ -69,19 +69,19 @@ export function handleCommandEvent(
     // discards that copy from ever arriving.
     // Acknowledge only through the resent seq: storedThrough may include events
     // from another copy of this instance that this agent never assigned.
-    if (seq <= c.storedThrough && c.digests[seq] === digest) sendAck(ctx, conn, c.uuid, seq);
+    if (seq <= c.ingest.storedThrough && c.ingest.digests[seq] === digest) sendAck(ctx, conn, c.uuid, seq);
     else ctx.emit({ type: "trace", event: "event_ignored", detail: { uuid: c.uuid, seq, why: "command is terminal" } });
     return;
   }
-  if (seq <= c.receivedThrough) {
-    const known = c.digests[seq];
+  if (seq <= c.ingest.receivedThrough) {
+    const known = c.ingest.digests[seq];
     if (known !== undefined && known !== digest) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} resent with different bytes`, true);
-    if (seq <= c.storedThrough) sendAck(ctx, conn, c.uuid, c.storedThrough);
+    if (seq <= c.ingest.storedThrough) sendAck(ctx, conn, c.uuid, c.ingest.storedThrough);
     return;
   }
-  if (seq !== c.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.receivedThrough}: gap`, true);
-  if (ev.event.case !== "output" && c.rowEvents >= rowEventBound(c))
-    return fail(Code.CAPACITY, `${c.uuid} already has ${c.rowEvents} stored non-output events, the most it may have`, true);
+  if (seq !== c.ingest.receivedThrough + 1) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} after ${c.ingest.receivedThrough}: gap`, true);
+  if (ev.event.case !== "output" && c.ingest.rowEvents >= rowEventBound(c))
+    return fail(Code.CAPACITY, `${c.uuid} already has ${c.ingest.rowEvents} stored non-output events, the most it may have`, true);
   if (c.state === L.QUEUED || c.state === L.DISPATCHED) {
     // The agent can only emit events for a command it accepted: the
     // CommandAccepted must have been lost. Adopt it.
@@ -105,11 +105,11 @@ export function handleCommandEvent(
       if (size > MAX_CHUNK_BYTES) return fail(Code.PAYLOAD_TOO_LARGE, `output chunk declares ${size} bytes`, true);
       if (e.value.zstdData.length > MAX_CHUNK_BYTES + 1024) return fail(Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs", true);
       const offset = safeNumber(e.value.streamOffset);
-      if (offset !== c.streamNext[stream])
-        return fail(Code.SEQUENCE_VIOLATION, `${stream} offset ${e.value.streamOffset}, expected ${c.streamNext[stream]}`, true);
+      if (offset !== c.ingest.streamNext[stream])
+        return fail(Code.SEQUENCE_VIOLATION, `${stream} offset ${e.value.streamOffset}, expected ${c.ingest.streamNext[stream]}`, true);
       const chk = env.ports.checkCompressed(e.value.zstdData, size);
       if (!chk.ok) return fail(chk.code, chk.message, true);
-      c.streamNext[stream] += size;
+      c.ingest.streamNext[stream] += size;
       record = { ...base, kind: "output", stream, offset, originalSize: size, zstd: e.value.zstdData };
       addToSegments(st, ctx, c, seq, e.value.zstdData.length, { stream, offset, length: size });
       break;
@@ -117,7 +117,7 @@ export function handleCommandEvent(
     case "truncation": {
       if (e.value.removedEvents) return fail(Code.PROTOCOL_ERROR, "agent truncation markers carry no event range", true);
       const ranges: Array<{ stream: StreamName; offset: number; length: number }> = [];
-      const next = { ...c.streamNext };
+      const next = { ...c.ingest.streamNext };
       for (const r of e.value.removedBytes) {
         const stream = streamName(r.stream);
         const offset = safeNumber(r.offset);
@@ -127,7 +127,7 @@ export function handleCommandEvent(
         next[stream] += length;
         ranges.push({ stream, offset, length });
       }
-      c.streamNext = next;
+      c.ingest.streamNext = next;
       record = { ...base, kind: "truncation", cause: e.value.cause, ranges };
       break;
     }
@@ -135,8 +135,8 @@ export function handleCommandEvent(
       const to = e.value.state;
       if (to !== c.state && !canTransition(c.state, to)) return fail(Code.SEQUENCE_VIOLATION, `lifecycle ${L[c.state]} -> ${L[to] ?? to} is not allowed`, true);
       if (to === L.ACCEPTED || to === L.QUEUED || to === L.DISPATCHED) return fail(Code.PROTOCOL_ERROR, `agent lifecycle event ${L[to]}`, true);
-      if (e.value.exitCode !== undefined) c.exitCode = e.value.exitCode;
-      c.signalName = e.value.signalName;
+      if (e.value.exitCode !== undefined) c.exit.exitCode = e.value.exitCode;
+      c.exit.signalName = e.value.signalName;
       record = {
         ...base,
         kind: "lifecycle",
@@ -164,11 +164,11 @@ export function handleCommandEvent(
     case "scriptUpload": {
       const got = safeNumber(e.value.receivedBytes);
       const size = c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : -1;
-      if (got === null || got > size || got < c.scriptAcked) return fail(Code.SEQUENCE_VIOLATION, `script progress ${e.value.receivedBytes} impossible`, true);
-      c.scriptAcked = got;
+      if (got === null || got > size || got < c.script.acked) return fail(Code.SEQUENCE_VIOLATION, `script progress ${e.value.receivedBytes} impossible`, true);
+      c.script.acked = got;
       if (e.value.complete) {
-        c.scriptCommitted = true;
-        c.script = null;
+        c.script.committed = true;
+        c.script.bytes = null;
         ctx.persist(scriptDelete(c.uuid));
       }
       record = { ...base, kind: "script_upload", receivedBytes: got, complete: e.value.complete };
@@ -182,10 +182,10 @@ export function handleCommandEvent(
     default:
       return unreachable(e, "command event payload");
   }
-  c.receivedThrough = seq;
-  if (e.case !== "output") c.rowEvents++;
-  c.digests[seq] = digest;
-  delete c.digests[seq - SERVER_RECENT_DIGESTS];
+  c.ingest.receivedThrough = seq;
+  if (e.case !== "output") c.ingest.rowEvents++;
+  c.ingest.digests[seq] = digest;
+  delete c.ingest.digests[seq - SERVER_RECENT_DIGESTS];
   conn.ingressPending += frameBytes;
   ctx.persist(eventRecord(c.uuid, record));
   persistCommand(st, ctx, c);
@@ -206,7 +206,7 @@ export function releaseAck(st: ServerState, acks: AckBatch, a: Extract<ServerDef
   const conn = st.conns.get(a.conn);
   if (conn) conn.ingressPending -= a.bytes;
   const cmd = st.commands.get(a.uuid);
-  if (cmd && a.through > cmd.storedThrough) cmd.storedThrough = a.through;
+  if (cmd && a.through > cmd.ingest.storedThrough) cmd.ingest.storedThrough = a.through;
   const key = `${a.conn}/${a.uuid}`;
   const prev = acks.get(key);
   if (!prev || prev.through < a.through) acks.set(key, { conn: a.conn, uuid: a.uuid, through: a.through });
@@ -218,6 +218,6 @@ export function sendAcks(st: ServerState, ctx: ServerCtx, acks: AckBatch): void 
     const conn = st.conns.get(a.conn);
     const cmd = st.commands.get(a.uuid);
     if (!conn || !cmd || (conn.phase !== "ready" && conn.phase !== "reconciling")) continue;
-    sendAck(ctx, conn, a.uuid, cmd.storedThrough);
+    sendAck(ctx, conn, a.uuid, cmd.ingest.storedThrough);
   }
 }

@@ -59,10 +59,10 @@ export function serverCommandInvariants(st: ServerState): void {
     if (isTerminal(c.committed.state)) assert(c.state === c.committed.state, `${uuid}: committed terminal state ${c.committed.state} changed to ${c.state}`);
     assert(c.committed.revision <= c.revision && c.committed.stdinAssigned < c.stdin.nextSeq, `${uuid}: committed view ahead of memory`);
     assert(c.stdin.sentThrough <= Math.max(c.committed.stdinAssigned, c.stdin.ackedThrough), `${uuid}: stdin sent before it was durable`);
-    assert(c.committed.storedThrough <= c.storedThrough, `${uuid}: readers would see events not yet durable`);
-    if (c.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.storedOutputBytes);
+    assert(c.committed.storedThrough <= c.ingest.storedThrough, `${uuid}: readers would see events not yet durable`);
+    if (c.output.storedOutputBytes > 0) output.set(c.clientId, (output.get(c.clientId) ?? 0) + c.output.storedOutputBytes);
     assert(c.uuid === uuid, "command key mismatch");
-    assert(c.storedThrough <= c.receivedThrough, `${uuid}: stored beyond received`);
+    assert(c.ingest.storedThrough <= c.ingest.receivedThrough, `${uuid}: stored beyond received`);
     assert(c.stdin.ackedThrough < c.stdin.nextSeq, `${uuid}: stdin acked beyond assigned`);
     let q = 0;
     let prev = c.stdin.ackedThrough;
@@ -74,22 +74,22 @@ export function serverCommandInvariants(st: ServerState): void {
     assert(c.stdin.inlineThrough < c.stdin.nextSeq, `${uuid}: inline stdin writes beyond the assigned ones`);
     assert(q === c.stdin.queuedBytes && q <= st.config.limits.stdinQueue, `${uuid}: stdin queue accounting`);
     let seg = 0;
-    for (const s of c.segments) seg += s.bytes;
-    assert(seg === c.storedOutputBytes, `${uuid}: segment accounting`);
-    assert(c.storedOutputBytes <= st.config.limits.outputPerCommand || c.segments.length <= 1, `${uuid}: retention exceeded`);
+    for (const s of c.output.segments) seg += s.bytes;
+    assert(seg === c.output.storedOutputBytes, `${uuid}: segment accounting`);
+    assert(c.output.storedOutputBytes <= st.config.limits.outputPerCommand || c.output.segments.length <= 1, `${uuid}: retention exceeded`);
     assert(
-      c.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND,
+      c.output.retention.length <= 1 && c.signals.length <= MAX_PENDING_SIGNALS && Object.keys(c.requests).length <= MAX_REQUEST_IDS_PER_COMMAND,
       `${uuid}: a per-command bound exceeded`,
     );
     // Digests grow only while a command is active (events of terminal ones are never stored).
-    if (!isTerminal(c.state)) assert(Object.keys(c.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
-    assert(c.rowEvents <= rowEventBound(c), `${uuid}: ${c.rowEvents} stored non-output events over the bound`);
+    if (!isTerminal(c.state)) assert(Object.keys(c.ingest.digests).length <= SERVER_RECENT_DIGESTS, `${uuid}: more than SERVER_RECENT_DIGESTS digests`);
+    assert(c.ingest.rowEvents <= rowEventBound(c), `${uuid}: ${c.ingest.rowEvents} stored non-output events over the bound`);
     let sent = 0;
     for (const op of c.stdin.queue) if (op.seq <= c.stdin.sentThrough) sent++;
     assert(sent <= STDIN_WRITES_IN_FLIGHT, `${uuid}: ${sent} stdin writes in flight over the bound`);
-    assert(c.scriptAcked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
+    assert(c.script.acked <= (c.spec.program.case === "script" ? Number(c.spec.program.value.sizeBytes) : 0), `${uuid}: script progress beyond size`);
     if (isTerminal(c.state)) {
-      assert(c.terminalSource !== "", `${uuid}: terminal without a source`);
+      assert(c.exit.terminalSource !== "", `${uuid}: terminal without a source`);
       assert(c.signals.length === 0 && c.stdin.queue.length === 0, `${uuid}: terminal with pending work`);
     }
   }

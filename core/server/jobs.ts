@@ -275,8 +275,8 @@ function stepJob(st: ServerState, ctx: ServerCtx, job: ServerJob, env: ServerEnv
     assert(c !== undefined, `job ${job.id}: started child ${ch.uuid} has no command`);
     ch.phase = "done";
     ch.state = c.state;
-    ch.exitCode = c.exitCode;
-    ch.reason = c.reason;
+    ch.exitCode = c.exit.exitCode;
+    ch.reason = c.exit.reason;
     ch.startedTime = c.startedTime;
     ch.endedTime = c.endedTime;
     changed = true;

@@ -10,9 +10,9 @@ export function metaCharge(c: ServerCommand): number {
   return (
     SERVER_RECORD_BASE_BYTES +
     c.specBytes +
-    c.rowEvents * SERVER_EVENT_ROW_BYTES +
-    Math.min(c.receivedThrough, SERVER_RECENT_DIGESTS) * SERVER_DIGEST_BYTES +
-    (c.segments.length + c.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
+    c.ingest.rowEvents * SERVER_EVENT_ROW_BYTES +
+    Math.min(c.ingest.receivedThrough, SERVER_RECENT_DIGESTS) * SERVER_DIGEST_BYTES +
+    (c.output.segments.length + c.output.retention.length) * SERVER_SEGMENT_ENTRY_BYTES
   );
 }
 

@@ -46,8 +46,8 @@ export function onSessionReady(st: ServerState, conn: ConnState): void {
     if (isTerminal(c.state)) continue;
     if (c.clientId !== conn.clientId) continue;
     c.stdin.sentThrough = c.stdin.ackedThrough;
-    c.scriptSent = c.scriptAcked;
-    c.scriptCommitSentOn = 0;
+    c.script.sent = c.script.acked;
+    c.script.commitSentOn = 0;
     for (const s of c.signals) s.sentOn = 0;
   }
 }
@@ -56,9 +56,9 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
   const view = (c: ServerCommand): ServerView => ({
     uuid: c.uuid,
     state: c.state,
-    terminalSource: c.terminalSource,
+    terminalSource: c.exit.terminalSource,
     hash: c.hash,
-    storedThrough: c.storedThrough,
+    storedThrough: c.ingest.storedThrough,
   });
   const requested: ServerView[] = reconcileTargets(st, conn.clientId).map(view);
   const agentViews: AgentView[] = snap.retainedCommands.map((r) => ({
@@ -84,7 +84,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
   let takenOver: NonNullable<typeof rep> | null = null;
   for (const v of result.verdicts) {
     const c = st.commands.get(v.uuid);
-    takenOver = replacedFor && c && v.action === "interrupt" && c.dispatchedOn <= replacedFor.generation ? replacedFor : null;
+    takenOver = replacedFor && c && v.action === "interrupt" && c.dispatch.dispatchedOn <= replacedFor.generation ? replacedFor : null;
     if (takenOver && c) openIncident(st, ctx, conn.clientId, v.uuid, "takeover_interrupt", takeoverIncident(conn.clientId, c, takenOver));
     else if (v.incident) openIncident(st, ctx, conn.clientId, v.uuid, `reconcile_${v.action}`, v.incident);
     if (!c || c.clientId !== conn.clientId) continue;
@@ -92,7 +92,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
       case "requeue":
         if (c.state === L.QUEUED) break; // never dispatched: nothing to undo
         setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
-        c.nextAttemptAt = 0;
+        c.dispatch.nextAttemptAt = 0;
         persistCommand(st, ctx, c);
         break;
       case "interrupt":

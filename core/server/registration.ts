@@ -165,7 +165,7 @@ export function releaseWelcome(st: ServerState, ctx: ServerCtx, a: Extract<Serve
   const targets = reconcileTargets(st, conn.clientId).map((c) =>
     create(ReconcileTargetSchema, {
       issueUuid: c.uuid,
-      lastServerEventSeq: BigInt(c.storedThrough),
+      lastServerEventSeq: BigInt(c.ingest.storedThrough),
       commandRevision: BigInt(c.revision),
       immutableRequestSha256: fromHex(c.hash),
     }),

@@ -94,12 +94,24 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
 }
 
 export function restoreCommands(st: ServerState, tables: ServerTables): void {
+  loadCommands(st, tables);
+  restoreHistory(st, rowsOf(tables, "pruned"));
+}
+
+/**
+ * Add the commands of `tables` to the server, with their stdin rows and
+ * recent digests, the active and output indexes and the metadata charge
+ * (not the history index or the pruned ledger). Returns them, in row order.
+ */
+export function loadCommands(st: ServerState, tables: ServerTables): ServerCommand[] {
   const scripts = tables.get("script");
+  const added: ServerCommand[] = [];
   for (const [uuid, r] of rowsOf(tables, "command")) {
     const c = restoreCommand(r, scripts?.get(uuid) as ScriptRow | undefined);
     st.commands.set(uuid, c);
+    added.push(c);
     if (!isTerminal(c.state)) st.active.add(uuid);
-    if (c.storedOutputBytes > 0) noteOutput(st, c, c.storedOutputBytes);
+    if (c.output.storedOutputBytes > 0) noteOutput(st, c, c.output.storedOutputBytes);
     recharge(st, c);
   }
   // Stdin writes taken but not yet acknowledged, in seq order (keys sort so; the record's inline ones are older).
@@ -111,11 +123,11 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
     withRows.add(c);
   }
   for (const c of withRows) c.stdin.queue.sort((a, b) => a.seq - b.seq);
-  restoreHistory(st, rowsOf(tables, "pruned"));
   // Digests of the most recent stored events, for resend checks after a restart.
   for (const [key, e] of rowsOf(tables, "event")) {
     const uuid = key.slice(0, key.lastIndexOf("/"));
     const c = st.commands.get(uuid);
-    if (c && e.seq > c.storedThrough - SERVER_RECENT_DIGESTS) c.digests[e.seq] = e.digest;
+    if (c && e.seq > c.ingest.storedThrough - SERVER_RECENT_DIGESTS) c.ingest.digests[e.seq] = e.digest;
   }
+  return added;
 }

@@ -15,7 +15,7 @@ export function noteOutput(st: ServerState, c: ServerCommand, delta: number): vo
   let e = st.clientOutput.get(c.clientId);
   if (!e) st.clientOutput.set(c.clientId, (e = { bytes: 0, uuids: new Set() }));
   e.bytes += delta;
-  if (c.storedOutputBytes > 0) e.uuids.add(c.uuid);
+  if (c.output.storedOutputBytes > 0) e.uuids.add(c.uuid);
   else e.uuids.delete(c.uuid);
 }
 
@@ -28,27 +28,27 @@ export function addToSegments(
   range: { stream: StreamName; offset: number; length: number },
 ): void {
   const L2 = st.config.limits;
-  let seg = c.segments[c.segments.length - 1];
+  let seg = c.output.segments[c.output.segments.length - 1];
   if (!seg || seg.bytes >= L2.segmentBytes) {
     seg = { firstSeq: seq, lastSeq: seq, bytes: 0, ranges: [] };
-    c.segments.push(seg);
+    c.output.segments.push(seg);
   }
   seg.lastSeq = seq;
   seg.bytes += bytes;
   const last = seg.ranges[seg.ranges.length - 1];
   if (last && last.stream === range.stream && last.offset + last.length === range.offset) last.length += range.length;
   else seg.ranges.push({ ...range });
-  c.storedOutputBytes += bytes;
+  c.output.storedOutputBytes += bytes;
   noteOutput(st, c, bytes);
   // R-O5: rolling retention drops whole old segments (never the one being written).
-  while (c.storedOutputBytes > L2.outputPerCommand && c.segments.length > 1) dropOldestSegment(st, ctx, c);
+  while (c.output.storedOutputBytes > L2.outputPerCommand && c.output.segments.length > 1) dropOldestSegment(st, ctx, c);
   const client = st.clientOutput.get(c.clientId)!;
   while (client.bytes > L2.outputPerClient) {
     // The client's oldest retained output goes first (the index is in order of first output).
     let victim: ServerCommand | undefined;
     for (const uuid of client.uuids) {
       const x = st.commands.get(uuid)!;
-      if (x.segments.length > (x === c ? 1 : 0)) {
+      if (x.output.segments.length > (x === c ? 1 : 0)) {
         victim = x;
         break;
       }
@@ -59,16 +59,16 @@ export function addToSegments(
 }
 
 function dropOldestSegment(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
-  const seg = c.segments.shift()!;
-  c.storedOutputBytes -= seg.bytes;
+  const seg = c.output.segments.shift()!;
+  c.output.storedOutputBytes -= seg.bytes;
   noteOutput(st, c, -seg.bytes);
   // Segments go oldest first, so everything removed is one prefix of the output:
   // one cumulative marker per command (bounded), extended on every drop. Its
   // event range covers output events only; other events are never removed.
-  let marker = c.retention[0];
+  let marker = c.output.retention[0];
   if (!marker) {
     marker = { firstSeq: seg.firstSeq, lastSeq: seg.lastSeq, ranges: [], at: ctx.wall };
-    c.retention.push(marker);
+    c.output.retention.push(marker);
   }
   marker.lastSeq = seg.lastSeq;
   marker.at = ctx.wall;

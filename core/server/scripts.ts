@@ -8,22 +8,23 @@ import type { ConnState, ServerCommand, ServerEnv, ServerState } from "./server-
 import { type ServerCtx, send } from "./io.js";
 
 export function pumpScript(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand, env: ServerEnv): void {
-  if (!c.script || c.scriptCommitted) return;
-  const size = c.script.length;
-  while (c.scriptSent < size && c.scriptSent - c.scriptAcked < st.config.limits.scriptWindow) {
-    const data = c.script.subarray(c.scriptSent, Math.min(size, c.scriptSent + SCRIPT_CHUNK_BYTES));
+  const bytes = c.script.bytes;
+  if (!bytes || c.script.committed) return;
+  const size = bytes.length;
+  while (c.script.sent < size && c.script.sent - c.script.acked < st.config.limits.scriptWindow) {
+    const data = bytes.subarray(c.script.sent, Math.min(size, c.script.sent + SCRIPT_CHUNK_BYTES));
     send(ctx, conn, {
       case: "scriptChunk",
-      value: create(ScriptChunkSchema, { issueUuid: c.uuid, offset: BigInt(c.scriptSent), data, sha256: env.ports.sha256(data) }),
+      value: create(ScriptChunkSchema, { issueUuid: c.uuid, offset: BigInt(c.script.sent), data, sha256: env.ports.sha256(data) }),
     });
-    c.scriptSent += data.length;
+    c.script.sent += data.length;
   }
-  if (c.scriptAcked === size && c.scriptCommitSentOn !== conn.generation) {
+  if (c.script.acked === size && c.script.commitSentOn !== conn.generation) {
     // All bytes durably received: commit, once per session.
     send(ctx, conn, {
       case: "scriptCommit",
       value: create(ScriptCommitSchema, { issueUuid: c.uuid, sizeBytes: BigInt(size), sha256: (c.spec.program.value as { sha256: Uint8Array }).sha256 }),
     });
-    c.scriptCommitSentOn = conn.generation;
+    c.script.commitSentOn = conn.generation;
   }
 }

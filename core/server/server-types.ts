@@ -81,6 +81,15 @@ export interface RetentionMarker {
   at: number;
 }
 
+/**
+ * A command as the server holds it. Fields that one concern module writes are
+ * grouped in a sub-struct named after it (the module that owns the group is
+ * named on each); the rest are the record's identity, its lifecycle and the
+ * times and charges several modules read. The stored record is flat and does
+ * not follow this grouping: store.ts `COMMAND_FIELDS` maps every field of
+ * every group to its column of `CommandRow`, so regrouping changes no stored
+ * byte.
+ */
 export interface ServerCommand {
   uuid: string;
   clientId: string;
@@ -88,8 +97,6 @@ export interface ServerCommand {
   hash: string;
   revision: number;
   spec: ExecutionSpec;
-  /** Script bytes (script commands only) until the upload completes. */
-  script: Uint8Array | null;
   /** Wall clock (issue_time, shown to readers). */
   createdAt: number;
   /**
@@ -101,31 +108,18 @@ export interface ServerCommand {
   committed: CommittedView;
   /** Deadline clock; sent and shown converted to wall time. */
   queueExpiry: number;
+  /** Written only by commands.ts `setState`. */
   state: CommandLifecycle;
-  terminalSource: TerminalSource;
-  /** Dispatched at least once (so reconciliation must ask about it). */
-  everDispatched: boolean;
-  /** Generation of the session it was last dispatched on. */
-  dispatchedOn: number;
-  /** Deadline clock, as are nextAttemptAt and endedAt. */
-  dispatchedAt: number;
-  attempts: number;
-  nextAttemptAt: number;
-  /** Events durably stored through this sequence (R-O3). */
-  storedThrough: number;
-  /** Events received and being persisted through this sequence. */
-  receivedThrough: number;
-  /** Next byte offset expected per stream. */
-  streamNext: { stdout: number; stderr: number };
-  exitCode: number | null;
-  signalName: string;
-  reason: string;
-  /** Stdin writes: assigned seqs, acknowledged through, queued ops. */
+  dispatch: CommandDispatch;
+  ingest: CommandIngest;
+  exit: CommandExit;
   /**
-   * Stdin writes (R-S1). Each write taken since stdin rows exist is stored as
-   * its own `stdin` row, written once and deleted when acknowledged; writes
-   * through `inlineThrough` came from a record written before that (its
-   * queue held their bytes) and stay in the record until acknowledged.
+   * Stdin writes (R-S1), owned by stdin.ts (ingest.ts releases acknowledged
+   * ones, setState clears the queue at the end). Each write taken since stdin
+   * rows exist is stored as its own `stdin` row, written once and deleted
+   * when acknowledged; writes through `inlineThrough` came from a record
+   * written before that (its queue held their bytes) and stay in the record
+   * until acknowledged.
    */
   stdin: {
     nextSeq: number;
@@ -136,33 +130,84 @@ export interface ServerCommand {
     closeRequested: boolean;
     inlineThrough: number;
   };
+  /** Signals not yet answered, owned by signals.ts (ingest.ts and reconcile.ts drop answered ones). */
   signals: PendingSignal[];
-  /** Script upload progress acknowledged by the agent, and sent up to. */
-  scriptAcked: number;
-  scriptSent: number;
-  /** Generation of the session the ScriptCommit was sent on (0: not yet). */
-  scriptCommitSentOn: number;
-  scriptCommitted: boolean;
-  /** Stored output accounting for retention (R-O5). */
-  segments: Segment[];
-  storedOutputBytes: number;
-  retention: RetentionMarker[];
-  /** request_id -> revision (R-S5); bounded by the number of requests. */
+  script: CommandScript;
+  output: CommandOutput;
+  /** request_id -> revision (R-S5); bounded by the number of requests (commands.ts `remember`). */
   requests: Record<string, number>;
-  /** Recent event digests by seq, for duplicate checks (bounded). */
-  digests: Record<number, number>;
-  /** When it became terminal (0 while active): history is pruned in this order. */
+  /** Deadline clock: when it became terminal (0 while active): history is pruned in this order (history.ts). */
   endedAt: number;
-  /** Wall clock: when its process started (the agent's RUNNING event), 0 if it never ran. */
+  /** Wall clock: when its process started (the agent's RUNNING event), 0 if it never ran (setState). */
   startedTime: number;
-  /** Wall clock: when it became terminal (the agent's event time, or the server's clock for a server-made end); 0 while active. */
+  /** Wall clock: when it became terminal (the agent's event time, or the server's clock for a server-made end); 0 while active (setState). */
   endedTime: number;
   /** Encoded ExecutionSpec bytes (charged to the metadata tier). */
   specBytes: number;
-  /** Stored events that are rows rather than segment output (lifecycle, acks, markers). */
-  rowEvents: number;
   /** Bytes charged to the metadata tier at the last persist (metadata.ts metaCharge). */
   charged: number;
+}
+
+/** Dispatch progress, written by dispatch.ts (reconcile.ts's requeue clears nextAttemptAt). */
+export interface CommandDispatch {
+  /** Dispatched at least once (so reconciliation must ask about it). */
+  everDispatched: boolean;
+  /** Generation of the session it was last dispatched on (0 after a restart: nothing is in flight). */
+  dispatchedOn: number;
+  /** Deadline clock, as is nextAttemptAt. */
+  dispatchedAt: number;
+  attempts: number;
+  nextAttemptAt: number;
+}
+
+/** Event ingest (R-O2, R-O3), written by ingest.ts. */
+export interface CommandIngest {
+  /** Events durably stored through this sequence (R-O3). */
+  storedThrough: number;
+  /** Events received and being persisted through this sequence. */
+  receivedThrough: number;
+  /** Next byte offset expected per stream. */
+  streamNext: { stdout: number; stderr: number };
+  /** Recent event digests by seq, for duplicate checks (bounded; reloaded from the event table on restore). */
+  digests: Record<number, number>;
+  /** Stored events that are rows rather than segment output (lifecycle, acks, markers). */
+  rowEvents: number;
+}
+
+/**
+ * How it ended. `exitCode` and `signalName` come from the agent's lifecycle
+ * events (ingest.ts); `reason` and `terminalSource` are set by setState
+ * (commands.ts) when it becomes terminal.
+ */
+export interface CommandExit {
+  exitCode: number | null;
+  signalName: string;
+  reason: string;
+  terminalSource: TerminalSource;
+}
+
+/**
+ * Script upload (R-C1, R-C3): scripts.ts sends (`sent`, `commitSentOn`),
+ * ingest.ts takes the agent's progress (`acked`, `committed`, and drops the
+ * bytes once complete), reconcile.ts rewinds `sent` to `acked` on a new
+ * session, setState drops the bytes when the command ends.
+ */
+export interface CommandScript {
+  /** Script bytes (script commands only) until the upload completes; stored in table `script`. */
+  bytes: Uint8Array | null;
+  /** Upload progress acknowledged by the agent, and sent up to. */
+  acked: number;
+  sent: number;
+  /** Generation of the session the ScriptCommit was sent on (0: not yet). */
+  commitSentOn: number;
+  committed: boolean;
+}
+
+/** Stored output accounting for retention (R-O5), written by retention.ts (history.ts releases it at prune). */
+export interface CommandOutput {
+  segments: Segment[];
+  storedOutputBytes: number;
+  retention: RetentionMarker[];
 }
 
 /**

@@ -32,14 +32,18 @@ import type { StreamName } from "../window/outbox.js";
 import type {
   AuditEntry,
   ClientRecord,
+  CommittedView,
   Incident,
   IncidentDrops,
   Labels,
+  PendingSignal,
   PrunedCommand,
   RetentionMarker,
+  Segment,
   ServerCommand,
   ServerJob,
   StdinOp,
+  TerminalSource,
 } from "./server-types.js";
 
 /** What restore reads the durable tables through (a shell's loaded tables, or a simulated disk). */
@@ -94,17 +98,59 @@ export const auditKey = (seq: number): string => seq.toString().padStart(AUDIT_S
  */
 export type ClientRow = Omit<ClientRecord, "draining" | "labels"> & { draining?: boolean; labels?: Labels };
 
-/** Fields of a command that are never stored (bytes in table `script`, derived views and charges). */
-type Unstored = "script" | "committed" | "charged";
-/** Fields that records written by older servers may lack (restore fills them in). */
-type Legacy = "endedAt" | "startedTime" | "endedTime" | "specBytes" | "rowEvents";
 /**
+ * A command record as stored: flat, one column per stored field, whatever
+ * sub-struct of ServerCommand the field is in (COMMAND_FIELDS says which).
+ * The optional columns are legacy gaps: records written before history
+ * pruning lack endedAt, specBytes and rowEvents, records written before
+ * command times lack startedTime and endedTime (restore fills them in).
  * `stdin.queue` holds only writes through `inlineThrough` (taken before stdin
  * rows existed; records of older servers hold every queued write there), and
  * `inlineThrough` itself is not stored: restore derives it from that queue.
+ * The script bytes (table `script`), the committed view and the metadata
+ * charge are never stored.
  */
-export type CommandRow = Omit<ServerCommand, Unstored | Legacy | "stdin"> &
-  Partial<Pick<ServerCommand, Legacy>> & { stdin: Omit<ServerCommand["stdin"], "inlineThrough"> };
+export interface CommandRow {
+  uuid: string;
+  clientId: string;
+  hash: string;
+  revision: number;
+  spec: ServerCommand["spec"];
+  createdAt: number;
+  queueExpiry: number;
+  state: CommandLifecycle;
+  terminalSource: TerminalSource;
+  everDispatched: boolean;
+  /** Always 0: nothing is in flight on a session after a restart. */
+  dispatchedOn: number;
+  dispatchedAt: number;
+  attempts: number;
+  nextAttemptAt: number;
+  /** Written as receivedThrough: the record claims what is durable with it. */
+  storedThrough: number;
+  receivedThrough: number;
+  streamNext: { stdout: number; stderr: number };
+  exitCode: number | null;
+  signalName: string;
+  reason: string;
+  stdin: Omit<ServerCommand["stdin"], "inlineThrough">;
+  signals: PendingSignal[];
+  scriptAcked: number;
+  scriptSent: number;
+  scriptCommitSentOn: number;
+  scriptCommitted: boolean;
+  segments: Segment[];
+  storedOutputBytes: number;
+  retention: RetentionMarker[];
+  requests: Record<string, number>;
+  /** Always {}: digests are reloaded from the event table. */
+  digests: Record<number, number>;
+  endedAt?: number;
+  startedTime?: number;
+  endedTime?: number;
+  specBytes?: number;
+  rowEvents?: number;
+}
 
 /** Row of `stdin`: one taken write (or the close), until the agent acknowledges it. */
 export type StdinRow = StdinOp;
@@ -298,12 +344,6 @@ export function restoreClient(r: ClientRow): ClientRecord {
 
 export const clientDelete = (clientId: string): Rec<"client"> => ({ table: "client", key: clientId, value: null });
 
-export function commandRecord(c: ServerCommand): Rec<"command"> {
-  const value = {} as Record<string, unknown>;
-  for (const [k, save] of SAVERS) value[k] = save(c);
-  return { table: "command", key: c.uuid, value: value as unknown as CommandRow };
-}
-
 export const commandDelete = (uuid: string): Rec<"command"> => ({ table: "command", key: uuid, value: null });
 
 export const eventRecord = (uuid: string, row: EventRow): Rec<"event"> => ({ table: "event", key: eventKey(uuid, row.seq), value: row });
@@ -359,38 +399,55 @@ export const generationFloorRecord = (generation: number): Rec<"counter"> => ({ 
 
 // ------------------------------------------------------------------ the command record's one field mapping
 
+type Loader<V> = (r: CommandRow, script: Uint8Array | null) => V;
+
 /**
- * How each field of a ServerCommand is stored (`save`: its value in the
- * record; null: not stored) and restored (`load`: its value after a restart,
- * from the record and the command's script row). The mapped type names every
- * field, so a field added to ServerCommand does not compile until it says
- * both; commandRecord and restoreCommand read nothing else.
- *
- * What a restart resets on purpose: nothing is in flight on a session
- * (dispatchedOn, signals' sentOn, stdin's sentThrough, scriptSent,
- * scriptCommitSentOn), digests are reloaded from the event table, and the
- * record claims what is durable with it (storedThrough = receivedThrough).
+ * How one field of a ServerCommand is stored and restored: `column`, the
+ * column of CommandRow it is written to, with `save` its value there (both
+ * null: not stored), and `load`, its value after a restart, from the record
+ * and the command's script row.
  */
-type FieldCodec<K extends keyof ServerCommand> = {
-  save: K extends keyof CommandRow ? (c: ServerCommand) => CommandRow[K] : null;
-  load: (r: CommandRow, script: Uint8Array | null) => ServerCommand[K];
+export type FieldCodec<V> = { column: keyof CommandRow; save: (c: ServerCommand) => unknown; load: Loader<V> } | { column: null; save: null; load: Loader<V> };
+
+/** The sub-structs of ServerCommand (server-types.ts): each of their fields is mapped on its own. */
+export type CommandGroup = "dispatch" | "ingest" | "exit" | "script" | "output";
+
+/**
+ * The mapping's type names every field of ServerCommand and of each of its
+ * sub-structs, so a field added there does not compile until it says how it
+ * is stored and what a restart makes of it.
+ */
+export type CommandFields = {
+  [K in keyof ServerCommand]-?: K extends CommandGroup ? { [F in keyof ServerCommand[K]]-?: FieldCodec<ServerCommand[K][F]> } : FieldCodec<ServerCommand[K]>;
 };
-export type CommandFields = { [K in keyof ServerCommand]-?: FieldCodec<K> };
+
+/** A stored field: `save` must give the column's stored type. */
+const col = <C extends keyof CommandRow, V>(f: { column: C; save: (c: ServerCommand) => CommandRow[C]; load: Loader<V> }) => f;
+/** A field no record holds. */
+const unstored = <V>(load: Loader<V>) => ({ column: null, save: null, load });
 
 const legacyTime = (t: number | undefined): number => t ?? 0;
 
-// In the order of a command's fields (server-types.ts); the stored bytes do not depend on it (keys are sorted).
-export const COMMAND_FIELDS: CommandFields = {
-  uuid: { save: (c) => c.uuid, load: (r) => r.uuid },
-  clientId: { save: (c) => c.clientId, load: (r) => r.clientId },
-  hash: { save: (c) => c.hash, load: (r) => r.hash },
-  revision: { save: (c) => c.revision, load: (r) => r.revision },
-  spec: { save: (c) => c.spec, load: (r) => r.spec },
-  script: { save: null, load: (_r, script) => script },
-  createdAt: { save: (c) => c.createdAt, load: (r) => r.createdAt },
-  committed: {
-    save: null,
-    load: (r) => ({
+/**
+ * Every field of a command (sub-structs field by field) and its column.
+ *
+ * What a restart resets on purpose: nothing is in flight on a session
+ * (dispatch.dispatchedOn, signals' sentOn, stdin.sentThrough, script.sent,
+ * script.commitSentOn), ingest.digests are reloaded from the event table, and
+ * the record claims what is durable with it (ingest.storedThrough =
+ * receivedThrough).
+ * In the order of a command's fields (server-types.ts); the stored bytes do
+ * not depend on it (keys are sorted).
+ */
+export const COMMAND_FIELDS = {
+  uuid: col({ column: "uuid", save: (c) => c.uuid, load: (r) => r.uuid }),
+  clientId: col({ column: "clientId", save: (c) => c.clientId, load: (r) => r.clientId }),
+  hash: col({ column: "hash", save: (c) => c.hash, load: (r) => r.hash }),
+  revision: col({ column: "revision", save: (c) => c.revision, load: (r) => r.revision }),
+  spec: col({ column: "spec", save: (c) => c.spec, load: (r) => r.spec }),
+  createdAt: col({ column: "createdAt", save: (c) => c.createdAt, load: (r) => r.createdAt }),
+  committed: unstored(
+    (r): CommittedView => ({
       state: r.state,
       exitCode: r.exitCode,
       signalName: r.signalName,
@@ -401,25 +458,35 @@ export const COMMAND_FIELDS: CommandFields = {
       startedTime: legacyTime(r.startedTime),
       endedTime: legacyTime(r.endedTime),
     }),
+  ),
+  queueExpiry: col({ column: "queueExpiry", save: (c) => c.queueExpiry, load: (r) => r.queueExpiry }),
+  state: col({ column: "state", save: (c) => c.state, load: (r) => r.state }),
+  dispatch: {
+    everDispatched: col({ column: "everDispatched", save: (c) => c.dispatch.everDispatched, load: (r) => r.everDispatched }),
+    dispatchedOn: col({ column: "dispatchedOn", save: () => 0, load: () => 0 }),
+    dispatchedAt: col({ column: "dispatchedAt", save: (c) => c.dispatch.dispatchedAt, load: (r) => r.dispatchedAt }),
+    attempts: col({ column: "attempts", save: (c) => c.dispatch.attempts, load: (r) => r.attempts }),
+    nextAttemptAt: col({ column: "nextAttemptAt", save: (c) => c.dispatch.nextAttemptAt, load: (r) => r.nextAttemptAt }),
   },
-  queueExpiry: { save: (c) => c.queueExpiry, load: (r) => r.queueExpiry },
-  state: { save: (c) => c.state, load: (r) => r.state },
-  terminalSource: { save: (c) => c.terminalSource, load: (r) => r.terminalSource },
-  everDispatched: { save: (c) => c.everDispatched, load: (r) => r.everDispatched },
-  dispatchedOn: { save: () => 0, load: () => 0 },
-  dispatchedAt: { save: (c) => c.dispatchedAt, load: (r) => r.dispatchedAt },
-  attempts: { save: (c) => c.attempts, load: (r) => r.attempts },
-  nextAttemptAt: { save: (c) => c.nextAttemptAt, load: (r) => r.nextAttemptAt },
-  // A record claims what will be durable with it: events through receivedThrough.
-  storedThrough: { save: (c) => c.receivedThrough, load: (r) => r.storedThrough },
-  receivedThrough: { save: (c) => c.receivedThrough, load: (r) => r.storedThrough },
-  streamNext: { save: (c) => ({ ...c.streamNext }), load: (r) => ({ ...r.streamNext }) },
-  exitCode: { save: (c) => c.exitCode, load: (r) => r.exitCode },
-  signalName: { save: (c) => c.signalName, load: (r) => r.signalName },
-  reason: { save: (c) => c.reason, load: (r) => r.reason },
+  ingest: {
+    // A record claims what will be durable with it: events through receivedThrough.
+    storedThrough: col({ column: "storedThrough", save: (c) => c.ingest.receivedThrough, load: (r) => r.storedThrough }),
+    receivedThrough: col({ column: "receivedThrough", save: (c) => c.ingest.receivedThrough, load: (r) => r.storedThrough }),
+    streamNext: col({ column: "streamNext", save: (c) => ({ ...c.ingest.streamNext }), load: (r) => ({ ...r.streamNext }) }),
+    digests: col({ column: "digests", save: () => ({}), load: () => ({}) }),
+    // Records written before history pruning lack rowEvents.
+    rowEvents: col({ column: "rowEvents", save: (c) => c.ingest.rowEvents, load: (r) => r.rowEvents ?? 0 }),
+  },
+  exit: {
+    exitCode: col({ column: "exitCode", save: (c) => c.exit.exitCode, load: (r) => r.exitCode }),
+    signalName: col({ column: "signalName", save: (c) => c.exit.signalName, load: (r) => r.signalName }),
+    reason: col({ column: "reason", save: (c) => c.exit.reason, load: (r) => r.reason }),
+    terminalSource: col({ column: "terminalSource", save: (c) => c.exit.terminalSource, load: (r) => r.terminalSource }),
+  },
   // Only the writes through inlineThrough are in the record; the rest are `stdin` rows, which
   // restoreCommands adds to the queue.
-  stdin: {
+  stdin: col({
+    column: "stdin",
     save: (c) => {
       const { inlineThrough, ...rest } = c.stdin;
       const inline: StdinOp[] = [];
@@ -432,44 +499,74 @@ export const COMMAND_FIELDS: CommandFields = {
       sentThrough: r.stdin.ackedThrough,
       inlineThrough: r.stdin.queue.reduce((m, o) => Math.max(m, o.seq), 0),
     }),
+  }),
+  signals: col({ column: "signals", save: (c) => c.signals.map((s) => ({ ...s, sentOn: 0 })), load: (r) => r.signals.map((s) => ({ ...s })) }),
+  script: {
+    bytes: unstored((_r, script) => script),
+    acked: col({ column: "scriptAcked", save: (c) => c.script.acked, load: (r) => r.scriptAcked }),
+    sent: col({ column: "scriptSent", save: (c) => c.script.sent, load: (r) => r.scriptAcked }),
+    commitSentOn: col({ column: "scriptCommitSentOn", save: (c) => c.script.commitSentOn, load: () => 0 }),
+    committed: col({ column: "scriptCommitted", save: (c) => c.script.committed, load: (r) => r.scriptCommitted }),
   },
-  signals: { save: (c) => c.signals.map((s) => ({ ...s, sentOn: 0 })), load: (r) => r.signals.map((s) => ({ ...s })) },
-  scriptAcked: { save: (c) => c.scriptAcked, load: (r) => r.scriptAcked },
-  scriptSent: { save: (c) => c.scriptSent, load: (r) => r.scriptAcked },
-  scriptCommitSentOn: { save: (c) => c.scriptCommitSentOn, load: () => 0 },
-  scriptCommitted: { save: (c) => c.scriptCommitted, load: (r) => r.scriptCommitted },
-  segments: {
-    save: (c) => c.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
-    load: (r) => r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+  output: {
+    segments: col({
+      column: "segments",
+      save: (c) => c.output.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+      load: (r) => r.segments.map((s) => ({ ...s, ranges: s.ranges.map((x) => ({ ...x })) })),
+    }),
+    storedOutputBytes: col({ column: "storedOutputBytes", save: (c) => c.output.storedOutputBytes, load: (r) => r.storedOutputBytes }),
+    retention: col({
+      column: "retention",
+      save: (c) => c.output.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+      load: (r) => r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
+    }),
   },
-  storedOutputBytes: { save: (c) => c.storedOutputBytes, load: (r) => r.storedOutputBytes },
-  retention: {
-    save: (c) => c.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
-    load: (r) => r.retention.map((m) => ({ ...m, ranges: m.ranges.map((x) => ({ ...x })) })),
-  },
-  requests: { save: (c) => ({ ...c.requests }), load: (r) => ({ ...r.requests }) },
-  digests: { save: () => ({}), load: () => ({}) },
-  // Records written before history pruning lack endedAt, specBytes and rowEvents.
-  endedAt: { save: (c) => c.endedAt, load: (r) => r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0) },
+  requests: col({ column: "requests", save: (c) => ({ ...c.requests }), load: (r) => ({ ...r.requests }) }),
+  // Records written before history pruning lack endedAt and specBytes.
+  endedAt: col({ column: "endedAt", save: (c) => c.endedAt, load: (r) => r.endedAt ?? (isTerminal(r.state) ? r.createdAt : 0) }),
   // Records written before command times lack these two.
-  startedTime: { save: (c) => c.startedTime, load: (r) => legacyTime(r.startedTime) },
-  endedTime: { save: (c) => c.endedTime, load: (r) => legacyTime(r.endedTime) },
-  specBytes: { save: (c) => c.specBytes, load: (r) => r.specBytes ?? toBinary(ExecutionSpecSchema, r.spec).length },
-  rowEvents: { save: (c) => c.rowEvents, load: (r) => r.rowEvents ?? 0 },
-  charged: { save: null, load: () => 0 },
-};
+  startedTime: col({ column: "startedTime", save: (c) => c.startedTime, load: (r) => legacyTime(r.startedTime) }),
+  endedTime: col({ column: "endedTime", save: (c) => c.endedTime, load: (r) => legacyTime(r.endedTime) }),
+  specBytes: col({ column: "specBytes", save: (c) => c.specBytes, load: (r) => r.specBytes ?? toBinary(ExecutionSpecSchema, r.spec).length }),
+  charged: unstored(() => 0),
+} satisfies CommandFields;
 
-const FIELD_NAMES = Object.keys(COMMAND_FIELDS) as Array<keyof ServerCommand>;
+/** The columns the mapping writes. */
+type ColumnOf<T> = T extends { column: infer C } ? (C extends keyof CommandRow ? C : never) : { [F in keyof T]: ColumnOf<T[F]> }[keyof T];
+type UnwrittenColumn = Exclude<keyof CommandRow, ColumnOf<typeof COMMAND_FIELDS>>;
+/** Every column of CommandRow is written by some field (else this names the column that is not). */
+const everyColumnWritten: [UnwrittenColumn] extends [never] ? true : UnwrittenColumn = true;
+void everyColumnWritten;
+
+type AnyCodec = FieldCodec<unknown>;
+const isCodec = (x: object): x is AnyCodec => typeof (x as AnyCodec).load === "function";
+
+/** The mapping flattened: each field's path in a ServerCommand (one or two keys) and its codec. */
+export const COMMAND_FIELD_PATHS: ReadonlyArray<{ path: readonly string[]; codec: AnyCodec }> = (() => {
+  const out: Array<{ path: string[]; codec: AnyCodec }> = [];
+  for (const [k, v] of Object.entries(COMMAND_FIELDS as Record<string, object>)) {
+    if (isCodec(v)) out.push({ path: [k], codec: v });
+    else for (const [f, x] of Object.entries(v as Record<string, AnyCodec>)) out.push({ path: [k, f], codec: x });
+  }
+  return out;
+})();
+
 const SAVERS: Array<[string, (c: ServerCommand) => unknown]> = [];
-for (const k of FIELD_NAMES) {
-  const save = COMMAND_FIELDS[k].save as ((c: ServerCommand) => unknown) | null;
-  if (save) SAVERS.push([k, save]);
+for (const { codec } of COMMAND_FIELD_PATHS) if (codec.column !== null) SAVERS.push([codec.column, codec.save]);
+
+export function commandRecord(c: ServerCommand): Rec<"command"> {
+  const value = {} as Record<string, unknown>;
+  for (const [k, save] of SAVERS) value[k] = save(c);
+  return { table: "command", key: c.uuid, value: value as unknown as CommandRow };
 }
 
 /** A command as a restart finds it: from its record and its script row (if the upload had not completed). */
 export function restoreCommand(r: CommandRow, script: ScriptRow | undefined): ServerCommand {
   const bytes = script?.data ?? null;
   const c = {} as Record<string, unknown>;
-  for (const k of FIELD_NAMES) c[k] = (COMMAND_FIELDS[k].load as (r: CommandRow, s: Uint8Array | null) => unknown)(r, bytes);
+  for (const { path, codec } of COMMAND_FIELD_PATHS) {
+    if (path.length === 1) c[path[0]!] = codec.load(r, bytes);
+    else ((c[path[0]!] ??= {}) as Record<string, unknown>)[path[1]!] = codec.load(r, bytes);
+  }
   return c as unknown as ServerCommand;
 }

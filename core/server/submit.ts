@@ -123,7 +123,7 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     hash,
     revision: 1,
     spec: r.spec,
-    script: p.case === "script" ? r.script! : null,
+    script: { bytes: p.case === "script" ? r.script! : null, acked: 0, sent: 0, commitSentOn: 0, committed: false },
     createdAt: ctx.wall,
     committed: {
       state: L.UNSPECIFIED,
@@ -138,40 +138,23 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     },
     queueExpiry,
     state: L.QUEUED,
-    terminalSource: "",
-    everDispatched: false,
-    dispatchedOn: 0,
-    dispatchedAt: 0,
-    attempts: 0,
-    nextAttemptAt: 0,
-    storedThrough: 0,
-    receivedThrough: 0,
-    streamNext: { stdout: 0, stderr: 0 },
-    exitCode: null,
-    signalName: "",
-    reason: "",
+    dispatch: { everDispatched: false, dispatchedOn: 0, dispatchedAt: 0, attempts: 0, nextAttemptAt: 0 },
+    ingest: { storedThrough: 0, receivedThrough: 0, streamNext: { stdout: 0, stderr: 0 }, digests: {}, rowEvents: 0 },
+    exit: { exitCode: null, signalName: "", reason: "", terminalSource: "" },
     stdin: { nextSeq: 1, ackedThrough: 0, sentThrough: 0, queue: [], queuedBytes: 0, closeRequested: false, inlineThrough: 0 },
     signals: [],
-    scriptAcked: 0,
-    scriptSent: 0,
-    scriptCommitSentOn: 0,
-    scriptCommitted: false,
-    segments: [],
-    storedOutputBytes: 0,
-    retention: [],
+    output: { segments: [], storedOutputBytes: 0, retention: [] },
     requests: { [r.requestId]: 1 },
-    digests: {},
     endedAt: 0,
     startedTime: 0,
     endedTime: 0,
     specBytes: specBytes.length,
-    rowEvents: 0,
     charged: 0,
   };
   st.commands.set(c.uuid, c);
   st.active.add(c.uuid);
   persistCommand(st, ctx, c);
-  if (c.script) ctx.persist(scriptRecord(c.uuid, c.script));
+  if (c.script.bytes) ctx.persist(scriptRecord(c.uuid, c.script.bytes));
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });
   return { ok: true, command: c, created: true };
 }

@@ -46,7 +46,7 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
     if (isTerminal(c.state)) continue;
     if (c.state === L.QUEUED) {
       if (c.queueExpiry > now) take(c.queueExpiry, { kind: "queue_expiry", uuid });
-      if (!retryDue(c, now) && c.nextAttemptAt > now) take(c.nextAttemptAt, { kind: "capacity_retry", uuid });
+      if (!retryDue(c, now) && c.dispatch.nextAttemptAt > now) take(c.dispatch.nextAttemptAt, { kind: "capacity_retry", uuid });
     } else {
       const at = redeliveryAt(st, c);
       if (at !== null && at > now) take(at, { kind: "redelivery", uuid });

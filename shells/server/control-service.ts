@@ -126,12 +126,12 @@ export function waitingReason(c: ServerCommand, fleet?: FleetReader): string {
   if (s === CommandLifecycle.ACCEPTED) {
     return k.maxRunning > 0 && k.running >= k.maxRunning ? `accepted by ${c.clientId}; queued there behind ${k.running} running (agent capacity full)` : "";
   }
-  if (s === CommandLifecycle.DISPATCHED) return c.attempts > 1 ? `dispatched to ${c.clientId} ${c.attempts} times without an answer yet` : "";
+  if (s === CommandLifecycle.DISPATCHED) return c.dispatch.attempts > 1 ? `dispatched to ${c.clientId} ${c.dispatch.attempts} times without an answer yet` : "";
   if (k.maxRunning + k.maxQueued - k.running - k.queued - conn.inflight <= 0)
     return `queued behind ${[`${k.running} running`, k.queued > 0 ? `${k.queued} queued` : "", conn.inflight > 0 ? `${conn.inflight} being dispatched` : ""].filter(Boolean).join(", ")} on ${c.clientId} (agent capacity full: ${k.maxRunning} running, ${k.maxQueued} queued)`;
   if (conn.inflight >= st.config.limits.maxInflightDispatches)
     return `server capacity full: ${conn.inflight} dispatches to ${c.clientId} await an answer (at most ${st.config.limits.maxInflightDispatches})`;
-  if (fleet.toWall(c.nextAttemptAt) > Date.now()) return `${c.clientId} refused it for capacity; retrying`;
+  if (fleet.toWall(c.dispatch.nextAttemptAt) > Date.now()) return `${c.clientId} refused it for capacity; retrying`;
   return "";
 }
 
@@ -149,11 +149,12 @@ export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Com
     exitCode: c.committed.exitCode ?? undefined,
     signalName: c.committed.signalName,
     reason: c.committed.reason,
-    terminalSource: c.terminalSource === "agent" ? TerminalSource.AGENT : c.terminalSource === "server" ? TerminalSource.SERVER : TerminalSource.UNSPECIFIED,
+    terminalSource:
+      c.exit.terminalSource === "agent" ? TerminalSource.AGENT : c.exit.terminalSource === "server" ? TerminalSource.SERVER : TerminalSource.UNSPECIFIED,
     storedThroughEventSeq: BigInt(c.committed.storedThrough),
-    retainedOutputBytes: BigInt(c.storedOutputBytes),
-    retentionMarkers: c.retention.length,
-    dispatchAttempts: c.attempts,
+    retainedOutputBytes: BigInt(c.output.storedOutputBytes),
+    retentionMarkers: c.output.retention.length,
+    dispatchAttempts: c.dispatch.attempts,
     stdinAckedThrough: BigInt(c.stdin.ackedThrough),
     requestSha256: c.hash,
     startedTime: c.committed.startedTime > 0 ? timestampFromMs(c.committed.startedTime) : undefined,
@@ -679,7 +680,7 @@ function eventItem(uuid: string, v: StoredEventRow, data: Uint8Array | null | un
   }
 }
 
-type Marker = ServerCommand["retention"][number];
+type Marker = ServerCommand["output"]["retention"][number];
 type StreamKey = "stdout" | "stderr";
 
 function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["ranges"]): FollowItem {
@@ -725,7 +726,7 @@ export async function* follow(
   const streamSent: Record<StreamKey, number> = { stdout: 0, stderr: 0 };
   // Ranges of the last retention marker not sent yet: they begin past what this reader has reached.
   let pending: { m: Marker; ranges: Marker["ranges"] } | null = null;
-  const covered = (c: ServerCommand, seq: number): boolean => c.retention.some((m) => m.firstSeq <= seq && seq <= m.lastSeq);
+  const covered = (c: ServerCommand, seq: number): boolean => c.output.retention.some((m) => m.firstSeq <= seq && seq <= m.lastSeq);
   /** The pending ranges that now continue their streams (all of them if `force`), as one marker. */
   const release = (firstSeq: number, force = false): FollowItem | null => {
     if (!pending) return null;
@@ -747,7 +748,7 @@ export async function* follow(
     return out.length > 0 ? markerItem(uuid, Math.max(firstSeq, m.firstSeq), m, out) : null;
   };
   const due = (c: ServerCommand, upto: number): FollowItem | null => {
-    for (const m of c.retention) {
+    for (const m of c.output.retention) {
       if (m.lastSeq <= markerThrough || m.firstSeq > upto) continue;
       markerThrough = m.lastSeq;
       if (m.lastSeq < next) continue; // removed after this reader had it all

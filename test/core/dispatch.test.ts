@@ -140,9 +140,9 @@ describe("dispatch", () => {
     expect(accepted(h).find((x) => x.issueUuid === "c2")).toMatchObject({ accepted: false, rejection: { code: Code.CAPACITY } });
     const c2 = h.cmd("c2");
     expect(c2.state).toBe(L.QUEUED);
-    expect(c2.nextAttemptAt).toBeGreaterThanOrEqual(h.now);
+    expect(c2.dispatch.nextAttemptAt).toBeGreaterThanOrEqual(h.now);
     h.exit("a", "c1", 0);
-    h.now = c2.nextAttemptAt;
+    h.now = c2.dispatch.nextAttemptAt;
     h.serverInput({ type: "tick" });
     expect(h.spawned("a")).toEqual(["c1", "c2"]);
   });

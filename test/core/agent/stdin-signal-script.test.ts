@@ -248,7 +248,7 @@ describe("scripts", () => {
     while (h.queue.length > 0) {
       h.queue.shift()!();
       const c = h.cmd("sc1");
-      maxInFlight = Math.max(maxInFlight, c.scriptSent - c.scriptAcked);
+      maxInFlight = Math.max(maxInFlight, c.script.sent - c.script.acked);
     }
     expect(maxInFlight).toBe(window);
     const progress = events(h, "sc1")
@@ -308,7 +308,7 @@ describe("scripts", () => {
     h2.autoDeliver = false;
     h2.control({ op: "submit", requestId: "s", uuid: "bad2", clientId: "a", spec: scriptSpec(bytes), script: bytes });
     // Tamper with the server's copy after submit: the chunks no longer match the descriptor.
-    h2.cmd("bad2").script = new Uint8Array(bytes.length).fill(9);
+    h2.cmd("bad2").script.bytes = new Uint8Array(bytes.length).fill(9);
     h2.autoDeliver = true;
     h2.deliver();
     expect(h2.command("bad2").state).toBe("rejected");

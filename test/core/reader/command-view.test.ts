@@ -18,10 +18,9 @@ const base = (): CommittedCommand & Record<string, unknown> => ({
   spec: create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["echo", "hi there"] } }, cwd: "/tmp", timeoutMs: 5000n }),
   createdAt: 1000,
   queueExpiry: 9000,
-  terminalSource: "",
-  attempts: 1,
-  storedOutputBytes: 12,
-  retention: [],
+  exit: { terminalSource: "" },
+  dispatch: { attempts: 1 },
+  output: { storedOutputBytes: 12, retention: [] },
   stdin: { ackedThrough: 0 },
   committed: { state: CommandLifecycle.RUNNING, revision: 3, exitCode: null, signalName: "", reason: "", storedThrough: 4, startedTime: 1500, endedTime: 0 },
 });
@@ -41,7 +40,10 @@ describe("command view", () => {
           const c = base();
           const before = commandView(c);
           const key = commandViewKey(c);
-          Object.assign(c, ahead);
+          // The working fields, where a server command holds them.
+          const { exitCode, storedThrough, receivedThrough, ...top } = ahead;
+          Object.assign(c, top, { ingest: { storedThrough, receivedThrough } });
+          Object.assign(c.exit, { exitCode });
           expect(commandView(c)).toEqual(before);
           expect(commandViewKey(c)).toBe(key);
         },

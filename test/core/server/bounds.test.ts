@@ -341,14 +341,14 @@ describe("what an agent can grow at the server, at n and n + 1", () => {
     r.running(c, "c1");
     const cmd = r.cmd("c1");
     expect(rowEventBound(cmd)).toBe(SERVER_ROW_EVENTS_PER_COMMAND + 0 + 1);
-    cmd.rowEvents = rowEventBound(cmd) - 1; // as if that many had been stored
+    cmd.ingest.rowEvents = rowEventBound(cmd) - 1; // as if that many had been stored
     r.event(c, "c1", 2, incomplete);
-    expect(cmd.rowEvents).toBe(rowEventBound(cmd));
-    expect(cmd.storedThrough).toBe(2);
+    expect(cmd.ingest.rowEvents).toBe(rowEventBound(cmd));
+    expect(cmd.ingest.storedThrough).toBe(2);
     const out = r.event(c, "c1", 3, incomplete);
     expectClosed(r, out, c, Code.CAPACITY, `c1 already has ${rowEventBound(cmd)} stored non-output events, the most it may have`);
-    expect(cmd.receivedThrough).toBe(2);
-    cmd.rowEvents = rowEventBound(cmd) + 1;
+    expect(cmd.ingest.receivedThrough).toBe(2);
+    cmd.ingest.rowEvents = rowEventBound(cmd) + 1;
     expect(() => serverInvariants(r.st)).toThrow(/stored non-output events over the bound/);
   });
 
@@ -382,7 +382,7 @@ describe("what an agent can grow at the server, at n and n + 1", () => {
     const r = new ServerRig();
     const c = r.connect("a");
     r.running(c, "c1");
-    for (let s = 1; s <= SERVER_RECENT_DIGESTS + 1; s++) r.cmd("c1").digests[s] = s;
+    for (let s = 1; s <= SERVER_RECENT_DIGESTS + 1; s++) r.cmd("c1").ingest.digests[s] = s;
     expect(() => serverInvariants(r.st)).toThrow(/more than SERVER_RECENT_DIGESTS digests/);
     const k = new ServerRig({ ingressHigh: 100 });
     const d = k.connect("a");

@@ -26,7 +26,7 @@ describe("dispatch", () => {
     expect(Number(d[0]!.queueExpiryTime!.seconds) * 1000 + d[0]!.queueExpiryTime!.nanos / 1e6).toBe(T0 + 90_000);
     expect(Buffer.from(d[0]!.immutableRequestSha256).toString("hex")).toBe(r.cmd("c1").hash);
     expect(d[0]!.spec?.program).toMatchObject({ case: "argv", value: { argv: ["echo", "x"] } });
-    expect(r.cmd("c1")).toMatchObject({ state: L.DISPATCHED, everDispatched: true, dispatchedOn: 1, attempts: 1, dispatchedAt: T0 + 7 });
+    expect(r.cmd("c1")).toMatchObject({ state: L.DISPATCHED, dispatch: { everDispatched: true, dispatchedOn: 1, attempts: 1, dispatchedAt: T0 + 7 } });
   });
 
   it("R-D3: the server sends no more dispatches than the agent's free capacity minus those unanswered", () => {
@@ -73,7 +73,7 @@ describe("dispatch", () => {
       ),
     ).toBe(true);
     void first;
-    expect(r.cmd("c1")).toMatchObject({ attempts: 2, dispatchedAt: T0 + 5_000, state: L.DISPATCHED });
+    expect(r.cmd("c1")).toMatchObject({ dispatch: { attempts: 2, dispatchedAt: T0 + 5_000 }, state: L.DISPATCHED });
   });
 
   it("R-D1: no redelivery before the dispatched record is durable, however long the disk takes", () => {
@@ -87,7 +87,7 @@ describe("dispatch", () => {
     expect(of(out, "wake").at(-1)!.at).toBe(T0 + 10_000); // no redelivery deadline yet
     r.flush();
     expect(dispatches(r, r.log, c)).toHaveLength(1);
-    expect(r.cmd("c1").dispatchedAt).toBe(T0 + 9_000);
+    expect(r.cmd("c1").dispatch.dispatchedAt).toBe(T0 + 9_000);
     expect(of(r.step({ type: "tick" }), "wake").at(-1)!.at).toBe(T0 + 10_000);
     r.now = T0 + 13_999;
     r.step({ type: "activity", conn: c });
@@ -123,7 +123,7 @@ describe("dispatch", () => {
       const rng = { ...r.st.rng };
       const expected = T0 + Math.floor(nextFloat(rng) * 2_000);
       r.accept(c, "c1", false, code, "busy");
-      expect(r.cmd("c1")).toMatchObject({ state: L.QUEUED, nextAttemptAt: expected });
+      expect(r.cmd("c1")).toMatchObject({ state: L.QUEUED, dispatch: { nextAttemptAt: expected } });
       expect(r.session(c)).toBeDefined();
       if (expected > T0) {
         r.now = expected - 1;
@@ -136,7 +136,7 @@ describe("dispatch", () => {
       const rng2 = { ...r.st.rng };
       const t = r.now;
       r.accept(c, "c1", false, code, "busy");
-      expect(r.cmd("c1").nextAttemptAt).toBe(t + Math.floor(nextFloat(rng2) * 4_000));
+      expect(r.cmd("c1").dispatch.nextAttemptAt).toBe(t + Math.floor(nextFloat(rng2) * 4_000));
     }
   });
 
@@ -165,8 +165,7 @@ describe("dispatch", () => {
     r.accept(c, "c1", false, Code.ALREADY_EXECUTED, "tomb");
     expect(r.cmd("c1")).toMatchObject({
       state: L.INTERRUPTED,
-      terminalSource: "server",
-      reason: "agent reports it already executed this request; outcome not retained",
+      exit: { terminalSource: "server", reason: "agent reports it already executed this request; outcome not retained" },
     });
     expect(r.incidents().map(plainIncident)).toEqual([expect.objectContaining({ uuid: "c1", kind: "already_executed", detail: "tomb", clientId: "a" })]);
   });

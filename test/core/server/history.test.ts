@@ -44,7 +44,7 @@ describe("metadata tier", () => {
     finish(r, c, "done", "hello");
     const d = r.cmd("done");
     // Two row events (running, exit), one output event, one segment.
-    expect(d.rowEvents).toBe(2);
+    expect(d.ingest.rowEvents).toBe(2);
     expect(d.charged).toBe(1024 + d.specBytes + 2 * 256 + 3 * 32 + 1 * 128);
     expect(r.st.metaBytes).toBe(q.charged + d.charged);
   });
@@ -115,7 +115,7 @@ describe("metadata tier", () => {
     for (let i = 0; i < 3; i++) r.event(c, "o", 2 + i, output(OutputStream.STDOUT, i * 64, enc("x".repeat(64))));
     r.event(c, "o", 5, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     const o = r.cmd("o");
-    expect([o.segments.length, o.retention.length]).toEqual([1, 1]);
+    expect([o.output.segments.length, o.output.retention.length]).toEqual([1, 1]);
     expect(o.charged).toBe(1024 + o.specBytes + 2 * 256 + 5 * 32 + 2 * 128);
     r.now += 10;
     const fx2 = r.step({ type: "tick" });
@@ -402,7 +402,7 @@ describe("the pruned ledger", () => {
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     serverInvariants(back);
     const l = back.commands.get("legacy")!;
-    expect([l.endedAt, l.specBytes, l.rowEvents]).toEqual([l.createdAt, r.cmd("legacy").specBytes, 0]);
+    expect([l.endedAt, l.specBytes, l.ingest.rowEvents]).toEqual([l.createdAt, r.cmd("legacy").specBytes, 0]);
     expect(back.history.get("legacy")).toBe(l.createdAt);
   });
 });
@@ -420,7 +420,7 @@ describe("history invariants catch their corruptions", () => {
     return r;
   }
   const cases: Array<[string, (r: ServerRig) => void, RegExp]> = [
-    ["a charge out of step with its record", (r) => void (r.cmd("live").rowEvents += 1), /live: metadata charge/],
+    ["a charge out of step with its record", (r) => void (r.cmd("live").ingest.rowEvents += 1), /live: metadata charge/],
     ["the tier's sum drifting", (r) => void (r.st.metaBytes += 1), /metadata tier accounting/],
     ["a terminal command missing from the history index", (r) => void r.st.history.delete("kept2"), /kept2: terminal but not in the history index/],
     ["an active command in the history index", (r) => void r.st.history.set("live", T0), /history index out of step/],

@@ -97,7 +97,7 @@ describe("command events", () => {
     r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ab")));
     const re = r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ab")));
     expect(r.sent(re)).toEqual([]);
-    expect(r.cmd("c1")).toMatchObject({ receivedThrough: 2, storedThrough: 1 });
+    expect(r.cmd("c1").ingest).toMatchObject({ receivedThrough: 2, storedThrough: 1 });
   });
 
   it("R-D11 R-O2: for a command the agent ended, an identical resend is acknowledged through its own seq; anything else is ignored", () => {
@@ -148,12 +148,12 @@ describe("command events", () => {
     const ok = ready({ ingressHigh: size });
     ok.r.autoDurable = false;
     ok.r.frame(ok.c, { case: "commandEvent", value: ev });
-    expect(ok.r.cmd("c1").receivedThrough).toBe(2);
+    expect(ok.r.cmd("c1").ingest.receivedThrough).toBe(2);
     expect(ok.r.st.conns.get(ok.c)!.ingressPending).toBe(size);
     const over = ready({ ingressHigh: size - 1 });
     const out = over.r.frame(over.c, { case: "commandEvent", value: ev });
     expectClosed(over.r, out, over.c, Code.CAPACITY, "server ingress high watermark");
-    expect(over.r.cmd("c1").receivedThrough).toBe(1);
+    expect(over.r.cmd("c1").ingest.receivedThrough).toBe(1);
     expect(over.r.sent(out, over.c, "eventAck")).toEqual([]);
   });
 
@@ -177,12 +177,12 @@ describe("command events", () => {
     for (const [ev, code, msg] of cases) {
       const { r, c } = ready();
       expectClosed(r, r.event(c, "c1", 2, ev), c, code, msg);
-      expect(r.cmd("c1").receivedThrough).toBe(1);
+      expect(r.cmd("c1").ingest.receivedThrough).toBe(1);
     }
     // At the bounds: a 64 KiB chunk is fine.
     const { r, c } = ready();
     r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, new Uint8Array(MAX_CHUNK_BYTES)));
-    expect(r.cmd("c1").streamNext).toEqual({ stdout: MAX_CHUNK_BYTES, stderr: 0 });
+    expect(r.cmd("c1").ingest.streamNext).toEqual({ stdout: MAX_CHUNK_BYTES, stderr: 0 });
     const rec = rowOf(r.disk.durable, "event", "c1/000000000002")!;
     expect(rec).toMatchObject({ seq: 2, revision: 1, kind: "output", stream: "stdout", offset: 0, originalSize: MAX_CHUNK_BYTES });
   });
@@ -207,13 +207,13 @@ describe("command events", () => {
     for (const [ev, code, msg] of cases) {
       const { r, c } = ready();
       expectClosed(r, r.event(c, "c1", 2, ev), c, code, msg);
-      expect(r.cmd("c1").streamNext).toEqual({ stdout: 0, stderr: 0 });
+      expect(r.cmd("c1").ingest.streamNext).toEqual({ stdout: 0, stderr: 0 });
     }
     const { r, c } = ready();
     r.event(c, "c1", 2, trunc([range(OutputStream.STDOUT, 0, 5), range(OutputStream.STDERR, 0, 2), range(OutputStream.STDOUT, 5, 3)]));
-    expect(r.cmd("c1").streamNext).toEqual({ stdout: 8, stderr: 2 });
+    expect(r.cmd("c1").ingest.streamNext).toEqual({ stdout: 8, stderr: 2 });
     r.event(c, "c1", 3, output(OutputStream.STDOUT, 8, enc("k")));
-    expect(r.cmd("c1").streamNext.stdout).toBe(9);
+    expect(r.cmd("c1").ingest.streamNext.stdout).toBe(9);
   });
 
   it("R-O8 R-D4: lifecycle events must be legal transitions the agent may report; terminal ones clear pending signals", () => {
@@ -238,7 +238,7 @@ describe("command events", () => {
     // Same state again is no transition and is stored.
     const s = ready();
     s.r.event(s.c, "c1", 2, lifecycle(L.RUNNING));
-    expect(s.r.cmd("c1").receivedThrough).toBe(2);
+    expect(s.r.cmd("c1").ingest.receivedThrough).toBe(2);
     s.r.control({ op: "signal", requestId: "u", uuid: "c1", signal: SignalKind.USER1 });
     expect(s.r.cmd("c1").signals).toHaveLength(1);
     s.r.event(
@@ -247,7 +247,11 @@ describe("command events", () => {
       3,
       lifecycle(L.FAILED, { exitCode: 2, signalName: "SIGSEGV", reason: "boom", error: create(ControlErrorSchema, { code: Code.VALIDATION, message: "m" }) }),
     );
-    expect(s.r.cmd("c1")).toMatchObject({ state: L.FAILED, exitCode: 2, signalName: "SIGSEGV", reason: "boom", terminalSource: "agent", signals: [] });
+    expect(s.r.cmd("c1")).toMatchObject({
+      state: L.FAILED,
+      exit: { exitCode: 2, signalName: "SIGSEGV", reason: "boom", terminalSource: "agent" },
+      signals: [],
+    });
     expect(s.r.disk.durable.get("event")!.get("c1/000000000003")).toMatchObject({
       kind: "lifecycle",
       state: L.FAILED,
@@ -297,11 +301,11 @@ describe("command events", () => {
     const { r, c } = ready();
     const cmd = r.cmd("c1");
     // As if events 2..SERVER_RECENT_DIGESTS+1 had been stored: the digest memory is full.
-    cmd.digests = {};
-    for (let s = 2; s <= SERVER_RECENT_DIGESTS + 1; s++) cmd.digests[s] = s;
-    cmd.receivedThrough = cmd.storedThrough = SERVER_RECENT_DIGESTS + 1;
+    cmd.ingest.digests = {};
+    for (let s = 2; s <= SERVER_RECENT_DIGESTS + 1; s++) cmd.ingest.digests[s] = s;
+    cmd.ingest.receivedThrough = cmd.ingest.storedThrough = SERVER_RECENT_DIGESTS + 1;
     r.event(c, "c1", SERVER_RECENT_DIGESTS + 2, output(OutputStream.STDOUT, 0, enc("x")));
-    const keys = Object.keys(cmd.digests)
+    const keys = Object.keys(cmd.ingest.digests)
       .map(Number)
       .sort((a, b) => a - b);
     expect(keys[0]).toBe(3);

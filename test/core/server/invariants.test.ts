@@ -37,21 +37,21 @@ describe("server invariants catch every corruption they check", () => {
     ["stdin sent before durable", (r) => void (C(r).stdin.sentThrough = 1), /c1: stdin sent before it was durable/],
     ["readers see undurable events", (r) => void (C(r).committed = { ...C(r).committed, storedThrough: 3 }), /c1: readers would see events not yet durable/],
     ["command key mismatch", (r) => void (C(r).uuid = "x"), /command key mismatch/],
-    ["stored beyond received", (r) => void (C(r).storedThrough = 3), /c1: stored beyond received/],
+    ["stored beyond received", (r) => void (C(r).ingest.storedThrough = 3), /c1: stored beyond received/],
     ["stdin acked beyond assigned", (r) => void (C(r).stdin.ackedThrough = 1), /c1: stdin acked beyond assigned/],
     ["stdin queue accounting", (r) => void (C(r).stdin.queuedBytes = 4), /c1: stdin queue accounting/],
-    ["segment accounting", (r) => void (C(r).storedOutputBytes += 1), /c1: segment accounting|retained output index drift/],
+    ["segment accounting", (r) => void (C(r).output.storedOutputBytes += 1), /c1: segment accounting|retained output index drift/],
     [
       "retention exceeded",
       (r) =>
         void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, outputPerCommand: 1 } }),
-        C(r).segments.push({ firstSeq: 3, lastSeq: 3, bytes: 0, ranges: [] })),
+        C(r).output.segments.push({ firstSeq: 3, lastSeq: 3, bytes: 0, ranges: [] })),
       /c1: retention exceeded/,
     ],
     [
       "two retention markers",
       (r) =>
-        void (C(r).retention = [
+        void (C(r).output.retention = [
           { firstSeq: 1, lastSeq: 1, ranges: [], at: 0 },
           { firstSeq: 2, lastSeq: 2, ranges: [], at: 0 },
         ]),
@@ -73,9 +73,9 @@ describe("server invariants catch every corruption they check", () => {
       (r) => void (C(r).requests = Object.fromEntries(Array.from({ length: MAX_REQUEST_IDS_PER_COMMAND + 1 }, (_, i) => [`r${i}`, 1]))),
       /c1: a per-command bound exceeded/,
     ],
-    ["script progress beyond size", (r) => void (C(r, "s1").scriptAcked = 4), /s1: script progress beyond size/],
-    ["script progress on a non-script command", (r) => void (C(r).scriptAcked = 1), /c1: script progress beyond size/],
-    ["terminal without a source", (r) => void (C(r, "done").terminalSource = ""), /done: terminal without a source/],
+    ["script progress beyond size", (r) => void (C(r, "s1").script.acked = 4), /s1: script progress beyond size/],
+    ["script progress on a non-script command", (r) => void (C(r).script.acked = 1), /c1: script progress beyond size/],
+    ["terminal without a source", (r) => void (C(r, "done").exit.terminalSource = ""), /done: terminal without a source/],
     [
       "terminal with pending signals",
       (r) => void (C(r, "done").signals = [{ revision: 2, signal: SignalKind.USER1, requestId: "x", sentOn: 0 }]),
@@ -154,7 +154,7 @@ describe("server invariants: accounting edges", () => {
 
   it("refuses segments that do not add up to the stored bytes", () => {
     const r = twoWithOutput();
-    r.cmd("c1").segments[0]!.bytes += 1;
+    r.cmd("c1").output.segments[0]!.bytes += 1;
     expect(() => serverInvariants(r.st)).toThrow(/c1: segment accounting/);
   });
 
@@ -170,7 +170,7 @@ describe("server invariants: accounting edges", () => {
     const r = twoWithOutput();
     r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, outputPerCommand: 1 } };
     serverInvariants(r.st);
-    r.cmd("c1").segments.push({ firstSeq: 3, lastSeq: 3, bytes: 0, ranges: [] });
+    r.cmd("c1").output.segments.push({ firstSeq: 3, lastSeq: 3, bytes: 0, ranges: [] });
     expect(() => serverInvariants(r.st)).toThrow(/c1: retention exceeded/);
   });
 

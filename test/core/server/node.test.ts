@@ -132,7 +132,7 @@ describe("more server edges", () => {
     r.event(c, "s1", 1, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: 5n }) });
     const back = restoreServer(r.cfg, r.disk.tables(), 3);
     expect(back.commands.get("c1")!.signals).toEqual([{ revision: 2, signal: SignalKind.USER2, requestId: "s", sentOn: 0 }]);
-    expect(back.commands.get("s1")).toMatchObject({ script: body, scriptAcked: 5, scriptSent: 5, scriptCommitSentOn: 0, scriptCommitted: false });
+    expect(back.commands.get("s1")).toMatchObject({ script: { bytes: body, acked: 5, sent: 5, commitSentOn: 0, committed: false } });
     expect(back.commands.get("c1")!.stdin.sentThrough).toBe(0);
   });
 });

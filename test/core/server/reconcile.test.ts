@@ -76,11 +76,11 @@ describe("reconciliation at the server", () => {
       r.submit("a", "acc");
       r.accept(c, "acc");
     });
-    r.cmd("disp").nextAttemptAt = T0 + 99_999;
+    r.cmd("disp").dispatch.nextAttemptAt = T0 + 99_999;
     r.snapshot(d, []);
     expect(r.command("acc")).toMatchObject({ state: "interrupted", terminalSource: "server", reason: "agent lost an accepted command" });
     expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);
-    expect(r.cmd("disp").nextAttemptAt).toBe(0);
+    expect(r.cmd("disp").dispatch.nextAttemptAt).toBe(0);
     expect(r.command("disp").state).toBe("dispatched"); // requeued and dispatched again on the new session
     expect(dispatches(r, r.log, d).map((x) => x.issueUuid)).toEqual(["disp"]);
     expect(r.disk.durable.get("reconcile")!.get("a")).toEqual({ generation: 2, terminate: [], discard: [] });

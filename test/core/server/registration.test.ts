@@ -209,7 +209,7 @@ describe("frames before and around registration", () => {
     const targets = (req.env.payload.value as ReconcileRequest).targets;
     expect(
       targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")]),
-    ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
+    ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).ingest.storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
     expect(r.command("run").storedThrough).toBe(1);
     expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 3, maxQueuedCommands: 4 });
     expect(timestampMs(r.client("a")!.lastActivityTime!)).toBe(T0);

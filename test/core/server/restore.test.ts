@@ -41,7 +41,11 @@ describe("server restart", () => {
     expect(back.incidentSeq).toBe(2);
     expect([...back.incidents.keys()]).toEqual(["inc-2"]);
     const c1 = back.commands.get("c1")!;
-    expect(c1).toMatchObject({ state: L.RUNNING, storedThrough: 2, receivedThrough: 2, dispatchedOn: 0, streamNext: { stdout: 5, stderr: 0 } });
+    expect(c1).toMatchObject({
+      state: L.RUNNING,
+      ingest: { storedThrough: 2, receivedThrough: 2, streamNext: { stdout: 5, stderr: 0 } },
+      dispatch: { dispatchedOn: 0 },
+    });
     expect(c1.committed).toEqual({
       state: L.RUNNING,
       exitCode: null,
@@ -53,12 +57,12 @@ describe("server restart", () => {
       startedTime: T0,
       endedTime: 0,
     });
-    expect(Object.keys(c1.digests).map(Number)).toEqual([1, 2]);
-    expect(c1.digests).toEqual(r.cmd("c1").digests);
+    expect(Object.keys(c1.ingest.digests).map(Number)).toEqual([1, 2]);
+    expect(c1.ingest.digests).toEqual(r.cmd("c1").ingest.digests);
     expect(c1.stdin).toEqual({ ...r.cmd("c1").stdin, sentThrough: r.cmd("c1").stdin.ackedThrough });
-    expect(back.clientOutput.get("a")).toEqual({ bytes: r.cmd("c1").storedOutputBytes, uuids: new Set(["c1"]) });
-    expect(back.commands.get("q")).toMatchObject({ state: L.DISPATCHED, everDispatched: true, dispatchedOn: 0 });
-    expect(back.commands.get("c2")).toMatchObject({ state: L.SUCCEEDED, terminalSource: "agent", exitCode: 0 });
+    expect(back.clientOutput.get("a")).toEqual({ bytes: r.cmd("c1").output.storedOutputBytes, uuids: new Set(["c1"]) });
+    expect(back.commands.get("q")).toMatchObject({ state: L.DISPATCHED, dispatch: { everDispatched: true, dispatchedOn: 0 } });
+    expect(back.commands.get("c2")).toMatchObject({ state: L.SUCCEEDED, exit: { terminalSource: "agent", exitCode: 0 } });
   });
 
   it("R-O2: after a restart only digests newer than storedThrough - SERVER_RECENT_DIGESTS are kept", () => {
@@ -71,7 +75,7 @@ describe("server restart", () => {
     for (let s = 2; s <= top; s++) events.set(`c1/${String(s).padStart(12, "0")}`, { seq: s, digest: s * 3 });
     r.disk.durable.get("command")!.set("c1", { ...rec, storedThrough: top });
     const back = restoreServer(r.cmd("c1") ? r.cfg : r.cfg, r.disk.tables(), 2);
-    const keys = Object.keys(back.commands.get("c1")!.digests)
+    const keys = Object.keys(back.commands.get("c1")!.ingest.digests)
       .map(Number)
       .sort((a, b) => a - b);
     expect(keys[0]).toBe(top - SERVER_RECENT_DIGESTS + 1);

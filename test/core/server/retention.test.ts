@@ -18,16 +18,16 @@ describe("retention", () => {
     let seq = 2;
     let off = 0;
     const put = (stream = OutputStream.STDOUT) => {
-      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : r.cmd("c1").streamNext.stderr, raw));
+      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : r.cmd("c1").ingest.streamNext.stderr, raw));
       if (stream === OutputStream.STDOUT) off += raw.length;
       return out;
     };
     put();
     put();
-    expect(r.cmd("c1").segments).toEqual([{ firstSeq: 2, lastSeq: 3, bytes: 2 * zlen, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
+    expect(r.cmd("c1").output.segments).toEqual([{ firstSeq: 2, lastSeq: 3, bytes: 2 * zlen, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
     put(OutputStream.STDERR);
     put();
-    expect(r.cmd("c1").segments[1]).toEqual({
+    expect(r.cmd("c1").output.segments[1]).toEqual({
       firstSeq: 4,
       lastSeq: 5,
       bytes: 2 * zlen,
@@ -40,11 +40,11 @@ describe("retention", () => {
     expect(r.command("c1").retentionMarkers).toBe(0);
     r.now = T0 + 5;
     const drop = put();
-    expect(r.cmd("c1").segments.map((s) => [s.firstSeq, s.lastSeq])).toEqual([
+    expect(r.cmd("c1").output.segments.map((s) => [s.firstSeq, s.lastSeq])).toEqual([
       [4, 5],
       [6, 6],
     ]);
-    expect(r.cmd("c1").retention).toEqual([{ firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 }]);
+    expect(r.cmd("c1").output.retention).toEqual([{ firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 }]);
     expect(of(drop, "drop_output")).toEqual([{ type: "drop_output", uuid: "c1", throughSeq: 3 }]);
     expect(r.disk.durable.get("retention")!.get("c1")).toEqual({
       uuid: "c1",
@@ -55,7 +55,7 @@ describe("retention", () => {
     });
     put();
     put();
-    expect(r.cmd("c1").retention).toEqual([
+    expect(r.cmd("c1").output.retention).toEqual([
       {
         firstSeq: 2,
         lastSeq: 5,
@@ -81,12 +81,12 @@ describe("retention", () => {
     r.event(c, "new", 3, output(OutputStream.STDOUT, 40, raw));
     expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen); // exactly the budget
     r.event(c, "new", 4, output(OutputStream.STDOUT, 80, raw));
-    expect(r.cmd("old").segments).toEqual([]);
+    expect(r.cmd("old").output.segments).toEqual([]);
     expect(r.command("old").retentionMarkers).toBe(1);
-    expect(r.cmd("new").segments).toHaveLength(3);
+    expect(r.cmd("new").output.segments).toHaveLength(3);
     expect([...r.st.clientOutput.get("a")!.uuids]).toEqual(["new"]);
     r.event(c, "new", 5, output(OutputStream.STDOUT, 120, raw));
-    expect(r.cmd("new").segments.map((s) => s.firstSeq)).toEqual([3, 4, 5]);
+    expect(r.cmd("new").output.segments.map((s) => s.firstSeq)).toEqual([3, 4, 5]);
     expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen);
   });
 });
@@ -111,7 +111,7 @@ describe("retention edges", () => {
     });
     r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw)); // same stream after a gap
     r.event(c, "c1", 8, output(OutputStream.STDOUT, 180, raw)); // continues exactly
-    expect(r.cmd("c1").segments).toEqual([
+    expect(r.cmd("c1").output.segments).toEqual([
       {
         firstSeq: 2,
         lastSeq: 8,
@@ -132,7 +132,7 @@ describe("retention edges", () => {
     const c = r.connect();
     r.running(c, "c1");
     for (let i = 0; i < 4; i++) r.event(c, "c1", 2 + i, output(OutputStream.STDOUT, 40 * i, raw));
-    expect(r.cmd("c1").segments).toHaveLength(1);
+    expect(r.cmd("c1").output.segments).toHaveLength(1);
     expect(r.command("c1").retainedBytes).toBe(4 * zlen);
     expect(r.command("c1").retentionMarkers).toBe(0);
     expect(of(r.log, "drop_output")).toEqual([]);
@@ -151,8 +151,8 @@ describe("retention edges", () => {
     });
     r.event(c, "c1", 6, output(OutputStream.STDOUT, 100, raw));
     r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw));
-    expect(r.cmd("c1").segments.map((s) => s.firstSeq)).toEqual([7]);
-    expect(r.cmd("c1").retention).toEqual([
+    expect(r.cmd("c1").output.segments.map((s) => s.firstSeq)).toEqual([7]);
+    expect(r.cmd("c1").output.retention).toEqual([
       {
         firstSeq: 2,
         lastSeq: 6,

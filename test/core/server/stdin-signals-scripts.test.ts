@@ -113,7 +113,7 @@ describe("pumping stdin, signals and scripts", () => {
     r.step({ type: "tick" });
     expect(r.sent(r.log, c, "scriptCommit")).toHaveLength(1);
     up(4, 150 * 1024, true);
-    expect(r.cmd("s1")).toMatchObject({ scriptCommitted: true, script: null, scriptAcked: 150 * 1024 });
+    expect(r.cmd("s1")).toMatchObject({ script: { committed: true, bytes: null, acked: 150 * 1024 } });
     expect(r.disk.durable.get("script")?.has("s1")).toBe(false);
   });
 
@@ -130,7 +130,7 @@ describe("pumping stdin, signals and scripts", () => {
       x.r.event(x.c, uuid, seq, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: got }) });
     const a = mk();
     up(a, 1, 100n);
-    expect(a.r.cmd("s1").scriptAcked).toBe(100);
+    expect(a.r.cmd("s1").script.acked).toBe(100);
     const b = mk();
     expectClosed(b.r, up(b, 1, 101n), b.c, Code.SEQUENCE_VIOLATION, "script progress 101 impossible");
     const d = mk();
@@ -139,7 +139,7 @@ describe("pumping stdin, signals and scripts", () => {
     const e = mk();
     up(e, 1, 50n);
     up(e, 2, 50n);
-    expect(e.r.cmd("s1").scriptAcked).toBe(50);
+    expect(e.r.cmd("s1").script.acked).toBe(50);
     const f = mk();
     f.r.running(f.c, "plain");
     expectClosed(f.r, up(f, 2, 0n, "plain"), f.c, Code.SEQUENCE_VIOLATION);

@@ -78,7 +78,7 @@ describe("submit admission: unknown client ids", () => {
     expect(r.command("u9").state).toBe("queued");
     const c = r.connect("later");
     expect(r.command("u9").state).toBe("dispatched");
-    expect(r.st.commands.get("u9")!.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
+    expect(r.st.commands.get("u9")!.dispatch.dispatchedOn).toBe(r.st.conns.get(c)!.generation);
   });
 
   it("an unknown id with ',' or '*' is refused as a list or wildcard, naming the known ids it matches, even with allow_unknown_client; a known one is admitted", () => {
@@ -218,7 +218,7 @@ describe("an authorized takeover ends the displaced instance's work", () => {
     // The server: a takeover, not an invariant failure.
     const cmd = h.cmd("u1");
     expect(cmd.state).toBe(L.INTERRUPTED);
-    expect(cmd.reason).toBe(`client taken over by instance ${J}; the command was running on the previous instance ${I}`);
+    expect(cmd.exit.reason).toBe(`client taken over by instance ${J}; the command was running on the previous instance ${I}`);
     const incidents = [...h.server.incidents.values()].filter((i) => i.uuid === "u1");
     expect(incidents.map((i) => [i.kind, i.detail])).toEqual([
       [

@@ -31,7 +31,7 @@ describe("server timers", () => {
     r.submit("a", "q1");
     r.accept(c, "q1", false, Code.CAPACITY, "full");
     r.step({ type: "conn_closed", conn: c, reason: "gone" }); // no heartbeat left: the retry is the first timer
-    const retryAt = r.cmd("q1").nextAttemptAt;
+    const retryAt = r.cmd("q1").dispatch.nextAttemptAt;
     expect(retryAt).toBeGreaterThan(r.now);
     expect(r.st.wake).toEqual({ at: retryAt, timer: { kind: "capacity_retry", uuid: "q1" } });
     expect(lastWake(r)?.at).toBe(retryAt);

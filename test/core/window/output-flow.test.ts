@@ -182,8 +182,8 @@ describe("output events", () => {
     for (let i = 0; i < 5; i++) h.output("a", "c1", `line ${i}\n`);
     h.flush("a");
     expect(h.sent("eventAck").length).toBe(acksBefore);
-    expect(h.server.commands.get("c1")!.receivedThrough).toBe(6);
-    expect(h.server.commands.get("c1")!.storedThrough).toBe(1);
+    expect(h.server.commands.get("c1")!.ingest.receivedThrough).toBe(6);
+    expect(h.server.commands.get("c1")!.ingest.storedThrough).toBe(1);
     h.flush("server");
     const acks = h
       .sent("eventAck")
@@ -240,11 +240,11 @@ describe("output events", () => {
     h.submit("a", "c1");
     for (let i = 0; i < 12; i++) h.output("a", "c1", "y".repeat(5 * KiB));
     const c = h.cmd("c1");
-    expect(c.storedOutputBytes).toBeLessThanOrEqual(40 * KiB + 10 * KiB);
-    expect(c.retention.length).toBeGreaterThan(0);
+    expect(c.output.storedOutputBytes).toBeLessThanOrEqual(40 * KiB + 10 * KiB);
+    expect(c.output.retention.length).toBeGreaterThan(0);
     // One cumulative marker: the removed prefix, its output events and byte ranges.
-    expect(c.retention).toHaveLength(1);
-    const m = c.retention[0]!;
+    expect(c.output.retention).toHaveLength(1);
+    const m = c.output.retention[0]!;
     expect(m.firstSeq).toBe(2);
     const drops = h.serverEffects.filter((e) => e.type === "drop_output");
     expect(drops.length).toBeGreaterThan(1);

@@ -90,7 +90,7 @@ describe("server edges found by the mutation run", () => {
     d.submit("a", "c2");
     expect(d.command("c2").state).toBe("dispatched");
     d.st = restoreServer(d.cfg, d.disk.tables(), 2);
-    expect(d.st.commands.get("c2")!.dispatchedOn).toBe(0);
+    expect(d.st.commands.get("c2")!.dispatch.dispatchedOn).toBe(0);
     expect(of(d.step({ type: "tick" }), "wake")).toEqual([]);
   });
 
@@ -106,10 +106,10 @@ describe("server edges found by the mutation run", () => {
     expect(r.command("c1").retentionMarkers).toBe(1);
     const back = restoreServer(r.cfg, r.disk.tables(), 9);
     const c1 = back.commands.get("c1")!;
-    expect(c1.segments).toEqual(r.cmd("c1").segments);
-    expect(c1.retention).toEqual(r.cmd("c1").retention);
+    expect(c1.output.segments).toEqual(r.cmd("c1").output.segments);
+    expect(c1.output.retention).toEqual(r.cmd("c1").output.retention);
     expect(c1.requests).toEqual(r.cmd("c1").requests);
-    expect(c1.storedOutputBytes).toBe(r.command("c1").retainedBytes);
+    expect(c1.output.storedOutputBytes).toBe(r.command("c1").retainedBytes);
     expect(back.clientOutput).toEqual(r.st.clientOutput);
     expect(back.clientOutput.has("b")).toBe(false);
   });
@@ -140,15 +140,9 @@ describe("server edges found by the mutation run", () => {
     expect(r.cmd("c1")).toMatchObject({
       revision: 1,
       state: L.QUEUED,
-      terminalSource: "",
-      everDispatched: false,
-      dispatchedOn: 0,
-      attempts: 0,
-      nextAttemptAt: 0,
-      exitCode: null,
-      signalName: "",
-      reason: "",
-      script: null,
+      exit: { terminalSource: "", exitCode: null, signalName: "", reason: "" },
+      dispatch: { everDispatched: false, dispatchedOn: 0, attempts: 0, nextAttemptAt: 0 },
+      script: { bytes: null },
       createdAt: T0,
       queueExpiry: T0 + 24 * 60 * 60_000,
     });
@@ -194,9 +188,9 @@ describe("server edges found by the mutation run", () => {
     expect(r.disk.durable.get("script")?.get("s1")).toEqual({ data: body });
     r.control({ op: "signal", requestId: "k", uuid: "s1", signal: SignalKind.CANCEL });
     expect(r.disk.durable.get("script")?.has("s1")).toBe(false);
-    expect(r.cmd("s1").script).toBeNull();
+    expect(r.cmd("s1").script.bytes).toBeNull();
     r.submit("off", "a1", argv("true"), { script: body });
-    expect(r.cmd("a1").script).toBeNull();
+    expect(r.cmd("a1").script.bytes).toBeNull();
     expect(r.disk.durable.get("script")?.has("a1")).toBe(false);
   });
 
@@ -308,8 +302,8 @@ describe("server edges found by the mutation run", () => {
     const b = r.connect("b");
     r.submit("a", "qa");
     r.accept(a, "qa", false, Code.CAPACITY);
-    const retryAt = r.cmd("qa").nextAttemptAt;
-    r.cmd("qa").nextAttemptAt = retryAt + 50_000; // make sure it lies ahead
+    const retryAt = r.cmd("qa").dispatch.nextAttemptAt;
+    r.cmd("qa").dispatch.nextAttemptAt = retryAt + 50_000; // make sure it lies ahead
     r.running(b, "cb");
     r.control({ op: "signal", requestId: "s", uuid: "cb", signal: SignalKind.USER1 });
     r.submit("b", "cb2");
@@ -323,7 +317,7 @@ describe("server edges found by the mutation run", () => {
     expect(r.cmd("cb").signals.map((s) => s.revision)).toEqual([2]);
     expect(r.command("cb2").state).toBe("accepted");
     expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["cb", "reconcile_terminate_local"]]);
-    expect(r.cmd("qa")).toMatchObject({ state: L.QUEUED, nextAttemptAt: retryAt + 50_000 });
+    expect(r.cmd("qa")).toMatchObject({ state: L.QUEUED, dispatch: { nextAttemptAt: retryAt + 50_000 } });
   });
 
   it("R-O3: a resend of a terminal event not yet durable is not acknowledged early; at exactly the stored seq it is", () => {

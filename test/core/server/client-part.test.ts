@@ -1,0 +1,220 @@
+// One client's part of the server state (core/server/client-part.ts):
+// restored and dropped on its own, with every index and total exact. The
+// tables are what a simulated server stored (sim/world.ts: several clients,
+// faults, crashes, retention, pruning, incidents, jobs), so the rows are the
+// ones the real core writes.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { serverInvariants } from "../../../core/index.js";
+import { clientIdsOf, clientTables, dropClientPart, globalTables, holdsClient, restoreClientPart } from "../../../core/server/client-part.js";
+import { restoreJobs } from "../../../core/server/jobs.js";
+import { restoreServer } from "../../../core/server/restore.js";
+import type { ServerConfig, ServerState } from "../../../core/server/server-types.js";
+import { type ServerTables, rowsOf } from "../../../core/server/store.js";
+import { create } from "@bufbuild/protobuf";
+import { Code, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { planSchedule } from "../../../sim/schedule.js";
+import { drawSwarm } from "../../../sim/swarm.js";
+import { World } from "../../../sim/world.js";
+import { ServerRig, argv } from "../../support/server-rig.js";
+
+const SEEDS = [4, 7, 11, 16, 22, 25, 26, 31, 36, 37];
+const MAX_STEPS = 4000;
+
+const made = new Map<number, { config: ServerConfig; tables: ServerTables; ids: string[] }>();
+/** The durable tables of a simulated server after (at most) MAX_STEPS steps of seed `seed`. */
+function stored(seed: number): { config: ServerConfig; tables: ServerTables; ids: string[] } {
+  let m = made.get(seed);
+  if (!m) {
+    const sw = drawSwarm(seed);
+    const w = new World(seed, sw, planSchedule(seed, sw));
+    w.start();
+    while (w.steps < MAX_STEPS && w.phase !== "done") {
+      const ev = w.q.pop();
+      if (!ev || ev.at > w.endAt) break;
+      ev.run();
+    }
+    const tables = w.server.disk.snapshot();
+    m = { config: w.server.config, tables, ids: clientIdsOf(tables) };
+    made.set(seed, m);
+  }
+  return m;
+}
+
+/** Entries grouped by client, each group in its order (the order between clients is the order parts came in). */
+function byClient<V>(entries: Iterable<[string, V]>, clientOf: (key: string, v: V) => string): Record<string, Array<[string, V]>> {
+  const out: Record<string, Array<[string, V]>> = {};
+  for (const [k, v] of entries) (out[clientOf(k, v)] ??= []).push([k, v]);
+  return out;
+}
+const sorted = <K, V>(m: Map<K, V>): Array<[K, V]> => [...m].sort(([a], [b]) => (String(a) < String(b) ? -1 : String(a) > String(b) ? 1 : 0));
+const nonDecreasing = (xs: number[]): boolean => xs.every((x, i) => i === 0 || xs[i - 1]! <= x);
+
+/** The state, comparable: every map and index in full, with the order that must hold within each client. */
+function canonical(st: ServerState) {
+  const clientOfCommand = (uuid: string) => st.commands.get(uuid)!.clientId;
+  return {
+    config: st.config,
+    rng: st.rng,
+    clients: sorted(st.clients),
+    conns: sorted(st.conns),
+    commands: byClient(st.commands, (_k, c) => c.clientId),
+    active: byClient(
+      [...st.active].map((u) => [u, 0] as [string, number]),
+      clientOfCommand,
+    ),
+    history: byClient(st.history, clientOfCommand),
+    metaBytes: st.metaBytes,
+    pruned: byClient(st.pruned, (_k, p) => p.clientId),
+    clientOutput: sorted(st.clientOutput).map(([id, e]) => [id, e.bytes, [...e.uuids]]),
+    incidents: byClient(st.incidents, (_k, i) => i.clientId),
+    incidentSeq: st.incidentSeq,
+    openIncidents: st.openIncidents,
+    openByClient: sorted(st.openByClient),
+    openOverByClient: sorted(st.openOverByClient),
+    incidentDrops: sorted(st.incidentDrops),
+    incidentsDropped: st.incidentsDropped,
+    dropsDirty: [...st.dropsDirty].sort(),
+    generationFloor: st.generationFloor,
+    clientsAtRestore: st.clientsAtRestore,
+    audit: [...st.audit],
+    auditSeq: st.auditSeq,
+    auditDropped: st.auditDropped,
+    auditAtRestore: st.auditAtRestore,
+    jobs: [...st.jobs],
+    activeJobs: [...st.activeJobs],
+    gate: st.gate,
+    wake: st.wake,
+  };
+}
+
+/** The orders kept across clients: history by end time, the pruned ledger by prune time. */
+function expectGlobalOrders(st: ServerState): void {
+  expect(nonDecreasing([...st.history.values()])).toBe(true);
+  expect(nonDecreasing([...st.pruned.values()].map((p) => p.at))).toBe(true);
+}
+
+/** A server restored from the global tables, then each client's part in `order`, then the jobs; invariants after each. */
+function restoreByParts(config: ServerConfig, tables: ServerTables, order: string[]): ServerState {
+  const st = restoreServer(config, globalTables(tables, ["job"]), 5);
+  serverInvariants(st);
+  for (const id of order) {
+    expect(restoreClientPart(st, id, clientTables(tables, id))).toEqual({ ok: true });
+    serverInvariants(st);
+  }
+  restoreJobs(st, rowsOf(tables, "job"));
+  serverInvariants(st);
+  return st;
+}
+
+const seedAndOrder = fc.constantFrom(...SEEDS).chain((seed) => {
+  const ids = stored(seed).ids;
+  return fc.tuple(fc.constant(seed), fc.shuffledSubarray(ids, { minLength: ids.length, maxLength: ids.length }));
+});
+
+describe("per-client server state", () => {
+  it("the simulated tables name several clients (the properties below are not vacuous)", () => {
+    const counts = SEEDS.map((s) => stored(s).ids.length);
+    expect(Math.min(...counts)).toBeGreaterThanOrEqual(2);
+    const rows = (t: string) => SEEDS.reduce((n, s) => n + (stored(s).tables.get(t)?.size ?? 0), 0);
+    for (const t of ["command", "event", "pruned", "incident", "client"]) expect(rows(t), t).toBeGreaterThan(0);
+  }, 120_000);
+
+  it("restoring all rows at once equals restoring client by client, in any order", () => {
+    fc.assert(
+      fc.property(seedAndOrder, ([seed, order]) => {
+        const { config, tables } = stored(seed);
+        const whole = restoreServer(config, tables, 5);
+        const parts = restoreByParts(config, tables, order);
+        expect(canonical(parts)).toEqual(canonical(whole));
+        expectGlobalOrders(whole);
+        expectGlobalOrders(parts);
+      }),
+      { numRuns: 30 },
+    );
+  }, 120_000);
+
+  it("dropping a client and restoring its rows gives back an equal state; invariants hold after each", () => {
+    fc.assert(
+      fc.property(seedAndOrder, ([seed, order]) => {
+        const { config, tables } = stored(seed);
+        const st = restoreServer(config, tables, 5);
+        const before = canonical(st);
+        // Drop several, then restore them in another order.
+        const some = order.slice(0, Math.max(1, Math.ceil(order.length / 2)));
+        const dropped: string[] = [];
+        for (const id of some) {
+          const r = dropClientPart(st, id);
+          serverInvariants(st);
+          if (!r.ok) {
+            // Only a job with work for the client keeps it (a restored server has no connection and nothing in flight).
+            expect(r.error.code).toBe(Code.CONFLICT);
+            expect(r.error.message).toMatch(/^job .* still has work for client/);
+            continue;
+          }
+          expect(holdsClient(st, id)).toBe(false);
+          dropped.push(id);
+        }
+        for (const id of [...dropped].reverse()) {
+          expect(restoreClientPart(st, id, clientTables(tables, id))).toEqual({ ok: true });
+          serverInvariants(st);
+        }
+        const after = canonical(st);
+        expect(after).toEqual(before);
+        expectGlobalOrders(st);
+      }),
+      { numRuns: 30 },
+    );
+  }, 120_000);
+
+  it("a part the server already holds, or rows of another client, are refused and change nothing", () => {
+    const seed = SEEDS.find((s) => stored(s).ids.length >= 2)!;
+    const { config, tables, ids } = stored(seed);
+    const st = restoreServer(config, tables, 5);
+    const before = canonical(st);
+    expect(restoreClientPart(st, ids[0]!, clientTables(tables, ids[0]!))).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+    const fresh = restoreServer(config, globalTables(tables), 5);
+    const other = restoreClientPart(fresh, ids[0]!, clientTables(tables, ids[1]!));
+    expect(other).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+    expect(holdsClient(fresh, ids[0]!) || holdsClient(fresh, ids[1]!)).toBe(false);
+    expect(canonical(st)).toEqual(before);
+  }, 120_000);
+
+  it("dropping a client with a live connection, or while a persist is not yet durable, is refused with CODE_CONFLICT and changes nothing", () => {
+    const r = new ServerRig();
+    r.connect("a");
+    r.submit("a", "c1");
+    r.submit("b", "c2");
+    const before = structuredClone(canonical(r.st));
+    expect(dropClientPart(r.st, "a")).toMatchObject({ ok: false, error: { code: Code.CONFLICT, message: "client a has a live connection" } });
+    expect(canonical(r.st)).toEqual(before);
+    r.autoDurable = false;
+    r.submit("b", "c3");
+    expect(dropClientPart(r.st, "b")).toMatchObject({ ok: false, error: { code: Code.CONFLICT, message: "a persist is not yet durable" } });
+    r.flush();
+    expect(dropClientPart(r.st, "b")).toEqual({ ok: true });
+    serverInvariants(r.st);
+    expect(holdsClient(r.st, "b")).toBe(false);
+    expect(r.st.commands.has("c2") || r.st.commands.has("c3")).toBe(false);
+    // Its rows are still in the store: restoring them gives the client back as a restart would.
+    const tables = r.disk.tables();
+    expect(restoreClientPart(r.st, "b", clientTables(tables, "b"))).toEqual({ ok: true });
+    serverInvariants(r.st);
+    const whole = restoreServer(r.cfg, tables, 1);
+    expect(canonical(r.st).commands.b).toEqual(canonical(whole).commands.b);
+  });
+
+  it("a client with work of an unfinished job is not dropped", () => {
+    const r = new ServerRig();
+    r.connect("a");
+    const b = r.connect("b");
+    const res = r.control({ op: "submit_job", requestId: "j", jobId: "job-1", clients: ["a", "b"], spec: create(ExecutionSpecSchema, argv("true")) });
+    expect(res).toMatchObject({ ok: true });
+    r.step({ type: "conn_closed", conn: b, reason: "test" });
+    expect(r.st.clients.get("b")!.conn).toBe(0);
+    const before = structuredClone(canonical(r.st));
+    expect(dropClientPart(r.st, "b")).toMatchObject({ ok: false, error: { code: Code.CONFLICT, message: "job job-1 still has work for client b" } });
+    expect(canonical(r.st)).toEqual(before);
+    serverInvariants(r.st);
+  });
+});
