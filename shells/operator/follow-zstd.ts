@@ -5,9 +5,10 @@
  * `node:zlib`, so the decoding runs in the operator's process instead of the
  * server's and the bytes on the wire are the compressed ones.
  *
- * Requested only where this Node decodes zstd natively (`zstdAccepted`): the
- * portable decoder (fzstd) is slower than the server's native one, so there
- * the CLI keeps the decompressed form. A server that predates the field sends
+ * Requested only where this Node decodes zstd natively (follow.ts
+ * `zstdFramesWanted`: the portable decoder, fzstd, is slower than the
+ * server's native one, so there the CLI keeps the decompressed form), and
+ * loaded only once a frame arrives. A server that predates the field sends
  * `data` anyway, and so does any server for an empty chunk: both are taken
  * as they are.
  *
@@ -28,12 +29,6 @@
 import { MAX_CHUNK_BYTES } from "../../core/limits.js";
 import type { FollowOutputResponse, OutputData } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { decompressRunInto, decompressValidated } from "../zstd/decompress.js";
-import { ZSTD_BACKEND } from "../zstd/native.js";
-
-/** True when this process should ask for stored zstd frames (native zstd in node:zlib; RVBOX_FOLLOW_ZSTD=0 turns it off). */
-export function zstdAccepted(): boolean {
-  return ZSTD_BACKEND === "native" && process.env.RVBOX_FOLLOW_ZSTD !== "0";
-}
 
 /** A stored frame from the server that does not decode to its declared size. */
 export class FrameError extends Error {

@@ -10,6 +10,7 @@
  * server is asked for its stored zstd frames (accept_zstd) and they are
  * decoded here (follow-zstd.ts), before the cursor sees them.
  */
+import zlib from "node:zlib";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command, FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
@@ -18,6 +19,7 @@ import { describeError, isTransient, OperatorError, type ControlClient } from ".
 import { EXIT } from "../../client/exit-codes.js";
 import { eventText } from "../../client/markers.js";
 import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "../../client/model.js";
+import type { FrameDecoder } from "./follow-zstd.js";
 
 export interface FollowIO {
   stdout: NodeJS.WritableStream;
@@ -324,12 +326,18 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
       throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
     }
   }
-  // Loaded only here (not at the CLI's start): the other commands never decode output.
-  const zstd = o.acceptZstd === false ? null : await import("./follow-zstd.js").then((m) => (m.zstdAccepted() ? m : null));
+  const acceptZstd = o.acceptZstd ?? zstdFramesWanted();
   // Decoded bytes die with their batch when they go straight to file descriptors (a write's
   // callback: the kernel has them) and nothing keeps items or partial lines: buffers are reused.
   const pooled = o.reuseBuffers ?? (!shaper && !o.onItem && isFdStream(io.stdout) && isFdStream(io.stderr));
-  const decoder = zstd ? new zstd.FrameDecoder(pooled, FOLLOW_MAX_BATCH_BYTES + 1) : null;
+  // The decoder is loaded when the first frame arrives (`run --follow -- true` never loads it).
+  let zstd: typeof import("./follow-zstd.js") | null = null;
+  let decoder: Promise<FrameDecoder> | null = null;
+  const loadDecoder = (): Promise<FrameDecoder> =>
+    (decoder ??= import("./follow-zstd.js").then((m) => {
+      zstd = m;
+      return new m.FrameDecoder(pooled, FOLLOW_MAX_BATCH_BYTES + 1);
+    }));
   const pending = new PendingWrite((to, parts) => writeMany(to === "stderr" ? io.stderr : io.stdout, parts));
   const marker = async (text: string): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`) : write(io.stderr, `rvbox: ${text}\n`));
   let cursor = newCursor(o.from ?? 1);
@@ -350,16 +358,16 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
     await notes;
   }
   /**
-   * A batch's stored frames decoded as soon as it arrives (while the one before is written), or
-   * the FrameError to report when the stream reaches it; `release` once its output is written.
+   * A batch's stored frames decoded as soon as it arrives (while the one before is written);
+   * `ready` gives the release of its buffer (call it once the output is written) or rejects with
+   * the FrameError to report when the stream reaches this batch.
    */
-  function decoded(batch: FollowOutputResponse): { batch: FollowOutputResponse; failure: unknown; release: () => void } {
-    if (!decoder) return { batch, failure: null, release: NOTHING };
-    try {
-      return { batch, failure: null, release: decoder.decode(followEvents(batch)) };
-    } catch (e) {
-      return { batch, failure: e, release: NOTHING };
-    }
+  function decoded(batch: FollowOutputResponse): { batch: FollowOutputResponse; ready: Promise<() => void> } {
+    const events = followEvents(batch);
+    if (!events.some((m) => m.item.case === "output" && m.item.value.zstd.length > 0)) return { batch, ready: NO_FRAMES };
+    const ready = loadDecoder().then((d) => d.decode(events));
+    ready.catch(() => {}); // seen when awaited; a batch dropped by a reconnect is never awaited
+    return { batch, ready };
   }
   async function followLoop(): Promise<FollowResult> {
     for (;;) {
@@ -369,10 +377,10 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
       o.signal?.addEventListener("abort", stop, { once: true });
       try {
         const stream = client.followOutput(
-          { issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES, acceptZstd: zstd !== null },
+          { issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES, acceptZstd },
           { signal: attempt.signal },
         );
-        for await (const { batch, failure, release } of readAhead(stream, decoded)) {
+        for await (const { batch, ready } of readAhead(stream, decoded)) {
           outageSince = null;
           delay = 200;
           if (warned) {
@@ -384,13 +392,17 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
           const items: OutputItem[] = [];
           const timesOf: number[] = [];
           const events = followEvents(batch);
-          if (failure !== null) {
-            if (zstd && failure instanceof zstd.FrameError)
+          let release: () => void;
+          try {
+            release = await ready;
+          } catch (e) {
+            const z = zstd as typeof import("./follow-zstd.js") | null;
+            if (z && e instanceof z.FrameError)
               throw new OperatorError(
-                `command ${o.uuid}: the server sent output event ${failure.seq} as a zstd frame that does not decode to its declared size (${failure.message}); output before event ${cursor.next} was written, nothing after it`,
+                `command ${o.uuid}: the server sent output event ${e.seq} as a zstd frame that does not decode to its declared size (${e.message}); output before event ${cursor.next} was written, nothing after it`,
                 EXIT.ERROR,
               );
-            throw failure;
+            throw e;
           }
           for (const m of events) {
             if (m.item.case === "finished") {
@@ -458,6 +470,16 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
 }
 
 const NOTHING = (): void => {};
+const NO_FRAMES: Promise<() => void> = Promise.resolve(NOTHING);
+
+/**
+ * Ask the server for stored zstd frames (accept_zstd) where node:zlib decodes zstd natively;
+ * RVBOX_FOLLOW_ZSTD=0 (or RVBOX_ZSTD=portable) keeps the decompressed form. Where node:zlib has
+ * no zstd the portable decoder would be slower than the server's native one, so it is not asked.
+ */
+export function zstdFramesWanted(env: NodeJS.ProcessEnv = process.env): boolean {
+  return typeof (zlib as { zstdDecompressSync?: unknown }).zstdDecompressSync === "function" && env.RVBOX_FOLLOW_ZSTD !== "0" && env.RVBOX_ZSTD !== "portable";
+}
 
 /** A stream whose write callback means the kernel has the bytes (process.stdout, a file), not a JS stream that may keep them. */
 function isFdStream(s: NodeJS.WritableStream): boolean {

@@ -14,8 +14,8 @@ import { CommandLifecycle, OutputStream, TruncationCause } from "../../protos/ge
 import { FollowOutputResponseSchema, type FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { ControlClient } from "../../client/control-client.js";
 import { OperatorError } from "../../client/control-client.js";
-import { followOutput } from "../../shells/operator/follow.js";
-import { FrameDecoder, zstdAccepted } from "../../shells/operator/follow-zstd.js";
+import { followOutput, zstdFramesWanted } from "../../shells/operator/follow.js";
+import { FrameDecoder } from "../../shells/operator/follow-zstd.js";
 import { collector } from "./helpers.js";
 
 const U = "11111111-2222-3333-4444-555555555555";
@@ -126,7 +126,9 @@ describe.skipIf(!native)("logs / run --follow with stored zstd frames", () => {
   });
 
   it("R-O5 R-T3: a 4 MiB command sent as stored frames is written byte-exact, in order, with the retention marker in its place", async () => {
-    expect(zstdAccepted()).toBe(true);
+    expect(zstdFramesWanted({})).toBe(true);
+    expect(zstdFramesWanted({ RVBOX_FOLLOW_ZSTD: "0" })).toBe(false);
+    expect(zstdFramesWanted({ RVBOX_ZSTD: "portable" })).toBe(false);
     const body = text(4 * 1024 * 1024);
     const { events, kept, removed } = scripted(body, (seq, off, raw) => zout(seq, off, raw));
     const { client, requests } = fakeClient(() => inBatches(events));
