@@ -46,8 +46,8 @@ const RULES: Record<string, Rule> = {
     why: "`rvbox demo`: a server and agents in one process, driven over the control API",
   },
   "shells/operator": {
-    allow: ["client", "core", "protos/gen", "tui", "sim", "shells/agent", "shells/server", "shells/runtime"],
-    why: "the operator CLI on the client library; `rvbox tui` injects the TUI's source (tui-open.ts: a server, the simulator's, or a demo fleet of daemons, demo-fleet.ts)",
+    allow: ["client", "core", "protos/gen", "tui", "sim", "shells/agent", "shells/server", "shells/runtime", "shells/zstd"],
+    why: "the operator CLI on the client library; `rvbox tui` injects the TUI's source (tui-open.ts: a server, the simulator's, or a demo fleet of daemons, demo-fleet.ts); `logs` and `run --follow` decode the server's stored zstd frames (follow-zstd.ts)",
   },
   tui: { allow: ["client", "core", "protos/gen"], why: "the terminal UI renders a DataSource it is given; never the simulator or a daemon" },
   sim: { allow: ["core", "protos/gen"], why: "the deterministic simulator runs the pure core; no shell, no client" },

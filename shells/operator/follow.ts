@@ -6,16 +6,20 @@
  * next event sequence (FollowOutput from_event_seq), so nothing is printed
  * twice and nothing is skipped: which items to print, and where to resume, is
  * the core's follow cursor (core/reader/follow-cursor.ts); this shell fetches
- * the batches and writes the bytes.
+ * the batches and writes the bytes. Where this Node has native zstd the
+ * server is asked for its stored zstd frames (accept_zstd) and they are
+ * decoded here (follow-zstd.ts), before the cursor sees them.
  */
+import zlib from "node:zlib";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
+import type { Command, FollowOutputResponse } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { cursorErrorText, newCursor, step } from "../../core/reader/follow-cursor.js";
 import { describeError, isTransient, OperatorError, type ControlClient } from "../../client/control-client.js";
 import { EXIT } from "../../client/exit-codes.js";
 import { eventText } from "../../client/markers.js";
 import { FOLLOW_MAX_BATCH_BYTES, followEvents, outputItem, type OutputItem, type StreamName } from "../../client/model.js";
+import type { FrameDecoder } from "./follow-zstd.js";
 
 export interface FollowIO {
   stdout: NodeJS.WritableStream;
@@ -46,6 +50,13 @@ export interface FollowOptions {
   lines?: LineOptions;
   /** Write the one stream asked for (`--stream stderr`) to stdout. */
   onlyStreamToStdout?: boolean;
+  /** false: never ask for stored zstd frames (the decompressed form only). Default: where native zstd decodes them. */
+  acceptZstd?: boolean;
+  /**
+   * Reuse decode buffers once a batch is written (its bytes must not be kept past the write's
+   * callback). Default: when stdout and stderr are file descriptors and neither `lines` nor `onItem` is set.
+   */
+  reuseBuffers?: boolean;
 }
 
 export interface LineOptions {
@@ -315,6 +326,18 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
       throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
     }
   }
+  const acceptZstd = o.acceptZstd ?? zstdFramesWanted();
+  // Decoded bytes die with their batch when they go straight to file descriptors (a write's
+  // callback: the kernel has them) and nothing keeps items or partial lines: buffers are reused.
+  const pooled = o.reuseBuffers ?? (!shaper && !o.onItem && isFdStream(io.stdout) && isFdStream(io.stderr));
+  // The decoder is loaded when the first frame arrives (`run --follow -- true` never loads it).
+  let zstd: typeof import("./follow-zstd.js") | null = null;
+  let decoder: Promise<FrameDecoder> | null = null;
+  const loadDecoder = (): Promise<FrameDecoder> =>
+    (decoder ??= import("./follow-zstd.js").then((m) => {
+      zstd = m;
+      return new m.FrameDecoder(pooled, FOLLOW_MAX_BATCH_BYTES + 1);
+    }));
   const pending = new PendingWrite((to, parts) => writeMany(to === "stderr" ? io.stderr : io.stdout, parts));
   const marker = async (text: string): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`) : write(io.stderr, `rvbox: ${text}\n`));
   let cursor = newCursor(o.from ?? 1);
@@ -334,13 +357,30 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
     o.signal?.removeEventListener("abort", stopOnAbort);
     await notes;
   }
+  /**
+   * A batch's stored frames decoded as soon as it arrives (while the one before is written);
+   * `ready` gives the release of its buffer (call it once the output is written) or rejects with
+   * the FrameError to report when the stream reaches this batch.
+   */
+  function decoded(batch: FollowOutputResponse): { batch: FollowOutputResponse; ready: Promise<() => void> } {
+    const events = followEvents(batch);
+    if (!events.some((m) => m.item.case === "output" && m.item.value.zstd.length > 0)) return { batch, ready: NO_FRAMES };
+    const ready = loadDecoder().then((d) => d.decode(events));
+    ready.catch(() => {}); // seen when awaited; a batch dropped by a reconnect is never awaited
+    return { batch, ready };
+  }
   async function followLoop(): Promise<FollowResult> {
     for (;;) {
+      // One per attempt: ends the stream (and the batch read ahead) when this attempt ends.
+      const attempt = new AbortController();
+      const stop = () => attempt.abort();
+      o.signal?.addEventListener("abort", stop, { once: true });
       try {
-        for await (const batch of client.followOutput(
-          { issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES },
-          { signal: o.signal },
-        )) {
+        const stream = client.followOutput(
+          { issueUuid: o.uuid, fromEventSeq: BigInt(cursor.next), follow: o.follow, maxBatchBytes: FOLLOW_MAX_BATCH_BYTES, acceptZstd },
+          { signal: attempt.signal },
+        );
+        for await (const { batch, ready } of readAhead(stream, decoded)) {
           outageSince = null;
           delay = 200;
           if (warned) {
@@ -351,7 +391,20 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
           // FOLLOW_MAX_BATCH_BYTES); anything else flushes it first, so order is kept.
           const items: OutputItem[] = [];
           const timesOf: number[] = [];
-          for (const m of followEvents(batch)) {
+          const events = followEvents(batch);
+          let release: () => void;
+          try {
+            release = await ready;
+          } catch (e) {
+            const z = zstd as typeof import("./follow-zstd.js") | null;
+            if (z && e instanceof z.FrameError)
+              throw new OperatorError(
+                `command ${o.uuid}: the server sent output event ${e.seq} as a zstd frame that does not decode to its declared size (${e.message}); output before event ${cursor.next} was written, nothing after it`,
+                EXIT.ERROR,
+              );
+            throw e;
+          }
+          for (const m of events) {
             if (m.item.case === "finished") {
               res.finished = m.item.value;
               continue;
@@ -388,6 +441,7 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
             if (shaper && next > storedAtStart) await shaper.live();
           }
           await pending.flush();
+          release();
         }
         await shaper?.end(sinkOf);
         return res;
@@ -407,7 +461,57 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
         }
         await new Promise((r) => setTimeout(r, delay));
         delay = Math.min(delay * 2, 5000);
+      } finally {
+        o.signal?.removeEventListener("abort", stop);
+        attempt.abort();
       }
     }
+  }
+}
+
+const NOTHING = (): void => {};
+const NO_FRAMES: Promise<() => void> = Promise.resolve(NOTHING);
+
+/**
+ * Ask the server for stored zstd frames (accept_zstd) where node:zlib decodes zstd natively;
+ * RVBOX_FOLLOW_ZSTD=0 (or RVBOX_ZSTD=portable) keeps the decompressed form. Where node:zlib has
+ * no zstd the portable decoder would be slower than the server's native one, so it is not asked.
+ */
+export function zstdFramesWanted(env: NodeJS.ProcessEnv = process.env): boolean {
+  return typeof (zlib as { zstdDecompressSync?: unknown }).zstdDecompressSync === "function" && env.RVBOX_FOLLOW_ZSTD !== "0" && env.RVBOX_ZSTD !== "portable";
+}
+
+/** A stream whose write callback means the kernel has the bytes (process.stdout, a file), not a JS stream that may keep them. */
+function isFdStream(s: NodeJS.WritableStream): boolean {
+  return typeof (s as { fd?: unknown }).fd === "number";
+}
+
+/**
+ * The messages of `source`, each passed through `start` as soon as it has
+ * arrived, one message ahead of the consumer: while the consumer handles
+ * one (waits for its output to be written), the next is received and
+ * `start` decodes it. So at most two batches are held
+ * beside what the transport buffers, and a consumer that stops taking stops
+ * the reads (backpressure reaches the server through TCP as before).
+ */
+async function* readAhead<T, U>(source: AsyncIterable<T>, start: (t: T) => U): AsyncGenerator<U> {
+  const it = source[Symbol.asyncIterator]();
+  const pull = (): Promise<IteratorResult<U, undefined>> =>
+    it.next().then((r) => (r.done ? { done: true, value: undefined } : { done: false, value: start(r.value) }));
+  let next = pull();
+  try {
+    for (;;) {
+      const r = await next;
+      if (r.done) return;
+      next = pull();
+      next.catch(() => {}); // seen when awaited (a reconnect), or dropped with the attempt
+      yield r.value;
+    }
+  } finally {
+    // Ends the source once its pending read settles (the attempt's abort settles it).
+    void next.then(
+      () => it.return?.(),
+      () => {},
+    );
   }
 }

@@ -374,7 +374,8 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         // response otherwise; the loop below bounds what it holds either way.
         const batched = req.maxBatchBytes > 0;
         const budget = batched ? Math.min(req.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
-        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx, budget)) {
+        const zstd = batched && req.acceptZstd;
+        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx, budget, zstd)) {
           if (!batched || batch.length === 1) yield* batch;
           else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
         }
@@ -637,13 +638,19 @@ export function incidentView(i: ServerIncident): Incident {
   });
 }
 
-/** One stored event row (core/server/store.ts EventRow) as a stream item; `data`: an output row's decompressed bytes (null: its segment is gone). */
-function eventItem(uuid: string, v: StoredEventRow, data: Uint8Array | null | undefined): FollowItem | "gone" {
+/**
+ * One stored event row (core/server/store.ts EventRow) as a stream item; `data`: an output
+ * row's decompressed bytes, or with `zstd` its stored frame (null: its segment is gone).
+ */
+function eventItem(uuid: string, v: StoredEventRow, data: Uint8Array | null | undefined, zstd = false): FollowItem | "gone" {
   const base = { issueUuid: uuid, eventSeq: BigInt(v.seq), commandRevision: BigInt(v.revision ?? 0), time: timestampFromMs(v.time ?? 0) };
   switch (v.kind) {
     case "output": {
       if (!data) return "gone";
-      return { ...base, item: { case: "output", value: { stream: streamEnum(v.stream), streamOffset: BigInt(v.offset), data } } };
+      const at = { stream: streamEnum(v.stream), streamOffset: BigInt(v.offset) };
+      // An empty chunk's frame decodes to nothing: sent as empty data, so `zstd` is never an empty frame.
+      if (zstd && v.originalSize > 0) return { ...base, item: { case: "output", value: { ...at, zstd: data, originalSize: v.originalSize } } };
+      return { ...base, item: { case: "output", value: { ...at, data: zstd ? new Uint8Array(0) : data } } };
     }
     case "lifecycle": {
       const err = v.error;
@@ -712,6 +719,12 @@ function markerItem(uuid: string, firstSeq: number, m: Marker, ranges: Marker["r
  * sees every byte range, data or marker, in stream order (found by
  * `npm run chaos`). Events are sent only through the committed (durable)
  * storedThrough.
+ *
+ * `zstd` (a reader that set accept_zstd): output events carry their stored
+ * zstd frames as they are (OutputData.zstd, original_size), neither decoded
+ * nor re-encoded; they were validated against their declared size when they
+ * were stored (R-T3), and the reader checks each again as it decodes it.
+ * `budget` still counts decoded bytes: it bounds what the reader decodes per batch.
  */
 export async function* follow(
   d: ServerDaemon,
@@ -720,6 +733,7 @@ export async function* follow(
   keepFollowing: boolean,
   ctx: { signal: AbortSignal },
   budget: number,
+  zstd = false,
 ): AsyncGenerator<FollowItem[]> {
   let next = Math.max(1, from);
   let markerThrough = 0;
@@ -762,9 +776,10 @@ export async function* follow(
   const advance = (item: FollowItem, seq: number): FollowItem | null => {
     const it = item.item;
     if (it?.case === "output") {
-      const o = it.value as { stream: OutputStream; streamOffset: bigint; data: Uint8Array };
+      const o = it.value as { stream: OutputStream; streamOffset: bigint; data?: Uint8Array; zstd?: Uint8Array; originalSize?: number };
       const key: StreamKey = o.stream === OutputStream.STDOUT ? "stdout" : "stderr";
-      streamSent[key] = Math.max(streamSent[key], Number(o.streamOffset) + o.data.length);
+      const length = o.zstd !== undefined && o.zstd.length > 0 ? (o.originalSize ?? 0) : (o.data?.length ?? 0);
+      streamSent[key] = Math.max(streamSent[key], Number(o.streamOffset) + length);
     } else if (it?.case === "truncation") {
       for (const r of (it.value as { removedBytes: Array<{ stream: OutputStream; offset: bigint; length: bigint }> }).removedBytes) {
         const key: StreamKey = r.stream === OutputStream.STDOUT ? "stdout" : "stderr";
@@ -825,7 +840,10 @@ export async function* follow(
           const data = await reader.load(
             uuid,
             part.filter((v): v is StoredOutputRow => v.kind === "output" && !covered(c, v.seq)),
+            zstd,
           );
+          let held = 0;
+          for (const b of data.values()) held += b?.length ?? 0;
           const batch: FollowItem[] = [];
           for (const v of part) {
             const seq = v.seq;
@@ -835,7 +853,7 @@ export async function* follow(
               next = seq + 1;
               continue;
             }
-            const item = eventItem(uuid, v, data.get(seq));
+            const item = eventItem(uuid, v, data.get(seq), zstd);
             if (item === "gone") {
               // Retention removed it while we were reading: the marker says so.
               c = current();
@@ -852,11 +870,11 @@ export async function* follow(
           if (batch.length > 0) {
             // Held until the transport takes the batch: it asks for the next one only
             // once this one is written and the socket has drained (backpressure).
-            followGauge.hold(bytes);
+            followGauge.hold(held);
             try {
               yield batch;
             } finally {
-              followGauge.release(bytes);
+              followGauge.release(held);
             }
           }
         }
@@ -899,13 +917,15 @@ export const FOLLOW_BATCH_BYTES = 1024 * 1024 - 64 * 1024;
 const FOLLOW_ROWS = 512;
 
 /**
- * Decompressed output the FollowOutput loops hold, for tests and stats: a
- * batch counts from when it is read until the transport asks for the next,
- * so with a reader that does not read, each stream holds at most one batch
- * (FOLLOW_BATCH_BYTES, or one event if a single event is larger).
+ * Output the FollowOutput loops hold (decompressed, or the stored frames for
+ * a reader that takes zstd), for tests and stats: a batch counts from when it
+ * is read until the transport asks for the next, so with a reader that does
+ * not read, each stream holds at most one batch (FOLLOW_BATCH_BYTES of
+ * decoded output, or one event if a single event is larger; as stored
+ * frames, that plus zstd's framing of incompressible blocks, under 0.5 %).
  */
 export const followGauge = {
-  /** Bytes read and decompressed, not yet taken by the transport. */
+  /** Bytes read (and decompressed, unless sent as stored frames), not yet taken by the transport. */
   held: 0,
   /** The most `held` has been. */
   peak: 0,
@@ -924,16 +944,17 @@ export const followGauge = {
 /**
  * Reads output rows' stored frames for one follow loop: rows that sit back to
  * back in one segment file (the usual case: a command's file is appended in
- * seq order) are one read and one decode; the file stays open while the loop
- * moves through it.
+ * seq order) are one read and one decode (none with `zstd`: each row gets its
+ * frame, a view of the read); the file stays open while the loop moves
+ * through it.
  */
 class SegmentReader {
   private file = "";
   private fh: fsp.FileHandle | null = null;
   constructor(private readonly d: ServerDaemon) {}
 
-  /** seq -> decompressed bytes, or null where the bytes are gone (retention meanwhile). */
-  async load(uuid: string, rows: StoredOutputRow[]): Promise<Map<number, Uint8Array | null>> {
+  /** seq -> decompressed bytes (with `zstd`: the stored frame), or null where the bytes are gone (retention meanwhile). */
+  async load(uuid: string, rows: StoredOutputRow[], zstd = false): Promise<Map<number, Uint8Array | null>> {
     const out = new Map<number, Uint8Array | null>();
     for (let i = 0; i < rows.length; ) {
       const v = rows[i]!;
@@ -941,7 +962,7 @@ class SegmentReader {
       if (!ptr) {
         // Inline bytes (not from a segment file).
         const z = v.zstd;
-        out.set(v.seq, z ? decoded(uuid, [v], decompressRun(z, [{ length: z.length, originalSize: v.originalSize }])) : null);
+        out.set(v.seq, z ? (zstd ? z : decoded(uuid, [v], decompressRun(z, [{ length: z.length, originalSize: v.originalSize }]))) : null);
         i++;
         continue;
       }
@@ -957,6 +978,14 @@ class SegmentReader {
       const span = await this.read(ptr.f, ptr.o, end - ptr.o);
       if (!span) {
         for (const r of run) out.set(r.seq, null);
+        continue;
+      }
+      if (zstd) {
+        let at = 0;
+        for (const r of run) {
+          out.set(r.seq, span.subarray(at, at + r.seg!.n));
+          at += r.seg!.n;
+        }
         continue;
       }
       const data = decoded(

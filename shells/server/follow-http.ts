@@ -77,7 +77,7 @@ async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.Serve
       uuid = r.issueUuid;
       const batched = r.maxBatchBytes > 0;
       const budget = batched ? Math.min(r.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
-      for await (const batch of follow(d, r.issueUuid, Number(r.fromEventSeq), r.follow, abort, budget)) {
+      for await (const batch of follow(d, r.issueUuid, Number(r.fromEventSeq), r.follow, abort, budget, batched && r.acceptZstd)) {
         if (abort.signal.aborted) return;
         if (batched && batch.length > 1) await write(res, batchEnvelope(r.issueUuid, batch), abort.signal);
         else for (const it of batch) await write(res, singleEnvelope(it), abort.signal);

@@ -7,7 +7,8 @@
  * CPU on a read-back (and Connect's envelope copies the result once more).
  * Here a batch is laid out by hand in one buffer of the exact size, envelope
  * included: each output event's few scalar fields, then its data copied in
- * once from the decompressed run; follow-http.ts writes that buffer to the
+ * once from the decompressed run (or the stored frame, for a reader that
+ * takes zstd); follow-http.ts writes that buffer to the
  * socket as it is. Events other than output (markers, lifecycle) are few and
  * go through toBinary.
  *
@@ -44,8 +45,9 @@ function putVarint(b: Uint8Array, at: number, v: number): number {
 }
 
 const utf8 = new TextEncoder();
+const EMPTY = new Uint8Array(0);
 
-/** An output event before encoding: its scalar fields and the decompressed bytes. */
+/** An output event before encoding: its scalar fields and the decompressed bytes (or its stored zstd frame and decoded size). */
 interface OutputEvent {
   seq: number;
   revision: number;
@@ -53,6 +55,8 @@ interface OutputEvent {
   stream: OutputStream;
   offset: number;
   data: Uint8Array;
+  zstd: Uint8Array;
+  originalSize: number;
 }
 
 /** Sizes of one output event's encoding: the Timestamp, the OutputData and the whole event. */
@@ -61,11 +65,13 @@ function outputSizes(uuidLen: number, e: OutputEvent): { ts: number; od: number;
   const nanos = Math.round((e.timeMs - secs * 1000) * 1_000_000);
   // Timestamp { int64 seconds = 1; int32 nanos = 2; }, zero fields omitted (proto3).
   const ts = (secs !== 0 ? 1 + varintLen(secs) : 0) + (nanos !== 0 ? 1 + varintLen(nanos) : 0);
-  // OutputData { stream = 1; stream_offset = 2; bytes data = 3; }
+  // OutputData { stream = 1; stream_offset = 2; bytes data = 3; bytes zstd = 4; uint32 original_size = 5; }
   const od =
     (e.stream !== 0 ? 1 + varintLen(e.stream) : 0) +
     (e.offset !== 0 ? 1 + varintLen(e.offset) : 0) +
-    (e.data.length > 0 ? 1 + varintLen(e.data.length) + e.data.length : 0);
+    (e.data.length > 0 ? 1 + varintLen(e.data.length) + e.data.length : 0) +
+    (e.zstd.length > 0 ? 1 + varintLen(e.zstd.length) + e.zstd.length : 0) +
+    (e.originalSize !== 0 ? 1 + varintLen(e.originalSize) : 0);
   const ev =
     (uuidLen > 0 ? 1 + varintLen(uuidLen) + uuidLen : 0) +
     (e.seq !== 0 ? 1 + varintLen(e.seq) : 0) +
@@ -120,12 +126,22 @@ function writeOutput(b: Uint8Array, at: number, uuid: Uint8Array, e: OutputEvent
     b.set(e.data, at);
     at += e.data.length;
   }
+  if (e.zstd.length > 0) {
+    b[at++] = 0x22;
+    at = putVarint(b, at, e.zstd.length);
+    b.set(e.zstd, at);
+    at += e.zstd.length;
+  }
+  if (e.originalSize !== 0) {
+    b[at++] = 0x28;
+    at = putVarint(b, at, e.originalSize);
+  }
   return at;
 }
 
 function asOutput(it: FollowItem): OutputEvent | null {
   if (it.item?.case !== "output") return null;
-  const o = it.item.value as { stream?: OutputStream; streamOffset?: bigint; data?: Uint8Array };
+  const o = it.item.value as { stream?: OutputStream; streamOffset?: bigint; data?: Uint8Array; zstd?: Uint8Array; originalSize?: number };
   const t = it.time as { seconds?: bigint; nanos?: number } | undefined;
   const timeMs = t ? Number(t.seconds ?? 0n) * 1000 + (t.nanos ?? 0) / 1_000_000 : 0;
   return {
@@ -134,7 +150,9 @@ function asOutput(it: FollowItem): OutputEvent | null {
     timeMs,
     stream: o.stream ?? 0,
     offset: Number(o.streamOffset ?? 0n),
-    data: o.data ?? new Uint8Array(0),
+    data: o.data ?? EMPTY,
+    zstd: o.zstd ?? EMPTY,
+    originalSize: o.originalSize ?? 0,
   };
 }
 

@@ -39,7 +39,7 @@
  */
 import { Decompress } from "fzstd";
 import { scanZstdFrame } from "./frame-header.js";
-import { nativeDecode, nativeDecodedSize, ZSTD_BACKEND, type ZstdBackend } from "./native.js";
+import { nativeDecode, nativeDecodeInto, nativeDecodedSize, ZSTD_BACKEND, type NativeDecodeResult, type ZstdBackend } from "./native.js";
 
 export const DEFAULT_DECOMPRESS_LIMIT = 64 * 1024;
 /**
@@ -191,6 +191,47 @@ export function decompressRun(
   limit: number = DEFAULT_DECOMPRESS_LIMIT,
   backend: ZstdBackend = ZSTD_BACKEND,
 ): DecompressResult {
+  const checked = checkRun(span, frames, limit);
+  if (typeof checked !== "number") return checked;
+  const total = checked;
+  if (frames.length === 0) return { ok: true, data: new Uint8Array(0) };
+  if (backend === "native" && total > 0) return runResult(nativeDecode(span, total), total);
+  return decodeFrameByFrame(span, frames, total, limit, backend);
+}
+
+/**
+ * `decompressRun` into a buffer the caller owns (at least the run's declared
+ * total + 1 bytes), with the native backend's reused context: nothing is
+ * allocated per run, which spares a reader that decodes many runs the
+ * garbage (external memory) of an output buffer each. The same checks, the
+ * same verdicts; `data` is a view of `out`. The portable backend decodes as
+ * decompressRun does and copies into `out`.
+ */
+export function decompressRunInto(
+  span: Uint8Array,
+  frames: ReadonlyArray<{ length: number; originalSize: number }>,
+  out: Uint8Array,
+  limit: number = DEFAULT_DECOMPRESS_LIMIT,
+  backend: ZstdBackend = ZSTD_BACKEND,
+): DecompressResult {
+  const checked = checkRun(span, frames, limit);
+  if (typeof checked !== "number") return checked;
+  const total = checked;
+  if (out.length < total + 1) throw new RangeError(`decompressRunInto: out holds ${out.length} bytes, the run needs ${total + 1}`);
+  if (backend === "native" && total > 0) {
+    const r = nativeDecodeInto(span, total, out);
+    if (!r.ok) return bad(r.overflow ? `zstd frames decode to more than the declared ${total} bytes` : `zstd decoding failed: ${r.message}`);
+    if (r.size !== total) return bad(`zstd frames decoded to ${r.size} bytes but ${total} were declared`);
+    return { ok: true, data: out.subarray(0, total) };
+  }
+  const r = frames.length === 0 ? ({ ok: true, data: new Uint8Array(0) } as const) : decodeFrameByFrame(span, frames, total, limit, backend);
+  if (!r.ok) return r;
+  out.set(r.data, 0);
+  return { ok: true, data: out.subarray(0, r.data.length) };
+}
+
+/** Every frame of a run checked without decoding; the total declared size, or the refusal. */
+function checkRun(span: Uint8Array, frames: ReadonlyArray<{ length: number; originalSize: number }>, limit: number): number | DecompressResult {
   let at = 0;
   let total = 0;
   for (const f of frames) {
@@ -208,16 +249,25 @@ export function decompressRun(
     total += declared;
   }
   if (at !== span.length) return bad(`run holds ${span.length - at} bytes after its frames`);
-  if (frames.length === 0) return { ok: true, data: new Uint8Array(0) };
-  if (backend === "native" && total > 0) {
-    const r = nativeDecode(span, total);
-    if (!r.ok) return bad(r.overflow ? `zstd frames decode to more than the declared ${total} bytes` : `zstd decoding failed: ${r.message}`);
-    if (r.data.length !== total) return bad(`zstd frames decoded to ${r.data.length} bytes but ${total} were declared`);
-    return { ok: true, data: r.data };
-  }
+  return total;
+}
+
+function runResult(r: NativeDecodeResult, total: number): DecompressResult {
+  if (!r.ok) return bad(r.overflow ? `zstd frames decode to more than the declared ${total} bytes` : `zstd decoding failed: ${r.message}`);
+  if (r.data.length !== total) return bad(`zstd frames decoded to ${r.data.length} bytes but ${total} were declared`);
+  return { ok: true, data: r.data };
+}
+
+function decodeFrameByFrame(
+  span: Uint8Array,
+  frames: ReadonlyArray<{ length: number; originalSize: number }>,
+  total: number,
+  limit: number,
+  backend: ZstdBackend,
+): DecompressResult {
   const out = new Uint8Array(total);
   let o = 0;
-  at = 0;
+  let at = 0;
   for (const f of frames) {
     const r = decompressValidated(span.subarray(at, at + f.length), f.originalSize, limit, backend);
     if (!r.ok) return r;

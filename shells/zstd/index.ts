@@ -35,6 +35,7 @@ export {
   decompressValidated,
   validateCompressed,
   decompressRun,
+  decompressRunInto,
   DEFAULT_DECOMPRESS_LIMIT,
   DECODER_MAX_WINDOW_BYTES,
 } from "./decompress.js";

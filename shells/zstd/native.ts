@@ -306,6 +306,55 @@ export function nativeDecodedSize(frame: Uint8Array, declared: number): { ok: tr
   return r.ok ? { ok: true, size: r.data.length } : r;
 }
 
+/**
+ * Decode `span` (one frame or several back to back) into `out`, producing at
+ * most `declared` bytes, with the reused context (no allocation: the caller
+ * owns `out`, at least declared + 1 bytes, so a frame that decodes to more
+ * overflows inside it and is refused). The same verdicts as `nativeDecode`:
+ * after any error, or input left over, the span is decided by the one-shot
+ * path (and copied into `out` if it turns out good), and the context is
+ * rebuilt next time.
+ */
+export function nativeDecodeInto(
+  span: Uint8Array,
+  declared: number,
+  out: Uint8Array,
+): { ok: true; size: number } | { ok: false; overflow: boolean; message: string } {
+  if (!api) throw new Error("node:zlib has no zstd in this Node");
+  if (out.length < declared + 1) throw new RangeError(`nativeDecodeInto: out holds ${out.length} bytes, needs ${declared + 1}`);
+  const d = reusedDecoder();
+  if (d) {
+    const cap = declared + 1;
+    d.error = null;
+    let inOff = 0;
+    let outOff = 0;
+    try {
+      d.handle.reset();
+      // One call decodes up to a frame's end; a run of frames takes one call per frame.
+      for (let calls = 0; inOff < span.length && outOff < cap && calls <= span.length; calls++) {
+        d.handle.writeSync(api.constants.ZSTD_e_end ?? 2, span, inOff, span.length - inOff, out, outOff, cap - outOff);
+        if (d.error) break;
+        const taken = span.length - inOff - d.state[1]!;
+        const produced = cap - outOff - d.state[0]!;
+        inOff += taken;
+        outOff += produced;
+        if (taken === 0 && produced === 0) break;
+      }
+    } catch (err) {
+      d.error = { message: err instanceof Error ? err.message : String(err), code: "" };
+    }
+    if (!d.error) {
+      if (outOff > declared) return { ok: false, overflow: true, message: "overflow" };
+      if (inOff === span.length) return { ok: true, size: outOff };
+    }
+    dropReused();
+  }
+  const r = nativeDecode(span, declared);
+  if (!r.ok) return r;
+  out.set(r.data, 0);
+  return { ok: true, size: r.data.length };
+}
+
 function selfTest(): boolean {
   if (!api) return false;
   try {

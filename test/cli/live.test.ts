@@ -283,6 +283,39 @@ describe("rvbox run", () => {
   });
 });
 
+describe("logs of a large finished command", () => {
+  it("R-O5 R-T3: the real CLI (a child process, stdout a pipe) reads it as stored zstd frames, byte-exact: the retained tail after one retention marker; the decompressed form (RVBOX_FOLLOW_ZSTD=0) too", async () => {
+    // 3 MiB of numbered lines; retention (256 KiB per command here) removes a prefix.
+    const r = await cli(["run", "host-a", "--follow", "--shell", "--", "seq 1 420000 | head -c 3145728"], { env });
+    expect(r.code).toBe(0);
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    const full = execFileSync("sh", ["-c", "seq 1 420000 | head -c 3145728"], { maxBuffer: 16 * 1024 * 1024 });
+    const read = (zstd: "0" | "1") =>
+      new Promise<{ code: number | null; out: Buffer; err: string }>((resolve) => {
+        const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), "logs", id], {
+          cwd: ROOT,
+          env: { ...process.env, ...env, RVBOX_FOLLOW_ZSTD: zstd },
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+        const parts: Buffer[] = [];
+        let err = "";
+        child.stdout.on("data", (d: Buffer) => parts.push(d));
+        child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+        child.on("close", (code) => resolve({ code, out: Buffer.concat(parts), err }));
+      });
+    // Each read: exactly one retention marker on stderr, then the bytes after it, exactly.
+    for (const zstd of ["1", "0"] as const) {
+      const got = await read(zstd);
+      expect(got.code, `RVBOX_FOLLOW_ZSTD=${zstd}`).toBe(0);
+      const m = /^rvbox: \[… [\d.]+ [KM]iB of stdout removed by server retention: events \d+–\d+; stdout bytes 0–(\d+) …\]\n$/.exec(got.err);
+      expect(m, got.err).not.toBeNull();
+      const removed = Number(m![1]) + 1;
+      expect(got.out.length).toBeGreaterThan(1024 * 1024);
+      expect(got.out.equals(full.subarray(removed)), `RVBOX_FOLLOW_ZSTD=${zstd}`).toBe(true);
+    }
+  }, 120_000);
+});
+
 /** The real CLI as a child process whose stdout reader goes away after `lines` lines, as `| head -N` does. */
 async function headOf(args: string[], lines: number): Promise<{ code: number | null; signal: string | null; out: string; err: string; ms: number }> {
   const t0 = Date.now();

@@ -15,6 +15,7 @@ import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
 import { FOLLOW_BATCH_BYTES, followGauge } from "../../../shells/server/control-service.js";
 import { batchEnvelope } from "../../../shells/server/follow-wire.js";
 import { followEvents } from "../../../client/model.js";
+import { FrameDecoder } from "../../../shells/operator/follow-zstd.js";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ControlService } from "../../../protos/gen/rvbox/v1/control_pb.js";
@@ -79,6 +80,40 @@ describe("FollowOutput batches: encoding", () => {
     expect(o.item.case).toBe("output");
     expect(Buffer.from((o.item.value as { data: Uint8Array }).data).equals(Buffer.from(data(65536, 2)))).toBe(true);
     expect(followEvents(back).map((e) => Number(e.eventSeq))).toEqual([1, 2, 3, 4, 10]);
+  });
+
+  it("R-O4: output events carrying stored zstd frames (accept_zstd) are laid out byte for byte as protobuf-es encodes them", () => {
+    const uuid = "0b7f2c1e-3a4d-4e5f-8a9b-0c1d2e3f4a5b";
+    const frame = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7 + n) & 255);
+    const items = [
+      {
+        issueUuid: uuid,
+        eventSeq: 1n,
+        time: timestampFromMs(1_796_127_390_816),
+        item: { case: "output" as const, value: { stream: OutputStream.STDOUT, streamOffset: 0n, zstd: frame(1200), originalSize: 65536 } },
+      },
+      {
+        issueUuid: uuid,
+        eventSeq: 2n,
+        commandRevision: 2n,
+        time: timestampFromMs(1_796_127_390_817),
+        item: { case: "output" as const, value: { stream: OutputStream.STDERR, streamOffset: 2n ** 33n, zstd: frame(70_000), originalSize: 65536 } },
+      },
+      {
+        issueUuid: uuid,
+        eventSeq: 3n,
+        time: timestampFromMs(1_796_127_390_818),
+        item: { case: "output" as const, value: { stream: OutputStream.STDOUT, streamOffset: 65536n, data: new Uint8Array(0) } },
+      },
+    ];
+    const env = batchEnvelope(uuid, items);
+    const theirs = toBinary(FollowOutputResponseSchema, create(FollowOutputResponseSchema, { issueUuid: uuid, eventSeq: 3n, events: items }));
+    expect(Buffer.from(env.subarray(5)).equals(Buffer.from(theirs))).toBe(true);
+    const back = fromBinary(FollowOutputResponseSchema, env.subarray(5));
+    const o = back.events[1]!.item.value as { zstd: Uint8Array; originalSize: number; data: Uint8Array };
+    expect(o.originalSize).toBe(65536);
+    expect(o.data.length).toBe(0);
+    expect(Buffer.from(o.zstd).equals(Buffer.from(frame(70_000)))).toBe(true);
   });
 });
 
@@ -178,6 +213,44 @@ describe("FollowOutput batches: in-process server and agent", () => {
     const small = await read(64 * 1024);
     expect(small.sha).toBe(want);
     expect(small.maxBytes).toBeLessThanOrEqual(64 * 1024);
+
+    // accept_zstd: the stored frames as they are (no data), each with its declared size; decoded
+    // by the CLI's decoder they are the file. Both transports; an old reader above got data only.
+    const zread = async (client = s.client) => {
+      const h = createHash("sha256");
+      let responses = 0;
+      let events = 0;
+      let frames = 0;
+      let wire = 0;
+      const dec = new FrameDecoder(false, 0);
+      for await (const m of client.followOutput({ issueUuid: uuid, follow: false, maxBatchBytes: 1024 * 1024, acceptZstd: true })) {
+        responses++;
+        const evs = followEvents(m);
+        for (const e of evs) {
+          events++;
+          if (e.item.case === "output" && e.item.value.originalSize > 0) {
+            frames++;
+            wire += e.item.value.zstd.length;
+            expect(e.item.value.data.length).toBe(0);
+            expect(e.item.value.zstd.length).toBeGreaterThan(0);
+          }
+        }
+        dec.decode(evs);
+        for (const e of evs) if (e.item.case === "output") h.update(e.item.value.data);
+      }
+      return { responses, events, frames, wire, sha: h.digest("hex") };
+    };
+    for (const z of [await zread(), await zread(json)]) {
+      expect(z.sha).toBe(want);
+      expect(z.events).toBe(batched.events);
+      expect(z.frames).toBe(batched.outputs);
+      expect(z.responses).toBe(batched.responses);
+      // Log text: the frames are a fraction of the output.
+      expect(z.wire * 2).toBeLessThan(4 * 1024 * 1024);
+    }
+    // accept_zstd without max_batch_bytes (one event per response) is the original form: data only.
+    for await (const m of s.client.followOutput({ issueUuid: uuid, follow: false, acceptZstd: true }))
+      if (m.item.case === "output") expect(m.item.value.zstd.length).toBe(0);
   }, 180_000);
 
   it("R-W3: a reader that stops reading holds the server to one batch: what it reads is bounded by the socket's buffers, not the output", async () => {
@@ -213,6 +286,45 @@ describe("FollowOutput batches: in-process server and agent", () => {
     for (let n = await it.next(); !n.done; n = await it.next()) take(n.value);
     expect(got).toBe(size);
     expect(followGauge.peak).toBeLessThanOrEqual(FOLLOW_BATCH_BYTES);
+    expect(followGauge.held).toBe(0);
+  }, 180_000);
+
+  it("R-W3: with stored zstd frames (accept_zstd) too, a reader that stops reading holds the server to one batch", async () => {
+    // Random bytes: the frames are as large as the output, so the socket buffers fill as with data.
+    const tcpMax = (f: string) => Number(readFileSync(`/proc/sys/net/ipv4/${f}`, "utf8").trim().split(/\s+/)[2] ?? 0);
+    const bound = tcpMax("tcp_rmem") + tcpMax("tcp_wmem") + 4 * FOLLOW_BATCH_BYTES;
+    const size = Math.max(48 * 1024 * 1024, Math.ceil((bound + 16 * 1024 * 1024) / (1024 * 1024)) * 1024 * 1024);
+    const r = await s.client.submitCommand({ clientId: "host-b", program: { case: "shell", value: { commandLine: `head -c ${size} /dev/urandom` } } });
+    const uuid = r.command!.issueUuid;
+    await finished(uuid);
+    followGauge.peak = followGauge.held;
+    const taken0 = followGauge.taken;
+    const it = s.client.followOutput({ issueUuid: uuid, follow: false, maxBatchBytes: 1024 * 1024, acceptZstd: true })[Symbol.asyncIterator]();
+    let got = 0;
+    let declared = 0;
+    const dec = new FrameDecoder(true, 1024 * 1024 + 1);
+    const take = (m: FollowOutputResponse) => {
+      const evs = followEvents(m);
+      for (const e of evs) if (e.item.case === "output") declared += e.item.value.originalSize;
+      const release = dec.decode(evs);
+      for (const e of evs) if (e.item.case === "output") got += e.item.value.data.length;
+      release();
+    };
+    take((await it.next()).value as FollowOutputResponse);
+    await sleep(1500);
+    const stalled = followGauge.taken - taken0;
+    await sleep(1000);
+    const later = followGauge.taken - taken0;
+    // One batch of stored frames: its decoded budget plus zstd's framing of incompressible
+    // blocks (ZSTD_compressBound: under 0.5 %).
+    const batchMax = Math.ceil(FOLLOW_BATCH_BYTES * 1.005);
+    expect(later).toBeLessThanOrEqual(bound);
+    expect(later - stalled).toBeLessThanOrEqual(batchMax);
+    expect(followGauge.peak).toBeLessThanOrEqual(batchMax);
+    for (let n = await it.next(); !n.done; n = await it.next()) take(n.value);
+    expect(declared).toBe(size);
+    expect(got).toBe(size);
+    expect(followGauge.peak).toBeLessThanOrEqual(batchMax);
     expect(followGauge.held).toBe(0);
   }, 180_000);
 });

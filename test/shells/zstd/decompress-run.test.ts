@@ -1,7 +1,7 @@
 // decompressRun: the read path's decoding of a run of stored frames that sit
 // back to back in a segment file (FollowOutput), on both backends.
 import { beforeAll, describe, expect, it } from "vitest";
-import { compress, decompressRun, initZstd, ZSTD_BACKENDS } from "../../../shells/zstd/index.js";
+import { compress, decompressRun, decompressRunInto, initZstd, ZSTD_BACKENDS } from "../../../shells/zstd/index.js";
 
 beforeAll(async () => {
   await initZstd("portable");
@@ -44,5 +44,33 @@ describe.each(ZSTD_BACKENDS)("decompressRun (%s)", (backend) => {
     const big = decompressRun(span, index, 1000, backend);
     expect(big.ok).toBe(false);
     if (!big.ok) expect(big.code).toBe("PAYLOAD_TOO_LARGE");
+  });
+
+  it("R-T3: decompressRunInto (the CLI's reused buffers) gives decompressRun's verdicts, decoding into the caller's buffer and never past declared + 1", () => {
+    const total = raws.reduce((n, r) => n + r.length, 0);
+    const out = new Uint8Array(total + 1 + 16).fill(0xee);
+    const r = decompressRunInto(span, index, out, 64 * 1024, backend);
+    expect(r.ok).toBe(true);
+    if (r.ok) {
+      expect(r.data.buffer).toBe(out.buffer);
+      expect(Buffer.from(r.data).equals(Buffer.concat(raws))).toBe(true);
+    }
+    // Past total + 1 nothing was written.
+    expect([...out.subarray(total + 1)].every((b) => b === 0xee)).toBe(true);
+    // The same buffer again, for a run decoded after a refusal: the context is fresh each time.
+    const wrongSize = index.map((x, i) => (i === 1 ? { ...x, originalSize: x.originalSize + 1 } : x));
+    expect(decompressRunInto(span, wrongSize, new Uint8Array(total + 2), 64 * 1024, backend).ok).toBe(false);
+    const bad = Buffer.from(span);
+    bad[frames[0]!.length - 3]! ^= 0xff;
+    const viaRun = decompressRun(bad, index, 64 * 1024, backend);
+    const viaInto = decompressRunInto(bad, index, new Uint8Array(total + 1), 64 * 1024, backend);
+    expect(viaInto.ok).toBe(viaRun.ok);
+    if (viaInto.ok && viaRun.ok) expect(Buffer.from(viaInto.data).equals(Buffer.from(viaRun.data))).toBe(true);
+    const again = decompressRunInto(span, index, out, 64 * 1024, backend);
+    expect(again.ok && Buffer.from(again.data).equals(Buffer.concat(raws))).toBe(true);
+    // A truncated span (the last frame cut short) is refused before decoding.
+    expect(decompressRunInto(span.subarray(0, span.length - 2), index, out, 64 * 1024, backend).ok).toBe(false);
+    // A buffer without room for total + 1 is a caller bug, not a verdict.
+    expect(() => decompressRunInto(span, index, new Uint8Array(total), 64 * 1024, backend)).toThrow(RangeError);
   });
 });
