@@ -47,8 +47,11 @@ describe.skipIf(!hasTmux)("TUI in tmux against a real server and agent", () => {
     await term.waitFor((x) => x.includes("Submit a command"), "the submit form");
     term.type("echo tmux-hello; sleep 1; echo tmux-bye >&2; exit 3");
     term.keys("Enter");
-    scr = await term.waitFor((x) => x.includes("tmux-bye") && /failed \(exit 3\)/.test(x), "live output and the exit");
-    expect(scr).toMatch(/on tmux-a · failed \(exit 3\) · \d+(\.\d)?(ms|s) · rev 1 · sh: echo tmux-hello/);
+    // The output's end marker (from the follow stream) can be drawn before the header has the
+    // command record with its start time (a separate stream): wait for both.
+    const header = /on tmux-a · failed \(exit 3\) · \d+(\.\d)?(ms|s) · rev 1 · sh: echo tmux-hello/;
+    scr = await term.waitFor((x) => x.includes("tmux-bye") && /failed \(exit 3\)/.test(x) && header.test(x), "live output, the exit and the header");
+    expect(scr).toMatch(header);
     expect(scr).toContain("tmux-hello");
     expect(scr).toContain("── failed (exit 3) · event");
 
