@@ -67,6 +67,12 @@ export const SNAPSHOT_VERSION = 1;
 const KEEP_BUILDS = 3;
 /** A lock older than this is taken to be a builder that died. */
 const LOCK_STALE_MS = 120_000;
+/**
+ * After a failed build (a file system without hard links, a Node without
+ * --build-snapshot, a full disk) no background build is started for this long,
+ * so that every command does not pay for another failing one.
+ */
+const FAILED_RETRY_MS = 3_600_000;
 /** The most a snapshot build may take before it is abandoned. */
 const BUILD_TIMEOUT_MS = 120_000;
 /**
@@ -274,6 +280,7 @@ export async function buildSnapshot({
     rmSync(next, { force: true });
     symlinkSync(path.join(dir, id), next);
     renameSync(next, link);
+    rmSync(path.join(dir, "snapshot.failed"), { force: true });
     prune(dir, id);
     return id;
   } catch (err) {
@@ -300,6 +307,11 @@ function prune(dir, current) {
  */
 export function buildSnapshotInBackground({ root, dir }) {
   const lock = path.join(dir, "snapshot.lock");
+  try {
+    if (Date.now() - statSync(path.join(dir, "snapshot.failed")).mtimeMs < FAILED_RETRY_MS) return false;
+  } catch {
+    // no recent failure
+  }
   try {
     mkdirSync(dir, { recursive: true });
     try {
@@ -332,6 +344,13 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
     const id = await buildSnapshot({ root, dir, debug: process.env.RVBOX_BUNDLE_DEBUG === "1" });
     if (process.env.RVBOX_BUNDLE_DEBUG === "1") process.stderr.write(`rvbox: snapshot ${id ?? "not built"}\n`);
     process.exitCode = id === undefined ? 1 : 0;
+    if (id === undefined) {
+      try {
+        writeFileSync(path.join(dir, "snapshot.failed"), `${new Date().toISOString()}\n`);
+      } catch {
+        // nowhere to write it: the lock's age still spaces the attempts
+      }
+    }
   } finally {
     if (lock) rmSync(lock, { force: true });
   }

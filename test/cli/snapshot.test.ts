@@ -7,7 +7,7 @@
  * path of issue 11.)
  */
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,6 +16,7 @@ import { BIN, controlClient, OPERATOR_TOKEN, ROOT, startAgent, startServer, wait
 // @ts-expect-error plain JS module without declarations
 const snapshot = (await import("../../bin/cli-snapshot.js")) as {
   buildSnapshot(o: { root: string; dir: string; link: string }): Promise<string | undefined>;
+  buildSnapshotInBackground(o: { root: string; dir: string }): boolean;
 };
 // @ts-expect-error plain JS module without declarations
 const routes = (await import("../../bin/cli-routes.js")) as { UNBUNDLED_COMMANDS: Set<string> };
@@ -133,6 +134,24 @@ describe("rvbox restored from its start-up snapshot", () => {
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout).toBe("other tree clients\n");
     expect(r.stderr).toContain("another tree");
+  });
+});
+
+describe("background snapshot builds", () => {
+  it("start one at a time, and none for a while after one failed (every command would pay for it)", async () => {
+    const root = path.join(tmp, "no-sources"); // nothing to build: the build fails
+    const dir = path.join(tmp, "cache-of-no-sources");
+    mkdirSync(root, { recursive: true });
+    expect(snapshot.buildSnapshotInBackground({ root, dir })).toBe(true);
+    expect(snapshot.buildSnapshotInBackground({ root, dir })).toBe(false); // the first still holds the lock
+    await waitFor(
+      "the failed build's marker",
+      () => (existsSync(path.join(dir, "snapshot.failed")) && !existsSync(path.join(dir, "snapshot.lock"))) || undefined,
+      60_000,
+      100,
+    );
+    expect(snapshot.buildSnapshotInBackground({ root, dir })).toBe(false);
+    expect(readdirSync(dir).filter((n) => n.startsWith("s") && n !== "snapshot.failed")).toEqual([]); // nothing half-built left
   });
 });
 
