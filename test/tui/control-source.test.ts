@@ -258,7 +258,9 @@ describe("control source (live server)", () => {
       // (This server keeps 256 KiB per command: the events its retention removed cost nothing to pass.)
       const removed = o.items.find((i) => i.kind === "truncation" && i.events);
       const removedThrough = removed && removed.kind === "truncation" ? (removed.events?.last ?? 0) : 0;
-      expect(next - removedThrough).toBeLessThan((events - removedThrough) / 3);
+      // Stopped well short of the end. (Its bound is in lines, checked above; how many events that is
+      // depends on how the agent's reads cut seq's output, so this is half, not a tighter share.)
+      expect(next - removedThrough).toBeLessThan((events - removedThrough) / 2);
       await new Promise((r) => setTimeout(r, 500));
       expect(src.output(uuid).window!.next).toBe(next);
       // Read on: half a pane more, letting as much go from the front; then stopped again.
@@ -267,11 +269,16 @@ describe("control source (live server)", () => {
       o = src.output(uuid);
       expect(o.window!.held.lines).toBeLessThanOrEqual(PANE_MAX_LINES + 65_536);
       expect(o.offset).toBeGreaterThan(0);
-      // The end again, without reading what lies between.
+      // The end again, without reading what lies between: a new window over the last events, or, when
+      // that read-on already stopped within TAIL_EVENTS of the end (batches are large, and retention
+      // removed most of this command's events), simply reading on from there.
+      const wasNear = o.window!.next > events - TAIL_EVENTS;
+      const beforeThen = o.window!.before;
       src.followOutput(uuid, true);
       src.moveOutput(uuid, "end");
       await waitFor("the end again", () => src.output(uuid).finished && src.output(uuid).window!.next === events + 1);
-      expect(src.output(uuid).window!.before).toBeGreaterThanOrEqual(events - TAIL_EVENTS);
+      expect(src.output(uuid).window!.before).toBeGreaterThanOrEqual(wasNear ? beforeThen : events - TAIL_EVENTS);
+      expect(src.output(uuid).lines.at(-2)!.text).toBe("900000");
     } finally {
       src.close();
     }
