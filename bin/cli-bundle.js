@@ -29,7 +29,8 @@ import { inputsCurrent, stamp } from "./cli-stamps.js";
 
 const MANIFEST_VERSION = 2;
 const KEEP_BUILDS = 3;
-const LOADERS = { ".ts": "ts", ".mts": "ts", ".cts": "ts", ".tsx": "tsx", ".js": "js", ".mjs": "js", ".cjs": "js", ".jsx": "jsx", ".json": "json" };
+/** esbuild loaders by file extension (also the snapshot builder's, bin/cli-snapshot.js). */
+export const LOADERS = { ".ts": "ts", ".mts": "ts", ".cts": "ts", ".tsx": "tsx", ".js": "js", ".mjs": "js", ".cjs": "js", ".jsx": "jsx", ".json": "json" };
 
 /** Never resolved inside the bundle: packages the bundled commands do not load (the TUI's, native/wasm ones). */
 export const EXTERNAL_PACKAGES = ["ink", "ink-*", "react", "react/*", "react-devtools-core", "sql.js", "zstd-codec", "fzstd", "ws"];
@@ -150,7 +151,7 @@ export async function buildBundle({ root, entry, dir, unbundled = [], external =
     const mtmp = path.join(dir, `manifest.json.${process.pid}`);
     writeFileSync(mtmp, JSON.stringify(manifest));
     renameSync(mtmp, path.join(dir, "manifest.json"));
-    prune(dir, id);
+    pruneBuilds(dir, id, "b");
     return path.join(dir, manifest.entry);
   } catch {
     rmSync(tmp, { recursive: true, force: true });
@@ -158,11 +159,15 @@ export async function buildBundle({ root, entry, dir, unbundled = [], external =
   }
 }
 
-/** Old builds go; the newest few stay, for a process still loading chunks from one. */
-function prune(dir, current) {
+/**
+ * Old builds go; the newest few stay, for a process still loading from one.
+ * `prefix`: "b" for bundles, "s" for start-up snapshots (bin/cli-snapshot.js).
+ */
+export function pruneBuilds(dir, current, prefix) {
   try {
+    const re = new RegExp(`^${prefix}[0-9a-z]+-\\d+(\\.tmp)?$`);
     const builds = readdirSync(dir)
-      .filter((n) => /^b[0-9a-z]+-\d+(\.tmp)?$/.test(n) && n !== current)
+      .filter((n) => re.test(n) && n !== current)
       .sort();
     for (const n of builds.slice(0, Math.max(0, builds.length - (KEEP_BUILDS - 1)))) rmSync(path.join(dir, n), { recursive: true, force: true });
   } catch {

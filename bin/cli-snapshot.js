@@ -42,29 +42,15 @@
 // the first use of one of its exports, at run time. The modules in
 // SNAPSHOT_SAFE_BUILTINS are used while modules evaluate and are part of
 // Node's own start-up snapshot anyway.
-import {
-  closeSync,
-  linkSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  realpathSync,
-  renameSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  writeFileSync,
-} from "node:fs";
+import { closeSync, linkSync, mkdirSync, openSync, readFileSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { EXTERNAL_PACKAGES } from "./cli-bundle.js";
+import { EXTERNAL_PACKAGES, LOADERS, pruneBuilds } from "./cli-bundle.js";
 import { UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
 import { inputsCurrent, stamp } from "./cli-stamps.js";
 
 export const SNAPSHOT_VERSION = 1;
-const KEEP_BUILDS = 3;
 /** A lock older than this is taken to be a builder that died. */
 const LOCK_STALE_MS = 120_000;
 /**
@@ -101,7 +87,6 @@ const SNAPSHOT_SAFE_BUILTINS = new Set([
   "zlib",
   "crypto",
 ]);
-const LOADERS = { ".ts": "ts", ".mts": "ts", ".cts": "ts", ".tsx": "tsx", ".js": "js", ".mjs": "js", ".cjs": "js", ".jsx": "jsx", ".json": "json" };
 
 /** The symlink naming the current snapshot: one per node_modules (what bin/rvbox.js's first line reads). */
 export function snapshotLink(root) {
@@ -281,23 +266,12 @@ export async function buildSnapshot({
     symlinkSync(path.join(dir, id), next);
     renameSync(next, link);
     rmSync(path.join(dir, "snapshot.failed"), { force: true });
-    prune(dir, id);
+    pruneBuilds(dir, id, "s");
     return id;
   } catch (err) {
     if (debug) process.stderr.write(`rvbox: snapshot build failed: ${err instanceof Error ? err.message : String(err)}\n`);
     rmSync(tmp, { recursive: true, force: true });
     return undefined;
-  }
-}
-
-function prune(dir, current) {
-  try {
-    const builds = readdirSync(dir)
-      .filter((n) => /^s[0-9a-z]+-\d+(\.tmp)?$/.test(n) && n !== current)
-      .sort();
-    for (const n of builds.slice(0, Math.max(0, builds.length - (KEEP_BUILDS - 1)))) rmSync(path.join(dir, n), { recursive: true, force: true });
-  } catch {
-    // pruning is best effort
   }
 }
 

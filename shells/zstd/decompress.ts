@@ -220,9 +220,7 @@ export function decompressRunInto(
   if (out.length < total + 1) throw new RangeError(`decompressRunInto: out holds ${out.length} bytes, the run needs ${total + 1}`);
   if (backend === "native" && total > 0) {
     const r = nativeDecodeInto(span, total, out);
-    if (!r.ok) return bad(r.overflow ? `zstd frames decode to more than the declared ${total} bytes` : `zstd decoding failed: ${r.message}`);
-    if (r.size !== total) return bad(`zstd frames decoded to ${r.size} bytes but ${total} were declared`);
-    return { ok: true, data: out.subarray(0, total) };
+    return runResult(r.ok ? { ok: true, data: out.subarray(0, r.size) } : r, total);
   }
   const r = frames.length === 0 ? ({ ok: true, data: new Uint8Array(0) } as const) : decodeFrameByFrame(span, frames, total, limit, backend);
   if (!r.ok) return r;
