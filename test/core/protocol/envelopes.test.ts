@@ -4,7 +4,7 @@ import { create, type DescMessage } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { encodeEnvelope, type Payload, type PayloadCase } from "../../../core/codec/frame-codec.js";
 import { Code } from "../../../core/errors.js";
-import { ENVELOPES, isSentBy, laneOf, PAYLOAD_CASES } from "../../../core/protocol/envelopes.js";
+import { agentAccepts, ENVELOPES, isReconcileGatedWork, isSentBy, laneOf, PAYLOAD_CASES, serverAccepts } from "../../../core/protocol/envelopes.js";
 import * as pb from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { AgentEnvelopeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -120,5 +120,36 @@ describe("envelope table", () => {
       expect(env.payload.case === "error" && env.payload.value.error?.code, kind).toBe(Code.PROTOCOL_ERROR);
       expect(h.agents.get("a")!.st.session.phase, kind).not.toBe("established");
     }
+  });
+
+  it("R-T5: a kind is sent by the side its row names and by no other ('both': by either)", () => {
+    for (const k of PAYLOAD_CASES) {
+      const from = ENVELOPES[k].from;
+      expect(isSentBy(k, "agent"), k).toBe(from !== "server");
+      expect(isSentBy(k, "server"), k).toBe(from !== "agent");
+    }
+    expect(isSentBy("error", "agent") && isSentBy("error", "server")).toBe(true);
+    expect(isSentBy("clientHello", "server")).toBe(false);
+    expect(isSentBy("commandDispatch", "agent")).toBe(false);
+  });
+
+  it("R-D8: exactly the server's work kinds wait for the session's ReconcileResult", () => {
+    expect(PAYLOAD_CASES.filter(isReconcileGatedWork).sort()).toEqual(
+      ["closeStdin", "commandDispatch", "scriptChunk", "scriptCommit", "signalCommand", "stdinWrite"].sort(),
+    );
+    // Agent-sent work that the agent holds back itself is not gated by the server's rule.
+    expect(ENVELOPES.commandEvent.needsReconcile && !isReconcileGatedWork("commandEvent")).toBe(true);
+  });
+
+  it("R-T5: each side accepts a kind in exactly the phases its row lists", () => {
+    expect(serverAccepts("clientHello", "hello")).toBe(true);
+    expect(serverAccepts("clientHello", "ready")).toBe(false);
+    expect(serverAccepts("reconcileSnapshot", "reconciling")).toBe(true);
+    expect(serverAccepts("reconcileSnapshot", "ready")).toBe(false);
+    expect(agentAccepts("serverWelcome", "registering")).toBe(true);
+    expect(agentAccepts("serverWelcome", "established")).toBe(false);
+    expect(agentAccepts("commandDispatch", "registering")).toBe(false);
+    expect(laneOf("error")).toBe("priority");
+    expect(laneOf("commandEvent")).toBe("data");
   });
 });

@@ -3,9 +3,9 @@
 // committed view by a group commit is never shown.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { create } from "@bufbuild/protobuf";
-import { CommandLifecycle, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { commandView, commandViewKey, type CommittedCommand } from "../../../core/reader/command-view.js";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { CommandLifecycle, ExecutionSpecSchema, ShellType, type ExecutionSpec } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { commandView, commandViewKey, lifecycleName, programSummary, shellQuote, times, type CommittedCommand } from "../../../core/reader/command-view.js";
 import type { ServerCommand } from "../../../core/server/server-types.js";
 
 // A server command is a committed command (the simulator's TUI source passes one): checked by the compiler.
@@ -71,5 +71,98 @@ describe("command view", () => {
     c.committed = { ...c.committed, state: CommandLifecycle.SUCCEEDED, exitCode: 0, endedTime: 2500, revision: 4 };
     expect(commandView(c)).toMatchObject({ state: "succeeded", exitCode: 0, durationMs: 1000 });
     expect(commandViewKey(c)).not.toBe(key);
+  });
+
+  it("shows every field of the committed command, and its queue expiry as it is when no clock is given", () => {
+    const c = base();
+    c.exit.terminalSource = "agent";
+    c.dispatch.attempts = 2;
+    c.output = { storedOutputBytes: 77, retention: [{}, {}] };
+    c.stdin.ackedThrough = 5;
+    c.spec.stdinOpen = true;
+    c.committed = { ...c.committed, state: CommandLifecycle.FAILED, exitCode: 3, signalName: "SIGTERM", reason: "timeout", endedTime: 1400 };
+    expect(commandView(c)).toEqual({
+      uuid: "u-1",
+      clientId: "host-a",
+      state: "failed",
+      revision: 3,
+      exitCode: 3,
+      signalName: "SIGTERM",
+      reason: "timeout",
+      terminalSource: "agent",
+      createdAt: 1000,
+      queueExpiry: 9000,
+      startedAt: 1500,
+      endedAt: 1400,
+      durationMs: 0, // an end before the start (two clocks) is no negative duration
+      program: "argv: echo 'hi there'",
+      cwd: "/tmp",
+      stdinOpen: true,
+      timeoutMs: 5000,
+      storedThrough: 4,
+      retainedBytes: 77,
+      retentionMarkers: 2,
+      attempts: 2,
+      stdinAckedThrough: 5,
+    });
+  });
+
+  it("changes its key with each field a reader shows", () => {
+    const moves: Array<(c: CommittedCommand) => void> = [
+      (c) => (c.committed = { ...c.committed, state: CommandLifecycle.SUCCEEDED }),
+      (c) => (c.committed = { ...c.committed, revision: 9 }),
+      (c) => (c.committed = { ...c.committed, storedThrough: 9 }),
+      (c) => (c.committed = { ...c.committed, exitCode: 0 }),
+      (c) => (c.committed = { ...c.committed, signalName: "SIGKILL" }),
+      (c) => (c.committed = { ...c.committed, reason: "why" }),
+      (c) => (c.committed = { ...c.committed, startedTime: 1 }),
+      (c) => (c.committed = { ...c.committed, endedTime: 2 }),
+      (c) => (c.dispatch = { attempts: 5 }),
+      (c) => (c.output = { ...c.output, storedOutputBytes: 1 }),
+      (c) => (c.output = { ...c.output, retention: [{}] }),
+      (c) => (c.stdin = { ackedThrough: 1 }),
+      (c) => (c.exit = { terminalSource: "server" }),
+    ];
+    const keys = new Set([commandViewKey(base())]);
+    for (const m of moves) {
+      const c = base();
+      m(c);
+      keys.add(commandViewKey(c));
+    }
+    expect(keys.size).toBe(moves.length + 1);
+  });
+
+  it("names lifecycle states in lower case, and anything unknown 'unknown'", () => {
+    expect(lifecycleName(CommandLifecycle.QUEUED)).toBe("queued");
+    expect(lifecycleName(CommandLifecycle.INTERRUPTED)).toBe("interrupted");
+    expect(lifecycleName(CommandLifecycle.UNSPECIFIED)).toBe("unknown");
+    expect(lifecycleName(999)).toBe("unknown");
+  });
+
+  it("summarizes each kind of program in one line, quoting argv words only where a shell needs it", () => {
+    const spec = (program: MessageInitShape<typeof ExecutionSpecSchema>["program"]): ExecutionSpec => create(ExecutionSpecSchema, { program });
+    expect(programSummary(spec({ case: "argv", value: { argv: ["ls", "-l", "a b", "it's", "x=1,y:2/z@%+."] } }))).toBe(
+      "argv: ls -l 'a b' 'it'\\''s' x=1,y:2/z@%+.",
+    );
+    expect(programSummary(spec({ case: "argv", value: { argv: [""] } }))).toBe("argv: ''");
+    const shell = (sh: ShellType) => programSummary(spec({ case: "shell", value: { shell: sh, commandLine: "echo hi" } }));
+    expect(shell(ShellType.BASH)).toBe("bash: echo hi");
+    expect(shell(ShellType.POWERSHELL)).toBe("powershell: echo hi");
+    expect(shell(ShellType.UNSPECIFIED)).toBe("sh: echo hi");
+    expect(shell(77 as ShellType)).toBe("sh: echo hi"); // a shell this build does not know
+    const script = (interpreter: string, args: string[]) =>
+      programSummary(spec({ case: "script", value: { sizeBytes: 120n, interpreter, args, sha256: new Uint8Array(32) } }));
+    expect(script("", [])).toBe("script (120 B)");
+    expect(script("/bin/sh", [])).toBe("script (120 B, /bin/sh)");
+    expect(script("/bin/sh", ["-x", "y"])).toBe("script (120 B, /bin/sh -x y)");
+    expect(programSummary(spec({ case: undefined }))).toBe("(no program)");
+    expect(programSummary(undefined)).toBe("(no program)");
+    expect(shellQuote("plain")).toBe("plain");
+  });
+
+  it("has a duration only once both ends are known", () => {
+    expect(times(100, 350)).toEqual({ startedAt: 100, endedAt: 350, durationMs: 250 });
+    expect(times(100, null)).toEqual({ startedAt: 100, endedAt: null, durationMs: null });
+    expect(times(null, 350)).toEqual({ startedAt: null, endedAt: 350, durationMs: null });
   });
 });

@@ -4,7 +4,7 @@
 // byte of each stream is output or covered by a marker (R-O3, R-O5, R-O7).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { admit, cursorInvariants, newCursor, step, type FollowCursor } from "../../../core/reader/follow-cursor.js";
+import { admit, cursorErrorText, cursorInvariants, newCursor, step, type FollowCursor } from "../../../core/reader/follow-cursor.js";
 import { lastSeqOf, type OutputItem, type StreamName } from "../../../core/reader/items.js";
 
 type Ev = { kind: "out" | "trunc"; stream: StreamName; len: number } | { kind: "life" };
@@ -246,5 +246,129 @@ describe("follow cursor", () => {
     expect(r.ok && r.admitted[0]!.shown.map((x) => x.kind)).toEqual(["output"]);
     expect(r.ok && r.cursor.offsets).toEqual({ stdout: null, stderr: 903 });
     expect(r.ok && r.cursor.next).toBe(6);
+  });
+
+  describe("one item at a time", () => {
+    const bytes = (from: number, len: number) => Uint8Array.from({ length: len }, (_, k) => from + k);
+    const out = (seq: number, offset: number, len: number, stream: StreamName = "stdout"): OutputItem => ({
+      kind: "output",
+      seq,
+      stream,
+      offset,
+      data: bytes(offset, len),
+    });
+    const cursorAfter = (items: OutputItem[]) => run(newCursor(), [items]).cursor;
+
+    it("R-O3: output a reader partly has is cut to its new bytes; output it wholly has shows nothing and moves no offset back", () => {
+      const c = cursorAfter([out(1, 0, 10)]);
+      const part = admit(c, out(2, 5, 10));
+      expect(part.shown).toEqual([{ kind: "output", seq: 2, stream: "stdout", offset: 10, data: bytes(10, 5) }]);
+      expect(part.cursor.offsets.stdout).toBe(15);
+      const whole = admit(c, out(2, 0, 5));
+      expect(whole.shown).toEqual([]);
+      expect(whole.cursor.offsets.stdout).toBe(10);
+      expect(whole.cursor.next).toBe(3);
+      // The next output at 10 follows on: no gap.
+      expect(admit(whole.cursor, out(3, 10, 1)).shown.map((x) => x.kind)).toEqual(["output"]);
+      // Output taken whole is passed on as the same item.
+      const it = out(2, 10, 3);
+      expect(admit(c, it).shown[0]).toBe(it);
+    });
+
+    it("output of an unknown stream is shown as it is, and moves neither stream's offset", () => {
+      const c = cursorAfter([out(1, 0, 4)]);
+      const odd: OutputItem = { kind: "output", seq: 2, stream: "unknown", offset: 99, data: bytes(0, 2) };
+      const r = admit(c, odd);
+      expect(r.shown).toEqual([odd]);
+      expect(r.cursor.offsets).toEqual({ stdout: 4, stderr: 0 });
+      expect(r.cursor.next).toBe(3);
+    });
+
+    it("R-O7: a marker with no byte ranges is shown as it is; a range of an unknown stream is kept", () => {
+      const c = cursorAfter([out(1, 0, 4)]);
+      const bare: OutputItem = { kind: "truncation", seq: 2, cause: "agent-budget", events: null, ranges: [] };
+      expect(admit(c, bare).shown).toEqual([bare]);
+      const odd: OutputItem = { kind: "truncation", seq: 2, cause: "unknown", events: null, ranges: [{ stream: "unknown", offset: 7, length: 3 }] };
+      const r = admit(c, odd);
+      expect(r.shown).toEqual([odd]);
+      expect(r.cursor.offsets).toEqual({ stdout: 4, stderr: 0 });
+    });
+
+    it("R-O5: a marker that starts where the reader is makes no gap; one that starts further on makes a gap of the bytes between", () => {
+      const c = cursorAfter([out(1, 0, 4)]);
+      const at: OutputItem = { kind: "truncation", seq: 2, cause: "agent-watermark", events: null, ranges: [{ stream: "stdout", offset: 4, length: 6 }] };
+      expect(admit(c, at).shown).toEqual([at]);
+      const beyond: OutputItem = { ...at, ranges: [{ stream: "stdout", offset: 8, length: 2 }] };
+      const r = admit(c, beyond);
+      expect(r.shown).toEqual([{ kind: "gap", seq: 2, stream: "stdout", offset: 4, length: 4 }, beyond]);
+      expect(r.cursor.gaps).toBe(1);
+      expect(r.cursor.offsets.stdout).toBe(10);
+    });
+
+    it("R-O5: a retention marker about bytes the reader has is dropped, but still moves it past its events, and its offsets stay", () => {
+      const c = cursorAfter([out(1, 0, 10), out(2, 10, 10)]);
+      // Retention removed events 1..3, and event 3 carried no bytes (a lifecycle event).
+      const r = admit(c, {
+        kind: "truncation",
+        seq: 1,
+        cause: "server-retention",
+        events: { first: 1, last: 3 },
+        ranges: [{ stream: "stdout", offset: 0, length: 20 }],
+      });
+      expect(r.shown).toEqual([]);
+      expect(r.cursor.next).toBe(4);
+      expect(r.cursor.offsets.stdout).toBe(20);
+      // A marker about bytes before the reader's offset leaves the offset where it is.
+      const early = admit(c, { kind: "truncation", seq: 3, cause: "agent-watermark", events: null, ranges: [{ stream: "stdout", offset: 0, length: 5 }] });
+      expect(early.shown).toEqual([]);
+      expect(early.cursor.offsets.stdout).toBe(20);
+      expect(admit(early.cursor, out(4, 20, 1)).shown.map((x) => x.kind)).toEqual(["output"]);
+    });
+
+    it("R-O5: a retention marker's event range is cut to the events the reader has not had", () => {
+      const c = cursorAfter([out(1, 0, 10)]); // next = 2
+      const r = admit(c, {
+        kind: "truncation",
+        seq: 1,
+        cause: "server-retention",
+        events: { first: 1, last: 5 },
+        ranges: [{ stream: "stdout", offset: 0, length: 50 }],
+      });
+      expect(r.shown).toEqual([
+        { kind: "truncation", seq: 1, cause: "server-retention", events: { first: 2, last: 5 }, ranges: [{ stream: "stdout", offset: 10, length: 40 }] },
+      ]);
+      expect(r.cursor.next).toBe(6);
+    });
+
+    it("R-O5: a reader that starts after event 1 takes a first marker as it is: no gap before it", () => {
+      const m: OutputItem = { kind: "truncation", seq: 5, cause: "agent-watermark", events: null, ranges: [{ stream: "stdout", offset: 100, length: 8 }] };
+      const r = admit(newCursor(5), m);
+      expect(r.shown).toEqual([m]);
+      expect(r.cursor.gaps).toBe(0);
+      expect(r.cursor.offsets).toEqual({ stdout: 108, stderr: null });
+    });
+
+    it("R-O3: an item repeated within one batch is no error and is shown once", () => {
+      const r = step(newCursor(), [out(1, 0, 3), out(1, 0, 3), out(2, 3, 1)]);
+      expect(r.ok).toBe(true);
+      if (r.ok) expect(r.admitted.map((a) => a.shown.length)).toEqual([1, 0, 1]);
+    });
+  });
+
+  it("cursor invariants name each broken field", () => {
+    expect(cursorInvariants(newCursor())).toEqual([]);
+    expect(cursorInvariants(newCursor(9))).toEqual([]);
+    const c = (over: Partial<FollowCursor>): FollowCursor => ({ ...newCursor(), ...over });
+    expect(cursorInvariants(c({ next: 0 }))).toEqual(["next 0 is not a positive integer"]);
+    expect(cursorInvariants(c({ next: 1.5 }))).toEqual(["next 1.5 is not a positive integer"]);
+    expect(cursorInvariants(c({ offsets: { stdout: -1, stderr: 0 } }))).toEqual(["stdout offset -1 is not a byte offset"]);
+    expect(cursorInvariants(c({ offsets: { stdout: 0, stderr: 2.5 } }))).toEqual(["stderr offset 2.5 is not a byte offset"]);
+    expect(cursorInvariants(c({ gaps: -1 }))).toEqual(["gaps -1 < 0"]);
+    expect(cursorInvariants(c({ next: -2, gaps: -1 }))).toHaveLength(2);
+  });
+
+  it("says what a refused batch was, in the operator's words", () => {
+    expect(cursorErrorText({ code: "OUT_OF_ORDER", index: 1, seq: 3, after: 7 })).toBe("the server sent event 3 after event 7 in one batch (out of order)");
+    expect(cursorErrorText({ code: "BAD_SEQ", index: 0, seq: -1 })).toBe("the server sent an event with sequence -1");
   });
 });
