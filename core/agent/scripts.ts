@@ -86,7 +86,14 @@ export function prepareScript(ctx: AgentCtx, c: AgentCommand, script: AgentScrip
 
 export function handleScriptPrepared(st: AgentState, ctx: AgentCtx, uuid: string, path: string): void {
   const c = st.commands.get(uuid);
-  if (!c || c.phase !== "preparing" || !c.script) return;
+  if (!c || c.phase === "done") {
+    // It ended (a cancel, its queue expiry) while the shell wrote the file, or
+    // has been forgotten since: nothing will run the file, so it goes (a
+    // finished command's own file was discarded when it finished).
+    if (c?.script?.path !== path) ctx.emit({ type: "discard_script", uuid, path });
+    return;
+  }
+  if (c.phase !== "preparing" || !c.script) return;
   // The file on disk is the copy from now on; the journaled chunks can go.
   deleteChunks(ctx, c);
   c.script.path = path;

@@ -195,6 +195,24 @@ describe("scripts at the agent", () => {
     expect(of(out, "spawn").map((s) => s.uuid)).toEqual(["c2"]);
   });
 
+  it("R-C4: a cancel while the script file is being written cancels it, and the file written after that is discarded, not run", () => {
+    const r = withScript();
+    r.frame(chunk("s1", 0, body));
+    r.frame(commit("s1", 100, sha(body)));
+    expect(r.cmd("s1").phase).toBe("preparing");
+    const cancel = r.frame(signal("s1", 2n, SignalKind.CANCEL));
+    expect(lifecycles(cancel, "s1")).toEqual([expect.objectContaining({ state: L.CANCELLED })]);
+    // The shell finishes writing the file it was asked for: nobody will run it.
+    const late = r.step({ type: "script_prepared", uuid: "s1", path: "/run/s1.sh" });
+    expect(of(late, "spawn")).toEqual([]);
+    expect(of(late, "discard_script")).toEqual([{ type: "discard_script", uuid: "s1", path: "/run/s1.sh" }]);
+    // So too once the command is retired and forgotten.
+    r.ackAll("s1");
+    expect(of(r.step({ type: "script_prepared", uuid: "s1", path: "/run/s1b.sh" }), "discard_script")).toEqual([
+      { type: "discard_script", uuid: "s1", path: "/run/s1b.sh" },
+    ]);
+  });
+
   it("R-D1: a preparing script's queue expiry still counts as a deadline and expires it", () => {
     const r = new AgentRig();
     r.establish();
