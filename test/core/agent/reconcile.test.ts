@@ -160,6 +160,27 @@ describe("reconciliation at the agent", () => {
     expect(r.st.reconciled).toBe(false);
   });
 
+  it("R-D7: a snapshot deferred for a session that is gone is not sent on the next session; that session gets its own", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.autoDurable = false;
+    r.dispatch("c1");
+    r.drop();
+    r.register();
+    r.welcome(2, "s2");
+    expect(sends(r.reconcile([]), "reconcileSnapshot")).toEqual([]); // waits for the dispatch's persist
+    r.drop();
+    r.register();
+    r.welcome(3, "s3");
+    // The persist becomes durable while the next session is registered but has asked nothing yet.
+    expect(sends(r.flush(), "reconcileSnapshot")).toEqual([]);
+    expect(r.st.reconciled).toBe(false);
+    const own = r.reconcile([]);
+    const snaps = sends(own, "reconcileSnapshot");
+    expect(snaps).toHaveLength(1);
+    expect(snaps[0]!.env.sessionId).toBe("s3");
+  });
+
   it("R-D11 R-D12: the result kills and tombstones running commands, discards only terminal ones, and is idempotent", () => {
     const r = new AgentRig({ maxRunning: 1 });
     r.establish();
