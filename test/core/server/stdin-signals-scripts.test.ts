@@ -4,7 +4,7 @@ import { CommandLifecycle as L, ScriptUploadStatusSchema, SignalKind, StdinAckSc
 import { Code } from "../../../core/errors.js";
 import { MAX_INCIDENTS_KEPT } from "../../../core/limits.js";
 
-import { sha, argv, enc, ServerRig, expectClosed } from "../../support/server-rig.js";
+import { sha, argv, enc, lifecycle, ServerRig, expectClosed } from "../../support/server-rig.js";
 
 void MAX_INCIDENTS_KEPT;
 
@@ -79,6 +79,27 @@ describe("pumping stdin, signals and scripts", () => {
     expect(r.sent(r.log, d, "signalCommand").map((s) => Number((s.env.payload.value as { commandRevision: bigint }).commandRevision))).toEqual([3]);
   });
 
+  it("R-S4: a signal sent while the command was accepted is still owed after its RUNNING event: the next session sends it again", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "c1");
+    r.accept(c, "c1");
+    r.control({ op: "signal", requestId: "s1", uuid: "c1", signal: SignalKind.USER1 });
+    expect(r.sent(r.log, c, "signalCommand")).toHaveLength(1);
+    r.event(c, "c1", 1, lifecycle(L.RUNNING)); // the process started; the signal's result has not come
+    expect(r.command("c1").state).toBe("running");
+    r.step({ type: "conn_closed", conn: c, reason: "x" });
+    const d = r.open();
+    r.hello(d);
+    // The agent has not applied revision 2 (its snapshot says revision 1).
+    r.snapshot(d, [
+      { issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("c1").hash, "hex") },
+    ]);
+    expect(r.sent(r.log, d, "signalCommand").map((s) => s.env.payload.value)).toEqual([
+      expect.objectContaining({ issueUuid: "c1", commandRevision: 2n, signal: SignalKind.USER1 }),
+    ]);
+  });
+
   it("R-C3: script chunks stay within the window, the commit goes once per session after every byte is acknowledged", () => {
     const body = new Uint8Array(150 * 1024).map((_, i) => i % 256);
     const r = new ServerRig({ scriptWindow: 128 * 1024 }); // exactly two chunks
@@ -143,6 +164,9 @@ describe("pumping stdin, signals and scripts", () => {
     const f = mk();
     f.r.running(f.c, "plain");
     expectClosed(f.r, up(f, 2, 0n, "plain"), f.c, Code.SEQUENCE_VIOLATION);
+    // A count no JavaScript number holds exactly, as the very first progress report.
+    const g = mk();
+    expectClosed(g.r, up(g, 1, 2n ** 60n), g.c, Code.SEQUENCE_VIOLATION, `script progress ${2n ** 60n} impossible`);
   });
 });
 
