@@ -3,7 +3,8 @@
 import { describe, expect, it } from "vitest";
 import { Code } from "../../../core/errors.js";
 import { DEFAULT_QUEUE_EXPIRY_MS, HEARTBEAT_PING_AFTER_MS } from "../../../core/limits.js";
-import { of, ServerRig, T0 } from "../../support/server-rig.js";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { lifecycle, of, ServerRig, T0 } from "../../support/server-rig.js";
 
 const lastWake = (r: ServerRig) => of(r.log, "wake").at(-1);
 
@@ -50,5 +51,35 @@ describe("server timers", () => {
     r.step({ type: "tick" });
     expect(r.st.wake).toBeNull();
     expect(of(r.log, "wake")).toEqual([]);
+  });
+
+  it("R-D2: a dispatch with no answer names its redelivery; at that instant it is sent again and the wake moves on", () => {
+    const r = new ServerRig({ redeliveryMs: 1_000 });
+    const c = r.connect();
+    r.submit("a", "d1");
+    const at = r.cmd("d1").dispatch.dispatchedAt + 1_000;
+    expect(r.st.wake).toEqual({ at, timer: { kind: "redelivery", uuid: "d1" } });
+    const sent = () => r.sent(r.log, c, "commandDispatch").length;
+    const before = sent();
+    r.now = at;
+    r.step({ type: "tick" });
+    expect(sent()).toBe(before + 1); // the redelivery
+    expect(r.st.wake!.at).toBeGreaterThan(at); // not the same instant again
+    expect(r.st.wake!.timer).toEqual({ kind: "redelivery", uuid: "d1" });
+    // Its session gone, the deadline passing is nothing to wake for: no wake at the same instant over and over.
+    r.step({ type: "conn_closed", conn: c, reason: "gone" });
+    r.now = r.cmd("d1").dispatch.dispatchedAt + 1_000;
+    r.step({ type: "tick" });
+    expect(r.st.wake === null || r.st.wake.at > r.now, JSON.stringify(r.st.wake)).toBe(true);
+  });
+
+  it("history: the oldest finished command names its age limit as the wake", () => {
+    const r = new ServerRig({ historyMs: 5_000 });
+    const c = r.connect();
+    r.running(c, "h1");
+    r.event(c, "h1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    r.step({ type: "conn_closed", conn: c, reason: "gone" }); // no heartbeat left
+    expect(r.command("h1").state).toBe("succeeded");
+    expect(r.st.wake).toEqual({ at: r.now + 5_000, timer: { kind: "history_age", uuid: "h1" } });
   });
 });
