@@ -204,6 +204,36 @@ describe("per-client server state", () => {
     expect(canonical(r.st).commands.b).toEqual(canonical(whole).commands.b);
   });
 
+  it("adopting a part is refused, changing nothing, for an empty client id and for a command id the server already holds", () => {
+    const r = new ServerRig();
+    r.connect("a");
+    r.submit("a", "c1");
+    r.submit("b", "c2");
+    expect(dropClientPart(r.st, "b")).toEqual({ ok: true });
+    const part = clientTables(r.disk.tables(), "b");
+    const before = structuredClone(canonical(r.st));
+    expect(restoreClientPart(r.st, "", part)).toMatchObject({ ok: false, error: { code: Code.VALIDATION, message: "client id is required" } });
+    // The same part with one more table row: b's command under an id a's command has.
+    const withRow = (table: string, key: string, value: unknown): ServerTables => ({
+      get: (t) => (t === table ? new Map([...(part.get(t) ?? []), [key, value]]) : part.get(t)),
+    });
+    const c2 = part.get("command")!.get("c2") as Record<string, unknown>;
+    expect(restoreClientPart(r.st, "b", withRow("command", "c1", { ...c2, uuid: "c1" }))).toMatchObject({
+      ok: false,
+      error: { code: Code.CONFLICT, message: "command c1 is already held" },
+    });
+    // A pruned record of b under that id.
+    expect(restoreClientPart(r.st, "b", withRow("pruned", "c1", { uuid: "c1", clientId: "b" }))).toMatchObject({
+      ok: false,
+      error: { code: Code.CONFLICT, message: "command c1 is already held" },
+    });
+    expect(canonical(r.st)).toEqual(before);
+    expect(holdsClient(r.st, "b")).toBe(false);
+    expect(restoreClientPart(r.st, "b", part)).toEqual({ ok: true });
+    serverInvariants(r.st);
+    expect(holdsClient(r.st, "b")).toBe(true);
+  });
+
   it("a client with work of an unfinished job is not dropped", () => {
     const r = new ServerRig();
     r.connect("a");
