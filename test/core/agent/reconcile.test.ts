@@ -143,7 +143,8 @@ describe("reconciliation at the agent", () => {
     expect(r.st.pendingSnapshotTombstones).toEqual([]);
   });
 
-  it("R-D7: the snapshot waits until everything persisted is durable, and only for the connection that asked", () => {
+  /** Session s2 asked for a snapshot that waits for a dispatch's persist (not yet durable). */
+  function snapshotWaitingOnPersist(): AgentRig {
     const r = new AgentRig();
     r.establish();
     r.autoDurable = false;
@@ -151,9 +152,13 @@ describe("reconciliation at the agent", () => {
     r.drop();
     r.register();
     r.welcome(2, "s2");
-    const req = r.reconcile([]);
-    expect(sends(req, "reconcileSnapshot")).toEqual([]);
+    expect(sends(r.reconcile([]), "reconcileSnapshot")).toEqual([]);
     expect(r.st.reconciled).toBe(false);
+    return r;
+  }
+
+  it("R-D7: the snapshot waits until everything persisted is durable, and only for the connection that asked", () => {
+    const r = snapshotWaitingOnPersist();
     r.drop(); // the session that asked is gone before the persist is durable
     const out = r.flush();
     expect(sends(out)).toEqual([]);
@@ -161,14 +166,7 @@ describe("reconciliation at the agent", () => {
   });
 
   it("R-D7: a snapshot deferred for a session that is gone is not sent on the next session; that session gets its own", () => {
-    const r = new AgentRig();
-    r.establish();
-    r.autoDurable = false;
-    r.dispatch("c1");
-    r.drop();
-    r.register();
-    r.welcome(2, "s2");
-    expect(sends(r.reconcile([]), "reconcileSnapshot")).toEqual([]); // waits for the dispatch's persist
+    const r = snapshotWaitingOnPersist();
     r.drop();
     r.register();
     r.welcome(3, "s3");
