@@ -25,7 +25,7 @@ import { createControlClient, describeError, isTransient, OperatorError, readTok
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdJob, cmdJobs, cmdRunJob } from "./jobs-cli.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
-import { flushed, followOutput, isClosedOutput, OutputClosedError, type LineOptions } from "./follow.js";
+import { flushed, followOutput, isClosedOutput, OutputClosedError, type FollowOptions, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
 import { MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_LABELS_PER_CLIENT, formatLabels, parseLabelEdits, parseSelector } from "../../core/index.js";
 import {
@@ -1102,14 +1102,25 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   const notFoundHint = /[\s$]/.test(first)
     ? `argv[0] ${JSON.stringify(first)} looks like a shell command line: run it with --shell (rvbox run ${cmd.clientId} --shell -- '…')`
     : undefined;
-  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint, cancelOnInterrupt: bool(p, "cancel-on-interrupt") });
+  // The reply says whether it waits and why: no GetCommand for a command that starts at once.
+  const known = { state: r.command!.state, waitingReason: r.command!.waitingReason };
+  return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint, cancelOnInterrupt: bool(p, "cancel-on-interrupt"), known });
 }
 
 /** Stream to the end and turn the outcome into the exit code contract. */
 async function followToEnd(
   ctx: Ctx,
   uuid: string,
-  o: { stdin?: boolean; events?: boolean; stream?: StreamName; from?: number; notFoundHint?: string; lines?: LineOptions; cancelOnInterrupt?: boolean },
+  o: {
+    stdin?: boolean;
+    events?: boolean;
+    stream?: StreamName;
+    from?: number;
+    notFoundHint?: string;
+    lines?: LineOptions;
+    cancelOnInterrupt?: boolean;
+    known?: FollowOptions["known"];
+  },
 ): Promise<number> {
   const abort = new AbortController();
   let interrupted = false;
@@ -1148,6 +1159,7 @@ async function followToEnd(
       onlyStreamToStdout: o.stream !== undefined,
       from: o.from,
       lines: o.lines,
+      known: o.known,
     });
     if (interrupted || res.aborted) {
       ctx.err(`\nrvbox: detached; ${uuid} keeps running (rvbox logs -f ${uuid}, rvbox cancel ${uuid})`);

@@ -46,6 +46,12 @@ export interface FollowOptions {
    * polled every this many ms (0: never). Default 2 s when following.
    */
   waitingPollMs?: number;
+  /**
+   * The command as the caller already has it (SubmitCommand's reply): its
+   * waiting reason is said at once and the first poll waits a full
+   * interval, so a command that starts at once costs no GetCommand.
+   */
+  known?: { state: CommandLifecycle; waitingReason: string };
   /** Line-oriented view (`logs --tail/--since/--timestamps`); absent: bytes untouched. */
   lines?: LineOptions;
   /** Write the one stream asked for (`--stream stderr`) to stdout. */
@@ -172,8 +178,21 @@ class PendingWrite {
 const NOT_STARTED = new Set<number>([CommandLifecycle.QUEUED, CommandLifecycle.DISPATCHED, CommandLifecycle.ACCEPTED]);
 
 /** One GetCommand per poll, only until the command starts: cheap, and silent when nothing holds it back. */
-async function noteWaiting(client: ControlClient, io: FollowIO, uuid: string, everyMs: number, signal: AbortSignal): Promise<void> {
+async function noteWaiting(
+  client: ControlClient,
+  io: FollowIO,
+  uuid: string,
+  everyMs: number,
+  signal: AbortSignal,
+  known?: { state: CommandLifecycle; waitingReason: string },
+): Promise<void> {
   let last = "";
+  if (known) {
+    if (!NOT_STARTED.has(known.state)) return;
+    if (known.waitingReason !== "") await write(io.stderr, `rvbox: waiting: ${known.waitingReason}\n`);
+    last = known.waitingReason;
+    await pause(everyMs, signal);
+  }
   while (!signal.aborted) {
     try {
       const cmd = (await client.getCommand({ issueUuid: uuid }, { signal })).command;
@@ -185,18 +204,23 @@ async function noteWaiting(client: ControlClient, io: FollowIO, uuid: string, ev
       if (e instanceof OutputClosedError || signal.aborted) return;
       // The output stream reports an unreachable server; this note is best effort.
     }
-    await new Promise<void>((r) => {
-      const t = setTimeout(r, everyMs);
-      signal.addEventListener(
-        "abort",
-        () => {
-          clearTimeout(t);
-          r();
-        },
-        { once: true },
-      );
-    });
+    await pause(everyMs, signal);
   }
+}
+
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((r) => {
+    if (signal.aborted) return r();
+    const t = setTimeout(r, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(t);
+        r();
+      },
+      { once: true },
+    );
+  });
 }
 
 export interface FollowResult {
@@ -349,7 +373,7 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   const stopNotes = new AbortController();
   const stopOnAbort = () => stopNotes.abort();
   o.signal?.addEventListener("abort", stopOnAbort, { once: true });
-  const notes = waitPoll > 0 ? noteWaiting(client, io, o.uuid, waitPoll, stopNotes.signal).catch(() => undefined) : Promise.resolve();
+  const notes = waitPoll > 0 ? noteWaiting(client, io, o.uuid, waitPoll, stopNotes.signal, o.known).catch(() => undefined) : Promise.resolve();
   try {
     return await followLoop();
   } finally {

@@ -227,6 +227,62 @@ describe("logs / run --follow output streaming", () => {
     expect(taken).toContain("usage: rvbox ls");
   });
 
+  describe("why a command waits (waiting notes)", () => {
+    /** A fake whose GetCommand answers `state`/`reason` and counts calls; its stream ends after `endAfterMs`. */
+    function waitingClient(state: CommandLifecycle, reason: string, endAfterMs: number) {
+      const gets: number[] = [];
+      const client = {
+        getCommand: async () => {
+          gets.push(Date.now());
+          return { command: { state, waitingReason: reason } };
+        },
+        followOutput: () =>
+          (async function* () {
+            await new Promise((r) => setTimeout(r, endAfterMs));
+            yield finished();
+          })(),
+      } as unknown as ControlClient;
+      return { client, gets };
+    }
+
+    it("a command the caller already knows to be running costs no GetCommand (run --follow: the submit reply says so)", async () => {
+      const { client, gets } = waitingClient(CommandLifecycle.RUNNING, "", 150);
+      const e = collector();
+      await followOutput(
+        client,
+        { stdout: collector().stream, stderr: e.stream },
+        { uuid: U, follow: true, waitingPollMs: 50, known: { state: CommandLifecycle.RUNNING, waitingReason: "" } },
+      );
+      expect(gets).toEqual([]);
+      expect(e.bytes().toString()).toBe("");
+    });
+
+    it("a known waiting reason is said at once and once; later polls say only a change", async () => {
+      const { client, gets } = waitingClient(CommandLifecycle.QUEUED, "client draining", 260);
+      const e = collector();
+      const t0 = Date.now();
+      await followOutput(
+        client,
+        { stdout: collector().stream, stderr: e.stream },
+        { uuid: U, follow: true, waitingPollMs: 100, known: { state: CommandLifecycle.QUEUED, waitingReason: "client draining" } },
+      );
+      expect(e.bytes().toString()).toBe("rvbox: waiting: client draining\n");
+      // The first poll waits a full interval (the reply was the first look).
+      expect(gets.length).toBeGreaterThanOrEqual(1);
+      expect(gets[0]! - t0).toBeGreaterThanOrEqual(90);
+    });
+
+    it("without a known state (logs -f) the first poll is at once and its reason is said", async () => {
+      const { client, gets } = waitingClient(CommandLifecycle.QUEUED, "client c is offline", 150);
+      const e = collector();
+      const t0 = Date.now();
+      await followOutput(client, { stdout: collector().stream, stderr: e.stream }, { uuid: U, follow: true, waitingPollMs: 1000 });
+      expect(gets.length).toBe(1);
+      expect(gets[0]! - t0).toBeLessThan(100);
+      expect(e.bytes().toString()).toBe("rvbox: waiting: client c is offline\n");
+    });
+  });
+
   it("an unknown command is a clear, non-transient error", async () => {
     const { client } = fakeClient(async function* () {
       throw new ConnectError(`NOT_FOUND: no command ${U}`, Code.NotFound);
