@@ -237,6 +237,33 @@ describe("per-client server state", () => {
     expect(holdsClient(r.st, "b")).toBe(true);
   });
 
+  it("adopting a part whose incident id the server already holds (another client's) is refused and changes nothing", () => {
+    // A simulated server whose incidents name at least two clients.
+    const pick = SEEDS.map((seed) => ({ seed, ...stored(seed) })).find(
+      ({ tables }) => new Set([...(tables.get("incident") ?? new Map()).values()].map((v) => (v as { clientId: string }).clientId)).size >= 2,
+    );
+    expect(pick, "a seed with incidents of two clients").toBeDefined();
+    const { config, tables } = pick!;
+    const incidents = [...tables.get("incident")!] as Array<[string, { clientId: string }]>;
+    const [xId, x] = incidents[0]!;
+    const [yId] = incidents.find(([, v]) => v.clientId !== x.clientId)!;
+    const st = restoreServer(config, tables, 5);
+    expect(dropClientPart(st, x.clientId)).toEqual({ ok: true });
+    const part = clientTables(tables, x.clientId);
+    // x's part, plus one of x's incidents under the id of y's incident, which the server holds.
+    const withClash: ServerTables = { get: (t) => (t === "incident" ? new Map([...part.get(t)!, [yId, { ...x }]]) : part.get(t)) };
+    const before = structuredClone(canonical(st));
+    expect(restoreClientPart(st, x.clientId, withClash)).toMatchObject({
+      ok: false,
+      error: { code: Code.CONFLICT, message: `incident ${yId} is already held` },
+    });
+    expect(canonical(st)).toEqual(before);
+    expect(holdsClient(st, x.clientId)).toBe(false);
+    expect(restoreClientPart(st, x.clientId, part)).toEqual({ ok: true });
+    serverInvariants(st);
+    expect(st.incidents.get(xId)).toEqual(x); // internal: the adopted row itself (no peer lists another client's incidents here)
+  }, 120_000);
+
   it("a client with work of an unfinished job is not dropped", () => {
     const r = new ServerRig();
     r.connect("a");
