@@ -38,7 +38,16 @@ import { createHash } from "node:crypto";
 import { create, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { expect } from "vitest";
-import { AgentEnvelopeSchema, type AgentError, type ClientHello } from "../../protos/gen/rvbox/v1/agent_pb.js";
+import {
+  AgentEnvelopeSchema,
+  ReconcileRequestSchema,
+  ReconcileTargetSchema,
+  type AgentError,
+  type ClientHello,
+  type CommandDispatch,
+  type ReconcileCommandState,
+  type ReconcileSnapshot,
+} from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Client, Incident, PendingClaim, Session } from "../../protos/gen/rvbox/v1/control_pb.js";
 import {
@@ -64,6 +73,8 @@ import {
   type ServerInput,
   type ServerState,
 } from "../../core/index.js";
+import { handleReconcileRequest, sendSnapshot } from "../../core/agent/reconcile.js";
+import { StepContext } from "../../core/step-context.js";
 import { commandView, lifecycleName, type CommandInfo } from "../../core/reader/command-view.js";
 import { newCursor, step as cursorStep, type FollowCursor } from "../../core/reader/follow-cursor.js";
 import type { OutputItem, StreamName } from "../../core/reader/items.js";
@@ -273,6 +284,56 @@ export function followOf(durable: ReadonlyMap<string, ReadonlyMap<string, unknow
     gaps: cursor.gaps,
   };
 }
+
+// ------------------------------------------------------------------ what a server sees of an agent
+
+/** A target of a ReconcileRequest: a UUID and its request hash (default: sha(uuid), the rigs' dispatch hash). */
+export interface AskTarget {
+  uuid: string;
+  hash?: Uint8Array;
+  /** last_server_event_seq (default 0). */
+  through?: number;
+}
+
+/**
+ * What the agent would answer a ReconcileRequest naming `targets` now: the
+ * ReconcileSnapshot's records (every retained command with its lifecycle,
+ * last event seq, revision and hash; a tombstone record for each named UUID
+ * its ledger holds with that hash). Built by the agent's own handlers
+ * (core/agent/reconcile.ts: handleReconcileRequest, sendSnapshot) on a copy
+ * of its state, so asking changes nothing; an open store incident (which
+ * would refuse the request) is set aside on the copy.
+ */
+export function agentSnapshotOf(st: AgentState, targets: ReadonlyArray<AskTarget> = []): ReconcileCommandState[] {
+  const copy = structuredClone(st);
+  copy.storeIncident = null;
+  copy.pendingSnapshotTombstones = [];
+  if (copy.session.conn === 0) copy.session.conn = -1; // a send needs a connection
+  const ctx = new StepContext<AgentEffect, never>(0);
+  const req = create(ReconcileRequestSchema, {
+    targets: targets.map((t) =>
+      create(ReconcileTargetSchema, { issueUuid: t.uuid, immutableRequestSha256: t.hash ?? sha(t.uuid), lastServerEventSeq: BigInt(t.through ?? 0) }),
+    ),
+  });
+  handleReconcileRequest(copy, ctx as never, req, (code, message) => {
+    throw new Error(`the agent would refuse the request: ${code} ${message}`);
+  });
+  sendSnapshot(copy, ctx as never);
+  const sent = ctx.effects.filter((e) => e.type === "send").map((e) => decode((e as { data: Uint8Array }).data));
+  const snap = sent.find((e) => e.payload.case === "reconcileSnapshot")?.payload.value as ReconcileSnapshot | undefined;
+  if (!snap) throw new Error("no snapshot built");
+  return snap.retainedCommands;
+}
+
+/** The UUIDs a snapshot would report retained (not tombstones), in the agent's order. */
+export const retainedOf = (st: AgentState): string[] =>
+  agentSnapshotOf(st)
+    .filter((c) => !c.tombstoned)
+    .map((c) => c.issueUuid);
+
+/** Whether the agent would answer a ReconcileRequest naming `uuid` (with `hash`, default sha(uuid)) with a tombstone: its ledger holds it. */
+export const tombstonedOf = (st: AgentState, uuid: string, hash: Uint8Array = sha(uuid)): boolean =>
+  agentSnapshotOf(st, [{ uuid, hash }]).some((c) => c.issueUuid === uuid && c.tombstoned);
 
 /** ListIncidents' `dropped` count of a client (0: none dropped). */
 export function droppedIncidentsOf(st: ServerState, clientId: string): number {
@@ -781,6 +842,24 @@ export class Pair {
   /** A process's executor-side record (stdin bytes written, signals delivered). */
   process(agent: string, uuid: string): Proc | undefined {
     return this.agents.get(agent)!.procs.get(uuid);
+  }
+
+  /** What an agent would answer a ReconcileRequest naming `targets` now (`agentSnapshotOf`; asking changes nothing). */
+  agentSnapshot(agent: string, targets: ReadonlyArray<AskTarget> = []): ReconcileCommandState[] {
+    return agentSnapshotOf(this.agents.get(agent)!.st, targets);
+  }
+
+  /** The commands an agent's snapshot would report retained. */
+  retained(agent: string): string[] {
+    return retainedOf(this.agents.get(agent)!.st);
+  }
+
+  /** Whether an agent would answer a ReconcileRequest naming `uuid` (with `hash`, default: the one its CommandDispatch carried) with a tombstone. */
+  tombstoned(agent: string, uuid: string, hash?: Uint8Array): boolean {
+    const dispatched = this.framesSent(agent, "commandDispatch", "down")
+      .map((e) => e.payload.value as CommandDispatch)
+      .find((d) => d.issueUuid === uuid);
+    return tombstonedOf(this.agents.get(agent)!.st, uuid, hash ?? dispatched?.immutableRequestSha256 ?? sha(uuid));
   }
 
   /** Server-side stored event records of a command, in order (the durable rows). */

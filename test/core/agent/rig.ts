@@ -29,7 +29,7 @@ import type { Code } from "../../../core/errors.js";
 import { encodeEnvelope, type Fence, type Payload } from "../../../core/codec/frame-codec.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
 import { lifecycleName } from "../../../core/reader/command-view.js";
-import { decode, Disk, sha, stepAgentChecked, T0 } from "../../support/pair.js";
+import { agentSnapshotOf, decode, Disk, retainedOf, sha, stepAgentChecked, T0, tombstonedOf, type AskTarget } from "../../support/pair.js";
 import { toBinary } from "@bufbuild/protobuf";
 export { decode, enc, sha, T0 } from "../../support/pair.js";
 export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
@@ -64,6 +64,7 @@ export class AgentRig {
   log: AgentEffect[] = [];
   autoDurable = true;
   private up = false;
+  private snapshotSent = false;
 
   constructor(over: Partial<AgentConfig> = {}, seed = 7) {
     this.cfg = defaultAgentConfig("agent-1", over);
@@ -73,7 +74,12 @@ export class AgentRig {
   step(input: AgentInput): AgentEffect[] {
     const effects = stepAgentChecked(this.st, input, this.now);
     if (input.type === "transport_open") this.up = true;
-    if (input.type === "transport_closed" || effects.some((e) => e.type === "close")) this.up = false;
+    if (input.type === "transport_open" || input.type === "transport_closed") this.snapshotSent = false;
+    if (input.type === "transport_closed" || effects.some((e) => e.type === "close")) {
+      this.up = false;
+      this.snapshotSent = false;
+    }
+    if (effects.some((e) => e.type === "send" && e.kind === "reconcileSnapshot")) this.snapshotSent = true;
     this.log.push(...effects);
     const out = [...effects];
     for (const e of effects) if (e.type === "persist") this.autoDurable ? this.disk.apply(e) : this.disk.pending.push(e);
@@ -175,6 +181,26 @@ export class AgentRig {
   /** Commands the agent spawned a process for, in order. */
   spawned(): string[] {
     return of(this.log, "spawn").map((s) => s.uuid);
+  }
+
+  /** Whether the agent has sent its ReconcileSnapshot on the current link (it is reconciled: pinned events flow). */
+  reconciled(): boolean {
+    return this.up && this.snapshotSent;
+  }
+
+  /** What the agent would answer a ReconcileRequest naming `targets` now (pair.ts `agentSnapshotOf`; asking changes nothing). */
+  snapshot(targets: ReadonlyArray<AskTarget> = []) {
+    return agentSnapshotOf(this.st, targets);
+  }
+
+  /** The commands a snapshot would report retained, in the agent's order. */
+  retained(): string[] {
+    return retainedOf(this.st);
+  }
+
+  /** Whether a ReconcileRequest naming `uuid` (with `hash`, default sha(uuid)) would be answered with a tombstone. */
+  tombstoned(uuid: string, hash?: Uint8Array): boolean {
+    return tombstonedOf(this.st, uuid, hash);
   }
 
   /** The last lifecycle state the agent sent for a command ("" for none), as a reader names it. */
