@@ -27,14 +27,25 @@ function finish(r: ServerRig, conn: number, uuid: string, out?: string): void {
 function finishedCharge(): number {
   const r = new ServerRig();
   finish(r, r.connect(), "x");
-  return r.cmd("x").charged;
+  return r.cmd("x").charged; // internal: the tier's charge sizes the budgets below (no peer observes it)
 }
 
 const specOf = (s: ReturnType<typeof argv>) => create(ExecutionSpecSchema, s);
 const durable = (r: ServerRig, table: string) => [...(r.disk.durable.get(table)?.keys() ?? [])];
+/** The commands GetCommand answers NOT_FOUND "… was pruned from history" for, of `uuids`. */
+const prunedOf = (r: ServerRig, uuids: string[]) => uuids.filter((u) => /^command \S+ ended .* and was pruned from history$/.test(r.notFound(u) ?? ""));
+/** The request hash the server's CommandDispatch of `uuid` carried (what the agent holds it under). */
+const dispatchedHash = (r: ServerRig, uuid: string) =>
+  (
+    r.sent(r.log, undefined, "commandDispatch").find((s) => (s.env.payload.value as { issueUuid: string }).issueUuid === uuid)!.env.payload.value as {
+      immutableRequestSha256: Uint8Array;
+    }
+  ).immutableRequestSha256;
 
 describe("metadata tier", () => {
   it("charges each command record and keeps the tier's sum in step", () => {
+    // internal throughout: the metadata tier's charges and sum are accounting no peer observes
+    // (their effect, pruning and CODE_CAPACITY, is observed by the tests below)
     const r = new ServerRig();
     const c = r.connect();
     r.submit("a", "q1", argv("sleep", "1"));
@@ -54,7 +65,13 @@ describe("metadata tier", () => {
     const r = new ServerRig({ metadataBudget: each * 3 + 10 });
     const c = r.connect();
     for (const u of ["h1", "h2", "h3"]) finish(r, c, u);
-    expect(r.st.pruned.size).toBe(0);
+    expect(prunedOf(r, ["h1", "h2", "h3"])).toEqual([]);
+    expect(
+      r
+        .listCommands()
+        .map((x) => x.uuid)
+        .sort(),
+    ).toEqual(["h1", "h2", "h3"]);
     r.running(c, "live");
     expect(
       of(r.log, "trace")
@@ -62,11 +79,17 @@ describe("metadata tier", () => {
         .map((t) => t.detail),
     ).toEqual([{ uuid: "h1", client: "a", state: "SUCCEEDED" }]);
     // Over budget now: the oldest history goes, the running command stays.
-    expect([...r.st.pruned.keys()]).toEqual(["h1"]);
-    expect(r.st.metaBytes).toBeLessThanOrEqual(each * 3 + 10);
+    expect(prunedOf(r, ["h1", "h2", "h3", "live"])).toEqual(["h1"]);
+    expect(r.notFound("h1")).toBe("command h1 ended succeeded and was pruned from history");
+    expect(r.st.metaBytes).toBeLessThanOrEqual(each * 3 + 10); // internal: the tier's sum (accounting no peer observes)
     finish(r, c, "h4");
-    expect([...r.st.pruned.keys()]).toEqual(["h1", "h2"]);
-    expect([...r.st.commands.keys()].sort()).toEqual(["h3", "h4", "live"]);
+    expect(prunedOf(r, ["h1", "h2", "h3", "h4", "live"])).toEqual(["h1", "h2"]);
+    expect(
+      r
+        .listCommands()
+        .map((x) => x.uuid)
+        .sort(),
+    ).toEqual(["h3", "h4", "live"]);
     expect(r.command("live").state).toBe("running");
     // Durably: records and events of the pruned ones gone, the compact records written.
     expect(durable(r, "command").sort()).toEqual(["h3", "h4", "live"]);
@@ -90,10 +113,10 @@ describe("metadata tier", () => {
     const r = new ServerRig({ metadataBudget: each * 3 });
     const c = r.connect();
     for (const u of ["h1", "h2", "h3"]) finish(r, c, u);
-    expect(r.st.metaBytes).toBe(each * 3);
-    expect(r.st.pruned.size).toBe(0);
+    expect(r.st.metaBytes).toBe(each * 3); // internal: the tier's sum (accounting no peer observes)
+    expect(prunedOf(r, ["h1", "h2", "h3"])).toEqual([]);
     r.submit("a", "one-more");
-    expect([...r.st.pruned.keys()]).toEqual(["h1"]);
+    expect(prunedOf(r, ["h1", "h2", "h3", "one-more"])).toEqual(["h1"]);
   });
 
   it("a pruning batch deletes exactly the command, its events and (if any) its retention marker, and writes the compact record", () => {
@@ -115,7 +138,14 @@ describe("metadata tier", () => {
     for (let i = 0; i < 3; i++) r.event(c, "o", 2 + i, output(OutputStream.STDOUT, i * 64, enc("x".repeat(64))));
     r.event(c, "o", 5, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     const o = r.cmd("o");
+    // internal: the charge counts segments and retention markers (accounting no peer observes)
     expect([o.output.segments.length, o.output.retention.length]).toEqual([1, 1]);
+    expect(
+      r
+        .outputOf("o")
+        .items.filter((i) => i.kind === "truncation")
+        .map((i) => i.kind === "truncation" && i.cause),
+    ).toEqual(["server-retention"]);
     expect(o.charged).toBe(1024 + o.specBytes + 2 * 256 + 5 * 32 + 2 * 128);
     r.now += 10;
     const fx2 = r.step({ type: "tick" });
@@ -126,20 +156,22 @@ describe("metadata tier", () => {
       ["pruned", "o"],
     ]);
     expect(of(fx2, "prune_output")).toEqual([{ type: "prune_output", uuid: "o" }]);
-    expect(r.st.clientOutput.get("a")).toEqual({ bytes: 0, uuids: new Set() });
+    expect(r.client("a")?.retainedOutputBytes).toBe(0n);
+    expect(r.st.clientOutput.get("a")).toEqual({ bytes: 0, uuids: new Set() }); // internal: the retention index's uuid set (ListClients shows only the bytes)
   });
 
   it("refuses a submit with CODE_CAPACITY while active commands would take more than their share of the tier", () => {
     const r = new ServerRig();
     r.submit("a", "probe");
-    const each = r.cmd("probe").charged;
+    const each = r.cmd("probe").charged; // internal: sizes the budget (no peer observes the charge)
     const budget = Math.ceil((each * 2) / SERVER_ACTIVE_METADATA_SHARE);
     const s = new ServerRig({ metadataBudget: budget });
     expect(s.submit("a", "q1")).toEqual({ ok: true, uuid: "q1", revision: 1 });
     expect(s.submit("a", "q2")).toEqual({ ok: true, uuid: "q2", revision: 1 });
     const refused = s.submit("a", "q3");
     expect(refused).toMatchObject({ ok: false, error: { code: Code.CAPACITY, message: expect.stringMatching(/metadata budget/) } });
-    expect(s.st.commands.has("q3")).toBe(false);
+    expect(s.findCommand("q3")).toBeUndefined();
+    expect(s.notFound("q3")).toBe("no command q3");
     // Ending one makes room again (terminal history does not count against active work).
     s.control({ op: "signal", requestId: "cancel-q1", uuid: "q1", signal: SignalKind.CANCEL });
     expect(s.submit("a", "q3")).toEqual({ ok: true, uuid: "q3", revision: 1 });
@@ -161,7 +193,8 @@ describe("pruning by age", () => {
     r.now = T0 + 5_000;
     r.step({ type: "tick" });
     expect(r.findCommand("old")).toBeUndefined();
-    expect(r.st.pruned.get("old")).toMatchObject({ state: L.SUCCEEDED, endedAt: T0, at: T0 + 5_000 });
+    expect(r.notFound("old")).toBe("command old ended succeeded and was pruned from history");
+    expect(r.disk.durable.get("pruned")?.get("old")).toMatchObject({ state: L.SUCCEEDED, endedAt: T0, at: T0 + 5_000 });
   });
 
   it("historyMs 0 keeps history by age forever (the tier still bounds it)", () => {
@@ -199,7 +232,9 @@ describe("pruning by age", () => {
     r.step({ type: "tick" });
     expect(r.findCommand("q")).toBeDefined();
     r.flush();
-    expect(r.st.pruned.get("q")).toMatchObject({ state: L.CANCELLED, terminalSource: "server", storedThrough: 0 });
+    expect(r.notFound("q")).toBe("command q ended cancelled and was pruned from history");
+    r.flush(); // the pruning batch itself
+    expect(r.disk.durable.get("pruned")?.get("q")).toMatchObject({ state: L.CANCELLED, terminalSource: "server", storedThrough: 0 });
   });
 
   it("deletes a pruned command's output files only once the batch that forgets it is durable", () => {
@@ -223,11 +258,12 @@ describe("pruning by age", () => {
     // They ended at T0 with historyMs 1: all due a millisecond later.
     r.now += 1;
     r.autoDurable = false; // one step at a time
+    const all = Array.from({ length: n }, (_, i) => `u${i}`);
     const fx = r.step({ type: "tick" });
-    expect(r.st.pruned.size).toBe(SERVER_PRUNES_PER_STEP);
+    expect(prunedOf(r, all)).toHaveLength(SERVER_PRUNES_PER_STEP);
     expect(of(fx, "wake").at(-1)?.at).toBe(r.now);
     const rest = r.step({ type: "tick" });
-    expect(r.st.pruned.size).toBe(n);
+    expect(prunedOf(r, all)).toHaveLength(n);
     expect(of(rest, "wake").at(-1)?.at).toBeGreaterThan(r.now);
   });
 });
@@ -242,7 +278,7 @@ describe("a pruned command keeps its protocol answers", () => {
     expect(r.notFound("gone")).toMatch(/ and was pruned from history$/);
     return { r, c };
   }
-  const hash = (r: ServerRig) => Uint8Array.from(Buffer.from(r.st.pruned.get("gone")!.hash, "hex"));
+  const hash = (r: ServerRig) => dispatchedHash(r, "gone");
 
   it("R-D12: a snapshot naming it as finished gets it discarded, with no incident", () => {
     const { r } = pruned();
@@ -346,7 +382,7 @@ describe("the pruned ledger", () => {
       r.now += 10;
       r.step({ type: "tick" });
     }
-    expect([...r.st.pruned.keys()]).toEqual(["p3", "p4"]);
+    expect(prunedOf(r, ["p1", "p2", "p3", "p4"])).toEqual(["p3", "p4"]);
     expect(durable(r, "pruned").sort()).toEqual(["p3", "p4"]);
     // Forgotten: now just a uuid the server never knew.
     expect(r.control({ op: "signal", requestId: "s", uuid: "p1", signal: SignalKind.CANCEL })).toMatchObject({
@@ -369,6 +405,14 @@ describe("the pruned ledger", () => {
     const reversed = { get: (name: string) => (t.get(name) ? new Map([...t.get(name)!].reverse()) : undefined) };
     const back = restoreServer(r.cfg, reversed, 2);
     serverInvariants(back);
+    // What the operator sees is the same after the restart: the list, each answer, each NOT_FOUND.
+    const all = ["a1", "a2", "a3", "a4", "a5", "a6", "waiting"];
+    const backRig = new ServerRig();
+    backRig.st = back;
+    expect(backRig.listCommands()).toEqual(r.listCommands());
+    expect(all.map((u) => backRig.notFound(u))).toEqual(all.map((u) => r.notFound(u)));
+    expect(prunedOf(r, all).length).toBeGreaterThanOrEqual(2);
+    // internal: the pruning order, the history index and the tier's charges restored alike (what prunes next; no peer observes them)
     expect([...back.pruned.keys()]).toEqual([...r.st.pruned.keys()]);
     expect([...back.pruned.values()]).toEqual([...r.st.pruned.values()]);
     expect([...back.history.entries()]).toEqual([...r.st.history.entries()]);
@@ -387,7 +431,10 @@ describe("the pruned ledger", () => {
     );
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     serverInvariants(back);
-    expect(back.commands.get("x")!.state).toBe(L.SUCCEEDED);
+    const backRig = new ServerRig();
+    backRig.st = back;
+    expect(backRig.command("x").state).toBe("succeeded");
+    // internal: the ledger entry is dropped, not just shadowed (no peer asks the ledger about a held uuid)
     expect(back.pruned.size).toBe(0);
   });
 
@@ -402,6 +449,7 @@ describe("the pruned ledger", () => {
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     serverInvariants(back);
     const l = back.commands.get("legacy")!;
+    // internal: the defaults a legacy record restores with (they feed the tier's charge and the history age)
     expect([l.endedAt, l.specBytes, l.ingest.rowEvents]).toEqual([l.createdAt, r.cmd("legacy").specBytes, 0]);
     expect(back.history.get("legacy")).toBe(l.createdAt);
   });
@@ -419,6 +467,7 @@ describe("history invariants catch their corruptions", () => {
     serverInvariants(r.st);
     return r;
   }
+  // setup: each case corrupts the state on purpose (an invariant test)
   const cases: Array<[string, (r: ServerRig) => void, RegExp]> = [
     ["a charge out of step with its record", (r) => void (r.cmd("live").ingest.rowEvents += 1), /live: metadata charge/],
     ["the tier's sum drifting", (r) => void (r.st.metaBytes += 1), /metadata tier accounting/],
