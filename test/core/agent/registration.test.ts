@@ -7,14 +7,15 @@ import { ServerWelcomeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
-import { T0, decode, sends, errorsIn, closes, of, AgentRig, expectClosed, require_toBinary } from "./rig.js";
+import { HEARTBEAT_PING_AFTER_MS } from "../../../core/limits.js";
+import { T0, decode, sends, errorsIn, closes, of, accepts, AgentRig, expectClosed, require_toBinary } from "./rig.js";
 
 describe("agent registration", () => {
   it("R-F2: start persists a fresh instance id, connects, and the hello carries the agent's identity and limits", () => {
     const r = new AgentRig({ maxRunning: 3, maxQueued: 9 });
     const out = r.step({ type: "start" });
-    expect(r.st.instanceId).toMatch(/^[0-9a-f]{32}$/);
-    expect(r.disk.durable.get("meta")?.get("instance_id")).toBe(r.st.instanceId);
+    const instanceId = r.disk.durable.get("meta")?.get("instance_id");
+    expect(instanceId).toMatch(/^[0-9a-f]{32}$/);
     expect(of(out, "connect")).toEqual([{ type: "connect", conn: 1 }]);
     expect(r.step({ type: "start" }).filter((e) => e.type === "connect")).toHaveLength(0); // start twice: once
     const hello = sends(r.step({ type: "transport_open", conn: 1 }), "clientHello");
@@ -24,7 +25,7 @@ describe("agent registration", () => {
     expect(hello[0]!.env.sessionGeneration).toBe(0n);
     expect(hello[0]!.env.payload.value).toMatchObject({
       clientId: "agent-1",
-      clientInstanceId: r.st.instanceId,
+      clientInstanceId: instanceId,
       maxRunningCommands: 3,
       maxQueuedCommands: 9,
       daemonCwd: "/",
@@ -44,7 +45,7 @@ describe("agent registration", () => {
       ]);
       expect(closes(out)).toHaveLength(1);
       expect(r.linkUp()).toBe(false);
-      expect(r.st.session.fence).toBeNull();
+      expect(r.st.session.fence).toBeNull(); // internal: the refused fence is not adopted (no frame can carry it: the link is closed)
     }
   });
 
@@ -87,8 +88,10 @@ describe("agent registration", () => {
     expect(g.linkUp()).toBe(false);
     g.register();
     g.welcome(5, "same-gen");
-    expect(g.st.session.phase).toBe("established");
-    expect(g.st.session.fence).toEqual({ sessionId: "same-gen", generation: 5 });
+    // Established under that fence: the snapshot it answers with carries it.
+    const snap = sends(g.reconcile([]), "reconcileSnapshot");
+    expect(snap.map((x) => [x.env.sessionId, x.env.sessionGeneration])).toEqual([["same-gen", 5n]]);
+    expect(g.reconciled()).toBe(true);
   });
 
   it("R-F4: an error while registering ends the attempt without answering it; anything else before the welcome is PROTOCOL_ERROR", () => {
@@ -119,10 +122,12 @@ describe("agent registration", () => {
   it("R-H6: frames on a connection that is still opening, or on a stale connection number, are ignored", () => {
     const r = new AgentRig();
     r.step({ type: "start" });
-    expect(r.st.session.phase).toBe("connecting");
+    expect(of(r.log, "connect")).toEqual([{ type: "connect", conn: 1 }]);
+    expect(r.linkUp()).toBe(false); // connecting
     const out = r.welcome(1, "s");
     expect(sends(out)).toEqual([]);
-    expect(r.st.session.phase).toBe("connecting");
+    expect(closes(out)).toEqual([]);
+    expect(r.linkUp()).toBe(false);
     r.step({ type: "transport_open", conn: 1 });
     const stale = r.step({
       type: "frame",
@@ -133,7 +138,10 @@ describe("agent registration", () => {
       ),
     });
     expect(sends(stale)).toEqual([]);
-    expect(r.st.session.phase).toBe("registering");
+    // Still registering: the welcome on the current connection is taken (a second one would be PROTOCOL_ERROR).
+    expect(sends(r.welcome(1, "s"))).toEqual([]);
+    expect(sends(r.reconcile([]), "reconcileSnapshot")).toHaveLength(1);
+    expect(r.reconciled()).toBe(true);
   });
 });
 
@@ -194,7 +202,9 @@ describe("agent frame handling once established", () => {
         .filter((t) => t.event === "server_error")
         .map((t) => t.detail),
     ).toEqual([{ code: "NOT_FOUND", message: "nope" }]);
-    expect(r.st.session.phase).toBe("established");
+    expect(closes(keep)).toEqual([]);
+    expect(r.linkUp()).toBe(true);
+    expect(r.reconciled()).toBe(true);
     const end = r.frame({
       case: "error",
       value: {
@@ -230,7 +240,8 @@ describe("agent frame handling once established", () => {
     const r = new AgentRig();
     r.establish();
     expect(closes(r.step({ type: "ingress_full", conn: 99 }))).toHaveLength(0);
-    expect(r.st.session.phase).toBe("established");
+    expect(r.linkUp()).toBe(true);
+    expect(r.reconciled()).toBe(true);
     const out = r.step({ type: "ingress_full", conn: r.st.session.conn });
     expect(of(out, "close")).toEqual([{ type: "close", conn: 1, reason: "ingress queue full" }]);
     expect(r.linkUp()).toBe(false);
@@ -240,22 +251,41 @@ describe("agent frame handling once established", () => {
     const r = new AgentRig();
     r.establish();
     expect(closes(r.step({ type: "store_repaired" }))).toHaveLength(0);
-    expect(r.st.session.phase).toBe("established");
+    expect(r.linkUp()).toBe(true);
+    expect(r.reconciled()).toBe(true);
     r.step({ type: "store_incident", detail: "crc" });
-    expect(r.st.storeIncident).toBe("crc");
+    // The incident is open: a dispatch is refused with it.
+    expect(accepts(r.dispatch("c1")).map((a) => a.rejection?.message)).toEqual(["agent store incident: crc"]);
     const out = r.step({ type: "store_repaired" });
-    expect(r.st.storeIncident).toBeNull();
     expect(of(out, "close")).toEqual([{ type: "close", conn: 1, reason: "store repaired: re-registering" }]);
+    // Repaired: the next session reconciles with a complete snapshot, and dispatches are taken.
+    r.register();
+    r.welcome(2, "sess-2");
+    const again = r.reconcile([]);
+    expect(errorsIn(again)).toEqual([]);
+    expect(sends(again, "reconcileSnapshot")).toHaveLength(1);
+    expect(accepts(r.dispatch("c1"))[0]!.accepted).toBe(true);
   });
 
   it("R-H1: an activity report on the current connection moves the heartbeat; a stale one does not", () => {
     const r = new AgentRig();
     r.establish();
-    r.now += 5_000;
+    r.now = T0 + 5_000;
     r.step({ type: "activity", conn: 7 });
-    expect(r.st.session.hb.lastInbound).toBe(T0);
-    r.step({ type: "activity", conn: r.st.session.conn });
-    expect(r.st.session.hb.lastInbound).toBe(T0 + 5_000);
+    // Stale: the idle time still counts from T0, so the ping is due HEARTBEAT_PING_AFTER_MS after it.
+    r.now = T0 + HEARTBEAT_PING_AFTER_MS - 1;
+    expect(of(r.step({ type: "tick" }), "ping")).toEqual([]);
+    r.now = T0 + HEARTBEAT_PING_AFTER_MS;
+    expect(of(r.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
+    const c = new AgentRig();
+    c.establish();
+    c.now = T0 + 5_000;
+    c.step({ type: "activity", conn: c.st.session.conn });
+    // Current: the idle time counts from the report.
+    c.now = T0 + 5_000 + HEARTBEAT_PING_AFTER_MS - 1;
+    expect(of(c.step({ type: "tick" }), "ping")).toEqual([]);
+    c.now = T0 + 5_000 + HEARTBEAT_PING_AFTER_MS;
+    expect(of(c.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
   });
 
   it("R-W2: capacity is reported once the session is reconciled, once per change, and again on every new session", () => {
