@@ -5,10 +5,11 @@ import { ReconcileCommandStateSchema, ReconcileSnapshotSchema, type ReconcileSna
 import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { defaultAgentConfig, restoreAgent } from "../../../core/index.js";
 import { fitSnapshot } from "../../../core/agent/reconcile.js";
+import { retainedOf, tombstonedOf } from "../../support/pair.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 import { toBinary } from "@bufbuild/protobuf";
-import { sha, argv, sends, accepts, eventsIn, of, AgentRig, expectClosed, expectRefused, stdinWrite } from "./rig.js";
+import { sha, argv, sends, accepts, errorsIn, eventsIn, of, AgentRig, expectClosed, expectRefused, stdinWrite } from "./rig.js";
 
 describe("reconciliation at the agent", () => {
   it("R-D7 R-T2: matching tombstones join the snapshot while it fits the envelope budget; the rest are left out, never a crash", () => {
@@ -47,7 +48,7 @@ describe("reconciliation at the agent", () => {
     const out = r.reconcile([]);
     expectRefused(r, out, Code.STORE_INCIDENT, "agent store incident, no complete snapshot possible: journal");
     expect(sends(out, "reconcileSnapshot")).toEqual([]);
-    expect(r.st.reconciled).toBe(false);
+    expect(r.reconciled()).toBe(false);
   });
 
   it("R-D7: a request with more targets than retained commands plus tombstones is PAYLOAD_TOO_LARGE and closes; exactly that many is fine", () => {
@@ -68,12 +69,12 @@ describe("reconciliation at the agent", () => {
     r.establish();
     r.run("c1");
     r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new TextEncoder().encode("x") });
-    expect(r.st.outbox.commands.get("c1")!.nextSeq).toBe(3);
+    expect(r.snapshot().map((c) => [c.issueUuid, c.lastClientEventSeq])).toEqual([["c1", 2n]]); // two events assigned
     r.drop();
     r.register();
     r.welcome(2, "s2");
     const out = r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 1n, immutableRequestSha256: sha("c1") }]);
-    expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(1);
+    // Acknowledged through 1: event 1 is forgotten durably and the resend starts at 2.
     expect(of(out, "persist")[0]!.records.map((x) => [x.table, x.key, x.value === null])).toEqual([
       ["event", "c1/000000000001", true],
       ["outbox", "c1", false],
@@ -83,19 +84,28 @@ describe("reconciliation at the agent", () => {
     r.register();
     r.welcome(3, "s3");
     const div = r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 7n, immutableRequestSha256: sha("c1") }]);
-    expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(1);
+    expect(
+      eventsIn(div, "c1").map((e) => e.eventSeq),
+      "not an ack: still resent from 2",
+    ).toEqual([2n]);
+    expect(of(div, "persist").flatMap((p) => p.records)).toEqual([]);
     expect(
       of(div, "trace")
         .filter((t) => t.event === "reconcile_diverged")
         .map((t) => t.detail),
     ).toEqual([{ uuid: "c1", serverStored: 7, assigned: 2 }]);
-    expect(r.st.session.phase).toBe("established");
+    expect(r.linkUp()).toBe(true);
+    expect(r.reconciled()).toBe(true);
     // Exactly the last assigned seq is an ack of everything.
     r.drop();
     r.register();
     r.welcome(4, "s4");
-    r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n, immutableRequestSha256: sha("c1") }]);
-    expect(r.st.outbox.commands.get("c1")!.ackedThrough).toBe(2);
+    const all = r.reconcile([{ issueUuid: "c1", lastServerEventSeq: 2n, immutableRequestSha256: sha("c1") }]);
+    expect(eventsIn(all, "c1"), "everything acknowledged: nothing resent").toEqual([]);
+    expect(of(all, "persist").flatMap((p) => p.records.map((x) => [x.table, x.key, x.value === null]))).toEqual([
+      ["event", "c1/000000000002", true],
+      ["outbox", "c1", false],
+    ]);
     r.drop();
     r.register();
     r.welcome(5, "s5");
@@ -138,9 +148,19 @@ describe("reconciliation at the agent", () => {
       { uuid: "queued", life: L.ACCEPTED, seq: 0n, rev: 1n, tomb: false, hash: Buffer.from(sha("queued")).toString("hex") },
       { uuid: "done", life: L.UNSPECIFIED, seq: 0n, rev: 0n, tomb: true, hash: Buffer.from(sha("done")).toString("hex") },
     ]);
-    // A target with a different hash is no ack.
-    expect(r.st.outbox.commands.get("run")!.ackedThrough).toBe(0);
+    // A target with a different hash is no ack: "run" is resent from its first event.
+    expect(eventsIn(out, "run").map((e) => e.eventSeq)).toEqual([1n]);
+    // internal: the hits are dropped once sent (no peer observes it: the next request replaces them; only memory would grow)
     expect(r.st.pendingSnapshotTombstones).toEqual([]);
+    // The tombstone hits were for that request only: the next snapshot, asked nothing, has none.
+    r.drop();
+    r.register();
+    r.welcome(3, "s3");
+    const next = sends(r.reconcile([]), "reconcileSnapshot")[0]!.env.payload.value as ReconcileSnapshot;
+    expect(next.retainedCommands.map((c) => [c.issueUuid, c.tombstoned])).toEqual([
+      ["run", false],
+      ["queued", false],
+    ]);
   });
 
   /** Session s2 asked for a snapshot that waits for a dispatch's persist (not yet durable). */
@@ -153,7 +173,7 @@ describe("reconciliation at the agent", () => {
     r.register();
     r.welcome(2, "s2");
     expect(sends(r.reconcile([]), "reconcileSnapshot")).toEqual([]);
-    expect(r.st.reconciled).toBe(false);
+    expect(r.reconciled()).toBe(false);
     return r;
   }
 
@@ -162,7 +182,7 @@ describe("reconciliation at the agent", () => {
     r.drop(); // the session that asked is gone before the persist is durable
     const out = r.flush();
     expect(sends(out)).toEqual([]);
-    expect(r.st.reconciled).toBe(false);
+    expect(r.reconciled()).toBe(false);
   });
 
   it("R-D7: a snapshot deferred for a session that is gone is not sent on the next session; that session gets its own", () => {
@@ -172,7 +192,7 @@ describe("reconciliation at the agent", () => {
     r.welcome(3, "s3");
     // The persist becomes durable while the next session is registered but has asked nothing yet.
     expect(sends(r.flush(), "reconcileSnapshot")).toEqual([]);
-    expect(r.st.reconciled).toBe(false);
+    expect(r.reconciled()).toBe(false);
     const own = r.reconcile([]);
     const snaps = sends(own, "reconcileSnapshot");
     expect(snaps).toHaveLength(1);
@@ -189,8 +209,9 @@ describe("reconciliation at the agent", () => {
       value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["run", "queued", "missing"], discardLocalTerminalIssueUuids: [] },
     });
     expect(of(out, "signal")).toEqual([{ type: "signal", uuid: "run", signal: SignalKind.KILL, revision: 1 }]);
-    expect(r.st.commands.size).toBe(0);
-    expect([...r.st.tombstones.keys()]).toEqual(["run", "queued"]);
+    expect(r.retained()).toEqual([]);
+    expect(["run", "queued", "missing"].map((u) => r.tombstoned(u))).toEqual([true, true, false]);
+    expect([...r.st.tombstones.keys()]).toEqual(["run", "queued"]); // internal: the ledger's order (which is forgotten first)
 
     const d = new AgentRig();
     d.establish();
@@ -201,16 +222,16 @@ describe("reconciliation at the agent", () => {
       case: "reconcileResult",
       value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: [], discardLocalTerminalIssueUuids: ["live", "fin", "missing"] },
     });
-    expect(d.st.commands.has("live")).toBe(true);
-    expect(d.st.commands.has("fin")).toBe(false);
-    expect(d.st.tombstones.has("fin")).toBe(true);
+    expect(d.retained()).toEqual(["live"]);
+    expect(d.tombstoned("fin")).toBe(true);
     expect(of(disc, "signal")).toEqual([]);
     const again = d.frame({
       case: "reconcileResult",
       value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["fin"], discardLocalTerminalIssueUuids: ["fin"] },
     });
     expect(of(again, "persist")).toEqual([]);
-    expect(d.st.tombstones.size).toBe(1);
+    expect(d.retained()).toEqual(["live"]);
+    expect(["fin", "live", "missing"].map((u) => d.tombstoned(u))).toEqual([true, false, false]);
   });
 
   it("R-D11: terminating a done command neither signals nor fails; it becomes a tombstone", () => {
@@ -223,7 +244,9 @@ describe("reconciliation at the agent", () => {
       value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["c1"], discardLocalTerminalIssueUuids: [] },
     });
     expect(of(out, "signal")).toEqual([]);
-    expect(r.st.tombstones.has("c1")).toBe(true);
+    expect(errorsIn(out)).toEqual([]);
+    expect(r.retained()).toEqual([]);
+    expect(r.tombstoned("c1")).toBe(true);
   });
 });
 
@@ -238,12 +261,16 @@ describe("tombstone ledger", () => {
       const out = r.ackAll(u);
       if (u === "t3") expect(of(out, "persist").flatMap((p) => p.records)).toContainEqual({ table: "tombstone", key: "t1", value: null });
     }
+    expect(["t1", "t2", "t3"].map((u) => r.tombstoned(u))).toEqual([false, true, true]);
+    // internal: the ledger's order and insertion counter (they decide which is forgotten next; no peer observes them)
     expect([...r.st.tombstones.keys()]).toEqual(["t2", "t3"]);
     expect(r.st.tombstoneSeq).toBe(3);
     // A forgotten UUID is new again.
     expect(accepts(r.dispatch("t1"))[0]!.accepted).toBe(true);
     const back = restoreAgent(r.cfg, r.disk.tables(), 1);
-    expect([...back.tombstones.entries()]).toEqual([...r.st.tombstones.entries()]);
+    expect(["t2", "t3"].map((u) => tombstonedOf(back, u))).toEqual([true, true]);
+    expect(retainedOf(back)).toEqual(["t1"]);
+    expect([...back.tombstones.entries()]).toEqual([...r.st.tombstones.entries()]); // internal: restored in the same order
     expect(back.tombstoneSeq).toBe(3);
     // The restored order decides which goes next.
     expect([...r.disk.durable.get("tombstone")!.keys()].sort()).toEqual(["t2", "t3"]);
@@ -262,6 +289,7 @@ describe("tombstone ledger", () => {
       ],
     ]);
     const st = restoreAgent(cfg, { get: (t) => tables.get(t) }, 1);
+    // internal: the restored order and counter (which is forgotten next)
     expect([...st.tombstones.entries()]).toEqual([
       ["c", "hc"],
       ["b", "hb"],
@@ -274,7 +302,8 @@ describe("tombstone ledger", () => {
 
 describe("reconcile edges (from the former agent edges file)", () => {
   it("R-D11: a command terminated by the reconcile result drops its pending stdin rows, chunks, events and record", () => {
-    const r = new AgentRig({ maxRunning: 1 });
+    const base = defaultAgentConfig("x").limits;
+    const r = new AgentRig({ maxRunning: 1, limits: { ...base, metadataBudget: 2 * base.metadataPerCommand } });
     r.establish();
     r.run("busy");
     r.dispatch("c1", { ...argv("cat"), stdinOpen: true });
@@ -290,6 +319,8 @@ describe("reconcile edges (from the former agent edges file)", () => {
     expect(recs).toContainEqual({ table: "command", key: "c1", value: null });
     expect(r.disk.durable.get("stdin")?.size ?? 0).toBe(0);
     expect(r.disk.durable.get("command")?.has("c1")).toBe(false);
-    expect(r.st.metadataUsed).toBe(defaultAgentConfig("x").limits.metadataPerCommand);
+    // Its metadata budget is free again: one more command fits, and only one.
+    expect(accepts(r.dispatch("c2"))[0]!.accepted).toBe(true);
+    expect(accepts(r.dispatch("c3")).map((a) => a.rejection?.message)).toEqual(["metadata budget full"]);
   });
 });
