@@ -18,7 +18,7 @@ import {
 } from "../../../core/window/outbox.js";
 import type { PersistRecord } from "../../../core/effects.js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { CommandEventSchema, CommandLifecycle as L, SignalResultSchema, TruncationCause, type CommandEvent } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandEventSchema, SignalResultSchema, TruncationCause, type CommandEvent } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
 import { encodeRawZstdFrame } from "../../../shells/zstd/frame-header.js";
 
