@@ -49,7 +49,7 @@ import {
   type ReconcileSnapshot,
 } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { Client, Incident, PendingClaim, Session } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { JobChildPhase, type Client, type Incident, type Job, type PendingClaim, type Session } from "../../protos/gen/rvbox/v1/control_pb.js";
 import {
   agentInvariants,
   applyRecord,
@@ -80,7 +80,7 @@ import { newCursor, step as cursorStep, type FollowCursor } from "../../core/rea
 import type { OutputItem, StreamName } from "../../core/reader/items.js";
 import { missingMessage } from "../../core/server/history.js";
 import type { EventRow, RetentionRow } from "../../core/server/store.js";
-import { activeCounts, claimView, clientView, incidentView, sessionView, type FleetReader } from "../../shells/server/control-service.js";
+import { activeCounts, claimView, clientView, incidentView, sessionView, toJob, type FleetReader } from "../../shells/server/control-service.js";
 import { decompressValidated } from "../../shells/zstd/decompress.js";
 import { testPorts } from "./ports.js";
 
@@ -179,6 +179,20 @@ export function sessionsOf(st: ServerState, wallStep = 0): Session[] {
   const f = fleetOf(st, wallStep);
   return [...st.conns.values()].map((c) => sessionView(f, c));
 }
+
+/** GetJob: a job as readers see it (its committed view, shells/server/control-service.ts `toJob`); undefined: NOT_FOUND. */
+export function jobOf(st: ServerState, jobId: string, wallStep = 0): Job | undefined {
+  const j = st.jobs.get(jobId);
+  return j ? toJob(j, fleetOf(st, wallStep)) : undefined;
+}
+
+/** ListJobs (all pages, summaries only), newest first. */
+export function jobsOf(st: ServerState, wallStep = 0): Job[] {
+  return [...st.jobs.values()].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1)).map((j) => toJob(j, fleetOf(st, wallStep), false));
+}
+
+/** A job's child phases as GetJob shows them ("pending", "started", "done", "refused", "cancelled"). */
+export const jobPhases = (j: Job | undefined): string[] => (j ? j.children.map((c) => (JobChildPhase[c.phase] ?? String(c.phase)).toLowerCase()) : []);
 
 /** ListClaims. */
 export function claimsOf(st: ServerState): PendingClaim[] {
@@ -812,6 +826,16 @@ export class Pair {
   /** ListIncidents' per-client dropped count. */
   droppedIncidents(clientId: string): number {
     return droppedIncidentsOf(this.server, clientId);
+  }
+
+  /** GetJob (the committed view), undefined for NOT_FOUND. */
+  getJob(jobId: string): Job | undefined {
+    return jobOf(this.server, jobId, this.wallStep);
+  }
+
+  /** ListJobs. */
+  listJobs(): Job[] {
+    return jobsOf(this.server, this.wallStep);
   }
 
   /** ListCommands: every command with a committed state (what `rvbox ls` lists). */

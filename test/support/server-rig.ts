@@ -50,6 +50,8 @@ import {
   droppedIncidentsOf,
   followOf,
   incidentsOf,
+  jobOf,
+  jobsOf,
   lenient,
   listCommandsOf,
   sessionsOf,
@@ -274,6 +276,16 @@ export class ServerRig {
   /** ListIncidents' per-client dropped count. */
   droppedIncidents(clientId: string): number {
     return droppedIncidentsOf(this.st, clientId);
+  }
+
+  /** GetJob (the committed view), undefined for NOT_FOUND. */
+  getJob(jobId: string) {
+    return jobOf(this.st, jobId, this.wallStep);
+  }
+
+  /** ListJobs. */
+  listJobs() {
+    return jobsOf(this.st, this.wallStep);
   }
 
   /** ListCommands: every command with a committed state. */

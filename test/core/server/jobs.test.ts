@@ -8,6 +8,7 @@ import { resolveRate } from "../../../core/server/jobs.js";
 import { rowOf } from "../../../core/server/store.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
+import { jobPhases } from "../../support/pair.js";
 
 type Job = Extract<ControlRequest, { op: "submit_job" }>;
 
@@ -22,15 +23,18 @@ function fleet(r: ServerRig, ids: string[]): Map<string, number> {
 
 /** The agent runs the child's command to its end with `exit`. */
 function finish(r: ServerRig, conns: Map<string, number>, uuid: string, exit: number) {
-  const c = r.cmd(uuid);
-  const conn = conns.get(c.clientId)!;
+  const conn = conns.get(r.command(uuid).clientId)!;
   r.accept(conn, uuid);
   r.event(conn, uuid, 1, lifecycle(L.RUNNING));
   r.event(conn, uuid, 2, lifecycle(exit === 0 ? L.SUCCEEDED : L.FAILED, { exitCode: exit }));
 }
 
-const phases = (r: ServerRig, id: string) => r.st.jobs.get(id)!.children.map((c) => c.phase);
-const inflight = (r: ServerRig, id: string) => r.st.jobs.get(id)!.children.filter((c) => c.phase === "started").length;
+/** GetJob's child phases (the committed view). */
+const phases = (r: ServerRig, id: string) => jobPhases(r.getJob(id));
+/** GetJob's summary: children in flight. */
+const inflight = (r: ServerRig, id: string) => r.getJob(id)!.summary!.inFlight;
+/** GetJob's children as [phase, state, exit code]. */
+const outcomes = (r: ServerRig, id: string) => r.getJob(id)!.children.map((c, i) => [jobPhases(r.getJob(id))[i], c.state, c.exitCode ?? null]);
 
 describe("jobs", () => {
   it("R-D1: a job is answered once durable; it creates one command per target, each with its own uuid, in target order", () => {
@@ -39,10 +43,15 @@ describe("jobs", () => {
     expect(job(r, "j1", ["a", "b", "c"])).toEqual({ ok: true, jobId: "j1" });
     expect(rowOf(r.disk.durable, "job", "j1")!.children.map((c) => c.clientId)).toEqual(["a", "b", "c"]);
     expect(phases(r, "j1")).toEqual(["started", "started", "started"]);
-    expect(["j1.1", "j1.2", "j1.3"].map((u) => [r.cmd(u).clientId, r.cmd(u).state])).toEqual([
-      ["a", L.DISPATCHED],
-      ["b", L.DISPATCHED],
-      ["c", L.DISPATCHED],
+    expect(["j1.1", "j1.2", "j1.3"].map((u) => [r.command(u).clientId, r.command(u).state])).toEqual([
+      ["a", "dispatched"],
+      ["b", "dispatched"],
+      ["c", "dispatched"],
+    ]);
+    expect(r.getJob("j1")!.children.map((c) => [c.clientId, c.issueUuid])).toEqual([
+      ["a", "j1.1"],
+      ["b", "j1.2"],
+      ["c", "j1.3"],
     ]);
     for (const [id, u] of [
       ["a", "j1.1"],
@@ -53,7 +62,8 @@ describe("jobs", () => {
     // The same request again is the same job; a different one under its id is a conflict.
     expect(job(r, "j1", ["a", "b", "c"])).toEqual({ ok: true, jobId: "j1" });
     expect(job(r, "j1", ["a", "b"])).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
-    expect(r.st.commands.size).toBe(3);
+    expect(r.listCommands()).toHaveLength(3);
+    expect(r.listJobs().map((j) => j.jobId)).toEqual(["j1"]);
   });
 
   it("max-concurrency n: exactly n in flight, the n+1-th starts only when one ends", () => {
@@ -61,22 +71,22 @@ describe("jobs", () => {
     const conns = fleet(r, ["a", "b", "c", "d"]);
     job(r, "j", ["a", "b", "c", "d"], { maxConcurrency: "2" });
     expect(phases(r, "j")).toEqual(["started", "started", "pending", "pending"]);
-    expect(r.st.commands.has("j.3")).toBe(false);
+    expect(r.findCommand("j.3")).toBeUndefined();
     // Accepted and running still count as in flight.
     r.accept(conns.get("a")!, "j.1");
     r.event(conns.get("a")!, "j.1", 1, lifecycle(L.RUNNING));
     expect(inflight(r, "j")).toBe(2);
-    expect(r.st.commands.has("j.3")).toBe(false);
+    expect(r.findCommand("j.3")).toBeUndefined();
     r.event(conns.get("a")!, "j.1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     expect(phases(r, "j")).toEqual(["done", "started", "started", "pending"]);
-    expect(r.cmd("j.3").state).toBe(L.DISPATCHED);
+    expect(r.command("j.3").state).toBe("dispatched");
     finish(r, conns, "j.2", 0);
     finish(r, conns, "j.3", 0);
     finish(r, conns, "j.4", 0);
-    const j = r.st.jobs.get("j")!;
-    expect(j.endedAt).toBeGreaterThan(0);
-    expect(j.children.map((c) => [c.phase, c.state, c.exitCode])).toEqual(Array(4).fill(["done", L.SUCCEEDED, 0]));
-    expect(r.st.activeJobs.size).toBe(0);
+    expect(r.getJob("j")!.endedTime).toBeDefined();
+    expect(outcomes(r, "j")).toEqual(Array(4).fill(["done", L.SUCCEEDED, 0]));
+    expect(r.getJob("j")!.summary).toMatchObject({ targets: 4, pending: 0, inFlight: 0, succeeded: 4, failed: 0, cancelled: 0 });
+    expect(r.st.activeJobs.size).toBe(0); // internal: the index of unfinished jobs the server walks (no view lists it)
   });
 
   it("a percentage is of the targets: concurrency rounds up (at least 1), errors round down", () => {
@@ -103,17 +113,17 @@ describe("jobs", () => {
     finish(r, conns, "j.3", 0);
     expect(phases(r, "j")).toEqual(["done", "started", "done", "started", "pending", "pending"]);
     finish(r, conns, "j.4", 1); // failure 2 > 1: stop
-    const j = r.st.jobs.get("j")!;
+    const j = () => r.getJob("j")!;
     expect(phases(r, "j")).toEqual(["done", "started", "done", "done", "cancelled", "cancelled"]);
-    expect(j.stopped).toBe("error budget exceeded: 2 failed, max-errors 1");
-    expect(j.children[4]!.reason).toBe("not started: error budget exceeded: 2 failed, max-errors 1");
-    expect(j.children[4]!.state).toBe(L.CANCELLED);
-    expect(r.st.commands.has("j.5") || r.st.commands.has("j.6")).toBe(false);
-    expect(j.endedAt).toBe(0);
+    expect(j().stoppedReason).toBe("error budget exceeded: 2 failed, max-errors 1");
+    expect(j().children[4]!.reason).toBe("not started: error budget exceeded: 2 failed, max-errors 1");
+    expect(j().children[4]!.state).toBe(L.CANCELLED);
+    expect([r.findCommand("j.5"), r.findCommand("j.6")]).toEqual([undefined, undefined]);
+    expect(j().endedTime).toBeUndefined();
     // The child in flight when the budget ran out finishes normally, then the job ends.
     finish(r, conns, "j.2", 0);
-    expect(j.endedAt).toBeGreaterThan(0);
-    expect(j.children.map((c) => c.state)).toEqual([L.FAILED, L.SUCCEEDED, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.CANCELLED]);
+    expect(j().endedTime).toBeDefined();
+    expect(j().children.map((c) => c.state)).toEqual([L.FAILED, L.SUCCEEDED, L.SUCCEEDED, L.FAILED, L.CANCELLED, L.CANCELLED]);
   });
 
   it("max-errors 0 stops at the first failure; a child admission refuses counts as a failure", () => {
@@ -121,10 +131,10 @@ describe("jobs", () => {
     const conns = fleet(r, ["a", "b", "c"]);
     r.submit("a", "busy"); // a's one active slot is taken: the child for a is refused
     job(r, "j", ["a", "b", "c"], { maxConcurrency: "1", maxErrors: "0" });
-    const j = r.st.jobs.get("j")!;
-    expect(j.children.map((c) => c.phase)).toEqual(["refused", "cancelled", "cancelled"]);
+    const j = r.getJob("j")!;
+    expect(jobPhases(j)).toEqual(["refused", "cancelled", "cancelled"]);
     expect(j.children[0]!.reason).toMatch(/^not started: client a has 1 active commands/);
-    expect(j.endedAt).toBeGreaterThan(0);
+    expect(j.endedTime).toBeDefined();
     expect(conns.size).toBe(3);
   });
 
@@ -135,7 +145,7 @@ describe("jobs", () => {
     expect(res).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
     expect(res!.ok === false && res!.error.message).toContain("no client wbe-2 has registered with this server; did you mean web-2");
     expect(res!.ok === false && res!.error.message).toContain("db-9");
-    expect(r.st.jobs.size + r.st.commands.size).toBe(0);
+    expect([r.listJobs(), r.listCommands(), r.getJob("j")]).toEqual([[], [], undefined]);
     expect(job(r, "j2", ["web-1", "web-1"])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(job(r, "j3", [])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(job(r, "bad id", ["web-1"])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
@@ -151,24 +161,26 @@ describe("jobs", () => {
     // Not yet durable: j.2 ends in memory, j.4 starts in memory; the crash takes both back.
     r.autoDurable = false;
     finish(r, conns, "j.2", 0);
-    expect(phases(r, "j")).toEqual(["done", "done", "started", "started", "pending"]);
+    // internal: the working phases, ahead of the committed view readers see
+    expect(r.st.jobs.get("j")!.children.map((c) => c.phase)).toEqual(["done", "done", "started", "started", "pending"]);
+    expect(phases(r, "j")).toEqual(["done", "started", "started", "pending", "pending"]);
     r.st = restoreServer(r.cfg, r.disk.tables(), 7);
-    const j = r.st.jobs.get("j")!;
-    expect(j.children.map((c) => c.phase)).toEqual(["done", "started", "started", "pending", "pending"]);
-    expect(r.st.commands.has("j.4")).toBe(false);
+    expect(phases(r, "j")).toEqual(["done", "started", "started", "pending", "pending"]);
+    expect(r.findCommand("j.4")).toBeUndefined();
     expect(inflight(r, "j")).toBe(2);
     r.autoDurable = true;
     conns = fleet(r, ids);
     // Nothing new starts until a child ends: j.2's end comes again from its agent.
-    expect(r.st.commands.has("j.4")).toBe(false);
+    expect(r.findCommand("j.4")).toBeUndefined();
     finish(r, conns, "j.2", 0);
     expect(phases(r, "j")).toEqual(["done", "done", "started", "started", "pending"]);
     finish(r, conns, "j.3", 0);
     finish(r, conns, "j.4", 0);
     finish(r, conns, "j.5", 0);
-    expect(j.endedAt).toBeGreaterThan(0);
+    expect(r.getJob("j")!.endedTime).toBeDefined();
     // Each uuid was dispatched for creation once per session at most: no child ran twice.
-    expect(new Set(j.children.map((c) => c.uuid)).size).toBe(5);
+    expect(new Set(r.getJob("j")!.children.map((c) => c.issueUuid)).size).toBe(5);
+    expect(outcomes(r, "j")).toEqual(Array(5).fill(["done", L.SUCCEEDED, 0]));
   });
 
   it("-l: a selector is resolved once at submit to the matching clients in id order; later label changes move nothing; a retry is the same job", () => {
@@ -179,20 +191,20 @@ describe("jobs", () => {
     for (const id of ["web-2", "web-1", "web-3"]) label(id, "web");
     label("db-1", "db");
     expect(job(r, "jw", [], { selector: "role=web", maxConcurrency: "1" })).toEqual({ ok: true, jobId: "jw" });
-    const j = r.st.jobs.get("jw")!;
+    const j = r.getJob("jw")!;
     expect(j.selector).toBe("role=web");
     expect(j.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
     label("db-1", "web");
     label("web-3", "db");
     expect(job(r, "jw", [], { selector: "role=web", maxConcurrency: "1" })).toEqual({ ok: true, jobId: "jw" });
-    expect(r.st.jobs.get("jw")!.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
+    expect(r.getJob("jw")!.children.map((c) => c.clientId)).toEqual(["web-1", "web-2", "web-3"]);
     expect(job(r, "jn", [], { selector: "role=cache" })).toMatchObject({
       ok: false,
       error: { code: Code.NOT_FOUND, message: "no client matches role=cache; nothing was created" },
     });
     expect(job(r, "jb", ["web-1"], { selector: "role=web" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(job(r, "je", [], { selector: "role=" })).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
-    expect(r.st.jobs.size).toBe(1);
+    expect(r.listJobs().map((x) => x.jobId)).toEqual(["jw"]);
   });
 
   it("readers see a job's committed view: a child start is shown only once durable", () => {
@@ -201,10 +213,10 @@ describe("jobs", () => {
     job(r, "j", ["a", "b"], { maxConcurrency: "1" });
     r.autoDurable = false;
     finish(r, conns, "j.1", 0);
-    const j = r.st.jobs.get("j")!;
-    expect(j.children.map((c) => c.phase)).toEqual(["done", "started"]);
-    expect(j.committed.children.map((c) => c.phase)).toEqual(["started", "pending"]);
+    // internal: the working phases, ahead of the committed view (what this test sets apart)
+    expect(r.st.jobs.get("j")!.children.map((c) => c.phase)).toEqual(["done", "started"]);
+    expect(phases(r, "j")).toEqual(["started", "pending"]);
     r.flush();
-    expect(j.committed.children.map((c) => c.phase)).toEqual(["done", "started"]);
+    expect(phases(r, "j")).toEqual(["done", "started"]);
   });
 });
