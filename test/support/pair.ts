@@ -349,6 +349,12 @@ export const retainedOf = (st: AgentState): string[] =>
 export const tombstonedOf = (st: AgentState, uuid: string, hash: Uint8Array = sha(uuid)): boolean =>
   agentSnapshotOf(st, [{ uuid, hash }]).some((c) => c.issueUuid === uuid && c.tombstoned);
 
+/** ListIncidents' `dropped` list: per client, how many were dropped, the last one's time (wall ms) and kind (as control-service.ts listIncidents builds it). */
+export function incidentDropsOf(st: ServerState): Array<{ clientId: string; count: number; lastAt: number; lastKind: string }> {
+  // lastAt as the service shows it: the stored value as is (the core records it on the deadline clock, incidents on the wall clock).
+  return [...st.incidentDrops.values()].map((x) => ({ clientId: x.clientId, count: x.count, lastAt: x.lastAt, lastKind: x.lastKind }));
+}
+
 /** ListIncidents' `dropped` count of a client (0: none dropped). */
 export function droppedIncidentsOf(st: ServerState, clientId: string): number {
   return st.incidentDrops.get(clientId)?.count ?? 0;
@@ -826,6 +832,11 @@ export class Pair {
   /** ListIncidents' per-client dropped count. */
   droppedIncidents(clientId: string): number {
     return droppedIncidentsOf(this.server, clientId);
+  }
+
+  /** ListIncidents' dropped list (per client: count, last time, last kind). */
+  incidentDrops() {
+    return incidentDropsOf(this.server);
   }
 
   /** GetJob (the committed view), undefined for NOT_FOUND. */

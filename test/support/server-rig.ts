@@ -49,6 +49,7 @@ import {
   Disk,
   droppedIncidentsOf,
   followOf,
+  incidentDropsOf,
   incidentsOf,
   jobOf,
   jobsOf,
@@ -276,6 +277,11 @@ export class ServerRig {
   /** ListIncidents' per-client dropped count. */
   droppedIncidents(clientId: string): number {
     return droppedIncidentsOf(this.st, clientId);
+  }
+
+  /** ListIncidents' dropped list (per client: count, last time, last kind). */
+  incidentDrops() {
+    return incidentDropsOf(this.st);
   }
 
   /** GetJob (the committed view), undefined for NOT_FOUND. */
