@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import type { ReconcileResult, StdinWrite } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { restoreServer, serverInvariants, type Incident, type ServerState } from "../../../core/index.js";
+import { restoreServer, serverInvariants, type Incident } from "../../../core/index.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import {
   MAX_CLIENTS,
