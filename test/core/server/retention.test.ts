@@ -8,6 +8,10 @@ import { T0, of, output, ServerRig } from "../../support/server-rig.js";
 
 void MAX_INCIDENTS_KEPT;
 
+/** The server retention markers a follower of `uuid` is shown (FollowOutput): their event range and byte ranges. */
+const markersOf = (r: ServerRig, uuid: string) =>
+  r.outputOf(uuid).items.flatMap((i) => (i.kind === "truncation" && i.cause === "server-retention" ? [{ events: i.events, ranges: i.ranges }] : []));
+
 describe("retention", () => {
   it("R-O5: output segments roll at segmentBytes; past the per-command budget whole old segments go, with one cumulative marker", () => {
     const raw = new Uint8Array(40).fill(7);
@@ -17,13 +21,16 @@ describe("retention", () => {
     r.running(c, "c1");
     let seq = 2;
     let off = 0;
+    let errOff = 0;
     const put = (stream = OutputStream.STDOUT) => {
-      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : r.cmd("c1").ingest.streamNext.stderr, raw));
+      const out = r.event(c, "c1", seq++, output(stream, stream === OutputStream.STDOUT ? off : errOff, raw));
       if (stream === OutputStream.STDOUT) off += raw.length;
+      else errOff += raw.length;
       return out;
     };
     put();
     put();
+    // internal: the segment layout (what is dropped together; observed below when the drop comes)
     expect(r.cmd("c1").output.segments).toEqual([{ firstSeq: 2, lastSeq: 3, bytes: 2 * zlen, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
     put(OutputStream.STDERR);
     put();
@@ -43,8 +50,10 @@ describe("retention", () => {
     expect(r.cmd("c1").output.segments.map((s) => [s.firstSeq, s.lastSeq])).toEqual([
       [4, 5],
       [6, 6],
-    ]);
-    expect(r.cmd("c1").output.retention).toEqual([{ firstSeq: 2, lastSeq: 3, ranges: [{ stream: "stdout", offset: 0, length: 80 }], at: T0 + 5 }]);
+    ]); // internal: the layout, as above
+    expect(markersOf(r, "c1")).toEqual([{ events: { first: 2, last: 3 }, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
+    expect(r.command("c1").retentionMarkers).toBe(1);
+    expect(r.command("c1").retainedBytes).toBe(3 * zlen);
     expect(of(drop, "drop_output")).toEqual([{ type: "drop_output", uuid: "c1", throughSeq: 3 }]);
     expect(r.disk.durable.get("retention")!.get("c1")).toEqual({
       uuid: "c1",
@@ -55,18 +64,18 @@ describe("retention", () => {
     });
     put();
     put();
-    expect(r.cmd("c1").output.retention).toEqual([
+    expect(markersOf(r, "c1")).toEqual([
       {
-        firstSeq: 2,
-        lastSeq: 5,
+        events: { first: 2, last: 5 },
         ranges: [
           { stream: "stdout", offset: 0, length: 120 },
           { stream: "stderr", offset: 0, length: 40 },
         ],
-        at: T0 + 5,
       },
     ]);
-    expect(r.st.clientOutput.get("a")!.bytes).toBe(r.command("c1").retainedBytes);
+    expect(r.disk.durable.get("retention")!.get("c1")).toMatchObject({ firstSeq: 2, lastSeq: 5, at: T0 + 5 });
+    expect(r.outputOf("c1").gaps).toBe(0);
+    expect(r.client("a")!.retainedOutputBytes).toBe(BigInt(r.command("c1").retainedBytes));
   });
 
   it("R-O5: past the per-client budget the client's oldest output goes first, never a command's only segment", () => {
@@ -79,15 +88,20 @@ describe("retention", () => {
     r.event(c, "old", 2, output(OutputStream.STDOUT, 0, raw));
     r.event(c, "new", 2, output(OutputStream.STDOUT, 0, raw));
     r.event(c, "new", 3, output(OutputStream.STDOUT, 40, raw));
-    expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen); // exactly the budget
+    expect(r.client("a")!.retainedOutputBytes).toBe(BigInt(3 * zlen)); // exactly the budget
     r.event(c, "new", 4, output(OutputStream.STDOUT, 80, raw));
-    expect(r.cmd("old").output.segments).toEqual([]);
+    expect(r.command("old").retainedBytes).toBe(0);
     expect(r.command("old").retentionMarkers).toBe(1);
-    expect(r.cmd("new").output.segments).toHaveLength(3);
-    expect([...r.st.clientOutput.get("a")!.uuids]).toEqual(["new"]);
+    expect(markersOf(r, "old")).toEqual([{ events: { first: 2, last: 2 }, ranges: [{ stream: "stdout", offset: 0, length: 40 }] }]);
+    expect(r.command("new").retainedBytes).toBe(3 * zlen);
+    expect(r.command("new").retentionMarkers).toBe(0);
+    expect([...r.st.clientOutput.get("a")!.uuids]).toEqual(["new"]); // internal: the client's retention index (ListClients shows only its bytes)
     r.event(c, "new", 5, output(OutputStream.STDOUT, 120, raw));
-    expect(r.cmd("new").output.segments.map((s) => s.firstSeq)).toEqual([3, 4, 5]);
-    expect(r.st.clientOutput.get("a")!.bytes).toBe(3 * zlen);
+    // Now the client's oldest output is new's first segment: it goes, the rest stay.
+    expect(markersOf(r, "new")).toEqual([{ events: { first: 2, last: 2 }, ranges: [{ stream: "stdout", offset: 0, length: 40 }] }]);
+    expect(r.outputOf("new").items.flatMap((i) => (i.kind === "output" ? [i.seq] : []))).toEqual([3, 4, 5]);
+    expect(r.command("new").retainedBytes).toBe(3 * zlen);
+    expect(r.client("a")!.retainedOutputBytes).toBe(BigInt(3 * zlen));
   });
 });
 
@@ -111,6 +125,7 @@ describe("retention edges", () => {
     });
     r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw)); // same stream after a gap
     r.event(c, "c1", 8, output(OutputStream.STDOUT, 180, raw)); // continues exactly
+    // internal: a segment's ranges (no peer sees them until the segment is dropped; the marker test below shows them then)
     expect(r.cmd("c1").output.segments).toEqual([
       {
         firstSeq: 2,
@@ -132,7 +147,7 @@ describe("retention edges", () => {
     const c = r.connect();
     r.running(c, "c1");
     for (let i = 0; i < 4; i++) r.event(c, "c1", 2 + i, output(OutputStream.STDOUT, 40 * i, raw));
-    expect(r.cmd("c1").output.segments).toHaveLength(1);
+    expect(r.cmd("c1").output.segments).toHaveLength(1); // internal: the layout (one segment, whatever the budgets)
     expect(r.command("c1").retainedBytes).toBe(4 * zlen);
     expect(r.command("c1").retentionMarkers).toBe(0);
     expect(of(r.log, "drop_output")).toEqual([]);
@@ -151,12 +166,10 @@ describe("retention edges", () => {
     });
     r.event(c, "c1", 6, output(OutputStream.STDOUT, 100, raw));
     r.event(c, "c1", 7, output(OutputStream.STDOUT, 140, raw));
-    expect(r.cmd("c1").output.segments.map((s) => s.firstSeq)).toEqual([7]);
-    expect(r.cmd("c1").output.retention).toEqual([
+    expect(r.outputOf("c1").items.flatMap((i) => (i.kind === "output" ? [i.seq] : []))).toEqual([7]);
+    expect(markersOf(r, "c1")).toEqual([
       {
-        firstSeq: 2,
-        lastSeq: 6,
-        at: T0,
+        events: { first: 2, last: 6 },
         ranges: [
           { stream: "stdout", offset: 0, length: 40 },
           { stream: "stderr", offset: 0, length: 80 },
@@ -164,5 +177,6 @@ describe("retention edges", () => {
         ],
       },
     ]);
+    expect(r.disk.durable.get("retention")!.get("c1")).toMatchObject({ firstSeq: 2, lastSeq: 6, at: T0 });
   });
 });
