@@ -21,6 +21,7 @@ import { Code } from "../../../core/errors.js";
 import { MAX_INCIDENTS_KEPT, MAX_SCRIPT_BYTES } from "../../../core/limits.js";
 import { testPorts } from "../../support/ports.js";
 
+import { plainIncident } from "../../support/pair.js";
 import { T0, sha, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed } from "../../support/server-rig.js";
 
 const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
@@ -36,9 +37,20 @@ describe("server edges found by the mutation run", () => {
       ["legacy", inc("legacy")],
     ]);
     const st = restoreServer(defaultServerConfig(), { get: (t) => (t === "incident" ? rows : undefined) }, 1);
-    expect(st.incidentSeq).toBe(5);
-    expect([...st.incidents.values()]).toEqual([inc("inc-5"), inc("inc-2"), inc("legacy")]);
     serverInvariants(st);
+    const r = new ServerRig();
+    r.st = st;
+    // ListIncidents shows each as stored.
+    expect(r.incidents().map(plainIncident)).toEqual(
+      ["inc-5", "inc-2", "legacy"].map((id) => ({ id, clientId: "a", uuid: "u", kind: "k", detail: "d", at: 5, acknowledged: id === "inc-2" })),
+    );
+    // The next incident is numbered after the highest id.
+    const c = r.connect("a");
+    r.frame(c, {
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false },
+    });
+    expect(r.incidents().map((i) => i.incidentId)).toEqual(["inc-5", "inc-2", "legacy", "inc-6"]);
   });
 
   it("R-W10: errors to a connection that has not registered carry no fence and no issue uuid; its close names no client", () => {
@@ -90,7 +102,7 @@ describe("server edges found by the mutation run", () => {
     d.submit("a", "c2");
     expect(d.command("c2").state).toBe("dispatched");
     d.st = restoreServer(d.cfg, d.disk.tables(), 2);
-    expect(d.st.commands.get("c2")!.dispatch.dispatchedOn).toBe(0);
+    expect(d.st.commands.get("c2")!.dispatch.dispatchedOn).toBe(0); // internal: on no session (its consequence, no deadline, is the next line)
     expect(of(d.step({ type: "tick" }), "wake")).toEqual([]);
   });
 
@@ -105,6 +117,12 @@ describe("server edges found by the mutation run", () => {
     r.submit("b", "quiet");
     expect(r.command("c1").retentionMarkers).toBe(1);
     const back = restoreServer(r.cfg, r.disk.tables(), 9);
+    const backRig = new ServerRig();
+    backRig.st = back;
+    expect(backRig.command("c1")).toEqual(r.command("c1"));
+    expect(backRig.clientList().map((x) => [x.clientId, x.retainedOutputBytes])).toEqual(r.clientList().map((x) => [x.clientId, x.retainedOutputBytes]));
+    // internal: the restore is exact for the segment layout, the marker, request ids and the retention index
+    // (pinned by the mutation run; what a reader sees of them is checked above)
     const c1 = back.commands.get("c1")!;
     expect(c1.output.segments).toEqual(r.cmd("c1").output.segments);
     expect(c1.output.retention).toEqual(r.cmd("c1").output.retention);
@@ -125,7 +143,10 @@ describe("server edges found by the mutation run", () => {
     store();
     r.control({ op: "ack_incident", requestId: "a", incidentId: "inc-1" });
     const out = store();
-    expect([...r.st.incidents.keys()]).toEqual(["inc-1", "inc-2"]);
+    expect(r.incidents().map((i) => [i.incidentId, i.acknowledged])).toEqual([
+      ["inc-1", true],
+      ["inc-2", false],
+    ]);
     expect(
       of(out, "persist")
         .flatMap((p) => p.records)
@@ -137,6 +158,9 @@ describe("server edges found by the mutation run", () => {
     const r = new ServerRig();
     r.autoDurable = false;
     r.submit("offline", "c1");
+    // Not durable yet: no committed state, so ListCommands does not list it.
+    expect(r.listCommands()).toEqual([]);
+    // internal: the initial working record and committed view, field by field (pinned by the mutation run)
     expect(r.cmd("c1")).toMatchObject({
       revision: 1,
       state: L.QUEUED,
@@ -158,6 +182,20 @@ describe("server edges found by the mutation run", () => {
       endedTime: 0,
     });
     r.flush();
+    expect(r.command("c1")).toMatchObject({
+      state: "queued",
+      revision: 1,
+      exitCode: null,
+      signalName: "",
+      reason: "",
+      terminalSource: "",
+      storedThrough: 0,
+      startedAt: null,
+      endedAt: null,
+      createdAt: T0,
+      queueExpiry: T0 + 24 * 60 * 60_000,
+      attempts: 0,
+    });
     expect(r.cmd("c1").committed).toEqual({
       state: L.QUEUED,
       exitCode: null,
@@ -188,9 +226,9 @@ describe("server edges found by the mutation run", () => {
     expect(r.disk.durable.get("script")?.get("s1")).toEqual({ data: body });
     r.control({ op: "signal", requestId: "k", uuid: "s1", signal: SignalKind.CANCEL });
     expect(r.disk.durable.get("script")?.has("s1")).toBe(false);
-    expect(r.cmd("s1").script.bytes).toBeNull();
+    expect(r.cmd("s1").script.bytes).toBeNull(); // internal: nor held in memory (no peer sees the held bytes)
     r.submit("off", "a1", argv("true"), { script: body });
-    expect(r.cmd("a1").script.bytes).toBeNull();
+    expect(r.cmd("a1").script.bytes).toBeNull(); // internal: as above
     expect(r.disk.durable.get("script")?.has("a1")).toBe(false);
   });
 
@@ -221,6 +259,7 @@ describe("server edges found by the mutation run", () => {
     ids.forEach((client, i) => {
       r.control({ op: "submit", requestId: `r${i}`, uuid: `u${i}`, clientId: client, spec });
       const head = Buffer.from(`rvbox.v1/request\nu${i}\n${client}\n0\n`, "utf8");
+      // internal: the request hash (a peer sees it only in a dispatch; no agent of these ids is connected)
       expect(r.cmd(`u${i}`).hash, JSON.stringify(client)).toBe(
         createHash("sha256")
           .update(Buffer.concat([head, Buffer.from(toBinary(ExecutionSpecSchema, spec))]))
@@ -283,7 +322,10 @@ describe("server edges found by the mutation run", () => {
     const out = r.flush();
     // 3 + 1, then 4 + 3 <= 10 (in flight 8), then 8 + 3 > 10: the third waits.
     expect(r.sent(out, c, "stdinWrite").map((s) => Number((s.env.payload.value as { writeSeq: bigint }).writeSeq))).toEqual([1, 2]);
-    expect(r.cmd("c1").stdin.sentThrough).toBe(2);
+    // The third goes once the first is acknowledged (it was held, not sent).
+    r.autoDurable = true;
+    const acked = r.event(c, "c1", 2, { case: "stdinAck", value: create(StdinAckSchema, { writeSeq: 1n }) });
+    expect(r.sent(acked, c, "stdinWrite").map((s) => Number((s.env.payload.value as { writeSeq: bigint }).writeSeq))).toEqual([3]);
   });
 
   it("R-S4 R-S5: USER2 is refused on a queued command like USER1", () => {
@@ -302,6 +344,7 @@ describe("server edges found by the mutation run", () => {
     const b = r.connect("b");
     r.submit("a", "qa");
     r.accept(a, "qa", false, Code.CAPACITY);
+    // setup (and the check at the end): the retry instant is internal (no view shows it)
     const retryAt = r.cmd("qa").dispatch.nextAttemptAt;
     r.cmd("qa").dispatch.nextAttemptAt = retryAt + 50_000; // make sure it lies ahead
     r.running(b, "cb");
@@ -312,12 +355,20 @@ describe("server edges found by the mutation run", () => {
     const a2 = r.open();
     r.hello(a2, "a");
     r.snapshot(a2, [
-      { issueUuid: "cb", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 9n, immutableRequestSha256: Buffer.from(r.cmd("cb").hash, "hex") },
+      {
+        issueUuid: "cb",
+        lifecycle: L.RUNNING,
+        lastClientEventSeq: 1n,
+        commandRevision: 9n,
+        immutableRequestSha256: dispatches(r, r.log, b).find((x) => x.issueUuid === "cb")!.immutableRequestSha256,
+      },
     ]);
-    expect(r.cmd("cb").signals.map((s) => s.revision)).toEqual([2]);
+    expect(r.cmd("cb").signals.map((s) => s.revision)).toEqual([2]); // internal: b's pending signal request untouched (no view lists them)
+    expect(r.command("cb").state).toBe("running");
     expect(r.command("cb2").state).toBe("accepted");
     expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["cb", "reconcile_terminate_local"]]);
-    expect(r.cmd("qa")).toMatchObject({ state: L.QUEUED, dispatch: { nextAttemptAt: retryAt + 50_000 } });
+    expect(r.command("qa").state).toBe("queued");
+    expect(r.cmd("qa").dispatch.nextAttemptAt).toBe(retryAt + 50_000); // internal: its retry untouched
   });
 
   it("R-O3: a resend of a terminal event not yet durable is not acknowledged early; at exactly the stored seq it is", () => {
