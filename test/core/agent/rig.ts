@@ -193,6 +193,24 @@ export class AgentRig {
     return agentSnapshotOf(this.st, targets);
   }
 
+  /** What the agent would answer `payload` with now: the effects of that frame stepped on a copy of its state, its persists made durable (asking changes nothing). */
+  probe(payload: Payload): AgentEffect[] {
+    const copy = structuredClone(this.st);
+    const out = stepAgentChecked(copy, { type: "frame", conn: copy.session.conn, data: encodeEnvelope(copy.session.fence, payload) }, this.now);
+    // Its persists made durable at once, as the rig does, so what would be sent is sent.
+    const last = of(out, "persist").at(-1);
+    if (last) out.push(...stepAgentChecked(copy, { type: "durable", through: last.id }, this.now));
+    return out;
+  }
+
+  /** The write_seq the agent expects next for a command's stdin, as its SEQUENCE_VIOLATION to a write far ahead names it (probed). */
+  expectedWriteSeq(uuid: string): number {
+    const msg = errorsIn(this.probe(stdinWrite(uuid, 2n ** 52n, [])))[0]?.error?.message ?? "";
+    const m = /, expected (\d+)$/.exec(msg);
+    if (!m) throw new Error(`no write_seq expectation in ${JSON.stringify(msg)}`);
+    return Number(m[1]);
+  }
+
   /** The commands a snapshot would report retained, in the agent's order. */
   retained(): string[] {
     return retainedOf(this.st);

@@ -4,7 +4,7 @@
 import { rowOf } from "../../../core/server/store.js";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../../core/limits.js";
 import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../../core/server/client-names.js";
