@@ -195,8 +195,13 @@ export class AgentRig {
 
   /** What the agent would answer `payload` with now: the effects of that frame stepped on a copy of its state, its persists made durable (asking changes nothing). */
   probe(payload: Payload): AgentEffect[] {
+    return this.probeInput({ type: "frame", conn: this.st.session.conn, data: encodeEnvelope(this.st.session.fence, payload) });
+  }
+
+  /** What the agent would do on `input` now (an executor report, a tick, …): stepped on a copy of its state, its persists made durable. */
+  probeInput(input: AgentInput): AgentEffect[] {
     const copy = structuredClone(this.st);
-    const out = stepAgentChecked(copy, { type: "frame", conn: copy.session.conn, data: encodeEnvelope(copy.session.fence, payload) }, this.now);
+    const out = stepAgentChecked(copy, input, this.now);
     // Its persists made durable at once, as the rig does, so what would be sent is sent.
     const last = of(out, "persist").at(-1);
     if (last) out.push(...stepAgentChecked(copy, { type: "durable", through: last.id }, this.now));

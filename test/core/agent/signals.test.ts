@@ -13,7 +13,8 @@ describe("signals at the agent", () => {
     r.run("c1");
     expectRefused(r, r.frame(signal("c1", 2n, SignalKind.UNSPECIFIED)), Code.VALIDATION);
     expectRefused(r, r.frame(signal("c1", 2n, 99 as SignalKind)), Code.VALIDATION, "unknown signal 99");
-    expect(r.cmd("c1").lastSignalRevision).toBe(0);
+    // The refused ones were not taken as applied: revision 2 is still new.
+    expect(of(r.probe(signal("c1", 2n, SignalKind.USER1)), "signal")).toHaveLength(1);
     expectClosed(r, r.frame(signal("c1", 0n, SignalKind.USER1)), Code.SEQUENCE_VIOLATION, "signal without a usable revision");
     const u = new AgentRig();
     u.establish();
@@ -30,7 +31,7 @@ describe("signals at the agent", () => {
     const older = r.frame(signal("c1", 2n, SignalKind.USER2));
     expect([...of(same, "signal"), ...of(older, "signal")]).toEqual([]);
     expect([...signalResults(same), ...signalResults(older)]).toEqual([]);
-    expect(r.cmd("c1").revision).toBe(3);
+    expect(r.snapshot().map((c) => [c.issueUuid, c.commandRevision])).toEqual([["c1", 3n]]);
     r.exit("c1", 1);
     const late = r.frame(signal("c1", 4n, SignalKind.KILL));
     expect(of(late, "signal")).toEqual([]);
@@ -54,7 +55,8 @@ describe("signals at the agent", () => {
       const ev = eventsIn(out, "q").at(-1)!;
       expect(Number(ev.commandRevision), name).toBe(5);
       expect(ev.event.value, name).toMatchObject({ state: L.CANCELLED, reason: `${name} before launch` });
-      expect(r.cmd("q").phase).toBe("done");
+      expect(r.lifecycleOf("q"), name).toBe("cancelled");
+      expect(r.spawned(), name).toEqual([]);
       expect(signalResults(out)).toEqual([]);
     }
     for (const kind of [SignalKind.USER1, SignalKind.USER2]) {
@@ -63,9 +65,9 @@ describe("signals at the agent", () => {
       r.dispatch("q");
       const out = r.frame(signal("q", 4n, kind));
       expect(signalResults(out, "q")).toEqual([[4, kind, false, "not running yet"]]);
-      expect(r.cmd("q").phase).toBe("queued");
-      expect(r.cmd("q").revision).toBe(4);
-      expect(r.cmd("q").lastSignalRevision).toBe(4);
+      expect(r.spawned()).toEqual([]); // still queued
+      expect(r.snapshot().map((c) => [c.issueUuid, c.lifecycle, c.commandRevision])).toEqual([["q", L.ACCEPTED, 4n]]);
+      expect(signalResults(r.probe(signal("q", 4n, kind)), "q"), "revision 4 applied: not again").toEqual([]);
       expect(agentRow(r.disk.durable, "command", "q")!.revision).toBe(4);
     }
   });
@@ -75,11 +77,11 @@ describe("signals at the agent", () => {
     r.establish();
     r.autoDurable = false;
     r.dispatch("c1");
-    expect(r.cmd("c1").phase).toBe("launching");
+    expect(r.cmd("c1").phase).toBe("launching"); // internal: the launch waits on the acceptance's persist (ahead of anything sent)
     const u = r.frame(signal("c1", 2n, SignalKind.USER2));
     expect(signalResults(u)).toEqual([]); // not durable yet
     r.frame(signal("c1", 3n, SignalKind.TERMINATE));
-    expect(r.cmd("c1").cancelRevision).toBe(3);
+    expect(r.cmd("c1").cancelRevision).toBe(3); // internal: remembered, not yet durable (what it decides is observed below)
     r.autoDurable = true; // the cancellation's own persist is then durable too
     const out = r.flush();
     expect(of(out, "spawn")).toEqual([]);
@@ -94,7 +96,7 @@ describe("signals at the agent", () => {
     r.establish();
     const d = r.dispatch("c1");
     expect(of(d, "spawn")).toHaveLength(1);
-    expect(r.cmd("c1").phase).toBe("launching");
+    expect(r.lifecycleOf("c1"), "spawned, its start not reported yet").toBe("");
     r.frame(signal("c1", 2n, SignalKind.INTERRUPT));
     const started = r.step({ type: "process_started", uuid: "c1", pid: 31 });
     expect(of(started, "signal")).toEqual([{ type: "signal", uuid: "c1", signal: SignalKind.CANCEL, revision: 2 }]);
@@ -110,9 +112,11 @@ describe("signals at the agent", () => {
     const u = r.frame(signal("c1", 2n, SignalKind.USER1));
     expect(of(u, "signal")).toEqual([{ type: "signal", uuid: "c1", signal: SignalKind.USER1, revision: 2 }]);
     expect(signalResults(u, "c1")).toEqual([[2, SignalKind.USER1, true, ""]]);
-    expect(r.cmd("c1").cancelRevision).toBe(0);
+    const exitWith = (code: number) =>
+      lifecycles(r.probeInput({ type: "process_exited", uuid: "c1", exitCode: code, signal: null, timedOut: false, incompleteStreams: [] }), "c1").at(-1);
+    expect(exitWith(1), "USER1 asks for no end: a failure stays a failure").toMatchObject({ state: L.FAILED, exitCode: 1 });
     r.frame(signal("c1", 3n, SignalKind.TERMINATE));
-    expect(r.cmd("c1").cancelRevision).toBe(3);
+    expect(exitWith(1), "after TERMINATE a non-zero exit is cancelled").toMatchObject({ state: L.CANCELLED, reason: "ended after an operator request" });
     const out = r.exit("c1", null, { signal: "SIGTERM" });
     const ev = eventsIn(out, "c1").at(-1)!;
     expect(Number(ev.commandRevision)).toBe(3);
@@ -136,8 +140,9 @@ describe("signals edges (from the former agent edges file)", () => {
     r.step({ type: "process_started", uuid: "c1", pid: 3 });
     const out = r.frame(signal("c1", 2n, SignalKind.USER1));
     expect(signalResults(out, "c1")).toEqual([[2, SignalKind.USER1, true, ""]]);
-    expect(r.cmd("c1").revision).toBe(5);
-    expect(r.cmd("c1").lastSignalRevision).toBe(2);
+    expect(r.snapshot().map((c) => [c.issueUuid, c.commandRevision])).toEqual([["c1", 5n]]);
+    expect(of(r.probe(signal("c1", 2n, SignalKind.USER1)), "signal"), "revision 2 applied").toEqual([]);
+    expect(of(r.probe(signal("c1", 3n, SignalKind.USER1)), "signal"), "revision 3 is new").toHaveLength(1);
     expect(accepts(r.dispatch("c1", argv("true"), { rev: 5n }))[0]!.commandRevision).toBe(5n);
   });
 });
