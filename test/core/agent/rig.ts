@@ -133,7 +133,12 @@ export class AgentRig {
   }
 
   dispatch(uuid: string, spec: SpecInit | null = argv("true"), o: { rev?: bigint; gen?: bigint; hash?: Uint8Array; expiry?: number } = {}): AgentEffect[] {
-    return this.frame({
+    return this.frame(this.dispatchPayload(uuid, spec, o));
+  }
+
+  /** The CommandDispatch `dispatch` sends (to `probe` with). */
+  dispatchPayload(uuid: string, spec: SpecInit | null = argv("true"), o: { rev?: bigint; gen?: bigint; hash?: Uint8Array; expiry?: number } = {}): Payload {
+    return {
       case: "commandDispatch",
       value: create(CommandDispatchSchema, {
         issueUuid: uuid,
@@ -143,7 +148,7 @@ export class AgentRig {
         immutableRequestSha256: o.hash ?? sha(uuid),
         ...(o.expiry !== undefined ? { queueExpiryTime: timestampFromMs(o.expiry) } : {}),
       }),
-    });
+    };
   }
 
   /** Dispatch and start the process. */

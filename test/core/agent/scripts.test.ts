@@ -1,10 +1,26 @@
 // Scripts at the agent.
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import type { AgentConfig, AgentEffect } from "../../../core/index.js";
+import { defaultAgentConfig, type AgentConfig, type AgentEffect } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
-import { T0, sha, type SpecInit, sends, errorsIn, eventsIn, lifecycles, of, AgentRig, expectClosed, expectRefused, signal, chunk, commit } from "./rig.js";
+import {
+  T0,
+  sha,
+  type SpecInit,
+  sends,
+  accepts,
+  errorsIn,
+  eventsIn,
+  lifecycles,
+  of,
+  AgentRig,
+  expectClosed,
+  expectRefused,
+  signal,
+  chunk,
+  commit,
+} from "./rig.js";
 
 describe("scripts at the agent", () => {
   const body = new Uint8Array(100).map((_, i) => (i * 13) % 251);
@@ -22,7 +38,7 @@ describe("scripts at the agent", () => {
     const r = new AgentRig(over);
     r.establish();
     r.dispatch("s1", desc);
-    expect(r.cmd("s1").phase).toBe("queued");
+    expect(r.spawned(), "waits for its script").toEqual([]);
     return r;
   }
 
@@ -50,7 +66,7 @@ describe("scripts at the agent", () => {
     expect(progress(e)).toEqual([]);
     const b = r.frame(chunk("s1", 40, body.subarray(40, 100)));
     expect(progress(b)).toEqual([[100, false]]);
-    expect(r.cmd("s1").script!.received).toBe(100);
+    expect(errorsIn(r.probe(chunk("s1", 101, new Uint8Array([1]))))[0]?.error?.message).toBe("script chunk at 101, expected 100");
   });
 
   it("R-C3: a resent chunk with the same bytes is ignored; different bytes, or one reaching past what was received, reject", () => {
@@ -58,7 +74,7 @@ describe("scripts at the agent", () => {
     r.frame(chunk("s1", 0, body.subarray(0, 40)));
     expect(sends(r.frame(chunk("s1", 0, body.subarray(0, 40))))).toEqual([]);
     expect(sends(r.frame(chunk("s1", 10, body.subarray(10, 30))))).toEqual([]);
-    expect(r.cmd("s1").script!.received).toBe(40);
+    expect(errorsIn(r.probe(chunk("s1", 41, body.subarray(41, 42))))[0]?.error?.message, "still at 40").toBe("script chunk at 41, expected 40");
     const diff = new Uint8Array(body.subarray(10, 30));
     diff[3] = diff[3]! ^ 1;
     const out = r.frame(chunk("s1", 10, diff));
@@ -132,8 +148,7 @@ describe("scripts at the agent", () => {
     r.frame(chunk("s1", 60, body.subarray(60)));
     const out = r.frame(commit("s1", 100, sha(body)));
     expect(progress(out)).toEqual([[100, true]]);
-    expect(r.cmd("s1").script!.committed).toBe(true);
-    expect(r.cmd("s1").phase).toBe("preparing");
+    expect(r.spawned(), "preparing: not launched before the file is written").toEqual([]);
     expect(of(out, "write_script")).toEqual([{ type: "write_script", uuid: "s1", data: body, sha256: sha(body) }]);
     // Later frames for a committed script change nothing.
     expect(sends(r.frame(chunk("s1", 100, new Uint8Array([1]))))).toEqual([]);
@@ -149,7 +164,7 @@ describe("scripts at the agent", () => {
       { table: "chunk", key: "s1/0000000000000060", value: null },
     ]);
     expect(of(prep, "spawn")).toEqual([expect.objectContaining({ uuid: "s1", scriptPath: "/run/s1.sh" })]);
-    expect(r.cmd("s1").script).toMatchObject({ path: "/run/s1.sh", chunks: [] });
+    expect([...(r.disk.durable.get("chunk")?.keys() ?? [])].filter((k) => k.startsWith("s1/"))).toEqual([]);
     // A second report is ignored (not preparing any more).
     expect(r.step({ type: "script_prepared", uuid: "s1", path: "/elsewhere" }).some((e) => e.type === "spawn")).toBe(false);
     r.step({ type: "process_started", uuid: "s1", pid: 8 });
@@ -158,24 +173,28 @@ describe("scripts at the agent", () => {
   });
 
   it("R-C4: a preparation failure rejects; a command cancelled during upload deletes its journaled chunks", () => {
-    const r = withScript();
+    const budget = (): Partial<AgentConfig> => ({ limits: { ...defaultAgentConfig("agent-1").limits, scriptTotal: 100 } }); // room for exactly this script
+    const another = (x: AgentRig, size: number) => accepts(x.probe(x.dispatchPayload("s2", scriptDesc(sha("s2"), size))))[0];
+    const r = withScript(budget());
     r.frame(chunk("s1", 0, body));
     r.frame(commit("s1", 100, sha(body)));
     const out = r.step({ type: "script_failed", uuid: "s1", reason: "EACCES" });
     expect(lifecycles(out, "s1")).toEqual([
       expect.objectContaining({ state: L.REJECTED, reason: "could not prepare script: EACCES", error: expect.objectContaining({ code: Code.VALIDATION }) }),
     ]);
-    expect(r.st.scriptBytes).toBe(100); // released only when retired
+    // Its script storage is released only when retired: one more byte does not fit yet.
+    expect(another(r, 1)?.rejection?.message).toBe("script storage budget full");
 
-    const c = withScript();
+    const c = withScript(budget());
     c.frame(chunk("s1", 0, body.subarray(0, 30)));
     const cancel = c.frame(signal("s1", 2n, SignalKind.CANCEL));
     expect(of(cancel, "persist").flatMap((p) => p.records)).toContainEqual({ table: "chunk", key: "s1/0000000000000000", value: null });
-    expect(c.cmd("s1").script!.chunks).toEqual([]);
+    expect([...(c.disk.durable.get("chunk")?.keys() ?? [])].filter((k) => k.startsWith("s1/"))).toEqual([]);
     expect(of(cancel, "discard_script")).toEqual([]);
     expect(sends(c.frame(chunk("s1", 30, body.subarray(30))))).toEqual([]); // done: ignored
+    expect(another(c, 1)?.rejection?.message).toBe("script storage budget full");
     c.ackAll("s1");
-    expect(c.st.scriptBytes).toBe(0);
+    expect(another(c, 100)?.accepted, "retired: the whole budget is free again").toBe(true);
   });
 
   it("R-C2: preparing a script occupies a running slot, and a terminated prepared script's file is discarded", () => {
@@ -183,9 +202,10 @@ describe("scripts at the agent", () => {
     r.frame(chunk("s1", 0, body));
     r.frame(commit("s1", 100, sha(body)));
     r.dispatch("c2");
-    expect(r.cmd("c2").phase).toBe("queued");
+    expect(r.spawned(), "c2 queued: the preparing script holds the slot").toEqual([]);
     r.step({ type: "script_prepared", uuid: "s1", path: "/p/s1" });
-    expect(r.cmd("s1").phase).toBe("launching");
+    expect(r.spawned()).toEqual(["s1"]);
+    expect(r.lifecycleOf("s1"), "launching: its start not reported").toBe("");
     const out = r.frame({
       case: "reconcileResult",
       value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["s1"], discardLocalTerminalIssueUuids: [] },
@@ -198,8 +218,8 @@ describe("scripts at the agent", () => {
   it("R-C4: a cancel while the script file is being written cancels it, and the file written after that is discarded, not run", () => {
     const r = withScript();
     r.frame(chunk("s1", 0, body));
-    r.frame(commit("s1", 100, sha(body)));
-    expect(r.cmd("s1").phase).toBe("preparing");
+    expect(of(r.frame(commit("s1", 100, sha(body))), "write_script")).toHaveLength(1); // preparing
+    expect(r.spawned()).toEqual([]);
     const cancel = r.frame(signal("s1", 2n, SignalKind.CANCEL));
     expect(lifecycles(cancel, "s1")).toEqual([expect.objectContaining({ state: L.CANCELLED })]);
     // The shell finishes writing the file it was asked for: nobody will run it.
@@ -219,7 +239,8 @@ describe("scripts at the agent", () => {
     r.dispatch("s1", scriptDesc(), { expiry: T0 + 3_000 });
     r.frame(chunk("s1", 0, body));
     const out = r.frame(commit("s1", 100, sha(body)));
-    expect(r.cmd("s1").phase).toBe("preparing");
+    expect(of(out, "write_script")).toHaveLength(1); // preparing
+    expect(r.spawned()).toEqual([]);
     expect(of(out, "wake").at(-1)!.at).toBe(T0 + 3_000);
     r.now = T0 + 3_000;
     r.step({ type: "tick" });
