@@ -49,7 +49,7 @@ import {
   type ReconcileSnapshot,
 } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle, ExecutionSpecSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { JobChildPhase, type Client, type Incident, type Job, type PendingClaim, type Session } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { JobChildPhase, type AuditEntry, type Client, type Incident, type Job, type PendingClaim, type Session } from "../../protos/gen/rvbox/v1/control_pb.js";
 import {
   agentInvariants,
   applyRecord,
@@ -80,7 +80,7 @@ import { newCursor, step as cursorStep, type FollowCursor } from "../../core/rea
 import type { OutputItem, StreamName } from "../../core/reader/items.js";
 import { missingMessage } from "../../core/server/history.js";
 import type { EventRow, RetentionRow } from "../../core/server/store.js";
-import { activeCounts, claimView, clientView, incidentView, sessionView, toJob, type FleetReader } from "../../shells/server/control-service.js";
+import { activeCounts, auditView, claimView, clientView, incidentView, sessionView, toJob, type FleetReader } from "../../shells/server/control-service.js";
 import { decompressValidated } from "../../shells/zstd/decompress.js";
 import { testPorts } from "./ports.js";
 
@@ -193,6 +193,11 @@ export function jobsOf(st: ServerState, wallStep = 0): Job[] {
 
 /** A job's child phases as GetJob shows them ("pending", "started", "done", "refused", "cancelled"). */
 export const jobPhases = (j: Job | undefined): string[] => (j ? j.children.map((c) => (JobChildPhase[c.phase] ?? String(c.phase)).toLowerCase()) : []);
+
+/** ListAudit (everything kept, oldest first, as control-service.ts `auditView` shows it) and its dropped_entries count. */
+export function auditOf(st: ServerState): { entries: AuditEntry[]; dropped: number } {
+  return { entries: [...st.audit.values()].map(auditView), dropped: st.auditDropped };
+}
 
 /** ListClaims. */
 export function claimsOf(st: ServerState): PendingClaim[] {
@@ -842,6 +847,11 @@ export class Pair {
   /** GetJob (the committed view), undefined for NOT_FOUND. */
   getJob(jobId: string): Job | undefined {
     return jobOf(this.server, jobId, this.wallStep);
+  }
+
+  /** ListAudit: the entries kept and how many were dropped. */
+  listAudit() {
+    return auditOf(this.server);
   }
 
   /** ListJobs. */

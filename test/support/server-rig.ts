@@ -42,6 +42,7 @@ import { rangeToWire, SUPPORTED_PROTOCOL } from "../../core/codec/version.js";
 import type { CommandInfo } from "../../core/reader/command-view.js";
 import { missingMessage } from "../../core/server/history.js";
 import {
+  auditOf,
   claimsOf,
   clientListOf,
   commandOf,
@@ -287,6 +288,11 @@ export class ServerRig {
   /** GetJob (the committed view), undefined for NOT_FOUND. */
   getJob(jobId: string) {
     return jobOf(this.st, jobId, this.wallStep);
+  }
+
+  /** ListAudit: the entries kept and how many were dropped. */
+  listAudit() {
+    return auditOf(this.st);
   }
 
   /** ListJobs. */
