@@ -94,7 +94,9 @@ describe("reconciliation end to end", () => {
     reconnect(h);
     const req = h.sent("reconcileRequest", "a").at(-1)!.payload.value as { targets: Array<{ issueUuid: string; lastServerEventSeq: bigint }> };
     const names = req.targets.map((t) => t.issueUuid).sort();
-    expect(names).toEqual(["done", "queued-at-agent"].sort().filter((n) => !isTerminal(h.cmd(n).state) || n !== "done"));
+    // Both are active at the server (one slot: "done" waits at the agent behind "queued-at-agent"), so both are named.
+    expect(["done", "queued-at-agent"].map((n) => h.command(n).endedAt)).toEqual([null, null]);
+    expect(names).toEqual(["done", "queued-at-agent"]);
     expect(names).not.toContain("run");
     expect(names).not.toContain("other");
     const t = req.targets.find((x) => x.issueUuid === "queued-at-agent")!;
@@ -112,7 +114,7 @@ describe("reconciliation end to end", () => {
     h.reconnectNow("a");
     h.exit("a", "x", 0);
     expect(h.command("x").state).toBe("succeeded");
-    expect(h.agents.get("a")!.st.tombstones.has("x")).toBe(true);
+    expect(h.tombstoned("a", "x")).toBe(true);
     // The server is restored from the backup: it holds x queued again.
     h.serverDisk.durable = backup;
     h.restartServer();
@@ -179,7 +181,7 @@ describe("reconciliation end to end", () => {
       });
     expect(seqs).toEqual(["c1#3", "c2#2"]);
     expect(h.command("c2").state).toBe("failed");
-    expect(h.agents.get("a")!.st.commands.has("c2")).toBe(false);
+    expect(h.retained("a")).not.toContain("c2");
   });
 
   it("R-D8: nothing is dispatched on a session until the snapshot is classified and the result is durable", () => {
@@ -194,8 +196,7 @@ describe("reconciliation end to end", () => {
     const before = h.wire.length;
     const since = (k: string) => h.wire.slice(before).filter((w) => w.env.payload.case === k);
     h.autoDurable = false;
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" }); // hello; the server's client record is not durable yet
+    h.reconnectNow("a"); // hello; the server's client record is not durable yet
     expect(since("serverWelcome")).toHaveLength(0);
     h.flush("server"); // welcome + request
     h.flush("a"); // snapshot leaves once the agent's state is durable
@@ -260,8 +261,8 @@ describe("reconciliation end to end", () => {
     expect(res.terminateLocalIssueUuids).toEqual(["ghost"]);
     const a = h.agents.get("a")!;
     expect(a.procs.get("ghost")!.signals).toContain(SignalKind.KILL);
-    expect(a.st.commands.has("ghost")).toBe(false);
-    expect(a.st.tombstones.has("ghost")).toBe(true);
+    expect(h.retained("a")).toEqual([]);
+    expect(h.tombstoned("a", "ghost")).toBe(true);
     expect(h.incidents().some((i) => i.issueUuid === "ghost" && i.kind === "reconcile_terminate_local")).toBe(true);
   });
 
@@ -281,15 +282,22 @@ describe("reconciliation end to end", () => {
     }
     h.autoDeliver = true;
     expect(h.command("c1").state).toBe("succeeded");
-    expect(a.st.commands.has("c1")).toBe(true);
+    expect(h.retained("a"), "no ack arrived: the agent still holds it").toEqual(["c1"]);
     reconnect(h);
     const res = h.sent("reconcileResult").at(-1)!;
     expect((res.payload.value as { discardLocalTerminalIssueUuids: string[] }).discardLocalTerminalIssueUuids).toEqual(["c1"]);
-    expect(a.st.commands.has("c1")).toBe(false);
+    expect(h.retained("a")).toEqual([]);
+    expect(h.tombstoned("a", "c1")).toBe(true);
     const wire = h.wire.filter((w) => w.env.payload.case === "reconcileResult").at(-1)!;
-    const tombs = a.st.tombstones.size;
+    const tombs = a.st.tombstones.size; // internal: the ledger's size (a repeat must add no entry; no peer counts them)
+    const persisted = h.agentEffects.length;
     h.agentInput("a", { type: "frame", conn: a.conn, data: wire.data });
     expect(a.st.tombstones.size).toBe(tombs);
+    expect(
+      h.agentEffects.slice(persisted).filter((x) => x.e.type === "persist"),
+      "a repeat changes nothing durable",
+    ).toEqual([]);
+    expect(h.tombstoned("a", "c1")).toBe(true);
     expect(h.sessionFor("a")?.phase).toBe("ready");
   });
 
@@ -322,18 +330,16 @@ describe("regressions", () => {
     h.output("a", "c1", "lost 2\n");
     h.queue.length = 0;
     h.autoDeliver = true;
-    const a = h.agents.get("a")!;
     h.cutLink("a");
     // The server ended c1 itself and knows only its first event (e.g. after a divergence).
     const rec = rowOf(h.serverDisk.durable, "command", "c1")!;
     h.serverDisk.durable.get("command")!.set("c1", { ...rec, state: L.INTERRUPTED, terminalSource: "server", storedThrough: 0 });
     h.restartServer();
-    h.now = a.st.session.retryAt;
-    h.agentInput("a", { type: "tick" }); // the agent resends events 3 and 4: a "gap" for the server
+    h.reconnectNow("a"); // the agent resends events 3 and 4: a "gap" for the server
     expect(h.sessionFor("a")?.phase).toBe("ready");
     expect(h.sent("error", "a").filter((e) => (e.payload.value as { error: { code: number } }).error.code === Code.SEQUENCE_VIOLATION)).toHaveLength(0);
     const res = h.sent("reconcileResult").at(-1)!.payload.value as { terminateLocalIssueUuids: string[] };
     expect(res.terminateLocalIssueUuids).toEqual(["c1"]);
-    expect(a.st.commands.size).toBe(0);
+    expect(h.retained("a")).toEqual([]);
   });
 });
