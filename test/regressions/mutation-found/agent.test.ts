@@ -53,6 +53,7 @@ describe("agent edges found by the mutation run", () => {
     const back = new AgentRig({ maxRunning: 1 });
     back.disk = r.disk;
     back.st = restoreAgent(back.cfg, back.disk.tables(), 5);
+    // internal: the restored buffer before start (nothing is sent or written until then; the writes reaching the process are checked below)
     expect(back.st.commands.get("c1")!.stdin).toEqual({
       next: 3,
       pending: [
@@ -107,7 +108,7 @@ describe("agent edges found by the mutation run", () => {
     const r = new AgentRig();
     r.register();
     r.welcome(1, "s", { major: 1, minor: 0 });
-    expect(r.st.session.selected).toEqual({ major: 1, minor: 0 });
+    expect(r.st.session.selected).toEqual({ major: 1, minor: 0 }); // internal: recorded (no frame carries it back to a peer)
   });
 
   it("R-W10: server errors without an error body are handled as code UNSPECIFIED with an empty message", () => {
@@ -161,7 +162,8 @@ describe("agent edges found by the mutation run", () => {
     const out = r.flush();
     expect(eventsIn(out)).toEqual([]);
     expect(of(out, "write_stdin")).toEqual([]);
-    expect(r.st.commands.size).toBe(0);
+    expect(r.retained()).toEqual([]);
+    expect(r.tombstoned("c1")).toBe(true);
   });
 
   it("R-C2: a script that starts preparing takes the slot in that same step: the next queued command waits", () => {
@@ -173,10 +175,14 @@ describe("agent edges found by the mutation run", () => {
     r.frame(chunk("s1", 0, body));
     r.frame(commit("s1", 20, sha(body)));
     r.dispatch("c2");
-    expect([r.cmd("s1").phase, r.cmd("c2").phase]).toEqual(["queued", "queued"]);
+    // Both queued behind "busy": the script is not written out yet, nothing else spawned.
+    expect(of(r.log, "write_script")).toEqual([]);
+    expect(r.spawned()).toEqual(["busy"]);
     const out = r.exit("busy", 0);
-    expect([r.cmd("s1").phase, r.cmd("c2").phase]).toEqual(["preparing", "queued"]);
+    // The script starts preparing (its file is written) and takes the slot: c2 is not spawned.
+    expect(of(out, "write_script").map((x) => x.uuid)).toEqual(["s1"]);
     expect(of(out, "spawn")).toEqual([]);
+    expect(r.spawned()).toEqual(["busy"]);
   });
 
   it("R-C4 R-O1: executor reports for commands in another phase, or unknown, change nothing", () => {
@@ -207,7 +213,9 @@ describe("agent edges found by the mutation run", () => {
     r.exit("c1", 0);
     const w = r.frame(stdinWrite("c1", 1n, [5]));
     const c = r.frame(closeStdin("c1", 2n));
-    expect(r.cmd("c1").stdin).toEqual({ next: 3, pending: [], pendingBytes: 0, inFlight: false, closed: false });
+    expect(r.expectedWriteSeq("c1")).toBe(3);
+    // internal: nothing buffered and stdin not marked closed (a finished command; no peer observes its stdin state)
+    expect(r.cmd("c1").stdin).toMatchObject({ pending: [], pendingBytes: 0, inFlight: false, closed: false });
     expect([...of(w, "persist"), ...of(c, "persist")].flatMap((p) => p.records).filter((x) => x.table === "stdin")).toEqual([]);
   });
 
@@ -217,13 +225,14 @@ describe("agent edges found by the mutation run", () => {
     r.run("c1");
     r.exit("c1", 0);
     r.frame(signal("c1", 7n, SignalKind.KILL));
-    expect([r.cmd("c1").revision, r.cmd("c1").lastSignalRevision]).toEqual([1, 0]);
+    expect(r.snapshot().map((c) => [c.issueUuid, c.commandRevision])).toEqual([["c1", 1n]]);
+    expect(r.cmd("c1").lastSignalRevision).toBe(0); // internal: a finished command applies no signal, so no peer can observe this
     const l = new AgentRig();
     l.establish();
     l.autoDurable = false;
     l.dispatch("c2");
     l.frame(signal("c2", 2n, SignalKind.USER2));
-    expect(l.cmd("c2").cancelRevision).toBe(0);
+    expect(l.cmd("c2").cancelRevision).toBe(0); // internal: not remembered as ending (the launch below is its observable effect)
     l.autoDurable = true;
     expect(of(l.flush(), "spawn").map((x) => x.uuid)).toEqual(["c2"]);
   });
@@ -243,7 +252,8 @@ describe("agent edges found by the mutation run", () => {
     expect(sends(a)).toEqual([]);
     expect(sends(b)).toEqual([]);
     expect([...early, ...a, ...b].some((e) => e.type === "persist")).toBe(false);
-    expect(r.cmd("s1").script).toMatchObject({ received: 10, committed: false });
+    expect(r.cmd("s1").script).toMatchObject({ received: 10, committed: false }); // internal: a finished command answers no script frame
+    expect(of(r.log, "write_script")).toEqual([]);
   });
 
   it("R-C4: a commit with the wrong size is rejected even when every byte has arrived", () => {
@@ -254,7 +264,8 @@ describe("agent edges found by the mutation run", () => {
     r.frame(chunk("s1", 0, body));
     const out = r.frame(commit("s1", 21, sha(body)));
     expect(lifecycles(out, "s1")).toEqual([expect.objectContaining({ state: L.REJECTED, reason: "script commit size 21 != declared 20" })]);
-    expect(r.cmd("s1").script!.committed).toBe(false);
+    expect(of(out, "write_script")).toEqual([]);
+    expect(r.cmd("s1").script!.committed).toBe(false); // internal: as the rejection left it
   });
 
   it("R-D10: retiring an argv command touches no script chunk rows", () => {
