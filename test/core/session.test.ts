@@ -128,7 +128,7 @@ describe("registration and fencing", () => {
   it("R-F1: the instance id is generated once, persisted and kept across restarts and reconnects", () => {
     const h = new Harness();
     h.addAgent("a");
-    const id = h.agents.get("a")!.st.instanceId;
+    const id = h.helloOf("a")!.clientInstanceId;
     expect(id).toMatch(/^[0-9a-f]{32}$/);
     expect(h.agents.get("a")!.disk.durable.get("meta")?.get("instance_id")).toBe(id);
     h.restartAgent("a", 999);
@@ -197,22 +197,21 @@ describe("registration and fencing", () => {
     };
     expect(h.control({ op: "authorize", requestId: "r1", clientId: "a", instanceId: h.helloOf("b")!.clientInstanceId })).toEqual({
       ok: true,
-      instanceId: b.st.instanceId,
+      instanceId: h.helloOf("b")!.clientInstanceId,
       expiresAt: h.now + 5 * 60_000,
     });
     // While b is in backoff the authorization expires unused.
-    b.st.session.retryAt = h.now + 10 * 60_000;
+    b.st.session.retryAt = h.now + 10 * 60_000; // setup: hold b's next attempt back
     live(5 * 60_000 + 5_000);
     expect(h.client("a")!.authorizedInstanceId).toBe("");
-    b.st.session.retryAt = h.now;
+    b.st.session.retryAt = h.now; // setup: and let it go now
     h.agentInput("b", { type: "tick" });
     expect(h.linkUp("b")).toBe(false);
     expect(lastError(h, "b")?.error?.code).toBe(Code.IDENTITY_CONFLICT);
     expect(h.claimOf("a")?.attempts).toBe(2);
     // Authorized again: the next attempt of exactly that instance consumes it and fences "a".
-    h.control({ op: "authorize", requestId: "r2", clientId: "a", instanceId: b.st.instanceId });
-    h.now = b.st.session.retryAt;
-    h.agentInput("b", { type: "tick" });
+    h.control({ op: "authorize", requestId: "r2", clientId: "a", instanceId: h.helloOf("b")!.clientInstanceId });
+    h.reconnectNow("b");
     expect(h.sessionFor("b")?.phase).toBe("ready");
     expect(h.client("a")!.authorizedInstanceId).toBe("");
     expect(h.client("a")!.instanceId).toBe(h.helloOf("b")!.clientInstanceId);
@@ -220,8 +219,7 @@ describe("registration and fencing", () => {
     expect(h.linkUp("a")).toBe(false);
     // One-shot: the old instance is now the different one and is refused; it was
     // taken over, so it is told so (CODE_REPLACED) instead of becoming the next claim.
-    h.now = Math.max(h.now, a.st.session.retryAt);
-    h.agentInput("a", { type: "tick" });
+    h.reconnectNow("a");
     expect(h.linkUp("a")).toBe(false);
     expect(lastError(h, "a")?.error?.code).toBe(Code.REPLACED);
     expect(h.claimOf("a")).toBeUndefined();
@@ -230,7 +228,7 @@ describe("registration and fencing", () => {
   it("R-F6: with no live session for the client id, a new instance is accepted normally", () => {
     const h = new Harness();
     h.addAgent("a");
-    const first = h.agents.get("a")!.st.instanceId;
+    const first = h.helloOf("a")!.clientInstanceId;
     h.agentInput("a", { type: "transport_closed", conn: h.agents.get("a")!.conn, reason: "gone" });
     h.serverInput({ type: "conn_closed", conn: h.agents.get("a")!.serverConn, reason: "gone" });
     h.agents.get("a")!.serverConn = 0;
@@ -263,7 +261,7 @@ describe("registration and fencing", () => {
     const h = new Harness();
     h.addAgent("a");
     const a = h.agents.get("a")!;
-    const fence = a.st.session.fence!;
+    const fence = a.st.session.fence!; // setup: the agent's fence, to craft a frame the server might send
     const { encodeEnvelope } = require_codec();
     const dispatch = encodeEnvelope(fence, {
       case: "commandDispatch",
@@ -282,7 +280,7 @@ describe("registration and fencing", () => {
     const acc = h.sent("commandAccepted").at(-1)!.payload.value as { accepted: boolean; rejection?: { code: number } };
     expect(acc.accepted).toBe(false);
     expect(acc.rejection?.code).toBe(Code.STALE_GENERATION);
-    expect(a.st.commands.size).toBe(0);
+    expect(h.retained("a")).toEqual([]);
   });
 
   it("R-H6: a reconnect registers again with a new generation, resends unacknowledged output, and reconciles only non-terminal commands", () => {
