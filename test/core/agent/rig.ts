@@ -221,6 +221,29 @@ export class AgentRig {
     return Number(m[1]);
   }
 
+  /** A copy of this rig (state, disk, clock, link), to try a sequence of inputs on without changing this one. */
+  fork(): AgentRig {
+    const f = new AgentRig(this.cfg);
+    f.now = this.now;
+    f.st = structuredClone(this.st);
+    f.disk.durable = structuredClone(this.disk.durable);
+    f.disk.pending = structuredClone(this.disk.pending);
+    f.autoDurable = this.autoDurable;
+    f.up = this.up;
+    f.snapshotSent = this.snapshotSent;
+    return f;
+  }
+
+  /** The event seqs of `uuid` the agent would send again on a new session (its unacknowledged pinned events), tried on a fork. */
+  resentOnReconnect(uuid: string): number[] {
+    const f = this.fork();
+    f.autoDurable = true;
+    if (f.linkUp()) f.drop();
+    f.register();
+    f.welcome((f.st.session.fence?.generation ?? 0) + 100, "fork");
+    return eventsIn(f.reconcile([]), uuid).map((e) => Number(e.eventSeq));
+  }
+
   /** The commands a snapshot would report retained, in the agent's order. */
   retained(): string[] {
     return retainedOf(this.st);
