@@ -140,7 +140,12 @@ describe("signals", () => {
     expect(last.event.value.state).toBe(L.CANCELLED);
     expect(Number(last.commandRevision)).toBe(3);
     expect(h.command("c1").state).toBe("cancelled");
-    expect(h.cmd("c1").requests).toMatchObject({ "op-42": 2, "op-43": 3 });
+    // The request ids are remembered: asked again, each is answered with its own revision, and nothing more is sent.
+    const sentBefore = h.wire.length;
+    expect(h.control({ op: "signal", requestId: "op-42", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true, revision: 2 });
+    expect(h.control({ op: "signal", requestId: "op-43", uuid: "c1", signal: SignalKind.CANCEL })).toMatchObject({ ok: true, revision: 3 });
+    expect(h.wire.length).toBe(sentBefore);
+    expect(h.cmd("c1").requests).toMatchObject({ "op-42": 2, "op-43": 3 }); // internal: the table that answers them
     // request ids never cross the agent protocol.
     for (const w of h.wire) expect(Buffer.from(w.data).includes(Buffer.from("op-42"))).toBe(false);
   });
@@ -247,7 +252,7 @@ describe("scripts", () => {
     let maxInFlight = 0;
     while (h.queue.length > 0) {
       h.queue.shift()!();
-      const c = h.cmd("sc1");
+      const c = h.cmd("sc1"); // internal: the upload window's accounting (flow control; the chunks sent are checked below)
       maxInFlight = Math.max(maxInFlight, c.script.sent - c.script.acked);
     }
     expect(maxInFlight).toBe(window);
@@ -274,7 +279,12 @@ describe("scripts", () => {
     for (let i = 0; i < 6 && h.queue.length > 0; i++) h.queue.shift()!();
     h.queue.length = 0;
     const a = h.agents.get("a")!;
-    const got = a.st.commands.get("sc1")!.script!.received;
+    // What the agent acknowledged: its last upload progress event.
+    const got = Number(
+      events(h, "sc1")
+        .filter((e) => e.event.case === "scriptUpload")
+        .at(-1)!.event.value.receivedBytes,
+    );
     expect(got).toBeGreaterThan(0);
     expect(got).toBeLessThan(bytes.length);
     const oldChunk = h.wire.find((w) => w.env.payload.case === "scriptChunk")!;
@@ -285,7 +295,7 @@ describe("scripts", () => {
     const offsets = h.sent("scriptChunk").map((e) => Number((e.payload.value as { offset: bigint }).offset));
     expect(offsets.filter((o) => o === 0).length).toBeLessThanOrEqual(2);
     // A chunk resent with the same content is ignored; the upload is not disturbed.
-    const re = encodeEnvelope(a.st.session.fence, oldChunk.env.payload as never);
+    const re = encodeEnvelope(a.st.session.fence, oldChunk.env.payload as never); // setup: the old chunk, fenced for the new session
     h.agentInput("a", { type: "frame", conn: a.conn, data: re });
     expect(a.spawns).toEqual(["sc1"]);
   });
@@ -301,14 +311,13 @@ describe("scripts", () => {
     });
     // An agent that receives bytes differing from the descriptor rejects.
     h.control({ op: "submit", requestId: "s1", uuid: "bad1", clientId: "a", spec: scriptSpec(bytes), script: bytes });
-    const c = h.cmd("bad1");
-    expect(c.state).toBe(L.RUNNING); // good upload runs
+    expect(h.command("bad1").state).toBe("running"); // good upload runs
     const h2 = new Harness();
     h2.addAgent("a");
     h2.autoDeliver = false;
     h2.control({ op: "submit", requestId: "s", uuid: "bad2", clientId: "a", spec: scriptSpec(bytes), script: bytes });
     // Tamper with the server's copy after submit: the chunks no longer match the descriptor.
-    h2.cmd("bad2").script.bytes = new Uint8Array(bytes.length).fill(9);
+    h2.cmd("bad2").script.bytes = new Uint8Array(bytes.length).fill(9); // setup: poked
     h2.autoDeliver = true;
     h2.deliver();
     expect(h2.command("bad2").state).toBe("rejected");
@@ -328,7 +337,7 @@ describe("scripts", () => {
 
     h.autoDeliver = false;
     h.control({ op: "submit", requestId: "s2", uuid: "cancelme", clientId: "a", spec: scriptSpec(bytes), script: bytes });
-    while (h.cmd("cancelme").state !== L.ACCEPTED) h.queue.shift()!(); // dispatch, accept
+    while (h.command("cancelme").state !== "accepted") h.queue.shift()!(); // dispatch, accept
     h.control({ op: "signal", requestId: "x", uuid: "cancelme", signal: SignalKind.CANCEL }); // queued behind the first chunks
     h.autoDeliver = true;
     h.deliver();
@@ -364,7 +373,7 @@ describe("bounds", () => {
     expect(h.command("c1").revision).toBe(65);
     h.autoDeliver = true;
     h.deliver();
-    expect(h.cmd("c1").signals).toHaveLength(0);
+    expect(h.cmd("c1").signals).toHaveLength(0); // internal: the pending requests are settled (no view lists them; the next request fits again below)
     expect(h.control({ op: "signal", requestId: "s65", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true, revision: 66 });
   });
 });
