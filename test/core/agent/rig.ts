@@ -234,6 +234,15 @@ export class AgentRig {
     return f;
   }
 
+  /** The agent after a crash now: a new rig restored from this one's durable disk (pending persists lost), not yet started. */
+  crashed(seed = 9): AgentRig {
+    const back = new AgentRig(this.cfg, seed);
+    back.now = this.now;
+    back.disk.durable = structuredClone(this.disk.durable);
+    back.st = restoreAgent(back.cfg, back.disk.tables(), seed);
+    return back;
+  }
+
   /** The event seqs of `uuid` the agent would send again on a new session (its unacknowledged pinned events), tried on a fork. */
   resentOnReconnect(uuid: string): number[] {
     const f = this.fork();
