@@ -8,6 +8,14 @@ import { sha, argv, enc, lifecycle, ServerRig, expectClosed } from "../../suppor
 
 void MAX_INCIDENTS_KEPT;
 
+/** The request hash the server's CommandDispatch of `uuid` carried (what the agent holds it under). */
+const dispatchedHash = (r: ServerRig, uuid: string) =>
+  (
+    r.sent(r.log, undefined, "commandDispatch").find((x) => (x.env.payload.value as { issueUuid: string }).issueUuid === uuid)!.env.payload.value as {
+      immutableRequestSha256: Uint8Array;
+    }
+  ).immutableRequestSha256;
+
 describe("pumping stdin, signals and scripts", () => {
   it("R-S1: stdin goes out in order within the window (each write costs its bytes + 1); the first write always fits; it resumes after acks", () => {
     const r = new ServerRig({ stdinWindow: 10 });
@@ -28,6 +36,7 @@ describe("pumping stdin, signals and scripts", () => {
     r.control({ op: "stdin", requestId: "w4", uuid: "c1", data: new Uint8Array(2), appendNewline: false });
     expect(writes()).toEqual([1, 2, 3, 4]); // 8 + 2 = 10: fits exactly; in flight 11
     r.control({ op: "close_stdin", requestId: "cl", uuid: "c1" });
+    // internal: the close is held behind the window (not sent; the ack below releases it)
     expect(r.cmd("c1").stdin.queue.at(-1)).toEqual({ seq: 5, data: new Uint8Array(0), appendNewline: false, close: true, requestId: "cl" });
     expect(r.sent(r.log, c, "closeStdin")).toEqual([]); // 11 + 0 > 10
     ack(4, 4);
@@ -47,9 +56,7 @@ describe("pumping stdin, signals and scripts", () => {
     r.step({ type: "conn_closed", conn: c, reason: "x" });
     const d = r.open();
     r.hello(d);
-    r.snapshot(d, [
-      { issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("c1").hash, "hex") },
-    ]);
+    r.snapshot(d, [{ issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: dispatchedHash(r, "c1") }]);
     expect(r.sent(r.log, d, "stdinWrite").map((s) => Number((s.env.payload.value as { writeSeq: bigint }).writeSeq))).toEqual([1]);
   });
 
@@ -72,10 +79,8 @@ describe("pumping stdin, signals and scripts", () => {
     const d = r.open();
     r.hello(d);
     // The agent already applied revision 2: only revision 3 is sent again.
-    r.snapshot(d, [
-      { issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 2n, immutableRequestSha256: Buffer.from(r.cmd("c1").hash, "hex") },
-    ]);
-    expect(r.cmd("c1").signals.map((s) => s.revision)).toEqual([3]);
+    r.snapshot(d, [{ issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 2n, immutableRequestSha256: dispatchedHash(r, "c1") }]);
+    expect(r.cmd("c1").signals.map((s) => s.revision)).toEqual([3]); // internal: the pending requests (no view lists them; the frames sent follow)
     expect(r.sent(r.log, d, "signalCommand").map((s) => Number((s.env.payload.value as { commandRevision: bigint }).commandRevision))).toEqual([3]);
   });
 
@@ -92,9 +97,7 @@ describe("pumping stdin, signals and scripts", () => {
     const d = r.open();
     r.hello(d);
     // The agent has not applied revision 2 (its snapshot says revision 1).
-    r.snapshot(d, [
-      { issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("c1").hash, "hex") },
-    ]);
+    r.snapshot(d, [{ issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: dispatchedHash(r, "c1") }]);
     expect(r.sent(r.log, d, "signalCommand").map((s) => s.env.payload.value)).toEqual([
       expect.objectContaining({ issueUuid: "c1", commandRevision: 2n, signal: SignalKind.USER1 }),
     ]);
@@ -134,6 +137,7 @@ describe("pumping stdin, signals and scripts", () => {
     r.step({ type: "tick" });
     expect(r.sent(r.log, c, "scriptCommit")).toHaveLength(1);
     up(4, 150 * 1024, true);
+    // internal: the upload's record (committed, its bytes dropped, acked through the end; the durable row's deletion follows)
     expect(r.cmd("s1")).toMatchObject({ script: { committed: true, bytes: null, acked: 150 * 1024 } });
     expect(r.disk.durable.get("script")?.has("s1")).toBe(false);
   });
@@ -151,7 +155,9 @@ describe("pumping stdin, signals and scripts", () => {
       x.r.event(x.c, uuid, seq, { case: "scriptUpload", value: create(ScriptUploadStatusSchema, { receivedBytes: got }) });
     const a = mk();
     up(a, 1, 100n);
-    expect(a.r.cmd("s1").script.acked).toBe(100);
+    expect(a.r.session(a.c), "taken").toBeDefined();
+    // Acknowledged through 100: a report of 99 now goes back.
+    expectClosed(a.r, up(a, 2, 99n), a.c, Code.SEQUENCE_VIOLATION);
     const b = mk();
     expectClosed(b.r, up(b, 1, 101n), b.c, Code.SEQUENCE_VIOLATION, "script progress 101 impossible");
     const d = mk();
@@ -160,7 +166,9 @@ describe("pumping stdin, signals and scripts", () => {
     const e = mk();
     up(e, 1, 50n);
     up(e, 2, 50n);
-    expect(e.r.cmd("s1").script.acked).toBe(50);
+    expect(e.r.session(e.c), "a repeat is taken").toBeDefined();
+    // Through exactly 50: the repeat was taken (not beyond 50), and 49 goes back.
+    expectClosed(e.r, up(e, 3, 49n), e.c, Code.SEQUENCE_VIOLATION);
     const f = mk();
     f.r.running(f.c, "plain");
     expectClosed(f.r, up(f, 2, 0n, "plain"), f.c, Code.SEQUENCE_VIOLATION);
