@@ -96,7 +96,7 @@ describe("submit", () => {
     expect(
       r.control({ op: "submit", requestId: "other3", uuid: "c1", clientId: "a", spec: create(ExecutionSpecSchema, argv()), queueExpiry: T0 + 5 }),
     ).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
-    expect(r.cmd("c1").requests).toEqual({ "submit-c1": 1 });
+    expect(r.cmd("c1").requests).toEqual({ "submit-c1": 1 }); // internal: the refused ids are not remembered (no view lists request ids)
   });
 
   it("R-W2: a client may hold maxActivePerClient non-terminal commands; terminal ones and other clients' do not count", () => {
@@ -147,6 +147,7 @@ describe("stdin, signal, incident requests", () => {
       ok: false,
       error: { code: Code.VALIDATION, message: "stdin is already closed" },
     });
+    // The close took write_seq 3 and a second close is refused (above); internal: the bytes held for delivery
     expect(r.cmd("c1").stdin).toMatchObject({ nextSeq: 4, queuedBytes: 10, closeRequested: true });
     r.control({ op: "signal", requestId: "k", uuid: "c1", signal: SignalKind.KILL });
     expect(r.control(stdin("c1", "w5", enc("x")))).toEqual({
@@ -164,6 +165,7 @@ describe("stdin, signal, incident requests", () => {
     expect(r.control(stdin("c1", "w1", new Uint8Array(MAX_CHUNK_BYTES)))).toBeUndefined();
     r.flush();
     expect(r.replies.get("w1")).toEqual({ ok: true, uuid: "c1", writeSeq: 1 });
+    // internal: held for an agent that is away (nothing sent; no view lists queued writes)
     expect(r.cmd("c1").stdin.queue.map((o) => [o.seq, o.data.length, o.appendNewline, o.close, o.requestId])).toEqual([
       [1, MAX_CHUNK_BYTES, false, false, "w1"],
     ]);
@@ -172,6 +174,7 @@ describe("stdin, signal, incident requests", () => {
   it("R-S5: request ids are remembered per command up to the bound; the oldest is forgotten first", () => {
     const r = new ServerRig();
     r.submit("off", "c1", { ...argv("cat"), stdinOpen: true });
+    // internal throughout: the request-id memory, poked full as setup; its observable effect is the answer to a retried id
     const c = r.cmd("c1");
     // As if 1023 earlier writes had been answered and acknowledged: the memory (submit + writes) is full.
     for (let i = 1; i < MAX_REQUEST_IDS_PER_COMMAND; i++) c.requests[`w${i}`] = i;
@@ -209,7 +212,11 @@ describe("stdin, signal, incident requests", () => {
     expect(r.command("c1").revision).toBe(1);
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.USER2 })).toEqual({ ok: true, uuid: "c1", revision: 2 });
     expect(r.control({ op: "signal", requestId: "s3", uuid: "c1", signal: SignalKind.KILL })).toEqual({ ok: true, uuid: "c1", revision: 2 });
-    expect(r.cmd("c1").signals.map((s) => [s.revision, s.signal, s.requestId])).toEqual([[2, SignalKind.USER2, "s3"]]);
+    expect(
+      r.sent(r.log, c, "signalCommand").map((x) => (x.env.payload.value as { signal: SignalKind }).signal),
+      "the retry sent nothing",
+    ).toEqual([SignalKind.USER2]);
+    expect(r.cmd("c1").signals.map((s) => [s.revision, s.signal, s.requestId])).toEqual([[2, SignalKind.USER2, "s3"]]); // internal: one pending request
     r.event(c, "c1", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
     expect(r.control({ op: "signal", requestId: "s4", uuid: "c1", signal: SignalKind.KILL })).toEqual({
       ok: false,
@@ -233,17 +240,17 @@ describe("stdin, signal, incident requests", () => {
         error: { code: Code.VALIDATION, message: "the command is not running yet", issueUuid: "q" },
       });
       expect(r.command("q").revision).toBe(1);
-      expect(r.cmd("q").requests).toEqual({ "submit-q": 1 });
+      expect(r.cmd("q").requests).toEqual({ "submit-q": 1 }); // internal: the refused id is not remembered
       expect(r.control({ op: "signal", requestId: "e", uuid: "q", signal: kind })).toEqual({ ok: true, uuid: "q", revision: 2 });
       expect(r.command("q")).toMatchObject({ state: "cancelled", terminalSource: "server", reason: `${name} before dispatch` });
-      expect(r.cmd("q").signals).toEqual([]);
+      expect(r.cmd("q").signals).toEqual([]); // internal: nothing left pending
     }
   });
 
   it("R-S4: signal requests are bounded per command at exactly MAX_PENDING_SIGNALS", () => {
     const r = new ServerRig();
     r.submit("off", "c1");
-    r.cmd("c1").state = L.DISPATCHED; // as if sent to an agent that is now away
+    r.cmd("c1").state = L.DISPATCHED; // setup: as if sent to an agent that is now away
     for (let i = 0; i < MAX_PENDING_SIGNALS; i++)
       expect(r.control({ op: "signal", requestId: `s${i}`, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true });
     expect(r.control({ op: "signal", requestId: "over", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({
