@@ -142,7 +142,7 @@ describe("set_labels (the server's record is authoritative)", () => {
     const r = new ServerRig();
     r.connect("web-1");
     expect(label(r, "web-1", { role: "web", zone: "eu-1" })).toEqual({ ok: true, labels: { role: "web", zone: "eu-1" } });
-    expect(r.st.clients.get("web-1")!.labels).toEqual({ role: "web", zone: "eu-1" });
+    expect(r.client("web-1")!.labels).toEqual({ role: "web", zone: "eu-1" });
     expect(rowOf(r.disk.durable, "client", "web-1")!.labels).toEqual({ role: "web", zone: "eu-1" });
     expect(label(r, "web-1", { zone: "eu-2" }, ["role"])).toEqual({ ok: true, labels: { zone: "eu-2" } });
     // Removing every label stores the row an unlabelled client had (no field).
@@ -170,7 +170,7 @@ describe("set_labels (the server's record is authoritative)", () => {
     label(r, "a", { role: "web" });
     r.step({ type: "conn_closed", conn: a, reason: "agent restarted" });
     r.connect("a");
-    expect(r.st.clients.get("a")!.labels).toEqual({ role: "web" });
+    expect(r.client("a")!.labels).toEqual({ role: "web" });
     const back = restoreServer(r.cfg, r.disk.tables(), 2);
     expect(back.clients.get("a")!.labels).toEqual({ role: "web" });
     expect(back.clients.get("b")!.labels).toEqual({});
@@ -194,7 +194,7 @@ describe("set_labels (the server's record is authoritative)", () => {
       const res = label(r, "web-1", set, remove);
       expect(res).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     }
-    expect(r.st.clients.get("web-1")!.labels).toEqual({ role: "web" });
+    expect(r.client("web-1")!.labels).toEqual({ role: "web" });
     // Setting what it has: answered, nothing persisted.
     expect(label(r, "web-1", { role: "web" }, ["absent"])).toEqual({ ok: true, labels: { role: "web" } });
     expect(r.log.filter((e) => e.type === "persist").length).toBe(persists);

@@ -11,6 +11,7 @@ import { ReconcileCommandStateSchema, ReconcileSnapshotSchema } from "../../../p
 import { CommandLifecycle } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { closes, Driver, fenceOf, frame, hello, sent } from "../../sim/core-harness.js";
+import { incidentsOf } from "../../support/pair.js";
 
 describe("reconcile snapshot, once per session", () => {
   it("R-D7 R-D8: a second ReconcileSnapshot before the first result is durable closes the session; one result, one set of incidents", () => {
@@ -34,14 +35,14 @@ describe("reconcile snapshot, once per session", () => {
     const first = run({ type: "frame", conn: 1, data: frame(f, { case: "reconcileSnapshot", value: snapshot }) });
     expect(sent(first, "reconcileResult")).toHaveLength(0); // waits for its persist
     expect(closes(first)).toHaveLength(0);
-    const incidentsAfterFirst = s.st.incidents.size;
+    const incidentsAfterFirst = incidentsOf(s.st).length; // ListIncidents
     expect(incidentsAfterFirst).toBeGreaterThan(0);
     // The same snapshot again, before anything is durable.
     const second = run({ type: "frame", conn: 1, data: frame(f, { case: "reconcileSnapshot", value: snapshot }) });
     expect(closes(second, 1)).toHaveLength(1);
     const err = sent(second, "error");
     expect(err.map((e) => (e.env.payload.value as { error?: { code: number } }).error?.code)).toEqual([Code.PROTOCOL_ERROR]);
-    expect(s.st.incidents.size).toBe(incidentsAfterFirst);
+    expect(incidentsOf(s.st).length).toBe(incidentsAfterFirst);
     const later = durable();
     expect(sent(later, "reconcileResult")).toHaveLength(0); // the session is gone
   });
