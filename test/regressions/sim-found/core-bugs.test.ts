@@ -32,6 +32,7 @@ import {
   ScriptDescriptorSchema,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { argvSpec, closes, Driver, fenceOf, frame, hello, sent } from "../../sim/core-harness.js";
+import { agentSnapshotOf, commandOf } from "../../support/pair.js";
 import { encodeRawZstdFrame } from "../../../sim/zstd-raw.js";
 
 describe("core bugs found by the simulator", () => {
@@ -149,7 +150,7 @@ describe("core bugs found by the simulator", () => {
       });
     s.step({ type: "frame", conn: 1, data: frame(fA, { case: "commandEvent", value: ev(1, CommandLifecycle.RUNNING, 1000) }) });
     s.step({ type: "frame", conn: 1, data: frame(fA, { case: "commandEvent", value: ev(2, CommandLifecycle.FAILED, 2000, 3) }) });
-    expect(s.st.commands.get("u-1")!.state).toBe(CommandLifecycle.FAILED);
+    expect(commandOf(s.st, "u-1")?.state).toBe("failed");
     s.step({ type: "conn_closed", conn: 1, reason: "A gone" });
     // Instance B (no live session: accepted normally, R-F6) comes with its own copy of u-1.
     s.step({ type: "conn_open", conn: 2 });
@@ -239,7 +240,8 @@ describe("core gaps found by the simulator", () => {
     // Crash now: process_started (and its pid) never became durable.
     const restored = new Driver<AgentState, AgentInput>(restoreAgent(defaultAgentConfig("agent-0"), { get: (t) => tables.get(t) }, 2), agentStep);
     const started = restored.step({ type: "start" });
-    expect(restored.st.commands.get("u-1")?.lifecycle ?? CommandLifecycle.INTERRUPTED).toBe(CommandLifecycle.INTERRUPTED);
+    // What the restarted agent reports of u-1: interrupted (it was launched, the outcome is unknown).
+    expect(agentSnapshotOf(restored.st).map((x) => [x.issueUuid, x.lifecycle])).toEqual([["u-1", CommandLifecycle.INTERRUPTED]]);
     expect(
       started.filter((e) => e.type === "kill_orphan" && e.uuid === "u-1"),
       "agent-node.ts start(): `if (c.pid > 0) kill_orphan` -- a process spawned whose pid was not yet durable is never killed",
@@ -294,7 +296,8 @@ describe("core bugs found by the simulator (dispatch durability)", () => {
     const restored = new Driver<ServerState, ServerInput>(restoreServer(defaultServerConfig(), { get: (t) => durable.get(t) }, 2), serverStep);
     restored.now = expiry + 60_000;
     restored.step({ type: "tick" });
-    const c = restored.st.commands.get("u-1")!;
+    const c = restored.st.commands.get("u-1")!; // internal: the working state (what the server would do next), checked against its view below
+    expect(commandOf(restored.st, "u-1")?.state).not.toBe("expired");
     expect(
       c.state,
       "server-commands.ts dispatch(): the CommandDispatch send is not deferred until the DISPATCHED record is durable; after a crash pumpCommands expires (or a cancel ends) a QUEUED command that an agent holds",
@@ -381,7 +384,7 @@ describe("core bugs found by the simulator (divergent copies, after the R-D11/R-
       });
     s.step({ type: "frame", conn: 1, data: ev(1, CommandLifecycle.RUNNING) });
     s.step({ type: "frame", conn: 1, data: ev(2, CommandLifecycle.SUCCEEDED) });
-    expect(s.st.commands.get("u-1")!.state).toBe(CommandLifecycle.SUCCEEDED);
+    expect(commandOf(s.st, "u-1")?.state).toBe("succeeded");
     const again = s.step({ type: "frame", conn: 1, data: ev(1, CommandLifecycle.RUNNING) });
     const acks = sent(again, "eventAck").map((x) => Number((x.env.payload.value as { throughEventSeq: bigint }).throughEventSeq));
     expect(acks).toEqual([1]);
