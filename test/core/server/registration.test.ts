@@ -30,6 +30,7 @@ describe("connections", () => {
     const r = new ServerRig();
     const fill = (n: number) => {
       for (let i = 0; i < n; i++)
+        // setup: connections poked in (opening MAX_SERVER_CONNECTIONS by input is slow)
         r.st.conns.set(1_000_000 + i, {
           conn: 1_000_000 + i,
           phase: "hello",
@@ -99,7 +100,7 @@ describe("connections", () => {
     const c = r.connect();
     expect(of(r.step({ type: "tick" }), "wake").at(-1)!.at).toBe(T0 + 10_000);
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "x" });
-    r.st.clients.get("a")!.authorization!.expiresAt = T0 + 3_000;
+    r.st.clients.get("a")!.authorization!.expiresAt = T0 + 3_000; // setup: an earlier expiry
     expect(of(r.step({ type: "tick" }), "wake").at(-1)!.at).toBe(T0 + 3_000);
     r.submit("offline", "q", argv(), { queueExpiry: T0 + 1_000 });
     expect(of(r.step({ type: "tick" }), "wake").at(-1)!.at).toBe(T0 + 1_000);
@@ -209,7 +210,8 @@ describe("frames before and around registration", () => {
     const targets = (req.env.payload.value as ReconcileRequest).targets;
     expect(
       targets.map((t) => [t.issueUuid, Number(t.lastServerEventSeq), Number(t.commandRevision), Buffer.from(t.immutableRequestSha256).toString("hex")]),
-    ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.cmd(u).ingest.storedThrough, r.cmd(u).revision, r.cmd(u).hash]));
+      // the request hash is internal: a reader never sees it (and "queued" was never dispatched)
+    ).toEqual(["run", "disp", "acc", "queued"].map((u) => [u, r.command(u).storedThrough, r.command(u).revision, r.cmd(u).hash]));
     expect(r.command("run").storedThrough).toBe(1);
     expect(r.client("a")).toMatchObject({ runningCommands: 0, queuedCommands: 0, maxRunningCommands: 3, maxQueuedCommands: 4 });
     expect(timestampMs(r.client("a")!.lastActivityTime!)).toBe(T0);
@@ -469,7 +471,7 @@ describe("identity: fencing, claims and authorizations", () => {
     r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "i2" });
     r.step({ type: "conn_closed", conn: a, reason: "x" });
     r.now = T0 + 1_000; // expired, and no tick ran yet
-    r.st.clients.get("a")!.authorization!.expiresAt = T0 + 1_000;
+    r.st.clients.get("a")!.authorization!.expiresAt = T0 + 1_000; // setup: expiring now
     const c = r.open();
     serverStep(
       r.st,
