@@ -15,7 +15,7 @@ describe("server connection phases", () => {
   it("setPhase refuses a step backwards or a skipped phase", () => {
     const r = new ServerRig();
     const c = r.connect();
-    const conn = r.st.conns.get(c)!;
+    const conn = r.st.conns.get(c)!; // internal by design: the connection record is what setPhase writes
     expect(conn.phase).toBe("ready");
     expect(() => setPhase(conn, "reconciling")).toThrow(InvariantViolation);
     const fresh = r.st.conns.get(r.open())!;

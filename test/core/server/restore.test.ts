@@ -31,10 +31,18 @@ describe("server restart", () => {
       case: "error",
       value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "y" }), closeSession: false },
     });
-    r.st.incidents.delete("inc-1");
+    r.st.incidents.delete("inc-1"); // setup: an incident gone from memory and disk alike
     r.disk.durable.get("incident")!.delete("inc-1");
     const back = restoreServer(r.cfg, r.disk.tables(), 5);
     serverInvariants(back);
+    // What an operator sees after the restart: the same commands and client (now disconnected), no session, the incidents kept.
+    const seen = new ServerRig();
+    seen.st = back;
+    for (const u of ["c1", "q", "c2"]) expect(seen.command(u), u).toEqual(r.command(u));
+    expect(seen.client("a")).toEqual({ ...r.client("a"), connected: false });
+    expect(seen.sessions()).toEqual([]);
+    expect(seen.incidents().map((i) => i.incidentId)).toEqual(["inc-2"]);
+    // internal from here: the restore is exact for the working records and indexes (pinned by this test)
     expect(back.conns.size).toBe(0);
     expect(back.clients.get("a")).toEqual({ ...r.st.clients.get("a"), conn: 0 });
     expect([...back.active]).toEqual(["c1", "q"]);
@@ -74,7 +82,7 @@ describe("server restart", () => {
     const top = SERVER_RECENT_DIGESTS + 5;
     for (let s = 2; s <= top; s++) events.set(`c1/${String(s).padStart(12, "0")}`, { seq: s, digest: s * 3 });
     r.disk.durable.get("command")!.set("c1", { ...rec, storedThrough: top });
-    const back = restoreServer(r.cmd("c1") ? r.cfg : r.cfg, r.disk.tables(), 2);
+    const back = restoreServer(r.cfg, r.disk.tables(), 2);
     const keys = Object.keys(back.commands.get("c1")!.ingest.digests)
       .map(Number)
       .sort((a, b) => a - b);

@@ -6,7 +6,8 @@ import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CommandDispatchSchema, ReconcileRequestSchema, ServerWelcomeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import { ExecutionSpecSchema, ProtocolVersionSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle, ExecutionSpecSchema, ProtocolVersionSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { agentSnapshotOf } from "../../support/pair.js";
 import { agentInvariants, agentStep, defaultAgentConfig, newAgent, type AgentEffect, type AgentInput, type AgentState } from "../../../core/index.js";
 import { encodeEnvelope, type Payload } from "../../../core/codec/frame-codec.js";
 import { testPorts } from "../../support/ports.js";
@@ -54,7 +55,10 @@ describe("found bugs (red until fixed): agent reconcile result", () => {
     });
     // The launch authorization is durable and the spawn has been handed to the executor.
     expect(launched.filter((e) => e.type === "spawn").map((e) => (e as { uuid: string }).uuid)).toEqual(["c1"]);
-    expect(a.st.commands.get("c1")!.phase).toBe("launching");
+    expect(
+      agentSnapshotOf(a.st).map((x) => [x.issueUuid, x.lifecycle]),
+      "launching: its start not reported",
+    ).toEqual([["c1", CommandLifecycle.ACCEPTED]]);
 
     // The server's ReconcileResult says to terminate c1 (e.g. the server lost it),
     // and it is processed before the executor's process_started report.
