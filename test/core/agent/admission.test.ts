@@ -355,6 +355,7 @@ describe("what a server can grow at the agent, at n and n + 1", () => {
     expect(r.cmd("c1").stdin.next).toBe(STDIN_WRITES_IN_FLIGHT + 1);
     r.frame(closeStdin("c1", BigInt(STDIN_WRITES_IN_FLIGHT + 1)));
     expect(r.cmd("c1").stdin.pending).toHaveLength(STDIN_WRITES_IN_FLIGHT + 1);
+    // setup: one write over the bound poked in (an invariant test)
     r.cmd("c1").stdin.pending.push({ seq: STDIN_WRITES_IN_FLIGHT + 2, data: new Uint8Array(0), close: false });
     r.cmd("c1").stdin.next++;
     expect(() => agentInvariants(r.st)).toThrow(/c1 stdin writes over their bound/);
@@ -407,6 +408,7 @@ describe("what a server can grow at the agent, at n and n + 1", () => {
   it("R-D7: the invariant catches more pending snapshot tombstones than the ledger holds", () => {
     const r = new AgentRig({ limits: { ...defaultAgentConfig("x").limits, maxTombstones: 1 } });
     r.establish();
+    // setup: corrupted on purpose (an invariant test)
     r.st.pendingSnapshotTombstones = [
       { uuid: "a", hash: "00" },
       { uuid: "b", hash: "00" },

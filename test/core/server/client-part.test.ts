@@ -88,14 +88,14 @@ function canonical(st: ServerState) {
     auditSeq: st.auditSeq,
     auditDropped: st.auditDropped,
     auditAtRestore: st.auditAtRestore,
-    jobs: [...st.jobs],
+    jobs: [...st.jobs], // internal, as above
     activeJobs: [...st.activeJobs],
     gate: st.gate,
     wake: st.wake,
   };
 }
 
-/** The orders kept across clients: history by end time, the pruned ledger by prune time. */
+/** The orders kept across clients: history by end time, the pruned ledger by prune time (internal by design, as canonical above). */
 function expectGlobalOrders(st: ServerState): void {
   expect(nonDecreasing([...st.history.values()])).toBe(true);
   expect(nonDecreasing([...st.pruned.values()].map((p) => p.at))).toBe(true);

@@ -47,10 +47,11 @@ describe("retention", () => {
     expect(r.command("c1").retentionMarkers).toBe(0);
     r.now = T0 + 5;
     const drop = put();
+    // internal: the layout, as above
     expect(r.cmd("c1").output.segments.map((s) => [s.firstSeq, s.lastSeq])).toEqual([
       [4, 5],
       [6, 6],
-    ]); // internal: the layout, as above
+    ]);
     expect(markersOf(r, "c1")).toEqual([{ events: { first: 2, last: 3 }, ranges: [{ stream: "stdout", offset: 0, length: 80 }] }]);
     expect(r.command("c1").retentionMarkers).toBe(1);
     expect(r.command("c1").retainedBytes).toBe(3 * zlen);

@@ -571,6 +571,7 @@ describe("hostile input", () => {
           if (rnd() < 0.2 && a.conn) {
             h.cutLink("a");
           }
+          // setup: the random schedule reconnects an agent that is backing off
           if (a.st.session.phase === "backoff" && rnd() < 0.5) {
             h.reconnectNow("a");
             h.deliver();
@@ -580,7 +581,7 @@ describe("hostile input", () => {
         h.autoDeliver = true;
         for (let i = 0; i < 200 && h.command("c1").state !== "succeeded"; i++) {
           h.deliver();
-          if (a.st.session.phase === "backoff") h.now = a.st.session.retryAt;
+          if (a.st.session.phase === "backoff") h.now = a.st.session.retryAt; // setup: let the backoff expire
           h.advance(31_000);
         }
         h.deliver();

@@ -171,6 +171,7 @@ describe("server edges found by the mutation run", () => {
       queueExpiry: T0 + 24 * 60 * 60_000,
     });
     expect(r.cmd("c1").committed).toEqual({
+      // internal: the committed view's record, as above
       state: L.UNSPECIFIED,
       exitCode: null,
       signalName: "",
@@ -197,6 +198,7 @@ describe("server edges found by the mutation run", () => {
       attempts: 0,
     });
     expect(r.cmd("c1").committed).toEqual({
+      // internal: the committed view's record, as above
       state: L.QUEUED,
       exitCode: null,
       signalName: "",
@@ -302,7 +304,7 @@ describe("server edges found by the mutation run", () => {
     n.connect();
     n.autoDurable = false;
     n.submit("a", "c1");
-    expect(n.cmd("c1").state).toBe(L.DISPATCHED); // the working state: not durable yet, no reader sees it
+    expect(n.cmd("c1").state).toBe(L.DISPATCHED); // internal: the working state, not durable yet, no reader sees it
     expect(of(n.log, "wake").at(-1)!.at).toBe(T0 + 10_000);
     const g = new ServerRig({ redeliveryMs: 5_000 });
     const c = g.connect();
