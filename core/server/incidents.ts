@@ -73,7 +73,7 @@ function dropIncident(st: ServerState, ctx: ServerCtx, clientId: string, uuid: s
   let d = st.incidentDrops.get(clientId);
   if (!d) st.incidentDrops.set(clientId, (d = { clientId, count: 0, lastAt: 0, lastKind: "" }));
   d.count++;
-  d.lastAt = ctx.now;
+  d.lastAt = ctx.wall; // a timestamp operators read (ListIncidents last_time), not a deadline
   d.lastKind = kind;
   st.incidentsDropped++;
   st.dropsDirty.add(clientId);

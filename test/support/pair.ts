@@ -356,7 +356,7 @@ export const tombstonedOf = (st: AgentState, uuid: string, hash: Uint8Array = sh
 
 /** ListIncidents' `dropped` list: per client, how many were dropped, the last one's time (wall ms) and kind (as control-service.ts listIncidents builds it). */
 export function incidentDropsOf(st: ServerState): Array<{ clientId: string; count: number; lastAt: number; lastKind: string }> {
-  // lastAt as the service shows it: the stored value as is (the core records it on the deadline clock, incidents on the wall clock).
+  // lastAt as the service shows it: the stored value as is (a wall-clock time, as incidents' own).
   return [...st.incidentDrops.values()].map((x) => ({ clientId: x.clientId, count: x.count, lastAt: x.lastAt, lastKind: x.lastKind }));
 }
 

@@ -3,6 +3,7 @@
 // total (R-D11), client records (R-F6), and each remaining table at n and n+1.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ReconcileResult, StdinWrite } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { restoreServer, serverInvariants, type Incident } from "../../../core/index.js";
@@ -84,6 +85,20 @@ function seeded(perClient: Record<string, number>, acknowledged = 0): ServerRig 
 }
 
 describe("incidents under a flood (R-D11)", () => {
+  for (const step of [3_600_000, -3_600_000]) {
+    it(`R-D11: with the wall clock ${step > 0 ? "ahead of" : "behind"} the deadline clock by 1 h, a dropped incident's last time is a wall time like the incidents' own`, () => {
+      const r = new ServerRig();
+      r.now += 5_000;
+      r.wallStep = step;
+      const flood = reconciling(r, "flood");
+      const uuids = Array.from({ length: MAX_OPEN_INCIDENTS_PER_CLIENT + 1 }, (_, i) => `w-${String(i).padStart(5, "0")}`);
+      r.snapshot(flood, uuids.map(unknownRunning));
+      const wall = r.now + r.wallStep;
+      expect(r.incidentDrops()).toEqual([{ clientId: "flood", count: 1, lastAt: wall, lastKind: "reconcile_terminate_local" }]);
+      expect(new Set(r.incidents().map((i) => timestampMs(i.time!)))).toEqual(new Set([wall]));
+    });
+  }
+
   it("R-D11: 10,005 unknown running commands in one snapshot: all terminated, the client's incidents stop at its bound, the rest are counted exactly, another client's incident is still recorded, and all of it survives a restart", () => {
     const r = new ServerRig();
     const flood = reconciling(r, "flood");
