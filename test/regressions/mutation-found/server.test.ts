@@ -29,29 +29,31 @@ const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
 void MAX_INCIDENTS_KEPT;
 
 describe("server edges found by the mutation run", () => {
-  it("R-D5: restore keeps every incident as stored and continues numbering after the highest id", () => {
-    const inc = (id: string) => ({ id, clientId: "a", uuid: "u", kind: "k", detail: "d", at: 5, acknowledged: id === "inc-2" });
-    const rows = new Map<string, unknown>([
-      ["inc-5", inc("inc-5")],
-      ["inc-2", inc("inc-2")],
-      ["legacy", inc("legacy")],
-    ]);
-    const st = restoreServer(defaultServerConfig(), { get: (t) => (t === "incident" ? rows : undefined) }, 1);
-    serverInvariants(st);
-    const r = new ServerRig();
-    r.st = st;
-    // ListIncidents shows each as stored.
-    expect(r.incidents().map(plainIncident)).toEqual(
-      ["inc-5", "inc-2", "legacy"].map((id) => ({ id, clientId: "a", uuid: "u", kind: "k", detail: "d", at: 5, acknowledged: id === "inc-2" })),
-    );
-    // The next incident is numbered after the highest id.
-    const c = r.connect("a");
-    r.frame(c, {
-      case: "error",
-      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false },
+  // In every row order: the highest id first, in the middle, last (restoring from the first row only passed when it was first).
+  for (const order of [
+    ["inc-5", "inc-2", "legacy"],
+    ["inc-2", "inc-5", "legacy"],
+    ["inc-2", "legacy", "inc-5"],
+  ])
+    it(`R-D5: restore keeps every incident as stored and continues numbering after the highest id (rows ${order.join(", ")})`, () => {
+      const inc = (id: string) => ({ id, clientId: "a", uuid: "u", kind: "k", detail: "d", at: 5, acknowledged: id === "inc-2" });
+      const rows = new Map<string, unknown>(order.map((id) => [id, inc(id)]));
+      const st = restoreServer(defaultServerConfig(), { get: (t) => (t === "incident" ? rows : undefined) }, 1);
+      serverInvariants(st);
+      const r = new ServerRig();
+      r.st = st;
+      // ListIncidents shows each as stored.
+      expect(r.incidents().map(plainIncident)).toEqual(
+        order.map((id) => ({ id, clientId: "a", uuid: "u", kind: "k", detail: "d", at: 5, acknowledged: id === "inc-2" })),
+      );
+      // The next incident is numbered after the highest id.
+      const c = r.connect("a");
+      r.frame(c, {
+        case: "error",
+        value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "m" }), closeSession: false },
+      });
+      expect(r.incidents().map((i) => i.incidentId)).toEqual([...order, "inc-6"]);
     });
-    expect(r.incidents().map((i) => i.incidentId)).toEqual(["inc-5", "inc-2", "legacy", "inc-6"]);
-  });
 
   it("R-W10: errors to a connection that has not registered carry no fence and no issue uuid; its close names no client", () => {
     const r = new ServerRig();
