@@ -1,10 +1,13 @@
 // Event ingest (R-O2..R-O5, R-W7).
 //
 // event_seq must be exactly receivedThrough + 1; a lower one is a resend and
-// must match the digest of what was stored (R-O2), else
-// CODE_SEQUENCE_VIOLATION; a higher one is a gap (violation). Output offsets
-// must continue each stream exactly, either by bytes or by a truncation
-// marker's ranges, so every byte is accounted for. The event is persisted and
+// must match the digest of what was stored (R-O2); a higher one is a gap
+// (CODE_SEQUENCE_VIOLATION, close). Output offsets must continue each stream
+// exactly, either by bytes or by a truncation marker's ranges, so every byte
+// is accounted for. A resend with other bytes or an offset that does not
+// continue contradicts stored history: the session closes with
+// CODE_SEQUENCE_VIOLATION and the command ends interrupted ("history
+// diverged", with an incident), else the pinned resend would repeat forever. The event is persisted and
 // the cumulative EventAck leaves only once that persist is durable (R-O3:
 // `releaseAck`, `sendAcks`). When ingress bytes awaiting durability exceed
 // the high watermark the connection is closed without acknowledgement (R-W7).
@@ -22,6 +25,7 @@ import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState }
 import { type EventRow, eventRecord, scriptDelete } from "./store.js";
 import { persistCommand, setState } from "./commands.js";
 import { prunedFor } from "./history.js";
+import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, closeConn, sendAck } from "./io.js";
 import { addToSegments } from "./retention.js";
 import { releaseStdin } from "./stdin.js";
@@ -56,6 +60,30 @@ export function handleCommandEvent(
   // (Checking sequences first would close every session on a "gap" and the
   // result that ends the copy would never arrive: a livelock.)
   if (isTerminal(c.state) && c.exit.terminalSource === "server") return;
+  // An event that contradicts history already stored (a resend with other
+  // bytes, output that does not continue its stream) cannot be repaired: R-O2
+  // pins every resend, so the agent would send the same event on every session
+  // and each would be closed, a livelock that also starves the client's other
+  // commands. Two copies of one instance (a cloned host) each running the
+  // command produce exactly this; so does an agent breaking R-O2. The stored
+  // history stays as it is, the command ends INTERRUPTED by the server with an
+  // incident (as reconciliation does for a copy that is behind, "diverged"),
+  // and the session still closes with the violation. From then on the copy's
+  // events are ignored (above) and the next ReconcileResult terminates it.
+  const diverged = (message: string): void => {
+    if (!isTerminal(c.state)) {
+      setState(st, ctx, c, L.INTERRUPTED, "server", `history diverged: ${message}`);
+      openIncident(
+        st,
+        ctx,
+        c.clientId,
+        c.uuid,
+        "history_diverged",
+        `${message}: the agent's events contradict those stored for this command; two copies of this instance (a cloned host?) ran it, or the agent resent an event with other bytes (R-O2). Stored output is kept as it is; the command was interrupted`,
+      );
+    }
+    fail(Code.SEQUENCE_VIOLATION, message, true);
+  };
   // The digest of the event's bytes as received: every retry must resend
   // identical bytes (R-O2). For a canonical encoder (every RVBox agent:
   // protobuf-es, whose sub-message bytes inside an envelope are those of the
@@ -75,7 +103,7 @@ export function handleCommandEvent(
   }
   if (seq <= c.ingest.receivedThrough) {
     const known = c.ingest.digests[seq];
-    if (known !== undefined && known !== digest) return fail(Code.SEQUENCE_VIOLATION, `event ${seq} of ${c.uuid} resent with different bytes`, true);
+    if (known !== undefined && known !== digest) return diverged(`event ${seq} of ${c.uuid} resent with different bytes`);
     if (seq <= c.ingest.storedThrough) sendAck(ctx, conn, c.uuid, c.ingest.storedThrough);
     return;
   }
@@ -105,8 +133,7 @@ export function handleCommandEvent(
       if (size > MAX_CHUNK_BYTES) return fail(Code.PAYLOAD_TOO_LARGE, `output chunk declares ${size} bytes`, true);
       if (e.value.zstdData.length > MAX_CHUNK_BYTES + 1024) return fail(Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs", true);
       const offset = safeNumber(e.value.streamOffset);
-      if (offset !== c.ingest.streamNext[stream])
-        return fail(Code.SEQUENCE_VIOLATION, `${stream} offset ${e.value.streamOffset}, expected ${c.ingest.streamNext[stream]}`, true);
+      if (offset !== c.ingest.streamNext[stream]) return diverged(`${stream} offset ${e.value.streamOffset}, expected ${c.ingest.streamNext[stream]}`);
       const chk = env.ports.checkCompressed(e.value.zstdData, size);
       if (!chk.ok) return fail(chk.code, chk.message, true);
       c.ingest.streamNext[stream] += size;
@@ -123,7 +150,7 @@ export function handleCommandEvent(
         const offset = safeNumber(r.offset);
         const length = safeNumber(r.length);
         if (!stream || offset === null || length === null || length === 0) return fail(Code.PROTOCOL_ERROR, "bad truncation range", true);
-        if (offset !== next[stream]) return fail(Code.SEQUENCE_VIOLATION, `truncation of ${stream} at ${offset}, expected ${next[stream]}`, true);
+        if (offset !== next[stream]) return diverged(`truncation of ${stream} at ${offset}, expected ${next[stream]}`);
         next[stream] += length;
         ranges.push({ stream, offset, length });
       }

@@ -18,7 +18,7 @@ import {
   SignalResultSchema,
   StdinAckSchema,
 } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { restoreServer, type ServerLimits } from "../../../core/index.js";
+import { restoreServer, type ServerEffect, type ServerLimits } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
 import { MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, SERVER_RECENT_DIGESTS } from "../../../core/limits.js";
@@ -92,6 +92,61 @@ describe("command events", () => {
       "event 2 of c1 resent with different bytes",
     );
   });
+
+  // Seeds 41092, 74040, 82175 (liveness) and 80305 (coverage) of the 100k
+  // campaign, all with a clone of agent-0: both copies ran one command; the
+  // server stored one copy's events and the other copy's next event
+  // contradicted them. R-O2 pins resends, so closing alone repeated on every
+  // session forever and the client's other commands never ran.
+  function divergedCase(conflict: (r: ServerRig, c: number) => ServerEffect[], message: string): void {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.running(c, "c1");
+    r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ab")));
+    r.submit("a", "c2");
+    r.accept(c, "c2");
+    expectClosed(r, conflict(r, c), c, Code.SEQUENCE_VIOLATION, message);
+    // The stored history is kept; the command is settled by the server with an incident.
+    expect(r.command("c1")).toMatchObject({ state: "interrupted", terminalSource: "server" });
+    expect(r.outputOf("c1").stdout).toBe("ab");
+    expect(r.incidents(true).map((i) => [i.issueUuid, i.kind, i.detail.startsWith(message)])).toEqual([["c1", "history_diverged", true]]);
+    // The agent's next session: the same event again is ignored, the
+    // ReconcileResult terminates its copy, and the other command goes on.
+    const d = r.open();
+    r.hello(d);
+    const res = r.snapshot(d, [
+      {
+        issueUuid: "c1",
+        lifecycle: L.RUNNING,
+        lastClientEventSeq: 3n,
+        commandRevision: 1n,
+        immutableRequestSha256: Buffer.from(r.st.commands.get("c1")!.hash, "hex"),
+      },
+      {
+        issueUuid: "c2",
+        lifecycle: L.ACCEPTED,
+        lastClientEventSeq: 0n,
+        commandRevision: 1n,
+        immutableRequestSha256: Buffer.from(r.st.commands.get("c2")!.hash, "hex"),
+      },
+    ]);
+    const result = r.sent(res, d, "reconcileResult")[0]!.env.payload.value as { terminateLocalIssueUuids: string[] };
+    expect(result.terminateLocalIssueUuids).toEqual(["c1"]);
+    expect(r.session(d)?.phase).toBe("ready");
+    expect(r.sent(conflict(r, d))).toEqual([]);
+    expect(r.session(d)?.phase).toBe("ready");
+    r.event(d, "c2", 1, lifecycle(L.RUNNING));
+    expect(r.command("c2").state).toBe("running");
+  }
+  it("R-O2 R-D11: output whose offset does not continue the stored stream interrupts the command as diverged; the next session goes on", () =>
+    divergedCase((r, c) => r.event(c, "c1", 3, output(OutputStream.STDOUT, 7, enc("zz"))), "stdout offset 7, expected 2"));
+  it("R-O2 R-D11: a resend with other bytes than the stored event interrupts the command as diverged; the next session goes on", () =>
+    divergedCase((r, c) => r.event(c, "c1", 2, output(OutputStream.STDOUT, 0, enc("ZZ"))), "event 2 of c1 resent with different bytes"));
+  it("R-O2 R-O7 R-D11: a truncation marker that does not continue the stored stream interrupts the command as diverged; the next session goes on", () =>
+    divergedCase(
+      (r, c) => r.event(c, "c1", 3, { case: "truncation", value: { removedBytes: [{ stream: OutputStream.STDOUT, offset: 9n, length: 4n }] } }),
+      "truncation of stdout at 9, expected 2",
+    ));
 
   it("R-O3: a resend of an event received but not yet durable is not acknowledged early", () => {
     const { r, c } = ready();
