@@ -20,7 +20,9 @@ import { submit } from "./submit.js";
 export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv, audit?: AuditCall): void {
   if (!audit) return route(st, ctx, r, env);
   // Named before the request runs: forget_client removes the record it names.
-  const clients = requestClients(st, r);
+  // A job is named after it: the clients its selector resolved to exist only
+  // once it was created.
+  const before = r.op === "submit_job" ? null : requestClients(st, r);
   let result: ControlResult | null = null;
   const tap = Object.create(ctx) as ServerCtx;
   tap.emit = (e) => {
@@ -35,7 +37,7 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
   const answered = result as ControlResult | null;
   assert(answered !== null, `control request ${r.op} was not answered`);
   const res = r.op === "audit_refusal" ? { result: r.code, message: r.message } : auditResult(answered);
-  appendAudit(st, ctx, audit, clients, res.result, res.message);
+  appendAudit(st, ctx, audit, before ?? requestClients(st, r), res.result, res.message);
   ctx.afterDurable({ kind: "reply", requestId: r.requestId, result: answered });
 }
 

@@ -2,11 +2,14 @@
 // call appends one entry with its result in the same persist batch as its
 // change, its reply leaves only once that batch is durable, the log is
 // bounded with a durable drop count, and it survives a restart.
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { Code } from "../../../core/errors.js";
+import { Code, InvariantViolation } from "../../../core/errors.js";
 import { restoreServer, serverInvariants, type AuditCall, type ControlRequest } from "../../../core/index.js";
+import { MAX_AUDIT_CLIENTS_PER_ENTRY, MAX_AUDIT_MESSAGE_CHARS, MAX_AUDIT_SUMMARY_CHARS } from "../../../core/limits.js";
 import { auditKey, rowOf, rowsOf } from "../../../core/server/store.js";
-import { ServerRig } from "../../support/server-rig.js";
+import { CommandLifecycle as L, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
 
 const alice: AuditCall = { operator: "alice", role: "operator", rpc: "SubmitCommand", summary: 'client=a argv=["true"]' };
 const admin = (rpc: string, summary = ""): AuditCall => ({ operator: "admin", role: "admin", rpc, summary });
@@ -148,5 +151,142 @@ describe("audit log (core)", () => {
     audited(r, { op: "set_draining", requestId: "d6", clientId: "a", draining: true }, admin("SetClientDraining"));
     expect(r.listAudit().entries.map((e) => Number(e.seq))).toEqual([5, 6]);
     expect(r.listAudit().dropped).toBe(4);
+  });
+
+  it("an entry's summary and message are cut at exactly their bounds with an ellipsis; its clients at MAX_AUDIT_CLIENTS_PER_ENTRY, the rest counted", () => {
+    const r = new ServerRig();
+    r.connect("a");
+    const refuse = (requestId: string, clients: string[], message: string, summary: string) =>
+      audited(r, { op: "audit_refusal", requestId, clients, code: "PERMISSION_DENIED", message }, admin("SubmitJob", summary));
+    const ids = (n: number) => Array.from({ length: n }, (_, i) => `h-${i}`);
+    refuse("fit", ids(MAX_AUDIT_CLIENTS_PER_ENTRY), "m".repeat(MAX_AUDIT_MESSAGE_CHARS), "s".repeat(MAX_AUDIT_SUMMARY_CHARS));
+    refuse("over", ids(MAX_AUDIT_CLIENTS_PER_ENTRY + 3), "m".repeat(MAX_AUDIT_MESSAGE_CHARS + 1), "s".repeat(MAX_AUDIT_SUMMARY_CHARS + 1));
+    const [fit, over] = r.listAudit().entries;
+    expect([fit!.summary, fit!.message, fit!.clientIds, fit!.clientsOmitted]).toEqual([
+      "s".repeat(MAX_AUDIT_SUMMARY_CHARS),
+      "m".repeat(MAX_AUDIT_MESSAGE_CHARS),
+      ids(MAX_AUDIT_CLIENTS_PER_ENTRY),
+      0,
+    ]);
+    expect([over!.summary, over!.message, over!.clientIds, over!.clientsOmitted]).toEqual([
+      `${"s".repeat(MAX_AUDIT_SUMMARY_CHARS - 1)}…`,
+      `${"m".repeat(MAX_AUDIT_MESSAGE_CHARS - 1)}…`,
+      ids(MAX_AUDIT_CLIENTS_PER_ENTRY),
+      3,
+    ]);
+    serverInvariants(r.st);
+  });
+
+  it("names the client of every kind of call: claims, incidents, a pruned command's stdin; none when there is none", () => {
+    const r = new ServerRig({ historyMs: 1 });
+    const a = r.connect("a");
+    r.connect("b");
+    // A command that ended and was pruned from history still names its client.
+    r.running(a, "gone");
+    r.event(a, "gone", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    r.now += 10;
+    r.step({ type: "tick" });
+    expect(r.findCommand("gone")).toBeUndefined();
+    audited(r, { op: "stdin", requestId: "w1", uuid: "gone", data: new Uint8Array([1]), appendNewline: false }, admin("WriteStdin"));
+    audited(r, { op: "stdin", requestId: "w2", uuid: "never-was", data: new Uint8Array([1]), appendNewline: false }, admin("WriteStdin"));
+    audited(r, { op: "authorize", requestId: "au", clientId: "a", instanceId: "inst-x", instanceNotYetSeen: true }, admin("AuthorizeInstance"));
+    audited(r, { op: "revoke_authorization", requestId: "rv", clientId: "a" }, admin("RevokeAuthorization"));
+    audited(r, { op: "dismiss_claim", requestId: "dc", clientId: "b" }, admin("DismissClaim"));
+    audited(r, { op: "submit", requestId: "s0", uuid: "s0", clientId: "", spec: create(ExecutionSpecSchema, argv("true")) }, admin("SubmitCommand"));
+    // An incident names its client; an unknown incident names none.
+    r.snapshot(r.connect("c"), []);
+    const c2 = r.open();
+    r.hello(c2, "c");
+    r.snapshot(c2, [{ issueUuid: "ghost", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: new Uint8Array(32) }]);
+    const inc = r.incidents(true).find((i) => i.issueUuid === "ghost")!;
+    audited(r, { op: "ack_incident", requestId: "ai", incidentId: inc.incidentId }, admin("AckIncident"));
+    audited(r, { op: "ack_incident", requestId: "ax", incidentId: "inc-404" }, admin("AckIncident"));
+    expect(r.listAudit().entries.map((e) => [e.rpc, e.clientIds])).toEqual([
+      ["WriteStdin", ["a"]],
+      ["WriteStdin", []],
+      ["AuthorizeInstance", ["a"]],
+      ["RevokeAuthorization", ["a"]],
+      ["DismissClaim", ["b"]],
+      ["SubmitCommand", []],
+      ["AckIncident", ["c"]],
+      ["AckIncident", []],
+    ]);
+  });
+
+  it("a job's entry names the clients its label selector resolved to (it named none before the job existed); a refused job the clients it named", () => {
+    const r = new ServerRig();
+    for (const id of ["a", "b", "c"]) r.connect(id);
+    for (const id of ["a", "c"])
+      audited(r, { op: "set_labels", requestId: `lb-${id}`, clientId: id, set: { role: "web" }, remove: [] }, admin("SetClientLabels"));
+    const job = (requestId: string, jobId: string, clients: string[], selector?: string) =>
+      audited(
+        r,
+        { op: "submit_job", requestId, jobId, clients, ...(selector ? { selector } : {}), spec: create(ExecutionSpecSchema, argv("true")) },
+        admin("SubmitJob"),
+      );
+    expect(job("j1", "job-1", [], "role=web")).toMatchObject({ ok: true });
+    expect(job("j2", "job-2", ["b", "nobody"])).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
+    expect(
+      r
+        .listAudit()
+        .entries.filter((e) => e.rpc === "SubmitJob")
+        .map((e) => [e.clientIds, e.result]),
+    ).toEqual([
+      [["a", "c"], "OK"],
+      [["b", "nobody"], "NOT_FOUND"],
+    ]);
+  });
+
+  it("a restart whose every entry was dropped still continues the sequence after the last dropped one; rows restore in seq order", () => {
+    const r = new ServerRig({ auditMax: 1 });
+    r.connect("a");
+    for (let i = 1; i <= 12; i++) audited(r, { op: "set_draining", requestId: `d${i}`, clientId: "a", draining: true }, admin("SetClientDraining", `#${i}`));
+    // Only the counter remains: the sequence resumes after its throughSeq.
+    const tables = r.disk.tables();
+    const back = restoreServer(r.cfg, { get: (t) => (t === "audit" ? new Map() : tables.get(t)) }, 2);
+    serverInvariants(back);
+    r.st = back;
+    audited(r, { op: "set_draining", requestId: "d13", clientId: "a", draining: true }, admin("SetClientDraining", "#13"));
+    expect(r.listAudit().entries.map((e) => [Number(e.seq), e.summary])).toEqual([[12, "#13"]]);
+  });
+
+  it("the invariants catch an entry out of order, one with too many clients, one beyond the sequence, and a log over its bound", () => {
+    const fresh = () => {
+      const r = new ServerRig({ auditMax: 3 });
+      r.connect("a");
+      for (let i = 1; i <= 3; i++) audited(r, { op: "set_draining", requestId: `d${i}`, clientId: "a", draining: true }, admin("SetClientDraining"));
+      serverInvariants(r.st);
+      return r;
+    };
+    const corrupt: Array<[string, (r: ServerRig) => void, RegExp]> = [
+      ["key and seq differ", (r) => void (r.st.audit.get(2)!.seq = 7), /audit entry 2 out of order/],
+      [
+        "order",
+        (r) => {
+          const e = r.st.audit.get(1)!;
+          r.st.audit.delete(1);
+          r.st.audit.set(1, e);
+        },
+        /audit entry 1 out of order/,
+      ],
+      [
+        "too many clients",
+        (r) => void (r.st.audit.get(3)!.clients = Array.from({ length: MAX_AUDIT_CLIENTS_PER_ENTRY + 1 }, (_, i) => `c${i}`)),
+        /lists too many clients/,
+      ],
+      ["beyond the sequence", (r) => void (r.st.auditSeq = 2), /beyond the audit sequence/],
+      ["over the bound", (r) => void r.st.audit.set(4, { ...r.st.audit.get(3)!, seq: 4 }), /audit log over its bound/],
+    ];
+    for (const [name, hurt, message] of corrupt) {
+      const r = fresh();
+      if (name === "over the bound") r.st.auditSeq = 4;
+      hurt(r);
+      expect(() => serverInvariants(r.st), name).toThrow(InvariantViolation);
+      expect(() => serverInvariants(r.st), name).toThrow(message);
+    }
+    // Exactly at the bound with a full list of clients is healthy.
+    const ok = fresh();
+    ok.st.audit.get(3)!.clients = Array.from({ length: MAX_AUDIT_CLIENTS_PER_ENTRY }, (_, i) => `c${i}`);
+    serverInvariants(ok.st);
   });
 });
