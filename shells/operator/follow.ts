@@ -184,7 +184,7 @@ async function noteWaiting(
   uuid: string,
   everyMs: number,
   signal: AbortSignal,
-  known?: { state: CommandLifecycle; waitingReason: string },
+  known?: FollowOptions["known"],
 ): Promise<void> {
   let last = "";
   if (known) {
