@@ -7,9 +7,9 @@
 // is accounted for. A resend with other bytes or an offset that does not
 // continue contradicts stored history: the session closes with
 // CODE_SEQUENCE_VIOLATION and the command ends interrupted ("history
-// diverged", with an incident), else the pinned resend would repeat forever. The event is persisted and
-// the cumulative EventAck leaves only once that persist is durable (R-O3:
-// `releaseAck`, `sendAcks`). When ingress bytes awaiting durability exceed
+// diverged", with an incident), else the pinned resend would repeat forever.
+// The event is persisted and the cumulative EventAck leaves only once that
+// persist is durable (R-O3: `releaseAck`, `sendAcks`). When ingress bytes awaiting durability exceed
 // the high watermark the connection is closed without acknowledgement (R-W7).
 
 import { toBinary } from "@bufbuild/protobuf";
@@ -29,6 +29,20 @@ import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, closeConn, sendAck } from "./io.js";
 import { addToSegments } from "./retention.js";
 import { releaseStdin } from "./stdin.js";
+
+/** An event contradicts stored history: interrupt the command with an incident, then close (see handleCommandEvent). */
+function diverged(st: ServerState, ctx: ServerCtx, c: ServerCommand, fail: Fail, message: string): void {
+  setState(st, ctx, c, L.INTERRUPTED, "server", `history diverged: ${message}`);
+  openIncident(
+    st,
+    ctx,
+    c.clientId,
+    c.uuid,
+    "history_diverged",
+    `${message}: the agent's events contradict those stored for this command; two copies of this instance (a cloned host?) ran it, or the agent resent an event with other bytes (R-O2). Stored output is kept as it is; the command was interrupted`,
+  );
+  fail(Code.SEQUENCE_VIOLATION, message, true);
+}
 
 const streamName = (s: OutputStream): StreamName | null => (s === OutputStream.STDOUT ? "stdout" : s === OutputStream.STDERR ? "stderr" : null);
 
@@ -70,20 +84,8 @@ export function handleCommandEvent(
   // incident (as reconciliation does for a copy that is behind, "diverged"),
   // and the session still closes with the violation. From then on the copy's
   // events are ignored (above) and the next ReconcileResult terminates it.
-  const diverged = (message: string): void => {
-    if (!isTerminal(c.state)) {
-      setState(st, ctx, c, L.INTERRUPTED, "server", `history diverged: ${message}`);
-      openIncident(
-        st,
-        ctx,
-        c.clientId,
-        c.uuid,
-        "history_diverged",
-        `${message}: the agent's events contradict those stored for this command; two copies of this instance (a cloned host?) ran it, or the agent resent an event with other bytes (R-O2). Stored output is kept as it is; the command was interrupted`,
-      );
-    }
-    fail(Code.SEQUENCE_VIOLATION, message, true);
-  };
+  // (`diverged()`, at the top of this file; the command is never terminal
+  // where it is called: the check above returned.)
   // The digest of the event's bytes as received: every retry must resend
   // identical bytes (R-O2). For a canonical encoder (every RVBox agent:
   // protobuf-es, whose sub-message bytes inside an envelope are those of the
@@ -103,7 +105,7 @@ export function handleCommandEvent(
   }
   if (seq <= c.ingest.receivedThrough) {
     const known = c.ingest.digests[seq];
-    if (known !== undefined && known !== digest) return diverged(`event ${seq} of ${c.uuid} resent with different bytes`);
+    if (known !== undefined && known !== digest) return diverged(st, ctx, c, fail, `event ${seq} of ${c.uuid} resent with different bytes`);
     if (seq <= c.ingest.storedThrough) sendAck(ctx, conn, c.uuid, c.ingest.storedThrough);
     return;
   }
@@ -133,7 +135,8 @@ export function handleCommandEvent(
       if (size > MAX_CHUNK_BYTES) return fail(Code.PAYLOAD_TOO_LARGE, `output chunk declares ${size} bytes`, true);
       if (e.value.zstdData.length > MAX_CHUNK_BYTES + 1024) return fail(Code.PAYLOAD_TOO_LARGE, "compressed chunk larger than any 64 KiB input needs", true);
       const offset = safeNumber(e.value.streamOffset);
-      if (offset !== c.ingest.streamNext[stream]) return diverged(`${stream} offset ${e.value.streamOffset}, expected ${c.ingest.streamNext[stream]}`);
+      if (offset !== c.ingest.streamNext[stream])
+        return diverged(st, ctx, c, fail, `${stream} offset ${e.value.streamOffset}, expected ${c.ingest.streamNext[stream]}`);
       const chk = env.ports.checkCompressed(e.value.zstdData, size);
       if (!chk.ok) return fail(chk.code, chk.message, true);
       c.ingest.streamNext[stream] += size;
@@ -150,7 +153,7 @@ export function handleCommandEvent(
         const offset = safeNumber(r.offset);
         const length = safeNumber(r.length);
         if (!stream || offset === null || length === null || length === 0) return fail(Code.PROTOCOL_ERROR, "bad truncation range", true);
-        if (offset !== next[stream]) return diverged(`truncation of ${stream} at ${offset}, expected ${next[stream]}`);
+        if (offset !== next[stream]) return diverged(st, ctx, c, fail, `truncation of ${stream} at ${offset}, expected ${next[stream]}`);
         next[stream] += length;
         ranges.push({ stream, offset, length });
       }
