@@ -17,6 +17,12 @@ interface FakeOpts {
   numbered?: boolean;
   /** Delay (ms) before the server sees request n: the order requests arrive in. */
   arrival?: (n: number) => number;
+  /**
+   * Request n is held until request n+1 has reached the server (or 100 ms
+   * passed, when n+1 never comes): n+1 overtakes it whenever the CLI has sent
+   * both, however loaded the machine (a timer alone decides nothing there).
+   */
+  overtakenBy?: (n: number) => boolean;
   /** Refuse the first k writes for capacity. */
   capacityRefusals?: number;
   /** The command ends once this many bytes have been taken. */
@@ -36,13 +42,24 @@ function fakeServer(o: FakeOpts = {}) {
   let ended = false;
   let capacityLeft = o.capacityRefusals ?? 0;
   const seen = new Map<string, bigint>();
+  const arrivalOf = new Map<number, () => void>();
   const sink: StdinSink = {
     async write(data, requestId, after) {
       const n = requests++;
+      arrivalOf.get(n - 1)?.();
       inFlight++;
       maxInFlight = Math.max(maxInFlight, inFlight);
       maxPiece = Math.max(maxPiece, data.length);
       try {
+        if (o.overtakenBy?.(n)) {
+          let timer: NodeJS.Timeout | undefined;
+          await new Promise<void>((r) => {
+            arrivalOf.set(n, r);
+            timer = setTimeout(r, 100);
+          });
+          clearTimeout(timer);
+          arrivalOf.delete(n);
+        }
         await new Promise((r) => setTimeout(r, o.arrival?.(n) ?? 0));
         const prior = seen.get(requestId);
         if (prior !== undefined) return { writeSeq: prior, afterChecked: o.numbered !== false && after !== undefined };
@@ -102,7 +119,7 @@ describe("stdin pump", () => {
   it("R-S1: requests that reach the server out of order are resent in order: the command's stdin is the input, byte for byte", async () => {
     const data = input(6 * 1024 * 1024 + 123);
     // Every other request is overtaken by the next one.
-    const srv = fakeServer({ arrival: (n) => (n % 2 === 0 ? 6 : 0) });
+    const srv = fakeServer({ overtakenBy: (n) => n % 2 === 0 });
     const st = await pumpStdin(Readable.from(data), srv.sink, new AbortController().signal);
     expect(srv.stdin().equals(Buffer.concat(data))).toBe(true);
     expect(srv.stats().closed).toBe(true);
