@@ -10,6 +10,7 @@
  * server is asked for its stored zstd frames (accept_zstd) and they are
  * decoded here (follow-zstd.ts), before the cursor sees them.
  */
+import { Writable } from "node:stream";
 import zlib from "node:zlib";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -74,6 +75,9 @@ export interface LineOptions {
   timestamps?: boolean;
 }
 
+/** The stored tail is written in pieces of at most this many bytes. */
+const LIVE_WRITE_BYTES = 256 * 1024;
+
 /** A partial line longer than this is written out as a line of its own. */
 const MAX_LINE_BYTES = 64 * 1024;
 
@@ -86,31 +90,46 @@ type Sink = "stdout" | "stderr";
  * line per stream.
  */
 class LineShaper {
-  private partial: Record<StreamName, { parts: Uint8Array[]; bytes: number; time: number }> = {
-    stdout: { parts: [], bytes: 0, time: 0 },
-    stderr: { parts: [], bytes: 0, time: 0 },
-  };
-  private ring: Array<{ to: Sink; data: Uint8Array }> | null;
+  private partial: Record<StreamName, { parts: Uint8Array[]; bytes: number; time: number; cut: boolean }>;
+  private ring: Ring<{ to: Sink; data: Uint8Array; cut: boolean }> | null;
+  /**
+   * In a probe (`tailStart`), what live() or end() found instead of printing: whether the ring
+   * holds exactly the last `tail` lines a read from event 1 would have kept.
+   */
+  verdict: boolean | null = null;
+  /** Output lines seen that began inside the read (a probe's measure of how far back to look). */
+  whole = 0;
+  /**
+   * @param midway the read starts after event 1: each stream's first line may have begun in an
+   *   earlier event, so it is marked cut until that stream's first newline (or a first output at
+   *   offset 0, which starts the stream)
+   * @param probe print nothing: live() and end() only set `verdict`
+   */
   constructor(
     private readonly o: LineOptions,
     private readonly out: (to: Sink, data: Uint8Array) => Promise<void>,
+    private readonly midway = false,
+    private readonly probe = false,
   ) {
-    this.ring = o.tail !== undefined ? [] : null;
+    this.ring = o.tail !== undefined ? new Ring(o.tail) : null;
+    this.partial = {
+      stdout: { parts: [], bytes: 0, time: 0, cut: midway },
+      stderr: { parts: [], bytes: 0, time: 0, cut: midway },
+    };
   }
 
-  private async line(to: Sink, data: Uint8Array): Promise<void> {
-    if (this.ring) {
-      this.ring.push({ to, data });
-      if (this.ring.length > this.o.tail!) this.ring.shift();
-    } else await this.out(to, data);
+  private async line(to: Sink, data: Uint8Array, cut = false): Promise<void> {
+    if (this.ring) this.ring.push({ to, data, cut });
+    else await this.out(to, data);
   }
 
   private stamp(time: number): string {
     return this.o.timestamps ? `${time > 0 ? new Date(time).toISOString() : "-"} ` : "";
   }
 
-  async output(stream: StreamName, to: Sink, data: Uint8Array, time: number): Promise<void> {
+  async output(stream: StreamName, to: Sink, data: Uint8Array, time: number, offset: number): Promise<void> {
     const p = this.partial[stream];
+    if (p.cut && p.bytes === 0 && offset === 0) p.cut = false;
     let start = 0;
     for (;;) {
       if (p.bytes === 0) p.time = time;
@@ -122,6 +141,7 @@ class LineShaper {
         p.bytes += piece.length;
       }
       if (nl >= 0 || p.bytes >= MAX_LINE_BYTES) await this.flushPartial(stream, to);
+      if (nl >= 0) p.cut = false; // the next line of this stream starts inside the read
       if (nl < 0) return;
       start = end;
       if (start >= data.length) return;
@@ -131,27 +151,71 @@ class LineShaper {
   private async flushPartial(stream: StreamName, to: Sink): Promise<void> {
     const p = this.partial[stream];
     if (p.bytes === 0) return;
-    const body = Buffer.concat(p.parts);
+    // Decoded output is never reused when lines are shaped (`pooled` is off): a one-part line is kept as it is.
+    const body = p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes);
     p.parts = [];
     p.bytes = 0;
-    await this.line(to, this.o.timestamps ? Buffer.concat([Buffer.from(this.stamp(p.time)), body]) : body);
+    if (!p.cut) this.whole++;
+    await this.line(to, this.o.timestamps ? Buffer.concat([Buffer.from(this.stamp(p.time)), body]) : body, p.cut);
   }
 
-  async marker(text: string): Promise<void> {
-    await this.line("stderr", Buffer.from(text));
+  async marker(text: string, cut = false): Promise<void> {
+    await this.line("stderr", Buffer.from(text), cut);
   }
 
   /** The stored part is read: print the tail, then lines as they come. */
   async live(): Promise<void> {
     const r = this.ring;
     if (!r) return;
+    const lines = r.items();
+    if (this.probe) {
+      // Exact when no kept line may have begun before the read, and the ring is full (or the
+      // read began at event 1, where nothing is cut: a short ring is then all there is).
+      this.verdict = !lines.some((l) => l.cut) && (lines.length >= this.o.tail! || !this.midway);
+      return;
+    }
     this.ring = null;
-    for (const l of r) await this.out(l.to, l.data);
+    // Consecutive lines for one sink go out as one write of up to LIVE_WRITE_BYTES.
+    let group: Uint8Array[] = [];
+    let bytes = 0;
+    let to: Sink = "stdout";
+    const flush = async (): Promise<void> => {
+      if (group.length === 0) return;
+      const data = group.length === 1 ? group[0]! : Buffer.concat(group, bytes);
+      group = [];
+      bytes = 0;
+      await this.out(to, data);
+    };
+    for (const l of lines) {
+      if (l.to !== to || bytes + l.data.length > LIVE_WRITE_BYTES) await flush();
+      to = l.to;
+      group.push(l.data);
+      bytes += l.data.length;
+    }
+    await flush();
   }
 
   async end(sinkOf: (s: StreamName) => Sink): Promise<void> {
     for (const s of ["stdout", "stderr"] as const) await this.flushPartial(s, sinkOf(s));
     await this.live();
+  }
+}
+
+/** The last `size` items pushed, oldest first (a circular buffer: `--tail 100000` of a million lines stays linear). */
+class Ring<T> {
+  private readonly buf: T[] = [];
+  private head = 0; // index of the oldest once the buffer is full
+  constructor(private readonly size: number) {}
+  push(x: T): void {
+    if (this.size === 0) return;
+    if (this.buf.length < this.size) this.buf.push(x);
+    else {
+      this.buf[this.head] = x;
+      this.head = (this.head + 1) % this.size;
+    }
+  }
+  items(): T[] {
+    return [...this.buf.slice(this.head), ...this.buf.slice(0, this.head)];
   }
 }
 
@@ -229,6 +293,10 @@ export interface FollowResult {
   bytes: { stdout: number; stderr: number };
   markers: number;
   aborted: boolean;
+  /** A probe's verdict (internal to `--tail`): its window held the whole tail. */
+  tailExact?: boolean;
+  /** A probe's count of the output lines that began inside its window. */
+  wholeLines?: number;
 }
 
 /**
@@ -336,19 +404,78 @@ function concerns(it: OutputItem, stream: StreamName | undefined): boolean {
   return true;
 }
 
+/**
+ * `--tail N` reads back from the end: the stored events are read in windows ending at the last
+ * stored event, each longer than the one before (the first is TAIL_FIRST_WINDOW events; the
+ * next as long as the lines seen so far say the tail needs), until a window holds N whole lines (`LineShaper`'s probe), and
+ * the output is then read from that window's first event. So `logs ID --tail 20` of a long
+ * command reads about the bytes of its last lines, not the whole output; what it prints is
+ * what a read from event 1 would print (test/cli/follow-tail.test.ts compares the two).
+ * Not with --since (the lines it keeps are chosen by time, not by position).
+ */
+const TAIL_FIRST_WINDOW = 4;
+const TAIL_WINDOW_GROWTH_MAX = 64;
+
+interface InnerOptions extends FollowOptions {
+  /** The last event stored when the read began (the tail is taken through it); absent: asked. */
+  storedAtStart?: number;
+  /** A probe of `tailStart`: print nothing; stop once the tail through `storedAtStart` is known. */
+  probe?: boolean;
+}
+
 export async function followOutput(client: ControlClient, io: FollowIO, o: FollowOptions): Promise<FollowResult> {
+  const tail = o.lines?.tail;
+  if (tail === undefined || o.lines!.since !== undefined || (o.from ?? 1) > 1) return followFrom(client, io, o);
+  let stored: number;
+  try {
+    const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
+    stored = c ? Number(c.storedThroughEventSeq) : 0;
+  } catch (err) {
+    throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
+  }
+  const from = tail === 0 ? stored + 1 : await tailStart(client, o, stored);
+  return followFrom(client, io, { ...o, from, storedAtStart: stored });
+}
+
+/** The first event of the shortest window (ending at `stored`) that holds the last `tail` lines; 1 when it is all. */
+async function tailStart(client: ControlClient, o: FollowOptions, stored: number): Promise<number> {
+  const discard: FollowIO = { stdout: nullSink(), stderr: nullSink() };
+  const want = o.lines!.tail!;
+  for (let events = TAIL_FIRST_WINDOW; ; ) {
+    const from = stored - events + 1;
+    if (from <= 1) return 1;
+    const r = await followFrom(client, discard, { ...o, from, follow: false, waitingPollMs: 0, storedAtStart: stored, probe: true, onItem: undefined });
+    if (r.aborted) return from; // Ctrl-C: the read that follows ends at once too
+    if (r.tailExact) return from;
+    // Longer by what the lines seen so far suggest (a quarter to spare), at least doubled and
+    // at most TAIL_WINDOW_GROWTH_MAX times: lines of one event each and 600 to an event both
+    // take a few probes.
+    const guess = Math.ceil((events * want * 1.25) / Math.max(1, r.wholeLines ?? 0));
+    events = Math.min(events * TAIL_WINDOW_GROWTH_MAX, Math.max(events * 2, guess));
+  }
+}
+
+function nullSink(): NodeJS.WritableStream {
+  return new Writable({ write: (_c, _e, cb) => cb() });
+}
+
+async function followFrom(client: ControlClient, io: FollowIO, o: InnerOptions): Promise<FollowResult> {
   const res: FollowResult = { finished: null, bytes: { stdout: 0, stderr: 0 }, markers: 0, aborted: false };
   const sinkOf = (s: StreamName | "unknown"): Sink => (s === "stderr" && !o.onlyStreamToStdout ? "stderr" : "stdout");
-  const shaper = o.lines ? new LineShaper(o.lines, (to, data) => write(to === "stderr" ? io.stderr : io.stdout, data)) : null;
+  const shaper = o.lines
+    ? new LineShaper(o.lines, (to, data) => write(to === "stderr" ? io.stderr : io.stdout, data), (o.from ?? 1) > 1, o.probe === true)
+    : null;
   // With --tail and --follow: the tail is what is stored now; lines after it are live.
   let storedAtStart = Number.POSITIVE_INFINITY;
-  if (shaper && o.lines!.tail !== undefined && o.follow) {
-    try {
-      const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
-      storedAtStart = c ? Number(c.storedThroughEventSeq) : 0;
-    } catch (err) {
-      throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
-    }
+  if (shaper && o.lines!.tail !== undefined && (o.follow || o.probe)) {
+    if (o.storedAtStart !== undefined) storedAtStart = o.storedAtStart;
+    else
+      try {
+        const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
+        storedAtStart = c ? Number(c.storedThroughEventSeq) : 0;
+      } catch (err) {
+        throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
+      }
   }
   const acceptZstd = o.acceptZstd ?? zstdFramesWanted();
   // Decoded bytes die with their batch when they go straight to file descriptors (a write's
@@ -363,7 +490,10 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
       return new m.FrameDecoder(pooled, FOLLOW_MAX_BATCH_BYTES + 1);
     }));
   const pending = new PendingWrite((to, parts) => writeMany(to === "stderr" ? io.stderr : io.stdout, parts));
-  const marker = async (text: string): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`) : write(io.stderr, `rvbox: ${text}\n`));
+  const marker = async (text: string, cut = false): Promise<void> => (shaper ? shaper.marker(`rvbox: ${text}\n`, cut) : write(io.stderr, `rvbox: ${text}\n`));
+  // A read that starts midway shows a marker whose event range began before it clipped to that
+  // range: the same marker read from event 1 says more, so it may not be kept as it is.
+  const clipped = (x: OutputItem): boolean => (o.from ?? 1) > 1 && x.kind === "truncation" && x.events !== null && x.events.first <= o.from!;
   let cursor = newCursor(o.from ?? 1);
   let outageSince: number | null = null;
   let delay = 200;
@@ -451,23 +581,35 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
               if (x.kind === "output") {
                 const s = x.stream === "stderr" ? "stderr" : "stdout";
                 res.bytes[s] += x.data.length;
-                if (shaper) await shaper.output(s, sinkOf(s), x.data, time);
+                if (shaper) await shaper.output(s, sinkOf(s), x.data, time, x.offset);
                 else await pending.add(sinkOf(s), x.data);
               } else if (x.kind === "truncation" || x.kind === "incomplete" || x.kind === "gap") {
                 await pending.flush();
                 res.markers++;
-                await marker(eventText(x) ?? x.kind);
+                await marker(eventText(x) ?? x.kind, clipped(x));
               } else if (o.events) {
                 await pending.flush();
                 await marker(eventText(x) ?? x.kind);
               }
             }
-            if (shaper && next > storedAtStart) await shaper.live();
+            if (shaper && next > storedAtStart) {
+              await shaper.live();
+              if (shaper.verdict !== null) {
+                res.tailExact = shaper.verdict;
+                res.wholeLines = shaper.whole;
+                release();
+                return res;
+              }
+            }
           }
           await pending.flush();
           release();
         }
         await shaper?.end(sinkOf);
+        if (shaper?.verdict != null) {
+          res.tailExact = shaper.verdict;
+          res.wholeLines = shaper.whole;
+        }
         return res;
       } catch (err) {
         if (o.signal?.aborted) {
