@@ -10,7 +10,6 @@
  * server is asked for its stored zstd frames (accept_zstd) and they are
  * decoded here (follow-zstd.ts), before the cursor sees them.
  */
-import { Writable } from "node:stream";
 import zlib from "node:zlib";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -75,8 +74,8 @@ export interface LineOptions {
   timestamps?: boolean;
 }
 
-/** The stored tail is written in pieces of at most this many bytes. */
-const LIVE_WRITE_BYTES = 256 * 1024;
+/** Shaped lines (--tail, --since, --timestamps) are written in pieces of at most this many bytes. */
+const LINE_WRITE_BYTES = 256 * 1024;
 
 /** A partial line longer than this is written out as a line of its own. */
 const MAX_LINE_BYTES = 64 * 1024;
@@ -86,45 +85,74 @@ type Sink = "stdout" | "stderr";
 /**
  * Output as lines: a timestamp on each line where it starts, a ring of the
  * last N lines (markers take a line too) until the stored part has been read.
+ * Lines are kept in the order they end; at the end of a read, a stream's
+ * unterminated last line takes its place by its last byte (so `--tail` of a
+ * long stdout after an early `printf 'x' >&2` ends with stdout's lines).
  * Memory: at most `tail` lines of at most MAX_LINE_BYTES, plus one partial
  * line per stream.
  */
 class LineShaper {
-  private partial: Record<StreamName, { parts: Uint8Array[]; bytes: number; time: number; cut: boolean }>;
+  private partial: Record<StreamName, { parts: Uint8Array[]; bytes: number; time: number; cut: boolean; lastAt: number }>;
   private ring: Ring<{ to: Sink; data: Uint8Array; cut: boolean }> | null;
+  /** Lines pushed into the ring so far. */
+  private completed = 0;
   /**
-   * In a probe (`tailStart`), what live() or end() found instead of printing: whether the ring
-   * holds exactly the last `tail` lines a read from event 1 would have kept.
+   * A windowed read's verdict (`followOutput`, --tail): whether the lines it kept are exactly
+   * the last `tail` lines a read from event 1 would keep. Only then does it print them.
    */
   verdict: boolean | null = null;
-  /** Output lines seen that began inside the read (a probe's measure of how far back to look). */
+  /** Output lines seen that began inside the read (how far back the next window should look). */
   whole = 0;
   /**
-   * @param midway the read starts after event 1: each stream's first line may have begun in an
+   * @param windowed the read starts after event 1: each stream's first line may have begun in an
    *   earlier event, so it is marked cut until that stream's first newline (or a first output at
-   *   offset 0, which starts the stream)
-   * @param probe print nothing: live() and end() only set `verdict`
+   *   offset 0, which starts the stream); end() prints the tail only when no cut line is in it
    */
   constructor(
     private readonly o: LineOptions,
     private readonly out: (to: Sink, data: Uint8Array) => Promise<void>,
-    private readonly midway = false,
-    private readonly probe = false,
+    private readonly windowed = false,
   ) {
     this.ring = o.tail !== undefined ? new Ring(o.tail) : null;
     this.partial = {
-      stdout: { parts: [], bytes: 0, time: 0, cut: midway },
-      stderr: { parts: [], bytes: 0, time: 0, cut: midway },
+      stdout: { parts: [], bytes: 0, time: 0, cut: windowed, lastAt: 0 },
+      stderr: { parts: [], bytes: 0, time: 0, cut: windowed, lastAt: 0 },
     };
   }
 
   private async line(to: Sink, data: Uint8Array, cut = false): Promise<void> {
-    if (this.ring) this.ring.push({ to, data, cut });
-    else await this.out(to, data);
+    if (this.ring) {
+      this.ring.push({ to, data, cut });
+      this.completed++;
+    } else await this.emit(to, data);
   }
 
-  private stamp(time: number): string {
-    return this.o.timestamps ? `${time > 0 ? new Date(time).toISOString() : "-"} ` : "";
+  /** Lines for one sink gathered into writes of up to LINE_WRITE_BYTES (one write per line made `--timestamps` of 64 MiB take seconds). */
+  private group: { to: Sink; parts: Uint8Array[]; bytes: number } = { to: "stdout", parts: [], bytes: 0 };
+
+  private async emit(to: Sink, data: Uint8Array): Promise<void> {
+    const g = this.group;
+    if (g.parts.length > 0 && (g.to !== to || g.bytes + data.length > LINE_WRITE_BYTES)) await this.flushOut();
+    this.group.to = to;
+    this.group.parts.push(data);
+    this.group.bytes += data.length;
+  }
+
+  /** Write what is gathered (at the end of every batch, so live lines are not held back). */
+  async flushOut(): Promise<void> {
+    const g = this.group;
+    if (g.parts.length === 0) return;
+    const data = g.parts.length === 1 ? g.parts[0]! : Buffer.concat(g.parts, g.bytes);
+    this.group = { to: g.to, parts: [], bytes: 0 };
+    await this.out(g.to, data);
+  }
+
+  private stampCache = { time: Number.NaN, bytes: Buffer.alloc(0) };
+
+  /** The `--timestamps` prefix (one per event time, not one per line: an event holds hundreds of lines). */
+  private stamp(time: number): Buffer {
+    if (time !== this.stampCache.time) this.stampCache = { time, bytes: Buffer.from(`${time > 0 ? new Date(time).toISOString() : "-"} `) };
+    return this.stampCache.bytes;
   }
 
   async output(stream: StreamName, to: Sink, data: Uint8Array, time: number, offset: number): Promise<void> {
@@ -139,6 +167,7 @@ class LineShaper {
       if (piece.length > 0) {
         p.parts.push(piece);
         p.bytes += piece.length;
+        p.lastAt = this.completed;
       }
       if (nl >= 0 || p.bytes >= MAX_LINE_BYTES) await this.flushPartial(stream, to);
       if (nl >= 0) p.cut = false; // the next line of this stream starts inside the read
@@ -148,56 +177,64 @@ class LineShaper {
     }
   }
 
-  private async flushPartial(stream: StreamName, to: Sink): Promise<void> {
+  private takePartial(stream: StreamName): { data: Uint8Array; cut: boolean } | null {
     const p = this.partial[stream];
-    if (p.bytes === 0) return;
+    if (p.bytes === 0) return null;
     // Decoded output is never reused when lines are shaped (`pooled` is off): a one-part line is kept as it is.
     const body = p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes);
     p.parts = [];
     p.bytes = 0;
     if (!p.cut) this.whole++;
-    await this.line(to, this.o.timestamps ? Buffer.concat([Buffer.from(this.stamp(p.time)), body]) : body, p.cut);
+    return { data: this.o.timestamps ? Buffer.concat([this.stamp(p.time), body]) : body, cut: p.cut };
+  }
+
+  private async flushPartial(stream: StreamName, to: Sink): Promise<void> {
+    const l = this.takePartial(stream);
+    if (l) await this.line(to, l.data, l.cut);
   }
 
   async marker(text: string, cut = false): Promise<void> {
     await this.line("stderr", Buffer.from(text), cut);
   }
 
-  /** The stored part is read: print the tail, then lines as they come. */
+  /** The stored part is read (--follow): print the tail, then lines as they end. */
   async live(): Promise<void> {
     const r = this.ring;
     if (!r) return;
-    const lines = r.items();
-    if (this.probe) {
-      // Exact when no kept line may have begun before the read, and the ring is full (or the
-      // read began at event 1, where nothing is cut: a short ring is then all there is).
-      this.verdict = !lines.some((l) => l.cut) && (lines.length >= this.o.tail! || !this.midway);
-      return;
-    }
     this.ring = null;
-    // Consecutive lines for one sink go out as one write of up to LIVE_WRITE_BYTES.
-    let group: Uint8Array[] = [];
-    let bytes = 0;
-    let to: Sink = "stdout";
-    const flush = async (): Promise<void> => {
-      if (group.length === 0) return;
-      const data = group.length === 1 ? group[0]! : Buffer.concat(group, bytes);
-      group = [];
-      bytes = 0;
-      await this.out(to, data);
-    };
-    for (const l of lines) {
-      if (l.to !== to || bytes + l.data.length > LIVE_WRITE_BYTES) await flush();
-      to = l.to;
-      group.push(l.data);
-      bytes += l.data.length;
-    }
-    await flush();
+    for (const l of r.items()) await this.emit(l.to, l.data);
+    await this.flushOut();
   }
 
   async end(sinkOf: (s: StreamName) => Sink): Promise<void> {
-    for (const s of ["stdout", "stderr"] as const) await this.flushPartial(s, sinkOf(s));
-    await this.live();
+    const r = this.ring;
+    if (!r) {
+      for (const s of ["stdout", "stderr"] as const) await this.flushPartial(s, sinkOf(s));
+      await this.flushOut();
+      return;
+    }
+    this.ring = null;
+    // The kept lines, each at its place among all lines ended (k), and each stream's
+    // unterminated last line just before the line that ended after its last byte.
+    const kept = r.items();
+    const base = this.completed - kept.length;
+    const all: Array<{ to: Sink; data: Uint8Array; cut: boolean; key: number }> = kept.map((l, i) => ({ ...l, key: base + i }));
+    for (const s of ["stdout", "stderr"] as const) {
+      const at = this.partial[s].lastAt;
+      const l = this.takePartial(s);
+      if (l) all.push({ to: sinkOf(s), ...l, key: at - 0.5 });
+    }
+    all.sort((a, b) => a.key - b.key); // stable: stdout's before stderr's at one place
+    const tail = this.o.tail!;
+    const lines = tail === 0 ? [] : all.slice(-tail);
+    if (this.windowed) {
+      // Exact when no printed line may have begun before the window, and there are `tail` of
+      // them (a line hidden before the window then has `tail` later lines after it).
+      this.verdict = !lines.some((l) => l.cut) && lines.length >= tail;
+      if (!this.verdict) return;
+    }
+    for (const l of lines) await this.emit(l.to, l.data);
+    await this.flushOut();
   }
 }
 
@@ -293,9 +330,9 @@ export interface FollowResult {
   bytes: { stdout: number; stderr: number };
   markers: number;
   aborted: boolean;
-  /** A probe's verdict (internal to `--tail`): its window held the whole tail. */
+  /** `--tail` read from a window (internal): whether it held the whole tail (and printed it). */
   tailExact?: boolean;
-  /** A probe's count of the output lines that began inside its window. */
+  /** The same read's count of the output lines that began inside its window. */
   wholeLines?: number;
 }
 
@@ -405,27 +442,22 @@ function concerns(it: OutputItem, stream: StreamName | undefined): boolean {
 }
 
 /**
- * `--tail N` reads back from the end: the stored events are read in windows ending at the last
- * stored event, each longer than the one before (the first is TAIL_FIRST_WINDOW events; the
- * next as long as the lines seen so far say the tail needs), until a window holds N whole lines (`LineShaper`'s probe), and
- * the output is then read from that window's first event. So `logs ID --tail 20` of a long
- * command reads about the bytes of its last lines, not the whole output; what it prints is
- * what a read from event 1 would print (test/cli/follow-tail.test.ts compares the two).
- * Not with --since (the lines it keeps are chosen by time, not by position).
+ * `logs ID --tail N` (without -f or --since) reads back from the end: the stored events are
+ * read in windows that end at the last one, each longer than the one before (the first is
+ * TAIL_FIRST_WINDOW events, the next as long as the lines seen so far say the tail needs, at
+ * most TAIL_WINDOW_GROWTH_MAX times longer), and the first window whose last N lines all began
+ * inside it prints them (`LineShaper`'s verdict); a window that reaches event 1 is the whole
+ * read. So the tail of a long command costs about the bytes of its last lines, and prints what
+ * a read from event 1 prints (test/cli/follow-tail.test.ts compares the two). With -f the tail
+ * is read from event 1 as before: a line still open at the end of the stored part may have
+ * begun anywhere.
  */
 const TAIL_FIRST_WINDOW = 4;
 const TAIL_WINDOW_GROWTH_MAX = 64;
 
-interface InnerOptions extends FollowOptions {
-  /** The last event stored when the read began (the tail is taken through it); absent: asked. */
-  storedAtStart?: number;
-  /** A probe of `tailStart`: print nothing; stop once the tail through `storedAtStart` is known. */
-  probe?: boolean;
-}
-
 export async function followOutput(client: ControlClient, io: FollowIO, o: FollowOptions): Promise<FollowResult> {
   const tail = o.lines?.tail;
-  if (tail === undefined || o.lines!.since !== undefined || (o.from ?? 1) > 1) return followFrom(client, io, o);
+  if (tail === undefined || o.follow || o.lines!.since !== undefined || (o.from ?? 1) > 1) return followFrom(client, io, o);
   let stored: number;
   try {
     const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
@@ -433,49 +465,31 @@ export async function followOutput(client: ControlClient, io: FollowIO, o: Follo
   } catch (err) {
     throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
   }
-  const from = tail === 0 ? stored + 1 : await tailStart(client, o, stored);
-  return followFrom(client, io, { ...o, from, storedAtStart: stored });
-}
-
-/** The first event of the shortest window (ending at `stored`) that holds the last `tail` lines; 1 when it is all. */
-async function tailStart(client: ControlClient, o: FollowOptions, stored: number): Promise<number> {
-  const discard: FollowIO = { stdout: nullSink(), stderr: nullSink() };
-  const want = o.lines!.tail!;
   for (let events = TAIL_FIRST_WINDOW; ; ) {
     const from = stored - events + 1;
-    if (from <= 1) return 1;
-    const r = await followFrom(client, discard, { ...o, from, follow: false, waitingPollMs: 0, storedAtStart: stored, probe: true, onItem: undefined });
-    if (r.aborted) return from; // Ctrl-C: the read that follows ends at once too
-    if (r.tailExact) return from;
-    // Longer by what the lines seen so far suggest (a quarter to spare), at least doubled and
-    // at most TAIL_WINDOW_GROWTH_MAX times: lines of one event each and 600 to an event both
-    // take a few probes.
-    const guess = Math.ceil((events * want * 1.25) / Math.max(1, r.wholeLines ?? 0));
+    if (from <= 1) return followFrom(client, io, o);
+    const r = await followFrom(client, io, { ...o, from });
+    if (r.aborted || r.tailExact) return r;
+    // Longer by what the lines seen so far suggest (a quarter to spare), at least doubled:
+    // lines of one event each and 600 to an event both take a few windows.
+    const guess = Math.ceil((events * Math.max(tail, 1) * 1.25) / Math.max(1, r.wholeLines ?? 0));
     events = Math.min(events * TAIL_WINDOW_GROWTH_MAX, Math.max(events * 2, guess));
   }
 }
 
-function nullSink(): NodeJS.WritableStream {
-  return new Writable({ write: (_c, _e, cb) => cb() });
-}
-
-async function followFrom(client: ControlClient, io: FollowIO, o: InnerOptions): Promise<FollowResult> {
+async function followFrom(client: ControlClient, io: FollowIO, o: FollowOptions): Promise<FollowResult> {
   const res: FollowResult = { finished: null, bytes: { stdout: 0, stderr: 0 }, markers: 0, aborted: false };
   const sinkOf = (s: StreamName | "unknown"): Sink => (s === "stderr" && !o.onlyStreamToStdout ? "stderr" : "stdout");
-  const shaper = o.lines
-    ? new LineShaper(o.lines, (to, data) => write(to === "stderr" ? io.stderr : io.stdout, data), (o.from ?? 1) > 1, o.probe === true)
-    : null;
+  const shaper = o.lines ? new LineShaper(o.lines, (to, data) => write(to === "stderr" ? io.stderr : io.stdout, data), (o.from ?? 1) > 1) : null;
   // With --tail and --follow: the tail is what is stored now; lines after it are live.
   let storedAtStart = Number.POSITIVE_INFINITY;
-  if (shaper && o.lines!.tail !== undefined && (o.follow || o.probe)) {
-    if (o.storedAtStart !== undefined) storedAtStart = o.storedAtStart;
-    else
-      try {
-        const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
-        storedAtStart = c ? Number(c.storedThroughEventSeq) : 0;
-      } catch (err) {
-        throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
-      }
+  if (shaper && o.lines!.tail !== undefined && o.follow) {
+    try {
+      const c = (await client.getCommand({ issueUuid: o.uuid }, { signal: o.signal })).command;
+      storedAtStart = c ? Number(c.storedThroughEventSeq) : 0;
+    } catch (err) {
+      throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
+    }
   }
   const acceptZstd = o.acceptZstd ?? zstdFramesWanted();
   // Decoded bytes die with their batch when they go straight to file descriptors (a write's
@@ -592,17 +606,10 @@ async function followFrom(client: ControlClient, io: FollowIO, o: InnerOptions):
                 await marker(eventText(x) ?? x.kind);
               }
             }
-            if (shaper && next > storedAtStart) {
-              await shaper.live();
-              if (shaper.verdict !== null) {
-                res.tailExact = shaper.verdict;
-                res.wholeLines = shaper.whole;
-                release();
-                return res;
-              }
-            }
+            if (shaper && next > storedAtStart) await shaper.live();
           }
           await pending.flush();
+          await shaper?.flushOut();
           release();
         }
         await shaper?.end(sinkOf);
