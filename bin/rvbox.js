@@ -83,7 +83,9 @@ if (tooOld(process.versions.node)) {
     await import(pathToFileURL(entry).href);
   } else {
     const { register } = await import("tsx/esm/api");
-    register();
+    // This tree's tsconfig, wherever rvbox is started from: tsx would otherwise look for one
+    // in the working directory, and without it compile the TUI's JSX for a global React.
+    register({ tsconfig: fileURLToPath(new URL("../tsconfig.json", import.meta.url)) });
     await import("./rvbox.ts");
   }
 }

@@ -51,6 +51,19 @@ export class TmuxSession {
     this.tmux("new-session", "-d", "-s", this.name, "-x", String(this.width), "-y", String(this.height), cmd);
   }
 
+  /**
+   * Start `rvbox ARGS` as the README runs it: bin/rvbox.js executed as a program (its `sh`
+   * line picks the project's Node), from the working directory `cwd`, which need not be in
+   * the tree.
+   */
+  startInstalled(args: string[], env: Record<string, string>, cwd: string): void {
+    const envs = Object.entries({ CI: "0", CONTINUOUS_INTEGRATION: "0", TERM: "xterm-256color", ...env })
+      .map(([k, v]) => `${k}=${q(v)}`)
+      .join(" ");
+    const cmd = `cd ${q(cwd)} && env ${envs} ${q(path.join(ROOT, "bin/rvbox.js"))} ${args.map(q).join(" ")}; echo "[exited $?]"; sleep 30`;
+    this.tmux("new-session", "-d", "-s", this.name, "-x", String(this.width), "-y", String(this.height), cmd);
+  }
+
   screen(): string {
     return this.tmux("capture-pane", "-p", "-t", this.name);
   }
