@@ -591,11 +591,14 @@ export function operatorUsage(name: string): string | undefined {
 function defaultIO(): OperatorIO {
   // `rvbox ls | head`, `rvbox logs ID | head`: once the reader is gone, end at
   // once and quietly (SIGPIPE's status), whatever was writing.
+  // Any other write error (a full disk under `rvbox logs ID > file`: ENOSPC) ends it too, with
+  // a message and status 1: never a crash, never 0 with the output cut short.
   for (const s of [process.stdout, process.stderr]) {
     if (s.listenerCount("error") === 0)
       s.on("error", (e) => {
         if (isClosedOutput(e)) process.exit(EXIT.OUTPUT_CLOSED);
-        throw e;
+        if (s !== process.stderr) writeFailureNote(e);
+        process.exit(EXIT.ERROR);
       });
   }
   return {
@@ -632,12 +635,33 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
   // Not a spread: that would read the lazy `stdin` getter.
   const io: OperatorIO = defaultIO();
   for (const [k, v] of Object.entries(ioIn)) Object.defineProperty(io, k, { value: v, enumerable: true, writable: true, configurable: true });
+  let code: number;
   try {
-    return await runWith(io, argv);
+    code = await runWith(io, argv);
   } finally {
     // The caller exits next (process.exit), which drops writes still queued in
     // this process: a pipe that was full when the last output or marker went out.
     await Promise.all([flushed(io.stdout), flushed(io.stderr)]);
+  }
+  // A write that failed at the end (`rvbox ls > /dev/full`): its 'error' event may not have
+  // been emitted yet, but the stream knows. (A failure the command already reported, as
+  // `logs` does, came with a status of its own.)
+  const failed = writeError(io.stdout) ?? writeError(io.stderr);
+  if (failed === null || code !== EXIT.OK) return code;
+  if (isClosedOutput(failed)) return EXIT.OUTPUT_CLOSED;
+  if (writeError(io.stdout) !== null) writeFailureNote(failed, io.stderr);
+  return EXIT.ERROR;
+}
+
+function writeError(s: NodeJS.WritableStream): unknown {
+  return (s as { errored?: unknown }).errored ?? null;
+}
+
+function writeFailureNote(e: unknown, to: NodeJS.WritableStream = process.stderr): void {
+  try {
+    to.write(`rvbox: cannot write the output: ${e instanceof Error ? e.message : String(e)}\n`);
+  } catch {
+    // stderr is failing as well: the status says it.
   }
 }
 

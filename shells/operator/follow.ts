@@ -10,6 +10,7 @@
  * server is asked for its stored zstd frames (accept_zstd) and they are
  * decoded here (follow-zstd.ts), before the cursor sees them.
  */
+import { writevSync } from "node:fs";
 import zlib from "node:zlib";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -381,17 +382,36 @@ export function isClosedOutput(e: unknown): boolean {
  */
 async function write(s: NodeJS.WritableStream, data: Uint8Array | string): Promise<void> {
   const w = watch(s);
-  if (w.error !== null) throw new OutputClosedError(w.error);
+  if (w.error !== null) throw outputFailure(w.error);
   await new Promise<void>((resolve, reject) => {
-    const onError = (e: unknown) => reject(new OutputClosedError(e));
+    const onError = (e: unknown) => reject(outputFailure(e));
     w.waiters.add(onError);
-    s.write(data, (e?: Error | null) => {
+    try {
+      s.write(data, (e?: Error | null) => {
+        w.waiters.delete(onError);
+        if (e) reject(outputFailure(e));
+        else resolve();
+      });
+    } catch (e) {
+      // A file's stream (SyncWriteStream) throws its write(2) error here: `> /dev/full`.
       w.waiters.delete(onError);
-      if (e) reject(new OutputClosedError(e));
-      else resolve();
-    });
+      reject(outputFailure(e));
+    }
   });
-  if (w.error !== null) throw new OutputClosedError(w.error);
+  if (w.error !== null) throw outputFailure(w.error);
+}
+
+/**
+ * What a failed write of the operator's output ends the CLI with: its reader
+ * gone (EPIPE) is the quiet OutputClosedError; anything else (ENOSPC of a full
+ * disk, EIO, EFBIG) is an error that says so. Neither is the server's
+ * problem, so neither is retried: a retry would go on past output that was
+ * never written.
+ */
+function outputFailure(e: unknown): Error {
+  if (e instanceof OutputClosedError || e instanceof OperatorError) return e;
+  if (isClosedOutput(e)) return new OutputClosedError(e);
+  return new OperatorError(`cannot write the output: ${e instanceof Error ? e.message : String(e)}`, EXIT.ERROR);
 }
 
 /**
@@ -417,10 +437,23 @@ const EMPTY = new Uint8Array(0);
 async function writeMany(s: NodeJS.WritableStream, parts: Uint8Array[]): Promise<void> {
   const w = s as NodeJS.WritableStream & { cork?: () => void; uncork?: () => void; _writev?: unknown };
   if (parts.length === 1) return write(s, parts[0]!);
+  // stdout redirected to a file or device is Node's SyncWriteStream (a writeSync per write, no
+  // writev): the parts go in one writev(2) instead of being concatenated first (64 MiB of
+  // `logs ID > file` spent 55-67 ms in Buffer.concat).
+  const fd = syncFileFd(s);
+  if (fd !== null) {
+    if (watch(s).error !== null) throw outputFailure(watch(s).error);
+    try {
+      writeAllSync(fd, parts);
+    } catch (e) {
+      throw outputFailure(e);
+    }
+    return;
+  }
   // Without a writev, corked writes would still reach the stream one by one (and go on after
   // an EPIPE): one concatenated write instead.
   if (typeof w.cork !== "function" || typeof w.uncork !== "function" || typeof w._writev !== "function") return write(s, Buffer.concat(parts));
-  if (watch(s).error !== null) throw new OutputClosedError(watch(s).error);
+  if (watch(s).error !== null) throw outputFailure(watch(s).error);
   w.cork();
   let last: Promise<void>;
   try {
@@ -431,6 +464,31 @@ async function writeMany(s: NodeJS.WritableStream, parts: Uint8Array[]): Promise
   }
   await last;
 }
+
+/** The fd of a stream Node made for a file or character device (its writes are synchronous), else null. */
+function syncFileFd(s: NodeJS.WritableStream): number | null {
+  const f = s as { fd?: unknown; _type?: unknown; _writev?: unknown };
+  return f._type === "fs" && typeof f.fd === "number" && typeof f._writev !== "function" ? f.fd : null;
+}
+
+/** Every byte of `parts` to `fd`, in order: writev(2) in groups of at most IOV_MAX, partial writes continued. */
+function writeAllSync(fd: number, parts: Uint8Array[]): void {
+  let i = 0;
+  let off = 0; // bytes of parts[i] already written
+  while (i < parts.length) {
+    const group: Uint8Array[] = [];
+    for (let j = i; j < parts.length && group.length < IOV_MAX; j++) group.push(j === i ? parts[j]!.subarray(off) : parts[j]!);
+    let n = writevSync(fd, group);
+    if (n === 0 && group.some((g) => g.length > 0)) throw new Error(`writev to fd ${fd} wrote nothing`);
+    while (i < parts.length && n >= parts[i]!.length - off) {
+      n -= parts[i]!.length - off;
+      off = 0;
+      i++;
+    }
+    off += n;
+  }
+}
+const IOV_MAX = 1024;
 
 function concerns(it: OutputItem, stream: StreamName | undefined): boolean {
   if (!stream) return true;

@@ -2,7 +2,7 @@
 // daemons, the CLI in-process with captured stdio, one run as a child process).
 import { execFileSync, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
+import { closeSync, constants, openSync, readFileSync, readSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { Readable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -290,22 +290,34 @@ describe("logs of a large finished command", () => {
     expect(r.code).toBe(0);
     const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
     const full = execFileSync("sh", ["-c", "seq 1 420000 | head -c 3145728"], { maxBuffer: 16 * 1024 * 1024 });
-    const read = (zstd: "0" | "1") =>
+    // stdout a pipe, or (`> file`) a file: Node's synchronous file stream, whose batches go out as one writev each.
+    const dir = await tempDir("rvbox-logs-");
+    const read = (zstd: "0" | "1", toFile = false) =>
       new Promise<{ code: number | null; out: Buffer; err: string }>((resolve) => {
+        const file = path.join(dir, `out-${zstd}`);
+        const fd = toFile ? openSync(file, "w") : null;
         const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), "logs", id], {
           cwd: ROOT,
           env: { ...process.env, ...env, RVBOX_FOLLOW_ZSTD: zstd },
-          stdio: ["ignore", "pipe", "pipe"],
+          stdio: ["ignore", fd ?? "pipe", "pipe"],
         });
+        if (fd !== null) closeSync(fd);
         const parts: Buffer[] = [];
         let err = "";
-        child.stdout.on("data", (d: Buffer) => parts.push(d));
-        child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-        child.on("close", (code) => resolve({ code, out: Buffer.concat(parts), err }));
+        child.stdout?.on("data", (d: Buffer) => parts.push(d));
+        child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+        child.on("close", (code) => {
+          const out = fd !== null ? readFileSync(file) : Buffer.concat(parts);
+          resolve({ code, out, err });
+        });
       });
     // Each read: exactly one retention marker on stderr, then the bytes after it, exactly.
-    for (const zstd of ["1", "0"] as const) {
-      const got = await read(zstd);
+    for (const [zstd, toFile] of [
+      ["1", false],
+      ["0", false],
+      ["1", true],
+    ] as const) {
+      const got = await read(zstd, toFile);
       expect(got.code, `RVBOX_FOLLOW_ZSTD=${zstd}`).toBe(0);
       const m = /^rvbox: \[… [\d.]+ [KM]iB of stdout removed by server retention: events \d+–\d+; stdout bytes 0–(\d+) …\]\n$/.exec(got.err);
       expect(m, got.err).not.toBeNull();
@@ -335,6 +347,35 @@ async function headOf(args: string[], lines: number): Promise<{ code: number | n
   const [code, signal] = await new Promise<[number | null, string | null]>((r) => child.on("close", (c, s) => r([c, s])));
   return { code, signal, out: out.split("\n").slice(0, lines).join("\n"), err, ms: Date.now() - t0 };
 }
+
+describe("output that cannot be written", () => {
+  /** The real CLI with its stdout on /dev/full (every write fails with ENOSPC), as `rvbox ... > file` on a full disk. */
+  const toFullDisk = (args: string[]) =>
+    new Promise<{ code: number | null; err: string }>((resolve) => {
+      const fd = openSync("/dev/full", "w");
+      const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], {
+        cwd: ROOT,
+        env: { ...process.env, ...env },
+        stdio: ["ignore", fd, "pipe"],
+      });
+      closeSync(fd);
+      let err = "";
+      child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+      child.on("close", (code) => resolve({ code, err }));
+    });
+
+  it("a full disk under logs, run --follow, ls and get is an error that says so (status 1), never a crash, a retry past unwritten output or status 0", async () => {
+    const r = await cli(["run", "host-a", "--follow", "--shell", "--", "seq 1 300000"], { env });
+    expect(r.code).toBe(0);
+    const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
+    for (const args of [["logs", id], ["logs", id, "--tail", "5"], ["run", "host-a", "--follow", "--", "echo", "hi"], ["ls"], ["get", id]]) {
+      const got = await toFullDisk(args);
+      expect(got.code, `${args.join(" ")}: ${got.err}`).toBe(1);
+      expect(got.err, args.join(" ")).toMatch(/^rvbox( \w+)?: cannot write the output: ENOSPC/m);
+      expect(got.err, args.join(" ")).not.toMatch(/retrying|reconnected|Node\.js v|^\s+at /m);
+    }
+  }, 120_000);
+});
 
 describe("short id prefixes", () => {
   it("get, logs, cancel, stdin and close-stdin take a unique prefix of an id; an unknown one exits 66; an ambiguous one lists the matches", async () => {
