@@ -13,7 +13,7 @@
  * names; `shells/operator/main.ts` runs it standalone.
  */
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { fstatSync, readFileSync } from "node:fs";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle as L, ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.js";
@@ -1071,6 +1071,22 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
   return req;
 }
 
+/**
+ * `< DIR` by mistake: Node reads a directory on fd 0 as empty input (no
+ * EISDIR), so the command would get EOF at once. Refused before anything is
+ * sent.
+ */
+function checkStdin(ctx: Ctx, flag: string): void {
+  if (ctx.io.stdin !== process.stdin) return;
+  let dir = false;
+  try {
+    dir = fstatSync(0).isDirectory();
+  } catch {
+    return; // no fd 0 at all: reads end at once, as they always did
+  }
+  if (dir) throw new UsageError(`${flag}: stdin is a directory (a '< DIR' meant for a file?)`);
+}
+
 /** `run -i`: this CLI's stdin into the command's (shells/operator/stdin-pump.ts). */
 async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<void> {
   const c = timed(ctx);
@@ -1104,6 +1120,7 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients or -l (a job)`);
   const req = buildSubmit(p);
   const follow = bool(p, "follow");
+  if (bool(p, "stdin")) checkStdin(ctx, "-i");
   let r: Awaited<ReturnType<ControlClient["submitCommand"]>>;
   try {
     r = await callIdempotent(ctx, `submit to ${req.clientId}`, (c) => c.submitCommand(req as SubmitCommandRequest));
@@ -1276,6 +1293,7 @@ async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
   let data: Uint8Array;
   if (file !== undefined) {
     id = onePositional(p, "ID");
+    if (file === "-") checkStdin(ctx, "--file -");
     try {
       data = file === "-" ? await readAll(ctx.io.stdin) : readFileSync(file);
     } catch (e) {

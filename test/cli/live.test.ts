@@ -377,6 +377,34 @@ describe("output that cannot be written", () => {
   }, 120_000);
 });
 
+describe("input that is a directory", () => {
+  it("run -i < DIR and stdin ID --file - < DIR are refused before anything is sent (Node would read the directory as empty input)", async () => {
+    // The commands' ids (not the whole listing: its queue expiry is a deadline shown as wall time, ±1 ms).
+    const ids = async () => (JSON.parse((await cli(["ls", "--json"], { env })).stdout) as Array<{ uuid: string }>).map((c) => c.uuid);
+    const before = await ids();
+    const viaDir = (args: string[]) =>
+      new Promise<{ code: number | null; err: string }>((resolve) => {
+        const fd = openSync(ROOT, "r");
+        const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], {
+          cwd: ROOT,
+          env: { ...process.env, ...env },
+          stdio: [fd, "pipe", "pipe"],
+        });
+        closeSync(fd);
+        let err = "";
+        child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+        child.on("close", (code) => resolve({ code, err }));
+      });
+    const run = await viaDir(["run", "host-a", "-i", "--follow", "--", "cat"]);
+    expect(run.code).toBe(2);
+    expect(run.err).toContain("rvbox run: -i: stdin is a directory");
+    expect(await ids()).toEqual(before); // nothing was submitted
+    const w = await viaDir(["stdin", "00000000-0000-0000-0000-000000000000", "--file", "-"]);
+    expect(w.code).toBe(2);
+    expect(w.err).toContain("rvbox stdin: --file -: stdin is a directory");
+  }, 60_000);
+});
+
 describe("short id prefixes", () => {
   it("get, logs, cancel, stdin and close-stdin take a unique prefix of an id; an unknown one exits 66; an ambiguous one lists the matches", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "echo", "prefixed"], { env });
