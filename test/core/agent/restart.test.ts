@@ -5,7 +5,7 @@ import { defaultAgentConfig, restoreAgent, type AgentState } from "../../../core
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
 import { agentRow, stdinKey } from "../../../core/agent/store.js";
 import { agentSnapshotOf } from "../../support/pair.js";
-import { sha, argv, eventsIn, lifecycles, of, sends, AgentRig, stdinWrite, chunk, commit, enc } from "./rig.js";
+import { sha, argv, eventsIn, lifecycles, of, sends, AgentRig, stdinWrite, stdinAcks, chunk, commit, enc } from "./rig.js";
 
 describe("restart", () => {
   it("R-F1 R-O2: a restart from durable storage restores commands, budgets, stdin, script chunks and the outbox exactly", () => {
@@ -170,6 +170,53 @@ describe("restart", () => {
     expect(tail.map((e) => e.event.case)).toEqual(["incomplete", "stdinAck", "lifecycle"]);
     expect(tail[1]!.event.value).toMatchObject({ writeSeq: 1n, closed: false, failure: "agent restarted before the write was confirmed" });
     expect((tail[2]!.event.value as { state: L }).state).toBe(L.INTERRUPTED);
+  });
+
+  it("R-O1: events still in the local spool at a crash (the command's send window full) are sent after the restart: the exit and a stdin ack", () => {
+    // A mutant that dropped the spool rows of lifecycle and stdin-ack events passed every core
+    // test: each was sequenced (and persisted as an event) in the step that appended it.
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1", { ...argv("cat"), stdinOpen: true });
+    const chunk = new Uint8Array(MAX_CHUNK_BYTES).map((_, i) => (i * 7919) % 251);
+    for (let i = 0; i < 40; i++) r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: chunk });
+    r.frame(stdinWrite("c1", 1n, [1, 2, 3]));
+    r.step({ type: "stdin_written", uuid: "c1", seq: 1 });
+    r.exit("c1", 3);
+    // Nothing acknowledged: the window is full, so neither the ack nor the exit has a sequence yet.
+    expect(stdinAcks(r.log, "c1")).toEqual([]);
+    expect(r.lifecycleOf("c1")).toBe("running");
+    const back = r.crashed();
+    back.step({ type: "start" });
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    back.reconcile([]);
+    for (let i = 0; i < 100 && back.lifecycleOf("c1") === "running"; i++) back.ackAll("c1");
+    expect(stdinAcks(back.log, "c1")).toEqual([[1, false, ""]]);
+    expect(lifecycles(back.log, "c1").at(-1)).toMatchObject({ state: L.FAILED, exitCode: 3 });
+  });
+
+  it("R-O8: an interruption's OutputIncomplete still in the spool survives a second crash, before its INTERRUPTED", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1", argv("cat"));
+    const chunk = new Uint8Array(MAX_CHUNK_BYTES).map((_, i) => (i * 7919) % 251);
+    for (let i = 0; i < 40; i++) r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: chunk });
+    // First crash: the restart ends c1 interrupted, but the window is still full (nothing was acknowledged).
+    const once = r.crashed();
+    once.step({ type: "start" });
+    expect(once.snapshot().map((c) => [c.issueUuid, c.lifecycle])).toEqual([["c1", L.INTERRUPTED]]);
+    // Second crash before any of it was sent: both events are only in the spool.
+    const twice = once.crashed(11);
+    twice.step({ type: "start" });
+    twice.step({ type: "transport_open", conn: twice.st.session.conn });
+    twice.welcome(3, "s3");
+    twice.reconcile([]);
+    for (let i = 0; i < 100 && twice.lifecycleOf("c1") !== "interrupted"; i++) twice.ackAll("c1");
+    const tail = eventsIn(twice.log, "c1").slice(-2);
+    expect(tail.map((e) => e.event.case)).toEqual(["incomplete", "lifecycle"]);
+    expect(tail[0]!.event.value).toMatchObject({ streams: [1, 2], reason: "agent restarted: capture pipes not drained to EOF" });
+    expect((tail[1]!.event.value as { state: L }).state).toBe(L.INTERRUPTED);
   });
 
   it("R-O2: restored pinned events are only those above the acknowledged seq, and all are durable", () => {
