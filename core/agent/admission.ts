@@ -99,7 +99,10 @@ export function handleDispatch(st: AgentState, ctx: AgentCtx, d: CommandDispatch
   const spec = d.spec!;
   const { running, queued } = countCapacity(st);
   const L = st.config.limits;
-  if (running + queued >= st.config.maxRunning + st.config.maxQueued || queued >= st.config.maxQueued + Math.max(0, st.config.maxRunning - running))
+  // One bound for both: a run slot a queued command cannot take yet is queue room. (A second clause,
+  // `queued >= maxQueued + max(0, maxRunning - running)`, stood here; this one implies it whatever
+  // `running` is, so it decided nothing, and mutation testing said so.)
+  if (running + queued >= st.config.maxRunning + st.config.maxQueued)
     return reject(st, ctx, uuid, d.commandRevision, Code.CAPACITY, `queue full (${running} running, ${queued} queued)`);
   if (st.commands.size >= L.maxRetained) return reject(st, ctx, uuid, d.commandRevision, Code.CAPACITY, "retained-command limit reached");
   if (st.metadataUsed + L.metadataPerCommand > L.metadataBudget) return reject(st, ctx, uuid, d.commandRevision, Code.CAPACITY, "metadata budget full");
