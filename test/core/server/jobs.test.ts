@@ -3,6 +3,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { Code } from "../../../core/errors.js";
+import { MAX_JOBS } from "../../../core/limits.js";
 import { restoreServer, type ControlRequest } from "../../../core/index.js";
 import { resolveRate } from "../../../core/server/jobs.js";
 import { rowOf } from "../../../core/server/store.js";
@@ -181,6 +182,44 @@ describe("jobs", () => {
     // Each uuid was dispatched for creation once per session at most: no child ran twice.
     expect(new Set(r.getJob("j")!.children.map((c) => c.issueUuid)).size).toBe(5);
     expect(outcomes(r, "j")).toEqual(Array(5).fill(["done", L.SUCCEEDED, 0]));
+  });
+
+  it("MAX_JOBS: at the bound a new job forgets the oldest ended one, also after a restart; with none ended it is refused CAPACITY and nothing is created", () => {
+    const r = new ServerRig();
+    let conns = fleet(r, ["a"]);
+    for (let i = 0; i < MAX_JOBS; i++) {
+      r.now += 1;
+      expect(job(r, `j${i}`, ["a"])).toEqual({ ok: true, jobId: `j${i}` });
+      // j0 and j2 run to their end; every other job's child stays in flight.
+      if (i === 0 || i === 2) finish(r, conns, `j${i}.1`, 0);
+    }
+    expect(r.listJobs()).toHaveLength(MAX_JOBS);
+    r.now += 1;
+    expect(job(r, "n1", ["a"])).toEqual({ ok: true, jobId: "n1" });
+    expect(r.getJob("j0")).toBeUndefined(); // the oldest ended job
+    expect(r.getJob("j1")).toBeDefined(); // older than j2, but still running
+    expect(r.getJob("j2")).toBeDefined();
+    expect(r.listJobs()).toHaveLength(MAX_JOBS);
+    expect(rowOf(r.disk.durable, "job", "j0")).toBeUndefined(); // forgotten durably too
+    // After a restart the next one forgets j2, the only ended job left.
+    r.st = restoreServer(r.cfg, r.disk.tables(), 7);
+    conns = fleet(r, ["a"]);
+    r.now += 1;
+    expect(job(r, "n2", ["a"])).toEqual({ ok: true, jobId: "n2" });
+    expect(r.getJob("j2")).toBeUndefined();
+    expect(r.getJob("j1")).toBeDefined();
+    // None ended: the next job is refused, names the bound, and creates nothing.
+    const commands = r.listCommands().length;
+    r.now += 1;
+    expect(job(r, "n3", ["a"])).toMatchObject({ ok: false, error: { code: Code.CAPACITY, message: `${MAX_JOBS} jobs are active (at most ${MAX_JOBS})` } });
+    expect(r.getJob("n3")).toBeUndefined();
+    expect(r.listCommands()).toHaveLength(commands);
+    // One ends: room again, and that is the job forgotten.
+    finish(r, conns, "j500.1", 0);
+    r.now += 1;
+    expect(job(r, "n3", ["a"])).toEqual({ ok: true, jobId: "n3" });
+    expect(r.getJob("j500")).toBeUndefined();
+    expect(r.getJob("j1")).toBeDefined();
   });
 
   it("-l: a selector is resolved once at submit to the matching clients in id order; later label changes move nothing; a retry is the same job", () => {
