@@ -32,6 +32,25 @@ describe("agent invariants catch every corruption they check", () => {
       /retained commands over bound/,
     ],
     ["live and tombstoned", (r) => void r.st.tombstones.set("c1", "h"), /c1 both live and tombstoned/],
+    [
+      "snapshot tombstone hits over the ledger's bound",
+      (r) =>
+        void ((r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, maxTombstones: 1 } }),
+        (r.st.pendingSnapshotTombstones = [
+          { uuid: "t1", hash: "h" },
+          { uuid: "t2", hash: "h" },
+        ])),
+      /snapshot tombstone hits over the ledger's bound/,
+    ],
+    // The session's and the outbox's own checks run as part of the agent's.
+    [
+      "session: a fence while not established",
+      (r) => void (r.st.session = { ...r.st.session, phase: "backoff", conn: 0 }),
+      /conn 0 in phase backoff|fence only while established/,
+    ],
+    ["session: conn beyond the last one", (r) => void (r.st.session = { ...r.st.session, lastConn: r.st.session.conn - 1 }), /conn beyond lastConn/],
+    ["outbox: pinned bytes drift", (r) => void (r.st.outbox.commands.get("c1")!.pinnedBytes += 1), /c1: pinnedBytes drift/],
+    ["outbox: session pinned bytes drift", (r) => void (r.st.outbox.sessionPinnedBytes += 1), /session pinned bytes drift/],
     ["done but not terminal", (r) => void (r.cmd("c1").phase = "done"), /c1 done but 4/],
     ["key mismatch", (r) => void (r.cmd("c1").uuid = "zz"), /command key mismatch/],
     ["command without outbox", (r) => void r.st.outbox.commands.delete("c2"), /c2 has no outbox/],
@@ -98,6 +117,16 @@ describe("agent invariants catch every corruption they check", () => {
     expect(r.cmd("c1").phase).toBe("done");
     r.cmd("c2").script!.path = "/scripts/c2";
     r.cmd("c2").script!.received = 10;
+    agentInvariants(r.st);
+  });
+
+  it("accepts snapshot tombstone hits exactly at the ledger's bound (n), as it refuses n + 1 above", () => {
+    const r = healthy();
+    r.st.config = { ...r.st.config, limits: { ...r.st.config.limits, maxTombstones: 2 } };
+    r.st.pendingSnapshotTombstones = [
+      { uuid: "t1", hash: "h" },
+      { uuid: "t2", hash: "h" },
+    ];
     agentInvariants(r.st);
   });
 });

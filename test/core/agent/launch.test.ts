@@ -1,6 +1,7 @@
 // Launch at most once, queue expiry, process exits and output at the agent.
+import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, ControlErrorSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { MAX_CHUNK_BYTES } from "../../../core/limits.js";
 import { T0, argv, accepts, eventsIn, lifecycles, of, AgentRig } from "./rig.js";
@@ -61,6 +62,23 @@ describe("launch and queue expiry", () => {
     const out = r.flush();
     expect(of(out, "spawn").map((s) => s.uuid)).toEqual(["c1", "c2"]);
     expect(of(out, "spawn")[0]).toMatchObject({ scriptPath: "" });
+  });
+
+  it("R-D1: a command ended while its launch authorization is being made durable is never spawned (CODE_REPLACED ends every local command)", () => {
+    const r = new AgentRig({ maxRunning: 2 });
+    r.establish();
+    r.autoDurable = false;
+    r.dispatch("c1");
+    expect(r.spawned()).toEqual([]);
+    // Another instance took this client id over before the authorization reached the disk.
+    r.frame({
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.REPLACED, message: "taken over" }), closeSession: true },
+    });
+    r.flush();
+    expect(r.spawned()).toEqual([]);
+    expect(r.retained()).toEqual([]);
+    expect(r.tombstoned("c1")).toBe(true);
   });
 
   it("R-D1: spawn_failed and process_started are honoured only while launching", () => {
