@@ -9,7 +9,7 @@ import { retainedOf, tombstonedOf } from "../../support/pair.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { MAX_ENVELOPE_BYTES } from "../../../core/limits.js";
 import { toBinary } from "@bufbuild/protobuf";
-import { sha, argv, sends, accepts, errorsIn, eventsIn, of, AgentRig, expectClosed, expectRefused, stdinWrite } from "./rig.js";
+import { sha, argv, sends, accepts, errorsIn, eventsIn, of, AgentRig, chunk, expectClosed, expectRefused, stdinWrite } from "./rig.js";
 
 describe("reconciliation at the agent", () => {
   it("R-D7 R-T2: matching tombstones join the snapshot while it fits the envelope budget; the rest are left out, never a crash", () => {
@@ -232,6 +232,49 @@ describe("reconciliation at the agent", () => {
     expect(of(again, "persist")).toEqual([]);
     expect(d.retained()).toEqual(["live"]);
     expect(["fin", "live", "missing"].map((u) => d.tombstoned(u))).toEqual([true, false, false]);
+  });
+
+  it("R-D11 R-C3: terminating a script command mid-upload deletes its journaled chunks: after a restart nothing of it is left and its script budget is free", () => {
+    const r = new AgentRig({ limits: { ...defaultAgentConfig("x").limits, scriptTotal: 100 } });
+    r.establish();
+    const body = new Uint8Array(100).map((_, i) => i);
+    r.dispatch("s1", { program: { case: "script", value: { sizeBytes: 100n, sha256: sha(body), interpreter: "/bin/sh" } } });
+    r.frame(chunk("s1", 0, body.subarray(0, 40)));
+    r.frame(chunk("s1", 40, body.subarray(40, 70)));
+    expect([...(r.disk.durable.get("chunk")?.keys() ?? [])]).toHaveLength(2); // internal: the journaled chunks
+    r.frame({
+      case: "reconcileResult",
+      value: { $typeName: "rvbox.v1.ReconcileResult", terminateLocalIssueUuids: ["s1"], discardLocalTerminalIssueUuids: [] },
+    });
+    expect(r.tombstoned("s1")).toBe(true);
+    expect([...(r.disk.durable.get("chunk")?.keys() ?? [])]).toEqual([]);
+    const back = r.crashed();
+    back.step({ type: "start" });
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    back.reconcile([]);
+    expect(back.retained()).toEqual([]);
+    // The whole script budget is free again: a script of the full size is accepted.
+    expect(
+      accepts(back.dispatch("s2", { program: { case: "script", value: { sizeBytes: 100n, sha256: sha(body), interpreter: "/bin/sh" } } }))[0]!.accepted,
+    ).toBe(true);
+  });
+
+  it("R-D7: a second ReconcileRequest on the same session is answered again, and every unacknowledged event is retransmitted after its snapshot", () => {
+    const r = new AgentRig();
+    r.establish();
+    r.run("c1", argv("cat"));
+    r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new TextEncoder().encode("one\n") });
+    r.step({ type: "process_output", uuid: "c1", stream: "stdout", data: new TextEncoder().encode("two\n") });
+    const sent = eventsIn(r.log, "c1").map((e) => Number(e.eventSeq));
+    expect(sent.length).toBeGreaterThanOrEqual(2);
+    r.frame({ case: "eventAck", value: { $typeName: "rvbox.v1.EventAck", issueUuid: "c1", throughEventSeq: BigInt(sent[0]!) } });
+    const out = r.reconcile([]);
+    expect(sends(out, "reconcileSnapshot")).toHaveLength(1);
+    // From the first unacknowledged event on, in order, after the snapshot.
+    expect(eventsIn(out, "c1").map((e) => Number(e.eventSeq))).toEqual(sent.slice(1));
+    const kinds = of(out, "send").map((x) => x.kind);
+    expect(kinds.indexOf("reconcileSnapshot")).toBeLessThan(kinds.indexOf("commandEvent"));
   });
 
   it("R-D11: terminating a done command neither signals nor fails; it becomes a tombstone", () => {

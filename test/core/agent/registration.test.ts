@@ -4,10 +4,10 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ServerWelcomeSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import { ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { ControlErrorSchema, ProtocolVersionSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
-import { HEARTBEAT_PING_AFTER_MS } from "../../../core/limits.js";
+import { HEARTBEAT_DEAD_AFTER_MS, HEARTBEAT_PING_AFTER_MS } from "../../../core/limits.js";
 import { T0, decode, sends, errorsIn, closes, of, accepts, AgentRig, expectClosed, require_toBinary } from "./rig.js";
 
 describe("agent registration", () => {
@@ -286,6 +286,29 @@ describe("agent frame handling once established", () => {
     expect(of(c.step({ type: "tick" }), "ping")).toEqual([]);
     c.now = T0 + 5_000 + HEARTBEAT_PING_AFTER_MS;
     expect(of(c.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
+  });
+
+  it("R-H1 R-H2: a valid frame from the server is activity by itself: frames every 5 s keep the session 60 s without a ping or a close", () => {
+    const r = new AgentRig();
+    r.establish();
+    const quiet = {
+      $typeName: "rvbox.v1.AgentError",
+      error: create(ControlErrorSchema, { code: Code.CAPACITY, message: "busy" }),
+      closeSession: false,
+    } as const;
+    for (let t = 5_000; t <= 60_000; t += 5_000) {
+      r.now = T0 + t;
+      const out = [...r.frame({ case: "error", value: quiet }), ...r.step({ type: "tick" })];
+      expect(of(out, "ping"), `at ${t} ms`).toEqual([]);
+      expect(of(out, "close"), `at ${t} ms`).toEqual([]);
+    }
+    expect(r.linkUp()).toBe(true);
+    // Silence from there on: the ping after 10 s, the close after 30 s.
+    r.now = T0 + 60_000 + HEARTBEAT_PING_AFTER_MS;
+    expect(of(r.step({ type: "tick" }), "ping")).toEqual([{ type: "ping", conn: 1 }]);
+    r.now = T0 + 60_000 + HEARTBEAT_DEAD_AFTER_MS;
+    r.step({ type: "tick" });
+    expect(r.linkUp()).toBe(false);
   });
 
   it("R-W2: capacity is reported once the session is reconciled, once per change, and again on every new session", () => {
