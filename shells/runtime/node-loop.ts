@@ -108,10 +108,19 @@ export class DaemonClock {
     return Math.floor(this.source.wallMs());
   }
 
-  /** A deadline-clock instant as wall time, at the current offset (for display). */
+  /**
+   * A deadline-clock instant as wall time, at the current offset (for display).
+   * Each clock rounds down to whole ms on its own tick, so the offset read now
+   * and a moment later can differ by 1 ms: the last offset is kept until the
+   * two clocks have really moved apart (a wall step, NTP's slew), so one
+   * deadline shows as one instant from call to call (`rvbox ls --json`).
+   */
   toWall(t: number): number {
-    return t + (this.wall() - this.now());
+    const o = this.wall() - this.now();
+    if (this.offset === null || Math.abs(o - this.offset) > 1) this.offset = o;
+    return t + this.offset;
   }
+  private offset: number | null = null;
 }
 
 export class NodeLoop<I> {

@@ -111,4 +111,27 @@ describe("shell runtime: the deadline clock and the wall clock", () => {
     const c = new DaemonClock(src);
     expect(deadline - c.now()).toBe(53_000 + HOUR);
   });
+
+  it("a deadline shown as wall time does not wobble by the clocks' rounding, and follows a real step", () => {
+    // Fractional readings: the wall clock's ms ticks 0.5 ms after the monotonic one's.
+    let wall = 1_760_000_000_000.5;
+    let mono = 100.0;
+    const src: TimeSource = { wallMs: () => wall, monoMs: () => mono };
+    const clock = new DaemonClock(src);
+    const deadline = clock.now() + 60_000;
+    const shown = new Set<number>();
+    for (let i = 0; i < 40; i++) {
+      wall += 0.25;
+      mono += 0.25;
+      shown.add(clock.toWall(deadline));
+    }
+    expect([...shown]).toHaveLength(1);
+    // A real step of the wall clock moves it, by the step.
+    const before = [...shown][0]!;
+    wall += 30_000;
+    expect(clock.toWall(deadline)).toBe(before + 30_000);
+    // So does a slow drift, once it passes a millisecond.
+    wall += 2;
+    expect(clock.toWall(deadline)).toBe(before + 30_002);
+  });
 });
