@@ -40,6 +40,27 @@ describe("reconciliation at the agent", () => {
     expect(() => fitSnapshot([...retained], tombs, sizeWith(0))).toThrow(InvariantViolation);
   });
 
+  it("R-D7 R-T2: the fit counts each tombstone's length prefix exactly, at every varint width (records around 128 and 16,384 bytes)", () => {
+    const base = create(ReconcileCommandStateSchema, { issueUuid: "", tombstoned: true, immutableRequestSha256: new Uint8Array(32).fill(7) });
+    const lengths = new Set<number>();
+    for (const [from, to] of [
+      [80, 100],
+      [16_330, 16_400],
+    ]) {
+      for (let u = from!; u <= to!; u++) {
+        const t = create(ReconcileCommandStateSchema, { ...base, issueUuid: "x".repeat(u) });
+        const len = toBinary(ReconcileCommandStateSchema, t).length;
+        lengths.add(len);
+        const exact = toBinary(ReconcileSnapshotSchema, create(ReconcileSnapshotSchema, { retainedCommands: [t] })).length;
+        // One byte over the exact size: it fits; at the exact size: it does not (a strict bound).
+        expect(fitSnapshot([], [t], exact + 1), `record of ${len} bytes, budget ${exact + 1}`).toBe(0);
+        expect(fitSnapshot([], [t], exact), `record of ${len} bytes, budget ${exact}`).toBe(1);
+      }
+    }
+    // Both sides of each width's edge were tried.
+    for (const edge of [0x80, 0x4000]) expect([edge - 1, edge].every((l) => lengths.has(l)) || [edge - 1, edge + 1].every((l) => lengths.has(l))).toBe(true);
+  });
+
   it("R-D13: with a store incident the request is answered by STORE_INCIDENT (session kept), never by a snapshot", () => {
     const r = new AgentRig();
     r.register();
