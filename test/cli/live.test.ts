@@ -348,21 +348,29 @@ async function headOf(args: string[], lines: number): Promise<{ code: number | n
   return { code, signal, out: out.split("\n").slice(0, lines).join("\n"), err, ms: Date.now() - t0 };
 }
 
+/**
+ * The real CLI as a child process with `stdin` or `stdout` opened on a path (`< path`, `> path`),
+ * the other one a pipe or nothing; its exit status and stderr.
+ */
+function cliRedirected(args: string[], redirect: { stdin?: string; stdout?: string }): Promise<{ code: number | null; err: string }> {
+  return new Promise((resolve) => {
+    const inFd = redirect.stdin !== undefined ? openSync(redirect.stdin, "r") : null;
+    const outFd = redirect.stdout !== undefined ? openSync(redirect.stdout, "w") : null;
+    const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: [inFd ?? "ignore", outFd ?? "pipe", "pipe"],
+    });
+    for (const fd of [inFd, outFd]) if (fd !== null) closeSync(fd);
+    let err = "";
+    child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+    child.on("close", (code) => resolve({ code, err }));
+  });
+}
+
 describe("output that cannot be written", () => {
   /** The real CLI with its stdout on /dev/full (every write fails with ENOSPC), as `rvbox ... > file` on a full disk. */
-  const toFullDisk = (args: string[]) =>
-    new Promise<{ code: number | null; err: string }>((resolve) => {
-      const fd = openSync("/dev/full", "w");
-      const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], {
-        cwd: ROOT,
-        env: { ...process.env, ...env },
-        stdio: ["ignore", fd, "pipe"],
-      });
-      closeSync(fd);
-      let err = "";
-      child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
-      child.on("close", (code) => resolve({ code, err }));
-    });
+  const toFullDisk = (args: string[]) => cliRedirected(args, { stdout: "/dev/full" });
 
   it("a full disk under logs, run --follow, ls and get is an error that says so (status 1), never a crash, a retry past unwritten output or status 0", async () => {
     const r = await cli(["run", "host-a", "--follow", "--shell", "--", "seq 1 300000"], { env });
@@ -382,19 +390,7 @@ describe("input that is a directory", () => {
     // The commands' ids (not the whole listing: its queue expiry is a deadline shown as wall time, ±1 ms).
     const ids = async () => (JSON.parse((await cli(["ls", "--json"], { env })).stdout) as Array<{ uuid: string }>).map((c) => c.uuid);
     const before = await ids();
-    const viaDir = (args: string[]) =>
-      new Promise<{ code: number | null; err: string }>((resolve) => {
-        const fd = openSync(ROOT, "r");
-        const child = spawn(process.execPath, [path.join(ROOT, "bin/rvbox.js"), ...args], {
-          cwd: ROOT,
-          env: { ...process.env, ...env },
-          stdio: [fd, "pipe", "pipe"],
-        });
-        closeSync(fd);
-        let err = "";
-        child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
-        child.on("close", (code) => resolve({ code, err }));
-      });
+    const viaDir = (args: string[]) => cliRedirected(args, { stdin: ROOT });
     const run = await viaDir(["run", "host-a", "-i", "--follow", "--", "cat"]);
     expect(run.code).toBe(2);
     expect(run.err).toContain("rvbox run: -i: stdin is a directory");
