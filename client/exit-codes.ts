@@ -45,6 +45,8 @@ export const EXIT = {
   UNAUTHENTICATED: 77,
   /** The reader of stdout went away (`| head`): what a shell reports for SIGPIPE. */
   OUTPUT_CLOSED: 141,
+  /** The CLI's terminal closed (SIGHUP) under `--cancel-on-interrupt`: the cancel was sent, the end not followed. */
+  HANGUP: 129,
   /** The program does not exist on the agent (a shell's 127). */
   NOT_FOUND_PROGRAM: 127,
   /** The program exists but cannot be executed (a shell's 126). */

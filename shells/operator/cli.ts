@@ -51,9 +51,26 @@ export interface OperatorIO {
   env: Record<string, string | undefined>;
   /** Subscribe to the user's interrupt (Ctrl-C); returns an unsubscribe. */
   onInterrupt: (cb: () => void) => () => void;
+  /**
+   * Subscribe to SIGTERM and SIGHUP (a CI runner stopping the job, the
+   * terminal closed); returns an unsubscribe. Only `run --follow
+   * --cancel-on-interrupt` subscribes: without a subscriber they end the CLI
+   * as they end any process.
+   */
+  onTerminate: (cb: (signal: TerminateSignal) => void) => () => void;
   /** Opens the TUI (tests replace it). */
   runTui: (opts: TuiLaunch) => Promise<number>;
 }
+
+export type TerminateSignal = "SIGTERM" | "SIGHUP";
+
+/**
+ * Work that must finish before a failed write to stdout or stderr ends the
+ * process: the cancel that `--cancel-on-interrupt` sends when the output's
+ * reader goes away (`| head`) or the terminal does. One at a time.
+ */
+let beforeOutputExit: (() => Promise<unknown>) | null = null;
+let outputExiting = false;
 
 export interface TuiLaunch {
   server?: { baseUrl: string; token: string };
@@ -154,8 +171,10 @@ client failed (or was not started), else 0.
   --id UUID               the command's issue UUID (resubmitting it is idempotent)
   --allow-unknown-client  queue it for a client id that has not registered yet (else refused, exit 66)
   --events                with --follow: also print lifecycle/stdin/signal events on stderr
-  --cancel-on-interrupt   with --follow: Ctrl-C cancels the command and waits for its end
-                          (a second Ctrl-C detaches); without it Ctrl-C detaches at once
+  --cancel-on-interrupt   with --follow: Ctrl-C (or SIGTERM) cancels the command and waits
+                          for its end (a second one detaches); so do a closed terminal
+                          (SIGHUP: exit 129) and a closed stdout (| head: exit 141), once
+                          the server has the cancel; without it Ctrl-C detaches at once
   --json                  print the submitted command as JSON (without --follow);
                           for a job, one JSON record per client
   --clients A,B,C         a job over these clients (repeatable; unknown ids are refused, nothing runs)
@@ -596,9 +615,13 @@ function defaultIO(): OperatorIO {
   for (const s of [process.stdout, process.stderr]) {
     if (s.listenerCount("error") === 0)
       s.on("error", (e) => {
-        if (isClosedOutput(e)) process.exit(EXIT.OUTPUT_CLOSED);
-        if (s !== process.stderr) writeFailureNote(e);
-        process.exit(EXIT.ERROR);
+        if (outputExiting) return;
+        outputExiting = true;
+        const code = isClosedOutput(e) ? EXIT.OUTPUT_CLOSED : EXIT.ERROR;
+        if (code === EXIT.ERROR && s !== process.stderr) writeFailureNote(e);
+        const pending = beforeOutputExit;
+        if (pending === null) process.exit(code);
+        void pending().finally(() => process.exit(code));
       });
   }
   return {
@@ -613,6 +636,16 @@ function defaultIO(): OperatorIO {
     onInterrupt: (cb) => {
       process.on("SIGINT", cb);
       return () => process.off("SIGINT", cb);
+    },
+    onTerminate: (cb) => {
+      const term = () => cb("SIGTERM");
+      const hup = () => cb("SIGHUP");
+      process.on("SIGTERM", term);
+      process.on("SIGHUP", hup);
+      return () => {
+        process.off("SIGTERM", term);
+        process.off("SIGHUP", hup);
+      };
     },
     runTui: async (opts) => {
       // Ink draws only the final frame when it thinks it runs in CI; an interactive terminal is not CI.
@@ -1165,21 +1198,50 @@ async function followToEnd(
 ): Promise<number> {
   const abort = new AbortController();
   let interrupted = false;
-  let cancelSent = false;
-  const off = ctx.io.onInterrupt(() => {
-    if (o.cancelOnInterrupt && !cancelSent) {
-      // The first Ctrl-C cancels the command (as ssh passes it on); the follow goes on to its end.
-      cancelSent = true;
-      ctx.err(`\nrvbox: cancelling ${uuid} (Ctrl-C again to detach)`);
-      const requestId = randomUUID();
-      void callIdempotent(ctx, `cancel of ${uuid}`, (c) => c.signalCommand({ issueUuid: uuid, signal: signalKind("CANCEL"), requestId })).catch((e: unknown) =>
-        ctx.err(`rvbox: cancel: ${describeError(e).message}`),
-      );
+  let hungUp = false;
+  // With --cancel-on-interrupt, whatever takes the operator away cancels the command, as ssh's
+  // hang-up ends the remote one: Ctrl-C or SIGTERM (then the follow goes on to the command's
+  // end; the same signal again detaches), the terminal closing (SIGHUP), or the output's reader
+  // going away (`| head`). The CLI does not exit before the server has the cancel.
+  let cancel: Promise<void> | null = null;
+  const requestCancel = (note: string): Promise<void> => {
+    if (cancel) return cancel;
+    ctx.err(note);
+    const requestId = randomUUID();
+    cancel = callIdempotent(ctx, `cancel of ${uuid}`, (c) => c.signalCommand({ issueUuid: uuid, signal: signalKind("CANCEL"), requestId })).then(
+      () => undefined,
+      (e: unknown) => ctx.err(`rvbox: cancel: ${describeError(e).message}`),
+    );
+    return cancel;
+  };
+  const offInterrupt = ctx.io.onInterrupt(() => {
+    if (o.cancelOnInterrupt && !cancel) {
+      void requestCancel(`\nrvbox: cancelling ${uuid} (Ctrl-C again to detach)`);
       return;
     }
     interrupted = true;
     abort.abort();
   });
+  const offTerminate = o.cancelOnInterrupt
+    ? ctx.io.onTerminate((signal) => {
+        if (signal === "SIGHUP") {
+          // No terminal to follow on to: cancel, and end once the server has it.
+          hungUp = true;
+          void requestCancel(`\nrvbox: hang-up: cancelling ${uuid}`);
+          abort.abort();
+          return;
+        }
+        if (!cancel) {
+          void requestCancel(`\nrvbox: ${signal}: cancelling ${uuid} (${signal} again to detach)`);
+          return;
+        }
+        interrupted = true;
+        abort.abort();
+      })
+    : () => {};
+  const cancelOnLostOutput = (): Promise<void> => requestCancel(`rvbox: the output was closed: cancelling ${uuid}`);
+  const ownsExitHook = o.cancelOnInterrupt === true && beforeOutputExit === null;
+  if (ownsExitHook) beforeOutputExit = cancelOnLostOutput;
   let stdinErr: unknown = null;
   const stdinDone = o.stdin
     ? pumpStdin(ctx, uuid, abort.signal).catch((e: unknown) => {
@@ -1201,7 +1263,14 @@ async function followToEnd(
       from: o.from,
       lines: o.lines,
       known: o.known,
+    }).catch(async (e: unknown) => {
+      if (e instanceof OutputClosedError && o.cancelOnInterrupt) await cancelOnLostOutput();
+      throw e;
     });
+    if (hungUp) {
+      await cancel;
+      return EXIT.HANGUP;
+    }
     if (interrupted || res.aborted) {
       ctx.err(`\nrvbox: detached; ${uuid} keeps running (rvbox logs -f ${uuid}, rvbox cancel ${uuid})`);
       return EXIT.CANCELLED;
@@ -1219,9 +1288,12 @@ async function followToEnd(
     void stdinErr;
     return code;
   } finally {
-    off();
+    offInterrupt();
+    offTerminate();
+    if (ownsExitHook) beforeOutputExit = null;
     abort.abort();
     await stdinDone;
+    await cancel;
   }
 }
 

@@ -216,6 +216,52 @@ describe("rvbox run", () => {
     expect((await s.client.getCommand({ issueUuid: "interrupt-cancels-1" })).command!.state).toBe(L.CANCELLED);
   });
 
+  it("with --cancel-on-interrupt, SIGTERM (a CI runner stopping the job) cancels the command and the CLI follows it to its end", async () => {
+    const r = await cli(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "term-cancels-1", "--", "sleep", "30"], {
+      env,
+      terminate: { signal: "SIGTERM", ms: 1500 },
+    });
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain("SIGTERM: cancelling term-cancels-1 (SIGTERM again to detach)");
+    expect(r.stderr).toContain("command term-cancels-1 cancelled");
+    expect((await s.client.getCommand({ issueUuid: "term-cancels-1" })).command!.state).toBe(L.CANCELLED);
+  });
+
+  it("with --cancel-on-interrupt, a second SIGTERM detaches before a slow cancel has ended the command; it still ends cancelled", async () => {
+    // The process ignores SIGTERM, so the agent's cancel takes its kill grace (1 s) to end it.
+    const r = await cli(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "term-twice-1", "--shell", "--", "trap '' TERM; sleep 30"], {
+      env,
+      terminate: { signal: "SIGTERM", ms: 1500, againMs: 1700 },
+    });
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain("SIGTERM: cancelling term-twice-1");
+    expect(r.stderr).toContain("detached; term-twice-1 keeps running");
+    await waitFor("cancelled", async () => (await s.client.getCommand({ issueUuid: "term-twice-1" })).command?.state === L.CANCELLED, 20_000);
+  });
+
+  it("with --cancel-on-interrupt, a hang-up (SIGHUP: the terminal closed) cancels the command and exits 129 once the server has the cancel", async () => {
+    const r = await cli(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "hup-cancels-1", "--shell", "--", "trap '' TERM; echo up; sleep 30"], {
+      env,
+      terminate: { signal: "SIGHUP", ms: 1500 },
+    });
+    expect(r.code).toBe(129);
+    expect(r.stderr).toContain("hang-up: cancelling hup-cancels-1");
+    expect(r.stderr).not.toContain("detached");
+    // The cancel was accepted before the CLI returned: the command's revision moved.
+    expect((await s.client.getCommand({ issueUuid: "hup-cancels-1" })).command!.revision).toBeGreaterThan(1n);
+    await waitFor("cancelled", async () => (await s.client.getCommand({ issueUuid: "hup-cancels-1" })).command?.state === L.CANCELLED, 20_000);
+  });
+
+  it("without --cancel-on-interrupt the CLI leaves SIGTERM and SIGHUP alone (they end it as any process)", async () => {
+    const subscribed = { terminate: false };
+    const r = await cli(["run", "host-a", "-f", "--", "true"], { env, subscribed });
+    expect(r.code).toBe(0);
+    expect(subscribed.terminate).toBe(false);
+    const withFlag = { terminate: false };
+    expect((await cli(["run", "host-a", "-f", "--cancel-on-interrupt", "--", "true"], { env, subscribed: withFlag })).code).toBe(0);
+    expect(withFlag.terminate).toBe(true);
+  });
+
   it("R-C4: a missing program ends rejected (never failed) and the CLI exits 127 as a shell does; argv[0] with spaces gets a --shell hint", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "no-such-program-xyz", "arg"], { env });
     expect(r.code).toBe(127);
@@ -571,6 +617,53 @@ describe("rvbox logs | head", () => {
     expect(h.code).toBe(141);
     expect(h.err).not.toMatch(/EPIPE|retrying|lost the output stream|MaxListeners/);
     await cli(["cancel", id], { env });
+  }, 60_000);
+
+  it("run -f --cancel-on-interrupt | head cancels the command once its reader is gone (as ssh's does), then exits 141", async () => {
+    const h = await headOf(["run", "host-a", "-f", "--cancel-on-interrupt", "--shell", "--", "while true; do echo tick; sleep 0.05; done"], 2);
+    expect(h.out).toBe("tick\ntick");
+    expect(h.code).toBe(141);
+    const id = /command ([0-9a-f-]{36})/.exec(h.err)![1]!;
+    expect(h.err).toContain(`the output was closed: cancelling ${id}`);
+    // The CLI exits only after the server took the cancel.
+    expect((await s.client.getCommand({ issueUuid: id })).command!.revision).toBeGreaterThan(1n);
+    await waitFor("cancelled", async () => (await s.client.getCommand({ issueUuid: id })).command?.state === L.CANCELLED, 20_000);
+  }, 60_000);
+
+  it("run -f | head without --cancel-on-interrupt leaves the command running", async () => {
+    const h = await headOf(["run", "host-a", "-f", "--shell", "--", "while true; do echo tick; sleep 0.05; done"], 2);
+    expect(h.code).toBe(141);
+    const id = /command ([0-9a-f-]{36})/.exec(h.err)![1]!;
+    await sleep(500);
+    expect((await s.client.getCommand({ issueUuid: id })).command!.state).toBe(L.RUNNING);
+    await cli(["cancel", id], { env });
+  }, 60_000);
+
+  it("an in-process run -f --cancel-on-interrupt whose stdout errors with EPIPE cancels the command and returns 141", async () => {
+    const { Writable } = await import("node:stream");
+    const broken = new Writable({
+      write(_c, _e, cb) {
+        cb(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }));
+      },
+    });
+    broken.on("error", () => {});
+    const { runOperatorCli } = await import("../../shells/operator/cli.js");
+    const errs: string[] = [];
+    const code = await runOperatorCli(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "epipe-cancels-1", "--shell", "--", "echo one; sleep 30"], {
+      stdout: broken,
+      stderr: new Writable({
+        write(c, _e, cb) {
+          errs.push(String(c));
+          cb();
+        },
+      }),
+      env,
+      onInterrupt: () => () => {},
+      onTerminate: () => () => {},
+    });
+    expect(code).toBe(141);
+    expect(errs.join("")).toContain("the output was closed: cancelling epipe-cancels-1");
+    await waitFor("cancelled", async () => (await s.client.getCommand({ issueUuid: "epipe-cancels-1" })).command?.state === L.CANCELLED, 20_000);
   }, 60_000);
 
   it("an in-process follow whose stdout errors with EPIPE returns 141 without retrying", async () => {
