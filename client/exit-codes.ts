@@ -87,8 +87,12 @@ export function signalNumber(name: string): number | null {
 /**
  * The exit code for a command as it stands; null while it is not terminal.
  */
-/** The agent's reason when a program could not be started: `could not launch: ENOENT: …`. */
-const LAUNCH_FAILURE = /^could not launch: (ENOENT|EACCES)\b/;
+/**
+ * The agent's reason when a program could not be started: `could not launch: ENOENT: …`. A
+ * working directory that is missing or closed (`could not launch: ENOENT: cwd is not usable …`)
+ * is not the program's fault: that stays 125, so a script never reads "command not found" into it.
+ */
+const LAUNCH_FAILURE = /^could not launch: (ENOENT|EACCES)\b(?!: cwd )/;
 
 /** 127 (not found) or 126 (not executable) as a shell reports them, for a launch failure; null otherwise. */
 export function launchFailureCode(reason: string): number | null {

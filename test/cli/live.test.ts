@@ -276,6 +276,13 @@ describe("rvbox run", () => {
     expect(g.stdout).toMatch(/cli exit code\s+127/);
   });
 
+  it("R-C4: a working directory that does not exist ends rejected with 125 (never launched), not a shell's 127 for a missing program", async () => {
+    const r = await cli(["run", "host-a", "-f", "--cwd", path.join(dir, "no-such-dir"), "--", "pwd"], { env });
+    expect(r.code).toBe(125);
+    expect(r.stderr).toMatch(/rejected: could not launch: ENOENT: cwd is not usable/);
+    expect(r.stderr).not.toContain("hint");
+  });
+
   it("R-C4: a program that is not executable exits 126", async () => {
     const f = path.join(dir, "not-executable.sh");
     writeFileSync(f, "#!/bin/sh\necho never\n", { mode: 0o644 });
