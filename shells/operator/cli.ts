@@ -720,7 +720,7 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
       try {
         ca = readFileSync(caFile);
       } catch (e) {
-        throw new UsageError(`--ca ${caFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
+        throw new UsageError(`--ca ${caFile}: ${fileProblem(e)}`);
       }
     }
     const rt = str(p, "request-timeout") ?? io.env.RVBOX_REQUEST_TIMEOUT;
@@ -837,6 +837,20 @@ async function callIdempotent<T>(ctx: Ctx, what: string, fn: (c: ControlClient) 
       if (i + 1 >= tries || !isTransient(e)) throw describeError(e, { server: ctx.server, what });
       await new Promise((r) => setTimeout(r, 250 * 2 ** i));
     }
+  }
+}
+
+/** Why a file named on the command line could not be read, in words (not `EISDIR: illegal operation …`). */
+function fileProblem(e: unknown): string {
+  switch ((e as NodeJS.ErrnoException).code) {
+    case "ENOENT":
+      return "no such file";
+    case "EISDIR":
+      return "is a directory, not a file";
+    case "EACCES":
+      return "permission denied";
+    default:
+      return (e as Error).message;
   }
 }
 
@@ -1066,7 +1080,7 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
     try {
       content = readFile(scriptFile);
     } catch (e) {
-      throw new UsageError(`--script ${scriptFile}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
+      throw new UsageError(`--script ${scriptFile}: ${fileProblem(e)}`);
     }
     const interpreter = str(p, "interpreter") ?? "";
     const hasShebang = content[0] === 0x23 && content[1] === 0x21;
@@ -1369,7 +1383,7 @@ async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
     try {
       data = file === "-" ? await readAll(ctx.io.stdin) : readFileSync(file);
     } catch (e) {
-      throw new UsageError(`--file ${file}: ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (e as Error).message}`);
+      throw new UsageError(`--file ${file}: ${fileProblem(e)}`);
     }
   } else {
     if (p.positionals.length !== 2)

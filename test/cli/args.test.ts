@@ -153,6 +153,16 @@ describe("run: building the submit request", () => {
     expect(() => submit(["web-1", "--script", "missing.sh"])).toThrow(/no such file/);
   });
 
+  it("--script naming a directory or an unreadable file says so in words", () => {
+    const failing = (code: string) => () =>
+      buildSubmit(parseFlags(["web-1", "--script", "x"], RUN_FLAGS), 1_000_000, () => {
+        throw Object.assign(new Error(`${code}: raw message`), { code });
+      });
+    expect(failing("EISDIR")).toThrow("--script x: is a directory, not a file");
+    expect(failing("EACCES")).toThrow("--script x: permission denied");
+    expect(failing("EIO")).toThrow("--script x: EIO: raw message");
+  });
+
   it("refuses contradictions and missing parts", () => {
     expect(() => submit([])).toThrow(/expected CLIENT/);
     expect(() => submit(["web-1"])).toThrow(/expected a command/);
