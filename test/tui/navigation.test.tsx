@@ -41,7 +41,7 @@ describe("navigation and layout", () => {
         .lines()
         .filter((l) => l.trim() !== "")
         .pop() ?? "";
-    expect(last()).toContain("enter commands · s submit · tab/1-4 views · ? help · q quit");
+    expect(last()).toContain("enter commands · s submit · tab/1-5 views · ? help · q quit");
     await h.press("3");
     expect(last()).toContain("a/enter authorize");
     await h.press("?");

@@ -6,7 +6,7 @@ import { clip, fit } from "../format.js";
 export type HelpContext = "sessions" | "commands" | "output" | "claims" | "incidents" | "jobs";
 
 const LINES: Record<HelpContext, string> = {
-  sessions: "↑↓/jk move · enter commands · s submit · tab/1-4 views · ? help · q quit",
+  sessions: "↑↓/jk move · enter commands · s submit · tab/1-5 views · ? help · q quit",
   commands: "↑↓ move · enter output · s submit · c cancel · x signal · i stdin · D close stdin · a all clients · esc back · q quit",
   output: "↑↓/jk PgUp/PgDn scroll · G follow · c cancel · x signal · i stdin · D close stdin · esc back · q quit",
   claims: "↑↓ move · a/enter authorize the claiming instance (once) · d dismiss the claim · tab views · q quit",
