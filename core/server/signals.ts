@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { SignalCommandSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
-import { Code } from "../errors.js";
+import { Code, type CoreError, coreError } from "../errors.js";
 import { MAX_PENDING_SIGNALS } from "../limits.js";
 import type { ConnState, ControlRequest, ServerCommand, ServerState } from "./server-types.js";
 import { persistCommand, remember, setState } from "./commands.js";
@@ -17,26 +17,36 @@ import { type ServerCtx, reply, replyError, send } from "./io.js";
 export function controlSignal(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "signal" }>): void {
   const c = st.commands.get(r.uuid);
   if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, missingMessage(st, r.uuid), r.uuid);
-  const prior = c.requests[r.requestId];
-  if (prior !== undefined) return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: prior });
-  if (SignalKind[r.signal] === undefined || r.signal === SignalKind.UNSPECIFIED) return replyError(ctx, r.requestId, Code.VALIDATION, "unknown signal", r.uuid);
-  if (isTerminal(c.state)) return replyError(ctx, r.requestId, Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`, r.uuid);
-  if (c.signals.length >= MAX_PENDING_SIGNALS)
-    return replyError(ctx, r.requestId, Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`, r.uuid);
-  const ending = r.signal !== SignalKind.USER1 && r.signal !== SignalKind.USER2;
+  const res = signalCommand(st, ctx, c, r.requestId, r.signal);
+  if ("code" in res) return replyError(ctx, r.requestId, res.code, res.message, r.uuid);
+  return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: res.revision });
+}
+
+/**
+ * One signal request for command `c` under `requestId`: its revision (the
+ * one already given if the request id was seen), or why it is refused. Used
+ * by SignalCommand and by a job's cancel (one request per child).
+ */
+export function signalCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand, requestId: string, signal: SignalKind): { revision: number } | CoreError {
+  const prior = c.requests[requestId];
+  if (prior !== undefined) return { revision: prior };
+  if (SignalKind[signal] === undefined || signal === SignalKind.UNSPECIFIED) return coreError(Code.VALIDATION, "unknown signal");
+  if (isTerminal(c.state)) return coreError(Code.VALIDATION, `command is already ${L[c.state]?.toLowerCase()}`);
+  if (c.signals.length >= MAX_PENDING_SIGNALS) return coreError(Code.CAPACITY, `${c.signals.length} signals already outstanding; retry once they are answered`);
+  const ending = signal !== SignalKind.USER1 && signal !== SignalKind.USER2;
   // Refused before anything is remembered: a refusal must not evict the
   // remembered answer of an earlier request (R-S5).
-  if (c.state === L.QUEUED && !ending) return replyError(ctx, r.requestId, Code.VALIDATION, "the command is not running yet", r.uuid);
+  if (c.state === L.QUEUED && !ending) return coreError(Code.VALIDATION, "the command is not running yet");
   c.revision++;
-  remember(c, r.requestId, c.revision);
+  remember(c, requestId, c.revision);
   if (c.state === L.QUEUED) {
     // Never reached an agent: the server ends it itself.
-    setState(st, ctx, c, L.CANCELLED, "server", `${SignalKind[r.signal]?.toLowerCase()} before dispatch`);
-    return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
+    setState(st, ctx, c, L.CANCELLED, "server", `${SignalKind[signal]?.toLowerCase()} before dispatch`);
+    return { revision: c.revision };
   }
-  c.signals.push({ revision: c.revision, signal: r.signal, requestId: r.requestId, sentOn: 0 });
+  c.signals.push({ revision: c.revision, signal, requestId, sentOn: 0 });
   persistCommand(st, ctx, c);
-  return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: c.revision });
+  return { revision: c.revision };
 }
 
 export function pumpSignals(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
