@@ -37,6 +37,10 @@ export function requestClients(st: ServerState, r: ControlRequest): string[] {
     }
     case "audit_refusal":
       return r.clients;
+    case "cancel_job": {
+      const job = st.jobs.get(r.jobId);
+      return job ? job.children.map((c) => c.clientId) : [];
+    }
     case "submit_job": {
       // The targets the job resolved (a selector's matches), else the ones it named.
       const job = st.jobs.get(r.jobId);

@@ -6,7 +6,7 @@ import { appendAudit, auditResult, requestClients } from "./audit.js";
 import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
 import { type ServerCtx, reply } from "./io.js";
-import { submitJob } from "./jobs.js";
+import { cancelJob, submitJob } from "./jobs.js";
 import { controlSignal } from "./signals.js";
 import { controlStdin } from "./stdin.js";
 import { submit } from "./submit.js";
@@ -70,6 +70,8 @@ function route(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEn
       return reply(ctx, r.requestId, { ok: true });
     case "submit_job":
       return submitJob(st, ctx, r, env);
+    case "cancel_job":
+      return cancelJob(st, ctx, r);
     default:
       return unreachable(r, "control request");
   }

@@ -35,7 +35,7 @@
 // terminal too.
 
 import { toBinary } from "@bufbuild/protobuf";
-import { ExecutionSpecSchema, CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { ExecutionSpecSchema, CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { concatBytes, toHex } from "../bytes.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { Code, assert, type CoreError, coreError } from "../errors.js";
@@ -45,6 +45,7 @@ import { jobDelete, jobRecord } from "./store.js";
 import { unknownClientMessage } from "./clients.js";
 import { formatSelector, matchesSelector, parseSelector } from "./labels.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
+import { signalCommand } from "./signals.js";
 import { admitCommand, utf8 } from "./submit.js";
 
 type SubmitJob = Extract<ControlRequest, { op: "submit_job" }>;
@@ -186,6 +187,50 @@ export function submitJob(st: ServerState, ctx: ServerCtx, r: SubmitJob, env: Se
   ctx.emit({ type: "trace", event: "job_submitted", detail: { job: job.id, targets: list.length, maxConcurrency: conc, maxErrors: errs } });
   // Its first children start in this step's pump, in this same persist batch.
   reply(ctx, r.requestId, { ok: true, jobId: job.id });
+}
+
+/** Why a job stopped when an operator cancelled it (its stopped_reason; "not started: …" on its pending children). */
+export const JOB_CANCELLED = "cancelled by an operator";
+
+type CancelJob = Extract<ControlRequest, { op: "cancel_job" }>;
+
+/**
+ * Stop a job (see CancelJob in control.proto): nothing more starts, pending
+ * children end cancelled, and each started child whose command has not ended
+ * gets a CANCEL of its own, under a request id derived from this request's,
+ * so a retry of the request gives each command the revision it gave before
+ * and sends nothing twice. A job the error budget stopped keeps that reason.
+ */
+export function cancelJob(st: ServerState, ctx: ServerCtx, r: CancelJob): void {
+  const job = st.jobs.get(r.jobId);
+  if (!job) return replyError(ctx, r.requestId, Code.NOT_FOUND, `no job ${r.jobId}`);
+  let notStarted = 0;
+  let cancelledRunning = 0;
+  const refused: string[] = [];
+  if (job.endedAt === 0) {
+    if (!job.stopped) {
+      job.stopped = JOB_CANCELLED;
+      ctx.emit({ type: "trace", event: "job_cancelled", detail: { job: job.id } });
+    }
+    for (const ch of job.children) {
+      if (ch.phase === "pending") {
+        ch.phase = "cancelled";
+        ch.state = L.CANCELLED;
+        ch.reason = `not started: ${job.stopped}`;
+        notStarted++;
+        continue;
+      }
+      if (ch.phase !== "started") continue;
+      const c = st.commands.get(ch.uuid);
+      assert(c !== undefined, `job ${job.id}: started child ${ch.uuid} has no command`);
+      if (isTerminal(c.state)) continue; // its end is this step's pump's to record
+      const res = signalCommand(st, ctx, c, `${r.requestId}/${ch.uuid}`, SignalKind.CANCEL);
+      if ("code" in res) refused.push(`${ch.uuid}: ${res.message}`);
+      else cancelledRunning++;
+    }
+    persistJob(ctx, job);
+  }
+  reply(ctx, r.requestId, { ok: true, jobId: job.id, notStarted, cancelledRunning, refused });
 }
 
 /** A view of a job before anything of it is durable. */

@@ -546,6 +546,8 @@ export type ControlRequest =
    * in client id order (one of the two); `maxConcurrency` / `maxErrors`:
    * "N" or "P%" ("": no limit).
    */
+  /** Stop a job: pending children cancelled, started ones sent a CANCEL each (jobs.ts cancelJob). */
+  | { op: "cancel_job"; requestId: string; jobId: string }
   | {
       op: "submit_job";
       requestId: string;
@@ -572,6 +574,10 @@ export type ControlResult =
       wasDraining?: boolean;
       labels?: Labels;
       jobId?: string;
+      /** cancel_job: children that will never start, started ones sent a cancel, and the refused ones ("uuid: why"). */
+      notStarted?: number;
+      cancelledRunning?: number;
+      refused?: string[];
     }
   | { ok: false; error: CoreError };
 

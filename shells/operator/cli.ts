@@ -23,7 +23,7 @@ import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, st
 import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
-import { cmdJob, cmdJobs, cmdRunJob } from "./jobs-cli.js";
+import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob } from "./jobs-cli.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type FollowOptions, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
@@ -294,11 +294,13 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     },
   },
   cancel: {
-    usage: `usage: rvbox cancel ID\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.`,
+    usage: `usage: rvbox cancel ID\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.\nGiven a job's id (rvbox run --clients): cancels the job: no further client starts, the\nclients not started end cancelled, and every running command of the job is cancelled.`,
     flags: {},
     args: [ID],
     run: async (ctx, p) => {
-      const id = await resolveId(ctx, onePositional(p, "ID"));
+      const typed = onePositional(p, "ID");
+      if ((await findJob(ctx, typed)) !== null) return cmdCancelJob(ctx, typed);
+      const id = await resolveId(ctx, typed);
       const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind("CANCEL"), requestId: randomUUID() }));
       ctx.out(`cancel requested for ${id} (revision ${r.revision})`);
       return EXIT.OK;

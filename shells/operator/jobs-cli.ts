@@ -295,3 +295,32 @@ export async function cmdJobs(ctx: JobCtx, _p: Parsed, json: boolean): Promise<n
   );
   return EXIT.OK;
 }
+
+/**
+ * The job `typed` names exactly, or null when there is none (then `rvbox
+ * cancel` goes on to look for a command). Checked first: a job's children are
+ * commands whose ids begin with the job's id, so a prefix match among
+ * commands would find a child instead of the job.
+ */
+export async function findJob(ctx: JobCtx, typed: string): Promise<string | null> {
+  try {
+    return jobInfo((await call(ctx, `job ${typed}`, (c, o) => c.getJob({ jobId: typed }, o))).job!).id;
+  } catch (e) {
+    if ((e as { exitCode?: number }).exitCode === EXIT.NOT_FOUND) return null;
+    throw e;
+  }
+}
+
+/** `rvbox cancel JOB`: CancelJob, what it did, and 75 if a child's cancel was refused (retry it). */
+export async function cmdCancelJob(ctx: JobCtx, id: string): Promise<number> {
+  const requestId = randomUUID();
+  const r = await call(ctx, `job ${id}`, (c, o) => c.cancelJob({ jobId: id, requestId }, o), 4);
+  const job = jobInfo(r.job!);
+  if (job.endedAt !== null && r.notStarted === 0 && r.cancelledRunning === 0 && r.refused.length === 0) {
+    ctx.out(`${jobSummaryText(job)}; nothing to cancel`);
+    return EXIT.OK;
+  }
+  ctx.out(`cancel requested for job ${id}: ${r.notStarted} not started, ${r.cancelledRunning} running cancelled`);
+  for (const why of r.refused) ctx.err(`rvbox cancel: job ${id}: ${why}`);
+  return r.refused.length > 0 ? EXIT.TEMPORARY : EXIT.OK;
+}

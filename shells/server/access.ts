@@ -9,9 +9,9 @@
  *
  * Roles, each including the ones before it:
  *   viewer    reads: Get/List calls, FollowOutput, WatchFleet
- *   operator  also SubmitCommand, SubmitJob, WriteStdin, CloseStdin,
- *             SignalCommand, on clients matching its selector only (a job:
- *             every client it names or its selector matches)
+ *   operator  also SubmitCommand, SubmitJob, CancelJob, WriteStdin,
+ *             CloseStdin, SignalCommand, on clients matching its selector
+ *             only (a job: every client it names or its selector matches)
  *   admin     everything: claims, authorizations, incidents, labels, drains,
  *             forgetting clients, the audit log
  *
@@ -127,6 +127,13 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
   },
   // Every operator's actions: admins only.
   listAudit: { role: "admin", mutating: false },
+  cancelJob: {
+    role: "operator",
+    mutating: true,
+    // As for submitting it: every client the job runs on must be in the operator's scope.
+    targets: (r, st) => st.jobs.get(r.jobId)?.children.map((c) => c.clientId) ?? [],
+    summary: (r) => `job=${r.jobId}`,
+  },
   submitJob: {
     role: "operator",
     mutating: true,

@@ -290,6 +290,17 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { job: toJob(job(jobId), d) };
     },
 
+    async cancelJob(req, hctx) {
+      if (req.jobId === "") throw invalid("job_id is required");
+      const r = await call(hctx, { op: "cancel_job", requestId: requestId(req.requestId, "cancel-job"), jobId: req.jobId });
+      return {
+        job: toJob(job(req.jobId), d),
+        notStarted: r.notStarted ?? 0,
+        cancelledRunning: r.cancelledRunning ?? 0,
+        refused: r.refused ?? [],
+      };
+    },
+
     async getJob(req) {
       return { job: toJob(job(req.jobId), d) };
     },

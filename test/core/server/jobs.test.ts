@@ -7,7 +7,7 @@ import { MAX_JOBS } from "../../../core/limits.js";
 import { restoreServer, type ControlRequest } from "../../../core/index.js";
 import { resolveRate } from "../../../core/server/jobs.js";
 import { rowOf } from "../../../core/server/store.js";
-import { CommandLifecycle as L, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
 import { jobPhases } from "../../support/pair.js";
 
@@ -150,6 +150,63 @@ describe("jobs", () => {
     expect(job(r, "j2", ["web-1", "web-1"])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(job(r, "j3", [])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
     expect(job(r, "bad id", ["web-1"])).toMatchObject({ ok: false, error: { code: Code.VALIDATION } });
+  });
+
+  it("cancel_job: nothing more starts, pending children end cancelled, each started one gets a CANCEL of its own; the job ends with them; a retry sends nothing twice", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b", "c", "d"]);
+    job(r, "j", ["a", "b", "c", "d"], { maxConcurrency: "2" });
+    const a = conns.get("a")!;
+    const b = conns.get("b")!;
+    r.accept(a, "j.1");
+    r.event(a, "j.1", 1, lifecycle(L.RUNNING));
+    expect(r.control({ op: "cancel_job", requestId: "cj-1", jobId: "j" })).toEqual({ ok: true, jobId: "j", notStarted: 2, cancelledRunning: 2, refused: [] });
+    expect(phases(r, "j")).toEqual(["started", "started", "cancelled", "cancelled"]);
+    expect(r.getJob("j")!.stoppedReason).toBe("cancelled by an operator");
+    expect(r.getJob("j")!.children[2]!.reason).toBe("not started: cancelled by an operator");
+    expect([r.findCommand("j.3"), r.findCommand("j.4")]).toEqual([undefined, undefined]);
+    const cancels = (conn: number) =>
+      r
+        .sent(r.log, conn, "signalCommand")
+        .map((x) => [(x.env.payload.value as { signal: SignalKind }).signal, (x.env.payload.value as { commandRevision: bigint }).commandRevision]);
+    // j.2 is dispatched, not yet accepted: its cancel goes once its agent accepts it.
+    expect([cancels(a), cancels(b)]).toEqual([[[SignalKind.CANCEL, 2n]], []]);
+    // The same request again: the same revisions, nothing sent again.
+    expect(r.control({ op: "cancel_job", requestId: "cj-1", jobId: "j" })).toEqual({ ok: true, jobId: "j", notStarted: 0, cancelledRunning: 2, refused: [] });
+    expect(cancels(a)).toEqual([[SignalKind.CANCEL, 2n]]);
+    expect([r.command("j.1").revision, r.command("j.2").revision]).toEqual([2, 2]);
+    r.accept(b, "j.2");
+    expect(cancels(b)).toEqual([[SignalKind.CANCEL, 2n]]);
+    expect(r.getJob("j")!.endedTime).toBeUndefined();
+    r.event(a, "j.1", 2, lifecycle(L.CANCELLED, { signalName: "SIGTERM" }), 2n);
+    r.event(b, "j.2", 1, lifecycle(L.CANCELLED), 2n);
+    expect(r.getJob("j")!.endedTime).toBeDefined();
+    expect(r.getJob("j")!.summary).toMatchObject({ targets: 4, pending: 0, inFlight: 0, succeeded: 0, failed: 2, cancelled: 2 });
+    // Ended: nothing to do, and no new revision.
+    expect(r.control({ op: "cancel_job", requestId: "cj-2", jobId: "j" })).toEqual({ ok: true, jobId: "j", notStarted: 0, cancelledRunning: 0, refused: [] });
+    expect(r.command("j.1").revision).toBe(2);
+    expect(r.control({ op: "cancel_job", requestId: "cj-3", jobId: "nope" })).toMatchObject({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "no job nope" },
+    });
+  });
+
+  it("cancel_job: a child still queued at the server ends cancelled there; a job of only pending children ends at once; the error budget's reason is kept", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b"]);
+    // "q" is known but has no session: its child is queued at the server.
+    r.step({ type: "conn_closed", conn: r.connect("q"), reason: "cut" });
+    job(r, "jq", ["q", "a", "b"], { maxConcurrency: "1" });
+    expect(r.command("jq.1").state).toBe("queued");
+    expect(r.control({ op: "cancel_job", requestId: "cq", jobId: "jq" })).toEqual({ ok: true, jobId: "jq", notStarted: 2, cancelledRunning: 1, refused: [] });
+    expect(r.command("jq.1").state).toBe("cancelled");
+    expect(r.getJob("jq")!.endedTime).toBeDefined();
+    // Stopped by its error budget first: the cancel keeps that reason.
+    job(r, "je", ["a", "b"], { maxConcurrency: "1", maxErrors: "0" });
+    finish(r, conns, "je.1", 1);
+    expect(r.getJob("je")!.stoppedReason).toBe("error budget exceeded: 1 failed, max-errors 0");
+    expect(r.control({ op: "cancel_job", requestId: "ce", jobId: "je" })).toEqual({ ok: true, jobId: "je", notStarted: 0, cancelledRunning: 0, refused: [] });
+    expect(r.getJob("je")!.stoppedReason).toBe("error budget exceeded: 1 failed, max-errors 0");
   });
 
   it("R-D1: a crash mid-wave: restore continues the job without starting a child twice or exceeding its concurrency", () => {

@@ -138,6 +138,63 @@ describe("e2e: jobs", () => {
     }
   }, 90_000);
 
+  it("rvbox cancel JOB: the running children are cancelled, the rest never start, the job ends; a job of one child is cancelled as a job", async () => {
+    const work = await tempDir("rvbox-jobs-cancel-");
+    const s = await startServer();
+    const { agents, dirs } = await fleet(s.url, work);
+    const env = { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") };
+    try {
+      writeFileSync(path.join(work, "token"), `${OPERATOR_TOKEN}\n`);
+      const r = await cli(
+        [
+          "run",
+          "--clients",
+          IDS.join(","),
+          "--max-concurrency",
+          "2",
+          "--id",
+          "job-cancel",
+          "--shell",
+          "--",
+          "echo ran >> ran.txt; sleep 30; echo finished >> ran.txt",
+        ],
+        { env },
+      );
+      expect(r.code, r.stderr).toBe(0);
+      await waitFor(
+        "two running",
+        async () =>
+          (await lines(path.join(dirs.get("web-2")!, "ran.txt"))).length === 1 && (await lines(path.join(dirs.get("web-1")!, "ran.txt"))).length === 1,
+        30_000,
+      );
+      const c = await cli(["cancel", "job-cancel"], { env });
+      expect(c.code, c.stderr).toBe(0);
+      expect(c.stdout).toBe("cancel requested for job job-cancel: 4 not started, 2 running cancelled\n");
+      await waitFor("job ended", async () => (await s.client.getJob({ jobId: "job-cancel" })).job!.endedTime !== undefined, 30_000);
+      const job = (await s.client.getJob({ jobId: "job-cancel" })).job!;
+      expect(job.stoppedReason).toBe("cancelled by an operator");
+      expect(job.children.map((ch) => [ch.clientId, ch.phase, ch.state])).toEqual([
+        ["web-1", JobChildPhase.DONE, L.CANCELLED],
+        ["web-2", JobChildPhase.DONE, L.CANCELLED],
+        ...IDS.slice(2).map((id) => [id, JobChildPhase.CANCELLED, L.CANCELLED]),
+      ]);
+      for (const [i, id] of IDS.entries()) expect(await lines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 2 ? ["ran"] : []);
+      const again = await cli(["cancel", "job-cancel"], { env });
+      expect(again.code).toBe(0);
+      expect(again.stdout).toContain("nothing to cancel");
+      // One child: its command's id begins with the job's, but the job's id names the job.
+      await cli(["run", "--clients", "web-3", "--id", "job-one", "--", "sleep", "30"], { env });
+      await waitFor("job-one.1 running", async () => (await s.client.getCommand({ issueUuid: "job-one.1" })).command?.state === L.RUNNING, 30_000);
+      const one = await cli(["cancel", "job-one"], { env });
+      expect(one.stdout).toBe("cancel requested for job job-one: 0 not started, 1 running cancelled\n");
+      await waitFor("job-one ended", async () => (await s.client.getJob({ jobId: "job-one" })).job!.stoppedReason === "cancelled by an operator", 30_000);
+      expect((await cli(["cancel", "no-such-job"], { env })).code).toBe(66);
+    } finally {
+      for (const a of agents) await a.close({ killProcesses: true });
+      await s.close();
+    }
+  }, 90_000);
+
   it("R-D1: server kill -9 mid-job: after the restart the job completes, no client launched twice, never more than 2 at once", async () => {
     const work = await tempDir("rvbox-jobs-crash-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);

@@ -66,7 +66,7 @@ describe("access table", () => {
         .filter(([, r]) => r.role === "operator")
         .map(([k]) => k)
         .sort(),
-    ).toEqual(["closeStdin", "signalCommand", "submitCommand", "submitJob", "writeStdin"]);
+    ).toEqual(["cancelJob", "closeStdin", "signalCommand", "submitCommand", "submitJob", "writeStdin"]);
   });
 
   it("roles nest: viewer < operator < admin; the refusal names the rule", () => {
@@ -116,6 +116,20 @@ describe("access table", () => {
       "viewer bob may not call SubmitJob (it needs role operator)",
     );
     expect(refusal(who("bob", "viewer"), "listJobs", {}, st)).toBeNull();
+  });
+
+  it("an operator cancels a job only if every client it runs on is in its scope", () => {
+    const st = fleet();
+    const child = (clientId: string) => ({ clientId }) as never;
+    st.jobs.set("j-web", { id: "j-web", children: [child("web-1")] } as never);
+    st.jobs.set("j-mixed", { id: "j-mixed", children: [child("web-1"), child("db-1")] } as never);
+    const alice = who("alice", "operator", "role=web");
+    expect(refusal(alice, "cancelJob", { jobId: "j-web" }, st)).toBeNull();
+    expect(refusal(alice, "cancelJob", { jobId: "j-mixed" }, st)).toBe(
+      "operator alice may run only on clients matching role=web; client db-1 has labels role=db",
+    );
+    expect(targetClients("cancelJob", { jobId: "j-mixed" }, st)).toEqual(["web-1", "db-1"]);
+    expect(refusal(who("bob", "viewer"), "cancelJob", { jobId: "j-web" }, st)).toBe("viewer bob may not call CancelJob (it needs role operator)");
   });
 
   it("audit summaries name the arguments but never stdin bytes; refusals name their clients", () => {
