@@ -24,6 +24,7 @@ import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type 
 import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob } from "./jobs-cli.js";
+import { pendingBeforeOutputExit, watchLeaving } from "./leaving.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type FollowOptions, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
@@ -64,12 +65,7 @@ export interface OperatorIO {
 
 export type TerminateSignal = "SIGTERM" | "SIGHUP";
 
-/**
- * Work that must finish before a failed write to stdout or stderr ends the
- * process: the cancel that `--cancel-on-interrupt` sends when the output's
- * reader goes away (`| head`) or the terminal does. One at a time.
- */
-let beforeOutputExit: (() => Promise<unknown>) | null = null;
+/** A failed write to stdout or stderr is ending the process (once). */
 let outputExiting = false;
 
 export interface TuiLaunch {
@@ -621,7 +617,8 @@ function defaultIO(): OperatorIO {
         outputExiting = true;
         const code = isClosedOutput(e) ? EXIT.OUTPUT_CLOSED : EXIT.ERROR;
         if (code === EXIT.ERROR && s !== process.stderr) writeFailureNote(e);
-        const pending = beforeOutputExit;
+        // A follow under --cancel-on-interrupt first sends its cancel (leaving.ts).
+        const pending = pendingBeforeOutputExit();
         if (pending === null) process.exit(code);
         void pending().finally(() => process.exit(code));
       });
@@ -1213,51 +1210,15 @@ async function followToEnd(
   },
 ): Promise<number> {
   const abort = new AbortController();
-  let interrupted = false;
-  let hungUp = false;
-  // With --cancel-on-interrupt, whatever takes the operator away cancels the command, as ssh's
-  // hang-up ends the remote one: Ctrl-C or SIGTERM (then the follow goes on to the command's
-  // end; the same signal again detaches), the terminal closing (SIGHUP), or the output's reader
-  // going away (`| head`). The CLI does not exit before the server has the cancel.
-  let cancel: Promise<void> | null = null;
-  const requestCancel = (note: string): Promise<void> => {
-    if (cancel) return cancel;
-    ctx.err(note);
-    const requestId = randomUUID();
-    cancel = callIdempotent(ctx, `cancel of ${uuid}`, (c) => c.signalCommand({ issueUuid: uuid, signal: signalKind("CANCEL"), requestId })).then(
-      () => undefined,
-      (e: unknown) => ctx.err(`rvbox: cancel: ${describeError(e).message}`),
-    );
-    return cancel;
-  };
-  const offInterrupt = ctx.io.onInterrupt(() => {
-    if (o.cancelOnInterrupt && !cancel) {
-      void requestCancel(`\nrvbox: cancelling ${uuid} (Ctrl-C again to detach)`);
-      return;
-    }
-    interrupted = true;
-    abort.abort();
+  const leaving = watchLeaving(ctx.io, ctx.err, {
+    cancelOnInterrupt: o.cancelOnInterrupt === true,
+    what: uuid,
+    sendCancel: () => {
+      const requestId = randomUUID();
+      return callIdempotent(ctx, `cancel of ${uuid}`, (c) => c.signalCommand({ issueUuid: uuid, signal: signalKind("CANCEL"), requestId }));
+    },
+    abort: () => abort.abort(),
   });
-  const offTerminate = o.cancelOnInterrupt
-    ? ctx.io.onTerminate((signal) => {
-        if (signal === "SIGHUP") {
-          // No terminal to follow on to: cancel, and end once the server has it.
-          hungUp = true;
-          void requestCancel(`\nrvbox: hang-up: cancelling ${uuid}`);
-          abort.abort();
-          return;
-        }
-        if (!cancel) {
-          void requestCancel(`\nrvbox: ${signal}: cancelling ${uuid} (${signal} again to detach)`);
-          return;
-        }
-        interrupted = true;
-        abort.abort();
-      })
-    : () => {};
-  const cancelOnLostOutput = (): Promise<void> => requestCancel(`rvbox: the output was closed: cancelling ${uuid}`);
-  const ownsExitHook = o.cancelOnInterrupt === true && beforeOutputExit === null;
-  if (ownsExitHook) beforeOutputExit = cancelOnLostOutput;
   let stdinErr: unknown = null;
   const stdinDone = o.stdin
     ? pumpStdin(ctx, uuid, abort.signal).catch((e: unknown) => {
@@ -1280,14 +1241,14 @@ async function followToEnd(
       lines: o.lines,
       known: o.known,
     }).catch(async (e: unknown) => {
-      if (e instanceof OutputClosedError && o.cancelOnInterrupt) await cancelOnLostOutput();
+      if (e instanceof OutputClosedError && o.cancelOnInterrupt) await leaving.cancel(`rvbox: the output was closed: cancelling ${uuid}`);
       throw e;
     });
-    if (hungUp) {
-      await cancel;
+    if (leaving.hungUp) {
+      await leaving.cancelling;
       return EXIT.HANGUP;
     }
-    if (interrupted || res.aborted) {
+    if (leaving.detached || res.aborted) {
       ctx.err(`\nrvbox: detached; ${uuid} keeps running (rvbox logs -f ${uuid}, rvbox cancel ${uuid})`);
       return EXIT.CANCELLED;
     }
@@ -1304,12 +1265,10 @@ async function followToEnd(
     void stdinErr;
     return code;
   } finally {
-    offInterrupt();
-    offTerminate();
-    if (ownsExitHook) beforeOutputExit = null;
+    leaving.off();
     abort.abort();
     await stdinDone;
-    await cancel;
+    await leaving.cancelling;
   }
 }
 
