@@ -514,6 +514,24 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
         if (key.escape) switchTab("sessions");
         return;
       }
+      case "jobs": {
+        const j = now.jobs[now.sel.jobs];
+        if (j && input === "c") {
+          if (!source.cancelJob) return say("this source cannot cancel jobs", true);
+          if (j.endedAt !== null) return say(`job ${j.id} has ended`);
+          const cancelJob = source.cancelJob.bind(source);
+          return update({
+            prompt: {
+              kind: "confirm",
+              text: `Cancel job ${j.id} (${j.summary.targets} clients: running ones cancelled, the rest never started)?`,
+              pending: "cancelling…",
+              run: () => cancelJob(j.id),
+            },
+          });
+        }
+        if (key.escape) switchTab("sessions");
+        return;
+      }
     }
   };
 

@@ -160,6 +160,8 @@ export interface DataSource {
   jobs?(): readonly JobInfo[];
   /** Keep the job list current while the returned release is not called. */
   watchJobs?(): () => void;
+  /** CancelJob (sources with jobs that take actions): what it did, in words. */
+  cancelJob?(jobId: string): Promise<string>;
   /** Keep this client's command list current while the returned release is not called. */
   watchCommands(clientId: string | null): () => void;
   /** Stream this command's output while the returned release is not called. */

@@ -170,7 +170,8 @@ client failed (or was not started), else 0.
   --cancel-on-interrupt   with --follow: Ctrl-C (or SIGTERM) cancels the command and waits
                           for its end (a second one detaches); so do a closed terminal
                           (SIGHUP: exit 129) and a closed stdout (| head: exit 141), once
-                          the server has the cancel; without it Ctrl-C detaches at once
+                          the server has the cancel; without it Ctrl-C detaches at once.
+                          For a job: the same, cancelling the job (rvbox cancel JOB)
   --json                  print the submitted command as JSON (without --follow);
                           for a job, one JSON record per client
   --clients A,B,C         a job over these clients (repeatable; unknown ids are refused, nothing runs)

@@ -17,7 +17,8 @@ import { describeError, isTransient, type ControlClient } from "../../client/con
 import { EXIT } from "../../client/exit-codes.js";
 import { durationText, humanDuration, jobInfo, jobSummaryText, type JobChildInfo, type JobInfo } from "../../client/model.js";
 import { bool, list, parseDuration, parseEnv, str, UsageError, type Parsed } from "./args.js";
-import { followOutput } from "./follow.js";
+import { followOutput, isClosedOutput, OutputClosedError } from "./follow.js";
+import { watchLeaving } from "./leaving.js";
 import type { OperatorIO } from "./cli.js";
 
 /** What the job commands need of the CLI's context (cli.ts Ctx). */
@@ -67,7 +68,7 @@ export function buildJob(p: Parsed, now = Date.now()): SubmitJobInit {
     );
   if (p.positionals.length > 0)
     throw new UsageError(`unexpected ${JSON.stringify(p.positionals[0])} before \`--\` (a job names its clients with --clients or -l, not CLIENT)`);
-  for (const f of ["script", "interpreter", "stdin", "open-stdin", "allow-unknown-client", "cancel-on-interrupt"])
+  for (const f of ["script", "interpreter", "stdin", "open-stdin", "allow-unknown-client"])
     if (p.flags.has(f)) throw new UsageError(`--${f} does not apply to a job (--clients)`);
   const words = p.rest;
   if (words.length === 0) throw new UsageError("expected a command: rvbox run --clients A,B -- CMD [ARG...]");
@@ -122,7 +123,7 @@ export async function cmdRunJob(ctx: JobCtx, p: Parsed, json: boolean): Promise<
   ctx.err(
     `rvbox: job ${job.id}: ${job.summary.targets} clients, max-concurrency ${job.maxConcurrencyResolved}, max-errors ${job.maxErrorsResolved < 0 ? "none" : job.maxErrorsResolved}`,
   );
-  return followJob(ctx, job.id, json);
+  return followJob(ctx, job.id, json, bool(p, "cancel-on-interrupt"));
 }
 
 /** Lines of one client's stream to `target`, each prefixed with `prefix`; a last partial line is ended at `end()`. */
@@ -170,14 +171,19 @@ class PrefixedLines extends Writable {
  * Follow a job to its end: each child's output from when it starts, line by
  * line with its client's name in front; then the per-client summary on
  * stderr (or the records with --json) and exit 1 if any client failed.
+ * With `cancelOnInterrupt` the operator going away cancels the job
+ * (CancelJob), by the rules of leaving.ts.
  */
-export async function followJob(ctx: JobCtx, id: string, json: boolean): Promise<number> {
+export async function followJob(ctx: JobCtx, id: string, json: boolean, cancelOnInterrupt = false): Promise<number> {
   const abort = new AbortController();
-  let interrupted = false;
-  const off = ctx.io.onInterrupt(() => {
-    interrupted = true;
-    abort.abort();
+  const cancelRequest = randomUUID();
+  const leaving = watchLeaving(ctx.io, ctx.err, {
+    cancelOnInterrupt,
+    what: `job ${id}`,
+    sendCancel: () => call(ctx, `cancel of job ${id}`, (c, o) => c.cancelJob({ jobId: id, requestId: cancelRequest }, o), 4),
+    abort: () => abort.abort(),
   });
+  let outputClosed = false;
   const follows = new Map<string, Promise<void>>();
   const startFollow = (c: JobChildInfo): void => {
     if (follows.has(c.uuid)) return;
@@ -188,39 +194,55 @@ export async function followJob(ctx: JobCtx, id: string, json: boolean): Promise
         await stdout.flushPartial();
         await stderr.flushPartial();
       })
-      .catch((e: unknown) => {
+      .catch(async (e: unknown) => {
+        if (e instanceof OutputClosedError || isClosedOutput(e)) {
+          // `| head`: nobody reads any more; with the flag the job goes too.
+          outputClosed = true;
+          if (cancelOnInterrupt) await leaving.cancel(`rvbox: the output was closed: cancelling job ${id}`);
+          abort.abort();
+          return;
+        }
         if (!abort.signal.aborted) ctx.err(`${c.client}: rvbox: ${describeError(e, { server: ctx.server }).message}`);
       });
     follows.set(c.uuid, run);
+  };
+  const stoppedEarly = (): number | null => {
+    if (outputClosed) return EXIT.OUTPUT_CLOSED;
+    if (leaving.hungUp) return EXIT.HANGUP;
+    if (leaving.detached) {
+      ctx.err(`\nrvbox: detached; job ${id} keeps running (rvbox job ${id}, rvbox cancel ${id})`);
+      return EXIT.CANCELLED;
+    }
+    return null;
   };
   try {
     let job: JobInfo;
     for (;;) {
       job = jobInfo((await call(ctx, `job ${id}`, (c, o) => c.getJob({ jobId: id }, { ...o, signal: abort.signal }), 4)).job!);
       for (const c of job.children) if (c.phase === "started" || c.phase === "done") startFollow(c);
-      if (job.endedAt !== null || interrupted) break;
+      if (job.endedAt !== null || abort.signal.aborted) break;
       await new Promise((r) => setTimeout(r, JOB_POLL_MS));
     }
     await Promise.all(follows.values());
-    if (interrupted) {
-      ctx.err(`\nrvbox: detached; job ${id} keeps running (rvbox job ${id})`);
-      return EXIT.CANCELLED;
-    }
+    const early = stoppedEarly();
+    if (early !== null) return early;
     // The state as of the end of every follow (each child's last event is in).
     job = jobInfo((await call(ctx, `job ${id}`, (c, o) => c.getJob({ jobId: id }, o), 4)).job!);
     if (json) for (const c of job.children) ctx.out(JSON.stringify({ job: job.id, ...c }));
     else ctx.err(jobTable(job, Date.now()));
     ctx.err(`rvbox: ${jobSummaryText(job)}`);
+    // Cancelled from here (Ctrl-C or SIGTERM under the flag): as a cancelled command exits.
+    if (leaving.cancelling !== null) return EXIT.CANCELLED;
     return job.summary.failed > 0 || job.summary.cancelled > 0 ? EXIT.ERROR : EXIT.OK;
   } catch (e) {
-    if (interrupted) {
-      ctx.err(`\nrvbox: detached; job ${id} keeps running (rvbox job ${id})`);
-      return EXIT.CANCELLED;
-    }
+    await Promise.all(follows.values());
+    const early = stoppedEarly();
+    if (early !== null) return early;
     throw e;
   } finally {
-    off();
+    leaving.off();
     abort.abort();
+    await leaving.cancelling;
   }
 }
 

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { JobInfo } from "../../client/model.js";
 import { FAKE_NOW, fakeSession, FakeSource } from "../../tui/sources/fake-source.js";
-import { lineWith, mount, type Harness } from "./helpers.js";
+import { eventually, lineWith, mount, type Harness } from "./helpers.js";
 
 let h: Harness | undefined;
 afterEach(() => h?.unmount());
@@ -60,6 +60,22 @@ describe("jobs view", () => {
     expect(src.watchingJobs).toBe(1);
     await h.press("1");
     expect(src.watchingJobs).toBe(0);
+  });
+
+  it("c asks to cancel the selected job and y sends CancelJob; n does nothing; an ended job is not offered", async () => {
+    const ended: JobInfo = { ...job, id: "job-done", endedAt: FAKE_NOW - 1_000, createdAt: FAKE_NOW - 90_000 };
+    const src = new FakeSource({ sessions: [fakeSession(0, { clientId: "web-1" })], jobs: [job, ended] });
+    h = await mount(src, { columns: 160 });
+    await h.press("5", "c");
+    expect(h.frame()).toContain("Cancel job job-web-uptime (4 clients: running ones cancelled, the rest never started)? (y/n)");
+    await h.press("n");
+    expect(src.calls).toEqual([]);
+    await h.press("c", "y");
+    await eventually(() => expect(h!.frame()).toContain("job job-web-uptime: cancelled"));
+    expect(src.calls).toEqual([{ op: "cancel_job", jobId: "job-web-uptime" }]);
+    await h.press("j", "c");
+    expect(h.frame()).toContain("has ended");
+    expect(src.calls).toHaveLength(1);
   });
 
   it("a source without jobs shows an empty tab", async () => {

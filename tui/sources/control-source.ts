@@ -478,6 +478,13 @@ export class ControlSource implements DataSource {
     return r.command!.issueUuid;
   }
 
+  async cancelJob(jobId: string): Promise<string> {
+    const r = await this.call(`job ${jobId}`, () => this.rpc.cancelJob({ jobId, requestId: randomUUID() }));
+    if (this.jobWatchers > 0) void this.pollJobs();
+    const refused = r.refused.length > 0 ? `; refused: ${r.refused.join("; ")}` : "";
+    return `job ${jobId}: ${r.notStarted} not started, ${r.cancelledRunning} running cancelled${refused}`;
+  }
+
   async signal(uuid: string, signal: SignalName): Promise<number> {
     const r = await this.call(`command ${uuid}`, () => this.rpc.signalCommand({ issueUuid: uuid, signal: signalKind(signal), requestId: randomUUID() }));
     return Number(r.revision);

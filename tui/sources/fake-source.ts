@@ -33,7 +33,8 @@ export type FakeCall =
   | { op: "submit"; spec: SubmitSpec }
   | { op: "signal"; uuid: string; signal: SignalName }
   | { op: "stdin"; uuid: string; text: string; appendNewline: boolean }
-  | { op: "close_stdin"; uuid: string };
+  | { op: "close_stdin"; uuid: string }
+  | { op: "cancel_job"; jobId: string };
 
 export function fakeSession(i: number, over: Partial<SessionInfo> = {}): SessionInfo {
   const id = over.clientId ?? `host-${String(i).padStart(4, "0")}`;
@@ -257,6 +258,12 @@ export class FakeSource implements DataSource {
     ];
     this.changed();
     return uuid;
+  }
+
+  async cancelJob(jobId: string): Promise<string> {
+    this.check();
+    this.calls.push({ op: "cancel_job", jobId });
+    return `job ${jobId}: cancelled`;
   }
 
   async signal(uuid: string, signal: SignalName): Promise<number> {

@@ -11,7 +11,7 @@ const LINES: Record<HelpContext, string> = {
   output: "↑↓/jk PgUp/PgDn scroll · G follow · c cancel · x signal · i stdin · D close stdin · esc back · q quit",
   claims: "↑↓ move · a/enter authorize the claiming instance (once) · d dismiss the claim · tab views · q quit",
   incidents: "↑↓ move · a/enter acknowledge · h show acknowledged · tab views · q quit",
-  jobs: "↑↓ move (the selected job's clients below) · tab views · q quit",
+  jobs: "↑↓ move (the selected job's clients below) · c cancel the job · tab views · q quit",
 };
 
 export const SIM_KEYS = ", . step · [ ] ±10s · < > start/end · space play · F failure · n node · / command";
@@ -31,7 +31,7 @@ const ALL: Array<[string, string]> = [
   ["enter", "drill in: session → its commands → a command's output"],
   ["esc", "back (output → commands → sessions); cancels a prompt"],
   ["s", "submit a command (client, shell command line, stdin open)"],
-  ["c / x", "cancel the selected command / send it a signal"],
+  ["c / x", "cancel the selected command (jobs: the job) / send it a signal"],
   ["i / D", "write a line to its stdin (ctrl-n: no newline) / close its stdin"],
   ["a", "authorize a claim · acknowledge an incident · all clients (commands)"],
   ["d", "dismiss a claim without authorizing it"],

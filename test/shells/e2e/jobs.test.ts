@@ -195,6 +195,43 @@ describe("e2e: jobs", () => {
     }
   }, 90_000);
 
+  it("run --clients -f --cancel-on-interrupt: Ctrl-C cancels the job and the CLI follows it to its end (130); without the flag Ctrl-C detaches and the job goes on", async () => {
+    const work = await tempDir("rvbox-jobs-interrupt-");
+    const s = await startServer();
+    const { agents, dirs } = await fleet(s.url, work);
+    const env = { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") };
+    try {
+      writeFileSync(path.join(work, "token"), `${OPERATOR_TOKEN}\n`);
+      const script = "echo ran >> ran.txt; echo started; sleep 30";
+      const r = await cli(
+        ["run", "--clients", "web-1,web-2,web-3", "--max-concurrency", "2", "-f", "--cancel-on-interrupt", "--id", "job-int", "--shell", "--", script],
+        {
+          env,
+          interruptAfterMs: 2500,
+        },
+      );
+      expect(r.code, r.stderr).toBe(130);
+      expect(r.stderr).toContain("cancelling job job-int (Ctrl-C again to detach)");
+      expect(r.stderr).toContain("rvbox: job job-int done: 3 targets: 2 failed, 1 cancelled (stopped: cancelled by an operator)");
+      expect(r.stdout).toContain("web-1: started\n");
+      const job = (await s.client.getJob({ jobId: "job-int" })).job!;
+      expect(job.children.map((ch) => [ch.clientId, ch.state])).toEqual([
+        ["web-1", L.CANCELLED],
+        ["web-2", L.CANCELLED],
+        ["web-3", L.CANCELLED],
+      ]);
+      expect(await lines(path.join(dirs.get("web-3")!, "ran.txt"))).toEqual([]);
+      const d = await cli(["run", "--clients", "web-4", "-f", "--id", "job-detach", "--", "sleep", "30"], { env, interruptAfterMs: 2500 });
+      expect(d.code).toBe(130);
+      expect(d.stderr).toContain("detached; job job-detach keeps running");
+      expect((await s.client.getJob({ jobId: "job-detach" })).job!.endedTime).toBeUndefined();
+      await cli(["cancel", "job-detach"], { env });
+    } finally {
+      for (const a of agents) await a.close({ killProcesses: true });
+      await s.close();
+    }
+  }, 90_000);
+
   it("R-D1: server kill -9 mid-job: after the restart the job completes, no client launched twice, never more than 2 at once", async () => {
     const work = await tempDir("rvbox-jobs-crash-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
