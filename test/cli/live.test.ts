@@ -604,6 +604,34 @@ describe("stdout to a pipe that is behind", () => {
   }, 90_000);
 });
 
+/** The CLI in-process with a stdout whose every write fails with EPIPE (its reader is gone): status, writes tried, stderr. */
+async function cliIntoBrokenPipe(argv: string[]): Promise<{ code: number; writes: number; err: string }> {
+  const { Writable } = await import("node:stream");
+  const { runOperatorCli } = await import("../../shells/operator/cli.js");
+  let writes = 0;
+  const broken = new Writable({
+    write(_c, _e, cb) {
+      writes++;
+      cb(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }));
+    },
+  });
+  broken.on("error", () => {});
+  const errs: string[] = [];
+  const code = await runOperatorCli(argv, {
+    stdout: broken,
+    stderr: new Writable({
+      write(c, _e, cb) {
+        errs.push(String(c));
+        cb();
+      },
+    }),
+    env,
+    onInterrupt: () => () => {},
+    onTerminate: () => () => {},
+  });
+  return { code, writes, err: errs.join("") };
+}
+
 describe("rvbox logs | head", () => {
   it("a closed stdout ends `logs` at once and quietly, with SIGPIPE's status, on a long finished output", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "seq", "1", "300000"], { env });
@@ -647,60 +675,19 @@ describe("rvbox logs | head", () => {
   }, 60_000);
 
   it("an in-process run -f --cancel-on-interrupt whose stdout errors with EPIPE cancels the command and returns 141", async () => {
-    const { Writable } = await import("node:stream");
-    const broken = new Writable({
-      write(_c, _e, cb) {
-        cb(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }));
-      },
-    });
-    broken.on("error", () => {});
-    const { runOperatorCli } = await import("../../shells/operator/cli.js");
-    const errs: string[] = [];
-    const code = await runOperatorCli(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "epipe-cancels-1", "--shell", "--", "echo one; sleep 30"], {
-      stdout: broken,
-      stderr: new Writable({
-        write(c, _e, cb) {
-          errs.push(String(c));
-          cb();
-        },
-      }),
-      env,
-      onInterrupt: () => () => {},
-      onTerminate: () => () => {},
-    });
-    expect(code).toBe(141);
-    expect(errs.join("")).toContain("the output was closed: cancelling epipe-cancels-1");
+    const r = await cliIntoBrokenPipe(["run", "host-a", "-f", "--cancel-on-interrupt", "--id", "epipe-cancels-1", "--shell", "--", "echo one; sleep 30"]);
+    expect(r.code).toBe(141);
+    expect(r.err).toContain("the output was closed: cancelling epipe-cancels-1");
     await waitFor("cancelled", async () => (await s.client.getCommand({ issueUuid: "epipe-cancels-1" })).command?.state === L.CANCELLED, 20_000);
   }, 60_000);
 
   it("an in-process follow whose stdout errors with EPIPE returns 141 without retrying", async () => {
     const r = await cli(["run", "host-a", "-f", "--", "seq", "1", "20000"], { env });
     const id = /command ([0-9a-f-]{36})/.exec(r.stderr)![1]!;
-    const { Writable } = await import("node:stream");
-    let writes = 0;
-    const broken = new Writable({
-      write(_c, _e, cb) {
-        writes++;
-        cb(Object.assign(new Error("write EPIPE"), { code: "EPIPE" }));
-      },
-    });
-    broken.on("error", () => {});
-    const { runOperatorCli } = await import("../../shells/operator/cli.js");
-    const errs: string[] = [];
-    const code = await runOperatorCli(["logs", id], {
-      stdout: broken,
-      stderr: new Writable({
-        write(c, _e, cb) {
-          errs.push(String(c));
-          cb();
-        },
-      }),
-      env,
-      onInterrupt: () => () => {},
-    });
-    expect(code).toBe(141);
-    expect(writes).toBe(1);
-    expect(errs.join("")).toBe("");
+    const r2 = await cliIntoBrokenPipe(["logs", id]);
+    expect(r2.code).toBe(141);
+    expect(r2.writes).toBe(1);
+    expect(r2.err).toBe("");
   }, 60_000);
 });
 
