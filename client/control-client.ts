@@ -44,16 +44,26 @@ export class OperatorError extends Error {
   }
 }
 
+/** Why a file named on the command line could not be read, in words (not `EISDIR: illegal operation …`). */
+export function fileProblem(e: unknown): string {
+  switch ((e as NodeJS.ErrnoException).code) {
+    case "ENOENT":
+      return "no such file";
+    case "EISDIR":
+      return "is a directory, not a file";
+    case "EACCES":
+      return "permission denied";
+    default:
+      return (e as Error).message;
+  }
+}
+
 export function readTokenFile(file: string): string {
   let s: string;
   try {
     s = readFileSync(file, "utf8").trim();
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    throw new OperatorError(
-      `cannot read the token file ${file}: ${e.code === "ENOENT" ? "no such file" : e.code === "EACCES" ? "permission denied" : e.message}`,
-      EXIT.USAGE,
-    );
+  } catch (e) {
+    throw new OperatorError(`cannot read the token file ${file}: ${fileProblem(e)}`, EXIT.USAGE);
   }
   // The server's --operator-token file may hold several tokens, one per line
   // (a rotation): the CLI sends the first; `#` comments are skipped.

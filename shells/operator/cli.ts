@@ -21,7 +21,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
 import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
-import { createControlClient, describeError, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
+import { createControlClient, describeError, fileProblem, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob } from "./jobs-cli.js";
 import { pendingBeforeOutputExit, watchLeaving } from "./leaving.js";
@@ -837,20 +837,6 @@ async function callIdempotent<T>(ctx: Ctx, what: string, fn: (c: ControlClient) 
       if (i + 1 >= tries || !isTransient(e)) throw describeError(e, { server: ctx.server, what });
       await new Promise((r) => setTimeout(r, 250 * 2 ** i));
     }
-  }
-}
-
-/** Why a file named on the command line could not be read, in words (not `EISDIR: illegal operation …`). */
-function fileProblem(e: unknown): string {
-  switch ((e as NodeJS.ErrnoException).code) {
-    case "ENOENT":
-      return "no such file";
-    case "EISDIR":
-      return "is a directory, not a file";
-    case "EACCES":
-      return "permission denied";
-    default:
-      return (e as Error).message;
   }
 }
 
