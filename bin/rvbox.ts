@@ -1,12 +1,41 @@
 /**
  * rvbox's entry: runs the command line (bin/rvbox-main.ts) and exits with its code.
+ *
+ * Compiled, this is dist/bin/rvbox.js, which a deployment may start with any
+ * `node` (`node /opt/rvbox/dist/bin/rvbox.js server …` on a host whose system
+ * Node is Debian's 20). RVBox needs Node >= 22.15 (native zstd): on an older
+ * Node this file re-executes itself under the project's own Node
+ * (node_modules/.bin/node, installed by `npm ci`), as bin/rvbox.js does, with
+ * signals and the exit code passed through; without one it says so and exits
+ * 1. Nothing of the command line is loaded before that check.
  */
-import { main } from "./rvbox-main.js";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    console.error(err);
+const MIN = [22, 15] as const;
+const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);
+
+if (major < MIN[0] || (major === MIN[0] && minor < MIN[1])) {
+  // dist/bin/rvbox.js: the tree's root is two levels up (bin/rvbox.js handles the source tree).
+  const packaged = fileURLToPath(new URL("../../node_modules/.bin/node", import.meta.url));
+  if (process.env.RVBOX_REEXEC === "1" || !existsSync(packaged)) {
+    process.stderr.write(
+      `rvbox: Node ${process.version} is too old; RVBox needs Node >= ${MIN[0]}.${MIN[1]} (24 LTS recommended).\n` +
+        (existsSync(packaged)
+          ? `rvbox: ${packaged} is older too; run \`npm ci\` again.\n`
+          : "rvbox: `npm ci` installs Node 24 as node_modules/.bin/node on linux-x64; elsewhere run rvbox with Node 24 LTS.\n"),
+    );
     process.exit(1);
-  },
-);
+  }
+  const { runChild } = await import("./cli-child.js");
+  runChild(packaged, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], { ...process.env, RVBOX_REEXEC: "1" });
+} else {
+  const { main } = await import("./rvbox-main.js");
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}

@@ -10,37 +10,13 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BIN, ROOT, writeTokenFiles } from "../shells/e2e/helpers.js";
+import { findOldNode, nodeVersion, older } from "../support/node-versions.js";
 
 const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
 const pkg = JSON.parse(execFileSync(process.execPath, ["-p", "JSON.stringify(require('./package.json'))"], { cwd: ROOT, encoding: "utf8" })) as {
   engines: { node: string };
   optionalDependencies?: Record<string, string>;
 };
-
-function nodeVersion(bin: string): string | null {
-  try {
-    return execFileSync(bin, ["-p", "process.versions.node"], { encoding: "utf8", timeout: 20_000 }).trim();
-  } catch {
-    return null;
-  }
-}
-
-function older(v: string): boolean {
-  const [major = 0, minor = 0] = v.split(".").map(Number);
-  return major < 22 || (major === 22 && minor < 15);
-}
-
-/** A Node older than 22.15 on this machine outside the project (the system Node here is 20). */
-function findOldNode(): string | null {
-  const candidates = new Set<string>(["/usr/bin/node", "/usr/local/bin/node"]);
-  for (const dir of (process.env.PATH ?? "").split(path.delimiter)) if (dir && !dir.includes("node_modules")) candidates.add(path.join(dir, "node"));
-  for (const c of candidates) {
-    if (!existsSync(c)) continue;
-    const v = nodeVersion(c);
-    if (v && older(v)) return c;
-  }
-  return null;
-}
 
 const oldNode = findOldNode();
 const tmp = mkdtempSync(path.join(tmpdir(), "rvbox-runtime-"));

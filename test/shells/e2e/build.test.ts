@@ -1,17 +1,20 @@
 // The deployable tree: `npm run build` compiles the sources to dist/, and
 // `node dist/bin/rvbox.js` (what the systemd units run) serves agents and the
 // control API with no TypeScript loader in the process.
-import { execFile } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFile, spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { cleanupTemp, collect, controlClient, FLEET_TOKEN, ROOT, spawnRvbox, tempDir, waitFor, writeTokenFiles, type Child } from "./helpers.js";
+import { findOldNode, nodeVersion } from "../../support/node-versions.js";
 import { freePort } from "./tcp-proxy.js";
 
 const run = promisify(execFile);
 const DIST_BIN = path.join(ROOT, "dist/bin/rvbox.js");
+const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
+const oldNode = findOldNode();
 
 describe("compiled build (dist/)", () => {
   const children: Child[] = [];
@@ -86,4 +89,23 @@ describe("compiled build (dist/)", () => {
     expect(await agent.exited).toBe(0);
     expect(await server.exited).toBe(0);
   }, 120_000);
+
+  // Runs after the build above (tests in one file run in order).
+  it.runIf(oldNode !== null && existsSync(PACKAGED))(
+    "`node dist/bin/rvbox.js` with an older Node (Debian's 20) re-executes itself on node_modules/.bin/node; exit codes pass through",
+    () => {
+      const version = spawnSync(oldNode!, [DIST_BIN, "version"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+      expect(version.stdout).toContain(`on Node v${nodeVersion(PACKAGED)!} (${realpathSync(PACKAGED)})`);
+      expect(version.stdout).toMatch(/zstd native$/m);
+      expect(version.status).toBe(0);
+      const typo = spawnSync(oldNode!, [DIST_BIN, "no-such-command"], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+      expect(typo.stderr).toMatch(/unknown command "no-such-command"/);
+      expect(typo.status).toBe(2);
+      // Re-executed once at most: a child still on the old Node says so instead of looping.
+      const loop = spawnSync(oldNode!, [DIST_BIN, "version"], { cwd: ROOT, encoding: "utf8", env: { ...process.env, RVBOX_REEXEC: "1" }, timeout: 60_000 });
+      expect(loop.stderr).toMatch(/^rvbox: Node v\d+\.\d+\.\d+ is too old; RVBox needs Node >= 22\.15/);
+      expect(loop.status).toBe(1);
+    },
+    60_000,
+  );
 });
