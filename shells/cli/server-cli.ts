@@ -19,7 +19,7 @@ export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control
   --agent-tokens FILE      lines "client_id token" or "* token"
   --operator-token FILE    the operators' bearer tokens, one per line: each is the
                            identity "admin" (role admin)
-  --identities FILE         named operator identities with roles, lines
+  --identities FILE        named operator identities with roles, lines
                            "NAME ROLE sha256:HEX [SELECTOR]" (docs/CONFIG.md); mint one
                            with: rvbox server operator add NAME --role R --identities FILE
                            (SIGHUP re-reads the token and operator files)

@@ -424,7 +424,7 @@ the full id of CLIENT's pending claimant (rvbox claims) or of the instance a tak
 replaced; anything else is refused (exit 65) unless --instance-not-yet-seen (an instance
 that has not tried to register yet). An unknown CLIENT exits 66.
 
-  --revoke               withdraw CLIENT's unconsumed authorization (none: exit 66)
+  --revoke                 withdraw CLIENT's unconsumed authorization (none: exit 66)
   --instance-not-yet-seen  authorize an instance the server has not seen`,
     flags: { revoke: { type: "boolean" }, "instance-not-yet-seen": { type: "boolean" } },
     args: [CLIENT, WORD],

@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { normalizeServerUrl, parseDuration, parseEnv, parseFlags, UsageError } from "../../shells/operator/args.js";
-import { buildSubmit } from "../../shells/operator/cli.js";
+import { buildSubmit, OPERATOR_COMMANDS } from "../../shells/operator/cli.js";
+import { AGENT_USAGE } from "../../shells/cli/agent-cli.js";
+import { COMPLETION_USAGE } from "../../shells/cli/completion-cli.js";
+import { OPERATOR_ADD_USAGE, SERVER_USAGE } from "../../shells/cli/server-cli.js";
 import { EXIT, exitCodeFor } from "../../client/exit-codes.js";
 import { parseSignal } from "../../client/model.js";
 import { cli } from "./helpers.js";
@@ -202,6 +205,28 @@ describe("CLI front door (no server needed)", () => {
     expect(r.stdout).toContain("usage: rvbox run CLIENT");
     expect(r.stdout).toContain("128+N  killed by signal N");
     expect(r.stdout).toContain("RVBOX_SERVER");
+  });
+
+  it("every help text lines its flags' descriptions up in one column", async () => {
+    /** Flag lines ("  -x, --flag VALUE   what it does") whose description is not at the text's usual column. */
+    const misaligned = (text: string): string[] => {
+      const flags = text.split("\n").filter((l) => /^ {2}-/.test(l));
+      const cols = flags.map((l) => /^ {2}\S(?:\S| (?! ))*( {2,})/.exec(l)).map((m) => (m ? m[0].length : -1));
+      const counts = new Map<number, number>();
+      for (const c of cols) if (c > 0) counts.set(c, (counts.get(c) ?? 0) + 1);
+      const col = [...counts].sort((a, b) => b[1] - a[1])[0]?.[0] ?? 0;
+      // A flag as long as the column is followed by one space (run's --expire-after DURATION).
+      return flags.filter((l) => !(l[col - 1] === " " && l[col] !== " " && l[col] !== undefined));
+    };
+    const texts: Array<[string, string]> = [
+      ["server", SERVER_USAGE],
+      ["agent", AGENT_USAGE],
+      ["server operator add", OPERATOR_ADD_USAGE],
+      ["completion", COMPLETION_USAGE],
+    ];
+    for (const name of OPERATOR_COMMANDS) texts.push([name, (await cli([name, "--help"])).stdout]);
+    expect(texts.length).toBeGreaterThan(20);
+    for (const [name, text] of texts) expect(misaligned(text), name).toEqual([]);
   });
 
   it("unknown flags are usage errors (exit 2) with a hint to put the command after --", async () => {
