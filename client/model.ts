@@ -193,14 +193,44 @@ export function incidentInfo(i: Incident): IncidentInfo {
 }
 
 /**
- * One row per client id: the server's client record, joined with its live
- * WebSocket session (if any) for the session phase and remote address.
- * Connections that have not registered yet (no client id) are left out.
+ * Client ids in the order an operator reads a fleet: runs of digits compare
+ * as numbers (web-2 before web-10), everything else character by character.
+ * Ids equal as numbers (web-01, web-1) fall back to plain order, so the
+ * order is total.
+ */
+export function compareClientIds(a: string, b: string): number {
+  const pa = a.match(/\d+|\D+/g) ?? [];
+  const pb = b.match(/\d+|\D+/g) ?? [];
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    const x = pa[i]!;
+    const y = pb[i]!;
+    if (x === y) continue;
+    const dx = /^\d/.test(x);
+    const dy = /^\d/.test(y);
+    if (dx && dy) {
+      // Compare as numbers without Number()'s limits: strip leading zeros, then length, then digits.
+      const nx = x.replace(/^0+(?=\d)/, "");
+      const ny = y.replace(/^0+(?=\d)/, "");
+      if (nx.length !== ny.length) return nx.length - ny.length;
+      if (nx !== ny) return nx < ny ? -1 : 1;
+      continue;
+    }
+    return x < y ? -1 : 1;
+  }
+  if (pa.length !== pb.length) return pa.length - pb.length;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * One row per client id, in client id order (compareClientIds): the server's
+ * client record, joined with its live WebSocket session (if any) for the
+ * session phase and remote address. Connections that have not registered yet
+ * (no client id) are left out.
  */
 export function sessionInfos(clients: readonly Client[], sessions: readonly Session[]): SessionInfo[] {
   const live = new Map<string, Session>();
   for (const s of sessions) if (s.clientId !== "") live.set(s.clientId, s);
-  return clients.map((c) => {
+  return [...clients].sort((x, y) => compareClientIds(x.clientId, y.clientId)).map((c) => {
     const s = live.get(c.clientId);
     let link: LinkState = c.connected ? "connected" : "offline";
     if (s && s.phase !== "ready") link = s.phase === "reconciling" ? "reconciling" : "registering";

@@ -111,7 +111,7 @@ export class ControlSource implements DataSource {
   private onFleet(d: FleetData): void {
     const now = Date.now();
     this.snapshot = {
-      sessions: sessionInfos(d.clients, d.sessions).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
+      sessions: sessionInfos(d.clients, d.sessions),
       claims: d.claims.map(claimInfo),
       incidents: d.incidents.map(incidentInfo).sort((a, b) => (b.at ?? 0) - (a.at ?? 0)),
       status: { ...this.snapshot.status, connected: true, error: null, updatedAt: now, feed: this.feed.label },
