@@ -15,7 +15,7 @@
 import type React from "react";
 import { useEffect, useReducer, useRef } from "react";
 import { Box, Text, useApp, useInput, type Key } from "ink";
-import { fit, shortId } from "./format.js";
+import { fit, shortId, wrap } from "./format.js";
 import { useSource, useTerminalSize } from "./hooks.js";
 import type { CommandInfo, DataSource, FleetSnapshot, JobInfo, OutputSnapshot, SessionInfo } from "./source.js";
 import { ClaimsView } from "./views/claims.js";
@@ -186,9 +186,11 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
   const tl = source.timeline;
   const width = Math.max(20, columns);
   const height = Math.max(8, rows - 1);
-  const body = Math.max(3, height - 4 - (tl ? TIMELINE_HEIGHT : 0));
-
   const u = ui.current;
+  // A message too long for one line (a refusal naming why) takes up to MESSAGE_MAX_LINES, from the view.
+  const messageLines = u.message && !LINE_PROMPTS.has(u.prompt?.kind ?? "") ? wrap(u.message.text, width, MESSAGE_MAX_LINES) : null;
+  const body = Math.max(3, height - 4 - (tl ? TIMELINE_HEIGHT : 0) - (messageLines ? messageLines.length - 1 : 0));
+
   const d = derive(source, u);
 
   const watchingCommands = u.tab === "commands" || u.outputOf !== null;
@@ -563,7 +565,15 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
       footer = <TextLine label="command id contains>" value={prompt.value} hint="enter applies · empty clears · esc" width={width} />;
       break;
     default:
-      footer = <Text color={u.message?.error ? "red" : "green"}>{fit(u.message?.text ?? "", width)}</Text>;
+      footer = (
+        <Box flexDirection="column" width={width}>
+          {(messageLines ?? [fit("", width)]).map((line, i) => (
+            <Text key={i} color={u.message?.error ? "red" : "green"}>
+              {line}
+            </Text>
+          ))}
+        </Box>
+      );
   }
 
   // ---------------------------------------------------------------- body
@@ -625,6 +635,11 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
     </Box>
   );
 }
+
+/** Most lines a message (a refusal, a result) takes above the help line. */
+export const MESSAGE_MAX_LINES = 3;
+/** Prompts that take the message's line themselves. */
+const LINE_PROMPTS: ReadonlySet<string> = new Set(["confirm", "signal", "stdin", "filter"]);
 
 const NO_KEY: Key = {
   upArrow: false,

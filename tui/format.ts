@@ -12,6 +12,29 @@ export function fit(s: string, w: number): string {
   return w === 1 ? "…" : `${s.slice(0, w - 1)}…`;
 }
 
+/**
+ * `s` in lines of at most `w` characters, broken at spaces (a word longer
+ * than a line is cut), at most `maxLines` lines: the last one ends in "…"
+ * when something did not fit. Each line is padded to `w` (as fit).
+ */
+export function wrap(s: string, w: number, maxLines: number): string[] {
+  if (w <= 0 || maxLines <= 0) return [];
+  const lines: string[] = [];
+  let rest = s.replace(/\s+/g, " ").trim();
+  while (rest.length > 0 && lines.length < maxLines) {
+    if (lines.length === maxLines - 1 || rest.length <= w) {
+      lines.push(fit(rest, w));
+      rest = "";
+      break;
+    }
+    const cut = rest.lastIndexOf(" ", w);
+    const at = cut > 0 ? cut : w;
+    lines.push(fit(rest.slice(0, at), w));
+    rest = rest.slice(at).trimStart();
+  }
+  return lines.length > 0 ? lines : [fit("", w)];
+}
+
 /** Right-aligned fit. */
 export function fitRight(s: string, w: number): string {
   if (w <= 0) return "";

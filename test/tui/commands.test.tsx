@@ -185,4 +185,31 @@ describe("commands view", () => {
     await h.press("j", "j", "x", "t");
     await eventually(() => expect(h!.frame()).toContain("refused: command cccc3333-0000 is already terminal"));
   });
+
+  it("an error longer than the terminal is wide is wrapped whole over up to three lines, taken from the view; the frame keeps its height", async () => {
+    const why = "submit to db-1: permission denied: operator alice may run only on clients matching role=web; client db-1 has labels role=db";
+    const src = source();
+    src.failNext = why;
+    h = await mount(src, { initialClient: "web-1", columns: 60, rows: 20 });
+    const height = h.lines().length;
+    await h.press("j", "j", "x", "t");
+    await eventually(() => expect(h!.frame()).toContain("permission denied"));
+    const lines = h.lines();
+    expect(lines.length).toBe(height);
+    expect(lines.every((l) => l.length <= 60)).toBe(true);
+    const at = lines.findIndex((l) => l.startsWith("submit to db-1"));
+    expect(at).toBeGreaterThan(0);
+    // The whole message, word by word, on the lines above the help line.
+    expect(
+      lines
+        .slice(at, -1)
+        .map((l) => l.trim())
+        .join(" "),
+    ).toBe(why);
+    expect(lines.at(-1)).toMatch(/^↑↓/); // the help line stays last
+    // The next key clears it and the view has its rows back.
+    await h.press("k");
+    expect(h.frame()).not.toContain("permission denied");
+    expect(h.lines().length).toBe(height);
+  });
 });
