@@ -230,37 +230,39 @@ export function compareClientIds(a: string, b: string): number {
 export function sessionInfos(clients: readonly Client[], sessions: readonly Session[]): SessionInfo[] {
   const live = new Map<string, Session>();
   for (const s of sessions) if (s.clientId !== "") live.set(s.clientId, s);
-  return [...clients].sort((x, y) => compareClientIds(x.clientId, y.clientId)).map((c) => {
-    const s = live.get(c.clientId);
-    let link: LinkState = c.connected ? "connected" : "offline";
-    if (s && s.phase !== "ready") link = s.phase === "reconciling" ? "reconciling" : "registering";
-    const lastInbound = s ? ms(s.lastInboundTime) : null;
-    const lastActivity = Math.max(ms(c.lastActivityTime) ?? 0, lastInbound ?? 0);
-    return {
-      key: c.clientId,
-      clientId: c.clientId,
-      instanceId: c.instanceId,
-      generation: Number(c.generation),
-      link,
-      detail: s ? `${s.phase}${s.remoteAddress ? ` ${s.remoteAddress}` : ""}` : "",
-      lastActivity: lastActivity > 0 ? lastActivity : null,
-      running: c.runningCommands,
-      queued: c.queuedCommands,
-      maxRunning: c.maxRunningCommands || null,
-      maxQueued: c.maxQueuedCommands || null,
-      active: c.activeCommands,
-      // The agent's unacknowledged window is known only agent-side (not in the control API).
-      window: null,
-      // Servers older than WatchFleet leave the budget at 0: unknown.
-      budget: c.outputBudgetBytes > 0n ? { used: Number(c.retainedOutputBytes), limit: Number(c.outputBudgetBytes) } : null,
-      authorizedInstance: c.authorizedInstanceId || null,
-      authorizationExpiry: ms(c.authorizationExpiryTime),
-      kind: "agent",
-      incidentsDropped: Number(c.incidentsDropped),
-      draining: c.draining,
-      labels: { ...c.labels },
-    };
-  });
+  return [...clients]
+    .sort((x, y) => compareClientIds(x.clientId, y.clientId))
+    .map((c) => {
+      const s = live.get(c.clientId);
+      let link: LinkState = c.connected ? "connected" : "offline";
+      if (s && s.phase !== "ready") link = s.phase === "reconciling" ? "reconciling" : "registering";
+      const lastInbound = s ? ms(s.lastInboundTime) : null;
+      const lastActivity = Math.max(ms(c.lastActivityTime) ?? 0, lastInbound ?? 0);
+      return {
+        key: c.clientId,
+        clientId: c.clientId,
+        instanceId: c.instanceId,
+        generation: Number(c.generation),
+        link,
+        detail: s ? `${s.phase}${s.remoteAddress ? ` ${s.remoteAddress}` : ""}` : "",
+        lastActivity: lastActivity > 0 ? lastActivity : null,
+        running: c.runningCommands,
+        queued: c.queuedCommands,
+        maxRunning: c.maxRunningCommands || null,
+        maxQueued: c.maxQueuedCommands || null,
+        active: c.activeCommands,
+        // The agent's unacknowledged window is known only agent-side (not in the control API).
+        window: null,
+        // Servers older than WatchFleet leave the budget at 0: unknown.
+        budget: c.outputBudgetBytes > 0n ? { used: Number(c.retainedOutputBytes), limit: Number(c.outputBudgetBytes) } : null,
+        authorizedInstance: c.authorizedInstanceId || null,
+        authorizationExpiry: ms(c.authorizationExpiryTime),
+        kind: "agent",
+        incidentsDropped: Number(c.incidentsDropped),
+        draining: c.draining,
+        labels: { ...c.labels },
+      };
+    });
 }
 
 // ------------------------------------------------------------------ output
