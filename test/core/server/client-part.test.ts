@@ -12,12 +12,13 @@ import { restoreServer } from "../../../core/server/restore.js";
 import type { ServerConfig, ServerState } from "../../../core/server/server-types.js";
 import { type ServerTables, rowsOf } from "../../../core/server/store.js";
 import { create } from "@bufbuild/protobuf";
-import { Code, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, Code, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { MAX_OPEN_INCIDENTS_PER_CLIENT } from "../../../core/limits.js";
 import { planSchedule } from "../../../sim/schedule.js";
 import { drawSwarm } from "../../../sim/swarm.js";
 import { World } from "../../../sim/world.js";
 import { runs } from "../../support/runs.js";
-import { ServerRig, argv } from "../../support/server-rig.js";
+import { ServerRig, argv, sha } from "../../support/server-rig.js";
 
 // Each seed is a simulated world of up to MAX_STEPS steps (a quarter of a second):
 // the mutation run (RVBOX_PROPERTY_SCALE) takes the first three.
@@ -210,6 +211,39 @@ describe("per-client server state", () => {
     serverInvariants(r.st);
     const whole = restoreServer(r.cfg, tables, 1);
     expect(canonical(r.st).commands.b).toEqual(canonical(whole).commands.b);
+  });
+
+  it("R-D11: a client whose incidents were dropped under a flood is dropped whole (its open and dropped counts go with it) and comes back with its rows", () => {
+    const r = new ServerRig();
+    const flood = r.open();
+    r.hello(flood, "flood");
+    const uuids = Array.from({ length: MAX_OPEN_INCIDENTS_PER_CLIENT + 3 }, (_, i) => `f-${String(i).padStart(4, "0")}`);
+    r.snapshot(
+      flood,
+      uuids.map((u) => ({ issueUuid: u, lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: sha(u) })),
+    );
+    r.connect("other");
+    r.submit("other", "o1");
+    expect(r.droppedIncidents("flood")).toBe(3);
+    r.step({ type: "conn_closed", conn: flood, reason: "gone" });
+    const totalDropped = r.incidentsDropped();
+    expect(dropClientPart(r.st, "flood")).toEqual({ ok: true });
+    serverInvariants(r.st);
+    expect(holdsClient(r.st, "flood")).toBe(false);
+    expect(r.incidents().filter((i) => i.clientId === "flood")).toEqual([]);
+    expect(r.droppedIncidents("flood")).toBe(0);
+    expect(r.incidentDrops()).toEqual([]);
+    // The server-wide total stays: it counts what this server dropped (R-D11's visible count).
+    expect(r.incidentsDropped()).toBe(totalDropped);
+    // Nothing of the dropped client is written again by this server.
+    const later = r.submit("other", "o2");
+    expect(later).toMatchObject({ ok: true });
+    expect(r.disk.tables().get("incident_drop")?.has("flood")).toBe(true); // its rows stay for whoever adopts it
+    // Adopted again (here, by the same server) from its rows: the counts are back.
+    expect(restoreClientPart(r.st, "flood", clientTables(r.disk.tables(), "flood"))).toEqual({ ok: true });
+    serverInvariants(r.st);
+    expect(r.droppedIncidents("flood")).toBe(3);
+    expect(r.incidents(true).filter((i) => i.clientId === "flood")).toHaveLength(MAX_OPEN_INCIDENTS_PER_CLIENT);
   });
 
   it("adopting a part is refused, changing nothing, for an empty client id and for a command id the server already holds", () => {

@@ -233,6 +233,8 @@ describe("command events", () => {
         Code.PAYLOAD_TOO_LARGE,
         "compressed chunk larger than any 64 KiB input needs",
       ],
+      // Exactly at the compressed bound the size passes, and the bytes are checked as a frame.
+      [output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array(MAX_CHUNK_BYTES + 1024) }), Code.BAD_COMPRESSION],
       [output(OutputStream.STDOUT, 1, enc("x")), Code.SEQUENCE_VIOLATION, "stdout offset 1, expected 0"],
       [output(OutputStream.STDERR, 0, enc("x"), { originalSize: 2 }), Code.BAD_COMPRESSION],
       [output(OutputStream.STDOUT, 0, enc("x"), { zstdData: new Uint8Array([1, 2, 3]) }), Code.BAD_COMPRESSION],

@@ -25,6 +25,20 @@ describe("client names in refusals", () => {
     expect(boundedDistance("web-1", "web-12", 3)).toBe(1);
     expect(boundedDistance("abcdef", "uvwxyz", 3)).toBe(4);
     expect(boundedDistance("a", "abcdefgh", 3)).toBe(4);
+    // Exactly at the bound: lengths differing by the bound, and a row whose best reaches it early.
+    expect(boundedDistance("ab", "abxyz", 3)).toBe(3);
+    expect(boundedDistance("xyzdef", "abcdef", 3)).toBe(3);
+    expect(boundedDistance("xyzdef", "abcdeg", 3)).toBe(4);
+  });
+
+  it("a typo exactly CLIENT_SUGGESTION_MAX_DISTANCE edits away is still suggested; one more is not", () => {
+    const d = CLIENT_SUGGESTION_MAX_DISTANCE;
+    const known = ["db-primary"];
+    // Not a prefix either way; d substitutions at the front.
+    expect(closestClients(known, `${"x".repeat(d)}${"db-primary".slice(d)}`)).toEqual(["db-primary"]);
+    expect(closestClients(known, `${"x".repeat(d + 1)}${"db-primary".slice(d + 1)}`)).toEqual([]);
+    // d letters missing (lengths differ by exactly d).
+    expect(closestClients(known, "dbprima")).toEqual(["db-primary"]);
   });
 
   it("closest ids: prefixes first, then by distance, at most MAX_CLIENT_SUGGESTIONS, none further than the bound", () => {
@@ -42,6 +56,15 @@ describe("client names in refusals", () => {
     expect(globMatches("w*b*1", "web-1")).toBe(true);
     expect(globMatches("web-*", "db-1")).toBe(false);
     expect(globMatches("a*a", "a")).toBe(false);
+    // Middle parts are found in order, each after the one before, and inside the last part's start.
+    expect(globMatches("a*z*c", "abc")).toBe(false);
+    expect(globMatches("a*b*b*c", "abc")).toBe(false);
+    expect(globMatches("a*b*b*c", "abbc")).toBe(true);
+    expect(globMatches("web-*-eu-*", "web-7-eu-2")).toBe(true);
+    expect(globMatches("web-*-eu-*", "web-7-us-2")).toBe(false);
+    expect(globMatches("*-eu-*-eu", "x-eu")).toBe(false);
+    // A list as typed with spaces after the commas, and empty entries ignored.
+    expect(clientsNamedBy(["web-1", "web-2", "db-1"], "web-1, db-1,,")).toEqual({ ids: ["web-1", "db-1"], total: 2 });
     expect(clientsNamedBy(["web-1", "web-2", "db-1", "web-3", "web-4"], "web-*")).toEqual({ ids: ["web-1", "web-2", "web-3"], total: 4 });
     expect(clientsNamedBy(["web-1", "web-2", "db-1"], "web-1,db-1")).toEqual({ ids: ["web-1", "db-1"], total: 2 });
   });
