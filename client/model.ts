@@ -181,6 +181,7 @@ export function commandInfo(c: Command): CommandInfo {
     retentionMarkers: c.retentionMarkers,
     attempts: c.dispatchAttempts,
     stdinAckedThrough: Number(c.stdinAckedThrough),
+    stdinCloseRequested: c.stdinCloseRequested,
   };
 }
 

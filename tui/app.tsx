@@ -226,6 +226,7 @@ export function App({ source, initialClient, onExit }: AppProps): React.ReactEle
   const openStdin = (c: CommandRef | undefined): void => {
     if (!c) return;
     if ("stdinOpen" in c && !c.stdinOpen) return say(`stdin of ${shortId(c.uuid, 13)} is not open (submit with stdin open)`, true);
+    if ("stdinCloseRequested" in c && c.stdinCloseRequested) return say(`stdin of ${shortId(c.uuid, 13)} was closed; it takes no more writes`, true);
     update({ prompt: { kind: "stdin", uuid: c.uuid, value: "" } });
   };
 

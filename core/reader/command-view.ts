@@ -40,6 +40,8 @@ export interface CommandInfo {
   retentionMarkers: number;
   attempts: number;
   stdinAckedThrough: number;
+  /** An operator closed its stdin (CloseStdin taken). */
+  stdinCloseRequested: boolean;
 }
 
 /**
@@ -56,7 +58,7 @@ export interface CommittedCommand {
   exit: { terminalSource: "agent" | "server" | "" };
   dispatch: { attempts: number };
   output: { storedOutputBytes: number; retention: readonly unknown[] };
-  stdin: { ackedThrough: number };
+  stdin: { ackedThrough: number; closeRequested: boolean };
   committed: {
     state: CommandLifecycle;
     revision: number;
@@ -103,7 +105,7 @@ export function times(startedAt: number | null, endedAt: number | null): Pick<Co
 /** A change of any of these changes the view (a cache key for readers that rebuild rows per frame). */
 export function commandViewKey(c: CommittedCommand): string {
   const k = c.committed;
-  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.output.storedOutputBytes}|${c.output.retention.length}|${c.stdin.ackedThrough}|${c.exit.terminalSource}`;
+  return `${k.state}|${k.revision}|${k.storedThrough}|${k.exitCode}|${k.signalName}|${k.reason}|${k.startedTime}|${k.endedTime}|${c.dispatch.attempts}|${c.output.storedOutputBytes}|${c.output.retention.length}|${c.stdin.ackedThrough}|${c.stdin.closeRequested}|${c.exit.terminalSource}`;
 }
 
 /** `toWall`: the server's deadline clock to wall time (queueExpiry); identity where both are one clock. */
@@ -130,5 +132,6 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     retentionMarkers: c.output.retention.length,
     attempts: c.dispatch.attempts,
     stdinAckedThrough: c.stdin.ackedThrough,
+    stdinCloseRequested: c.stdin.closeRequested,
   };
 }

@@ -860,6 +860,14 @@ function outcome(c: CommandInfo): string {
   return "";
 }
 
+/** The command's stdin as `rvbox get` shows it: never opened, open, closed by an operator, or gone with the command. */
+function stdinText(c: CommandInfo): string {
+  if (!c.stdinOpen) return "not opened (/dev/null)";
+  const acked = `acked through write ${c.stdinAckedThrough}`;
+  if (isTerminalState(c.state)) return `ended with the command (${acked})`;
+  return c.stdinCloseRequested ? `closed by an operator (${acked})` : `open (${acked})`;
+}
+
 export function describeCommand(c: CommandInfo): string {
   const rows: Array<[string, string]> = [
     ["id", c.uuid],
@@ -869,7 +877,7 @@ export function describeCommand(c: CommandInfo): string {
     ["revision", String(c.revision)],
     ["program", c.program],
     ["cwd", c.cwd || "(agent default)"],
-    ["stdin", c.stdinOpen ? `open (acked through write ${c.stdinAckedThrough})` : "closed (/dev/null)"],
+    ["stdin", stdinText(c)],
     ["timeout", c.timeoutMs ? `${c.timeoutMs} ms` : "none"],
     ["created", iso(c.createdAt)],
     ["started", c.startedAt !== null ? iso(c.startedAt) : "-"],

@@ -156,6 +156,7 @@ export function toCommand(c: ServerCommand, d: FleetReader, waiting = true): Com
     retentionMarkers: c.output.retention.length,
     dispatchAttempts: c.dispatch.attempts,
     stdinAckedThrough: BigInt(c.stdin.ackedThrough),
+    stdinCloseRequested: c.stdin.closeRequested,
     requestSha256: c.hash,
     startedTime: c.committed.startedTime > 0 ? timestampFromMs(c.committed.startedTime) : undefined,
     endedTime: c.committed.endedTime > 0 ? timestampFromMs(c.committed.endedTime) : undefined,

@@ -63,6 +63,22 @@ describe("rvbox run", () => {
     expect(gj).toMatchObject({ uuid: id, program: "argv: echo hi" });
   });
 
+  it("get says whether stdin was never opened, is open, was closed by an operator, or ended with the command", async () => {
+    const stdinLine = async (id: string) => /^stdin\s+(.*)$/m.exec((await cli(["get", id], { env })).stdout)?.[1];
+    const plain = (await cli(["run", "host-a", "--", "true"], { env })).stdout.trim();
+    expect(await stdinLine(plain)).toBe("not opened (/dev/null)");
+    // Reads one line, then waits for EOF with its stdin still held.
+    const id = (await cli(["run", "host-a", "--open-stdin", "--shell", "--", "read l; echo got $l; sleep 30 < /dev/null"], { env })).stdout.trim();
+    await waitRunning(id);
+    expect(await stdinLine(id)).toBe("open (acked through write 0)");
+    expect((await cli(["stdin", id, "one"], { env })).code).toBe(0);
+    await waitFor("write 1 acked", async () => (await stdinLine(id)) === "open (acked through write 1)");
+    expect((await cli(["close-stdin", id], { env })).code).toBe(0);
+    await waitFor("close acked", async () => (await stdinLine(id)) === "closed by an operator (acked through write 2)");
+    expect((await cli(["cancel", id], { env })).code).toBe(0);
+    await waitFor("ended", async () => (await stdinLine(id))?.startsWith("ended with the command") === true);
+  });
+
   it("--follow streams stdout and stderr separately and exits 0 on success", async () => {
     const r = await cli(["run", "host-a", "--follow", "--shell", "--", "echo out; echo err >&2"], { env });
     expect(r.code).toBe(0);

@@ -138,6 +138,18 @@ describe("commands view", () => {
     expect(src.calls).toEqual([]);
   });
 
+  it("i on a command whose stdin an operator closed says so instead of prompting", async () => {
+    const src = new FakeSource({
+      sessions: [fakeSession(0, { clientId: "web-1" })],
+      commands: [fakeCommand("web-1", 1, { uuid: "abab1212-0000", state: "running", program: "sh: cat", stdinOpen: true, stdinCloseRequested: true })],
+    });
+    h = await mount(src, { initialClient: "web-1" });
+    await h.press("i");
+    expect(h.frame()).toContain("stdin of abab1212-0000 was closed; it takes no more writes");
+    expect(h.frame()).not.toContain("enter sends");
+    expect(src.calls).toEqual([]);
+  });
+
   it("D closes the selected command's stdin", async () => {
     const src = source();
     h = await mount(src, { initialClient: "web-1" });

@@ -84,6 +84,7 @@ export function fakeCommand(clientId: string, i: number, over: Partial<CommandIn
     retentionMarkers: 0,
     attempts: 1,
     stdinAckedThrough: 0,
+    stdinCloseRequested: false,
     ...over,
   };
 }

@@ -21,7 +21,7 @@ const base = (): CommittedCommand & Record<string, unknown> => ({
   exit: { terminalSource: "" },
   dispatch: { attempts: 1 },
   output: { storedOutputBytes: 12, retention: [] },
-  stdin: { ackedThrough: 0 },
+  stdin: { ackedThrough: 0, closeRequested: false },
   committed: { state: CommandLifecycle.RUNNING, revision: 3, exitCode: null, signalName: "", reason: "", storedThrough: 4, startedTime: 1500, endedTime: 0 },
 });
 
@@ -79,6 +79,7 @@ describe("command view", () => {
     c.dispatch.attempts = 2;
     c.output = { storedOutputBytes: 77, retention: [{}, {}] };
     c.stdin.ackedThrough = 5;
+    c.stdin.closeRequested = true;
     c.spec.stdinOpen = true;
     c.committed = { ...c.committed, state: CommandLifecycle.FAILED, exitCode: 3, signalName: "SIGTERM", reason: "timeout", endedTime: 1400 };
     expect(commandView(c)).toEqual({
@@ -104,6 +105,7 @@ describe("command view", () => {
       retentionMarkers: 2,
       attempts: 2,
       stdinAckedThrough: 5,
+      stdinCloseRequested: true,
     });
   });
 
@@ -120,7 +122,8 @@ describe("command view", () => {
       (c) => (c.dispatch = { attempts: 5 }),
       (c) => (c.output = { ...c.output, storedOutputBytes: 1 }),
       (c) => (c.output = { ...c.output, retention: [{}] }),
-      (c) => (c.stdin = { ackedThrough: 1 }),
+      (c) => (c.stdin = { ackedThrough: 1, closeRequested: false }),
+      (c) => (c.stdin = { ackedThrough: 0, closeRequested: true }),
       (c) => (c.exit = { terminalSource: "server" }),
     ];
     const keys = new Set([commandViewKey(base())]);
