@@ -7,6 +7,28 @@ import { eventually, KEY, lineWith, mount, selectedRow, type Harness } from "./h
 let h: Harness | undefined;
 afterEach(() => h?.unmount());
 
+describe("header", () => {
+  it("on a narrow terminal the facts shrink first: the time of the last update is never cut", async () => {
+    const src = new FakeSource({
+      sessions: [0, 1, 2].map((i) => fakeSession(i)),
+      status: { label: "http://127.0.0.1:17401", feed: "stream" },
+    });
+    const updated = new Date(src.fleet().status.updatedAt!).toISOString().slice(11, 19);
+    const firstLine = async (columns: number) => {
+      h = await mount(src, { columns, rows: 12 });
+      const line = h.lines()[0]!;
+      h.unmount();
+      h = undefined;
+      return line;
+    };
+    expect(await firstLine(120)).toContain(`RVBox · http://127.0.0.1:17401 · stream   3 clients, 3 connected · updated ${updated}`);
+    expect(await firstLine(80)).toContain(`3/3 connected · updated ${updated}`);
+    expect(await firstLine(52)).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:17401 · stream   3/3 up · ${updated}`));
+    expect(await firstLine(44)).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:17401   3/3 up · ${updated}`));
+    for (const w of [120, 80, 52, 44]) expect((await firstLine(w)).length).toBeLessThanOrEqual(w);
+  });
+});
+
 describe("sessions view", () => {
   it("shows client id, link state, instance, generation, last activity, running/queued, window and budget use", async () => {
     const src = new FakeSource({

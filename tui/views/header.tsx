@@ -13,9 +13,19 @@ export function Header(p: { fleet: FleetSnapshot; tab: Tab; crumb: string; width
   const st = f.status;
   const connected = f.sessions.filter((s) => s.link === "connected").length;
   const openIncidents = f.incidents.filter((i) => !i.acknowledged).length;
-  const left = `RVBox · ${st.label} · ${st.feed}`;
   const health = st.connected ? `updated ${clock(st.updatedAt)}` : `DISCONNECTED${st.error ? `: ${st.error}` : ""}`;
-  const facts = [`${f.sessions.length} clients, ${connected} connected`, ...f.notes, health].join(" · ");
+  // On a narrow terminal the facts shrink before anything is cut, so how fresh the data is stays whole.
+  const n = f.sessions.length;
+  const shorter = [
+    [`${n} clients, ${connected} connected`, ...f.notes, health],
+    [`${connected}/${n} connected`, ...f.notes, health],
+    [`${connected}/${n} connected`, health],
+    [`${connected}/${n} up`, st.connected ? clock(st.updatedAt) : health],
+  ].map((parts) => parts.join(" · "));
+  const lefts = [`RVBox · ${st.label} · ${st.feed}`, `${st.label} · ${st.feed}`, st.label];
+  const left = lefts.find((l) => l.length + 3 + shorter.at(-1)!.length <= p.width) ?? lefts.at(-1)!;
+  const room = p.width - Math.min(left.length + 3, p.width);
+  const facts = shorter.find((s) => s.length <= room) ?? shorter.at(-1)!;
   const mk = (short: boolean) =>
     TABS.map((t, i) => {
       const n = t === "claims" ? f.claims.length : t === "incidents" ? openIncidents : null;
