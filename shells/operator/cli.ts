@@ -12,6 +12,7 @@
  * bin/rvbox.ts calls `runOperatorCli([name, ...rest], io)` for each of these
  * names; `shells/operator/main.ts` runs it standalone.
  */
+import { didYouMean } from "../runtime/suggest.js";
 import { randomUUID } from "node:crypto";
 import { fstatSync, readFileSync } from "node:fs";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -787,6 +788,8 @@ const PREFIX_SEARCH_LIMIT = 1000;
  * an error that lists the matches. Anything else goes to the server as typed.
  */
 async function resolveId(ctx: Ctx, typed: string): Promise<string> {
+  if (/^[0-9a-f]{1,3}$/i.test(typed))
+    throw new UsageError(`${typed} is too short for a command id prefix: give at least 4 characters of it (rvbox ls shows them)`);
   if (FULL_UUID.test(typed) || !/^[0-9a-f][0-9a-f-]{3,35}$/i.test(typed)) return typed;
   const prefix = typed.toLowerCase();
   const r = await call(ctx, "command list", (c) => c.listCommands({ pageSize: PREFIX_SEARCH_LIMIT }));
@@ -1377,7 +1380,10 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
     else if (t === "terminal") [5, 6, 7, 8, 9, 10].forEach((v) => states.add(v));
     else {
       const e = lifecycleEnum(t);
-      if (e === null) throw new UsageError(`--state: unknown state ${JSON.stringify(s)}; known: ${LIFECYCLES.join(", ")}, active, terminal`);
+      if (e === null)
+        throw new UsageError(
+          `--state: unknown state ${JSON.stringify(s)}${didYouMean(t, [...LIFECYCLES, "active", "terminal"])}; known: ${LIFECYCLES.join(", ")}, active, terminal`,
+        );
       states.add(e);
     }
   }

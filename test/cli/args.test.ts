@@ -229,6 +229,14 @@ describe("CLI front door (no server needed)", () => {
     for (const [name, text] of texts) expect(misaligned(text), name).toEqual([]);
   });
 
+  it("ls --state with a typo is a usage error naming the state meant", async () => {
+    const r = await cli(["ls", "--state", "runing"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('--state: unknown state "runing" (did you mean running?); known: queued,');
+    const far = await cli(["ls", "--state", "xyzzy"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(far.stderr).toContain('--state: unknown state "xyzzy"; known: queued,');
+  });
+
   it("unknown flags are usage errors (exit 2) with a hint to put the command after --", async () => {
     const r = await cli(["run", "web-1", "ls", "-x"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
     expect(r.code).toBe(2);

@@ -493,6 +493,10 @@ describe("short id prefixes", () => {
     const none = await cli(["get", "ffffffff-ffff"], { env });
     expect(none.code).toBe(66);
     expect(none.stderr).toContain("no command id starts with ffffffff-ffff");
+    // Three characters are no prefix (too many ids share them): said so, not "no command".
+    const tiny = await cli(["logs", id.slice(0, 3)], { env });
+    expect(tiny.code).toBe(2);
+    expect(tiny.stderr).toContain(`${id.slice(0, 3)} is too short for a command id prefix: give at least 4 characters`);
     // Two ids that share a prefix: that prefix is ambiguous, and the error lists both.
     const twins = ["abcd0000-0000-4000-8000-000000000001", "abcd0000-0000-4000-8000-000000000002"];
     for (const t of twins) expect((await cli(["run", "host-a", "--id", t, "--", "true"], { env })).code).toBe(0);
