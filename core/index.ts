@@ -28,3 +28,4 @@ export {
   parseSelector,
   unmetRequirements,
 } from "./server/labels.js";
+export { closestClients } from "./server/client-names.js";

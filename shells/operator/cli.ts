@@ -29,7 +29,15 @@ import { pendingBeforeOutputExit, watchLeaving } from "./leaving.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type FollowOptions, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
-import { MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_LABELS_PER_CLIENT, formatLabels, parseLabelEdits, parseSelector } from "../../core/index.js";
+import {
+  MAX_LABEL_KEY_CHARS,
+  MAX_LABEL_VALUE_CHARS,
+  MAX_LABELS_PER_CLIENT,
+  closestClients,
+  formatLabels,
+  parseLabelEdits,
+  parseSelector,
+} from "../../core/index.js";
 import {
   claimInfo,
   commandInfo,
@@ -1371,6 +1379,15 @@ async function readAll(s: NodeJS.ReadableStream): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
+/** `ls --client C` found nothing: if no client C has registered, say so on stderr (a typo, most likely), with the closest ids. */
+async function noteUnknownClient(ctx: Ctx, clientId: string | undefined): Promise<void> {
+  if (!clientId) return;
+  const known = (await call(ctx, "", (c) => c.listClients({}))).clients.map((c) => c.clientId);
+  if (known.includes(clientId)) return;
+  const near = closestClients(known, clientId);
+  ctx.err(`rvbox ls: no client ${clientId} has registered with this server${near.length > 0 ? `; did you mean ${near.join(", ")}?` : ""}`);
+}
+
 async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
   const states = new Set<number>();
   for (const s of list(p, "state").flatMap((x) => x.split(","))) {
@@ -1398,6 +1415,7 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
   }
   if (rows.length === 0) {
     ctx.out("no commands");
+    await noteUnknownClient(ctx, str(p, "client"));
     return EXIT.OK;
   }
   const wide = outputMode(p) === "wide";

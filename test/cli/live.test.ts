@@ -61,6 +61,12 @@ describe("rvbox run", () => {
     expect(js.find((c) => c.uuid === id)).toMatchObject({ state: "succeeded", exitCode: 0 });
     const gj = JSON.parse((await cli(["get", id, "--json"], { env })).stdout) as { uuid: string; program: string };
     expect(gj).toMatchObject({ uuid: id, program: "argv: echo hi" });
+    // A client id that never registered (a typo) is named as such; a known one with nothing to show is not.
+    const typo = await cli(["ls", "--client", "host-b"], { env });
+    expect([typo.code, typo.stdout.trim()]).toEqual([0, "no commands"]);
+    expect(typo.stderr).toContain("rvbox ls: no client host-b has registered with this server; did you mean host-a?");
+    const none = await cli(["ls", "--client", "host-a", "--state", "expired"], { env });
+    expect([none.stdout.trim(), none.stderr]).toEqual(["no commands", ""]);
   });
 
   it("get says whether stdin was never opened, is open, was closed by an operator, or ended with the command", async () => {
