@@ -1,11 +1,12 @@
 // Jobs (core/server/jobs.ts): one request, many clients, with a concurrency
 // bound and an error budget; targets resolved once; durable across a crash.
-import { create } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { Code } from "../../../core/errors.js";
-import { MAX_JOBS } from "../../../core/limits.js";
-import { restoreServer, type ControlRequest } from "../../../core/index.js";
-import { resolveRate } from "../../../core/server/jobs.js";
+import { MAX_JOBS, MAX_JOB_ID_CHARS, MAX_JOB_TARGETS, MAX_PENDING_SIGNALS } from "../../../core/limits.js";
+import { restoreServer, serverInvariants, type ControlRequest } from "../../../core/index.js";
+import { parseRate, resolveRate } from "../../../core/server/jobs.js";
 import { rowOf } from "../../../core/server/store.js";
 import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
@@ -314,5 +315,358 @@ describe("jobs", () => {
     expect(phases(r, "j")).toEqual(["started", "pending"]);
     r.flush();
     expect(phases(r, "j")).toEqual(["done", "started"]);
+  });
+});
+
+describe("jobs: what an operator is told when a request is refused", () => {
+  const spec = create(ExecutionSpecSchema, argv("true"));
+  const refusals: Array<[string, Partial<Job>, Code, string]> = [
+    ["an id with a space", { jobId: "bad id" }, Code.VALIDATION, `job id must be 1-${MAX_JOB_ID_CHARS} characters of [A-Za-z0-9._:-]`],
+    [
+      "an id one character too long",
+      { jobId: "j".repeat(MAX_JOB_ID_CHARS + 1) },
+      Code.VALIDATION,
+      `job id must be 1-${MAX_JOB_ID_CHARS} characters of [A-Za-z0-9._:-]`,
+    ],
+    ["no program", { spec: create(ExecutionSpecSchema, {}) }, Code.VALIDATION, "no program (argv or shell)"],
+    [
+      "a script",
+      { spec: create(ExecutionSpecSchema, { program: { case: "script", value: { sizeBytes: 1n, interpreter: "/bin/sh" } } }) },
+      Code.VALIDATION,
+      "script jobs are not supported: run argv or a shell command line",
+    ],
+    ["clients and a selector", { selector: "role=web" }, Code.VALIDATION, "a job names its clients or a label selector, not both"],
+    ["a selector of blanks", { clients: [], selector: "  " }, Code.VALIDATION, "an empty selector would match every client; name at least one label term"],
+    ["no target", { clients: [] }, Code.VALIDATION, "a job needs at least one target client"],
+    ["an empty client id", { clients: ["a", ""] }, Code.VALIDATION, "empty client id in the target list"],
+    ["a client twice", { clients: ["a", "b", "a"] }, Code.VALIDATION, "client a is named twice"],
+    [
+      "one target over the bound",
+      { clients: Array.from({ length: MAX_JOB_TARGETS + 1 }, (_, i) => `h${i}`) },
+      Code.VALIDATION,
+      `a job targets at most ${MAX_JOB_TARGETS} clients (got ${MAX_JOB_TARGETS + 1})`,
+    ],
+    ["max-concurrency 0", { maxConcurrency: "0" }, Code.VALIDATION, 'max-concurrency must be a count or a percentage (N or P%), at least 1: got "0"'],
+    ["max-errors in words", { maxErrors: "two" }, Code.VALIDATION, 'max-errors must be a count or a percentage (N or P%), at least 0: got "two"'],
+  ];
+  for (const [what, over, code, message] of refusals)
+    it(`${what}: ${Code[code]} "${message.slice(0, 40)}…", and nothing is created`, () => {
+      const r = new ServerRig();
+      fleet(r, ["a", "b"]);
+      const res = r.control({ op: "submit_job", requestId: "rq", jobId: "j", clients: ["a", "b"], spec, ...over });
+      expect(res).toEqual({ ok: false, error: { code, message } });
+      expect([r.listJobs(), r.listCommands()]).toEqual([[], []]);
+    });
+
+  it("the bounds themselves are accepted: an id of MAX_JOB_ID_CHARS, MAX_JOB_TARGETS targets (then judged by name), 100%", () => {
+    const r = new ServerRig();
+    fleet(r, ["a"]);
+    const long = "j".repeat(MAX_JOB_ID_CHARS);
+    expect(job(r, long, ["a"], { maxConcurrency: "100%", maxErrors: "100%" })).toEqual({ ok: true, jobId: long });
+    expect(r.command(`${long}.1`).clientId).toBe("a");
+    const many = Array.from({ length: MAX_JOB_TARGETS }, (_, i) => (i === 0 ? "a" : `h${i}`));
+    const res = job(r, "many", many);
+    expect(res).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
+    expect(res!.ok === false && res!.error.message).toMatch(/^no client h1 has registered/);
+  });
+
+  it("a child's uuid already taken by a command is a conflict naming the child, the last child too", () => {
+    const r = new ServerRig();
+    fleet(r, ["a", "b"]);
+    r.submit("a", "j.2");
+    expect(job(r, "j", ["a", "b"])).toEqual({ ok: false, error: { code: Code.CONFLICT, message: "command uuid j.2 (child 2 of job j) is already used" } });
+    expect(r.listJobs()).toEqual([]);
+    expect(r.findCommand("j.1")).toBeUndefined();
+  });
+
+  it("rates: blanks around a rate are ignored, anything else around the number is refused; a count of errors is not cut to the targets", () => {
+    expect(resolveRate(" 2 ", 5, "concurrency")).toBe(2);
+    expect(resolveRate("100%", 5, "concurrency")).toBe(5);
+    expect(resolveRate("100%", 5, "errors")).toBe(5);
+    expect(resolveRate("9", 3, "errors")).toBe(9);
+    expect(resolveRate("0", 3, "errors")).toBe(0);
+    for (const bad of ["x2", "2x", "2 %", "-1", "1234567890"])
+      expect(resolveRate(bad, 3, "errors")).toEqual({
+        code: Code.VALIDATION,
+        message: `max-errors must be a count or a percentage (N or P%), at least 0: got "${bad}"`,
+      });
+    expect(parseRate("7", "what", 8)).toEqual({ code: Code.VALIDATION, message: 'what must be a count or a percentage (N or P%), at least 8: got "7"' });
+  });
+
+  it("GetJob shows the rates as given and as resolved", () => {
+    const r = new ServerRig();
+    fleet(r, ["a", "b", "c"]);
+    job(r, "j", ["a", "b", "c"], { maxConcurrency: "50%", maxErrors: "1" });
+    expect(r.getJob("j")).toMatchObject({ maxConcurrency: "50%", maxConcurrencyResolved: 2, maxErrors: "1", maxErrorsResolved: 1, selector: "" });
+    job(r, "k", ["a"]);
+    expect(r.getJob("k")).toMatchObject({ maxConcurrency: "", maxConcurrencyResolved: 1, maxErrors: "", maxErrorsResolved: -1 });
+  });
+
+  it("a retry is the same job only if every field of the request is the same; the digest is of the documented text", () => {
+    const r = new ServerRig();
+    fleet(r, ["a", "b"]);
+    for (const [id, role] of [
+      ["a", "web"],
+      ["b", "web"],
+    ])
+      r.control({ op: "set_labels", requestId: `l-${id}`, clientId: id!, set: { role: role! }, remove: [] });
+    const base: Partial<Job> = { clients: [], selector: "role=web", maxConcurrency: "1", maxErrors: "0", queueExpiry: r.now + 60_000 };
+    expect(job(r, "j", [], base)).toEqual({ ok: true, jobId: "j" });
+    expect(job(r, "j", [], base)).toEqual({ ok: true, jobId: "j" });
+    const conflict = { ok: false, error: { code: Code.CONFLICT, message: "job id j already used by a different request" } };
+    for (const change of [
+      { selector: "role = web" },
+      { maxConcurrency: "2" },
+      { maxErrors: "1" },
+      { queueExpiry: r.now + 1 },
+      { spec: create(ExecutionSpecSchema, argv("false")) },
+    ])
+      expect(job(r, "j", [], { ...base, ...change })).toEqual(conflict);
+    const text = `rvbox.v1/job\nj\nrole=web\n\n\n1\n0\n${base.queueExpiry}\n`;
+    const expected = createHash("sha256")
+      .update(Buffer.concat([Buffer.from(text), toBinary(ExecutionSpecSchema, create(ExecutionSpecSchema, argv("true")))]))
+      .digest("hex");
+    expect(rowOf(r.disk.durable, "job", "j")!.hash).toBe(expected);
+    // An explicit list: the clients one per line.
+    job(r, "k", ["a", "b"]);
+    const text2 = `rvbox.v1/job\nk\n\na\nb\n\n\n\n0\n`;
+    const expected2 = createHash("sha256")
+      .update(Buffer.concat([Buffer.from(text2), toBinary(ExecutionSpecSchema, create(ExecutionSpecSchema, argv("true")))]))
+      .digest("hex");
+    expect(rowOf(r.disk.durable, "job", "k")!.hash).toBe(expected2);
+  });
+});
+
+describe("jobs: children over time", () => {
+  it("queue expiry is the job's: a child queued past it ends expired, and so does every child started after it, in the same step", () => {
+    const r = new ServerRig();
+    fleet(r, ["a"]);
+    r.step({ type: "conn_closed", conn: r.connect("q"), reason: "cut" });
+    job(r, "j", ["q", "a"], { maxConcurrency: "1", queueExpiry: r.now + 1_000 });
+    expect(r.command("j.1").state).toBe("queued");
+    r.now += 999;
+    r.step({ type: "tick" });
+    expect(phases(r, "j")).toEqual(["started", "pending"]);
+    r.now += 2;
+    r.autoDurable = false;
+    r.step({ type: "tick" });
+    // internal: the tick itself (before any durable input runs the pump again) takes the job to its end
+    expect(r.st.jobs.get("j")!.children.map((c) => c.phase)).toEqual(["done", "done"]);
+    expect(r.st.jobs.get("j")!.endedAt).toBeGreaterThan(0);
+    r.flush();
+    r.autoDurable = true;
+    expect(phases(r, "j")).toEqual(["done", "done"]);
+    expect(r.getJob("j")!.children.map((c) => c.state)).toEqual([L.EXPIRED, L.EXPIRED]);
+    expect(r.getJob("j")!.endedTime).toBeDefined();
+  });
+
+  it("a target forgotten after submit: its child still starts when its turn comes, and waits for the client", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a"]);
+    r.step({ type: "conn_closed", conn: r.connect("b"), reason: "cut" });
+    job(r, "j", ["a", "b"], { maxConcurrency: "1" });
+    expect(r.control({ op: "forget_client", requestId: "f", clientId: "b" })).toEqual({ ok: true });
+    finish(r, conns, "j.1", 0);
+    expect(phases(r, "j")).toEqual(["done", "started"]);
+    expect(r.command("j.2")).toMatchObject({ clientId: "b", state: "queued" });
+  });
+
+  it("the committed view follows each child's end, also when the job has stopped and nothing else changes", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b", "c"]);
+    job(r, "j", ["a", "b", "c"], { maxConcurrency: "2" });
+    r.control({ op: "cancel_job", requestId: "cj", jobId: "j" });
+    expect(phases(r, "j")).toEqual(["started", "started", "cancelled"]);
+    r.accept(conns.get("a")!, "j.1");
+    r.event(conns.get("a")!, "j.1", 1, lifecycle(L.CANCELLED), 2n);
+    expect(phases(r, "j")).toEqual(["done", "started", "cancelled"]);
+    expect(rowOf(r.disk.durable, "job", "j")!.children.map((c) => c.phase)).toEqual(["done", "started", "cancelled"]);
+  });
+
+  it("cancel_job on a job that ended by itself changes nothing: no reason, no row written", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a"]);
+    job(r, "j", ["a"]);
+    finish(r, conns, "j.1", 0);
+    const persists = r.log.filter((e) => e.type === "persist").length;
+    expect(r.control({ op: "cancel_job", requestId: "cj", jobId: "j" })).toEqual({ ok: true, jobId: "j", notStarted: 0, cancelledRunning: 0, refused: [] });
+    expect(r.getJob("j")!.stoppedReason).toBe("");
+    expect(r.log.filter((e) => e.type === "persist").length).toBe(persists);
+  });
+
+  it("cancel_job on a job its error budget stopped while a child runs: the budget's reason stays, the running child is cancelled", () => {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b", "c"]);
+    job(r, "j", ["a", "b", "c"], { maxConcurrency: "2", maxErrors: "0" });
+    finish(r, conns, "j.1", 1);
+    expect(r.getJob("j")!.stoppedReason).toBe("error budget exceeded: 1 failed, max-errors 0");
+    expect(r.control({ op: "cancel_job", requestId: "cj", jobId: "j" })).toEqual({ ok: true, jobId: "j", notStarted: 0, cancelledRunning: 1, refused: [] });
+    expect(r.getJob("j")!.stoppedReason).toBe("error budget exceeded: 1 failed, max-errors 0");
+    expect(traces(r, "job_cancelled")).toEqual([]);
+  });
+
+  it("cancel_job names each started child its CANCEL was refused for, and cancels the others", () => {
+    const r = new ServerRig();
+    fleet(r, ["a", "b"]);
+    job(r, "j", ["a", "b"]);
+    for (let i = 0; i < MAX_PENDING_SIGNALS; i++) r.control({ op: "signal", requestId: `s${i}`, uuid: "j.2", signal: SignalKind.USER1 });
+    expect(r.control({ op: "cancel_job", requestId: "cj", jobId: "j" })).toEqual({
+      ok: true,
+      jobId: "j",
+      notStarted: 0,
+      cancelledRunning: 1,
+      refused: [`j.2: ${MAX_PENDING_SIGNALS} signals already outstanding; retry once they are answered`],
+    });
+  });
+
+  it("every step of a job is traced with what it concerns", () => {
+    const r = new ServerRig({ maxActivePerClient: 1 });
+    const conns = fleet(r, ["a", "b", "c", "d"]);
+    r.submit("c", "busy");
+    job(r, "j", ["a", "b", "c", "d"], { maxConcurrency: "2", maxErrors: "1" });
+    finish(r, conns, "j.1", 2);
+    finish(r, conns, "j.2", 0);
+    job(r, "k", ["a", "b"], { maxConcurrency: "1" });
+    r.control({ op: "cancel_job", requestId: "ck", jobId: "k" });
+    expect(traces(r)).toEqual([
+      ["job_submitted", { job: "j", targets: 4, maxConcurrency: 2, maxErrors: 1 }],
+      ["job_child_started", { job: "j", uuid: "j.1", client: "a" }],
+      ["job_child_started", { job: "j", uuid: "j.2", client: "b" }],
+      ["job_child_ended", { job: "j", uuid: "j.1", state: "FAILED" }],
+      ["job_child_refused", { job: "j", uuid: "j.3", message: "client c has 1 active commands" }],
+      ["job_stopped", { job: "j", failed: 2, maxErrors: 1 }],
+      ["job_child_ended", { job: "j", uuid: "j.2", state: "SUCCEEDED" }],
+      ["job_ended", { job: "j", failed: 2 }],
+      ["job_submitted", { job: "k", targets: 2, maxConcurrency: 1, maxErrors: -1 }],
+      ["job_child_started", { job: "k", uuid: "k.1", client: "a" }],
+      ["job_cancelled", { job: "k" }],
+    ]);
+  });
+});
+
+/** The job traces in r.log: [event, detail]. */
+function traces(r: ServerRig, only?: string): Array<[string, unknown]> {
+  return r.log.flatMap((e) =>
+    e.type === "trace" && e.event.startsWith("job_") && (only === undefined || e.event === only) ? [[e.event, e.detail] as [string, unknown]] : [],
+  );
+}
+
+describe("jobs: restore order", () => {
+  it("after a restart the oldest ended job is forgotten first, by creation time and then id, whatever order the rows come in; a job forgotten before its last view is durable is simply gone", () => {
+    const r = new ServerRig();
+    let conns = fleet(r, ["a"]);
+    // "late" is submitted first, under a wall clock 10 s ahead; "early" after it, with the clock back.
+    r.wallStep = 10_000;
+    job(r, "late", ["a"]);
+    finish(r, conns, "late.1", 0);
+    r.wallStep = 0;
+    r.now += 1;
+    job(r, "early", ["a"]);
+    finish(r, conns, "early.1", 0);
+    // Two jobs created in the same millisecond, "tie-b" first.
+    r.now += 1;
+    job(r, "tie-b", ["a"]);
+    job(r, "tie-a", ["a"]);
+    finish(r, conns, "tie-b.1", 0);
+    finish(r, conns, "tie-a.1", 0);
+    for (let i = 0; r.st.jobs.size < MAX_JOBS; i++) {
+      r.now += 1;
+      job(r, `run${i}`, ["a"]);
+    }
+    r.st = restoreServer(r.cfg, r.disk.tables(), 7);
+    conns = fleet(r, ["a"]);
+    const forgotten: string[] = [];
+    for (const n of ["n1", "n2", "n3", "n4"]) {
+      const before = new Set(r.st.jobs.keys());
+      r.now += 1;
+      expect(job(r, n, ["a"])).toEqual({ ok: true, jobId: n });
+      forgotten.push(...[...before].filter((id) => !r.st.jobs.has(id)));
+    }
+    expect(forgotten).toEqual(["early", "tie-a", "tie-b", "late"]);
+    // run0 ends, and a new job forgets it before that end is durable.
+    r.autoDurable = false;
+    finish(r, conns, "run0.1", 0);
+    r.now += 1;
+    job(r, "n5", ["a"]);
+    r.flush();
+    r.autoDurable = true;
+    expect(r.getJob("run0")).toBeUndefined();
+    expect(r.replies.get(`job-n5-${r.now}`)).toEqual({ ok: true, jobId: "n5" });
+    expect(rowOf(r.disk.durable, "job", "run0")).toBeUndefined();
+  });
+});
+
+describe("jobs: invariants catch every corruption they check", () => {
+  /** j: a, b, c one at a time (started, pending, pending); k: a, b, ended. */
+  function healthy(): ServerRig {
+    const r = new ServerRig();
+    const conns = fleet(r, ["a", "b", "c"]);
+    job(r, "k", ["a", "b"]);
+    finish(r, conns, "k.1", 0);
+    finish(r, conns, "k.2", 1);
+    job(r, "j", ["a", "b", "c"], { maxConcurrency: "1" });
+    serverInvariants(r.st);
+    return r;
+  }
+  const J = (r: ServerRig, id = "j") => r.st.jobs.get(id)!;
+  const ended = (id: string, n: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      clientId: `h${i}`,
+      uuid: `${id}.${i + 1}`,
+      phase: "cancelled" as const,
+      state: L.CANCELLED,
+      exitCode: null,
+      reason: "",
+      createdAt: 0,
+      startedTime: 0,
+      endedTime: 0,
+    }));
+  const cases: Array<[string, (r: ServerRig) => void, RegExp]> = [
+    [
+      "more jobs than MAX_JOBS",
+      (r) => Array.from({ length: MAX_JOBS - 1 }, (_, i) => r.st.jobs.set(`x${i}`, J(r, "k"))),
+      new RegExp(`^${MAX_JOBS + 1} jobs over MAX_JOBS$`),
+    ],
+    ["key mismatch", (r) => void (J(r).id = "zz"), /^job key mismatch$/],
+    ["no children", (r) => void (J(r, "k").children = []), /^job k: 0 children$/],
+    [
+      "children over MAX_JOB_TARGETS",
+      (r) => void (J(r, "k").children = ended("k", MAX_JOB_TARGETS + 1)),
+      new RegExp(`^job k: ${MAX_JOB_TARGETS + 1} children$`),
+    ],
+    ["concurrency 0", (r) => void (J(r).maxConcurrency = 0), /^job j: concurrency below 1$/],
+    ["in flight over the concurrency", (r) => void (J(r).children[1]!.phase = "started"), /^job j: 2 children in flight over max-concurrency 1$/],
+    ["a child's uuid", (r) => void (J(r).children[1]!.uuid = "j.9"), /^job j: child 2 uuid j.9$/],
+    ["a client twice", (r) => void (J(r).children[2]!.clientId = "b"), /^job j: client b targeted twice$/],
+    [
+      "a started child without a command",
+      (r) => void ((J(r).maxConcurrency = 2), (J(r).children[1]!.phase = "started")),
+      /^job j: started child j.2 has no active command$/,
+    ],
+    ["a started child whose command ended", (r) => void (J(r, "k").children[0]!.phase = "started"), /^job k: started child k.1 has no active command$/],
+    [
+      "pending past the error budget",
+      (r) => void ((J(r).maxErrors = 0), Object.assign(J(r).children[2]!, { phase: "done", state: L.FAILED })),
+      /^job j: children pending past the error budget$/,
+    ],
+    ["stopped with children pending", (r) => void (J(r).stopped = "x"), /^job j: stopped with children pending$/],
+    ["ended with a child not ended", (r) => void (J(r, "k").children[1]!.phase = "pending"), /^job k: ended with children not ended$/],
+    ["the active index misses a job", (r) => void r.st.activeJobs.delete("j"), /^job j: active index out of step$/],
+    ["the active index holds an ended job", (r) => void r.st.activeJobs.add("k"), /^job k: active index out of step$/],
+    ["the active index holds an unknown job", (r) => void r.st.activeJobs.add("ghost"), /^active job index out of step$/],
+  ];
+  for (const [what, corrupt, message] of cases)
+    it(what, () => {
+      const r = healthy();
+      corrupt(r);
+      expect(() => serverInvariants(r.st)).toThrow(message);
+    });
+
+  it("the bounds themselves hold: MAX_JOBS jobs, MAX_JOB_TARGETS children", () => {
+    const r = healthy();
+    for (let i = 0; r.st.jobs.size < MAX_JOBS; i++) r.st.jobs.set(`x${i}`, { ...J(r, "k"), id: `x${i}`, children: ended(`x${i}`, 1) });
+    J(r, "k").children = ended("k", MAX_JOB_TARGETS);
+    J(r, "k").maxConcurrency = MAX_JOB_TARGETS;
+    expect(() => serverInvariants(r.st)).not.toThrow();
   });
 });
