@@ -111,12 +111,82 @@ describe("event envelopes", () => {
   });
 
   it("envelopeHead writes the fence fields exactly as protobuf-es does", () => {
-    const ids = ["", "s1", "0123456789abcdef0123456789abcdef", "é-non-ascii", "x".repeat(127), "y".repeat(128), "z".repeat(300)];
+    const ids = ["", "s1", "0123456789abcdef0123456789abcdef", "é-non-ascii", "ééé", "日本語", "\u007f", "x".repeat(127), "y".repeat(128), "z".repeat(300)];
     const gens = [0, 1, 127, 128, 300, 16_383, 16_384, 2 ** 31, 2 ** 32 + 5, Number.MAX_SAFE_INTEGER];
     for (const sessionId of ids)
       for (const generation of gens) {
         const want = toBinary(AgentEnvelopeSchema, create(AgentEnvelopeSchema, { sessionId, sessionGeneration: BigInt(generation) }));
         expect(Buffer.from(envelopeHead({ sessionId, generation })).equals(Buffer.from(want))).toBe(true);
       }
+  });
+
+  describe("singleFieldBytes against a message of any fields", () => {
+    /** A varint of `v`, padded with continuation bytes to `width` bytes (protobuf parsers accept them). */
+    const varint = (v: number, width = 0): number[] => {
+      const out: number[] = [];
+      do {
+        out.push(v % 128);
+        v = Math.floor(v / 128);
+      } while (v > 0);
+      while (out.length < width) out.push(0);
+      return out.map((b, i) => (i < out.length - 1 ? b | 0x80 : b));
+    };
+    type Field = { f: number; wt: 0 | 1 | 2 | 5; body: number[]; tagWidth: number; lenWidth: number };
+    const encodeFields = (fields: Field[]): Uint8Array =>
+      Uint8Array.from(fields.flatMap((x) => [...varint(x.f * 8 + x.wt, x.tagWidth), ...(x.wt === 2 ? varint(x.body.length, x.lenWidth) : []), ...x.body]));
+    const field = fc.oneof(
+      fc.record({ f: fc.integer({ min: 1, max: 9 }), wt: fc.constant(0 as const), body: fc.integer({ min: 0, max: 2 ** 40 }).map((v) => varint(v)) }),
+      fc.record({ f: fc.integer({ min: 1, max: 9 }), wt: fc.constant(0 as const), body: fc.integer({ min: 0, max: 9 }).map((w) => varint(1, w)) }),
+      fc.record({ f: fc.integer({ min: 1, max: 9 }), wt: fc.constant(1 as const), body: fc.array(fc.nat(255), { minLength: 8, maxLength: 8 }) }),
+      fc.record({ f: fc.integer({ min: 1, max: 9 }), wt: fc.constant(5 as const), body: fc.array(fc.nat(255), { minLength: 4, maxLength: 4 }) }),
+      fc.record({
+        f: fc.oneof(fc.integer({ min: 1, max: 9 }), fc.integer({ min: 1, max: 2 ** 29 - 1 })),
+        wt: fc.constant(2 as const),
+        body: fc.array(fc.nat(255), { maxLength: 300 }),
+      }),
+    );
+    const fields = fc.array(
+      fc
+        .record({ x: field, tagWidth: fc.integer({ min: 0, max: 5 }), lenWidth: fc.integer({ min: 0, max: 5 }) })
+        .map(({ x, tagWidth, lenWidth }) => ({ ...x, tagWidth, lenWidth })),
+      { maxLength: 8 },
+    );
+
+    it("the payload of the one length-delimited occurrence of the field, byte for byte; none or two: null; cut anywhere: null", () => {
+      fc.assert(
+        fc.property(fields, fc.integer({ min: 1, max: 9 }), (list, target) => {
+          const bytes = encodeFields(list);
+          const hits = list.filter((x) => x.f === target && x.wt === 2);
+          const got = singleFieldBytes(bytes, target);
+          if (hits.length === 1) expect(got && [...got]).toEqual(hits[0]!.body);
+          else expect(got).toBeNull();
+          // Any proper prefix that cuts into a field is not a message: null (a cut between fields is a shorter message).
+          const ends = new Set<number>([0]);
+          let at = 0;
+          for (const x of list) ends.add((at += encodeFields([x]).length));
+          for (let cut = 1; cut < bytes.length; cut++) if (!ends.has(cut)) expect(singleFieldBytes(bytes.subarray(0, cut), target)).toBeNull();
+        }),
+        { numRuns: runs(300) },
+      );
+    });
+
+    it("the widths at their bounds: a 5-byte tag or length is read, a 6-byte one is not; a varint of 10 bytes is read, of 11 not; other wire types are not", () => {
+      const payload = [1, 2, 3];
+      const withTag = (tag: number[], len: number[] = varint(3)) => Uint8Array.from([...tag, ...len, ...payload]);
+      expect([...singleFieldBytes(withTag(varint(7 * 8 + 2, 5)), 7)!]).toEqual(payload);
+      expect(singleFieldBytes(withTag(varint(7 * 8 + 2, 6)), 7)).toBeNull();
+      expect([...singleFieldBytes(withTag(varint(2 ** 28 * 8 + 2)), 2 ** 28)!]).toEqual(payload);
+      expect([...singleFieldBytes(withTag(varint(7 * 8 + 2), varint(3, 5)), 7)!]).toEqual(payload);
+      expect(singleFieldBytes(withTag(varint(7 * 8 + 2), varint(3, 6)), 7)).toBeNull();
+      const varintFirst = (v: number[]) => Uint8Array.from([...varint(1 * 8 + 0), ...v, ...varint(7 * 8 + 2), 3, ...payload]);
+      expect([...singleFieldBytes(varintFirst(varint(5, 10)), 7)!]).toEqual(payload);
+      expect(singleFieldBytes(varintFirst(varint(5, 11)), 7)).toBeNull();
+      // Wire types 3, 4, 6 and 7 are refused even where a length would fit.
+      for (const wt of [3, 4, 6, 7]) expect(singleFieldBytes(Uint8Array.from([...varint(1 * 8 + wt), 0, ...varint(7 * 8 + 2), 3, ...payload]), 7)).toBeNull();
+      // A fixed64 or fixed32 field cut short, or a length beyond the end.
+      expect(singleFieldBytes(Uint8Array.from([...varint(7 * 8 + 2), 3, ...payload, ...varint(1 * 8 + 1), 0, 0, 0, 0, 0, 0, 0]), 7)).toBeNull();
+      expect(singleFieldBytes(Uint8Array.from([...varint(7 * 8 + 2), 3, ...payload, ...varint(1 * 8 + 5), 0, 0, 0]), 7)).toBeNull();
+      expect(singleFieldBytes(Uint8Array.from([...varint(7 * 8 + 2), 4, ...payload]), 7)).toBeNull();
+    });
   });
 });

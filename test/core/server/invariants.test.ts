@@ -2,7 +2,14 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { serverInvariants } from "../../../core/index.js";
 import { InvariantViolation } from "../../../core/errors.js";
-import { MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND, MAX_SERVER_CONNECTIONS } from "../../../core/limits.js";
+import {
+  MAX_INCIDENTS_KEPT,
+  MAX_PENDING_SIGNALS,
+  MAX_REQUEST_IDS_PER_COMMAND,
+  MAX_SERVER_CONNECTIONS,
+  SERVER_RECENT_DIGESTS,
+  STDIN_WRITES_IN_FLIGHT,
+} from "../../../core/limits.js";
 
 import { sha, argv, enc, lifecycle, output, ServerRig } from "../../support/server-rig.js";
 
@@ -100,6 +107,45 @@ describe("server invariants catch every corruption they check", () => {
       },
       /done: stdin queue out of order or outside \(acked, next\)/,
     ],
+    [
+      "a drain flag that is not a boolean",
+      (r) => void Object.assign(r.st.clients.get("a")!, { draining: undefined }),
+      /^client a drain flag is not a boolean$/,
+    ],
+    ["invalid labels", (r) => void (r.st.clients.get("a")!.labels = { "no spaces": "x" }), /^client a labels invalid: /],
+    [
+      "replaced by its own instance",
+      (r) => void (r.st.clients.get("a")!.replaced = { instanceId: r.st.clients.get("a")!.instanceId, generation: 0, by: "x", at: 0, authorized: false }),
+      /^client a replaced by its own instance$/,
+    ],
+    [
+      "a replacement at its own generation",
+      (r) => void (r.st.clients.get("a")!.replaced = { instanceId: "old", generation: r.st.clients.get("a")!.generation, by: "x", at: 0, authorized: false }),
+      /^client a replacement beyond its generation$/,
+    ],
+    [
+      "a stdin write queued at the next sequence number",
+      (r) => {
+        const c = C(r);
+        c.stdin.queue = [{ seq: c.stdin.nextSeq, data: new Uint8Array(0), appendNewline: false, close: false, requestId: "x" }];
+      },
+      /^c1: stdin queue out of order or outside \(acked, next\)$/,
+    ],
+    [
+      "inline writes at the next sequence number",
+      (r) => void (C(r).stdin.inlineThrough = C(r).stdin.nextSeq),
+      /^c1: inline stdin writes beyond the assigned ones$/,
+    ],
+    [
+      "more digests than SERVER_RECENT_DIGESTS on an active command",
+      (r) => void (C(r).ingest.digests = Object.fromEntries(Array.from({ length: SERVER_RECENT_DIGESTS + 1 }, (_, i) => [i + 1, i]))),
+      /^c1: more than SERVER_RECENT_DIGESTS digests$/,
+    ],
+    [
+      "more stdin writes in flight than STDIN_WRITES_IN_FLIGHT",
+      (r) => inFlight(C(r), STDIN_WRITES_IN_FLIGHT + 1),
+      new RegExp(`^c1: ${STDIN_WRITES_IN_FLIGHT + 1} stdin writes in flight over the bound$`),
+    ],
     ["output index drift", (r) => void (r.st.clientOutput.get("a")!.bytes += 1), /a: retained output index drift/],
     [
       "per-client retention exceeded",
@@ -107,6 +153,21 @@ describe("server invariants catch every corruption they check", () => {
       /a: per-client retention exceeded/,
     ],
   ];
+  /** c's stdin: n empty writes queued and sent, all assigned durably, none acknowledged. */
+  function inFlight(c: ReturnType<typeof C>, n: number): void {
+    c.stdin.queue = Array.from({ length: n }, (_, i) => ({ seq: i + 1, data: new Uint8Array(0), appendNewline: false, close: false, requestId: `w${i}` }));
+    c.stdin.ackedThrough = 0;
+    c.stdin.nextSeq = n + 1;
+    c.stdin.sentThrough = n;
+    c.committed = { ...c.committed, stdinAssigned: n };
+  }
+  it("accepts the bounds themselves: STDIN_WRITES_IN_FLIGHT writes in flight, SERVER_RECENT_DIGESTS digests", () => {
+    const { r } = healthy();
+    inFlight(C(r), STDIN_WRITES_IN_FLIGHT);
+    C(r).ingest.digests = Object.fromEntries(Array.from({ length: SERVER_RECENT_DIGESTS }, (_, i) => [i + 1, i]));
+    expect(() => serverInvariants(r.st)).not.toThrow();
+  });
+
   for (const [name, corrupt, message] of cases) {
     it(`refuses: ${name}`, () => {
       const { r, c } = healthy();
