@@ -5,7 +5,14 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ReconcileResult, StdinWrite } from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle as L, ControlErrorSchema, OutputIncompleteSchema, OutputStream, StdinAckSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import {
+  CommandLifecycle as L,
+  ControlErrorSchema,
+  OutputIncompleteSchema,
+  OutputStream,
+  SignalKind,
+  StdinAckSchema,
+} from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { restoreServer, serverInvariants, type Incident } from "../../../core/index.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import {
@@ -50,7 +57,7 @@ const openOf = (r: ServerRig, client: string) => r.incidents(true).filter((i) =>
  * A server restored from tables holding `perClient[client]` open incidents
  * per client (and those clients' records), as a crash and restart would leave it.
  */
-function seeded(perClient: Record<string, number>, acknowledged = 0): ServerRig {
+function seeded(perClient: Record<string, number>, acknowledged = 0, openFirst = false): ServerRig {
   const r = new ServerRig();
   const incidents = new Map<string, Incident>();
   const clients = new Map<string, unknown>();
@@ -59,7 +66,7 @@ function seeded(perClient: Record<string, number>, acknowledged = 0): ServerRig 
     n++;
     incidents.set(`inc-${n}`, { id: `inc-${n}`, clientId, uuid: `u${n}`, kind: "reconcile_terminate", detail: "d", at: T0, acknowledged: ack });
   };
-  for (let i = 0; i < acknowledged; i++) add("old", true);
+  if (!openFirst) for (let i = 0; i < acknowledged; i++) add("old", true);
   for (const [client, k] of Object.entries(perClient)) {
     clients.set(client, {
       clientId: client,
@@ -74,6 +81,7 @@ function seeded(perClient: Record<string, number>, acknowledged = 0): ServerRig 
     });
     for (let i = 0; i < k; i++) add(client, false);
   }
+  if (openFirst) for (let i = 0; i < acknowledged; i++) add("old", true);
   const tables = new Map<string, Map<string, unknown>>([
     ["incident", incidents as Map<string, unknown>],
     ["client", clients],
@@ -223,6 +231,42 @@ describe("incidents under a flood (R-D11)", () => {
     ]);
   });
 
+  it("R-D11: at MAX_INCIDENTS_KEPT an open incident older than every acknowledged one stays; the oldest acknowledged goes", () => {
+    const r = seeded({ a: 1 }, MAX_INCIDENTS_KEPT - 1, true);
+    expect(r.incidents()[0]).toMatchObject({ incidentId: "inc-1", clientId: "a" });
+    storeIncident(r, r.connect("a"));
+    expect(r.incidents().length).toBe(MAX_INCIDENTS_KEPT);
+    expect(r.incidents().some((i) => i.incidentId === "inc-1")).toBe(true);
+    expect(r.incidents().some((i) => i.incidentId === "inc-2")).toBe(false);
+  });
+
+  it("R-D11: the invariants catch a mis-keyed incident, a per-client index off by one, more open than MAX_OPEN_INCIDENTS, malformed drop counters and per-client drops over the total", () => {
+    // setup: each state is corrupted on purpose (an invariant test)
+    const cases: Array<[(r: ServerRig) => void, RegExp]> = [
+      [(r) => void (r.st.incidents.get("inc-1")!.id = "zz"), /^incident key mismatch$/],
+      [(r) => void r.st.openByClient.set("a", 3), /^open incident index drift for a$/],
+      [(r) => void r.st.openByClient.set("b", 1), /^open incident index drift$/],
+      [(r) => void r.st.incidentDrops.set("a", { clientId: "b", count: 1, lastAt: T0, lastKind: "k" }), /^drop counter of a malformed$/],
+      [(r) => void r.st.incidentDrops.set("a", { clientId: "a", count: 0, lastAt: T0, lastKind: "k" }), /^drop counter of a malformed$/],
+      [(r) => void r.st.incidentDrops.set("a", { clientId: "a", count: 2, lastAt: T0, lastKind: "k" }), /^per-client drop counts exceed the total$/],
+    ];
+    for (const [corrupt, message] of cases) {
+      const r = seeded({ a: 2 });
+      r.st.incidentsDropped = 1;
+      serverInvariants(r.st);
+      corrupt(r);
+      expect(() => serverInvariants(r.st)).toThrow(message);
+    }
+    const per: Record<string, number> = {};
+    for (let i = 0; i < MAX_OPEN_INCIDENTS / MAX_OPEN_INCIDENTS_PER_CLIENT; i++) per[`h${i}`] = MAX_OPEN_INCIDENTS_PER_CLIENT;
+    per.z = 0;
+    const full = seeded(per);
+    full.st.incidents.set("x", { id: "x", clientId: "z", uuid: "", kind: "k", detail: "", at: T0, acknowledged: false });
+    full.st.openByClient.set("z", 1);
+    full.st.openIncidents++;
+    expect(() => serverInvariants(full.st)).toThrow(new RegExp(`^${MAX_OPEN_INCIDENTS + 1} open incidents over the bound$`));
+  });
+
   it("R-D11: the invariants catch a drifted open-incident index, a client over its bound and a drop counter of an unknown client", () => {
     // setup: each state is corrupted on purpose (an invariant test)
     const r = seeded({ a: 2 });
@@ -308,6 +352,12 @@ describe("client records (R-F6)", () => {
       ok: false,
       error: { code: Code.CONFLICT, message: "client a has 1 non-terminal command; cancel them or let them finish first" },
     });
+    r.submit("a", "c2");
+    expect(r.control({ op: "forget_client", requestId: "f2b", clientId: "a" })).toEqual({
+      ok: false,
+      error: { code: Code.CONFLICT, message: "client a has 2 non-terminal commands; cancel them or let them finish first" },
+    });
+    r.control({ op: "signal", requestId: "k2", uuid: "c2", signal: SignalKind.CANCEL });
     // A new session (generation 2) whose agent no longer has it ends it, then forget.
     const a2 = r.connect("a");
     expect(r.command("c1").state).toBe("interrupted");

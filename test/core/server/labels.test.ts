@@ -128,6 +128,41 @@ describe("label keys, values and edits", () => {
     expect(applyLabelChanges(full, { extra: "v" }, ["k0"]).ok).toBe(true);
   });
 
+  it("each refusal says what is wrong with which label, in the operator's terms", () => {
+    const keyError = (k: string) => `label key ${JSON.stringify(k)} must be 1-${MAX_LABEL_KEY_CHARS} characters of [a-z0-9._/-], starting with [a-z0-9]`;
+    const edits = (args: string[]) => {
+      const r = parseLabelEdits(args);
+      return r.ok ? r.value : r.error.message;
+    };
+    expect(edits(["role"])).toBe('"role": give key=value to set a label or key- to remove one');
+    expect(edits(["-"])).toBe('"-": give key=value to set a label or key- to remove one');
+    expect(edits(["=web"])).toBe(keyError(""));
+    expect(edits(["Zone-"])).toBe(keyError("Zone"));
+    expect(edits(["role=a", "role=b"])).toBe("label role is given twice with different values");
+    expect(edits(["role=web", "role-"])).toBe("label role is both set and removed");
+    // The same edit twice is one edit.
+    expect(edits(["role=a", "role=a", "zone-", "zone-"])).toEqual({ set: { role: "a" }, remove: ["zone"] });
+    const change = applyLabelChanges({}, { role: "web" }, ["role"]);
+    expect(!change.ok && change.error.message).toBe("label role is both set and removed in one request");
+    // Keys and values are checked whole, not by their first characters.
+    for (const k of ["ab C", "a:b", "role!"]) expect(labelsError({ [k]: "v" })).toBe(keyError(k));
+    expect(labelsError({ a: "1", b: "x y" })).toBe(
+      `label b: value "x y" must be 1-${MAX_LABEL_VALUE_CHARS} characters of [A-Za-z0-9._-], starting with [A-Za-z0-9]`,
+    );
+    const many = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+    expect(labelsError(many(MAX_LABELS_PER_CLIENT))).toBeNull();
+    expect(labelsError(many(MAX_LABELS_PER_CLIENT + 1))).toBe(`${MAX_LABELS_PER_CLIENT + 1} labels; a client has at most ${MAX_LABELS_PER_CLIENT}`);
+  });
+
+  it("selector terms whose key is empty or invalid are refused naming that key; a selector of exactly MAX_SELECTOR_CHARS is judged by its terms", () => {
+    const keyError = (k: string) => `label key ${JSON.stringify(k)} must be 1-${MAX_LABEL_KEY_CHARS} characters of [a-z0-9._/-], starting with [a-z0-9]`;
+    expect(refusal("=web")).toBe(`selector term "=web": ${keyError("")}`);
+    expect(refusal("!=web")).toBe(`selector term "!=web": ${keyError("")}`);
+    expect(refusal("Role!=web")).toBe(`selector term "Role!=web": ${keyError("Role")}`);
+    expect(refusal("k".repeat(MAX_SELECTOR_CHARS))).toBe(`selector term "${"k".repeat(MAX_SELECTOR_CHARS)}": ${keyError("k".repeat(MAX_SELECTOR_CHARS))}`);
+    expect(refusal("k".repeat(MAX_SELECTOR_CHARS + 1))).toBe(`selector is ${MAX_SELECTOR_CHARS + 1} characters; at most ${MAX_SELECTOR_CHARS}`);
+  });
+
   it("formatLabels: k=v in key order, empty for none", () => {
     expect(formatLabels({ zone: "eu-1", role: "web" })).toBe("role=web,zone=eu-1");
     expect(formatLabels({})).toBe("");
@@ -175,6 +210,24 @@ describe("set_labels (the server's record is authoritative)", () => {
     expect(back.clients.get("a")!.labels).toEqual({ role: "web" });
     expect(back.clients.get("b")!.labels).toEqual({});
     expect(rowOf(r.disk.durable, "client", "b")).not.toHaveProperty("labels");
+  });
+
+  it("changing one label's value while another stays is a change: persisted, answered with the new labels", () => {
+    const r = new ServerRig();
+    r.connect("web-1");
+    label(r, "web-1", { role: "web", zone: "eu" });
+    const persists = r.log.filter((e) => e.type === "persist").length;
+    expect(label(r, "web-1", { role: "db" })).toEqual({ ok: true, labels: { role: "db", zone: "eu" } });
+    expect(r.log.filter((e) => e.type === "persist").length).toBe(persists + 1);
+    expect(rowOf(r.disk.durable, "client", "web-1")!.labels).toEqual({ role: "db", zone: "eu" });
+    // A refusal names the client.
+    expect(label(r, "web-1", { Role: "x" })).toEqual({
+      ok: false,
+      error: {
+        code: Code.VALIDATION,
+        message: `client web-1: label key "Role" must be 1-${MAX_LABEL_KEY_CHARS} characters of [a-z0-9._/-], starting with [a-z0-9]`,
+      },
+    });
   });
 
   it("an unknown client is NOT_FOUND with a did-you-mean; invalid edits are refused whole and change nothing", () => {

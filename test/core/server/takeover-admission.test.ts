@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../../../core/errors.js";
-import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS } from "../../../core/limits.js";
+import { BACKOFF_CAP_MS, CLIENT_SUGGESTION_MAX_DISTANCE, MAX_CLIENT_SUGGESTIONS, MAX_INSTANCE_ID_CHARS } from "../../../core/limits.js";
 import { boundedDistance, clientsNamedBy, closestClients, globMatches } from "../../../core/server/client-names.js";
 import { restoreServer } from "../../../core/index.js";
 import { Harness } from "../../support/harness.js";
@@ -198,6 +198,50 @@ describe("authorize: only the exact pending or replaced instance", () => {
     expect(r.control({ op: "revoke_authorization", requestId: "rv3", clientId: "zz" })).toMatchObject({ ok: false, error: { code: Code.NOT_FOUND } });
     const j = r.open();
     expectClosed(r, r.hello(j, "a", "J-fedcba9876543210"), j, Code.IDENTITY_CONFLICT);
+  });
+
+  it("R-F5: an instance id of 1-128 printable ASCII characters: the bounds themselves are accepted, anything else refused", () => {
+    const r = new ServerRig();
+    r.connect("a", "I");
+    const refused = { ok: false, error: { code: Code.VALIDATION, message: `instance id must be 1-${MAX_INSTANCE_ID_CHARS} printable ASCII characters` } };
+    for (const bad of ["x".repeat(MAX_INSTANCE_ID_CHARS + 1), "J\tK", "J\u00e9"]) expect(auth(r, bad, true)).toEqual(refused);
+    for (const good of ["J", "x".repeat(MAX_INSTANCE_ID_CHARS), "J~!"]) expect(auth(r, good, true)).toMatchObject({ ok: true, instanceId: good });
+  });
+
+  it("R-F5: an authorization can be revoked until the moment it expires, not at that moment", () => {
+    const r = claimed();
+    const at = r.now;
+    auth(r, "J-fedcba9876543210");
+    r.now = at + r.cfg.limits.authorizationTtlMs - 1;
+    expect(r.control({ op: "revoke_authorization", requestId: "rv1", clientId: "a" })).toEqual({ ok: true, instanceId: "J-fedcba9876543210" });
+    auth(r, "J-fedcba9876543210");
+    r.now += r.cfg.limits.authorizationTtlMs;
+    expect(r.control({ op: "revoke_authorization", requestId: "rv2", clientId: "a" })).toEqual({
+      ok: false,
+      error: { code: Code.NOT_FOUND, message: "client a has no authorization to revoke" },
+    });
+  });
+
+  it("every change an operator makes to a client record is traced with the client and what changed", () => {
+    const r = claimed();
+    auth(r, "J-fedcba9876543210");
+    r.control({ op: "revoke_authorization", requestId: "rv", clientId: "a" });
+    r.control({ op: "dismiss_claim", requestId: "d", clientId: "a" });
+    r.control({ op: "set_draining", requestId: "dr1", clientId: "a", draining: true });
+    r.control({ op: "set_draining", requestId: "dr2", clientId: "a", draining: true });
+    r.control({ op: "set_draining", requestId: "dr3", clientId: "a", draining: false });
+    r.control({ op: "set_labels", requestId: "l", clientId: "a", set: { role: "web", zone: "eu" }, remove: [] });
+    r.step({ type: "conn_closed", conn: r.st.clients.get("a")!.conn, reason: "gone" });
+    r.control({ op: "forget_client", requestId: "f", clientId: "a" });
+    const names = new Set(["authorization_revoked", "claim_dismissed", "client_draining", "client_undrained", "client_labels", "client_forgotten"]);
+    expect(r.log.flatMap((e) => (e.type === "trace" && names.has(e.event) ? [[e.event, e.detail]] : []))).toEqual([
+      ["authorization_revoked", { client: "a", instance: "J-fedcba9876543210" }],
+      ["claim_dismissed", { client: "a", instance: "J-fedcba9876543210" }],
+      ["client_draining", { client: "a" }],
+      ["client_undrained", { client: "a" }],
+      ["client_labels", { client: "a", labels: "role=web,zone=eu" }],
+      ["client_forgotten", { client: "a", generation: 1 }],
+    ]);
   });
 
   it("R-F4: dismissing a claim forgets it durably; with none (or an unknown client) it is NOT_FOUND; the claimant trying again is recorded anew", () => {
