@@ -160,6 +160,25 @@ describe("dispatch", () => {
     }
   });
 
+  it("R-D1 R-D3: each send is traced with its attempt; a requeue with its code and retry time, and silently (no state trace); acceptance as a state from the agent", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "c1");
+    const rng = { ...r.st.rng }; // setup: the server's random stream, to predict its jitter
+    const retryAt = T0 + Math.floor(nextFloat(rng) * 2_000);
+    r.accept(c, "c1", false, Code.CAPACITY, "busy");
+    r.now = retryAt;
+    r.step({ type: "tick" });
+    r.accept(c, "c1");
+    const traces = r.log.flatMap((e) => (e.type === "trace" && ["dispatch", "requeue", "state"].includes(e.event) ? [[e.event, e.detail]] : []));
+    expect(traces).toEqual([
+      ["dispatch", { uuid: "c1", conn: c, generation: 1, attempt: 1 }],
+      ["requeue", { uuid: "c1", code: "CAPACITY", retryAt }],
+      ["dispatch", { uuid: "c1", conn: c, generation: 1, attempt: 2 }],
+      ["state", { uuid: "c1", state: "ACCEPTED", source: "agent", reason: "" }],
+    ]);
+  });
+
   it("R-D4: a permanent rejection ends rejected with the code in the reason; an unusable rejection code closes", () => {
     for (const code of [Code.VALIDATION, Code.UNSUPPORTED_PLATFORM, Code.CONFLICT]) {
       const r = new ServerRig();

@@ -222,6 +222,27 @@ describe("authorize: only the exact pending or replaced instance", () => {
     });
   });
 
+  it("R-F5: registration is traced with its connection, client and generation; an authorization consumed is traced whether or not the client was live", () => {
+    const r = claimed();
+    auth(r, "J-fedcba9876543210");
+    const j = r.open();
+    r.hello(j, "a", "J-fedcba9876543210");
+    const b = r.connect("b", "I");
+    r.step({ type: "conn_closed", conn: b, reason: "gone" });
+    auth(r, "K", true, "b");
+    const k = r.open();
+    r.hello(k, "b", "K");
+    const names = new Set(["registered", "authorization_consumed"]);
+    const traces = r.log.flatMap((e) => (e.type === "trace" && names.has(e.event) ? [[e.event, e.detail]] : []));
+    expect(traces.slice(1)).toEqual([
+      ["authorization_consumed", { client: "a", instance: "J-fedcba9876543210" }],
+      ["registered", { conn: j, client: "a", generation: 2 }],
+      ["registered", { conn: b, client: "b", generation: 1 }],
+      ["authorization_consumed", { client: "b", instance: "K" }],
+      ["registered", { conn: k, client: "b", generation: 2 }],
+    ]);
+  });
+
   it("every change an operator makes to a client record is traced with the client and what changed", () => {
     const r = claimed();
     auth(r, "J-fedcba9876543210");
