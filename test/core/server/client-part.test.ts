@@ -12,13 +12,13 @@ import { restoreServer } from "../../../core/server/restore.js";
 import type { ServerConfig, ServerState } from "../../../core/server/server-types.js";
 import { type ServerTables, rowsOf } from "../../../core/server/store.js";
 import { create } from "@bufbuild/protobuf";
-import { CommandLifecycle as L, Code, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, Code, ControlErrorSchema, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { MAX_OPEN_INCIDENTS_PER_CLIENT } from "../../../core/limits.js";
 import { planSchedule } from "../../../sim/schedule.js";
 import { drawSwarm } from "../../../sim/swarm.js";
 import { World } from "../../../sim/world.js";
 import { runs } from "../../support/runs.js";
-import { ServerRig, argv, sha } from "../../support/server-rig.js";
+import { ServerRig, argv, lifecycle, sha } from "../../support/server-rig.js";
 
 // Each seed is a simulated world of up to MAX_STEPS steps (a quarter of a second):
 // the mutation run (RVBOX_PROPERTY_SCALE) takes the first three.
@@ -315,5 +315,71 @@ describe("per-client server state", () => {
     expect(dropClientPart(r.st, "b")).toMatchObject({ ok: false, error: { code: Code.CONFLICT, message: "job job-1 still has work for client b" } });
     expect(canonical(r.st)).toEqual(before);
     serverInvariants(r.st);
+  });
+
+  it("anything the server holds of a client counts as holding it: its record alone, a command alone, a pruned record alone, an incident alone; adopting it then is refused", () => {
+    const r = new ServerRig({ historyMs: 1_000 });
+    const close = (conn: number) => r.step({ type: "conn_closed", conn, reason: "gone" });
+    // rec: a record and nothing else.
+    close(r.connect("rec"));
+    // cmd: a command submitted for a client that never registered.
+    r.submit("cmd", "u-cmd");
+    // pru: its record forgotten, its one command ended and pruned from history.
+    const pru = r.connect("pru");
+    r.running(pru, "u-pru");
+    r.event(pru, "u-pru", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    close(pru);
+    expect(r.control({ op: "forget_client", requestId: "f-pru", clientId: "pru" })).toEqual({ ok: true });
+    r.now += 1_000;
+    r.step({ type: "tick" });
+    expect(r.findCommand("u-pru")).toBeUndefined();
+    // inc: its record forgotten, one acknowledged incident left.
+    const inc = r.connect("inc");
+    r.frame(inc, {
+      case: "error",
+      value: { $typeName: "rvbox.v1.AgentError", error: create(ControlErrorSchema, { code: Code.STORE_INCIDENT, message: "disk" }), closeSession: false },
+    });
+    const id = r.incidents().find((i) => i.clientId === "inc")!.incidentId;
+    r.control({ op: "ack_incident", requestId: "ack", incidentId: id });
+    close(inc);
+    expect(r.control({ op: "forget_client", requestId: "f-inc", clientId: "inc" })).toEqual({ ok: true });
+    const empty: ServerTables = { get: () => undefined };
+    for (const clientId of ["rec", "cmd", "pru", "inc"]) {
+      expect(holdsClient(r.st, clientId), clientId).toBe(true);
+      expect(restoreClientPart(r.st, clientId, empty)).toEqual({
+        ok: false,
+        error: { code: Code.CONFLICT, message: `the server already holds client ${clientId}` },
+      });
+    }
+    expect(holdsClient(r.st, "nobody")).toBe(false);
+    expect(restoreClientPart(r.st, "nobody", empty)).toEqual({ ok: true });
+    serverInvariants(r.st);
+  });
+
+  it("a job blocks dropping a client only while that client's own child is pending or started", () => {
+    const r = new ServerRig();
+    const close = (conn: number) => r.step({ type: "conn_closed", conn, reason: "gone" });
+    const a = r.connect("a");
+    close(r.connect("b"));
+    const job = (jobId: string, clients: string[], maxConcurrency = "") =>
+      r.control({ op: "submit_job", requestId: jobId, jobId, clients, spec: create(ExecutionSpecSchema, argv("true")), maxConcurrency });
+    const finish = (uuid: string) => {
+      r.accept(a, uuid);
+      r.event(a, uuid, 1, lifecycle(L.RUNNING));
+      r.event(a, uuid, 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    };
+    // b's child second, pending behind a's.
+    job("j1", ["a", "b"], "1");
+    expect(dropClientPart(r.st, "b")).toEqual({ ok: false, error: { code: Code.CONFLICT, message: "job j1 still has work for client b" } });
+    // a's child done, b's started (queued here: b is away).
+    finish("j1.1");
+    expect(r.command("j1.2").state).toBe("queued");
+    expect(dropClientPart(r.st, "b")).toEqual({ ok: false, error: { code: Code.CONFLICT, message: "job j1 still has work for client b" } });
+    r.control({ op: "cancel_job", requestId: "c1", jobId: "j1" });
+    // j2 is still running on a, but b's child of it has ended: nothing blocks.
+    job("j2", ["b", "a"]);
+    r.control({ op: "signal", requestId: "k", uuid: "j2.1", signal: SignalKind.CANCEL });
+    expect(r.getJob("j2")!.endedTime).toBeUndefined();
+    expect(dropClientPart(r.st, "b")).toEqual({ ok: true });
   });
 });
