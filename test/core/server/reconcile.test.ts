@@ -140,4 +140,69 @@ describe("reconciliation at the server", () => {
   });
 });
 
+describe("takeovers seen in reconciliation", () => {
+  it("R-F3 R-D9: after a takeover the commands the displaced instance held end interrupted as a takeover, naming both instances; a command lost on the new instance's own session is an ordinary loss", () => {
+    const r = new ServerRig();
+    const i = r.connect("a", "I");
+    r.running(i, "run1");
+    r.submit("a", "acc1");
+    r.accept(i, "acc1");
+    // J claims a while I is live; an operator authorizes it; J takes over and holds nothing.
+    r.hello(r.open(), "a", "J");
+    r.control({ op: "authorize", requestId: "auth", clientId: "a", instanceId: "J", instanceNotYetSeen: false });
+    const j = r.open();
+    r.hello(j, "a", "J");
+    const out = r.snapshot(j, []);
+    expect([r.command("run1"), r.command("acc1")].map((c) => [c.state, c.reason])).toEqual([
+      ["interrupted", "client taken over by instance J; the command was running on the previous instance I"],
+      ["interrupted", "client taken over by instance J; the command was accepted by the previous instance I"],
+    ]);
+    const tail = "; its process may still run there until that instance reconnects and is told it was replaced";
+    const incidentsOf = (uuid: string) =>
+      r
+        .incidents()
+        .filter((x) => x.issueUuid === uuid)
+        .map((x) => [x.kind, x.detail]);
+    expect(incidentsOf("run1")).toEqual([["takeover_interrupt", `a was taken over by instance J; the command was running on the previous instance I${tail}`]]);
+    expect(incidentsOf("acc1")).toEqual([["takeover_interrupt", `a was taken over by instance J; the command was accepted by the previous instance I${tail}`]]);
+    expect(out.flatMap((e) => (e.type === "trace" && e.event === "reconciled" ? [e.detail] : []))).toEqual([
+      { conn: j, client: "a", terminate: 0, discard: 0 },
+    ]);
+    // J's own command, dispatched on J's session, then lost by J: not a takeover.
+    r.submit("a", "acc2");
+    r.accept(j, "acc2");
+    r.step({ type: "conn_closed", conn: j, reason: "gone" });
+    const j2 = r.open();
+    r.hello(j2, "a", "J");
+    r.snapshot(j2, []);
+    expect([r.command("acc2").state, r.command("acc2").reason]).toEqual(["interrupted", "agent lost an accepted command"]);
+    expect(incidentsOf("acc2").map(([kind]) => kind)).toEqual(["reconcile_interrupt"]);
+  });
+
+  it("R-F3 R-D9: a new instance registering while no session was live: the previous instance's running command ends interrupted, with why", () => {
+    const r = new ServerRig();
+    const i = r.connect("b", "I2");
+    r.running(i, "run2");
+    r.step({ type: "conn_closed", conn: i, reason: "gone" });
+    const k = r.open();
+    r.hello(k, "b", "K");
+    r.snapshot(k, []);
+    expect([r.command("run2").state, r.command("run2").reason]).toEqual([
+      "interrupted",
+      "client re-registered from instance K; the command was running on the previous instance I2",
+    ]);
+    expect(
+      r
+        .incidents()
+        .filter((x) => x.issueUuid === "run2")
+        .map((x) => [x.kind, x.detail]),
+    ).toEqual([
+      [
+        "takeover_interrupt",
+        "b registered from a new instance K; the command was running on the previous instance I2 while no session was live; its process may still run on the previous instance",
+      ],
+    ]);
+  });
+});
+
 // ====================================================================== retention
