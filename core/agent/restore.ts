@@ -19,7 +19,8 @@ export type { AgentTables };
  * Rebuild the agent from what was durably stored (R-F1: the instance id is
  * generated once and then always read back). `seed` feeds the PRNG (backoff
  * jitter, first instance id); it is not protocol state. The rows and their
- * keys are defined in store.ts.
+ * keys are defined in store.ts; each table's rows come in the order they were
+ * first written (the store's contract: kv-store's LOAD_ALL).
  */
 export function restoreAgent(config: AgentConfig, tables: AgentTables, seed: number): AgentState {
   const rng = rngFromSeed(seed);

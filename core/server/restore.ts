@@ -45,7 +45,14 @@ export function newServer(config: ServerConfig, seed: number): ServerState {
   return restoreServer(config, { get: () => undefined }, seed);
 }
 
-/** Rebuild the server from its durable tables. No connection survives a restart. */
+/**
+ * Rebuild the server from its durable tables. No connection survives a restart.
+ * Each table's rows must come in the order they were first written (the
+ * store's contract: kv-store's LOAD_ALL, the simulator's disk): the commands'
+ * order is the active index's (dispatch oldest first), the incidents' the
+ * order the oldest acknowledged one is evicted in. Orders with a key of their
+ * own (history, the pruned ledger, audit, jobs, stdin writes) are sorted here.
+ */
 export function restoreServer(config: ServerConfig, tables: ServerTables, seed: number): ServerState {
   const st: ServerState = {
     config,

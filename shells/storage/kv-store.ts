@@ -21,8 +21,13 @@ import { decodeValue, encodeValue } from "./value-codec.js";
 
 export const KV_SCHEMA = ["CREATE TABLE IF NOT EXISTS kv (t TEXT NOT NULL, k TEXT NOT NULL, v BLOB NOT NULL, PRIMARY KEY (t, k))"];
 
-const UPSERT = "INSERT OR REPLACE INTO kv (t, k, v) VALUES (?, ?, ?)";
+// An update keeps the row in place (its rowid): INSERT OR REPLACE would delete
+// and re-insert it at the end, and loadTables' rowid order is the order the
+// cores' restores keep (first write first, as the simulator's disk keeps it).
+const UPSERT = "INSERT INTO kv (t, k, v) VALUES (?, ?, ?) ON CONFLICT (t, k) DO UPDATE SET v = excluded.v";
 const DELETE = "DELETE FROM kv WHERE t = ? AND k = ?";
+/** Every row in the order first written (a row deleted and written again counts as new). */
+export const LOAD_ALL = "SELECT t, k, v FROM kv ORDER BY rowid";
 
 const DELETE_RANGE = "DELETE FROM kv WHERE t = ? AND k >= ? AND k < ?";
 
@@ -56,9 +61,10 @@ export function foldRecord(net: Map<string, PersistRecord>, r: PersistRecord): v
 
 export type Tables = Map<string, Map<string, unknown>>;
 
+/** Every row, per table in the order first written (rowid order; see UPSERT). */
 export function loadTables(db: DurableDb): Tables {
   const out: Tables = new Map();
-  for (const row of db.query<{ t: string; k: string; v: Uint8Array }>("SELECT t, k, v FROM kv")) {
+  for (const row of db.query<{ t: string; k: string; v: Uint8Array }>(LOAD_ALL)) {
     let t = out.get(row.t);
     if (!t) out.set(row.t, (t = new Map()));
     t.set(row.k, decodeValue(row.v));

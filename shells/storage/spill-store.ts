@@ -36,7 +36,7 @@ import * as path from "node:path";
 import type { PersistEffect, PersistRecord } from "../../core/index.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { fsyncDir, writeAllParts } from "../store/fs-util.js";
-import { KV_SCHEMA, foldRecord, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
+import { KV_SCHEMA, LOAD_ALL, foldRecord, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 import { decodeValue } from "./value-codec.js";
 
 export const SPILL_DIR = "spill";
@@ -116,7 +116,7 @@ export class SpillStore implements PersistSink {
       return files.get(no)!;
     };
     try {
-      for (const row of this.db.query<{ t: string; k: string; v: Uint8Array }>("SELECT t, k, v FROM kv")) {
+      for (const row of this.db.query<{ t: string; k: string; v: Uint8Array }>(LOAD_ALL)) {
         const value = decodeValue(row.v);
         let ok = true;
         const used: number[] = [];

@@ -8,6 +8,11 @@ import { Code } from "../../../core/errors.js";
 import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES } from "../../../core/limits.js";
 import type { CommandRow, StdinRow } from "../../../core/server/store.js";
 import { Harness } from "../../support/harness.js";
+import { restoreServer } from "../../../core/index.js";
+import type { ServerTables } from "../../../core/server/store.js";
+import type { StdinWrite } from "../../../protos/gen/rvbox/v1/agent_pb.js";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { ServerRig, argv } from "../../support/server-rig.js";
 
 const enc = (s: string) => new TextEncoder().encode(s);
 const text = (bs: Uint8Array[]) => new TextDecoder().decode(Buffer.concat(bs));
@@ -84,6 +89,28 @@ describe("server stdin rows", () => {
     h.reconnectNow("a");
     expect(h.command("c1").state).toBe("succeeded");
     expect(stdinRows(h).size).toBe(0);
+  });
+});
+
+describe("stdin rows read back in any order", () => {
+  it("R-S1: rows may come back from the store in any order (here reversed); the writes still reach the agent by write_seq", () => {
+    const r = new ServerRig();
+    const a = r.connect("a");
+    r.running(a, "c1", { ...argv("cat"), stdinOpen: true });
+    r.step({ type: "conn_closed", conn: a, reason: "cut" });
+    for (let i = 1; i <= 12; i++) r.control({ op: "stdin", requestId: `w${i}`, uuid: "c1", data: enc(`line ${i}\n`), appendNewline: false });
+    const stored = r.disk.tables();
+    const reversed: ServerTables = { get: (t) => new Map([...(stored.get(t) ?? [])].reverse()) };
+    r.st = restoreServer(r.cfg, reversed, 2);
+    const b = r.open();
+    r.hello(b, "a");
+    const out = r.snapshot(b, [
+      // setup: the request's own hash
+      { issueUuid: "c1", lifecycle: L.RUNNING, lastClientEventSeq: 1n, commandRevision: 1n, immutableRequestSha256: Buffer.from(r.cmd("c1").hash, "hex") },
+    ]);
+    const writes = r.sent(out, b, "stdinWrite").map((w) => w.env.payload.value as StdinWrite);
+    expect(writes.map((w) => Number(w.writeSeq))).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+    expect(writes.map((w) => new TextDecoder().decode(w.data))).toEqual(Array.from({ length: 12 }, (_, i) => `line ${i + 1}\n`));
   });
 });
 

@@ -190,6 +190,32 @@ describe("server storage: kv rows + output segment files", () => {
   });
 });
 
+describe("row order across a reopen", () => {
+  afterAll(cleanupTemp);
+
+  it("rows come back in the order they were first written, however often they were rewritten since (the order restoreServer keeps: dispatch oldest first, the oldest incident evicted first)", async () => {
+    const dir = await tempDir("rvbox-order-");
+    const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
+    const put = (id: number, key: string, n: number): PersistEffect => ({ type: "persist", id, records: [{ table: "command", key, value: { uuid: key, n } }] });
+    s.persist(put(1, "c-old", 1));
+    s.persist(put(2, "b-mid", 1));
+    s.persist(put(3, "a-new", 1));
+    await s.whenIdle();
+    // The oldest is rewritten last (an event, a signal): it stays first.
+    s.persist(put(4, "c-old", 2));
+    s.persist(put(5, "b-mid", 2));
+    await s.whenIdle();
+    await s.close();
+    const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
+    expect([...s2.tables.get("command")!.entries()]).toEqual([
+      ["c-old", { uuid: "c-old", n: 2 }],
+      ["b-mid", { uuid: "b-mid", n: 2 }],
+      ["a-new", { uuid: "a-new", n: 1 }],
+    ]);
+    await s2.close();
+  });
+});
+
 describe("foldRecord: a group's net effect per row", () => {
   it("a prefix delete drops earlier writes it covers and keeps its place; later writes survive", () => {
     const net = new Map<string, PersistRecord>();

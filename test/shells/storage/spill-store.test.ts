@@ -92,4 +92,19 @@ describe("agent storage: kv rows with large fields spilled to blob files", () =>
     expect(s2.tables.get("event")?.get("u/1")).toBeUndefined();
     await s2.close();
   });
+
+  it("rows come back in the order they were first written, however often they were rewritten since (the order restoreAgent keeps)", async () => {
+    const dir = await tempDir("rvbox-spill-order-");
+    const s = await SpillStore.open({ dir, threshold: 1000, fileBytes: 10_000 });
+    const put = (id: number, key: string, n: number): PersistEffect => ({ type: "persist", id, records: [{ table: "command", key, value: { uuid: key, n } }] });
+    s.persist(put(1, "z-first", 1));
+    s.persist(put(2, "a-second", 1));
+    await s.whenIdle();
+    s.persist(put(3, "z-first", 2));
+    await s.whenIdle();
+    await s.close();
+    const s2 = await SpillStore.open({ dir, threshold: 1000, fileBytes: 10_000 });
+    expect([...s2.tables.get("command")!.keys()]).toEqual(["z-first", "a-second"]);
+    await s2.close();
+  });
 });
