@@ -128,4 +128,9 @@ for (const [g, list] of [...groups].sort((a, b) => b[1].length - a[1].length)) {
 }
 const unexplained = open.filter((o) => o.why === "").length;
 out.push(`Survivors without a note: ${unexplained} of ${open.length}.`, "");
+// Into `| head`: the reader leaving early is not an error.
+process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+  if (e.code === "EPIPE") process.exit(0);
+  throw e;
+});
 process.stdout.write(`${out.join("\n")}\n`);
