@@ -176,4 +176,21 @@ describe("stdin edges (from the former agent edges file)", () => {
     expect(dup.some((e) => e.type === "persist" || e.type === "close_stdin")).toBe(false);
     expect(r.expectedWriteSeq("c1")).toBe(2);
   });
+
+  it("R-S1: a write_seq taken by a command that has already finished survives a crash: the next write after the restart is in sequence", () => {
+    for (const kind of ["write", "close"] as const) {
+      const r = new AgentRig();
+      r.establish();
+      r.run("c1", { ...argv("cat"), stdinOpen: true });
+      r.exit("c1", 0);
+      // The exit is not yet acknowledged: c1 is retained, and a write for it still takes its write_seq.
+      r.frame(kind === "write" ? stdinWrite("c1", 1n, [1]) : closeStdin("c1", 1n));
+      const back = r.crashed();
+      back.establish();
+      const out = back.frame(stdinWrite("c1", 2n, [2]));
+      expect(errorsIn(out), kind).toEqual([]);
+      expect(back.linkUp(), kind).toBe(true);
+      expect(back.expectedWriteSeq("c1"), kind).toBe(3);
+    }
+  });
 });
