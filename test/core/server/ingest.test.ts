@@ -169,7 +169,9 @@ describe("command events", () => {
     expect(r.sent(early, c, "eventAck").map((s) => (s.env.payload.value as { throughEventSeq: bigint }).throughEventSeq)).toEqual([1n]);
     const diff = r.event(c, "c1", 2, lifecycle(L.FAILED, { exitCode: 1 }));
     expect(r.sent(diff)).toEqual([]);
-    expect(of(diff, "trace").filter((t) => t.event === "event_ignored")).toHaveLength(1);
+    expect(of(diff, "trace").filter((t) => t.event === "event_ignored")).toEqual([
+      { type: "trace", event: "event_ignored", detail: { uuid: "c1", seq: 2, why: "command is terminal" } },
+    ]);
     const beyond = r.event(c, "c1", 3, output(OutputStream.STDOUT, 0, enc("x")));
     expect(r.sent(beyond)).toEqual([]);
     expect(r.session(c)).toBeDefined();
@@ -186,6 +188,22 @@ describe("command events", () => {
       expect(r.sent(out)).toEqual([]);
       expect(of(out, "trace")).toEqual([]);
     }
+    expect(r.session(c)).toBeDefined();
+  });
+
+  it("R-D11: an event for a command pruned from history is ignored, traced with why, and nothing closes", () => {
+    const r = new ServerRig({ historyMs: 1_000 });
+    const c = r.connect();
+    r.running(c, "old");
+    r.event(c, "old", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    r.now += 1_000;
+    r.step({ type: "tick" });
+    expect(r.findCommand("old")).toBeUndefined();
+    const late = r.event(c, "old", 3, output(OutputStream.STDOUT, 0, enc("x")));
+    expect(r.sent(late)).toEqual([]);
+    expect(of(late, "trace").filter((t) => t.event === "event_ignored")).toEqual([
+      { type: "trace", event: "event_ignored", detail: { uuid: "old", seq: "3", why: "pruned from history" } },
+    ]);
     expect(r.session(c)).toBeDefined();
   });
 

@@ -122,6 +122,12 @@ describe("submit admission: unknown client ids", () => {
       ok: false,
       error: { code: Code.VALIDATION, message: expect.stringContaining("(it names no known client)") },
     });
+    // More matches than MAX_CLIENT_SUGGESTIONS: the first ones and how many more.
+    for (const id of ["web-3", "web-4", "web-5"]) r.connect(id);
+    expect(submit(r, "web-*", "u3")).toMatchObject({
+      ok: false,
+      error: { code: Code.VALIDATION, message: expect.stringContaining("(it names web-1, web-2, web-3 and 2 more)") },
+    });
     expect(r.listCommands().length).toBe(0);
     // A known client id is admitted whatever its characters, and a retried submit is answered
     // like the original even after the client was forgotten.
