@@ -58,10 +58,11 @@ export function fileProblem(e: unknown): string {
   }
 }
 
-export function readTokenFile(file: string): string {
+/** `file` as the operator named it (for messages); `at`: where to read it (resolved against the command line's working directory). */
+export function readTokenFile(file: string, at: string = file): string {
   let s: string;
   try {
-    s = readFileSync(file, "utf8").trim();
+    s = readFileSync(at, "utf8").trim();
   } catch (e) {
     throw new OperatorError(`cannot read the token file ${file}: ${fileProblem(e)}`, EXIT.USAGE);
   }

@@ -15,8 +15,7 @@ interface SnapshotModule {
 export async function ensureCliSnapshot(root: string): Promise<"current" | "built" | "unavailable"> {
   // @ts-expect-error plain JS module without declarations
   const snap = (await import("../../bin/cli-snapshot.js")) as SnapshotModule;
-  // @ts-expect-error plain JS module without declarations
-  const { cacheDirFor } = (await import("../../bin/cli-bundle.js")) as { cacheDirFor(root: string): string };
+  const { cacheDirFor } = await import("../../bin/cli-bundle.js");
   const real = realpathSync(root);
   const current = () => snap.currentSnapshot(snap.snapshotLink(real), real) !== undefined;
   if (current()) return "current";

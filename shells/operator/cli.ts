@@ -15,6 +15,7 @@
 import { didYouMean } from "../runtime/suggest.js";
 import { randomUUID } from "node:crypto";
 import { fstatSync, readFileSync } from "node:fs";
+import { resolve as resolvePath } from "node:path";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle as L, ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.js";
@@ -70,6 +71,19 @@ export interface OperatorIO {
   onTerminate: (cb: (signal: TerminateSignal) => void) => () => void;
   /** Opens the TUI (tests replace it). */
   runTui: (opts: TuiLaunch) => Promise<number>;
+  /**
+   * The working directory that relative file names (--token, --ca, --script,
+   * stdin --file) are read from; unset: this process's. The resident client
+   * (resident.ts) runs many command lines in one process, each from its own.
+   */
+  cwd?: string;
+  /** Whether stdin is a directory (`< DIR`), when stdin is not this process's fd 0 (the resident client). */
+  stdinIsDirectory?: boolean;
+}
+
+/** A file name as the operator typed it, read from the command line's working directory. */
+function inCwd(io: OperatorIO, file: string): string {
+  return io.cwd === undefined ? file : resolvePath(io.cwd, file);
 }
 
 export type TerminateSignal = "SIGTERM" | "SIGHUP";
@@ -615,25 +629,38 @@ export function operatorUsage(name: string): string | undefined {
   return s ? `${s.usage}\n\n${GLOBAL_HELP}` : undefined;
 }
 
+/**
+ * A write to `s`, the stdout or stderr of the command line `io`, failed with
+ * `e`: `rvbox ls | head`, `rvbox logs ID | head`: once the reader is gone,
+ * end at once and quietly (SIGPIPE's status), whatever was writing. Any other
+ * write error (a full disk under `rvbox logs ID > file`: ENOSPC) ends it too,
+ * with a message and status 1: never a crash, never 0 with the output cut
+ * short. A follow under --cancel-on-interrupt first sends its cancel
+ * (leaving.ts); then `end(code)`. The process's own streams end the process;
+ * the resident client (resident.ts) ends the one command line.
+ */
+export function endOnOutputError(io: OperatorIO, s: NodeJS.WritableStream, e: unknown, end: (code: number) => void): void {
+  const code = isClosedOutput(e) ? EXIT.OUTPUT_CLOSED : EXIT.ERROR;
+  if (code === EXIT.ERROR && s !== io.stderr) writeFailureNote(e, io.stderr);
+  const pending = pendingBeforeOutputExit(io);
+  if (pending === null) end(code);
+  else void pending().finally(() => end(code));
+}
+
+/** The command line on this process's own stdout and stderr (the one their error handler ends). */
+let processIO: OperatorIO | null = null;
+
 function defaultIO(): OperatorIO {
-  // `rvbox ls | head`, `rvbox logs ID | head`: once the reader is gone, end at
-  // once and quietly (SIGPIPE's status), whatever was writing.
-  // Any other write error (a full disk under `rvbox logs ID > file`: ENOSPC) ends it too, with
-  // a message and status 1: never a crash, never 0 with the output cut short.
   for (const s of [process.stdout, process.stderr]) {
     if (s.listenerCount("error") === 0)
       s.on("error", (e) => {
         if (outputExiting) return;
         outputExiting = true;
-        const code = isClosedOutput(e) ? EXIT.OUTPUT_CLOSED : EXIT.ERROR;
-        if (code === EXIT.ERROR && s !== process.stderr) writeFailureNote(e);
-        // A follow under --cancel-on-interrupt first sends its cancel (leaving.ts).
-        const pending = pendingBeforeOutputExit();
-        if (pending === null) process.exit(code);
-        void pending().finally(() => process.exit(code));
+        if (processIO === null) process.exit(isClosedOutput(e) ? EXIT.OUTPUT_CLOSED : EXIT.ERROR);
+        else endOnOutputError(processIO, s, e, (code) => process.exit(code));
       });
   }
-  return {
+  const io: OperatorIO = {
     stdout: process.stdout,
     stderr: process.stderr,
     // Read only by the commands that take input (`run -i`, `stdin -`): making
@@ -667,6 +694,8 @@ function defaultIO(): OperatorIO {
       return (await import("./tui-open.js")).runTui(opts);
     },
   };
+  processIO = io;
+  return io;
 }
 
 /**
@@ -677,6 +706,15 @@ export async function runOperatorCli(argv: readonly string[], ioIn: Partial<Oper
   // Not a spread: that would read the lazy `stdin` getter.
   const io: OperatorIO = defaultIO();
   for (const [k, v] of Object.entries(ioIn)) Object.defineProperty(io, k, { value: v, enumerable: true, writable: true, configurable: true });
+  return runOperatorCliOn(io, argv);
+}
+
+/**
+ * Runs one operator subcommand on `io` as it is: nothing of this process
+ * (its streams, signals, exit) is touched. The resident client
+ * (resident.ts) runs each command line it is sent this way.
+ */
+export async function runOperatorCliOn(io: OperatorIO, argv: readonly string[]): Promise<number> {
   let code: number;
   try {
     code = await runWith(io, argv);
@@ -727,7 +765,7 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
     let ca: Buffer | undefined;
     if (caFile !== undefined) {
       try {
-        ca = readFileSync(caFile);
+        ca = readFileSync(inCwd(io, caFile));
       } catch (e) {
         throw new UsageError(`--ca ${caFile}: ${fileProblem(e)}`);
       }
@@ -743,7 +781,7 @@ async function runWith(io: OperatorIO, argv: readonly string[]): Promise<number>
         if (token === undefined) {
           const file = str(p, "token") ?? io.env.RVBOX_TOKEN_FILE;
           if (!file) throw new UsageError("no operator token: pass --token FILE or set RVBOX_TOKEN_FILE");
-          token = readTokenFile(file);
+          token = readTokenFile(file, inCwd(io, file));
         }
         return token;
       },
@@ -1129,12 +1167,15 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
  * sent.
  */
 function checkStdin(ctx: Ctx, flag: string): void {
-  if (ctx.io.stdin !== process.stdin) return;
   let dir = false;
-  try {
-    dir = fstatSync(0).isDirectory();
-  } catch {
-    return; // no fd 0 at all: reads end at once, as they always did
+  if (ctx.io.stdinIsDirectory !== undefined) dir = ctx.io.stdinIsDirectory;
+  else if (ctx.io.stdin !== process.stdin) return;
+  else {
+    try {
+      dir = fstatSync(0).isDirectory();
+    } catch {
+      return; // no fd 0 at all: reads end at once, as they always did
+    }
   }
   if (dir) throw new UsageError(`${flag}: stdin is a directory (a '< DIR' meant for a file?)`);
 }
@@ -1170,7 +1211,7 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   if (p.flags.has("clients") || p.flags.has("selector")) return cmdRunJob(ctx, p, outputMode(p) === "json");
   for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients or -l (a job)`);
-  const req = buildSubmit(p);
+  const req = buildSubmit(p, Date.now(), (f) => readFileSync(inCwd(ctx.io, f)));
   const follow = bool(p, "follow");
   if (bool(p, "stdin")) checkStdin(ctx, "-i");
   let r: Awaited<ReturnType<ControlClient["submitCommand"]>>;
@@ -1348,7 +1389,7 @@ async function cmdStdin(ctx: Ctx, p: Parsed): Promise<number> {
     id = onePositional(p, "ID");
     if (file === "-") checkStdin(ctx, "--file -");
     try {
-      data = file === "-" ? await readAll(ctx.io.stdin) : readFileSync(file);
+      data = file === "-" ? await readAll(ctx.io.stdin) : readFileSync(inCwd(ctx.io, file));
     } catch (e) {
       throw new UsageError(`--file ${file}: ${fileProblem(e)}`);
     }

@@ -25,6 +25,8 @@ import type { FrameDecoder } from "./follow-zstd.js";
 export interface FollowIO {
   stdout: NodeJS.WritableStream;
   stderr: NodeJS.WritableStream;
+  /** The command line's environment (RVBOX_FOLLOW_ZSTD, RVBOX_ZSTD); unset: this process's. */
+  env?: Record<string, string | undefined>;
 }
 
 export interface FollowOptions {
@@ -549,7 +551,7 @@ async function followFrom(client: ControlClient, io: FollowIO, o: FollowOptions)
       throw describeError(err, { server: o.server, what: `command ${o.uuid}` });
     }
   }
-  const acceptZstd = o.acceptZstd ?? zstdFramesWanted();
+  const acceptZstd = o.acceptZstd ?? zstdFramesWanted(io.env);
   // Decoded bytes die with their batch when they go straight to file descriptors (a write's
   // callback: the kernel has them) and nothing keeps items or partial lines: buffers are reused.
   const pooled = o.reuseBuffers ?? (!shaper && !o.onItem && isFdStream(io.stdout) && isFdStream(io.stderr));
@@ -708,7 +710,7 @@ const NO_FRAMES: Promise<() => void> = Promise.resolve(NOTHING);
  * RVBOX_FOLLOW_ZSTD=0 (or RVBOX_ZSTD=portable) keeps the decompressed form. Where node:zlib has
  * no zstd the portable decoder would be slower than the server's native one, so it is not asked.
  */
-export function zstdFramesWanted(env: NodeJS.ProcessEnv = process.env): boolean {
+export function zstdFramesWanted(env: Record<string, string | undefined> = process.env): boolean {
   return typeof (zlib as { zstdDecompressSync?: unknown }).zstdDecompressSync === "function" && env.RVBOX_FOLLOW_ZSTD !== "0" && env.RVBOX_ZSTD !== "portable";
 }
 

@@ -189,7 +189,11 @@ export async function followJob(ctx: JobCtx, id: string, json: boolean, cancelOn
     if (follows.has(c.uuid)) return;
     const stdout = new PrefixedLines(ctx.io.stdout, c.client);
     const stderr = new PrefixedLines(ctx.io.stderr, c.client);
-    const run = followOutput(ctx.client(), { stdout, stderr }, { uuid: c.uuid, follow: true, signal: abort.signal, server: ctx.server, waitingPollMs: 0 })
+    const run = followOutput(
+      ctx.client(),
+      { stdout, stderr, env: ctx.io.env },
+      { uuid: c.uuid, follow: true, signal: abort.signal, server: ctx.server, waitingPollMs: 0 },
+    )
       .then(async () => {
         await stdout.flushPartial();
         await stderr.flushPartial();

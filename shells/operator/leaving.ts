@@ -18,14 +18,15 @@ import type { OperatorIO, TerminateSignal } from "./cli.js";
 
 /**
  * Work that must finish before a failed write to stdout or stderr ends the
- * process (see `runBeforeOutputExit`). One at a time: the first follow that
- * registers it owns it.
+ * command line, per command line (its OperatorIO: the resident client runs
+ * several in one process). One at a time: the first follow that registers it
+ * owns it.
  */
-let beforeOutputExit: (() => Promise<unknown>) | null = null;
+const beforeOutputExit = new WeakMap<OperatorIO, () => Promise<unknown>>();
 
-/** For the process-wide stdout/stderr error handler: what to wait for before it exits, or null. */
-export function pendingBeforeOutputExit(): (() => Promise<unknown>) | null {
-  return beforeOutputExit;
+/** For the stdout/stderr error handler of `io`: what to wait for before it ends the command line, or null. */
+export function pendingBeforeOutputExit(io: OperatorIO): (() => Promise<unknown>) | null {
+  return beforeOutputExit.get(io) ?? null;
 }
 
 export interface Leaving {
@@ -87,8 +88,8 @@ export function watchLeaving(
       })
     : () => {};
   const onLostOutput = (): Promise<void> => cancel(`rvbox: the output was closed: cancelling ${o.what}`);
-  const ownsExitHook = o.cancelOnInterrupt && beforeOutputExit === null;
-  if (ownsExitHook) beforeOutputExit = onLostOutput;
+  const ownsExitHook = o.cancelOnInterrupt && !beforeOutputExit.has(io);
+  if (ownsExitHook) beforeOutputExit.set(io, onLostOutput);
   return {
     get detached() {
       return detached;
@@ -103,7 +104,7 @@ export function watchLeaving(
     off() {
       offInterrupt();
       offTerminate();
-      if (ownsExitHook && beforeOutputExit === onLostOutput) beforeOutputExit = null;
+      if (ownsExitHook && beforeOutputExit.get(io) === onLostOutput) beforeOutputExit.delete(io);
     },
   };
 }
