@@ -53,6 +53,22 @@ const COMMANDS: Record<string, Subcommand> = {
       return 0;
     },
   },
+  __resident: {
+    summary: "the resident client (RVBOX_PERSIST): serve operator command lines on a Unix socket",
+    hidden: true,
+    run: async (argv) => {
+      const { residentMain } = await import("../shells/operator/resident.js");
+      // Started from the CLI bundle (bin/rvbox.js says which): stale once the tree's bundle is another.
+      const entry = process.env.RVBOX_RESIDENT_ENTRY;
+      const dir = process.env.RVBOX_RESIDENT_BUNDLE_DIR;
+      let isCurrent: (() => boolean) | undefined;
+      if (entry && dir) {
+        const { currentBundle } = await import("./cli-bundle.js");
+        isCurrent = () => currentBundle(dir) === entry;
+      }
+      return residentMain(argv, isCurrent);
+    },
+  },
   sim: {
     summary: "the seeded simulator: run --seed S | replay --seed S | campaign --seeds A..B --jobs J | shrink --seed S",
     run: async (argv) => (await import("../sim/cli.js")).simMain(argv),

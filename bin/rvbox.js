@@ -1,5 +1,5 @@
 #!/bin/sh
-":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:|*:help|*:-h|*:--help|*:version|*:-V|*:--version) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
+":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_PERSIST:$1" in :*|0:*|no:*|*:|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:help|*:-h|*:--help|*:version|*:-V|*:--version|*:__resident) ;; *) exec "$n" "$d/bin/rvbox-client.js" "$@";; esac; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:|*:help|*:-h|*:--help|*:version|*:-V|*:--version) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
 // ^ Executed as a program (`./bin/rvbox.js`, node_modules/.bin/rvbox, a
 // symlink on PATH), the line above is a shell command: it starts the
 // project's node_modules/.bin/node directly (or `node` where npm installed
@@ -8,6 +8,8 @@
 // when there is one made by that very binary (bin/cli-snapshot.js; the
 // restored process checks that it is current and otherwise runs this file);
 // not for help and version, which load too little to gain from it.
+// With RVBOX_PERSIST set (a duration), the operator commands go to the
+// resident client instead (bin/rvbox-client.js, shells/operator/resident.ts).
 // RVBOX_LAUNCH=sh tells this file that it was started by that line (it may
 // then build a missing snapshot in the background). To Node the same line is
 // a string statement and a comment.
@@ -69,6 +71,11 @@ if (tooOld(process.versions.node)) {
     const { buildBundle, cacheDirFor, currentBundle } = await import("./cli-bundle.js");
     const dir = cacheDirFor(root);
     entry = currentBundle(dir) ?? (await buildBundle({ root, entry: "bin/rvbox.ts", dir, unbundled: UNBUNDLED_IMPORTS }));
+    // The resident client (RVBOX_PERSIST) leaves once the tree's bundle is no longer this one.
+    if (process.argv[2] === "__resident" && entry !== undefined) {
+      process.env.RVBOX_RESIDENT_ENTRY = entry;
+      process.env.RVBOX_RESIDENT_BUNDLE_DIR = dir;
+    }
     // Started by the first line but not from a snapshot (none, another tree's, stale):
     // make one in the background for the next start. RVBOX_SNAPSHOT=0 never does.
     if (viaShellLine && entry !== undefined && process.env.RVBOX_SNAPSHOT !== "0") {

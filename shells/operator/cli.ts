@@ -606,6 +606,11 @@ Prints nothing and exits 1 when the server does not answer within 2 s
 
 export const OPERATOR_COMMANDS = Object.keys(SUBS).filter((k) => !SUBS[k]!.hidden);
 
+/** An operator subcommand, hidden ones (`__complete`) included. */
+export function isOperatorCommand(name: string): boolean {
+  return Object.hasOwn(SUBS, name);
+}
+
 /**
  * The operator subcommands for shell completion, from the parser's own table:
  * each command's flags are exactly what runOperatorCli parses for it.
