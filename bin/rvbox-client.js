@@ -1,6 +1,6 @@
 // `rvbox` with RVBOX_PERSIST set: the small client of the resident client
 // (shells/operator/resident.ts), started by the first line of bin/rvbox.js.
-// It loads node:net and the frames (bin/resident-wire.js), nothing of the CLI:
+// It loads node:net and the frames (shells/operator/resident-wire.js), nothing of the CLI:
 // it sends this process's argv, environment and working directory to the
 // resident, streams stdin when asked, forwards SIGINT, SIGTERM and SIGHUP,
 // writes what comes back to stdout and stderr, and exits with the code it is
@@ -23,6 +23,7 @@ import {
   frame,
   frameReader,
   HELLO,
+  LOAD_TIME_VARIABLES,
   OUT_CLOSED,
   persistMs,
   PROTOCOL_VERSION,
@@ -34,7 +35,7 @@ import {
   STDIN_END,
   STDOUT,
   WANT_STDIN,
-} from "./resident-wire.js";
+} from "../shells/operator/resident-wire.js";
 
 /** How long a resident just started may take to listen before this command line runs without it. */
 const START_WAIT_MS = 5_000;
@@ -79,6 +80,9 @@ async function main() {
   const d = socketDir(process.env, true);
   if (idleMs === null) return withoutResident(`RVBOX_PERSIST=${process.env.RVBOX_PERSIST}: expected a duration (90s, 10m, 1h)`);
   if (d.problem !== null) return withoutResident(`${d.dir}: ${d.problem}`);
+  // Read while the CLI's modules load, so fixed in a resident by whichever command line started it:
+  // a command line that sets them runs on its own, as without RVBOX_PERSIST.
+  if (LOAD_TIME_VARIABLES.some((k) => process.env[k] !== undefined)) return withoutResident("");
   const path = join(d.dir, socketName(root));
   let s = await tryConnect(path);
   if (s === null) {

@@ -49,7 +49,7 @@ import {
   STDOUT,
   WANT_STDIN,
   FRAME_MAX_BYTES,
-} from "../../bin/resident-wire.js";
+} from "./resident-wire.js";
 import { endOnOutputError, isOperatorCommand, runOperatorCliOn, type OperatorIO, type TerminateSignal } from "./cli.js";
 import { EXIT as CODES } from "../../client/exit-codes.js";
 

@@ -10,7 +10,7 @@ import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
 import { cleanupTemp, OPERATOR_TOKEN, ROOT, sleep, startAgent, startServer, tempDir, waitFor, type TestServer } from "../shells/e2e/helpers.js";
-import { frame, frameReader, FRAME_MAX_BYTES, persistMs, socketDir, socketName } from "../../bin/resident-wire.js";
+import { frame, frameReader, FRAME_MAX_BYTES, LOAD_TIME_VARIABLES, persistMs, socketDir, socketName } from "../../shells/operator/resident-wire.js";
 
 const BIN = path.join(ROOT, "bin/rvbox.js");
 let s: TestServer;
@@ -75,7 +75,7 @@ afterAll(async () => {
   await cleanupTemp();
 });
 
-describe("the resident client's frames (bin/resident-wire.js)", () => {
+describe("the resident client's frames (shells/operator/resident-wire.js)", () => {
   it("a stream cut anywhere gives the same frames; a payload over the bound is refused", () => {
     const frames: Array<[number, string]> = [
       [1, "hello"],
@@ -196,6 +196,23 @@ describe("rvbox with RVBOX_PERSIST", () => {
     const id = (await rvbox(["run", "host-r", "--", "sleep", "3"])).stdout.toString().trim();
     const term = await rvbox(["logs", "--follow", id], { onStart: (pid) => void sleep(1500).then(() => process.kill(pid, "SIGTERM")) });
     expect([term.code, term.signal]).toEqual([null, "SIGTERM"]);
+  });
+
+  it("command lines run side by side in one resident, each with its own output and exit code", async () => {
+    const before = listened();
+    const runs = await Promise.all([1, 2, 3, 4].map((n) => rvbox(["run", "host-r", "--follow", "--shell", "--", `sleep 1; echo run-${n}; exit ${n}`])));
+    expect(runs.map((r) => [r.code, r.stdout.toString()])).toEqual([1, 2, 3, 4].map((n) => [n, `run-${n}\n`]));
+    expect(listened()).toBe(before);
+  });
+
+  it("a command line that sets a variable read while the CLI loads runs without the resident", async () => {
+    // @ts-expect-error plain JS module without declarations
+    const { LOAD_TIME_ENV } = (await import("../../bin/cli-snapshot.js")) as { LOAD_TIME_ENV: string[] };
+    expect(LOAD_TIME_VARIABLES).toEqual(LOAD_TIME_ENV);
+    const own = await tempDir("rvbox-loadtime-");
+    const r = await rvbox(["run", "host-r", "--follow", "--", "echo", "portable"], { env: { XDG_RUNTIME_DIR: own, RVBOX_ZSTD: "portable" } });
+    expect([r.code, r.stdout.toString(), r.stderr.includes("resident")]).toEqual([0, "portable\n", false]);
+    expect(existsSync(path.join(own, "rvbox", socketName(ROOT)))).toBe(false);
   });
 
   it("a typo and help are answered as without the resident", async () => {

@@ -37,6 +37,14 @@ export const BUSY = 16; // utf8 reason: not served; run the command line without
 
 export const PROTOCOL_VERSION = 1;
 
+/**
+ * Variables the CLI reads while its modules load, so fixed in a resident by
+ * the command line that started it: a command line that sets any runs
+ * without the resident (the start-up snapshot refuses the same ones:
+ * LOAD_TIME_ENV in bin/cli-snapshot.js; a test keeps the two equal).
+ */
+export const LOAD_TIME_VARIABLES = ["RVBOX_ZSTD", "BUF_BIGINT_DISABLE"];
+
 /** One frame's bytes. */
 export function frame(type, payload) {
   const body = typeof payload === "string" ? Buffer.from(payload, "utf8") : (payload ?? Buffer.alloc(0));

@@ -12,6 +12,7 @@ export const DIE: number;
 export const EXIT: number;
 export const BUSY: number;
 export const PROTOCOL_VERSION: number;
+export const LOAD_TIME_VARIABLES: string[];
 export function frame(type: number, payload?: Uint8Array | string): [Buffer, Buffer];
 export function frameReader(onFrame: (type: number, payload: Buffer) => void, max?: number): (chunk: Buffer) => void;
 export function socketDir(env: Record<string, string | undefined>, create: boolean): { dir: string; problem: string | null };
