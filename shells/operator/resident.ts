@@ -193,7 +193,7 @@ export function runResident(o: ResidentOptions): Promise<void> {
     server.on("error", reject);
     server.listen(o.socket, () => {
       ino = statSync(o.socket).ino;
-      log(`resident: listening on ${o.socket}, idle exit after ${o.idleMs} ms`);
+      log(`resident: listening on ${o.socket}, idle exit after ${o.idleMs} ms (pid ${process.pid})`);
       armIdle();
     });
     server.on("close", () => {

@@ -230,11 +230,8 @@ describe("rvbox with RVBOX_PERSIST", () => {
     const r = await rvbox(["run", "host-r", "--follow", "--", "sleep", "3"], {
       onStart: () =>
         void sleep(1500).then(async () => {
-          const { execFileSync } = await import("node:child_process");
-          const pids = execFileSync("pgrep", ["-f", `__resident --socket ${socketPath()}`])
-            .toString()
-            .trim()
-            .split("\n");
+          // The newest resident's pid, from its log (no pgrep needed on the machine).
+          const pids = [...residentLog().matchAll(/resident: listening on .* \(pid (\d+)\)/g)].map((m) => m[1]!).slice(-1);
           for (const p of pids) process.kill(Number(p), "SIGKILL");
         }),
     });
