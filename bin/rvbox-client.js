@@ -77,8 +77,8 @@ function tryConnect(sock) {
 
 async function main() {
   const idleMs = persistMs(process.env.RVBOX_PERSIST);
-  const d = socketDir(process.env, true);
   if (idleMs === null) return withoutResident(`RVBOX_PERSIST=${process.env.RVBOX_PERSIST}: expected a duration (90s, 10m, 1h)`);
+  const d = socketDir(process.env, true);
   if (d.problem !== null) return withoutResident(`${d.dir}: ${d.problem}`);
   // Read while the CLI's modules load, so fixed in a resident by whichever command line started it:
   // a command line that sets them runs on its own, as without RVBOX_PERSIST.

@@ -215,11 +215,14 @@ describe("rvbox with RVBOX_PERSIST", () => {
     expect(existsSync(path.join(own, "rvbox", socketName(ROOT)))).toBe(false);
   });
 
-  it("a typo and help are answered as without the resident", async () => {
+  it("a typo, help and an RVBOX_PERSIST that is no duration are answered as without the resident", async () => {
     const typo = await rvbox(["clinets"]);
     expect(typo.code).toBe(2);
     expect(typo.stderr).toContain('unknown command "clinets" (did you mean clients?)');
     expect(typo.stderr).not.toContain("resident");
+    const nonsense = await rvbox(["run", "host-r", "--follow", "--", "echo", "ok"], { env: { RVBOX_PERSIST: "soon" } });
+    expect([nonsense.code, nonsense.stdout.toString()]).toEqual([0, "ok\n"]);
+    expect(nonsense.stderr).toContain("rvbox: resident client not used: RVBOX_PERSIST=soon: expected a duration (90s, 10m, 1h)");
     const help = await rvbox(["ls", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout.toString()).toContain("usage: rvbox ls");
