@@ -11,7 +11,8 @@ import { newOutbox, type CommandOutbox } from "../window/outbox.js";
 import type { AgentConfig, AgentDeferred, AgentState } from "./agent-types.js";
 import { finishInterrupted } from "./finish.js";
 import type { AgentCtx } from "./io.js";
-import { agentRows, agentRowsByKey, commandFromRow, instanceIdRecord, keyUuid, META_INSTANCE_ID, type AgentTables } from "./store.js";
+import { setPhase } from "./phase.js";
+import { agentRows, agentRowsByKey, commandFromRow, commandRecord, instanceIdRecord, keyUuid, META_INSTANCE_ID, type AgentTables } from "./store.js";
 
 export type { AgentTables };
 
@@ -120,6 +121,14 @@ export function start(st: AgentState, ctx: AgentCtx, acts: SessionAction[]): voi
       // pid 0 asks the shell to use its own spawn-time record of the child.
       ctx.emit({ type: "kill_orphan", uuid: c.uuid, pid: c.pid });
       finishInterrupted(st, ctx, c, "agent restarted while the command was running; outcome unknown");
+    } else if (c.phase === "preparing") {
+      // Its script file was being written when the agent stopped: that write died
+      // with the process and no script_prepared will come, so the command would
+      // hold its run slot until its queue expiry. Nothing was launched and its
+      // chunks are still journaled (they go in the batch that records the
+      // prepared file), so it queues again and is prepared anew for a slot.
+      setPhase(c, "queued");
+      ctx.persist(commandRecord(c));
     }
   }
   sessionConnect(st.session, ctx.now, acts);

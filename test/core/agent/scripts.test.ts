@@ -247,4 +247,43 @@ describe("scripts at the agent", () => {
     expect(r.lifecycleOf("s1")).toBe("expired");
     expect(r.step({ type: "script_prepared", uuid: "s1", path: "/p" }).some((e) => e.type === "spawn")).toBe(false);
   });
+
+  it("R-C3 R-F1: scripts across a crash: one being prepared is prepared again from its chunks; one prepared but left queued (an older script took the slot) keeps its file", () => {
+    // Found from a mutant that survived the mutation run: removing the persist of a
+    // prepared script's path (scripts.ts), which the launch in the same step usually
+    // covers. Not when an older script takes the slot: s0 (dispatched first,
+    // committed last) is prepared with it, and s1 waits, queued. Writing this test
+    // showed a second defect: s0, preparing at the crash, was restored preparing,
+    // and nothing wrote its file again, so it held its run slot until it expired.
+    const r = new AgentRig({ maxRunning: 1, maxQueued: 4 });
+    r.establish();
+    const a = new TextEncoder().encode("echo a\n");
+    const b = new TextEncoder().encode("echo b\n");
+    const desc = (x: Uint8Array): SpecInit => ({ program: { case: "script", value: { sizeBytes: BigInt(x.length), sha256: sha(x), interpreter: "/bin/sh" } } });
+    r.dispatch("s0", desc(a));
+    r.dispatch("s1", desc(b));
+    r.frame(chunk("s1", 0, b));
+    expect(of(r.frame(commit("s1", b.length, sha(b))), "write_script").map((w) => w.uuid)).toEqual(["s1"]);
+    r.frame(chunk("s0", 0, a));
+    expect(of(r.frame(commit("s0", a.length, sha(a))), "write_script"), "no slot while s1 is prepared").toEqual([]);
+    const prep = r.step({ type: "script_prepared", uuid: "s1", path: "/run/s1.sh" });
+    expect(
+      of(prep, "write_script").map((w) => w.uuid),
+      "the freed slot prepares s0",
+    ).toEqual(["s0"]);
+    expect(of(prep, "spawn")).toEqual([]);
+    // Crash now: s1's file is on disk and its chunks are deleted; its record must say so.
+    const back = r.crashed();
+    const started = back.step({ type: "start" });
+    back.step({ type: "transport_open", conn: back.st.session.conn });
+    back.welcome(2, "s2");
+    back.reconcile([]);
+    // s0 was being prepared: it is prepared again from its journaled chunks; s1 waits with its file.
+    expect(of(started, "write_script").map((w) => [w.uuid, new TextDecoder().decode(w.data)])).toEqual([["s0", "echo a\n"]]);
+    back.step({ type: "script_prepared", uuid: "s0", path: "/run/s0.sh" });
+    expect(of(back.log, "spawn").map((x) => [x.uuid, x.scriptPath])).toEqual([["s0", "/run/s0.sh"]]);
+    back.step({ type: "process_started", uuid: "s0", pid: 10 });
+    const next = back.exit("s0", 0);
+    expect(of(next, "spawn").map((x) => [x.uuid, x.scriptPath])).toEqual([["s1", "/run/s1.sh"]]);
+  });
 });
