@@ -275,9 +275,22 @@ export class Executor {
     }
   }
 
+  /** Script writes not yet answered, per host incarnation and command (see scriptWriteInFlight). */
+  private readonly scriptWrites = new Map<string, number>();
+
+  /** Is a write of `uuid`'s script file under way for this incarnation of the host (answered later by script_prepared or script_failed)? */
+  scriptWriteInFlight(host: ExecHost, uuid: string): boolean {
+    return (this.scriptWrites.get(`${host.name}#${host.inc}/${uuid}`) ?? 0) > 0;
+  }
+
   private writeScript(host: ExecHost, uuid: string, data: Uint8Array, digest: Uint8Array): void {
     const inc = host.inc;
+    const key = `${host.name}#${inc}/${uuid}`;
+    this.scriptWrites.set(key, (this.scriptWrites.get(key) ?? 0) + 1);
     this.q.after(this.rng.range(1, 30), () => {
+      const left = (this.scriptWrites.get(key) ?? 1) - 1;
+      if (left > 0) this.scriptWrites.set(key, left);
+      else this.scriptWrites.delete(key);
       if (!bytesEqual(sha256(data), digest)) {
         this.stats.scriptsFailed++;
         host.deliver(inc, { type: "script_failed", uuid, reason: "checksum mismatch while writing" });

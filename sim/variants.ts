@@ -150,6 +150,20 @@ const relaunchAfterRestart: Variant = {
   },
 };
 
+/** (d2) The agent leaves a restored `preparing` command as it is (the core before 2026-12-05). */
+const preparingAfterRestart: Variant = {
+  name: "preparing-after-restart",
+  description: "agent keeps a command restored `preparing` as it is at start (no one writes its script again)",
+  swarm: {},
+  wrapAgent: (step) => (st, input, now, env, wall) => {
+    if (input.type !== "start") return step(st, input, now, env, wall);
+    const preparing = [...st.commands.values()].filter((c) => c.phase === "preparing").map((c) => c.uuid);
+    const res = step(st, input, now, env, wall);
+    // Deliberately broken: the write of its file, which the real core starts again at once, is dropped.
+    return { state: res.state, effects: res.effects.filter((e) => !(e.type === "write_script" && preparing.includes(e.uuid))) };
+  },
+};
+
 /** (e) The server ignores fencing: a stale envelope is re-stamped with the current fence. */
 const ignoreFencing: Variant = {
   name: "ignore-fencing",
@@ -249,6 +263,7 @@ export const VARIANTS: Variant[] = [
   reusedSeqOtherBytes,
   dispatchBeforeReconcile,
   relaunchAfterRestart,
+  preparingAfterRestart,
   ignoreFencing,
   oneClock,
 ];

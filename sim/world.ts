@@ -439,10 +439,12 @@ export class World {
     if (this.timeline && input.type !== "tick" && input.type !== "durable" && input.type !== "activity" && input.type !== "process_output")
       this.timeline.add(this.q.now, h.label, `<- ${input.type === "frame" ? `frame conn=${input.conn} ${frameSummary(input.data)}` : desc}`);
     let res;
+    let full = false;
     try {
       res = h.step(h.state, input, now, env, h.wall());
       h.state = res.state;
-      if (this.checkDueNow(h)) agentInvariants(h.state);
+      full = this.checkDueNow(h);
+      if (full) agentInvariants(h.state);
     } catch (e) {
       if (e instanceof SimFailure) throw e;
       throw new SimFailure(
@@ -456,6 +458,23 @@ export class World {
       this.hash.add(effectLine(e as unknown as { type: string } & Record<string, unknown>));
       if (!this.agentEffect(h, e)) return;
     }
+    if ((full || input.type === "start") && h.up && h.state) this.checkScriptsInFlight(h);
+  }
+
+  /**
+   * A command the agent holds as `preparing` waits for its script file, so a
+   * write of it must be under way for this incarnation; else nothing will ever
+   * answer it and it holds a run slot until its queue expiry (an agent restarted
+   * mid-write used to do that). Checked with the full invariants and at every start.
+   */
+  private checkScriptsInFlight(h: AgentHost): void {
+    for (const c of h.state!.commands.values())
+      if (c.phase === "preparing" && !this.exec.scriptWriteInFlight(h, c.uuid))
+        throw new SimFailure(
+          "script-stuck",
+          `${h.label}: ${c.uuid} is preparing but no write of its script is under way: it would hold a run slot until its queue expiry`,
+          this.q.now,
+        );
   }
 
   private agentEffect(h: AgentHost, e: AgentEffect): boolean {

@@ -52,6 +52,17 @@ describe("broken cores are caught", () => {
     expect(c.message).toMatch(/spawned|orphan/);
   }, 240_000);
 
+  it("R-C3: an agent that leaves a command restored `preparing` without writing its script again is caught", () => {
+    // A crash while a script file is written is rare (the write takes 1-30 virtual ms):
+    // 2 of seeds 1..400 hit it (83 and 320), so the seed is named rather than searched for.
+    const v = VARIANTS.find((x) => x.name === "preparing-after-restart")!;
+    const r = runSeed(83, { variant: v, paranoid: true });
+    expect(r.ok).toBe(false);
+    expect(r.failure!.oracle).toBe("script-stuck");
+    expect(r.failure!.message).toMatch(/agent-2#1: \S+ is preparing but no write of its script is under way/);
+    expect(runSeed(83, {}).ok).toBe(true);
+  }, 120_000);
+
   it("jobs: a job that starts every child at once, past its max-concurrency, is caught", () => {
     const c = caught("job-all-at-once", ["jobs-concurrency"], 20);
     expect(c.message).toMatch(/commands in flight, max-concurrency/);
