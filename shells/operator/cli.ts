@@ -151,7 +151,8 @@ interface Ctx {
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 const GLOBAL_HELP = `global flags: --server URL (env RVBOX_SERVER, default ${DEFAULT_SERVER})  --token FILE (env RVBOX_TOKEN_FILE)
-              --ca FILE (env RVBOX_CA: PEM CA bundle for an https:// server)  --request-timeout DURATION (default 30s)`;
+              --ca FILE (env RVBOX_CA: PEM CA bundle for an https:// server)  --request-timeout DURATION (default 30s)
+env RVBOX_PERSIST=10m: later command lines start in a resident process, as ssh's ControlPersist (docs/OPERATOR.md)`;
 
 /** `rvbox __complete ids` looks among this many of the newest commands (as an id prefix does). */
 const COMPLETE_IDS = 1000;
