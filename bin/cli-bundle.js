@@ -156,6 +156,10 @@ export async function buildBundle({ root, entry, dir, unbundled = [], external =
   } catch {
     rmSync(tmp, { recursive: true, force: true });
     return undefined;
+  } finally {
+    // esbuild's service process would otherwise live as long as this one: a
+    // resident client (RVBOX_PERSIST) started by a build kept it for its whole life.
+    await esbuild.stop?.();
   }
 }
 

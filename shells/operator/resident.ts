@@ -26,8 +26,9 @@
  *
  * The resident exits after RVBOX_PERSIST without a command line running, when
  * its socket file is removed or replaced, or when the tree's CLI has changed
- * (`isCurrent`, checked after each command line: the next one starts a new
- * resident).
+ * (`isCurrent`, checked every RESIDENT_WATCH_MS and after each command line,
+ * off the command lines' path: a command line can meet old code only within
+ * that long of an edit; the next one starts a new resident).
  */
 import { createServer, Socket, type Server } from "node:net";
 import { existsSync, statSync, unlinkSync } from "node:fs";
@@ -59,6 +60,8 @@ export const RESIDENT_MAX_RUNNING = 64;
 export const RESIDENT_HELLO_TIMEOUT_MS = 5_000;
 /** Stdin bytes buffered here for a command line before the client's socket is paused. */
 export const RESIDENT_STDIN_BUFFER_BYTES = 1024 * 1024;
+/** How often the resident checks that its socket file and the tree's CLI are still its own. */
+export const RESIDENT_WATCH_MS = 2_000;
 /** Output buffered here per stream before the command line's writes wait (then the socket's own buffer). */
 const OUTPUT_HIGH_WATER_BYTES = 256 * 1024;
 
@@ -134,14 +137,16 @@ export function runResident(o: ResidentOptions): Promise<void> {
     idleTimer = null;
     if (running === 0) idleTimer = setTimeout(() => stop("idle"), o.idleMs);
   };
-  // Our socket file removed or replaced (another resident took the name): leave.
+  // Our socket file removed or replaced (another resident took the name), or the tree's
+  // CLI changed (an edit, a pull: ~3 ms of stats, kept off the command lines' path): leave.
   const watch = setInterval(() => {
     try {
       if (statSync(o.socket).ino !== ino) stop("socket replaced");
     } catch {
       stop("socket removed");
     }
-  }, 2_000);
+    if (!stopping && o.isCurrent && !o.isCurrent()) stop("the CLI changed");
+  }, RESIDENT_WATCH_MS);
   watch.unref();
 
   const serve = (sock: Socket): void => {
