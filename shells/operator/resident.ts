@@ -153,31 +153,35 @@ export function runResident(o: ResidentOptions): Promise<void> {
     let hello: Hello | null = null;
     let invocation: Invocation | null = null;
     const helloTimer = setTimeout(() => sock.destroy(), RESIDENT_HELLO_TIMEOUT_MS);
-    const read = frameReader((type, payload) => {
-      if (hello === null) {
-        clearTimeout(helloTimer);
-        if (type !== HELLO) return void sock.destroy();
-        const h = parseHello(payload);
-        if (typeof h === "string") {
-          sock.end(Buffer.concat(frame(BUSY, h)));
-          return;
-        }
-        if (running >= RESIDENT_MAX_RUNNING || stopping || !residentCommand(h.argv[0])) {
-          sock.end(Buffer.concat(frame(BUSY, stopping ? "stopping" : running >= RESIDENT_MAX_RUNNING ? "busy" : "not a resident command")));
-          return;
-        }
-        hello = h;
-        running++;
-        armIdle();
-        invocation = startInvocation(sock, h, () => {
-          running--;
-          if (o.isCurrent && !stopping && !o.isCurrent()) stop("the CLI changed");
+    const read = frameReader(
+      (type, payload) => {
+        if (hello === null) {
+          clearTimeout(helloTimer);
+          if (type !== HELLO) return void sock.destroy();
+          const h =
+            payload.length > HELLO_MAX_BYTES ? `HELLO of ${payload.length} bytes (argv and environment), at most ${HELLO_MAX_BYTES}` : parseHello(payload);
+          if (typeof h === "string") {
+            sock.end(Buffer.concat(frame(BUSY, h)));
+            return;
+          }
+          if (running >= RESIDENT_MAX_RUNNING || stopping || !residentCommand(h.argv[0])) {
+            sock.end(Buffer.concat(frame(BUSY, stopping ? "stopping" : running >= RESIDENT_MAX_RUNNING ? "busy" : "not a resident command")));
+            return;
+          }
+          hello = h;
+          running++;
           armIdle();
-        });
-        return;
-      }
-      invocation?.onFrame(type, payload);
-    }, HELLO_MAX_BYTES + FRAME_MAX_BYTES);
+          invocation = startInvocation(sock, h, () => {
+            running--;
+            if (o.isCurrent && !stopping && !o.isCurrent()) stop("the CLI changed");
+            armIdle();
+          });
+          return;
+        }
+        invocation?.onFrame(type, payload);
+      },
+      Math.max(HELLO_MAX_BYTES, FRAME_MAX_BYTES),
+    );
     sock.on("data", (chunk: Buffer) => {
       try {
         read(chunk);

@@ -223,6 +223,11 @@ describe("rvbox with RVBOX_PERSIST", () => {
     const nonsense = await rvbox(["run", "host-r", "--follow", "--", "echo", "ok"], { env: { RVBOX_PERSIST: "soon" } });
     expect([nonsense.code, nonsense.stdout.toString()]).toEqual([0, "ok\n"]);
     expect(nonsense.stderr).toContain("rvbox: resident client not used: RVBOX_PERSIST=soon: expected a duration (90s, 10m, 1h)");
+    // An environment past HELLO_MAX_BYTES (256 KiB) is refused by the resident, and the command line runs without it.
+    const big = Object.fromEntries([1, 2, 3].map((i) => [`RVBOX_TEST_BIG_${i}`, "x".repeat(100_000)]));
+    const large = await rvbox(["run", "host-r", "--follow", "--", "echo", "big"], { env: big });
+    expect([large.code, large.stdout.toString()]).toEqual([0, "big\n"]);
+    expect(large.stderr).toMatch(/rvbox: resident client not used: HELLO of \d+ bytes \(argv and environment\), at most 262144/);
     const help = await rvbox(["ls", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout.toString()).toContain("usage: rvbox ls");
