@@ -458,7 +458,10 @@ export class World {
       this.hash.add(effectLine(e as unknown as { type: string } & Record<string, unknown>));
       if (!this.agentEffect(h, e)) return;
     }
-    if ((full || input.type === "start") && h.up && h.state) this.checkScriptsInFlight(h);
+    // Only a started agent is judged: between a restore and its `start` (e.g. the
+    // store_incident input that precedes it), a `preparing` row is still the
+    // previous incarnation's and `start` is what re-queues it.
+    if ((full || input.type === "start") && h.up && h.state?.started) this.checkScriptsInFlight(h);
   }
 
   /**

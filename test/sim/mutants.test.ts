@@ -63,6 +63,16 @@ describe("broken cores are caught", () => {
     expect(runSeed(83, {}).ok).toBe(true);
   }, 120_000);
 
+  it("R-C3: the script-stuck oracle judges an agent only once it has started (a restart on a corrupted store is no false alarm)", () => {
+    // Seed 65228: agent-2 crashes with a script rejected in an unsynced batch, so it
+    // restores the command `preparing`; its store is corrupt, so a store_incident input
+    // precedes `start`, and a check on that step judged the row `start` re-queues.
+    // --paranoid checks after every step, so it always lands on that step.
+    const r = runSeed(65228, { paranoid: true });
+    expect(r.failure?.message ?? "").toBe("");
+    expect(r.ok).toBe(true);
+  }, 120_000);
+
   it("jobs: a job that starts every child at once, past its max-concurrency, is caught", () => {
     const c = caught("job-all-at-once", ["jobs-concurrency"], 20);
     expect(c.message).toMatch(/commands in flight, max-concurrency/);
