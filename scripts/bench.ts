@@ -145,7 +145,8 @@ function child(argv: string[], name: string): ChildProcess {
   if (extra) argv = [...extra.split(/\s+/).filter(Boolean), ...argv];
   const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
   let err = "";
-  const keep = process.env.RVBOX_BENCH_LOGS; // a directory: keep each daemon's log there
+  const keep = process.env.RVBOX_BENCH_LOGS; // a directory: keep each daemon's log there (created if missing)
+  if (keep) mkdirSync(keep, { recursive: true });
   p.stderr!.on("data", (d: Buffer) => {
     if (keep) appendFileSync(path.join(keep, `${name.replace(/\W+/g, "-")}.log`), d);
     err += d.toString();
