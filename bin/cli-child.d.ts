@@ -1,1 +1,3 @@
 export function runChild(program: string, args: string[], env: NodeJS.ProcessEnv): void;
+export const DAEMON_NODE_FLAGS: readonly string[];
+export function reexecFlags(execArgv: readonly string[], args: readonly string[]): string[];

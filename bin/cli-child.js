@@ -4,6 +4,23 @@
 // snapshot out of date (bin/rvbox-snapshot.ts). This process only waits.
 import { spawn } from "node:child_process";
 
+/**
+ * V8 flags for the daemons (`rvbox server`, `rvbox agent`): a young generation
+ * of about 8 MiB instead of V8's default (64 MiB on a host with much memory).
+ * Over 20,000 commands the agent's RSS was ~80 MiB and the server's ~130 MiB
+ * lower, with no throughput or fleet-rate cost (docs/PERFORMANCE.md, "Soak").
+ * The first line of bin/rvbox.js and the systemd units pass the same flags;
+ * test/deploy.test.ts checks all of them.
+ */
+export const DAEMON_NODE_FLAGS = ["--max-semi-space-size=4"];
+
+/** Node flags for running `rvbox ...args` again: this process's own, plus the daemons' flags not already set. */
+export function reexecFlags(execArgv, args) {
+  if (args[0] !== "server" && args[0] !== "agent") return [...execArgv];
+  const set = new Set(execArgv.map((a) => a.split("=")[0]));
+  return [...execArgv, ...DAEMON_NODE_FLAGS.filter((f) => !set.has(f.split("=")[0]))];
+}
+
 export function runChild(program, args, env) {
   const child = spawn(program, args, { stdio: "inherit", env });
   // Signals sent to this process by pid are passed on. SIGINT and SIGQUIT are

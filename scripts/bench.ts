@@ -37,6 +37,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { WebSocket, WebSocketServer } from "ws";
 import { CommandLifecycle } from "../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService, type Command } from "../protos/gen/rvbox/v1/control_pb.js";
+import { DAEMON_NODE_FLAGS } from "../bin/cli-child.js";
 import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 import { isTerminal } from "../core/index.js";
 import { logLikeChunks } from "./lib/log-text.js";
@@ -138,11 +139,15 @@ function controlClient(base: string, token: string): Ctl {
 }
 
 function child(argv: string[], name: string): ChildProcess {
+  const daemon = argv[0] === BIN;
   const prof = process.env.RVBOX_BENCH_PROF; // a directory: V8 CPU profiles of the daemons
   if (prof) argv = ["--cpu-prof", `--cpu-prof-dir=${prof}`, ...argv];
   // RVBOX_BENCH_NODE_ARGS="--trace-gc ...": more V8/Node flags for the daemons (not allowed in NODE_OPTIONS).
   const extra = process.env.RVBOX_BENCH_NODE_ARGS;
   if (extra) argv = [...extra.split(/\s+/).filter(Boolean), ...argv];
+  // The daemons run with the flags their systemd units give them (bin/cli-child.js); the
+  // extra flags come after them, so RVBOX_BENCH_NODE_ARGS can override them (the last one counts).
+  if (daemon) argv = [...DAEMON_NODE_FLAGS, ...argv];
   const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
   let err = "";
   const keep = process.env.RVBOX_BENCH_LOGS; // a directory: keep each daemon's log there (created if missing)

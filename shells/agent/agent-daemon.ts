@@ -258,6 +258,8 @@ export class AgentDaemon {
       commands: d.state.commands.size,
       instance: d.state.instanceId || "(new)",
       node: process.version,
+      // V8/Node flags, e.g. the young generation's bound that bin/rvbox.js and the units give the daemons (bin/cli-child.js).
+      nodeFlags: process.execArgv.join(" "),
       zstd: ZSTD_BACKEND,
     });
     d.loop.feed({ type: "start" });

