@@ -1,5 +1,5 @@
 #!/bin/sh
-":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_PERSIST:$1" in :*|0:*|no:*|*:|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:help|*:-h|*:--help|*:version|*:-V|*:--version|*:__resident) ;; *) exec "$n" "$d/bin/rvbox-client.js" "$@";; esac; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:|*:help|*:-h|*:--help|*:version|*:-V|*:--version) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; case "$1" in server|agent) RVBOX_LAUNCH=sh exec "$n" --max-semi-space-size=4 "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
+":" //; s="$0"; [ -L "$s" ] && s=$(readlink -f "$s"); d="${s%/*}/.."; n="$d/node_modules/.bin/node"; [ -x "$n" ] || n=node; c="$d/node_modules/.cache/rvbox-cli/snapshot"; case "$RVBOX_PERSIST:$1" in :*|0:*|no:*|*:|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:help|*:-h|*:--help|*:version|*:-V|*:--version|*:__resident) ;; *) exec "$n" "$d/bin/rvbox-client.js" "$@";; esac; case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1" in *0:*|*:server|*:agent|*:demo|*:sim|*:tui|*:completion|*:|*:help|*:-h|*:--help|*:version|*:-V|*:--version) ;; *) [ -f "$c/blob" ] && [ "$c/node" -ef "$n" ] && RVBOX_LAUNCH=sh exec "$n" --snapshot-blob "$c/blob" "$s" "$@";; esac; case "$1" in server|agent) MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}" RVBOX_LAUNCH=sh exec "$n" --max-semi-space-size=4 "$s" "$@";; esac; RVBOX_LAUNCH=sh exec "$n" "$s" "$@"
 // ^ Executed as a program (`./bin/rvbox.js`, node_modules/.bin/rvbox, a
 // symlink on PATH), the line above is a shell command: it starts the
 // project's node_modules/.bin/node directly (or `node` where npm installed
@@ -58,9 +58,9 @@ if (tooOld(process.versions.node)) {
   }
   // Imported here, not at the top: child_process (and net under it) costs ~12 ms of
   // every start, and only this re-exec path needs it.
-  const { reexecFlags, runChild } = await import("./cli-child.js");
+  const { reexecEnv, reexecFlags, runChild } = await import("./cli-child.js");
   const args = process.argv.slice(2);
-  runChild(packaged, [...reexecFlags(process.execArgv, args), fileURLToPath(import.meta.url), ...args], { ...process.env, RVBOX_REEXEC: "1" });
+  runChild(packaged, [...reexecFlags(process.execArgv, args), fileURLToPath(import.meta.url), ...args], { ...reexecEnv(process.env, args), RVBOX_REEXEC: "1" });
 } else {
   // V8's compile cache (Node >= 22.1): the bundle's and tsx's compiled code is
   // reused across starts; Node keys each entry by the source's hash itself.

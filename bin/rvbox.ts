@@ -27,9 +27,9 @@ if (major < MIN[0] || (major === MIN[0] && minor < MIN[1])) {
     );
     process.exit(1);
   }
-  const { reexecFlags, runChild } = await import("./cli-child.js");
+  const { reexecEnv, reexecFlags, runChild } = await import("./cli-child.js");
   const args = process.argv.slice(2);
-  runChild(packaged, [...reexecFlags(process.execArgv, args), fileURLToPath(import.meta.url), ...args], { ...process.env, RVBOX_REEXEC: "1" });
+  runChild(packaged, [...reexecFlags(process.execArgv, args), fileURLToPath(import.meta.url), ...args], { ...reexecEnv(process.env, args), RVBOX_REEXEC: "1" });
 } else {
   const { main } = await import("./rvbox-main.js");
   main(process.argv.slice(2)).then(

@@ -37,7 +37,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { WebSocket, WebSocketServer } from "ws";
 import { CommandLifecycle } from "../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService, type Command } from "../protos/gen/rvbox/v1/control_pb.js";
-import { DAEMON_NODE_FLAGS } from "../bin/cli-child.js";
+import { DAEMON_ENV, DAEMON_NODE_FLAGS } from "../bin/cli-child.js";
 import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 import { isTerminal } from "../core/index.js";
 import { logLikeChunks } from "./lib/log-text.js";
@@ -148,7 +148,7 @@ function child(argv: string[], name: string): ChildProcess {
   // The daemons run with the flags their systemd units give them (bin/cli-child.js); the
   // extra flags come after them, so RVBOX_BENCH_NODE_ARGS can override them (the last one counts).
   if (daemon) argv = [...DAEMON_NODE_FLAGS, ...argv];
-  const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"] });
+  const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"], env: daemon ? { ...DAEMON_ENV, ...process.env } : process.env });
   let err = "";
   const keep = process.env.RVBOX_BENCH_LOGS; // a directory: keep each daemon's log there (created if missing)
   if (keep) mkdirSync(keep, { recursive: true });

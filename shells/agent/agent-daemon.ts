@@ -260,6 +260,7 @@ export class AgentDaemon {
       node: process.version,
       // V8/Node flags, e.g. the young generation's bound that bin/rvbox.js and the units give the daemons (bin/cli-child.js).
       nodeFlags: process.execArgv.join(" "),
+      mallocArenaMax: process.env.MALLOC_ARENA_MAX ?? "glibc default",
       zstd: ZSTD_BACKEND,
     });
     d.loop.feed({ type: "start" });

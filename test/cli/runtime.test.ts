@@ -9,7 +9,8 @@ import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSyn
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { DAEMON_NODE_FLAGS, reexecFlags } from "../../bin/cli-child.js";
+import { DAEMON_ENV, DAEMON_NODE_FLAGS, reexecEnv, reexecFlags } from "../../bin/cli-child.js";
+import { buildChildEnv } from "../../shells/exec/process-runner.js";
 import { BIN, ROOT, writeTokenFiles } from "../shells/e2e/helpers.js";
 import { findOldNode, nodeVersion, older } from "../support/node-versions.js";
 
@@ -180,9 +181,10 @@ describe("runtime", () => {
     expect(DAEMON_NODE_FLAGS).toContain("--max-semi-space-size=4");
     const line = await listeningLine([BIN]);
     for (const f of DAEMON_NODE_FLAGS) expect(line).toContain(f);
+    expect(line).toMatch(/mallocArenaMax="?2\b/);
     // The first line passes them for `server` and `agent` only.
     const first = readFileSync(BIN, "utf8").split("\n")[1]!;
-    expect(first).toContain(`server|agent) RVBOX_LAUNCH=sh exec "$n" ${DAEMON_NODE_FLAGS.join(" ")} "$s" "$@"`);
+    expect(first).toContain(`server|agent) MALLOC_ARENA_MAX="\${MALLOC_ARENA_MAX:-2}" RVBOX_LAUNCH=sh exec "$n" ${DAEMON_NODE_FLAGS.join(" ")} "$s" "$@"`);
   }, 90_000);
 
   it("a re-executing rvbox adds the daemons' flags for server and agent only, and keeps a flag the caller set", () => {
@@ -193,11 +195,22 @@ describe("runtime", () => {
     expect(reexecFlags([], [])).toEqual([]);
   });
 
+  it("the daemons' environment (MALLOC_ARENA_MAX=2) is added for server and agent, keeps the caller's value, and never reaches a command", () => {
+    expect(DAEMON_ENV).toEqual({ MALLOC_ARENA_MAX: "2" });
+    expect(reexecEnv({ HOME: "/h" }, ["agent"])).toEqual({ HOME: "/h", MALLOC_ARENA_MAX: "2" });
+    expect(reexecEnv({ MALLOC_ARENA_MAX: "4" }, ["server"])).toEqual({ MALLOC_ARENA_MAX: "4" });
+    expect(reexecEnv({ HOME: "/h" }, ["run"])).toEqual({ HOME: "/h" });
+    for (const unit of ["rvbox-server", "rvbox-agent"])
+      expect(readFileSync(path.join(ROOT, "deploy/systemd", `${unit}.service`), "utf8")).toMatch(/^Environment=MALLOC_ARENA_MAX=2$/m);
+    expect(buildChildEnv(undefined, { PATH: "/bin", MALLOC_ARENA_MAX: "2" }, "linux")).toEqual({ PATH: "/bin" });
+  });
+
   it.runIf(oldNode !== null && existsSync(PACKAGED))(
     "a server started by an older Node runs re-executed with the daemons' flags",
     async () => {
       const line = await listeningLine([oldNode!, BIN]);
       expect(line).toMatch(/v24\.\d+\.\d+/);
+      expect(line).toMatch(/mallocArenaMax="?2\b/);
       for (const f of DAEMON_NODE_FLAGS) expect(line).toContain(f);
     },
     90_000,
