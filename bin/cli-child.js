@@ -10,7 +10,7 @@ import { spawn } from "node:child_process";
  * Over 20,000 commands the agent's RSS was ~80 MiB and the server's ~130 MiB
  * lower, with no throughput or fleet-rate cost (docs/PERFORMANCE.md, "Soak").
  * The first line of bin/rvbox.js and the systemd units pass the same flags;
- * test/deploy.test.ts checks all of them.
+ * test/cli/runtime.test.ts checks all of them.
  */
 export const DAEMON_NODE_FLAGS = ["--max-semi-space-size=4"];
 
@@ -25,17 +25,20 @@ export const DAEMON_NODE_FLAGS = ["--max-semi-space-size=4"];
  */
 export const DAEMON_ENV = { MALLOC_ARENA_MAX: "2" };
 
+/** Is `rvbox ...args` a daemon (the commands DAEMON_NODE_FLAGS and DAEMON_ENV are for)? */
+const isDaemon = (args) => args[0] === "server" || args[0] === "agent";
+
 /** The environment for running `rvbox ...args` again: `env`, plus the daemons' variables not already set. */
 export function reexecEnv(env, args) {
-  if (args[0] !== "server" && args[0] !== "agent") return { ...env };
   const out = { ...env };
+  if (!isDaemon(args)) return out;
   for (const [k, v] of Object.entries(DAEMON_ENV)) if (out[k] === undefined) out[k] = v;
   return out;
 }
 
 /** Node flags for running `rvbox ...args` again: this process's own, plus the daemons' flags not already set. */
 export function reexecFlags(execArgv, args) {
-  if (args[0] !== "server" && args[0] !== "agent") return [...execArgv];
+  if (!isDaemon(args)) return [...execArgv];
   const set = new Set(execArgv.map((a) => a.split("=")[0]));
   return [...execArgv, ...DAEMON_NODE_FLAGS.filter((f) => !set.has(f.split("=")[0]))];
 }

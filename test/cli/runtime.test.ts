@@ -95,54 +95,13 @@ describe("runtime", () => {
     },
   );
 
-  it.runIf(oldNode !== null && existsSync(PACKAGED))("a SIGTERM sent to the re-executing process stops the server gracefully (forwarded, exit 0)", async () => {
+  /**
+   * `rvbox server` on loopback ports, started as `runner ...`, in its own process group
+   * (so that a failed run can still kill every process of it); resolves once it logged
+   * "listening" or exited or 60 s passed.
+   */
+  async function startServer(runner: string[]) {
     const dir = mkdtempSync(path.join(tmp, "srv-"));
-    const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
-    const proc = spawn(
-      oldNode!,
-      [
-        BIN,
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--control",
-        "127.0.0.1:0",
-        "--data",
-        path.join(dir, "data"),
-        "--agent-tokens",
-        agentTokens,
-        "--operator-token",
-        operatorToken,
-      ],
-      // its own process group, so that a failed run can still kill both processes
-      { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], detached: true },
-    );
-    let text = "";
-    proc.stdout.on("data", (d: Buffer) => (text += d.toString()));
-    proc.stderr.on("data", (d: Buffer) => (text += d.toString()));
-    const exited = new Promise<[number | null, NodeJS.Signals | null]>((r) => proc.on("exit", (code, sig) => r([code, sig])));
-    try {
-      const deadline = Date.now() + 60_000;
-      while (!/listening/.test(text) && Date.now() < deadline && proc.exitCode === null) await new Promise((r) => setTimeout(r, 50));
-      expect(text).toMatch(/listening/);
-      expect(text).toMatch(/v24\.\d+\.\d+/); // the daemon's own startup line names the Node it runs on
-      expect(text).toMatch(/native/);
-      proc.kill("SIGTERM");
-      const [code, sig] = await exited;
-      expect(sig).toBeNull();
-      expect(code).toBe(0);
-      expect(text).toMatch(/stopping.*SIGTERM/);
-    } finally {
-      try {
-        process.kill(-proc.pid!, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  });
-  /** Starts `rvbox server` with `runner` and returns its "listening" line (then stops it). */
-  async function listeningLine(runner: string[]): Promise<string> {
-    const dir = mkdtempSync(path.join(tmp, "flags-"));
     const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
     const argv = [
       "server",
@@ -158,22 +117,47 @@ describe("runtime", () => {
       operatorToken,
     ];
     const proc = spawn(runner[0]!, [...runner.slice(1), ...argv], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], detached: true });
-    let text = "";
-    proc.stdout.on("data", (d: Buffer) => (text += d.toString()));
-    proc.stderr.on("data", (d: Buffer) => (text += d.toString()));
-    const exited = new Promise((r) => proc.on("exit", r));
-    try {
-      const deadline = Date.now() + 60_000;
-      while (!/listening/.test(text) && Date.now() < deadline && proc.exitCode === null) await new Promise((r) => setTimeout(r, 50));
-      return text.split("\n").find((l) => /listening/.test(l)) ?? `(no listening line; output: ${text.slice(-2000)})`;
-    } finally {
-      proc.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+    const out = { text: "" };
+    proc.stdout.on("data", (d: Buffer) => (out.text += d.toString()));
+    proc.stderr.on("data", (d: Buffer) => (out.text += d.toString()));
+    const exited = new Promise<[number | null, NodeJS.Signals | null]>((r) => proc.on("exit", (code, sig) => r([code, sig])));
+    const deadline = Date.now() + 60_000;
+    while (!/listening/.test(out.text) && Date.now() < deadline && proc.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+    const killGroup = () => {
       try {
         process.kill(-proc.pid!, "SIGKILL");
       } catch {
         // already gone
       }
+    };
+    return { proc, out, exited, killGroup };
+  }
+
+  it.runIf(oldNode !== null && existsSync(PACKAGED))("a SIGTERM sent to the re-executing process stops the server gracefully (forwarded, exit 0)", async () => {
+    const { proc, out, exited, killGroup } = await startServer([oldNode!, BIN]);
+    try {
+      expect(out.text).toMatch(/listening/);
+      expect(out.text).toMatch(/v24\.\d+\.\d+/); // the daemon's own startup line names the Node it runs on
+      expect(out.text).toMatch(/native/);
+      proc.kill("SIGTERM");
+      const [code, sig] = await exited;
+      expect(sig).toBeNull();
+      expect(code).toBe(0);
+      expect(out.text).toMatch(/stopping.*SIGTERM/);
+    } finally {
+      killGroup();
+    }
+  });
+
+  /** Starts `rvbox server` as `runner ...` and returns its "listening" line (then stops it). */
+  async function listeningLine(runner: string[]): Promise<string> {
+    const { proc, out, exited, killGroup } = await startServer(runner);
+    try {
+      return out.text.split("\n").find((l) => /listening/.test(l)) ?? `(no listening line; output: ${out.text.slice(-2000)})`;
+    } finally {
+      proc.kill("SIGTERM");
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+      killGroup();
     }
   }
 
