@@ -6,6 +6,7 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { AgentEnvelopeSchema, type AgentEnvelope } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { Code, coreError, type CoreError } from "../errors.js";
 import { MAX_ENVELOPE_BYTES } from "../limits.js";
+import { decodeHotEnvelope, encodeEventAckEnvelope } from "./hot-codec.js";
 
 export type PayloadCase = NonNullable<AgentEnvelope["payload"]["case"]>;
 export type Payload = AgentEnvelope["payload"];
@@ -24,6 +25,9 @@ export function decodeFrame(data: Uint8Array, binary = true): DecodeResult {
       error: coreError(Code.PAYLOAD_TOO_LARGE, `envelope of ${data.length} bytes exceeds ${MAX_ENVELOPE_BYTES}`),
     };
   }
+  // Output events and acks, in canonical form: read by hand (hot-codec.ts).
+  const hot = decodeHotEnvelope(data);
+  if (hot !== null) return { ok: true, envelope: hot as AgentEnvelope & { payload: { case: PayloadCase } } };
   let envelope: AgentEnvelope;
   try {
     envelope = fromBinary(AgentEnvelopeSchema, data);
@@ -45,6 +49,10 @@ export interface Fence {
 
 /** Encode an envelope with the session fence and one payload. */
 export function encodeEnvelope(fence: Fence | null, payload: Payload): Uint8Array {
+  if (payload.case === "eventAck" && payload.value.$unknown === undefined) {
+    const hot = encodeEventAckEnvelope(fence, payload.value.issueUuid, payload.value.throughEventSeq);
+    if (hot !== null) return hot;
+  }
   const env = create(AgentEnvelopeSchema, {
     sessionId: fence?.sessionId ?? "",
     sessionGeneration: BigInt(fence?.generation ?? 0),

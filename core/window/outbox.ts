@@ -36,6 +36,7 @@
 
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { encodeOutputEvent } from "../codec/hot-codec.js";
 import {
   ByteRangeSchema,
   CommandEventSchema,
@@ -311,13 +312,18 @@ function evictOldestOutput(ob: Outbox, cb: CommandOutbox, out: PersistRecord[]):
 function encodeEntry(uuid: string, seq: number, e: LocalEntry, ports: CorePorts): Uint8Array {
   let event: CommandEvent["event"];
   if (e.kind === "output") {
+    const zstdData = ports.compress(e.data);
+    const stream = e.stream === "stdout" ? OutputStream.STDOUT : OutputStream.STDERR;
+    // The bytes protobuf-es would write, written by hand (hot-codec.ts).
+    const hot = encodeOutputEvent({ uuid, seq, revision: e.revision, timeMs: e.time, stream, offset: e.offset, originalSize: e.data.length, zstdData });
+    if (hot !== null) return hot;
     event = {
       case: "output",
       value: create(OutputChunkSchema, {
-        stream: e.stream === "stdout" ? OutputStream.STDOUT : OutputStream.STDERR,
+        stream,
         streamOffset: BigInt(e.offset),
         originalSize: e.data.length,
-        zstdData: ports.compress(e.data),
+        zstdData,
       }),
     };
   } else if (e.kind === "truncation") {
