@@ -3,10 +3,18 @@
 // A persist batch is appended to the buffer and becomes durable when its
 // (seeded) fsync completes; fsyncs complete in batch order (group commit).
 // A crash loses every batch still in the buffer, whole: records of one batch
-// are atomic, so a torn write is modelled as "the batch is lost". Values are
-// copied on the way in and on the way out, so the disk never aliases a
-// node's memory (a core that mutated a value after emitting it would not
-// change what is stored).
+// are atomic, so a torn write is modelled as "the batch is lost".
+//
+// Values are shared on the way in and copied on the way out (a restart gets
+// its own copy). A core must never write into a value it has emitted: the
+// stored value would change with it, as no real store's would. That is
+// checked, not assumed: the caller freezes the values of every batch with
+// `freeze` set (deeply; bytes excepted, as before), so such a write throws
+// at once. The world sets it on every batch under --paranoid and on every
+// CHECK_EVERY-th batch otherwise: a core that writes into emitted values
+// does so systematically and is caught within a few batches, and the failed
+// run is rerun paranoid. (Copying every value on the way in, as before, cost
+// ~12 % of the simulator's CPU and would have hidden such a write.)
 
 import { applyRecord, type PersistRecord } from "../core/effects.js";
 
@@ -35,11 +43,12 @@ export class SimDisk {
   batchesLost = 0;
 
   /** Queue a batch; returns when it will be durable. */
-  append(id: number, records: readonly PersistRecord[], now: number, latency: number): number {
+  append(id: number, records: readonly PersistRecord[], now: number, latency: number, freeze = true): number {
     const copy = new Array<PersistRecord>(records.length);
     for (let i = 0; i < records.length; i++) {
       const r = records[i]!;
-      const value = r.value === null ? null : cloneValue(r.value);
+      const value = r.value;
+      if (freeze && value !== null) freezeValue(value);
       copy[i] = r.prefix ? { table: r.table, key: r.key, value, prefix: r.prefix } : { table: r.table, key: r.key, value };
     }
     const durableAt = Math.max(this.lastDurableAt, now + latency);
@@ -53,7 +62,7 @@ export class SimDisk {
     const done: PendingBatch[] = [];
     while (this.pending.length > 0 && this.pending[0]!.durableAt <= now) {
       const b = this.pending.shift()!;
-      for (const r of b.records) applyRecord(this.tables, r, same); // already copied in append
+      for (const r of b.records) applyRecord(this.tables, r, same); // copied on the way out (snapshot)
       done.push(b);
     }
     return done;
@@ -140,4 +149,23 @@ function cloneArray(v: unknown[]): unknown[] {
     out[i] = x === null || typeof x !== "object" ? x : cloneObject(x as object);
   }
   return out;
+}
+
+/**
+ * Deep-freeze plain data the way a store would hold it: objects and arrays
+ * frozen, bytes left as they are (the core never writes into bytes it
+ * emitted: the R-O2 oracle compares pinned bytes on the wire with the
+ * stored ones). A Map or a class instance cannot be frozen in that sense:
+ * it is an error to persist one.
+ */
+export function freezeValue(v: unknown): void {
+  if (v === null || typeof v !== "object" || v instanceof Uint8Array || Object.isFrozen(v)) return;
+  const proto = Object.getPrototypeOf(v);
+  if (proto === Object.prototype || proto === null) {
+    Object.freeze(v);
+    for (const k in v) freezeValue((v as Record<string, unknown>)[k]);
+  } else if (Array.isArray(v)) {
+    Object.freeze(v);
+    for (let i = 0; i < v.length; i++) freezeValue(v[i]);
+  } else throw new Error(`persisted value holds a ${proto?.constructor?.name ?? "non-plain object"}: records are plain data`);
 }

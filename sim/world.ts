@@ -124,6 +124,8 @@ export class World {
   private lastStepTime = -1;
   /** Full invariants of a node after every `checkEvery`-th of its steps (1: after every step, --paranoid). */
   checkEvery = CHECK_EVERY;
+  /** Persist batches so far (which of them are frozen: sim/disk.ts). */
+  private persists = 0;
   /** Steps of each node until its next full invariant check (the server is keyed by its host too). */
   private readonly checkDue = new Map<object, number>();
   /** Full invariant checks run (for the bench and tests). */
@@ -549,7 +551,8 @@ export class World {
     if (disk.spaceLeft <= 0) return false;
     if (Number.isFinite(disk.spaceLeft)) disk.spaceLeft--;
     const lat = Math.round(this.rDisk.range(this.swarm.fsyncMinMs, this.swarm.fsyncMaxMs) * h.fsyncFactor);
-    const at = disk.append(e.id, e.records, this.q.now, lat);
+    // Emitted values are frozen in every batch when paranoid, in every checkEvery-th batch otherwise (sim/disk.ts).
+    const at = disk.append(e.id, e.records, this.q.now, lat, this.checkEvery <= 1 || ++this.persists % this.checkEvery === 0);
     const epoch = disk.epoch;
     this.q.schedule(at, () => {
       if (disk.epoch !== epoch) return;

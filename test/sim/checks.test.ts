@@ -170,3 +170,64 @@ describe("invariant checking: periodic by default, per step with --paranoid", ()
     expect(r.ok).toBe(true);
   }, 120_000);
 });
+
+/**
+ * From server step `from` on, writes into the command record it emitted in
+ * its previous persist effect, as a core that kept and changed an emitted
+ * value would (test only; core/ untouched).
+ */
+function writeIntoEmitted(from: number, writes: number[]): Variant {
+  return {
+    name: "write-into-emitted-record",
+    description: "writes into a persisted value after emitting it (test only)",
+    wrapServer: (step) => {
+      let steps = 0;
+      let last: Record<string, unknown> | null = null;
+      return (st: ServerState, input, now, env, wall) => {
+        steps++;
+        if (last !== null && steps >= from) {
+          writes.push(steps);
+          const through = last.storedThrough;
+          last.storedThrough = through; // a write, even of the same value, into a frozen record throws
+        }
+        const res = step(st, input, now, env, wall);
+        for (const e of res.effects)
+          if (e.type === "persist") for (const r of e.records) if (r.table === "command" && r.value !== null) last = r.value as Record<string, unknown>;
+        return res;
+      };
+    },
+  };
+}
+
+describe("the disk's values: shared, and frozen to catch a core that writes into them", () => {
+  it("a core that writes into a value it emitted fails by default and with --paranoid, reported the same way", () => {
+    const pw: number[] = [];
+    const paranoid = failureOf(runSeed(SEED, { paranoid: true, variant: writeIntoEmitted(150, pw) }));
+    expect(paranoid.oracle).toBe("server-core-threw");
+    expect(paranoid.message).toMatch(/read.only|frozen|Cannot assign/);
+    // Paranoid freezes every batch: the first write throws.
+    expect(pw.length).toBe(1);
+    const dw: number[] = [];
+    const r = runSeed(SEED, { variant: writeIntoEmitted(150, dw) });
+    expect(failureOf(r)).toEqual(paranoid);
+    // By default only every CHECK_EVERY-th batch is frozen: the write is caught within a few of them.
+    expect(dw.length).toBeGreaterThan(1);
+  });
+
+  it("values are frozen on the way in and copied on the way out: a restarted node gets its own copy", () => {
+    const w = new World(SEED, drawSwarm(SEED), planSchedule(SEED, drawSwarm(SEED)), null, null);
+    const disk = w.server.disk;
+    const value = { a: [1, 2], b: { c: 3 } };
+    disk.append(1, [{ table: "t", key: "k", value }], 0, 1, true);
+    expect(Object.isFrozen(value) && Object.isFrozen(value.a) && Object.isFrozen(value.b)).toBe(true);
+    disk.sync(1);
+    const snap = disk.snapshot().get("t")!.get("k") as typeof value;
+    expect(snap).toEqual(value);
+    expect(snap).not.toBe(value);
+    expect(Object.isFrozen(snap)).toBe(false);
+    // Unfrozen batches share the value as it is.
+    const other = { d: 1 };
+    disk.append(2, [{ table: "t", key: "k2", value: other }], 1, 1, false);
+    expect(Object.isFrozen(other)).toBe(false);
+  });
+});

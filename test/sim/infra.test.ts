@@ -32,7 +32,7 @@ describe("sim infrastructure", () => {
     expect([c.u32(), c.u32(), c.u32()]).not.toEqual(xs);
   });
 
-  it("disk: batches become durable in order; a crash loses the unsynced ones whole; values are copied", () => {
+  it("disk: batches become durable in order; a crash loses the unsynced ones whole; values are frozen in, copied out", () => {
     const d = new SimDisk();
     const v = { n: 1, b: new Uint8Array([1, 2]) };
     d.append(1, [{ table: "t", key: "a", value: v }], 0, 10);
@@ -45,8 +45,11 @@ describe("sim infrastructure", () => {
       0,
       5,
     );
-    v.n = 99;
-    v.b[0] = 99;
+    // The appended value is frozen (a write into it throws), bytes excepted.
+    expect(() => {
+      v.n = 99;
+    }).toThrow(TypeError);
+    expect(v.n).toBe(1);
     expect(d.sync(9).map((b) => b.id)).toEqual([]);
     expect(d.sync(10).map((b) => b.id)).toEqual([1, 2]); // group commit keeps order
     expect(d.get("t", "a")).toBeUndefined();
@@ -54,14 +57,17 @@ describe("sim infrastructure", () => {
     expect(d.crash()).toBe(1);
     expect(d.sync(100)).toEqual([]);
     expect(d.get("t", "c")).toBeUndefined();
-    // Objects are copied on the way in and out (byte arrays are shared: the core never writes into emitted bytes).
+    // Objects are shared and frozen on the way in and copied on the way out.
     const d2 = new SimDisk();
     const rec = { n: 1, nested: { m: 2 } };
     d2.append(1, [{ table: "t", key: "a", value: rec }], 0, 0);
-    rec.nested.m = 3;
+    expect(() => {
+      rec.nested.m = 3;
+    }).toThrow(TypeError);
     d2.sync(0);
     const snap = d2.snapshot().get("t")!.get("a") as { n: number; nested: { m: number } };
     snap.n = 42;
+    snap.nested.m = 43;
     expect(d2.get("t", "a")).toEqual({ n: 1, nested: { m: 2 } });
   });
 
