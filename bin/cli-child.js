@@ -36,11 +36,46 @@ export function reexecEnv(env, args) {
   return out;
 }
 
+/** Names of the V8 flags already given, on the command line or in NODE_OPTIONS (whose value the command line would override). */
+function flagsSet(execArgv, nodeOptions) {
+  return new Set([...execArgv, ...(nodeOptions ?? "").split(/\s+/)].filter((a) => a !== "").map((a) => a.split("=")[0]));
+}
+
 /** Node flags for running `rvbox ...args` again: this process's own, plus the daemons' flags not already set. */
-export function reexecFlags(execArgv, args) {
+export function reexecFlags(execArgv, args, nodeOptions = undefined) {
   if (!isDaemon(args)) return [...execArgv];
-  const set = new Set(execArgv.map((a) => a.split("=")[0]));
+  const set = flagsSet(execArgv, nodeOptions);
   return [...execArgv, ...DAEMON_NODE_FLAGS.filter((f) => !set.has(f.split("=")[0]))];
+}
+
+/**
+ * Does a process started as `node <execArgv> rvbox ...args` with `env` lack a
+ * daemon setting (a flag of DAEMON_NODE_FLAGS, a variable of DAEMON_ENV)?
+ * Both take effect only at start (V8 sizes its heap, glibc its arenas, before
+ * any JavaScript runs), so a daemon started by hand (`node bin/rvbox.js
+ * server`, `node dist/bin/rvbox.js agent`) replaces itself, same pid, with a
+ * process that has them: `execDaemon` below.
+ */
+export function lacksDaemonSettings(execArgv, args, env) {
+  if (!isDaemon(args)) return false;
+  const set = flagsSet(execArgv, env.NODE_OPTIONS);
+  return DAEMON_NODE_FLAGS.some((f) => !set.has(f.split("=")[0])) || Object.keys(DAEMON_ENV).some((k) => env[k] === undefined);
+}
+
+/**
+ * Replaces this process (process.execve: same pid, so systemd, a supervisor
+ * or a shell's `kill %1` still hold the daemon) with `node <flags> script
+ * ...args` carrying the daemons' settings, when they are missing. Returns
+ * only when nothing had to be done, or it cannot be (no process.execve: Node
+ * < 23.11, or a second time: RVBOX_DAEMON_EXEC guards against a loop); the
+ * daemon then runs as it is and logs the flags it has.
+ */
+export function execDaemon(script, args) {
+  const again = process.env.RVBOX_DAEMON_EXEC === "1";
+  delete process.env.RVBOX_DAEMON_EXEC;
+  if (again || typeof process.execve !== "function" || !lacksDaemonSettings(process.execArgv, args, process.env)) return;
+  const env = { ...reexecEnv(process.env, args), RVBOX_DAEMON_EXEC: "1" };
+  process.execve(process.execPath, [process.execPath, ...reexecFlags(process.execArgv, args, process.env.NODE_OPTIONS), script, ...args], env);
 }
 
 export function runChild(program, args, env) {

@@ -62,6 +62,13 @@ if (tooOld(process.versions.node)) {
   const args = process.argv.slice(2);
   runChild(packaged, [...reexecFlags(process.execArgv, args), fileURLToPath(import.meta.url), ...args], { ...reexecEnv(process.env, args), RVBOX_REEXEC: "1" });
 } else {
+  // A daemon started as `node bin/rvbox.js server|agent` (not through the first
+  // line, the units or the re-exec above, which pass them) lacks the daemons'
+  // Node flags and environment: it replaces itself with a process that has them.
+  if (process.argv[2] === "server" || process.argv[2] === "agent") {
+    const { execDaemon } = await import("./cli-child.js");
+    execDaemon(fileURLToPath(import.meta.url), process.argv.slice(2));
+  }
   // V8's compile cache (Node >= 22.1): the bundle's and tsx's compiled code is
   // reused across starts; Node keys each entry by the source's hash itself.
   const { enableCompileCache } = await import("node:module");

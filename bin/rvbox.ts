@@ -31,6 +31,12 @@ if (major < MIN[0] || (major === MIN[0] && minor < MIN[1])) {
   const args = process.argv.slice(2);
   runChild(packaged, [...reexecFlags(process.execArgv, args), fileURLToPath(import.meta.url), ...args], { ...reexecEnv(process.env, args), RVBOX_REEXEC: "1" });
 } else {
+  // `node dist/bin/rvbox.js server|agent` without the daemons' Node flags and
+  // environment replaces itself with a process that has them (cli-child.js).
+  if (process.argv[2] === "server" || process.argv[2] === "agent") {
+    const { execDaemon } = await import("./cli-child.js");
+    execDaemon(fileURLToPath(import.meta.url), process.argv.slice(2));
+  }
   const { main } = await import("./rvbox-main.js");
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSyn
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { DAEMON_ENV, DAEMON_NODE_FLAGS, reexecEnv, reexecFlags } from "../../bin/cli-child.js";
+import { DAEMON_ENV, DAEMON_NODE_FLAGS, lacksDaemonSettings, reexecEnv, reexecFlags } from "../../bin/cli-child.js";
 import { buildChildEnv } from "../../shells/exec/process-runner.js";
 import { BIN, ROOT, writeTokenFiles } from "../shells/e2e/helpers.js";
 import { findOldNode, nodeVersion, older } from "../support/node-versions.js";
@@ -100,7 +100,7 @@ describe("runtime", () => {
    * (so that a failed run can still kill every process of it); resolves once it logged
    * "listening" or exited or 60 s passed.
    */
-  async function startServer(runner: string[]) {
+  async function startServer(runner: string[], env: NodeJS.ProcessEnv = process.env) {
     const dir = mkdtempSync(path.join(tmp, "srv-"));
     const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
     const argv = [
@@ -116,7 +116,7 @@ describe("runtime", () => {
       "--operator-token",
       operatorToken,
     ];
-    const proc = spawn(runner[0]!, [...runner.slice(1), ...argv], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const proc = spawn(runner[0]!, [...runner.slice(1), ...argv], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
     const out = { text: "" };
     proc.stdout.on("data", (d: Buffer) => (out.text += d.toString()));
     proc.stderr.on("data", (d: Buffer) => (out.text += d.toString()));
@@ -177,6 +177,39 @@ describe("runtime", () => {
     expect(reexecFlags(["--max-semi-space-size=16"], ["agent"])).toEqual(["--max-semi-space-size=16"]);
     expect(reexecFlags(["--inspect"], ["run", "agent"])).toEqual(["--inspect"]);
     expect(reexecFlags([], [])).toEqual([]);
+  });
+
+  it("a daemon started by hand as `node bin/rvbox.js server` replaces itself (same pid) with one that has the daemons' flags and environment", async () => {
+    const env = { ...process.env };
+    delete env.MALLOC_ARENA_MAX;
+    delete env.NODE_OPTIONS;
+    const { proc, out, exited, killGroup } = await startServer([process.execPath, BIN], env);
+    try {
+      const line = out.text.split("\n").find((l) => /listening/.test(l)) ?? `(no listening line; output: ${out.text.slice(-2000)})`;
+      for (const f of DAEMON_NODE_FLAGS) expect(line).toContain(f);
+      expect(line).toMatch(/mallocArenaMax="?2\b/);
+      // The very process the test spawned runs the daemon now: no waiting parent (its memory is what the flags save).
+      const cmdline = readFileSync(`/proc/${proc.pid}/cmdline`, "utf8").split("\0");
+      for (const f of DAEMON_NODE_FLAGS) expect(cmdline).toContain(f);
+      expect(readFileSync(`/proc/${proc.pid}/environ`, "utf8").split("\0")).toContain("MALLOC_ARENA_MAX=2");
+      proc.kill("SIGTERM");
+      expect(await exited).toEqual([0, null]);
+      expect(out.text).toMatch(/stopping.*SIGTERM/);
+    } finally {
+      killGroup();
+    }
+  }, 90_000);
+
+  it("a daemon lacks its settings when a flag or the variable is missing; the caller's own values (command line, NODE_OPTIONS, environment) count", () => {
+    const flags = [...DAEMON_NODE_FLAGS];
+    expect(lacksDaemonSettings([], ["server"], {})).toBe(true);
+    expect(lacksDaemonSettings(flags, ["agent"], {})).toBe(true);
+    expect(lacksDaemonSettings([], ["agent"], { MALLOC_ARENA_MAX: "2" })).toBe(true);
+    expect(lacksDaemonSettings(flags, ["agent"], { MALLOC_ARENA_MAX: "8" })).toBe(false);
+    expect(lacksDaemonSettings(["--max-semi-space-size=16"], ["server"], { MALLOC_ARENA_MAX: "2" })).toBe(false);
+    expect(lacksDaemonSettings([], ["server"], { MALLOC_ARENA_MAX: "2", NODE_OPTIONS: "--inspect --max-semi-space-size=32" })).toBe(false);
+    expect(lacksDaemonSettings([], ["run", "server"], {})).toBe(false);
+    expect(reexecFlags([], ["agent"], "--max-semi-space-size=32")).toEqual([]);
   });
 
   it("the daemons' environment (MALLOC_ARENA_MAX=2) is added for server and agent, keeps the caller's value, and never reaches a command", () => {

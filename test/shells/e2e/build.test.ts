@@ -8,6 +8,7 @@ import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { cleanupTemp, collect, controlClient, FLEET_TOKEN, ROOT, spawnRvbox, tempDir, waitFor, writeTokenFiles, type Child } from "./helpers.js";
+import { DAEMON_NODE_FLAGS } from "../../../bin/cli-child.js";
 import { findOldNode, nodeVersion } from "../../support/node-versions.js";
 import { freePort } from "./tcp-proxy.js";
 
@@ -83,6 +84,13 @@ describe("compiled build (dist/)", () => {
     const got = await collect(client, r.command!.issueUuid);
     expect(got.stdout.toString()).toBe("from the compiled tree\n");
     expect(got.finished?.state).toBe(L.SUCCEEDED);
+
+    // Started as plain `node dist/bin/rvbox.js server|agent`, each daemon replaced itself (same pid) with a
+    // process that has the daemons' Node flags and environment (bin/cli-child.js, execDaemon).
+    for (const c of [server, agent]) {
+      const cmdline = readFileSync(`/proc/${c.proc.pid}/cmdline`, "utf8").split("\0");
+      for (const f of DAEMON_NODE_FLAGS) expect(cmdline).toContain(f);
+    }
 
     expect(server.output()).not.toMatch(/ERR_/);
     for (const c of [agent, server]) c.proc.kill("SIGTERM");
