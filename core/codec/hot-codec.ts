@@ -23,7 +23,7 @@
 //     as protobuf-es writes them; `null` for non-ASCII strings and numbers
 //     outside non-negative safe integers.
 //
-// test/core/hot-codec.test.ts checks both against protobuf-es on generated
+// test/core/codec/hot-codec.test.ts checks both against protobuf-es on generated
 // messages, mutated frames and random bytes.
 
 import type { AgentEnvelope, EventAck } from "../../protos/gen/rvbox/v1/agent_pb.js";
