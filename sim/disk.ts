@@ -44,16 +44,16 @@ export class SimDisk {
 
   /** Queue a batch; returns when it will be durable. */
   append(id: number, records: readonly PersistRecord[], now: number, latency: number, freeze = true): number {
-    const copy = new Array<PersistRecord>(records.length);
+    const stored = new Array<PersistRecord>(records.length);
     for (let i = 0; i < records.length; i++) {
       const r = records[i]!;
       const value = r.value;
       if (freeze && value !== null) freezeValue(value);
-      copy[i] = r.prefix ? { table: r.table, key: r.key, value, prefix: r.prefix } : { table: r.table, key: r.key, value };
+      stored[i] = r.prefix ? { table: r.table, key: r.key, value, prefix: r.prefix } : { table: r.table, key: r.key, value };
     }
     const durableAt = Math.max(this.lastDurableAt, now + latency);
     this.lastDurableAt = durableAt;
-    this.pending.push({ id, records: copy, durableAt });
+    this.pending.push({ id, records: stored, durableAt });
     return durableAt;
   }
 

@@ -29,6 +29,7 @@
 import type { AgentEnvelope, EventAck } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import type { CommandEvent, OutputChunk } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { assert } from "../errors.js";
+import { putVarint, varintSize } from "./varint.js";
 
 // ---------------------------------------------------------------- decoding
 
@@ -264,25 +265,6 @@ export function decodeHotEnvelope(b: Uint8Array): AgentEnvelope | null {
 }
 
 // ---------------------------------------------------------------- encoding
-
-/** Bytes a varint of non-negative safe integer `n` takes. */
-function varintSize(n: number): number {
-  let k = 1;
-  while (n >= 128) {
-    n = Math.floor(n / 128);
-    k++;
-  }
-  return k;
-}
-
-function putVarint(out: Uint8Array, pos: number, n: number): number {
-  while (n >= 128) {
-    out[pos++] = (n % 128) | 0x80;
-    n = Math.floor(n / 128);
-  }
-  out[pos++] = n;
-  return pos;
-}
 
 function isAscii(s: string): boolean {
   for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 0x7f) return false;

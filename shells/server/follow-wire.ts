@@ -20,29 +20,12 @@ import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { OutputStream } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { FollowOutputResponseSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { putVarint, varintSize } from "../../core/codec/varint.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
 
 /** Field 14 of FollowOutputResponse (`events`), length-delimited. */
 const TAG_EVENTS = (14 << 3) | WireType.LengthDelimited;
-
-function varintLen(v: number): number {
-  let n = 1;
-  while (v >= 128) {
-    v = Math.floor(v / 128);
-    n++;
-  }
-  return n;
-}
-
-function putVarint(b: Uint8Array, at: number, v: number): number {
-  while (v >= 128) {
-    b[at++] = (v % 128) | 128;
-    v = Math.floor(v / 128);
-  }
-  b[at++] = v;
-  return at;
-}
 
 const utf8 = new TextEncoder();
 const EMPTY = new Uint8Array(0);
@@ -64,23 +47,23 @@ function outputSizes(uuidLen: number, e: OutputEvent): { ts: number; od: number;
   const secs = Math.floor(e.timeMs / 1000);
   const nanos = Math.round((e.timeMs - secs * 1000) * 1_000_000);
   // Timestamp { int64 seconds = 1; int32 nanos = 2; }, zero fields omitted (proto3).
-  const ts = (secs !== 0 ? 1 + varintLen(secs) : 0) + (nanos !== 0 ? 1 + varintLen(nanos) : 0);
+  const ts = (secs !== 0 ? 1 + varintSize(secs) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
   // OutputData { stream = 1; stream_offset = 2; bytes data = 3; bytes zstd = 4; uint32 original_size = 5; }
   const od =
-    (e.stream !== 0 ? 1 + varintLen(e.stream) : 0) +
-    (e.offset !== 0 ? 1 + varintLen(e.offset) : 0) +
-    (e.data.length > 0 ? 1 + varintLen(e.data.length) + e.data.length : 0) +
-    (e.zstd.length > 0 ? 1 + varintLen(e.zstd.length) + e.zstd.length : 0) +
-    (e.originalSize !== 0 ? 1 + varintLen(e.originalSize) : 0);
+    (e.stream !== 0 ? 1 + varintSize(e.stream) : 0) +
+    (e.offset !== 0 ? 1 + varintSize(e.offset) : 0) +
+    (e.data.length > 0 ? 1 + varintSize(e.data.length) + e.data.length : 0) +
+    (e.zstd.length > 0 ? 1 + varintSize(e.zstd.length) + e.zstd.length : 0) +
+    (e.originalSize !== 0 ? 1 + varintSize(e.originalSize) : 0);
   const ev =
-    (uuidLen > 0 ? 1 + varintLen(uuidLen) + uuidLen : 0) +
-    (e.seq !== 0 ? 1 + varintLen(e.seq) : 0) +
-    (e.revision !== 0 ? 1 + varintLen(e.revision) : 0) +
+    (uuidLen > 0 ? 1 + varintSize(uuidLen) + uuidLen : 0) +
+    (e.seq !== 0 ? 1 + varintSize(e.seq) : 0) +
+    (e.revision !== 0 ? 1 + varintSize(e.revision) : 0) +
     1 +
-    varintLen(ts) +
+    varintSize(ts) +
     ts +
     1 +
-    varintLen(od) +
+    varintSize(od) +
     od;
   return { ts, od, ev, secs, nanos };
 }
@@ -178,11 +161,11 @@ export function batchEnvelope(uuid: string, items: readonly FollowItem[]): Buffe
       parts.push(b);
       len = b.length;
     }
-    events += 1 + varintLen(len) + len;
+    events += 1 + varintSize(len) + len;
   }
   const lastSeq = Number(items[items.length - 1]?.eventSeq ?? 0n);
   // FollowOutputResponse { issue_uuid = 1; event_seq = 2; repeated events = 14; }
-  const message = (uuidBytes.length > 0 ? 1 + varintLen(uuidBytes.length) + uuidBytes.length : 0) + (lastSeq !== 0 ? 1 + varintLen(lastSeq) : 0) + events;
+  const message = (uuidBytes.length > 0 ? 1 + varintSize(uuidBytes.length) + uuidBytes.length : 0) + (lastSeq !== 0 ? 1 + varintSize(lastSeq) : 0) + events;
   // Not zero-filled: every byte is written below (checked at the end).
   const buf = Buffer.allocUnsafe(5 + message);
   buf[0] = 0; // flags: an uncompressed message
