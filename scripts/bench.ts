@@ -71,6 +71,18 @@ function rssKiB(pid: number): number {
   return m ? Number(m[1]) : 0;
 }
 
+/** The highest RSS a process has had so far (VmHWM), in KiB. */
+function peakRssKiB(pid: number): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) : 0;
+}
+
+/** Bytes a process has sent towards the storage layer so far (/proc/PID/io write_bytes; 0 on tmpfs). */
+function diskWriteBytes(pid: number): number {
+  const m = /write_bytes:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/io`, "utf8"));
+  return m ? Number(m[1]) : 0;
+}
+
 /** CPU seconds (user + system) a process has used so far. */
 function cpuSecs(pid: number): number {
   const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
@@ -654,8 +666,12 @@ async function benchSoak(env: Env): Promise<void> {
       }),
     );
     const tier = budgetMiB > 0 ? `${budgetMiB} MiB` : "default";
+    // Peak RSS catches what the samples fall between (e.g. a store checkpoint's database image);
+    // the bytes written are dominated by the stores' journals and snapshots.
+    const peak = (pid: number) => `peak ${(peakRssKiB(pid) / 1024).toFixed(1)} MiB, wrote ${(diskWriteBytes(pid) / MiB).toFixed(0)} MiB`;
     report(
-      `soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}, pruned ledger ${prunedMax > 0 ? prunedMax : "default"}; RSS ${points.join(" -> ")}`,
+      `soak: ${total} x true, ${inFlight} in flight, metadata tier ${tier}, pruned ledger ${prunedMax > 0 ? prunedMax : "default"}; RSS ${points.join(" -> ")}; ` +
+        `agent ${peak(agent.pid!)}; server ${peak(srv.proc.pid!)}`,
     );
   } finally {
     agent.kill("SIGTERM");

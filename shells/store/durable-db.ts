@@ -40,8 +40,9 @@
  * A resolved `apply()` promise therefore means the batch is on stable storage
  * and will survive kill -9 or power loss (given honest fsync from the disk).
  *
- * Checkpoint (on demand, or automatically once the journal reaches
- * `checkpointEveryBytes`, so its O(db size) cost is amortized): inside the writer
+ * Checkpoint (on demand, or automatically once the journal holds
+ * max(`checkpointEveryBytes`, `checkpointImageFactor` x the last snapshot's
+ * image) bytes, so its O(db size) cost is amortized): inside the writer
  * loop, with no journal write in flight, the db is exported synchronously (the
  * image contains exactly the batches applied so far, including any queued but
  * not yet written ones), then written to snapshot.bin.tmp, fsynced, renamed over
@@ -51,6 +52,16 @@
  * applied during the checkpoint wait in the queue and go to the new journal.
  * A crash between the two renames leaves snapshot E+1 with journal E: that
  * journal is *stale* (its content is in the snapshot) and is never replayed.
+ *
+ * Why the threshold grows with the image: a checkpoint exports and writes the
+ * whole database, holds a second copy of it in memory while it does, and
+ * commits wait behind it. With a fixed 8 MiB a 72 MiB database wrote 72 MiB
+ * of snapshot per 8 MiB of journal. Once the journal must also reach the
+ * image's size, snapshot bytes never exceed journal bytes (at most 2x write
+ * amplification). The price: an open replays up to one image's worth of
+ * records (45 MiB of journal add about 0.85 s: `bench-store.ts
+ * --checkpoint=70`), and the disk holds up to two images and a journal of
+ * one image during a checkpoint.
  *
  * Recovery (openDurableDb): load snapshot.bin (or an empty db, epoch 0), run the
  * `schema` statements (must be idempotent: CREATE ... IF NOT EXISTS), then
@@ -103,14 +114,22 @@ export { StoreError } from "./fs-util.js";
 export const SNAPSHOT_FILE = "snapshot.bin";
 export const JOURNAL_FILE = "journal.bin";
 export const DEFAULT_CHECKPOINT_EVERY_BYTES = 8 * 1024 * 1024;
+/** An automatic checkpoint waits for this many journal bytes per byte of the last snapshot's image. */
+export const DEFAULT_CHECKPOINT_IMAGE_FACTOR = 1;
 
 export interface DurableDbOptions {
   /** Directory holding the store's files; created if missing. */
   dir: string;
   /** Idempotent DDL run on every open, before journal replay (e.g. CREATE TABLE IF NOT EXISTS ...). */
   schema: string[];
-  /** Journal size (bytes) that triggers an automatic checkpoint. Default 8 MiB. */
+  /** Journal size (bytes) that triggers an automatic checkpoint, at least. Default 8 MiB. */
   checkpointEveryBytes?: number;
+  /**
+   * The journal must also hold this many bytes of records per byte of the last
+   * snapshot's database image before an automatic checkpoint (default 1; 0 = the
+   * fixed `checkpointEveryBytes` alone).
+   */
+  checkpointImageFactor?: number;
 }
 
 export interface RecoveryReport {
@@ -147,6 +166,10 @@ export interface DurableDbStats {
   journalBytes: number;
   /** Completed checkpoints. */
   checkpoints: number;
+  /** Size of the database image in the current snapshot (0 before the first). */
+  snapshotImageBytes: number;
+  /** Journal size (header included) at which the next automatic checkpoint runs. */
+  checkpointAtBytes: number;
 }
 
 interface Pending {
@@ -170,6 +193,8 @@ interface LoadedState {
   /** null when the store is corrupt (nothing may be written). */
   journal: OpenJournal | null;
   journalSize: number;
+  /** Bytes of the loaded snapshot's database image (0 without one). */
+  imageBytes: number;
 }
 
 const TXN_CONTROL = /^(?:\s|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE|ATTACH|DETACH|VACUUM)\b/i;
@@ -295,14 +320,14 @@ async function loadState(SQL: SqlJsStatic, dir: string, schema: readonly string[
     if (typeof snap === "string") {
       report.corrupt = { file: "snapshot", offset: 0, reason: snap };
       const db = newDb(SQL, null, schema);
-      return { db, report, snapEpoch: 0, snapLastSeq: 0, lastSeq: 0, journal: null, journalSize: 0 };
+      return { db, report, snapEpoch: 0, snapLastSeq: 0, lastSeq: 0, journal: null, journalSize: 0, imageBytes: 0 };
     }
     ({ epoch: snapEpoch, lastSeq: snapLastSeq, image } = snap);
     report.snapshotLoaded = true;
     report.epoch = snapEpoch;
   }
   const db = newDb(SQL, image, schema);
-  const base = { db, report, snapEpoch, snapLastSeq };
+  const base = { db, report, snapEpoch, snapLastSeq, imageBytes: image?.length ?? 0 };
   try {
     const journalFile = path.join(dir, JOURNAL_FILE);
     const buf = await readIfExists(journalFile);
@@ -355,6 +380,8 @@ export async function openDurableDb(opts: DurableDbOptions): Promise<DurableDb> 
   const dir = path.resolve(opts.dir);
   const threshold = opts.checkpointEveryBytes ?? DEFAULT_CHECKPOINT_EVERY_BYTES;
   if (!(threshold > 0)) throw new RangeError("checkpointEveryBytes must be > 0");
+  const imageFactor = opts.checkpointImageFactor ?? DEFAULT_CHECKPOINT_IMAGE_FACTOR;
+  if (!(imageFactor >= 0) || !Number.isFinite(imageFactor)) throw new RangeError("checkpointImageFactor must be a finite number >= 0");
   const created = await fsp.mkdir(dir, { recursive: true });
   if (created !== undefined) {
     // make the new directory entries durable, from `dir` up to the first one created
@@ -369,7 +396,7 @@ export async function openDurableDb(opts: DurableDbOptions): Promise<DurableDb> 
     await unlinkIfExists(path.join(dir, `${JOURNAL_FILE}.tmp`));
     const SQL = await loadSqlJs();
     const state = await loadState(SQL, dir, opts.schema);
-    return new DurableDb(SQL, dir, [...opts.schema], threshold, state, release);
+    return new DurableDb(SQL, dir, [...opts.schema], threshold, imageFactor, state, release);
   } catch (err) {
     await release();
     throw err;
@@ -386,6 +413,8 @@ export class DurableDb {
   private durableOffset: number;
   private snapEpoch: number;
   private snapLastSeq: number;
+  /** Bytes of the current snapshot's database image (0 before the first). */
+  private imageBytes: number;
   /** seq of the last batch applied in memory. */
   private lastSeq: number;
   private pending: Pending[] = [];
@@ -403,6 +432,7 @@ export class DurableDb {
     dir: string,
     private readonly schema: readonly string[],
     private readonly checkpointEveryBytes: number,
+    private readonly imageFactor: number,
     state: LoadedState,
     private readonly releaseLock: () => Promise<void>,
   ) {
@@ -413,6 +443,7 @@ export class DurableDb {
     this.writtenOffset = this.durableOffset = state.journalSize;
     this.snapEpoch = state.snapEpoch;
     this.snapLastSeq = state.snapLastSeq;
+    this.imageBytes = state.imageBytes;
     this.lastSeq = state.lastSeq;
     this.setIncidentFromReport(state.report);
   }
@@ -553,6 +584,7 @@ export class DurableDb {
     this.writtenOffset = this.durableOffset = state.journalSize;
     this.snapEpoch = state.snapEpoch;
     this.snapLastSeq = state.snapLastSeq;
+    this.imageBytes = state.imageBytes;
     this.lastSeq = state.lastSeq;
     this.checkpointDue = false;
     this.incident = null;
@@ -561,7 +593,7 @@ export class DurableDb {
   }
 
   stats(): DurableDbStats {
-    return { ...this.counters, journalBytes: this.writtenOffset };
+    return { ...this.counters, journalBytes: this.writtenOffset, snapshotImageBytes: this.imageBytes, checkpointAtBytes: this.checkpointAt() };
   }
 
   /** Waits for queued batches to become durable, then closes files and releases the lock. */
@@ -643,7 +675,7 @@ export class DurableDb {
           if (p.record) this.counters.commits++;
           p.resolve();
         }
-        if (this.writtenOffset >= this.checkpointEveryBytes) this.checkpointDue = true;
+        if (this.writtenOffset >= this.checkpointAt()) this.checkpointDue = true;
       }
     } finally {
       // No await between the last emptiness check and this line: an apply()
@@ -682,6 +714,7 @@ export class DurableDb {
     }
     this.snapEpoch = epoch;
     this.snapLastSeq = lastSeq;
+    this.imageBytes = image.length;
     for (const p of covered) {
       if (p.record) this.counters.commits++;
       p.resolve();
@@ -692,6 +725,14 @@ export class DurableDb {
     this.journal = await createJournal(this.dir, epoch, lastSeq);
     this.writtenOffset = this.durableOffset = JOURNAL_HEADER_SIZE;
     this.counters.checkpoints++;
+  }
+
+  /**
+   * Journal size (header included) that makes an automatic checkpoint due: the
+   * fixed floor, or the image's size times the factor once the database is larger.
+   */
+  private checkpointAt(): number {
+    return JOURNAL_HEADER_SIZE + Math.max(this.checkpointEveryBytes, Math.ceil(this.imageFactor * this.imageBytes));
   }
 
   private enterIoIncident(reason: string, err: unknown): void {

@@ -6,8 +6,13 @@ import { JOURNAL_HEADER_SIZE } from "../../../shells/store/journal.js";
 import { SCHEMA, cleanupTempDirs, putKv, tempDir } from "./helpers.js";
 
 const open: DurableDb[] = [];
-async function openDb(dir: string, checkpointEveryBytes?: number): Promise<DurableDb> {
-  const db = await openDurableDb({ dir, schema: SCHEMA, ...(checkpointEveryBytes ? { checkpointEveryBytes } : {}) });
+async function openDb(dir: string, checkpointEveryBytes?: number, checkpointImageFactor?: number): Promise<DurableDb> {
+  const db = await openDurableDb({
+    dir,
+    schema: SCHEMA,
+    ...(checkpointEveryBytes ? { checkpointEveryBytes } : {}),
+    ...(checkpointImageFactor !== undefined ? { checkpointImageFactor } : {}),
+  });
   open.push(db);
   return db;
 }
@@ -176,18 +181,59 @@ describe("checkpoints", () => {
     expect(seqs(db2)).toEqual(range(0, 120));
   });
 
-  it("checkpoints automatically when the journal exceeds checkpointEveryBytes", async () => {
+  it("checkpoints automatically when the journal exceeds checkpointEveryBytes (image factor 0: the fixed threshold alone)", async () => {
     const dir = await tempDir();
-    const db = await openDb(dir, 4096);
+    const db = await openDb(dir, 4096, 0);
     const pad = "x".repeat(200);
     for (let i = 0; i < 100; i++) await db.apply([{ sql: "INSERT INTO kv VALUES (?, ?)", params: [`k${i}`, pad] }]);
     const s = db.stats();
     expect(s.checkpoints).toBeGreaterThanOrEqual(3);
     expect(s.journalBytes).toBeLessThan(4096 + 400);
     await closeDb(db);
-    const db2 = await openDb(dir, 4096);
+    const db2 = await openDb(dir, 4096, 0);
     expect(db2.recovery.snapshotLoaded).toBe(true);
     expect(db2.query("SELECT count(*) AS c FROM kv")).toEqual([{ c: 100 }]);
+  });
+
+  it("waits for a journal as large as the last snapshot's image before an automatic checkpoint (at most 2x write amplification)", async () => {
+    const dir = await tempDir();
+    const floor = 4096;
+    const db = await openDb(dir, floor);
+    // A database of about 200 KiB, then one checkpoint: the image is now far larger than the floor.
+    const big = "b".repeat(2000);
+    for (let i = 0; i < 100; i++) await db.apply([{ sql: "INSERT INTO kv VALUES (?, ?)", params: [`big${i}`, big] }]);
+    await db.checkpoint();
+    const image = db.stats().snapshotImageBytes;
+    expect(image).toBeGreaterThan(50 * floor);
+    expect(db.stats().checkpointAtBytes).toBeGreaterThanOrEqual(image);
+    const before = db.stats().checkpoints;
+    // Small updates: the journal grows, the image hardly does.
+    let journalled = 0;
+    const pad = "u".repeat(200);
+    let i = 0;
+    for (; journalled < image / 2; i++) {
+      await db.apply([{ sql: "INSERT OR REPLACE INTO kv VALUES (?, ?)", params: [`u${i % 20}`, pad] }]);
+      journalled = db.stats().journalBytes;
+    }
+    // Half an image of journal, many times the floor: no checkpoint yet.
+    expect(journalled).toBeGreaterThan(10 * floor);
+    expect(db.stats().checkpoints).toBe(before);
+    // Past the image's size: one checkpoint, and the journal starts again.
+    for (; db.stats().checkpoints === before && i < 100_000; i++)
+      await db.apply([{ sql: "INSERT OR REPLACE INTO kv VALUES (?, ?)", params: [`u${i % 20}`, pad] }]);
+    expect(db.stats().checkpoints).toBe(before + 1);
+    expect(db.stats().journalBytes).toBeLessThan(floor);
+    await closeDb(db);
+    // A reopened store takes the threshold from the snapshot it loaded.
+    const db2 = await openDb(dir, floor);
+    expect(db2.stats().snapshotImageBytes).toBeGreaterThan(50 * floor);
+    expect(db2.stats().checkpointAtBytes).toBeGreaterThanOrEqual(db2.stats().snapshotImageBytes);
+    expect(db2.query("SELECT count(*) AS c FROM kv")).toEqual([{ c: 120 }]);
+  });
+
+  it("rejects a negative or non-finite checkpointImageFactor", async () => {
+    for (const f of [-1, Number.NaN, Number.POSITIVE_INFINITY])
+      await expect(openDurableDb({ dir: await tempDir(), schema: SCHEMA, checkpointImageFactor: f })).rejects.toThrow(/checkpointImageFactor/);
   });
 
   it("never replays a stale journal from an older snapshot epoch", async () => {
