@@ -1,7 +1,9 @@
 // ControlSource (the TUI's live data source) against a REAL server and agent on loopback.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandSchema, FollowOutputResponseSchema, GetCommandResponseSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { ControlClient } from "../../client/control-client.js";
 import type { AgentDaemon } from "../../shells/agent/agent-daemon.js";
 import { ControlSource, TAIL_EVENTS } from "../../tui/sources/control-source.js";
@@ -277,8 +279,71 @@ describe("control source (live server)", () => {
       src.followOutput(uuid, true);
       src.moveOutput(uuid, "end");
       await waitFor("the end again", () => src.output(uuid).finished && src.output(uuid).window!.next === events + 1);
+      // Settled: a reader that was near the end is not replaced afterwards by a window opened in parallel.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(src.output(uuid).finished).toBe(true);
       expect(src.output(uuid).window!.before).toBeGreaterThanOrEqual(wasNear ? beforeThen : events - TAIL_EVENTS);
       expect(src.output(uuid).lines.at(-2)!.text).toBe("900000");
+    } finally {
+      src.close();
+    }
+  });
+
+  it("End on a reader paused within TAIL_EVENTS of the end reads on from there: no second window, no refetch", async () => {
+    // A made-up finished command of 100 events of 1,000 lines each, served by a fake FollowOutput that
+    // honours fromEventSeq: from the start the pane holds PANE_MAX_LINES (20 events) and pauses; each
+    // "later" reads on half a pane (10 events) until the reader pauses within TAIL_EVENTS of the end.
+    const uuid = "fake-near-end";
+    const events = 100;
+    const linesPerEvent = 1000;
+    const enc = new TextEncoder();
+    const command = create(CommandSchema, { issueUuid: uuid, clientId: "tui-a", state: L.SUCCEEDED, revision: 5n, storedThroughEventSeq: BigInt(events) });
+    const follows: number[] = [];
+    const { client, calls } = counting(s.controlUrl, {
+      getCommand: async () => create(GetCommandResponseSchema, { command }),
+      followOutput: async function* (...a: unknown[]) {
+        const req = a[0] as { fromEventSeq: bigint };
+        follows.push(Number(req.fromEventSeq));
+        for (let seq = Math.max(1, Number(req.fromEventSeq)); seq <= events; seq++) {
+          const text = `${Array.from({ length: linesPerEvent }, (_, i) => `e${seq} l${i}`).join("\n")}\n`;
+          yield create(FollowOutputResponseSchema, {
+            issueUuid: uuid,
+            eventSeq: BigInt(seq),
+            item: { case: "output", value: { stream: 1, streamOffset: BigInt((seq - 1) * text.length), data: enc.encode(text) } },
+          });
+        }
+        yield create(FollowOutputResponseSchema, { issueUuid: uuid, eventSeq: BigInt(events), item: { case: "finished", value: command } });
+      },
+    });
+    const src = new ControlSource({ baseUrl: s.controlUrl, token: OPERATOR_TOKEN, client });
+    try {
+      src.watchOutput(uuid);
+      await waitFor("the end", () => src.output(uuid).finished);
+      src.followOutput(uuid, false);
+      src.moveOutput(uuid, "start");
+      await waitFor("paused", () => src.output(uuid).window?.paused);
+      for (let i = 0; i < 20 && src.output(uuid).window!.next + TAIL_EVENTS <= events; i++) {
+        const next = src.output(uuid).window!.next;
+        src.moveOutput(uuid, "later");
+        await waitFor("read on, then paused", () => src.output(uuid).window!.next > next && src.output(uuid).window!.paused);
+      }
+      const o = src.output(uuid);
+      expect(o.finished).toBe(false);
+      expect(o.window!.paused).toBe(true);
+      expect(o.window!.next + TAIL_EVENTS).toBeGreaterThan(events);
+      const beforeThen = o.window!.before;
+      const gets = calls.get("getCommand") ?? 0;
+      const streams = follows.length;
+      // The TUI's End key: follow, then move to the end.
+      src.followOutput(uuid, true);
+      src.moveOutput(uuid, "end");
+      await waitFor("the end again", () => src.output(uuid).finished && src.output(uuid).window!.next === events + 1);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(calls.get("getCommand") ?? 0).toBe(gets);
+      expect(follows.length).toBe(streams);
+      expect(src.output(uuid).finished).toBe(true);
+      expect(src.output(uuid).window!.before).toBeGreaterThanOrEqual(beforeThen);
+      expect(src.output(uuid).lines.at(-1)!.text).toBe(`e${events} l${linesPerEvent - 1}`);
     } finally {
       src.close();
     }

@@ -282,9 +282,10 @@ export class ControlSource implements DataSource {
     const b = w.buf;
     switch (move) {
       case "end": {
-        // Already at the end, or reading close to it: just follow; otherwise a new window over the last events.
+        // Already at the end, or reading close to it (a reader paused there included: following
+        // resumes it): just follow; otherwise a new window over the last events.
         const through = b.command?.storedThrough ?? 0;
-        const near = b.finished || (!b.paused && w.stopBefore === null && w.abort !== null && b.next + TAIL_EVENTS > through);
+        const near = b.finished || (w.stopBefore === null && w.abort !== null && b.next + TAIL_EVENTS > through);
         if (near) return this.followOutput(uuid, true);
         return void this.openAtEnd(w);
       }
