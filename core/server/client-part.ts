@@ -33,6 +33,7 @@ import { MAX_OPEN_INCIDENTS_PER_CLIENT } from "../limits.js";
 import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
 import { type PrunedRow, type ServerTableName, type ServerTables, parseIncidentKey, restoreClient, rowsOf } from "./store.js";
 import { loadCommands } from "./restore.js";
+import { deactivate } from "./active.js";
 
 /** How each table's rows are assigned to a client: by key, by the row's clientId, or by its command's client. */
 export const TABLE_OWNERS = {
@@ -214,8 +215,8 @@ export function dropClientPart(st: ServerState, clientId: string): PartResult {
   st.clients.delete(clientId);
   for (const c of [...st.commands.values()]) {
     if (c.clientId !== clientId) continue;
+    deactivate(st, c);
     st.metaBytes -= c.charged;
-    st.active.delete(c.uuid);
     st.history.delete(c.uuid);
     st.commands.delete(c.uuid);
   }

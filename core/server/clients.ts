@@ -9,6 +9,7 @@ import { applyLabelChanges, formatLabels, sameLabels } from "./labels.js";
 import type { ControlRequest, ServerState } from "./server-types.js";
 import { clientDelete, clientRecord, generationFloorRecord, incidentDropRecord, reconcileDelete } from "./store.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
+import { activeCount } from "./active.js";
 
 /** A submit, authorize or revoke named a client id the server has no record of. */
 export function unknownClientMessage(st: ServerState, clientId: string): string {
@@ -89,8 +90,7 @@ export function forgetClient(st: ServerState, ctx: ServerCtx, requestId: string,
   if (!client) return replyError(ctx, requestId, Code.NOT_FOUND, `unknown client ${clientId}`);
   if (client.conn !== 0)
     return replyError(ctx, requestId, Code.CONFLICT, `client ${clientId} has a live session (connection ${client.conn}); stop its agent first`);
-  let active = 0;
-  for (const uuid of st.active) if (st.commands.get(uuid)!.clientId === clientId) active++;
+  const active = activeCount(st, clientId);
   if (active > 0)
     return replyError(
       ctx,

@@ -12,6 +12,7 @@ import { commandRecord, scriptDelete, stdinRowsDelete } from "./store.js";
 import { noteEnded } from "./history.js";
 import type { ServerCtx } from "./io.js";
 import { recharge } from "./metadata.js";
+import { deactivate, touch } from "./active.js";
 
 /** The outward view a durable copy of `c` would show. */
 export function viewOf(c: ServerCommand): CommittedView {
@@ -38,7 +39,9 @@ export function persistCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand
 /** Readers see a command's new view once the persist that holds it is durable (persistCommand). */
 export function releaseCommitted(st: ServerState, a: Extract<ServerDeferred, { kind: "committed" }>): void {
   const c = st.commands.get(a.uuid);
-  if (c) c.committed = a.view;
+  if (!c) return;
+  c.committed = a.view;
+  if (st.active.has(c.uuid)) touch(st, c);
 }
 
 /** Remember request_id -> number for idempotent retries, forgetting the oldest past the bound. */
@@ -72,14 +75,16 @@ export function setState(
       `silent transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`,
     );
     c.state = to;
+    touch(st, c);
     return;
   }
   assert(canTransition(c.state, to), `illegal transition ${L[c.state]} -> ${L[to]} for ${c.uuid}`);
   c.state = to;
+  touch(st, c);
   if (to === L.RUNNING && c.startedTime === 0) c.startedTime = at;
   if (isTerminal(to)) {
     c.endedTime = at;
-    st.active.delete(c.uuid);
+    deactivate(st, c);
     noteEnded(st, c, ctx.now);
     c.exit.terminalSource = source;
     if (reason) c.exit.reason = reason;

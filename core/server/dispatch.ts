@@ -23,6 +23,7 @@ import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
 import { activeCommands, persistCommand, readyConn, setState } from "./commands.js";
+import { activeSeq, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, send } from "./io.js";
@@ -31,23 +32,25 @@ import { pumpSignals } from "./signals.js";
 import { pumpStdin } from "./stdin.js";
 
 export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
-  const inflightByConn = new Map<number, number>();
-  const active = activeCommands(st);
-  for (const c of active) {
-    if (isTerminal(c.state)) continue;
-    // Queue expiry passes at the server only for commands no agent can hold.
-    if (c.state === L.QUEUED && ctx.now >= c.queueExpiry) {
-      setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
-      continue;
-    }
-    const conn = readyConn(st, c.clientId);
-    if (!conn) continue;
-    if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) {
-      inflightByConn.set(conn.conn, (inflightByConn.get(conn.conn) ?? 0) + 1);
+  // Queue expiry passes at the server only for commands no agent can hold; looked for only once one can be due.
+  if (ctx.now >= st.activeIndex.expiryFloor) expireQueued(st, ctx);
+  // Everything else concerns the commands of clients with a ready session, in submission order.
+  const mine: ServerCommand[] = [];
+  let clients = 0;
+  for (const conn of st.conns.values()) {
+    conn.inflight = 0;
+    if (conn.phase !== "ready" || readyConn(st, conn.clientId) !== conn) continue;
+    const uuids = st.activeIndex.byClient.get(conn.clientId);
+    if (!uuids) continue;
+    clients++;
+    for (const uuid of uuids) {
+      const c = st.commands.get(uuid)!;
+      mine.push(c);
+      if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) conn.inflight++;
     }
   }
-  for (const conn of st.conns.values()) conn.inflight = inflightByConn.get(conn.conn) ?? 0;
-  for (const c of active) {
+  if (clients > 1) mine.sort((a, b) => activeSeq(st, a) - activeSeq(st, b));
+  for (const c of mine) {
     if (isTerminal(c.state)) continue;
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
@@ -71,6 +74,19 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       pumpSignals(ctx, conn, c);
     }
   }
+}
+
+/** Expire every queued command whose queue expiry has passed (oldest first), then raise the floor to the next one. */
+function expireQueued(st: ServerState, ctx: ServerCtx): void {
+  let floor = Number.POSITIVE_INFINITY;
+  // Anything queued while this runs lowers the floor again (touch).
+  st.activeIndex.expiryFloor = Number.POSITIVE_INFINITY;
+  for (const c of activeCommands(st)) {
+    if (c.state !== L.QUEUED) continue;
+    if (ctx.now >= c.queueExpiry) setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
+    else if (c.queueExpiry < floor) floor = c.queueExpiry;
+  }
+  st.activeIndex.expiryFloor = Math.min(st.activeIndex.expiryFloor, floor);
 }
 
 /**
@@ -103,6 +119,7 @@ export function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: Se
   c.dispatch.dispatchedOn = conn.generation;
   c.dispatch.dispatchedAt = ctx.now;
   c.dispatch.attempts++;
+  touch(st, c);
   if (c.state === L.QUEUED) {
     // The first send waits until `dispatched` is durable: a server that crashed
     // after sending but before recording it would believe the command never
@@ -123,6 +140,7 @@ export function releaseDispatch(st: ServerState, ctx: ServerCtx, a: Extract<Serv
   if (!c || !conn || c.state !== L.DISPATCHED || c.dispatch.dispatchedOn !== generation) return;
   if (conn.phase !== "ready" || conn.generation !== generation) return; // redelivery or reconciliation takes over
   c.dispatch.dispatchedAt = ctx.now;
+  touch(st, c);
   sendDispatch(ctx, conn, c);
 }
 
@@ -174,6 +192,7 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
     setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
     const ceiling = Math.min(CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS * 2 ** Math.min(c.dispatch.attempts, 20));
     c.dispatch.nextAttemptAt = ctx.now + Math.floor(nextFloat(st.rng) * ceiling);
+    touch(st, c);
     persistCommand(st, ctx, c);
     ctx.emit({ type: "trace", event: "requeue", detail: { uuid: c.uuid, code: codeName(code), retryAt: c.dispatch.nextAttemptAt } });
     return;

@@ -13,6 +13,8 @@ import { incidentInvariants } from "./incidents.js";
 import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
+import { clientWake } from "./timers.js";
+import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 
 export function serverInvariants(st: ServerState): void {
   const liveByClient = new Map<string, number>();
@@ -49,7 +51,44 @@ export function serverInvariants(st: ServerState): void {
   incidentInvariants(st);
   auditInvariants(st);
   serverCommandInvariants(st);
+  activeIndexInvariants(st);
   jobInvariants(st);
+}
+
+/** The active index (active.ts) agrees with the commands, and every reused client wake is what a recomputation gives. */
+export function activeIndexInvariants(st: ServerState): void {
+  const ix = st.activeIndex;
+  let n = 0;
+  let charged = 0;
+  let lastSeq = 0;
+  for (const uuid of st.active) {
+    const c = st.commands.get(uuid);
+    assert(c !== undefined && !isTerminal(c.state), `${uuid}: in the active index but not an active command`);
+    assert(ix.byClient.get(c.clientId)?.has(uuid) === true, `${uuid}: missing from its client's active set`);
+    const seq = ix.seq.get(uuid);
+    assert(seq !== undefined && seq > lastSeq && seq < ix.nextSeq, `${uuid}: active order number ${seq} out of order`);
+    lastSeq = seq;
+    charged += c.charged;
+    if (c.state === L.QUEUED) assert(ix.expiryFloor <= c.queueExpiry, `${uuid}: queue expiry ${c.queueExpiry} below the expiry floor ${ix.expiryFloor}`);
+    n++;
+  }
+  let inSets = 0;
+  for (const [clientId, set] of ix.byClient) {
+    assert(set.size > 0, `empty active set kept for ${clientId}`);
+    for (const uuid of set) assert(st.commands.get(uuid)?.clientId === clientId && st.active.has(uuid), `${uuid}: in ${clientId}'s active set by mistake`);
+    inSets += set.size;
+  }
+  assert(inSets === n && ix.seq.size === n, `active index sizes ${inSets}/${ix.seq.size} != ${n}`);
+  assert(charged === ix.charged, `active metadata charge ${ix.charged} != ${charged}`);
+  for (const [clientId, cw] of ix.wakes) {
+    const uuids = ix.byClient.get(clientId);
+    assert(uuids !== undefined, `a wake kept for ${clientId}, which has no active command`);
+    const again = clientWake(st, uuids, cw.computedAt);
+    assert(
+      JSON.stringify(again) === JSON.stringify(cw),
+      `the wake kept for ${clientId} went stale (a command changed without touch): kept ${JSON.stringify(cw)}, now ${JSON.stringify(again)}`,
+    );
+  }
 }
 
 export function serverCommandInvariants(st: ServerState): void {

@@ -20,5 +20,6 @@ export function metaCharge(c: ServerCommand): number {
 export function recharge(st: ServerState, c: ServerCommand): void {
   const now = metaCharge(c);
   st.metaBytes += now - c.charged;
+  if (st.active.has(c.uuid)) st.activeIndex.charged += now - c.charged;
   c.charged = now;
 }

@@ -35,6 +35,7 @@
 //   control.ts       operator requests -> submit.ts, clients.ts, stdin.ts,
 //                    signals.ts, incidents.ts
 //   commands.ts      the command record: setState, persistCommand
+//   active.ts        the active index: per client, submission order, timers kept per client
 //   restore.ts, invariants.ts, store.ts (the storage schema), io.ts (output)
 
 import type { Step } from "../agent/agent-types.js";

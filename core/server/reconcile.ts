@@ -14,6 +14,7 @@ import { type AgentView, type ServerView, classify } from "../reconcile/classify
 import type { ClientRecord, ConnState, ServerCommand, ServerDeferred, ServerState } from "./server-types.js";
 import { reconcileRecord } from "./store.js";
 import { persistCommand, setState } from "./commands.js";
+import { touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type ServerCtx, send } from "./io.js";
@@ -93,6 +94,7 @@ export function handleSnapshot(st: ServerState, ctx: ServerCtx, conn: ConnState,
         if (c.state === L.QUEUED) break; // never dispatched: nothing to undo
         setState(st, ctx, c, L.QUEUED, "server", "", ctx.wall, false);
         c.dispatch.nextAttemptAt = 0;
+        touch(st, c);
         persistCommand(st, ctx, c);
         break;
       case "interrupt":

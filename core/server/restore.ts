@@ -14,6 +14,7 @@ import { restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
 import { restoreJobs } from "./jobs.js";
 import { recharge } from "./metadata.js";
+import { activate, newActiveIndex } from "./active.js";
 import { noteOutput } from "./retention.js";
 
 export function defaultServerConfig(): ServerConfig {
@@ -61,6 +62,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     conns: new Map(),
     commands: new Map(),
     active: new Set(),
+    activeIndex: newActiveIndex(),
     history: new Map(),
     metaBytes: 0,
     pruned: new Map(),
@@ -117,7 +119,7 @@ export function loadCommands(st: ServerState, tables: ServerTables): ServerComma
     const c = restoreCommand(r, scripts?.get(uuid) as ScriptRow | undefined);
     st.commands.set(uuid, c);
     added.push(c);
-    if (!isTerminal(c.state)) st.active.add(uuid);
+    if (!isTerminal(c.state)) activate(st, c);
     if (c.output.storedOutputBytes > 0) noteOutput(st, c, c.output.storedOutputBytes);
     recharge(st, c);
   }

@@ -446,6 +446,31 @@ export type Timer =
 
 export type TimerKind = Timer["kind"];
 
+/** A command timer and its order among equal deadlines: submission order, then queue expiry before retry. */
+export interface CommandWake {
+  at: number;
+  seq: number;
+  sub: number;
+  timer: Timer;
+}
+
+/** A client's earliest command timer (null: none ahead), as computed at `computedAt`; reusable while now < validUntil. */
+export interface ClientWake {
+  best: CommandWake | null;
+  computedAt: number;
+  validUntil: number;
+}
+
+/** The active index (active.ts explains it). */
+export interface ActiveIndex {
+  byClient: Map<string, Set<string>>;
+  seq: Map<string, number>;
+  nextSeq: number;
+  charged: number;
+  expiryFloor: number;
+  wakes: Map<string, ClientWake>;
+}
+
 export interface ServerState {
   config: ServerConfig;
   rng: RngState;
@@ -453,8 +478,10 @@ export interface ServerState {
   conns: Map<number, ConnState>;
   /** Every command ever submitted (terminal ones are history). */
   commands: Map<string, ServerCommand>;
-  /** Index: non-terminal commands. Derived; rebuilt on restore. */
+  /** Index: non-terminal commands, in submission order. Derived; rebuilt on restore. Written only by active.ts. */
   active: Set<string>;
+  /** The active commands per client, their order, charge and timer bookkeeping (active.ts). Derived. */
+  activeIndex: ActiveIndex;
   /** Index: terminal commands in the order they ended (uuid -> endedAt). Derived. */
   history: Map<string, number>;
   /** Sum of every command's `charged` bytes (metadata tier). Derived. */

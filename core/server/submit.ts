@@ -13,6 +13,7 @@ import type { ControlRequest, ServerCommand, ServerEnv, ServerState } from "./se
 import { scriptRecord } from "./store.js";
 import { unknownClientMessage } from "./clients.js";
 import { persistCommand } from "./commands.js";
+import { activate, activeCount } from "./active.js";
 import { missingMessage } from "./history.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
 
@@ -105,14 +106,9 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     if (!r.allowUnknownClient)
       return refuse(Code.NOT_FOUND, `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`);
   }
-  // One pass: this client's active commands, and the metadata all active ones hold.
-  let active = 0;
-  let activeBytes = 0;
-  for (const uuid of st.active) {
-    const a = st.commands.get(uuid)!;
-    activeBytes += a.charged;
-    if (a.clientId === r.clientId) active++;
-  }
+  // This client's active commands, and the metadata all active ones hold (both kept by the active index).
+  const active = activeCount(st, r.clientId);
+  const activeBytes = st.activeIndex.charged;
   if (active >= st.config.limits.maxActivePerClient) return refuse(Code.CAPACITY, `client ${r.clientId} has ${active} active commands`);
   // Active work may take only its share of the tier: final states and history need the rest.
   if (activeBytes + SERVER_RECORD_BASE_BYTES + specBytes.length > st.config.limits.metadataBudget * SERVER_ACTIVE_METADATA_SHARE)
@@ -152,7 +148,7 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     charged: 0,
   };
   st.commands.set(c.uuid, c);
-  st.active.add(c.uuid);
+  activate(st, c);
   persistCommand(st, ctx, c);
   if (c.script.bytes) ctx.persist(scriptRecord(c.uuid, c.script.bytes));
   ctx.emit({ type: "trace", event: "submitted", detail: { uuid: c.uuid, client: c.clientId } });

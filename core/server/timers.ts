@@ -10,7 +10,9 @@
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { heartbeatDeadline } from "../session/heartbeat.js";
-import type { ServerState, Timer } from "./server-types.js";
+import { CAPACITY_RETRY_CAP_MS } from "../limits.js";
+import type { ClientWake, CommandWake, ServerState, Timer } from "./server-types.js";
+import { readyConn } from "./commands.js";
 import { redeliveryAt, retryDue } from "./dispatch.js";
 
 export interface Wake {
@@ -41,17 +43,21 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
     if (client.authorization) take(client.authorization.expiresAt, { kind: "authorization_expiry", clientId: client.clientId });
   }
   // Command timers count only when still ahead (one already due is handled by this step's pump).
-  for (const uuid of st.active) {
-    const c = st.commands.get(uuid)!;
-    if (isTerminal(c.state)) continue;
-    if (c.state === L.QUEUED) {
-      if (c.queueExpiry > now) take(c.queueExpiry, { kind: "queue_expiry", uuid });
-      if (!retryDue(c, now) && c.dispatch.nextAttemptAt > now) take(c.dispatch.nextAttemptAt, { kind: "capacity_retry", uuid });
+  // A client without a ready session reuses its last answer while nothing of it changed (active.ts).
+  let cmd: CommandWake | null = null;
+  for (const [clientId, uuids] of st.activeIndex.byClient) {
+    let w: CommandWake | null;
+    if (readyConn(st, clientId)) {
+      st.activeIndex.wakes.delete(clientId);
+      w = clientWake(st, uuids, now).best;
     } else {
-      const at = redeliveryAt(st, c);
-      if (at !== null && at > now) take(at, { kind: "redelivery", uuid });
+      let cw = st.activeIndex.wakes.get(clientId);
+      if (!cw || now < cw.computedAt || now >= cw.validUntil) st.activeIndex.wakes.set(clientId, (cw = clientWake(st, uuids, now)));
+      w = cw.best;
     }
+    if (w && (cmd === null || earlier(w, cmd))) cmd = w;
   }
+  if (cmd) take(cmd.at, cmd.timer);
   return best;
 }
 
@@ -67,4 +73,37 @@ export function historyAge(st: ServerState, now: number): Wake | null {
     return due > now ? { at: due, timer: { kind: "history_age", uuid } } : null;
   }
   return null;
+}
+
+const earlier = (a: CommandWake, b: CommandWake): boolean => a.at < b.at || (a.at === b.at && (a.seq < b.seq || (a.seq === b.seq && a.sub < b.sub)));
+
+/**
+ * The earliest timer ahead of `now` among these commands (queue expiry,
+ * capacity retry, redelivery), and until when that answer holds while none of
+ * them changes: the first such deadline, or the instant a capacity retry
+ * counted as due because it lies implausibly far ahead (retryDue) stops being so.
+ */
+export function clientWake(st: ServerState, uuids: Iterable<string>, now: number): ClientWake {
+  let best: CommandWake | null = null;
+  let validUntil = Number.POSITIVE_INFINITY;
+  const take = (at: number, seq: number, sub: number, timer: Timer): void => {
+    const w = { at, seq, sub, timer };
+    if (best === null || earlier(w, best)) best = w;
+    if (at < validUntil) validUntil = at;
+  };
+  for (const uuid of uuids) {
+    const c = st.commands.get(uuid)!;
+    if (isTerminal(c.state)) continue;
+    const seq = st.activeIndex.seq.get(uuid)!;
+    if (c.state === L.QUEUED) {
+      if (c.queueExpiry > now) take(c.queueExpiry, seq, 0, { kind: "queue_expiry", uuid });
+      const next = c.dispatch.nextAttemptAt;
+      if (!retryDue(c, now) && next > now) take(next, seq, 1, { kind: "capacity_retry", uuid });
+      else if (next - now > CAPACITY_RETRY_CAP_MS && next - CAPACITY_RETRY_CAP_MS < validUntil) validUntil = next - CAPACITY_RETRY_CAP_MS;
+    } else {
+      const at = redeliveryAt(st, c);
+      if (at !== null && at > now) take(at, seq, 0, { kind: "redelivery", uuid });
+    }
+  }
+  return { best, computedAt: now, validUntil };
 }

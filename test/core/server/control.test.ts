@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ControlErrorSchema, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { serverInvariants, type ControlRequest } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
+import { touch } from "../../../core/server/active.js";
 import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES, MAX_INCIDENTS_KEPT, MAX_PENDING_SIGNALS, MAX_REQUEST_IDS_PER_COMMAND } from "../../../core/limits.js";
 
 import { T0, sha, type SpecInit, argv, enc, lifecycle, ServerRig } from "../../support/server-rig.js";
@@ -251,6 +252,7 @@ describe("stdin, signal, incident requests", () => {
     const r = new ServerRig();
     r.submit("off", "c1");
     r.cmd("c1").state = L.DISPATCHED; // setup: as if sent to an agent that is now away
+    touch(r.st, r.cmd("c1")); // (a write beside setState: the active index must hear of it)
     for (let i = 0; i < MAX_PENDING_SIGNALS; i++)
       expect(r.control({ op: "signal", requestId: `s${i}`, uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({ ok: true });
     expect(r.control({ op: "signal", requestId: "over", uuid: "c1", signal: SignalKind.USER1 })).toMatchObject({

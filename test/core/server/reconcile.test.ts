@@ -4,6 +4,7 @@ import { type CommandDispatch, type ReconcileRequest, ReconcileRequestSchema, Re
 import { CommandLifecycle as L, OutputStream } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import type { ServerEffect } from "../../../core/index.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
+import { touch } from "../../../core/server/active.js";
 import { MAX_ENVELOPE_BYTES, MAX_INCIDENTS_KEPT, MAX_RECONCILE_TARGETS } from "../../../core/limits.js";
 
 import { T0, type StateInit, enc, lifecycle, output, ServerRig } from "../../support/server-rig.js";
@@ -79,6 +80,7 @@ describe("reconciliation at the server", () => {
     });
     // setup: a retry pending 30 s ahead (within the longest retry delay, so it would hold the dispatch back), which the requeue must clear
     r.cmd("disp").dispatch.nextAttemptAt = T0 + 30_000;
+    touch(r.st, r.cmd("disp"));
     r.snapshot(d, []);
     expect(r.command("acc")).toMatchObject({ state: "interrupted", terminalSource: "server", reason: "agent lost an accepted command" });
     expect(r.incidents().map((i) => [i.issueUuid, i.kind])).toEqual([["acc", "reconcile_interrupt"]]);

@@ -23,6 +23,7 @@ import { testPorts } from "../../support/ports.js";
 
 import { plainIncident } from "../../support/pair.js";
 import { T0, sha, type EventInit, argv, of, enc, lifecycle, output, ServerRig, expectClosed } from "../../support/server-rig.js";
+import { touch } from "../../../core/server/active.js";
 
 const dispatches = (r: ServerRig, effects: ServerEffect[], conn?: number) =>
   r.sent(effects, conn, "commandDispatch").map((s) => s.env.payload.value as CommandDispatch);
@@ -351,6 +352,7 @@ describe("server edges found by the mutation run", () => {
     // setup (and the check at the end): the retry instant is internal (no view shows it)
     const retryAt = r.cmd("qa").dispatch.nextAttemptAt;
     r.cmd("qa").dispatch.nextAttemptAt = retryAt + 50_000; // make sure it lies ahead
+    touch(r.st, r.cmd("qa"));
     r.running(b, "cb");
     r.control({ op: "signal", requestId: "s", uuid: "cb", signal: SignalKind.USER1 });
     r.submit("b", "cb2");

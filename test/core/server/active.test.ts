@@ -1,0 +1,120 @@
+// The active index (core/server/active.ts): a server step costs what the
+// clients with a ready session hold, not what every client holds; the timers
+// of clients without a session still fire on time; and a command changed
+// without `touch` is caught by the invariants.
+import { describe, expect, it } from "vitest";
+import { serverStep } from "../../../core/index.js";
+import { Code } from "../../../core/errors.js";
+import { DEFAULT_QUEUE_EXPIRY_MS } from "../../../core/limits.js";
+import { activeIndexInvariants } from "../../../core/server/invariants.js";
+import type { ServerInput } from "../../../core/server/server-types.js";
+import { CommandLifecycle as L, OutputStream } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { testPorts } from "../../support/ports.js";
+import { enc, lifecycle, output, ServerRig, T0 } from "../../support/server-rig.js";
+
+/** Command records the reducer looks up during one step (its invariants are not run here). */
+function readsIn(r: ServerRig, input: ServerInput): number {
+  const commands = r.st.commands;
+  let reads = 0;
+  const get = commands.get;
+  commands.get = function (this: typeof commands, k: string) {
+    reads++;
+    return get.call(this, k);
+  };
+  try {
+    serverStep(r.st, input, r.now, { ports: testPorts }, r.now);
+  } finally {
+    commands.get = get;
+  }
+  return reads;
+}
+
+/** A server with `n` commands queued for client "off" (no session) and one running command "x" on client "a". */
+function offlineBacklog(n: number): { r: ServerRig; conn: number } {
+  const r = new ServerRig();
+  r.store = false;
+  const off = r.connect("off");
+  r.step({ type: "conn_closed", conn: off, reason: "gone" });
+  for (let i = 0; i < n; i++) r.submit("off", `q${i}`);
+  const conn = r.connect("a");
+  r.running(conn, "x");
+  return { r, conn };
+}
+
+describe("active index", () => {
+  it("R-D1: a step's lookups do not grow with the commands queued for a client without a session", () => {
+    const reads: number[] = [];
+    for (const n of [10, 400]) {
+      const { r, conn } = offlineBacklog(n);
+      r.step({ type: "tick" }); // the offline client's timers are worked out once here, then reused
+      let total = 0;
+      for (let i = 0; i < 10; i++) {
+        r.now += 10;
+        total += readsIn(r, { type: "tick" });
+      }
+      total += readsIn(r, { type: "activity", conn });
+      reads.push(total);
+      expect(r.command("q0").state).toBe("queued");
+    }
+    // The same work with 400 queued as with 10 (before the index: every active command was read
+    // at least three times per step, over 13,000 lookups here).
+    expect(reads[1]).toBe(reads[0]);
+    expect(reads[1]).toBeLessThan(100);
+  });
+
+  it("R-D1: output from a connected client is stored while hundreds wait for an offline one, and each still expires at its queue expiry", () => {
+    const { r, conn } = offlineBacklog(300);
+    r.event(conn, "x", 2, output(OutputStream.STDOUT, 0, enc("hello")));
+    expect(r.command("x").storedThrough).toBe(2);
+    r.event(conn, "x", 3, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    expect(r.command("x").state).toBe("succeeded");
+    r.step({ type: "conn_closed", conn, reason: "gone" });
+    expect(r.st.wake?.at).toBe(T0 + DEFAULT_QUEUE_EXPIRY_MS);
+    r.now = T0 + DEFAULT_QUEUE_EXPIRY_MS - 1;
+    r.step({ type: "tick" });
+    expect(r.command("q299").state).toBe("queued");
+    r.now = T0 + DEFAULT_QUEUE_EXPIRY_MS;
+    r.step({ type: "tick" });
+    for (const uuid of ["q0", "q150", "q299"]) expect(r.command(uuid).state).toBe("expired");
+    expect(r.st.activeIndex.byClient.has("off")).toBe(false);
+    expect(r.st.active.size).toBe(0);
+  });
+
+  it("R-D3: a capacity retry of a client that went away is still the wake once the client is offline", () => {
+    const r = new ServerRig();
+    const c = r.connect();
+    r.submit("a", "q1");
+    r.accept(c, "q1", false, Code.CAPACITY, "full");
+    r.step({ type: "conn_closed", conn: c, reason: "gone" });
+    const retryAt = r.cmd("q1").dispatch.nextAttemptAt; // internal: when the retry is due
+    expect(r.st.wake?.at).toBe(retryAt);
+    // Reused on the next steps (nothing of the client changed) and still right.
+    r.now += 1;
+    r.step({ type: "tick" });
+    expect(r.st.wake?.at).toBe(retryAt);
+    expect(r.st.activeIndex.wakes.has("a")).toBe(true); // internal: the kept answer
+  });
+
+  it("a command changed without touch() leaves a stale kept wake, and the invariants name it", () => {
+    const { r } = offlineBacklog(3);
+    r.step({ type: "tick" });
+    expect(r.st.activeIndex.wakes.has("off")).toBe(true); // internal: the kept answer
+    activeIndexInvariants(r.st);
+    r.cmd("q1").dispatch.nextAttemptAt = r.now + 5_000; // a write that bypasses touch()
+    expect(() => activeIndexInvariants(r.st)).toThrow(/wake kept for off went stale/);
+  });
+
+  it("the index follows submit, end, expiry floor and charge", () => {
+    const { r, conn } = offlineBacklog(2);
+    expect([...r.st.activeIndex.byClient.keys()].sort()).toEqual(["a", "off"]);
+    expect(r.st.activeIndex.expiryFloor).toBe(T0 + DEFAULT_QUEUE_EXPIRY_MS);
+    const charged = [...r.st.active].reduce((s, u) => s + r.cmd(u).charged, 0);
+    expect(r.st.activeIndex.charged).toBe(charged);
+    r.event(conn, "x", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    expect(r.st.activeIndex.byClient.has("a")).toBe(false);
+    activeIndexInvariants(r.st);
+    // A broken charge is caught.
+    r.st.activeIndex.charged += 1;
+    expect(() => activeIndexInvariants(r.st)).toThrow(/active metadata charge/);
+  });
+});
