@@ -184,6 +184,11 @@ export const MAX_CLIENTS = 10_000;
 /** Connections the server holds at once (registered or not). */
 export const MAX_SERVER_CONNECTIONS = 20_000;
 /**
+ * Stale heartbeat entries the server's deadline heap may hold beyond twice its
+ * open connections before it is rebuilt (core/server/heartbeats.ts).
+ */
+export const HEARTBEAT_HEAP_SLACK = 64;
+/**
  * Labels of one client (core/server/labels.ts): at most this many key=value
  * pairs; a set_labels request that would leave more is refused whole.
  */

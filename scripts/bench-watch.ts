@@ -44,6 +44,7 @@ for (let i = 0; i < N; i++) {
     inflight: 0,
     openedAt: now,
     snapshotReceived: true,
+    hbOrder: i + 1,
   });
 }
 for (let j = 0; j < M; j++) {

@@ -138,7 +138,10 @@ export function restoreClientPart(st: ServerState, clientId: string, part: Serve
     if (st.commands.has(uuid) || st.pruned.has(uuid)) return refused(Code.CONFLICT, `command ${uuid} is already held`);
   for (const [id] of rowsOf(part, "incident")) if (st.incidents.has(id)) return refused(Code.CONFLICT, `incident ${id} is already held`);
 
-  for (const [id, c] of rowsOf(part, "client")) st.clients.set(id, restoreClient(c));
+  for (const [id, c] of rowsOf(part, "client")) {
+    st.clients.set(id, restoreClient(c));
+    if (c.authorization) st.authorized.add(id);
+  }
   st.clientsAtRestore = Math.max(st.clientsAtRestore, st.clients.size);
   let open = 0;
   for (const [id, v] of rowsOf(part, "incident")) {

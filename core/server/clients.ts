@@ -6,7 +6,7 @@ import { Code } from "../errors.js";
 import { MAX_INSTANCE_ID_CHARS } from "../limits.js";
 import { closestClients } from "./client-names.js";
 import { applyLabelChanges, formatLabels, sameLabels } from "./labels.js";
-import type { ControlRequest, ServerState } from "./server-types.js";
+import type { ClientRecord, ControlRequest, ServerState } from "./server-types.js";
 import { clientDelete, clientRecord, generationFloorRecord, incidentDropRecord, reconcileDelete } from "./store.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
 import { activeCount } from "./active.js";
@@ -53,6 +53,7 @@ export function authorize(st: ServerState, ctx: ServerCtx, r: Extract<ControlReq
     );
   }
   client.authorization = { instanceId: id, expiresAt: ctx.now + st.config.limits.authorizationTtlMs };
+  st.authorized.add(client.clientId);
   ctx.persist(clientRecord(client));
   return reply(ctx, r.requestId, { ok: true, instanceId: id, expiresAt: client.authorization.expiresAt });
 }
@@ -150,12 +151,32 @@ export function authorizationExpired(st: ServerState, auth: { expiresAt: number 
   return auth.expiresAt <= now || auth.expiresAt - now > st.config.limits.authorizationTtlMs;
 }
 
-/** R-F5: an authorization nobody used within its TTL is dropped (durably). */
+/** R-F5: an authorization nobody used within its TTL is dropped (durably), in the order of the client records. */
 export function expireAuthorizations(st: ServerState, ctx: ServerCtx): void {
-  for (const client of st.clients.values()) {
+  let due = 0;
+  for (const client of authorizedClients(st)) if (authorizationExpired(st, client.authorization!, ctx.now)) due++;
+  if (due === 0) return;
+  for (const client of due === 1 ? authorizedClients(st) : st.clients.values()) {
     if (client.authorization && authorizationExpired(st, client.authorization, ctx.now)) {
       client.authorization = null;
+      st.authorized.delete(client.clientId);
       ctx.persist(clientRecord(client));
     }
   }
+}
+
+/**
+ * The clients holding an authorization. `st.authorized` may also name clients
+ * whose authorization was consumed, revoked or forgotten since (only setting one
+ * adds to it): those are dropped here, so walking it costs what is held, not
+ * every client record.
+ */
+export function authorizedClients(st: ServerState): ClientRecord[] {
+  const out: ClientRecord[] = [];
+  for (const id of st.authorized) {
+    const client = st.clients.get(id);
+    if (client?.authorization) out.push(client);
+    else st.authorized.delete(id);
+  }
+  return out;
 }

@@ -35,13 +35,13 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   // Queue expiry passes at the server only for commands no agent can hold; looked for only once one can be due.
   if (ctx.now >= st.activeIndex.expiryFloor) expireQueued(st, ctx);
   // Everything else concerns the commands of clients with a ready session, in submission order.
+  // (A session's `inflight` is counted afresh here and read only below.)
   const mine: ServerCommand[] = [];
   let clients = 0;
-  for (const conn of st.conns.values()) {
+  for (const [clientId, uuids] of st.activeIndex.byClient) {
+    const conn = readyConn(st, clientId);
+    if (!conn) continue;
     conn.inflight = 0;
-    if (conn.phase !== "ready" || readyConn(st, conn.clientId) !== conn) continue;
-    const uuids = st.activeIndex.byClient.get(conn.clientId);
-    if (!uuids) continue;
     clients++;
     for (const uuid of uuids) {
       const c = st.commands.get(uuid)!;

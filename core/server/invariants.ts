@@ -14,6 +14,7 @@ import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { clientWake } from "./timers.js";
+import { heartbeatInvariants } from "./heartbeats.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 
 export function serverInvariants(st: ServerState): void {
@@ -52,6 +53,7 @@ export function serverInvariants(st: ServerState): void {
   auditInvariants(st);
   serverCommandInvariants(st);
   activeIndexInvariants(st);
+  heartbeatInvariants(st, assert);
   jobInvariants(st);
 }
 

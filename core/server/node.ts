@@ -43,7 +43,7 @@ import { decodeFrame, singleFieldBytes } from "../codec/frame-codec.js";
 import { Code, assert, codeName, unreachable } from "../errors.js";
 import { serverAccepts } from "../protocol/envelopes.js";
 import * as LIM from "../limits.js";
-import { heartbeatDeadline, heartbeatDue, newHeartbeat, onActivity } from "../session/heartbeat.js";
+import { heartbeatDue, newHeartbeat, onActivity } from "../session/heartbeat.js";
 import { StepContext, releaseDurable } from "../step-context.js";
 import type { ServerDeferred, ServerEffect, ServerEnv, ServerInput, ServerState } from "./server-types.js";
 import { expireAuthorizations } from "./clients.js";
@@ -59,6 +59,7 @@ import { handleSnapshot, releaseReconcileResult } from "./reconcile.js";
 import { onCapacity, register, releaseWelcome } from "./registration.js";
 import { releaseDropOutput } from "./retention.js";
 import { nextWake } from "./timers.js";
+import { dueHeartbeats, nextConnOrder, track } from "./heartbeats.js";
 
 export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv, wall: number = now): Step<ServerState, ServerEffect> {
   const ctx: ServerCtx = new StepContext(now, wall);
@@ -89,14 +90,19 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
         inflight: 0,
         openedAt: wall,
         snapshotReceived: false,
+        hbOrder: nextConnOrder(st),
       });
+      track(st, st.conns.get(input.conn)!);
       break;
     case "conn_closed":
       dropConn(st, input.conn);
       break;
     case "activity": {
       const c = st.conns.get(input.conn);
-      if (c) onActivity(c.hb, now);
+      if (c) {
+        onActivity(c.hb, now);
+        track(st, c);
+      }
       break;
     }
     case "ingress_full":
@@ -125,6 +131,7 @@ function onFrame(st: ServerState, ctx: ServerCtx, connId: number, data: Uint8Arr
     return;
   }
   onActivity(conn.hb, ctx.now);
+  track(st, conn);
   const e = d.envelope;
   const p = e.payload;
   // core/protocol/envelopes.ts says which kinds each phase accepts.
@@ -243,11 +250,12 @@ function runReleased(st: ServerState, ctx: ServerCtx, acts: ServerDeferred[]): v
 }
 
 function tick(st: ServerState, ctx: ServerCtx): void {
-  for (const conn of [...st.conns.values()]) {
-    if (ctx.now < heartbeatDeadline(conn.hb)) continue;
+  // Only the connections whose deadline has come (heartbeats.ts), in the order they opened.
+  for (const conn of dueHeartbeats(st, ctx.now)) {
     const v = heartbeatDue(conn.hb, ctx.now);
     if (v === "ping") ctx.emit({ type: "ping", conn: conn.conn });
     else if (v === "dead") closeConn(st, ctx, conn.conn, Code.UNSPECIFIED, "heartbeat: no inbound activity for 30 s", false);
+    if (st.conns.get(conn.conn) === conn) track(st, conn);
   }
   expireAuthorizations(st, ctx);
 }

@@ -15,6 +15,7 @@ import { restoreIncidentIndex } from "./incidents.js";
 import { restoreJobs } from "./jobs.js";
 import { recharge } from "./metadata.js";
 import { activate, newActiveIndex } from "./active.js";
+import { newHeartbeatIndex } from "./heartbeats.js";
 import { noteOutput } from "./retention.js";
 
 export function defaultServerConfig(): ServerConfig {
@@ -63,6 +64,8 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     commands: new Map(),
     active: new Set(),
     activeIndex: newActiveIndex(),
+    heartbeats: newHeartbeatIndex(),
+    authorized: new Set(),
     history: new Map(),
     metaBytes: 0,
     pruned: new Map(),
@@ -88,6 +91,7 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   };
   for (const [id, c] of rowsOf(tables, "client")) {
     st.clients.set(id, restoreClient(c));
+    if (c.authorization) st.authorized.add(id);
   }
   for (const [id, v] of rowsOf(tables, "incident")) {
     st.incidents.set(id, { ...v });

@@ -1,6 +1,7 @@
 // The server node's state, inputs and effects: the contract between the pure
 // server core and whoever runs it (shells/server or sim/).
 
+import type TinyQueue from "tinyqueue";
 import type { CommandLifecycle, ExecutionSpec, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { CommonEffect } from "../effects.js";
 import type { Heartbeat } from "../session/heartbeat.js";
@@ -392,6 +393,8 @@ export interface ConnState {
   openedAt: number;
   /** The session's one ReconcileSnapshot has arrived (its result may still wait for durability). */
   snapshotReceived: boolean;
+  /** Its place in the order connections opened (heartbeats.ts: ties between equal deadlines). */
+  hbOrder: number;
 }
 
 export interface Incident {
@@ -461,6 +464,19 @@ export interface ClientWake {
   validUntil: number;
 }
 
+/** A connection's heartbeat deadline as it was when recorded (heartbeats.ts; stale once the connection's differs). */
+export interface HeartbeatEntry {
+  at: number;
+  order: number;
+  conn: number;
+}
+
+/** Every connection's heartbeat deadline, earliest first (heartbeats.ts explains it). */
+export interface HeartbeatIndex {
+  heap: TinyQueue<HeartbeatEntry>;
+  nextOrder: number;
+}
+
 /** The active index (active.ts explains it). */
 export interface ActiveIndex {
   byClient: Map<string, Set<string>>;
@@ -482,6 +498,10 @@ export interface ServerState {
   active: Set<string>;
   /** The active commands per client, their order, charge and timer bookkeeping (active.ts). Derived. */
   activeIndex: ActiveIndex;
+  /** Heartbeat deadlines of the connections, earliest first (heartbeats.ts). Derived; empty on restore. */
+  heartbeats: HeartbeatIndex;
+  /** Clients holding an unexpired-or-not-yet-expired operator authorization (clients.ts `setAuthorization`). Derived. */
+  authorized: Set<string>;
   /** Index: terminal commands in the order they ended (uuid -> endedAt). Derived. */
   history: Map<string, number>;
   /** Sum of every command's `charged` bytes (metadata tier). Derived. */

@@ -9,10 +9,11 @@
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
-import { heartbeatDeadline } from "../session/heartbeat.js";
 import { CAPACITY_RETRY_CAP_MS } from "../limits.js";
-import type { ClientWake, CommandWake, ServerState, Timer } from "./server-types.js";
+import type { ClientRecord, ClientWake, CommandWake, ServerState, Timer } from "./server-types.js";
 import { readyConn } from "./commands.js";
+import { earliestHeartbeat } from "./heartbeats.js";
+import { authorizedClients } from "./clients.js";
 import { redeliveryAt, retryDue } from "./dispatch.js";
 
 export interface Wake {
@@ -38,10 +39,26 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
     const h = historyAge(st, now);
     if (h) take(h.at, h.timer);
   }
-  for (const conn of st.conns.values()) take(heartbeatDeadline(conn.hb), { kind: "heartbeat", conn: conn.conn });
-  for (const client of st.clients.values()) {
-    if (client.authorization) take(client.authorization.expiresAt, { kind: "authorization_expiry", clientId: client.clientId });
+  const hb = earliestHeartbeat(st);
+  if (hb) take(hb.at, { kind: "heartbeat", conn: hb.conn });
+  // Of authorizations expiring at the same instant the first client record names the timer (as a walk over them would).
+  const held = authorizedClients(st);
+  let auth: ClientRecord | null = null;
+  let tie = false;
+  for (const client of held) {
+    const at = client.authorization!.expiresAt;
+    if (auth === null || at < auth.authorization!.expiresAt) [auth, tie] = [client, false];
+    else if (at === auth.authorization!.expiresAt) tie = true;
   }
+  if (auth && tie) {
+    const at = auth.authorization!.expiresAt;
+    for (const client of st.clients.values()) {
+      if (client.authorization?.expiresAt !== at) continue;
+      auth = client;
+      break;
+    }
+  }
+  if (auth) take(auth.authorization!.expiresAt, { kind: "authorization_expiry", clientId: auth.clientId });
   // Command timers count only when still ahead (one already due is handled by this step's pump).
   // A client without a ready session reuses its last answer while nothing of it changed (active.ts).
   let cmd: CommandWake | null = null;

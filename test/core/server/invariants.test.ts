@@ -188,6 +188,7 @@ describe("server invariants catch every corruption they check", () => {
         inflight: 0,
         openedAt: 0,
         snapshotReceived: false,
+        hbOrder: 0,
       });
     expect(() => serverInvariants(r.st)).toThrow(/connections over their bound/);
     const k = healthy().r;

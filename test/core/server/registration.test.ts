@@ -1,6 +1,7 @@
 // Registration at the server: connections, frames before and around the hello, fencing, identity claims and authorizations (core/server/registration.ts, clients.ts).
 // (Moved from test/core/server-node-edges.test.ts, which drove the server
 // reducer directly with hand-made agent frames.)
+import { nextConnOrder, track } from "../../../core/server/heartbeats.js";
 import { rowOf } from "../../../core/server/store.js";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
@@ -29,8 +30,8 @@ describe("connections", () => {
   it("R-W1: the server holds at most MAX_SERVER_CONNECTIONS; one more is refused before it is tracked", () => {
     const r = new ServerRig();
     const fill = (n: number) => {
-      for (let i = 0; i < n; i++)
-        // setup: connections poked in (opening MAX_SERVER_CONNECTIONS by input is slow)
+      for (let i = 0; i < n; i++) {
+        // setup: connections poked in (opening MAX_SERVER_CONNECTIONS by input is slow), with their heartbeats tracked
         r.st.conns.set(1_000_000 + i, {
           conn: 1_000_000 + i,
           phase: "hello",
@@ -44,7 +45,10 @@ describe("connections", () => {
           inflight: 0,
           openedAt: T0,
           snapshotReceived: false,
+          hbOrder: nextConnOrder(r.st),
         });
+        track(r.st, r.st.conns.get(1_000_000 + i)!);
+      }
     };
     fill(MAX_SERVER_CONNECTIONS - 1);
     r.step({ type: "conn_open", conn: 1 });
