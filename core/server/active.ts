@@ -14,6 +14,12 @@
 //   wakes            per client: the earliest command timer of its commands
 //                    (timers.ts), reused while no command of the client changed
 //                    (`touch`) and the clock is below its `validUntil`
+//   quiet            accepted or running commands the pump found nothing to
+//                    send for (`quietOn`): skipped until touched, so a fleet
+//                    where every agent runs a long command costs a step
+//                    nothing for them
+//   loud             per client, its active commands not marked quiet (only
+//                    clients with one or more): the clients the pump visits
 //
 // Every write of a field a command timer reads (state, queue expiry, the
 // dispatch times, the committed state) calls `touch`; `activeInvariants`
@@ -25,7 +31,16 @@ import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { ActiveIndex, ServerCommand, ServerState } from "./server-types.js";
 
 export function newActiveIndex(): ActiveIndex {
-  return { byClient: new Map(), seq: new Map(), nextSeq: 1, charged: 0, expiryFloor: Number.POSITIVE_INFINITY, wakes: new Map() };
+  return {
+    byClient: new Map(),
+    seq: new Map(),
+    nextSeq: 1,
+    charged: 0,
+    expiryFloor: Number.POSITIVE_INFINITY,
+    wakes: new Map(),
+    quiet: new Set(),
+    loud: new Map(),
+  };
 }
 
 /** `c` became active (submitted, or loaded from the store). */
@@ -37,6 +52,7 @@ export function activate(st: ServerState, c: ServerCommand): void {
   set.add(c.uuid);
   ix.seq.set(c.uuid, ix.nextSeq++);
   ix.charged += c.charged;
+  ix.loud.set(c.clientId, (ix.loud.get(c.clientId) ?? 0) + 1);
   touch(st, c);
 }
 
@@ -50,13 +66,43 @@ export function deactivate(st: ServerState, c: ServerCommand): void {
   ix.seq.delete(c.uuid);
   ix.charged -= c.charged;
   ix.wakes.delete(c.clientId);
+  if (!ix.quiet.delete(c.uuid)) quieter(ix, c.clientId);
+}
+
+/** The pump found nothing to send for `c` (quietOn): skip it until it is touched. */
+export function markQuiet(st: ServerState, c: ServerCommand): void {
+  const ix = st.activeIndex;
+  if (ix.quiet.has(c.uuid)) return;
+  ix.quiet.add(c.uuid);
+  quieter(ix, c.clientId);
+}
+
+function quieter(ix: ActiveIndex, clientId: string): void {
+  const n = ix.loud.get(clientId)! - 1;
+  if (n > 0) ix.loud.set(clientId, n);
+  else ix.loud.delete(clientId);
 }
 
 /** A field a command timer reads changed (or is about to, within this step). */
 export function touch(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   ix.wakes.delete(c.clientId);
+  if (ix.quiet.delete(c.uuid)) ix.loud.set(c.clientId, (ix.loud.get(c.clientId) ?? 0) + 1);
   if (c.state === L.QUEUED && c.queueExpiry < ix.expiryFloor) ix.expiryFloor = c.queueExpiry;
+}
+
+/**
+ * Nothing for the pump to do for `c` on a session of generation `g`: accepted
+ * or running, its script uploaded, every stdin write and signal already sent
+ * on this session. Visiting it would send nothing and change nothing.
+ */
+export function quietOn(c: ServerCommand, g: number): boolean {
+  if (c.state !== L.ACCEPTED && c.state !== L.RUNNING) return false;
+  if (c.script.bytes && !c.script.committed) return false;
+  const q = c.stdin.queue;
+  if (q.length > 0 && q[q.length - 1]!.seq > c.stdin.sentThrough) return false;
+  for (const s of c.signals) if (s.sentOn !== g) return false;
+  return true;
 }
 
 /** How many active commands `clientId` has. */

@@ -23,7 +23,7 @@ import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
 import { activeCommands, persistCommand, readyConn, setState } from "./commands.js";
-import { activeSeq, touch } from "./active.js";
+import { activeSeq, markQuiet, quietOn, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, send } from "./io.js";
@@ -38,12 +38,13 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   // (A session's `inflight` is counted afresh here and read only below.)
   const mine: ServerCommand[] = [];
   let clients = 0;
-  for (const [clientId, uuids] of st.activeIndex.byClient) {
+  for (const clientId of st.activeIndex.loud.keys()) {
     const conn = readyConn(st, clientId);
     if (!conn) continue;
     conn.inflight = 0;
     clients++;
-    for (const uuid of uuids) {
+    for (const uuid of st.activeIndex.byClient.get(clientId)!) {
+      if (st.activeIndex.quiet.has(uuid)) continue; // accepted or running with nothing to send (active.ts)
       const c = st.commands.get(uuid)!;
       mine.push(c);
       if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) conn.inflight++;
@@ -72,6 +73,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       pumpScript(st, ctx, conn, c, env);
       pumpStdin(st, ctx, conn, c);
       pumpSignals(ctx, conn, c);
+      if (quietOn(c, conn.generation)) markQuiet(st, c);
     }
   }
 }

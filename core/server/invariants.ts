@@ -14,6 +14,8 @@ import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { clientWake } from "./timers.js";
+import { quietOn } from "./active.js";
+import { readyConn } from "./commands.js";
 import { heartbeatInvariants } from "./heartbeats.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 
@@ -82,6 +84,19 @@ export function activeIndexInvariants(st: ServerState): void {
   }
   assert(inSets === n && ix.seq.size === n, `active index sizes ${inSets}/${ix.seq.size} != ${n}`);
   assert(charged === ix.charged, `active metadata charge ${ix.charged} != ${charged}`);
+  for (const [clientId, set] of ix.byClient) {
+    let loud = 0;
+    for (const uuid of set) if (!ix.quiet.has(uuid)) loud++;
+    assert((ix.loud.get(clientId) ?? 0) === loud, `${clientId}: ${ix.loud.get(clientId)} commands counted loud, ${loud} are`);
+  }
+  for (const [clientId, n] of ix.loud) assert(n > 0 && ix.byClient.has(clientId), `${clientId}: loud count ${n} kept without active commands`);
+  for (const uuid of ix.quiet) {
+    const c = st.commands.get(uuid);
+    assert(c !== undefined && st.active.has(uuid), `${uuid}: marked quiet but not active`);
+    const conn = readyConn(st, c.clientId);
+    // A quiet mark matters only on a ready session; a new session clears it (onSessionReady).
+    if (conn) assert(quietOn(c, conn.generation), `${uuid}: marked quiet but has something to send (a change without touch)`);
+  }
   for (const [clientId, cw] of ix.wakes) {
     const uuids = ix.byClient.get(clientId);
     assert(uuids !== undefined, `a wake kept for ${clientId}, which has no active command`);

@@ -8,7 +8,6 @@ import type { ReconcileSnapshot } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
-import { isTerminal } from "../dispatch/lifecycle.js";
 import { MAX_RECONCILE_TARGETS } from "../limits.js";
 import { type AgentView, type ServerView, classify } from "../reconcile/classify.js";
 import type { ClientRecord, ConnState, ServerCommand, ServerDeferred, ServerState } from "./server-types.js";
@@ -30,10 +29,8 @@ import { type ServerCtx, send } from "./io.js";
 export function reconcileTargets(st: ServerState, clientId: string): ServerCommand[] {
   const inFlight: ServerCommand[] = [];
   const queued: ServerCommand[] = [];
-  for (const uuid of st.active) {
+  for (const uuid of st.activeIndex.byClient.get(clientId) ?? []) {
     const c = st.commands.get(uuid)!;
-    if (isTerminal(c.state)) continue;
-    if (c.clientId !== clientId) continue;
     if (c.state === L.QUEUED) queued.push(c);
     else if (c.state === L.DISPATCHED || c.state === L.ACCEPTED || c.state === L.RUNNING) inFlight.push(c);
   }
@@ -41,15 +38,14 @@ export function reconcileTargets(st: ServerState, clientId: string): ServerComma
 }
 
 export function onSessionReady(st: ServerState, conn: ConnState): void {
-  // Resend from the last acknowledged point on the new session.
-  for (const uuid of st.active) {
+  // Resend from the last acknowledged point on the new session (and let the pump look at every command again).
+  for (const uuid of st.activeIndex.byClient.get(conn.clientId) ?? []) {
     const c = st.commands.get(uuid)!;
-    if (isTerminal(c.state)) continue;
-    if (c.clientId !== conn.clientId) continue;
     c.stdin.sentThrough = c.stdin.ackedThrough;
     c.script.sent = c.script.acked;
     c.script.commitSentOn = 0;
     for (const s of c.signals) s.sentOn = 0;
+    touch(st, c);
   }
 }
 

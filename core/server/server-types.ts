@@ -485,6 +485,8 @@ export interface ActiveIndex {
   charged: number;
   expiryFloor: number;
   wakes: Map<string, ClientWake>;
+  quiet: Set<string>;
+  loud: Map<string, number>;
 }
 
 export interface ServerState {

@@ -10,6 +10,7 @@ import { Code, type CoreError, coreError } from "../errors.js";
 import { MAX_PENDING_SIGNALS } from "../limits.js";
 import type { ConnState, ControlRequest, ServerCommand, ServerState } from "./server-types.js";
 import { persistCommand, remember, setState } from "./commands.js";
+import { touch } from "./active.js";
 import { missingMessage } from "./history.js";
 import { type ServerCtx, reply, replyError, send } from "./io.js";
 
@@ -45,6 +46,7 @@ export function signalCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand,
     return { revision: c.revision };
   }
   c.signals.push({ revision: c.revision, signal, requestId, sentOn: 0 });
+  touch(st, c);
   persistCommand(st, ctx, c);
   return { revision: c.revision };
 }

@@ -10,6 +10,7 @@ import { Code } from "../errors.js";
 import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES, STDIN_WRITES_IN_FLIGHT } from "../limits.js";
 import type { ConnState, ControlRequest, ServerCommand, ServerState } from "./server-types.js";
 import { persistCommand, remember } from "./commands.js";
+import { touch } from "./active.js";
 import { missingMessage } from "./history.js";
 import { type ServerCtx, reply, replyError, send } from "./io.js";
 import { stdinDelete, stdinRecord } from "./store.js";
@@ -60,6 +61,7 @@ export function controlStdin(st: ServerState, ctx: ServerCtx, r: Extract<Control
       requestId: r.requestId,
     };
     c.stdin.queue.push(op);
+    touch(st, c);
     c.stdin.queuedBytes += op.data.length;
     // The bytes in a row of their own, written once: the command record (rewritten with every
     // event) holds only the counters, so its size does not grow with what is queued.

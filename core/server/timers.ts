@@ -11,7 +11,6 @@ import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { CAPACITY_RETRY_CAP_MS } from "../limits.js";
 import type { ClientRecord, ClientWake, CommandWake, ServerState, Timer } from "./server-types.js";
-import { readyConn } from "./commands.js";
 import { earliestHeartbeat } from "./heartbeats.js";
 import { authorizedClients } from "./clients.js";
 import { redeliveryAt, retryDue } from "./dispatch.js";
@@ -60,18 +59,12 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
   }
   if (auth) take(auth.authorization!.expiresAt, { kind: "authorization_expiry", clientId: auth.clientId });
   // Command timers count only when still ahead (one already due is handled by this step's pump).
-  // A client without a ready session reuses its last answer while nothing of it changed (active.ts).
+  // Each client's answer is reused while none of its commands changed (active.ts `touch`) and the clock is below its validUntil.
   let cmd: CommandWake | null = null;
   for (const [clientId, uuids] of st.activeIndex.byClient) {
-    let w: CommandWake | null;
-    if (readyConn(st, clientId)) {
-      st.activeIndex.wakes.delete(clientId);
-      w = clientWake(st, uuids, now).best;
-    } else {
-      let cw = st.activeIndex.wakes.get(clientId);
-      if (!cw || now < cw.computedAt || now >= cw.validUntil) st.activeIndex.wakes.set(clientId, (cw = clientWake(st, uuids, now)));
-      w = cw.best;
-    }
+    let cw = st.activeIndex.wakes.get(clientId);
+    if (!cw || now < cw.computedAt || now >= cw.validUntil) st.activeIndex.wakes.set(clientId, (cw = clientWake(st, uuids, now)));
+    const w = cw.best;
     if (w && (cmd === null || earlier(w, cmd))) cmd = w;
   }
   if (cmd) take(cmd.at, cmd.timer);

@@ -8,9 +8,9 @@ import { Code } from "../../../core/errors.js";
 import { DEFAULT_QUEUE_EXPIRY_MS } from "../../../core/limits.js";
 import { activeIndexInvariants } from "../../../core/server/invariants.js";
 import type { ServerInput } from "../../../core/server/server-types.js";
-import { CommandLifecycle as L, OutputStream } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { testPorts } from "../../support/ports.js";
-import { enc, lifecycle, output, ServerRig, T0 } from "../../support/server-rig.js";
+import { argv, enc, lifecycle, output, ServerRig, T0 } from "../../support/server-rig.js";
 
 /** Command records the reducer looks up during one step (its invariants are not run here). */
 function readsIn(r: ServerRig, input: ServerInput): number {
@@ -93,6 +93,46 @@ describe("active index", () => {
     r.step({ type: "tick" });
     expect(r.st.wake?.at).toBe(retryAt);
     expect(r.st.activeIndex.wakes.has("a")).toBe(true); // internal: the kept answer
+  });
+
+  it("R-S1 R-S4: a step looks up no running command that has nothing to send, yet a stdin write or signal for one goes out at once", () => {
+    const reads: number[] = [];
+    let last: ServerRig | null = null;
+    let lastConn = 0;
+    for (const n of [3, 150]) {
+      const r = new ServerRig();
+      r.store = false;
+      const conns = Array.from({ length: n }, (_, i) => r.connect(`h${i}`));
+      conns.forEach((c, i) => r.running(c, `x${i}`, { ...argv("cat"), stdinOpen: true }));
+      r.step({ type: "tick" }); // the pump finds nothing to send for any of them and marks them quiet
+      let total = 0;
+      for (let i = 0; i < 10; i++) {
+        r.now += 1;
+        total += readsIn(r, { type: "activity", conn: conns[i % n]! });
+      }
+      reads.push(total);
+      [last, lastConn] = [r, conns[n - 1]!];
+    }
+    // The same lookups with 150 running as with 3 (before: every running command of every ready client, each step).
+    expect(reads[1]).toBe(reads[0]);
+    const r = last!;
+    const uuid = "x149";
+    expect(r.st.activeIndex.quiet.has(uuid)).toBe(true); // internal: the mark
+    r.control({ op: "stdin", requestId: "w1", uuid, data: enc("hi"), appendNewline: false });
+    expect(r.sent(r.log, lastConn, "stdinWrite").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid)).toEqual([uuid]);
+    r.control({ op: "signal", requestId: "s1", uuid, signal: SignalKind.USER1 });
+    expect(r.sent(r.log, lastConn, "signalCommand").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid)).toEqual([uuid]);
+  });
+
+  it("a quiet command given something to send past touch() is named by the invariants", () => {
+    const r = new ServerRig();
+    const c = r.connect("a");
+    r.running(c, "x");
+    r.step({ type: "tick" });
+    expect(r.st.activeIndex.quiet.has("x")).toBe(true); // internal: the mark
+    activeIndexInvariants(r.st);
+    r.cmd("x").signals.push({ revision: 1, signal: SignalKind.USER1, requestId: "s", sentOn: 0 }); // a write past touch()
+    expect(() => activeIndexInvariants(r.st)).toThrow(/x: marked quiet but has something to send/);
   });
 
   it("a command changed without touch() leaves a stale kept wake, and the invariants name it", () => {
