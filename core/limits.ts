@@ -189,6 +189,11 @@ export const MAX_SERVER_CONNECTIONS = 20_000;
  */
 export const HEARTBEAT_HEAP_SLACK = 64;
 /**
+ * Stale entries each of the server's kept-wake heaps may hold beyond twice the
+ * clients with active commands before they are rebuilt (core/server/timers.ts).
+ */
+export const WAKE_HEAP_SLACK = 64;
+/**
  * Labels of one client (core/server/labels.ts): at most this many key=value
  * pairs; a set_labels request that would leave more is refused whole.
  */

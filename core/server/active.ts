@@ -28,7 +28,11 @@
 // A leaf besides server-types.ts: the modules that change commands import it.
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { ActiveIndex, ServerCommand, ServerState } from "./server-types.js";
+import TinyQueue from "tinyqueue";
+import type { ActiveIndex, KeptWake, ServerCommand, ServerState } from "./server-types.js";
+
+/** Heap order of kept answers: the deadline, then submission order, then queue expiry before retry. */
+export const byTimer = (a: KeptWake, b: KeptWake): number => a.at - b.at || a.seq - b.seq || a.sub - b.sub;
 
 export function newActiveIndex(): ActiveIndex {
   return {
@@ -40,6 +44,10 @@ export function newActiveIndex(): ActiveIndex {
     wakes: new Map(),
     quiet: new Set(),
     loud: new Map(),
+    dirty: new Set(),
+    wakeHeap: new TinyQueue<KeptWake>([], byTimer),
+    recheck: new TinyQueue<KeptWake>([], byTimer),
+    wakeNow: Number.NEGATIVE_INFINITY,
   };
 }
 
@@ -66,6 +74,7 @@ export function deactivate(st: ServerState, c: ServerCommand): void {
   ix.seq.delete(c.uuid);
   ix.charged -= c.charged;
   ix.wakes.delete(c.clientId);
+  ix.dirty.add(c.clientId);
   if (!ix.quiet.delete(c.uuid)) quieter(ix, c.clientId);
 }
 
@@ -87,6 +96,7 @@ function quieter(ix: ActiveIndex, clientId: string): void {
 export function touch(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   ix.wakes.delete(c.clientId);
+  ix.dirty.add(c.clientId);
   if (ix.quiet.delete(c.uuid)) ix.loud.set(c.clientId, (ix.loud.get(c.clientId) ?? 0) + 1);
   if (c.state === L.QUEUED && c.queueExpiry < ix.expiryFloor) ix.expiryFloor = c.queueExpiry;
 }

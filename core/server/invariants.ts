@@ -15,6 +15,7 @@ import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { clientWake } from "./timers.js";
 import { quietOn } from "./active.js";
+import { WAKE_HEAP_SLACK } from "../limits.js";
 import { readyConn } from "./commands.js";
 import { heartbeatInvariants } from "./heartbeats.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -96,6 +97,20 @@ export function activeIndexInvariants(st: ServerState): void {
     const conn = readyConn(st, c.clientId);
     // A quiet mark matters only on a ready session; a new session clears it (onSessionReady).
     if (conn) assert(quietOn(c, conn.generation), `${uuid}: marked quiet but has something to send (a change without touch)`);
+  }
+  const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size + 1;
+  assert(
+    ix.wakeHeap.length <= bound && ix.recheck.length <= bound,
+    `kept-wake heaps hold ${ix.wakeHeap.length} and ${ix.recheck.length} entries (bound ${bound})`,
+  );
+  const inHeap = new Set(ix.wakeHeap.data.slice(0, ix.wakeHeap.length).map((e) => e.cw));
+  const inRecheck = new Set(ix.recheck.data.slice(0, ix.recheck.length).map((e) => e.cw));
+  for (const clientId of ix.byClient.keys()) {
+    const cw = ix.wakes.get(clientId);
+    assert(cw !== undefined || ix.dirty.has(clientId), `${clientId}: no kept wake and not marked to work one out`);
+    if (!cw) continue;
+    if (cw.best) assert(inHeap.has(cw), `${clientId}: kept wake missing from the timer heap`);
+    if (cw.validUntil < (cw.best?.at ?? Number.POSITIVE_INFINITY)) assert(inRecheck.has(cw), `${clientId}: kept wake missing from the recheck heap`);
   }
   for (const [clientId, cw] of ix.wakes) {
     const uuids = ix.byClient.get(clientId);

@@ -477,6 +477,15 @@ export interface HeartbeatIndex {
   nextOrder: number;
 }
 
+/** A client's kept answer in one of the active index's heaps: keyed by its earliest timer, or by the instant it stops holding. */
+export interface KeptWake {
+  at: number;
+  seq: number;
+  sub: number;
+  clientId: string;
+  cw: ClientWake;
+}
+
 /** The active index (active.ts explains it). */
 export interface ActiveIndex {
   byClient: Map<string, Set<string>>;
@@ -487,6 +496,13 @@ export interface ActiveIndex {
   wakes: Map<string, ClientWake>;
   quiet: Set<string>;
   loud: Map<string, number>;
+  /** Clients whose kept answer was dropped (touch) and is worked out again at the next wake. */
+  dirty: Set<string>;
+  /** Kept answers by earliest timer, and those that stop holding before it by that instant (stale entries are skipped). */
+  wakeHeap: TinyQueue<KeptWake>;
+  recheck: TinyQueue<KeptWake>;
+  /** The clock at the last wake (a clock that went back recomputes every answer). */
+  wakeNow: number;
 }
 
 export interface ServerState {

@@ -9,8 +9,10 @@
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
-import { CAPACITY_RETRY_CAP_MS } from "../limits.js";
-import type { ClientRecord, ClientWake, CommandWake, ServerState, Timer } from "./server-types.js";
+import { CAPACITY_RETRY_CAP_MS, WAKE_HEAP_SLACK } from "../limits.js";
+import TinyQueue from "tinyqueue";
+import type { ClientRecord, ClientWake, CommandWake, KeptWake, ServerState, Timer } from "./server-types.js";
+import { byTimer } from "./active.js";
 import { earliestHeartbeat } from "./heartbeats.js";
 import { authorizedClients } from "./clients.js";
 import { redeliveryAt, retryDue } from "./dispatch.js";
@@ -60,13 +62,7 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
   if (auth) take(auth.authorization!.expiresAt, { kind: "authorization_expiry", clientId: auth.clientId });
   // Command timers count only when still ahead (one already due is handled by this step's pump).
   // Each client's answer is reused while none of its commands changed (active.ts `touch`) and the clock is below its validUntil.
-  let cmd: CommandWake | null = null;
-  for (const [clientId, uuids] of st.activeIndex.byClient) {
-    let cw = st.activeIndex.wakes.get(clientId);
-    if (!cw || now < cw.computedAt || now >= cw.validUntil) st.activeIndex.wakes.set(clientId, (cw = clientWake(st, uuids, now)));
-    const w = cw.best;
-    if (w && (cmd === null || earlier(w, cmd))) cmd = w;
-  }
+  const cmd = earliestCommandWake(st, now);
   if (cmd) take(cmd.at, cmd.timer);
   return best;
 }
@@ -83,6 +79,65 @@ export function historyAge(st: ServerState, now: number): Wake | null {
     return due > now ? { at: due, timer: { kind: "history_age", uuid } } : null;
   }
   return null;
+}
+
+/**
+ * The earliest command timer ahead of `now` of any client. Each client's
+ * answer (clientWake) is kept until one of its commands is touched (then it is
+ * `dirty`) or the clock reaches its validUntil; the kept answers sit in a heap
+ * by earliest timer (ties: submission order) and, when they stop holding
+ * before that timer, in a second heap by that instant. A step works out again
+ * only what changed or ran out, and reads the top.
+ */
+function earliestCommandWake(st: ServerState, now: number): CommandWake | null {
+  const ix = st.activeIndex;
+  if (now < ix.wakeNow) for (const id of ix.byClient.keys()) ix.dirty.add(id);
+  ix.wakeNow = now;
+  for (const id of ix.dirty) refresh(st, id, now);
+  ix.dirty.clear();
+  for (let e = ix.recheck.peek(); e !== undefined && (ix.wakes.get(e.clientId) !== e.cw || e.at <= now); e = ix.recheck.peek()) {
+    ix.recheck.pop();
+    if (ix.wakes.get(e.clientId) === e.cw) refresh(st, e.clientId, now);
+  }
+  for (let e = ix.wakeHeap.peek(); e !== undefined; e = ix.wakeHeap.peek()) {
+    if (ix.wakes.get(e.clientId) !== e.cw) ix.wakeHeap.pop();
+    else if (e.at > now) return e.cw.best;
+    else {
+      ix.wakeHeap.pop();
+      refresh(st, e.clientId, now);
+    }
+  }
+  return null;
+}
+
+/** Work out `clientId`'s answer afresh and keep it (none when it has no active command). */
+function refresh(st: ServerState, clientId: string, now: number): void {
+  const ix = st.activeIndex;
+  const uuids = ix.byClient.get(clientId);
+  if (!uuids) {
+    ix.wakes.delete(clientId);
+    return;
+  }
+  const cw = clientWake(st, uuids, now);
+  ix.wakes.set(clientId, cw);
+  const b = cw.best;
+  if (b) ix.wakeHeap.push({ at: b.at, seq: b.seq, sub: b.sub, clientId, cw });
+  if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) ix.recheck.push({ at: cw.validUntil, seq: 0, sub: 0, clientId, cw });
+  const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size;
+  if (ix.wakeHeap.length > bound || ix.recheck.length > bound) rebuildKept(st);
+}
+
+function rebuildKept(st: ServerState): void {
+  const ix = st.activeIndex;
+  const byTimerEntries: KeptWake[] = [];
+  const recheckEntries: KeptWake[] = [];
+  for (const [clientId, cw] of ix.wakes) {
+    const b = cw.best;
+    if (b) byTimerEntries.push({ at: b.at, seq: b.seq, sub: b.sub, clientId, cw });
+    if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) recheckEntries.push({ at: cw.validUntil, seq: 0, sub: 0, clientId, cw });
+  }
+  ix.wakeHeap = new TinyQueue(byTimerEntries, byTimer);
+  ix.recheck = new TinyQueue(recheckEntries, byTimer);
 }
 
 const earlier = (a: CommandWake, b: CommandWake): boolean => a.at < b.at || (a.at === b.at && (a.seq < b.seq || (a.seq === b.seq && a.sub < b.sub)));

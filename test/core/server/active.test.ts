@@ -10,6 +10,7 @@ import { activeIndexInvariants } from "../../../core/server/invariants.js";
 import type { ServerInput } from "../../../core/server/server-types.js";
 import { CommandLifecycle as L, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { testPorts } from "../../support/ports.js";
+import { walked } from "../../support/walked.js";
 import { argv, enc, lifecycle, output, ServerRig, T0 } from "../../support/server-rig.js";
 
 /** Command records the reducer looks up during one step (its invariants are not run here). */
@@ -115,6 +116,10 @@ describe("active index", () => {
     }
     // The same lookups with 150 running as with 3 (before: every running command of every ready client, each step).
     expect(reads[1]).toBe(reads[0]);
+    // Nor does the next wake walk the clients: their kept answers sit in a heap (timers.ts).
+    const r0 = last!;
+    r0.now += 1;
+    expect(walked(r0.st.activeIndex.byClient, () => void readsIn(r0, { type: "activity", conn: lastConn }))).toBe(0);
     const r = last!;
     const uuid = "x149";
     expect(r.st.activeIndex.quiet.has(uuid)).toBe(true); // internal: the mark

@@ -10,32 +10,7 @@ import type { ServerInput } from "../../../core/server/server-types.js";
 import { assert } from "../../../core/errors.js";
 import { testPorts } from "../../support/ports.js";
 import { of, ServerRig, T0 } from "../../support/server-rig.js";
-
-/** Entries yielded by walks over `map` while `fn` runs (its iterators are wrapped, then the prototype's restored). */
-function walked<K, V>(map: Map<K, V>, fn: () => void): number {
-  let n = 0;
-  const m = map as unknown as Record<string | symbol, (this: unknown) => Iterator<unknown>>;
-  const names = ["values", "entries", "keys", Symbol.iterator] as const;
-  for (const k of names) {
-    const orig = m[k]!;
-    m[k] = function (this: unknown) {
-      const it = orig.call(this);
-      const next = it.next.bind(it);
-      it.next = () => {
-        const r = next();
-        if (!r.done) n++;
-        return r;
-      };
-      return it;
-    };
-  }
-  try {
-    fn();
-  } finally {
-    for (const k of names) delete m[k];
-  }
-  return n;
-}
+import { walked } from "../../support/walked.js";
 
 const raw = (r: ServerRig, input: ServerInput) => serverStep(r.st, input, r.now, { ports: testPorts }, r.now);
 
