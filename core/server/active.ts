@@ -12,8 +12,11 @@
 //   expiryFloor      never above the queue expiry of any queued command: the
 //                    pump looks for expired ones only once it is due
 //   wakes            per client: the earliest command timer of its commands
-//                    (timers.ts), reused while no command of the client changed
-//                    (`touch`) and the clock is below its `validUntil`
+//                    (timers.ts `clientWake`), kept while no command of the
+//                    client changed and the clock is below its `validUntil`;
+//                    `dirty` names the clients to work out again, and the kept
+//                    answers sit in two heaps (`wakeHeap` by timer, `recheck`
+//                    by validUntil) so the next wake reads only the top
 //   quiet            accepted or running commands the pump found nothing to
 //                    send for (`quietOn`): skipped until touched, so a fleet
 //                    where every agent runs a long command costs a step
@@ -21,9 +24,11 @@
 //   loud             per client, its active commands not marked quiet (only
 //                    clients with one or more): the clients the pump visits
 //
-// Every write of a field a command timer reads (state, queue expiry, the
-// dispatch times, the committed state) calls `touch`; `activeInvariants`
-// recomputes every reused wake and fails if one went stale.
+// Every write of a field a command timer or `quietOn` reads (state, queue
+// expiry, the dispatch times, the committed state, stdin writes, signals, a
+// new session) calls `touch`; `activeIndexInvariants` (invariants.ts)
+// recomputes every kept wake and re-judges every quiet mark, and fails if one
+// went stale.
 //
 // A leaf besides server-types.ts: the modules that change commands import it.
 
@@ -31,8 +36,9 @@ import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import TinyQueue from "tinyqueue";
 import type { ActiveIndex, KeptWake, ServerCommand, ServerState } from "./server-types.js";
 
-/** Heap order of kept answers: the deadline, then submission order, then queue expiry before retry. */
-export const byTimer = (a: KeptWake, b: KeptWake): number => a.at - b.at || a.seq - b.seq || a.sub - b.sub;
+/** The order of command timers (and of kept answers by them): the deadline, then submission order, then queue expiry before retry. */
+export const byTimer = (a: TimerOrder, b: TimerOrder): number => a.at - b.at || a.seq - b.seq || a.sub - b.sub;
+type TimerOrder = Pick<KeptWake, "at" | "seq" | "sub">;
 
 export function newActiveIndex(): ActiveIndex {
   return {

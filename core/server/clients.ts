@@ -153,16 +153,19 @@ export function authorizationExpired(st: ServerState, auth: { expiresAt: number 
 
 /** R-F5: an authorization nobody used within its TTL is dropped (durably), in the order of the client records. */
 export function expireAuthorizations(st: ServerState, ctx: ServerCtx): void {
-  let due = 0;
-  for (const client of authorizedClients(st)) if (authorizationExpired(st, client.authorization!, ctx.now)) due++;
-  if (due === 0) return;
-  for (const client of due === 1 ? authorizedClients(st) : st.clients.values()) {
-    if (client.authorization && authorizationExpired(st, client.authorization, ctx.now)) {
-      client.authorization = null;
-      st.authorized.delete(client.clientId);
-      ctx.persist(clientRecord(client));
-    }
+  const due = authorizedClients(st).filter((c) => authorizationExpired(st, c.authorization!, ctx.now));
+  for (const client of inClientOrder(st, due)) {
+    client.authorization = null;
+    st.authorized.delete(client.clientId);
+    ctx.persist(clientRecord(client));
   }
+}
+
+/** `some` in the order of the client records (walks them only when there are two or more to order). */
+export function inClientOrder(st: ServerState, some: ClientRecord[]): ClientRecord[] {
+  if (some.length < 2) return some;
+  const wanted = new Set(some);
+  return [...st.clients.values()].filter((c) => wanted.has(c));
 }
 
 /**

@@ -15,6 +15,7 @@
 // entries (earliestHeartbeat, which every step's wake asks, enforces it).
 
 import TinyQueue from "tinyqueue";
+import { assert } from "../errors.js";
 import { HEARTBEAT_HEAP_SLACK } from "../limits.js";
 import { heartbeatDeadline } from "../session/heartbeat.js";
 import type { ConnState, HeartbeatEntry, HeartbeatIndex, ServerState } from "./server-types.js";
@@ -75,7 +76,7 @@ export function dueHeartbeats(st: ServerState, now: number): ConnState[] {
 }
 
 /** Every open connection has a live entry with its current deadline, and the heap is within its bound. */
-export function heartbeatInvariants(st: ServerState, assert: (ok: boolean, msg: string) => void): void {
+export function heartbeatInvariants(st: ServerState): void {
   const ix = st.heartbeats;
   assert(ix.heap.length <= HEARTBEAT_HEAP_SLACK + 2 * st.conns.size + 1, `heartbeat heap holds ${ix.heap.length} entries for ${st.conns.size} connections`);
   const seen = new Set<number>();

@@ -56,7 +56,7 @@ export function serverInvariants(st: ServerState): void {
   auditInvariants(st);
   serverCommandInvariants(st);
   activeIndexInvariants(st);
-  heartbeatInvariants(st, assert);
+  heartbeatInvariants(st);
   jobInvariants(st);
 }
 

@@ -36,6 +36,7 @@
 //                    signals.ts, incidents.ts
 //   commands.ts      the command record: setState, persistCommand
 //   active.ts        the active index: per client, submission order, timers kept per client
+//   heartbeats.ts    every connection's heartbeat deadline in a heap
 //   restore.ts, invariants.ts, store.ts (the storage schema), io.ts (output)
 
 import type { Step } from "../agent/agent-types.js";

@@ -518,7 +518,7 @@ export interface ServerState {
   activeIndex: ActiveIndex;
   /** Heartbeat deadlines of the connections, earliest first (heartbeats.ts). Derived; empty on restore. */
   heartbeats: HeartbeatIndex;
-  /** Clients holding an unexpired-or-not-yet-expired operator authorization (clients.ts `setAuthorization`). Derived. */
+  /** Clients given an operator authorization (clients.ts `authorize`); may still name some whose one has gone since, which `authorizedClients` drops. Derived. */
   authorized: Set<string>;
   /** Index: terminal commands in the order they ended (uuid -> endedAt). Derived. */
   history: Map<string, number>;

@@ -8,13 +8,12 @@
 // expiry, retries, redelivery, pruning).
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { isTerminal } from "../dispatch/lifecycle.js";
 import { CAPACITY_RETRY_CAP_MS, WAKE_HEAP_SLACK } from "../limits.js";
 import TinyQueue from "tinyqueue";
-import type { ClientRecord, ClientWake, CommandWake, KeptWake, ServerState, Timer } from "./server-types.js";
+import type { ClientWake, CommandWake, KeptWake, ServerState, Timer } from "./server-types.js";
 import { byTimer } from "./active.js";
 import { earliestHeartbeat } from "./heartbeats.js";
-import { authorizedClients } from "./clients.js";
+import { authorizedClients, inClientOrder } from "./clients.js";
 import { redeliveryAt, retryDue } from "./dispatch.js";
 
 export interface Wake {
@@ -44,22 +43,12 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
   if (hb) take(hb.at, { kind: "heartbeat", conn: hb.conn });
   // Of authorizations expiring at the same instant the first client record names the timer (as a walk over them would).
   const held = authorizedClients(st);
-  let auth: ClientRecord | null = null;
-  let tie = false;
-  for (const client of held) {
-    const at = client.authorization!.expiresAt;
-    if (auth === null || at < auth.authorization!.expiresAt) [auth, tie] = [client, false];
-    else if (at === auth.authorization!.expiresAt) tie = true;
-  }
-  if (auth && tie) {
-    const at = auth.authorization!.expiresAt;
-    for (const client of st.clients.values()) {
-      if (client.authorization?.expiresAt !== at) continue;
-      auth = client;
-      break;
-    }
-  }
-  if (auth) take(auth.authorization!.expiresAt, { kind: "authorization_expiry", clientId: auth.clientId });
+  const at = Math.min(...held.map((c) => c.authorization!.expiresAt));
+  const [auth] = inClientOrder(
+    st,
+    held.filter((c) => c.authorization!.expiresAt === at),
+  );
+  if (auth) take(at, { kind: "authorization_expiry", clientId: auth.clientId });
   // Command timers count only when still ahead (one already due is handled by this step's pump).
   // Each client's answer is reused while none of its commands changed (active.ts `touch`) and the clock is below its validUntil.
   const cmd = earliestCommandWake(st, now);
@@ -140,8 +129,6 @@ function rebuildKept(st: ServerState): void {
   ix.recheck = new TinyQueue(recheckEntries, byTimer);
 }
 
-const earlier = (a: CommandWake, b: CommandWake): boolean => a.at < b.at || (a.at === b.at && (a.seq < b.seq || (a.seq === b.seq && a.sub < b.sub)));
-
 /**
  * The earliest timer ahead of `now` among these commands (queue expiry,
  * capacity retry, redelivery), and until when that answer holds while none of
@@ -153,12 +140,11 @@ export function clientWake(st: ServerState, uuids: Iterable<string>, now: number
   let validUntil = Number.POSITIVE_INFINITY;
   const take = (at: number, seq: number, sub: number, timer: Timer): void => {
     const w = { at, seq, sub, timer };
-    if (best === null || earlier(w, best)) best = w;
+    if (best === null || byTimer(w, best) < 0) best = w;
     if (at < validUntil) validUntil = at;
   };
   for (const uuid of uuids) {
-    const c = st.commands.get(uuid)!;
-    if (isTerminal(c.state)) continue;
+    const c = st.commands.get(uuid)!; // active: the index holds no terminal command
     const seq = st.activeIndex.seq.get(uuid)!;
     if (c.state === L.QUEUED) {
       if (c.queueExpiry > now) take(c.queueExpiry, seq, 0, { kind: "queue_expiry", uuid });

@@ -7,7 +7,6 @@ import { serverStep } from "../../../core/index.js";
 import { HEARTBEAT_DEAD_AFTER_MS, HEARTBEAT_HEAP_SLACK, HEARTBEAT_PING_AFTER_MS } from "../../../core/limits.js";
 import { heartbeatInvariants } from "../../../core/server/heartbeats.js";
 import type { ServerInput } from "../../../core/server/server-types.js";
-import { assert } from "../../../core/errors.js";
 import { testPorts } from "../../support/ports.js";
 import { of, ServerRig, T0 } from "../../support/server-rig.js";
 import { walked } from "../../support/walked.js";
@@ -57,9 +56,9 @@ describe("heartbeat deadlines", () => {
       r.step({ type: "activity", conn: a });
     }
     expect(r.st.heartbeats.heap.length).toBeLessThanOrEqual(HEARTBEAT_HEAP_SLACK + 2 * 2 + 1);
-    heartbeatInvariants(r.st, assert);
+    heartbeatInvariants(r.st);
     r.st.conns.get(a)!.hb.lastInbound += 5; // a write past track()
-    expect(() => heartbeatInvariants(r.st, assert)).toThrow(/its heartbeat deadline \d+ is not in the heartbeat heap/);
+    expect(() => heartbeatInvariants(r.st)).toThrow(/its heartbeat deadline \d+ is not in the heartbeat heap/);
   });
 });
 
