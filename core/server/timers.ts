@@ -84,6 +84,8 @@ function earliestCommandWake(st: ServerState, now: number): CommandWake | null {
   ix.wakeNow = now;
   for (const id of ix.dirty) refresh(st, id, now);
   ix.dirty.clear();
+  // A client whose last command ended shrinks the bound without a push: hold it here too.
+  keepBound(st);
   for (let e = ix.recheck.peek(); e !== undefined && (ix.wakes.get(e.clientId) !== e.cw || e.at <= now); e = ix.recheck.peek()) {
     ix.recheck.pop();
     if (ix.wakes.get(e.clientId) === e.cw) refresh(st, e.clientId, now);
@@ -112,6 +114,12 @@ function refresh(st: ServerState, clientId: string, now: number): void {
   const b = cw.best;
   if (b) ix.wakeHeap.push({ at: b.at, seq: b.seq, sub: b.sub, clientId, cw });
   if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) ix.recheck.push({ at: cw.validUntil, seq: 0, sub: 0, clientId, cw });
+  keepBound(st);
+}
+
+/** Past WAKE_HEAP_SLACK + 2 × clients with active commands (stale entries), the heaps are rebuilt from the kept answers. */
+function keepBound(st: ServerState): void {
+  const ix = st.activeIndex;
   const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size;
   if (ix.wakeHeap.length > bound || ix.recheck.length > bound) rebuildKept(st);
 }

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { serverStep } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
-import { DEFAULT_QUEUE_EXPIRY_MS } from "../../../core/limits.js";
+import { DEFAULT_QUEUE_EXPIRY_MS, WAKE_HEAP_SLACK } from "../../../core/limits.js";
 import { activeIndexInvariants } from "../../../core/server/invariants.js";
 import type { ServerInput } from "../../../core/server/server-types.js";
 import { CommandLifecycle as L, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -127,6 +127,30 @@ describe("active index", () => {
     expect(r.sent(r.log, lastConn, "stdinWrite").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid)).toEqual([uuid]);
     r.control({ op: "signal", requestId: "s1", uuid, signal: SignalKind.USER1 });
     expect(r.sent(r.log, lastConn, "signalCommand").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid)).toEqual([uuid]);
+  });
+
+  it("the kept-wake heaps stay within WAKE_HEAP_SLACK + 2 × clients when a client's last command ends (campaign seed 2523)", () => {
+    const r = new ServerRig();
+    r.store = false;
+    const clients = Array.from({ length: 8 }, (_, i) => `off${i}`);
+    for (const id of clients) {
+      r.step({ type: "conn_closed", conn: r.connect(id), reason: "gone" });
+      r.submit(id, `${id}-q`);
+    }
+    // Each submit to an offline client works its answer out again and pushes it, leaving the old entry stale.
+    let ended = 0;
+    for (let i = 0; i < 400 && ended < clients.length - 1; i++) {
+      const ix = r.st.activeIndex;
+      if (ix.wakeHeap.length >= WAKE_HEAP_SLACK + 2 * ix.byClient.size - 1) {
+        // A client's last command ends: the bound shrinks by two with no push (the rig runs the invariants after
+        // the step). The latest submitted go first: off0's entry stays the top, so no stale entry is popped.
+        const id = clients[clients.length - 2 - ended++]!;
+        r.control({ op: "signal", requestId: `k${i}`, uuid: `${id}-q`, signal: SignalKind.KILL });
+        expect(r.command(`${id}-q`).state).toBe("cancelled");
+      } else r.submit("off7", `more${i}`);
+    }
+    expect(ended).toBe(clients.length - 1);
+    expect(r.st.activeIndex.wakeHeap.length).toBeLessThanOrEqual(WAKE_HEAP_SLACK + 2 * r.st.activeIndex.byClient.size);
   });
 
   it("a quiet command given something to send past touch() is named by the invariants", () => {
