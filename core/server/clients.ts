@@ -9,7 +9,7 @@ import { applyLabelChanges, formatLabels, sameLabels } from "./labels.js";
 import type { ClientRecord, ControlRequest, ServerState } from "./server-types.js";
 import { clientDelete, clientRecord, generationFloorRecord, incidentDropRecord, reconcileDelete } from "./store.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
-import { activeCount } from "./active.js";
+import { activeCount, unpark } from "./active.js";
 
 /** A submit, authorize or revoke named a client id the server has no record of. */
 export function unknownClientMessage(st: ServerState, clientId: string): string {
@@ -114,6 +114,7 @@ export function setDraining(st: ServerState, ctx: ServerCtx, r: Extract<ControlR
   const was = client.draining;
   if (was !== r.draining) {
     client.draining = r.draining;
+    if (!r.draining) unpark(st, r.clientId);
     ctx.persist(clientRecord(client));
     ctx.emit({ type: "trace", event: r.draining ? "client_draining" : "client_undrained", detail: { client: r.clientId } });
   }

@@ -12,7 +12,7 @@ import { commandRecord, scriptDelete, stdinRowsDelete } from "./store.js";
 import { noteEnded } from "./history.js";
 import type { ServerCtx } from "./io.js";
 import { recharge } from "./metadata.js";
-import { deactivate, touch } from "./active.js";
+import { deactivate, touch, unpark } from "./active.js";
 
 /** The outward view a durable copy of `c` would show. */
 export function viewOf(c: ServerCommand): CommittedView {
@@ -69,6 +69,8 @@ export function setState(
   announce = true,
 ): void {
   assert(!isTerminal(c.state), `terminal ${L[c.state]} of ${c.uuid} may not change to ${L[to]}`);
+  // One fewer in flight: the client's queued commands may have room again (active.ts).
+  if (c.state === L.DISPATCHED && to !== L.DISPATCHED) unpark(st, c.clientId);
   if (!announce) {
     assert(
       (to === L.QUEUED || to === L.DISPATCHED) && (to === c.state || canTransition(c.state, to)),

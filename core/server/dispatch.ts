@@ -23,7 +23,7 @@ import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
 import { activeCommands, persistCommand, readyConn, setState } from "./commands.js";
-import { activeSeq, markQuiet, quietOn, touch } from "./active.js";
+import { activeSeq, blocked, markQuiet, park, quietOn, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, send } from "./io.js";
@@ -34,39 +34,39 @@ import { pumpStdin } from "./stdin.js";
 export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   // Queue expiry passes at the server only for commands no agent can hold; looked for only once one can be due.
   if (ctx.now >= st.activeIndex.expiryFloor) expireQueued(st, ctx);
-  // Everything else concerns the commands of clients with a ready session, in submission order.
-  // (A session's `inflight` is counted afresh here and read only below.)
+  // Everything else concerns the loud commands of clients with a ready session, in submission order.
+  // (A session's `inflight` is counted afresh here and read only below: every
+  // dispatched command is loud, since only accepted or running ones are quiet
+  // and only queued ones parked.)
   const mine: ServerCommand[] = [];
-  let clients = 0;
-  for (const clientId of st.activeIndex.loud.keys()) {
+  for (const [clientId, loud] of st.activeIndex.loud) {
     const conn = readyConn(st, clientId);
     if (!conn) continue;
     conn.inflight = 0;
-    clients++;
-    for (const uuid of st.activeIndex.byClient.get(clientId)!) {
-      if (st.activeIndex.quiet.has(uuid)) continue; // accepted or running with nothing to send (active.ts)
+    for (const uuid of loud) {
       const c = st.commands.get(uuid)!;
       mine.push(c);
       if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) conn.inflight++;
     }
   }
-  if (clients > 1) mine.sort((a, b) => activeSeq(st, a) - activeSeq(st, b));
+  // A loud set is in the order its commands became loud, not submitted.
+  if (mine.length > 1) mine.sort((a, b) => activeSeq(st, a) - activeSeq(st, b));
   for (const c of mine) {
     if (isTerminal(c.state)) continue;
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
-    // A command submitted in this very step may be dispatched at once: its
-    // create and its `dispatched` record then share one persist batch, and the
-    // send still waits for that batch to be durable (R-D1), one fsync not two.
-    if (c.state === L.QUEUED && retryDue(c, ctx.now)) {
-      const client = st.clients.get(c.clientId)!;
-      // Drained (rvbox drain): it stays queued; its queue expiry still applies.
-      if (client.draining) continue;
-      const cl = client.capacity;
-      const free = cl.maxRunning + cl.maxQueued - cl.running - cl.queued - conn.inflight;
-      if (free <= 0 || conn.inflight >= st.config.limits.maxInflightDispatches) continue;
-      dispatch(st, ctx, conn, c);
-      conn.inflight++;
+    if (c.state === L.QUEUED) {
+      // No room (drained, no free capacity, too many in flight): parked until
+      // the room can have grown (active.ts `unpark`); a later command of this
+      // client finds no more room in this pass, so it is parked too.
+      if (blocked(st, st.clients.get(c.clientId)!, conn.inflight)) park(st, c);
+      // A command submitted in this very step may be dispatched at once: its
+      // create and its `dispatched` record then share one persist batch, and the
+      // send still waits for that batch to be durable (R-D1), one fsync not two.
+      else if (retryDue(c, ctx.now)) {
+        dispatch(st, ctx, conn, c);
+        conn.inflight++;
+      }
     } else if (redeliveryDue(st, c, conn.generation, ctx.now)) {
       dispatch(st, ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
     } else if (c.state === L.ACCEPTED || c.state === L.RUNNING) {

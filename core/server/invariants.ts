@@ -14,7 +14,7 @@ import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { clientWake } from "./timers.js";
-import { quietOn } from "./active.js";
+import { blocked, quietOn } from "./active.js";
 import { WAKE_HEAP_SLACK } from "../limits.js";
 import { readyConn } from "./commands.js";
 import { heartbeatInvariants } from "./heartbeats.js";
@@ -85,18 +85,44 @@ export function activeIndexInvariants(st: ServerState): void {
   }
   assert(inSets === n && ix.seq.size === n, `active index sizes ${inSets}/${ix.seq.size} != ${n}`);
   assert(charged === ix.charged, `active metadata charge ${ix.charged} != ${charged}`);
+  // Each active command is exactly one of quiet, parked or loud, and the sets name no other.
   for (const [clientId, set] of ix.byClient) {
-    let loud = 0;
-    for (const uuid of set) if (!ix.quiet.has(uuid)) loud++;
-    assert((ix.loud.get(clientId) ?? 0) === loud, `${clientId}: ${ix.loud.get(clientId)} commands counted loud, ${loud} are`);
+    const loud = ix.loud.get(clientId);
+    const parked = ix.parked.get(clientId);
+    for (const uuid of set) {
+      const marks = (ix.quiet.has(uuid) ? 1 : 0) + (parked?.has(uuid) ? 1 : 0) + (loud?.has(uuid) ? 1 : 0);
+      assert(marks === 1, `${uuid}: in ${marks} of the quiet, parked and loud sets, not exactly one`);
+    }
   }
-  for (const [clientId, n] of ix.loud) assert(n > 0 && ix.byClient.has(clientId), `${clientId}: loud count ${n} kept without active commands`);
+  for (const [what, m] of [
+    ["loud", ix.loud],
+    ["parked", ix.parked],
+  ] as const) {
+    for (const [clientId, set] of m) {
+      assert(set.size > 0, `empty ${what} set kept for ${clientId}`);
+      for (const uuid of set) assert(ix.byClient.get(clientId)?.has(uuid) === true, `${uuid}: ${what} for ${clientId} but not its active command`);
+    }
+  }
   for (const uuid of ix.quiet) {
     const c = st.commands.get(uuid);
     assert(c !== undefined && st.active.has(uuid), `${uuid}: marked quiet but not active`);
+    assert(c.state === L.ACCEPTED || c.state === L.RUNNING, `${uuid}: marked quiet while ${L[c.state]} (a state change without touch)`);
     const conn = readyConn(st, c.clientId);
     // A quiet mark matters only on a ready session; a new session clears it (onSessionReady).
     if (conn) assert(quietOn(c, conn.generation), `${uuid}: marked quiet but has something to send (a change without touch)`);
+  }
+  // A parked command waits for room: on a ready session its client must still have none (else a
+  // change that grew it did not unpark, and a later loud command could take its turn).
+  for (const [clientId, set] of ix.parked) {
+    for (const uuid of set) assert(st.commands.get(uuid)?.state === L.QUEUED, `${uuid}: parked but not queued (a state change without touch)`);
+    const conn = readyConn(st, clientId);
+    if (!conn) continue;
+    let inflight = 0;
+    for (const uuid of ix.byClient.get(clientId)!) {
+      const c = st.commands.get(uuid)!;
+      if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) inflight++;
+    }
+    assert(blocked(st, st.clients.get(clientId)!, inflight), `${clientId}: ${set.size} commands parked but it has room (a change without unpark)`);
   }
   const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size + 1;
   assert(

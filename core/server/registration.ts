@@ -32,6 +32,7 @@ import { authorizationExpired } from "./clients.js";
 import { type ServerCtx, closeConn, send } from "./io.js";
 import { reconcileTargets } from "./reconcile.js";
 import { NO_LABELS } from "./labels.js";
+import { room, unpark } from "./active.js";
 
 function validHello(h: ClientHello): string | null {
   if (h.clientId.length < 1 || h.clientId.length > LIM.MAX_CLIENT_ID_CHARS || !isPrintableAscii(h.clientId))
@@ -112,6 +113,7 @@ export function register(st: ServerState, ctx: ServerCtx, conn: ConnState, h: Cl
   client.conn = conn.conn;
   client.lastSeen = ctx.wall;
   client.capacity = { running: 0, queued: 0, maxRunning: h.maxRunningCommands, maxQueued: h.maxQueuedCommands };
+  unpark(st, client.clientId); // (the new session's onSessionReady touches them all again as well)
   if (client.pendingClaim?.instanceId === h.clientInstanceId) client.pendingClaim = null;
   const auth = client.authorization;
   if (auth && authorizationExpired(st, auth, ctx.now)) client.authorization = null;
@@ -177,10 +179,12 @@ export function releaseWelcome(st: ServerState, ctx: ServerCtx, a: Extract<Serve
 /** R-W2: the agent's capacity report (capped) replaces the one its hello gave. */
 export function onCapacity(st: ServerState, conn: ConnState, v: ClientCapacity): void {
   const cl = st.clients.get(conn.clientId)!;
+  const before = room(cl.capacity);
   cl.capacity = {
     running: v.runningCommands,
     queued: v.queuedCommands,
     maxRunning: Math.min(v.maxRunningCommands, 1 << 16),
     maxQueued: Math.min(v.maxQueuedCommands, 1 << 16),
   };
+  if (room(cl.capacity) > before) unpark(st, cl.clientId);
 }

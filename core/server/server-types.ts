@@ -495,7 +495,10 @@ export interface ActiveIndex {
   expiryFloor: number;
   wakes: Map<string, ClientWake>;
   quiet: Set<string>;
-  loud: Map<string, number>;
+  /** Per client: queued commands skipped while it has no room (active.ts `park`). */
+  parked: Map<string, Set<string>>;
+  /** Per client: active commands neither quiet nor parked, the ones the pump looks at (no empty sets). */
+  loud: Map<string, Set<string>>;
   /** Clients whose kept answer was dropped (touch) and is worked out again at the next wake. */
   dirty: Set<string>;
   /** Kept answers by earliest timer, and those that stop holding before it by that instant (stale entries are skipped). */

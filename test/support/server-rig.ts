@@ -49,6 +49,7 @@ import {
   decode,
   Disk,
   droppedIncidentsOf,
+  fleetOf,
   followOf,
   incidentDropsOf,
   incidentsOf,
@@ -62,6 +63,7 @@ import {
   type Followed,
 } from "./pair.js";
 import { testPorts } from "./ports.js";
+import { sessionView } from "../../shells/server/control-service.js";
 
 export { decode, enc, lenient, sha, T0 } from "./pair.js";
 export type SpecInit = Exclude<MessageInitShape<typeof ExecutionSpecSchema>, ExecutionSpec>;
@@ -254,7 +256,8 @@ export class ServerRig {
 
   /** ListSessions' entry for a connection. */
   session(conn: number) {
-    return this.sessions().find((s) => Number(s.connection) === conn);
+    const c = this.st.conns.get(conn); // ListSessions' entry, without listing every session (rigs with thousands of agents)
+    return c ? sessionView(fleetOf(this.st, this.wallStep), c) : undefined;
   }
 
   claims() {

@@ -129,6 +129,71 @@ describe("active index", () => {
     expect(r.sent(r.log, lastConn, "signalCommand").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid)).toEqual([uuid]);
   });
 
+  it("R-D1 R-D3: a step looks up none of a backlog queued behind an agent with no free capacity", () => {
+    const reads: number[] = [];
+    for (const n of [20, 600]) {
+      const r = new ServerRig();
+      r.store = false;
+      const busy = r.connect("busy", "i", { maxRunningCommands: 2, maxQueuedCommands: 2 });
+      const other = r.connect("b");
+      for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
+      expect(r.command("q3").state).toBe("dispatched");
+      expect(r.command("q4").state).toBe("queued");
+      r.step({ type: "tick" });
+      let total = 0;
+      for (let i = 0; i < 10; i++) {
+        r.now += 1;
+        total += readsIn(r, { type: "activity", conn: i % 2 ? busy : other });
+      }
+      reads.push(total);
+    }
+    // The same lookups behind 600 as behind 20 (before: the whole backlog, every step of any agent).
+    expect(reads[1]).toBe(reads[0]);
+    expect(reads[1]).toBeLessThan(100);
+  });
+
+  it("R-D1 R-D3 R-W2: a backlog waiting for room is dispatched oldest first whenever room grows, ahead of newer commands", () => {
+    const r = new ServerRig();
+    const c = r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 1 });
+    for (const u of ["c1", "c2", "c3", "c4", "c5", "c6"]) r.submit("a", u);
+    const sent = (): string[] => r.sent(r.log, c, "commandDispatch").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid);
+    expect(sent()).toEqual(["c1", "c2"]);
+    // An answer leaves one fewer in flight: the oldest waiting goes, not the newest submitted.
+    r.submit("a", "new");
+    r.accept(c, "c1");
+    expect(sent()).toEqual(["c1", "c2", "c3"]);
+    // The agent reports more room: the next oldest fill it.
+    const capacity = (running: number, queued: number, max: number) =>
+      r.frame(c, {
+        case: "clientCapacity",
+        value: { $typeName: "rvbox.v1.ClientCapacity", runningCommands: running, queuedCommands: queued, maxRunningCommands: max, maxQueuedCommands: max },
+      });
+    capacity(1, 1, 1);
+    expect(sent()).toEqual(["c1", "c2", "c3"]); // no room: c3 still unanswered
+    r.accept(c, "c2");
+    r.accept(c, "c3");
+    capacity(1, 1, 3);
+    expect(sent()).toEqual(["c1", "c2", "c3", "c4", "c5", "c6", "new"]);
+    // Drained, then undrained: what waited goes out in order when the drain ends.
+    for (const u of ["c4", "c5", "c6", "new"]) r.accept(c, u);
+    capacity(0, 0, 8);
+    r.control({ op: "set_draining", requestId: "d1", clientId: "a", draining: true });
+    for (const u of ["d1", "d2"]) r.submit("a", u);
+    expect(sent()).not.toContain("d1");
+    r.control({ op: "set_draining", requestId: "d2", clientId: "a", draining: false });
+    expect(sent().slice(-2)).toEqual(["d1", "d2"]);
+  });
+
+  it("room that grows without unpark() leaves a parked command behind, and the invariants name it", () => {
+    const r = new ServerRig();
+    r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 0 });
+    for (const u of ["c1", "c2"]) r.submit("a", u);
+    expect(r.st.activeIndex.parked.get("a")?.has("c2")).toBe(true); // internal: the mark
+    activeIndexInvariants(r.st);
+    r.st.clients.get("a")!.capacity.maxQueued = 4; // a write that bypasses unpark()
+    expect(() => activeIndexInvariants(r.st)).toThrow(/a: 1 commands parked but it has room/);
+  });
+
   it("the kept-wake heaps stay within WAKE_HEAP_SLACK + 2 × clients when a client's last command ends (campaign seed 2523)", () => {
     const r = new ServerRig();
     r.store = false;
