@@ -194,6 +194,11 @@ export const HEARTBEAT_HEAP_SLACK = 64;
  */
 export const WAKE_HEAP_SLACK = 64;
 /**
+ * Stale entries a client's heap of parked commands may hold beyond twice its
+ * parked commands before it is rebuilt (core/server/active.ts).
+ */
+export const PARKED_HEAP_SLACK = 64;
+/**
  * Labels of one client (core/server/labels.ts): at most this many key=value
  * pairs; a set_labels request that would leave more is refused whole.
  */

@@ -23,9 +23,13 @@
 //                    nothing for them
 //   parked           per client, queued commands the pump could not dispatch
 //                    because the client had no room (`blocked`: drained, no
-//                    free capacity, or maxInflightDispatches in flight):
-//                    skipped until the room can have grown, so a backlog of
-//                    thousands behind a busy agent costs a step nothing
+//                    free capacity, or maxInflightDispatches in flight), in a
+//                    heap by submission order: skipped until the room grows,
+//                    so a backlog of thousands behind a busy agent costs a
+//                    step nothing
+//   roomGrew         clients whose room may have grown: the pump releases
+//                    their oldest parked commands, as many as the room holds
+//                    (`release`), and no more
 //   loud             per client, its active commands neither quiet nor parked
 //                    (only clients with one or more): the clients the pump
 //                    visits and the commands it looks at
@@ -34,9 +38,8 @@
 // expiry, the dispatch times, the committed state, stdin writes, signals, a
 // new session) calls `touch`, which also unparks the command. The room of a
 // client grows only when its capacity report grows (onCapacity), its drain
-// ends (setDraining), or a dispatched command leaves `dispatched` (setState):
-// each calls `unpark`, which makes all of the client's parked commands loud
-// again, and the pump re-judges them in submission order.
+// ends (setDraining), a dispatched command leaves `dispatched` (setState), or
+// it registers: each calls `unpark`, which flags the client in `roomGrew`.
 // `activeIndexInvariants` (invariants.ts) recomputes every kept wake,
 // re-judges every quiet mark and every parked client, and fails if one went
 // stale.
@@ -45,7 +48,8 @@
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import TinyQueue from "tinyqueue";
-import type { ActiveIndex, ClientRecord, KeptWake, ServerCommand, ServerState } from "./server-types.js";
+import { PARKED_HEAP_SLACK } from "../limits.js";
+import type { ActiveIndex, ClientRecord, KeptWake, ParkedQueue, ServerCommand, ServerState } from "./server-types.js";
 
 /** The order of command timers (and of kept answers by them): the deadline, then submission order, then queue expiry before retry. */
 export const byTimer = (a: TimerOrder, b: TimerOrder): number => a.at - b.at || a.seq - b.seq || a.sub - b.sub;
@@ -61,6 +65,7 @@ export function newActiveIndex(): ActiveIndex {
     wakes: new Map(),
     quiet: new Set(),
     parked: new Map(),
+    roomGrew: new Set(),
     loud: new Map(),
     dirty: new Set(),
     wakeHeap: new TinyQueue<KeptWake>([], byTimer),
@@ -93,7 +98,7 @@ export function deactivate(st: ServerState, c: ServerCommand): void {
   ix.charged -= c.charged;
   ix.wakes.delete(c.clientId);
   ix.dirty.add(c.clientId);
-  if (!ix.quiet.delete(c.uuid) && !dropFrom(ix.parked, c.clientId, c.uuid)) dropFrom(ix.loud, c.clientId, c.uuid);
+  if (!ix.quiet.delete(c.uuid) && !unparkOne(ix, c.clientId, c.uuid)) dropFrom(ix.loud, c.clientId, c.uuid);
 }
 
 /** The pump found nothing to send for `c` (quietOn): skip it until it is touched. */
@@ -103,32 +108,84 @@ export function markQuiet(st: ServerState, c: ServerCommand): void {
   ix.quiet.add(c.uuid);
 }
 
-/** The pump could not dispatch queued `c` because its client had no room (`blocked`): skip it until `unpark`. */
+type ParkedEntry = { seq: number; uuid: string };
+const bySeq = (a: ParkedEntry, b: ParkedEntry): number => a.seq - b.seq;
+
+/** The pump could not dispatch queued `c` because its client had no room (`blocked`): skip it until its room grows. */
 export function park(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   if (!dropFrom(ix.loud, c.clientId, c.uuid)) return;
-  let set = ix.parked.get(c.clientId);
-  if (!set) ix.parked.set(c.clientId, (set = new Set()));
-  set.add(c.uuid);
+  let q = ix.parked.get(c.clientId);
+  if (!q) ix.parked.set(c.clientId, (q = { live: new Set(), heap: new TinyQueue<ParkedEntry>([], bySeq) }));
+  q.live.add(c.uuid);
+  q.heap.push({ seq: ix.seq.get(c.uuid)!, uuid: c.uuid });
+  keepParkedBound(ix, q);
 }
 
-/** `clientId`'s room may have grown: the pump looks at its parked commands again, in submission order. */
+/** Past PARKED_HEAP_SLACK + 2 × parked commands (stale entries), the heap is rebuilt from those parked. */
+function keepParkedBound(ix: ActiveIndex, q: ParkedQueue): void {
+  if (q.heap.length <= PARKED_HEAP_SLACK + 2 * q.live.size) return;
+  q.heap = new TinyQueue<ParkedEntry>(
+    [...q.live].map((uuid) => ({ seq: ix.seq.get(uuid)!, uuid })),
+    bySeq,
+  );
+}
+
+/** `clientId`'s room may have grown: the pump releases its oldest parked commands, as many as the room holds (`release`). */
 export function unpark(st: ServerState, clientId: string): void {
-  const ix = st.activeIndex;
-  const set = ix.parked.get(clientId);
-  if (!set) return;
-  ix.parked.delete(clientId);
-  for (const uuid of set) makeLoud(ix, clientId, uuid);
+  if (st.activeIndex.parked.has(clientId)) st.activeIndex.roomGrew.add(clientId);
 }
 
 /**
- * No queued command of this client can be dispatched on `conn` now: it is
- * drained, its agent has no free capacity (what it reported, less the
- * `inflight` dispatches unanswered on this session), or maxInflightDispatches
- * are in flight.
+ * Hand the pump `clientId`'s oldest parked commands: every one up to and
+ * including the `n`-th whose capacity retry is due (`due`), `n` being its
+ * `places`: each due one takes a place, the others are skipped. The rest stay
+ * parked: with that many due ones ahead of them they find no place in this
+ * pass either.
  */
+export function release(st: ServerState, clientId: string, n: number, due: (c: ServerCommand) => boolean): ServerCommand[] {
+  const ix = st.activeIndex;
+  ix.roomGrew.delete(clientId);
+  const q = ix.parked.get(clientId);
+  const out: ServerCommand[] = [];
+  let placed = 0;
+  while (q && q.live.size > 0 && placed < n) {
+    const e = q.heap.pop();
+    if (e === undefined) break;
+    if (!unparkOne(ix, clientId, e.uuid)) continue; // stale: touched or ended since
+    const c = st.commands.get(e.uuid)!;
+    makeLoud(ix, clientId, e.uuid);
+    out.push(c);
+    if (due(c)) placed++;
+  }
+  return out;
+}
+
+/** Unmark one parked command (not made loud here); whether it was parked. */
+function unparkOne(ix: ActiveIndex, clientId: string, uuid: string): boolean {
+  const q = ix.parked.get(clientId);
+  if (!q?.live.delete(uuid)) return false;
+  if (q.live.size === 0) {
+    ix.parked.delete(clientId);
+    ix.roomGrew.delete(clientId);
+  } else keepParkedBound(ix, q);
+  return true;
+}
+
+/**
+ * How many more of this client's queued commands can be dispatched on its
+ * session now (0 or less: none, it is `blocked`): none while it is drained;
+ * else its agent's free capacity (what it reported, less the `inflight`
+ * dispatches unanswered on this session), at most maxInflightDispatches less
+ * those in flight.
+ */
+export function places(st: ServerState, client: ClientRecord, inflight: number): number {
+  if (client.draining) return 0;
+  return Math.min(room(client.capacity) - inflight, st.config.limits.maxInflightDispatches - inflight);
+}
+
 export function blocked(st: ServerState, client: ClientRecord, inflight: number): boolean {
-  return client.draining || room(client.capacity) - inflight <= 0 || inflight >= st.config.limits.maxInflightDispatches;
+  return places(st, client, inflight) <= 0;
 }
 
 /** The capacity a report leaves for dispatches (before what is in flight): a grown room unparks. */
@@ -155,7 +212,7 @@ export function touch(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   ix.wakes.delete(c.clientId);
   ix.dirty.add(c.clientId);
-  if (ix.quiet.delete(c.uuid) || dropFrom(ix.parked, c.clientId, c.uuid)) makeLoud(ix, c.clientId, c.uuid);
+  if (ix.quiet.delete(c.uuid) || unparkOne(ix, c.clientId, c.uuid)) makeLoud(ix, c.clientId, c.uuid);
   if (c.state === L.QUEUED && c.queueExpiry < ix.expiryFloor) ix.expiryFloor = c.queueExpiry;
 }
 

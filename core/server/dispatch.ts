@@ -23,7 +23,7 @@ import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
 import { activeCommands, persistCommand, readyConn, setState } from "./commands.js";
-import { activeSeq, blocked, markQuiet, park, quietOn, touch } from "./active.js";
+import { activeSeq, blocked, markQuiet, park, places, quietOn, release, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, send } from "./io.js";
@@ -38,15 +38,24 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   // (A session's `inflight` is counted afresh here and read only below: every
   // dispatched command is loud, since only accepted or running ones are quiet
   // and only queued ones parked.)
+  const ix = st.activeIndex;
   const mine: ServerCommand[] = [];
-  for (const [clientId, loud] of st.activeIndex.loud) {
+  // (The ids first: releasing parked commands adds to the loud sets.)
+  const visit = [...ix.loud.keys()];
+  for (const clientId of ix.roomGrew) if (!ix.loud.has(clientId)) visit.push(clientId);
+  for (const clientId of visit) {
     const conn = readyConn(st, clientId);
     if (!conn) continue;
     conn.inflight = 0;
-    for (const uuid of loud) {
+    for (const uuid of ix.loud.get(clientId) ?? []) {
       const c = st.commands.get(uuid)!;
       mine.push(c);
       if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) conn.inflight++;
+    }
+    // Its room grew: its oldest parked commands, as many as can take a place.
+    if (ix.roomGrew.has(clientId)) {
+      const n = places(st, st.clients.get(clientId)!, conn.inflight);
+      for (const c of release(st, clientId, n, (x) => retryDue(x, ctx.now))) mine.push(c);
     }
   }
   // A loud set is in the order its commands became loud, not submitted.

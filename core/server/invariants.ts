@@ -15,7 +15,7 @@ import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { clientWake } from "./timers.js";
 import { blocked, quietOn } from "./active.js";
-import { WAKE_HEAP_SLACK } from "../limits.js";
+import { PARKED_HEAP_SLACK, WAKE_HEAP_SLACK } from "../limits.js";
 import { readyConn } from "./commands.js";
 import { heartbeatInvariants } from "./heartbeats.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -88,7 +88,7 @@ export function activeIndexInvariants(st: ServerState): void {
   // Each active command is exactly one of quiet, parked or loud, and the sets name no other.
   for (const [clientId, set] of ix.byClient) {
     const loud = ix.loud.get(clientId);
-    const parked = ix.parked.get(clientId);
+    const parked = ix.parked.get(clientId)?.live;
     for (const uuid of set) {
       const marks = (ix.quiet.has(uuid) ? 1 : 0) + (parked?.has(uuid) ? 1 : 0) + (loud?.has(uuid) ? 1 : 0);
       assert(marks === 1, `${uuid}: in ${marks} of the quiet, parked and loud sets, not exactly one`);
@@ -96,7 +96,7 @@ export function activeIndexInvariants(st: ServerState): void {
   }
   for (const [what, m] of [
     ["loud", ix.loud],
-    ["parked", ix.parked],
+    ["parked", new Map([...ix.parked].map(([id, q]) => [id, q.live]))],
   ] as const) {
     for (const [clientId, set] of m) {
       assert(set.size > 0, `empty ${what} set kept for ${clientId}`);
@@ -112,9 +112,19 @@ export function activeIndexInvariants(st: ServerState): void {
     if (conn) assert(quietOn(c, conn.generation), `${uuid}: marked quiet but has something to send (a change without touch)`);
   }
   // A parked command waits for room: on a ready session its client must still have none (else a
-  // change that grew it did not unpark, and a later loud command could take its turn).
-  for (const [clientId, set] of ix.parked) {
-    for (const uuid of set) assert(st.commands.get(uuid)?.state === L.QUEUED, `${uuid}: parked but not queued (a state change without touch)`);
+  // change that grew it did not unpark, and a later loud command could take its turn). Each sits
+  // in its client's heap under its own submission order, which holds few stale entries.
+  for (const [clientId, q] of ix.parked) {
+    const inHeap = new Set<string>();
+    for (const e of q.heap.data.slice(0, q.heap.length)) {
+      assert(!q.live.has(e.uuid) || e.seq === ix.seq.get(e.uuid), `${e.uuid}: parked under order ${e.seq}, not its own`);
+      inHeap.add(e.uuid);
+    }
+    for (const uuid of q.live) {
+      assert(st.commands.get(uuid)?.state === L.QUEUED, `${uuid}: parked but not queued (a state change without touch)`);
+      assert(inHeap.has(uuid), `${uuid}: parked but missing from ${clientId}'s heap`);
+    }
+    assert(q.heap.length <= PARKED_HEAP_SLACK + 2 * q.live.size, `${clientId}'s parked heap holds ${q.heap.length} entries for ${q.live.size}`);
     const conn = readyConn(st, clientId);
     if (!conn) continue;
     let inflight = 0;
@@ -122,7 +132,12 @@ export function activeIndexInvariants(st: ServerState): void {
       const c = st.commands.get(uuid)!;
       if (c.state === L.DISPATCHED && c.dispatch.dispatchedOn === conn.generation) inflight++;
     }
-    assert(blocked(st, st.clients.get(clientId)!, inflight), `${clientId}: ${set.size} commands parked but it has room (a change without unpark)`);
+    assert(blocked(st, st.clients.get(clientId)!, inflight), `${clientId}: ${q.live.size} commands parked but it has room (a change without unpark)`);
+  }
+  // A grown room is released by the next pump pass on a ready session.
+  for (const clientId of ix.roomGrew) {
+    assert(ix.parked.has(clientId), `${clientId}: room flagged as grown without parked commands`);
+    assert(readyConn(st, clientId) === undefined, `${clientId}: room grew on a ready session and the pump did not release it`);
   }
   const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size + 1;
   assert(

@@ -486,6 +486,16 @@ export interface KeptWake {
   cw: ClientWake;
 }
 
+/**
+ * A client's parked commands (active.ts `park`): `live` names them, `heap`
+ * orders them by submission order for release oldest first; an entry whose
+ * uuid is no longer in `live` is stale and skipped.
+ */
+export interface ParkedQueue {
+  live: Set<string>;
+  heap: TinyQueue<{ seq: number; uuid: string }>;
+}
+
 /** The active index (active.ts explains it). */
 export interface ActiveIndex {
   byClient: Map<string, Set<string>>;
@@ -496,7 +506,9 @@ export interface ActiveIndex {
   wakes: Map<string, ClientWake>;
   quiet: Set<string>;
   /** Per client: queued commands skipped while it has no room (active.ts `park`). */
-  parked: Map<string, Set<string>>;
+  parked: Map<string, ParkedQueue>;
+  /** Clients whose room may have grown since the pump last looked (`unpark`): it releases their oldest parked commands. */
+  roomGrew: Set<string>;
   /** Per client: active commands neither quiet nor parked, the ones the pump looks at (no empty sets). */
   loud: Map<string, Set<string>>;
   /** Clients whose kept answer was dropped (touch) and is worked out again at the next wake. */

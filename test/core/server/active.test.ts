@@ -188,7 +188,7 @@ describe("active index", () => {
     const r = new ServerRig();
     r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 0 });
     for (const u of ["c1", "c2"]) r.submit("a", u);
-    expect(r.st.activeIndex.parked.get("a")?.has("c2")).toBe(true); // internal: the mark
+    expect(r.st.activeIndex.parked.get("a")?.live.has("c2")).toBe(true); // internal: the mark
     activeIndexInvariants(r.st);
     r.st.clients.get("a")!.capacity.maxQueued = 4; // a write that bypasses unpark()
     expect(() => activeIndexInvariants(r.st)).toThrow(/a: 1 commands parked but it has room/);

@@ -1,0 +1,143 @@
+// What one server core step costs as the fleet grows: the same step timed
+// over a small world and a large one in the same invocation, and the ratio.
+// A ratio near 1 means the step does not walk what the fleet holds (the
+// indexes in core/server/active.ts, heartbeats.ts and timers.ts; see
+// docs/ARCHITECTURE.md, "Server node"). Core steps only, in the test rig
+// with its per-step invariants off: no network, no storage. Timings are
+// printed, not asserted (tests count lookups instead: test/core/server/).
+//
+//   npx tsx scripts/bench-server-steps.ts [--small N] [--scale K]
+//
+// --small: the small world's size (default 10); --scale: how many times
+// larger each large world is than its default (default 1).
+import type { ServerEffect, ServerInput } from "../core/index.js";
+import { serverStep } from "../core/index.js";
+import { ServerRig } from "../test/support/server-rig.js";
+import { testPorts } from "../test/support/ports.js";
+
+const argv = process.argv.slice(2);
+const flag = (name: string, d: number): number => {
+  const i = argv.indexOf(`--${name}`);
+  const v = i >= 0 ? Number(argv[i + 1]) : d;
+  if (!Number.isFinite(v) || v <= 0) {
+    console.error(`--${name} wants a positive number, got ${argv[i + 1]}`);
+    process.exit(2);
+  }
+  return v;
+};
+const SMALL = flag("small", 10);
+const SCALE = flag("scale", 1);
+
+/** The rig without its per-step invariants (they walk everything, by design) and without a copy of what is persisted. */
+class Rig extends ServerRig {
+  constructor() {
+    super();
+    this.store = false;
+  }
+  override step(input: ServerInput): ServerEffect[] {
+    const effects = serverStep(this.st, input, this.now, { ports: testPorts }, this.now).effects;
+    let last: number | undefined;
+    for (const e of effects) if (e.type === "persist") last = e.id;
+    return last === undefined ? effects : [...effects, ...this.step({ type: "durable", through: last })];
+  }
+}
+
+/** Microseconds per call of `step` (the median of 5 rounds of `k` calls, after one warm-up round). */
+function perStep(k: number, step: (i: number) => void): number {
+  const rounds: number[] = [];
+  let i = 0;
+  for (let r = 0; r < 6; r++) {
+    const t0 = performance.now();
+    for (let j = 0; j < k; j++) step(i++);
+    if (r > 0) rounds.push(((performance.now() - t0) / k) * 1000);
+  }
+  return rounds.sort((a, b) => a - b)[2]!;
+}
+
+/** One activity input (an agent's frame arrived) on `conn`: the commonest step there is. */
+function activity(r: Rig, conns: number[]): (i: number) => void {
+  return (i) => {
+    r.now += 1;
+    serverStep(r.st, { type: "activity", conn: conns[i % conns.length]! }, r.now, { ports: testPorts }, r.now);
+  };
+}
+
+interface Scenario {
+  name: string;
+  large: number;
+  /** Builds a world of size n and returns the step to time. */
+  build(n: number): (i: number) => void;
+}
+
+const scenarios: Scenario[] = [
+  {
+    name: "commands queued for an offline client",
+    large: 20_000,
+    build(n) {
+      const r = new Rig();
+      r.step({ type: "conn_closed", conn: r.connect("off"), reason: "gone" });
+      for (let i = 0; i < n; i++) r.submit("off", `q${i}`);
+      const c = r.connect("a");
+      r.running(c, "x");
+      return activity(r, [c]);
+    },
+  },
+  {
+    name: "commands queued behind an agent with no free capacity",
+    large: 8_000,
+    build(n) {
+      const r = new Rig();
+      const busy = r.connect("busy", "i", { maxRunningCommands: 2, maxQueuedCommands: 2 });
+      const other = r.connect("b");
+      for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
+      return activity(r, [busy, other]);
+    },
+  },
+  {
+    name: "idle agents connected",
+    large: 5_000,
+    build(n) {
+      const r = new Rig();
+      return activity(
+        r,
+        Array.from({ length: n }, (_, i) => r.connect(`h${i}`)),
+      );
+    },
+  },
+  {
+    name: "agents each running one command",
+    large: 2_000,
+    build(n) {
+      const r = new Rig();
+      const conns = Array.from({ length: n }, (_, i) => r.connect(`h${i}`));
+      conns.forEach((c, i) => r.running(c, `x${i}`));
+      r.step({ type: "tick" });
+      return activity(r, conns);
+    },
+  },
+  {
+    name: "an agent re-registers (open, hello, snapshot) among n",
+    large: 5_000,
+    build(n) {
+      const r = new Rig();
+      for (let i = 0; i < n; i++) r.connect(`h${i}`);
+      // Each one fences its own older session, as after a network blip or a server restart.
+      return (i) => {
+        r.now += 1;
+        r.connect(`h${i % n}`);
+      };
+    },
+  },
+];
+
+console.log(`server core step, small world (n=${SMALL}) against large (scale ${SCALE}); median of 5 rounds`);
+for (const s of scenarios) perStep(500, s.build(SMALL)); // warm the JIT up on every path first
+for (const s of scenarios) {
+  const large = Math.round(s.large * SCALE);
+  const k = 2_000;
+  const small = perStep(k, s.build(SMALL));
+  const big = perStep(k, s.build(large));
+  console.log(
+    `  ${s.name.padEnd(56)} n=${String(SMALL).padStart(5)}: ${small.toFixed(1).padStart(7)} us   n=${String(large).padStart(6)}: ${big.toFixed(1).padStart(7)} us   ratio ${(big / small).toFixed(2)}x`,
+  );
+}
