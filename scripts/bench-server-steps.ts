@@ -12,7 +12,8 @@
 // larger each large world is than its default (default 1).
 import type { ServerEffect, ServerInput } from "../core/index.js";
 import { serverStep } from "../core/index.js";
-import { ServerRig } from "../test/support/server-rig.js";
+import { CommandLifecycle as L } from "../protos/gen/rvbox/v1/common_pb.js";
+import { lifecycle, ServerRig } from "../test/support/server-rig.js";
 import { testPorts } from "../test/support/ports.js";
 
 const argv = process.argv.slice(2);
@@ -91,6 +92,27 @@ const scenarios: Scenario[] = [
       const other = r.connect("b");
       for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
       return activity(r, [busy, other]);
+    },
+  },
+  {
+    name: "a command through an agent with n queued behind it",
+    large: 8_000,
+    build(n) {
+      // Accepted, running, succeeded, and one more submitted to keep the backlog at n.
+      const r = new Rig();
+      const busy = r.connect("busy", "i", { maxRunningCommands: 2, maxQueuedCommands: 2 });
+      for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
+      let oldest = 0;
+      let submitted = n;
+      return () => {
+        while (r.st.commands.get(`q${oldest}`)?.state !== L.DISPATCHED) oldest++;
+        const uuid = `q${oldest}`;
+        r.now += 1;
+        r.accept(busy, uuid);
+        r.event(busy, uuid, 1, lifecycle(L.RUNNING));
+        r.event(busy, uuid, 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+        r.submit("busy", `q${submitted++}`);
+      };
     },
   },
   {

@@ -11,12 +11,12 @@
 //   charged          the metadata charge of the active commands (submit's budget)
 //   expiryFloor      never above the queue expiry of any queued command: the
 //                    pump looks for expired ones only once it is due
-//   wakes            per client: the earliest command timer of its commands
-//                    (timers.ts `clientWake`), kept while no command of the
-//                    client changed and the clock is below its `validUntil`;
-//                    `dirty` names the clients to work out again, and the kept
-//                    answers sit in two heaps (`wakeHeap` by timer, `recheck`
-//                    by validUntil) so the next wake reads only the top
+//   wakes            per active command: its earliest timer (timers.ts
+//                    `commandsWake`), kept while the command did not change
+//                    and the clock is below its `validUntil`; `dirty` names
+//                    the commands to work out again, and the kept answers sit
+//                    in two heaps (`wakeHeap` by timer, `recheck` by
+//                    validUntil) so the next wake reads only the top
 //   quiet            accepted or running commands the pump found nothing to
 //                    send for (`quietOn`): skipped until touched, so a fleet
 //                    where every agent runs a long command costs a step
@@ -96,8 +96,8 @@ export function deactivate(st: ServerState, c: ServerCommand): void {
   if (set?.size === 0) ix.byClient.delete(c.clientId);
   ix.seq.delete(c.uuid);
   ix.charged -= c.charged;
-  ix.wakes.delete(c.clientId);
-  ix.dirty.add(c.clientId);
+  ix.wakes.delete(c.uuid);
+  ix.dirty.add(c.uuid);
   if (!ix.quiet.delete(c.uuid) && !unparkOne(ix, c.clientId, c.uuid)) dropFrom(ix.loud, c.clientId, c.uuid);
 }
 
@@ -210,8 +210,8 @@ function dropFrom(m: Map<string, Set<string>>, clientId: string, uuid: string): 
 /** A field a command timer reads changed (or is about to, within this step). */
 export function touch(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
-  ix.wakes.delete(c.clientId);
-  ix.dirty.add(c.clientId);
+  ix.wakes.delete(c.uuid);
+  ix.dirty.add(c.uuid);
   if (ix.quiet.delete(c.uuid) || unparkOne(ix, c.clientId, c.uuid)) makeLoud(ix, c.clientId, c.uuid);
   if (c.state === L.QUEUED && c.queueExpiry < ix.expiryFloor) ix.expiryFloor = c.queueExpiry;
 }

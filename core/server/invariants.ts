@@ -13,7 +13,7 @@ import { incidentInvariants } from "./incidents.js";
 import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
-import { clientWake } from "./timers.js";
+import { commandsWake } from "./timers.js";
 import { blocked, quietOn } from "./active.js";
 import { PARKED_HEAP_SLACK, WAKE_HEAP_SLACK } from "../limits.js";
 import { readyConn } from "./commands.js";
@@ -139,27 +139,26 @@ export function activeIndexInvariants(st: ServerState): void {
     assert(ix.parked.has(clientId), `${clientId}: room flagged as grown without parked commands`);
     assert(readyConn(st, clientId) === undefined, `${clientId}: room grew on a ready session and the pump did not release it`);
   }
-  const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size + 1;
+  const bound = WAKE_HEAP_SLACK + 2 * st.active.size + 1;
   assert(
     ix.wakeHeap.length <= bound && ix.recheck.length <= bound,
     `kept-wake heaps hold ${ix.wakeHeap.length} and ${ix.recheck.length} entries (bound ${bound})`,
   );
   const inHeap = new Set(ix.wakeHeap.data.slice(0, ix.wakeHeap.length).map((e) => e.cw));
   const inRecheck = new Set(ix.recheck.data.slice(0, ix.recheck.length).map((e) => e.cw));
-  for (const clientId of ix.byClient.keys()) {
-    const cw = ix.wakes.get(clientId);
-    assert(cw !== undefined || ix.dirty.has(clientId), `${clientId}: no kept wake and not marked to work one out`);
+  for (const uuid of st.active) {
+    const cw = ix.wakes.get(uuid);
+    assert(cw !== undefined || ix.dirty.has(uuid), `${uuid}: no kept wake and not marked to work one out`);
     if (!cw) continue;
-    if (cw.best) assert(inHeap.has(cw), `${clientId}: kept wake missing from the timer heap`);
-    if (cw.validUntil < (cw.best?.at ?? Number.POSITIVE_INFINITY)) assert(inRecheck.has(cw), `${clientId}: kept wake missing from the recheck heap`);
+    if (cw.best) assert(inHeap.has(cw), `${uuid}: kept wake missing from the timer heap`);
+    if (cw.validUntil < (cw.best?.at ?? Number.POSITIVE_INFINITY)) assert(inRecheck.has(cw), `${uuid}: kept wake missing from the recheck heap`);
   }
-  for (const [clientId, cw] of ix.wakes) {
-    const uuids = ix.byClient.get(clientId);
-    assert(uuids !== undefined, `a wake kept for ${clientId}, which has no active command`);
-    const again = clientWake(st, uuids, cw.computedAt);
+  for (const [uuid, cw] of ix.wakes) {
+    assert(st.active.has(uuid), `a wake kept for ${uuid}, which is not active`);
+    const again = commandsWake(st, [uuid], cw.computedAt);
     assert(
       JSON.stringify(again) === JSON.stringify(cw),
-      `the wake kept for ${clientId} went stale (a command changed without touch): kept ${JSON.stringify(cw)}, now ${JSON.stringify(again)}`,
+      `the wake kept for ${uuid} went stale (it changed without touch): kept ${JSON.stringify(cw)}, now ${JSON.stringify(again)}`,
     );
   }
 }

@@ -457,8 +457,8 @@ export interface CommandWake {
   timer: Timer;
 }
 
-/** A client's earliest command timer (null: none ahead), as computed at `computedAt`; reusable while now < validUntil. */
-export interface ClientWake {
+/** A command's earliest timer (null: none ahead), as computed at `computedAt`; reusable while now < validUntil. */
+export interface WakeAnswer {
   best: CommandWake | null;
   computedAt: number;
   validUntil: number;
@@ -482,8 +482,8 @@ export interface KeptWake {
   at: number;
   seq: number;
   sub: number;
-  clientId: string;
-  cw: ClientWake;
+  uuid: string;
+  cw: WakeAnswer;
 }
 
 /**
@@ -503,7 +503,7 @@ export interface ActiveIndex {
   nextSeq: number;
   charged: number;
   expiryFloor: number;
-  wakes: Map<string, ClientWake>;
+  wakes: Map<string, WakeAnswer>;
   quiet: Set<string>;
   /** Per client: queued commands skipped while it has no room (active.ts `park`). */
   parked: Map<string, ParkedQueue>;
@@ -511,7 +511,7 @@ export interface ActiveIndex {
   roomGrew: Set<string>;
   /** Per client: active commands neither quiet nor parked, the ones the pump looks at (no empty sets). */
   loud: Map<string, Set<string>>;
-  /** Clients whose kept answer was dropped (touch) and is worked out again at the next wake. */
+  /** Commands whose kept answer was dropped (touch, deactivate) and is worked out again at the next wake. */
   dirty: Set<string>;
   /** Kept answers by earliest timer, and those that stop holding before it by that instant (stale entries are skipped). */
   wakeHeap: TinyQueue<KeptWake>;

@@ -10,7 +10,7 @@
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { CAPACITY_RETRY_CAP_MS, WAKE_HEAP_SLACK } from "../limits.js";
 import TinyQueue from "tinyqueue";
-import type { ClientWake, CommandWake, KeptWake, ServerState, Timer } from "./server-types.js";
+import type { CommandWake, KeptWake, ServerState, Timer, WakeAnswer } from "./server-types.js";
 import { byTimer } from "./active.js";
 import { earliestHeartbeat } from "./heartbeats.js";
 import { authorizedClients, inClientOrder } from "./clients.js";
@@ -50,7 +50,7 @@ export function nextWake(st: ServerState, now: number, backlog: boolean): Wake |
   );
   if (auth) take(at, { kind: "authorization_expiry", clientId: auth.clientId });
   // Command timers count only when still ahead (one already due is handled by this step's pump).
-  // Each client's answer is reused while none of its commands changed (active.ts `touch`) and the clock is below its validUntil.
+  // Each command's answer is reused while it did not change (active.ts `touch`) and the clock is below its validUntil.
   const cmd = earliestCommandWake(st, now);
   if (cmd) take(cmd.at, cmd.timer);
   return best;
@@ -71,56 +71,56 @@ export function historyAge(st: ServerState, now: number): Wake | null {
 }
 
 /**
- * The earliest command timer ahead of `now` of any client. Each client's
- * answer (clientWake) is kept until one of its commands is touched (then it is
- * `dirty`) or the clock reaches its validUntil; the kept answers sit in a heap
- * by earliest timer (ties: submission order) and, when they stop holding
+ * The earliest command timer ahead of `now`. Each active command's answer
+ * (`commandsWake` of it alone) is kept until the command is touched (then it
+ * is `dirty`) or the clock reaches its validUntil; the kept answers sit in a
+ * heap by earliest timer (ties: submission order) and, when they stop holding
  * before that timer, in a second heap by that instant. A step works out again
- * only what changed or ran out, and reads the top.
+ * only the commands that changed or ran out, and reads the top: a client's
+ * backlog of thousands is not walked when one of its commands changes.
  */
 function earliestCommandWake(st: ServerState, now: number): CommandWake | null {
   const ix = st.activeIndex;
-  if (now < ix.wakeNow) for (const id of ix.byClient.keys()) ix.dirty.add(id);
+  if (now < ix.wakeNow) for (const uuid of st.active) ix.dirty.add(uuid);
   ix.wakeNow = now;
-  for (const id of ix.dirty) refresh(st, id, now);
+  for (const uuid of ix.dirty) refresh(st, uuid, now);
   ix.dirty.clear();
-  // A client whose last command ended shrinks the bound without a push: hold it here too.
+  // A command that ended shrinks the bound without a push: hold it here too.
   keepBound(st);
-  for (let e = ix.recheck.peek(); e !== undefined && (ix.wakes.get(e.clientId) !== e.cw || e.at <= now); e = ix.recheck.peek()) {
+  for (let e = ix.recheck.peek(); e !== undefined && (ix.wakes.get(e.uuid) !== e.cw || e.at <= now); e = ix.recheck.peek()) {
     ix.recheck.pop();
-    if (ix.wakes.get(e.clientId) === e.cw) refresh(st, e.clientId, now);
+    if (ix.wakes.get(e.uuid) === e.cw) refresh(st, e.uuid, now);
   }
   for (let e = ix.wakeHeap.peek(); e !== undefined; e = ix.wakeHeap.peek()) {
-    if (ix.wakes.get(e.clientId) !== e.cw) ix.wakeHeap.pop();
+    if (ix.wakes.get(e.uuid) !== e.cw) ix.wakeHeap.pop();
     else if (e.at > now) return e.cw.best;
     else {
       ix.wakeHeap.pop();
-      refresh(st, e.clientId, now);
+      refresh(st, e.uuid, now);
     }
   }
   return null;
 }
 
-/** Work out `clientId`'s answer afresh and keep it (none when it has no active command). */
-function refresh(st: ServerState, clientId: string, now: number): void {
+/** Work out `uuid`'s answer afresh and keep it (none once it is no longer active). */
+function refresh(st: ServerState, uuid: string, now: number): void {
   const ix = st.activeIndex;
-  const uuids = ix.byClient.get(clientId);
-  if (!uuids) {
-    ix.wakes.delete(clientId);
+  if (!st.active.has(uuid)) {
+    ix.wakes.delete(uuid);
     return;
   }
-  const cw = clientWake(st, uuids, now);
-  ix.wakes.set(clientId, cw);
+  const cw = commandsWake(st, [uuid], now);
+  ix.wakes.set(uuid, cw);
   const b = cw.best;
-  if (b) ix.wakeHeap.push({ at: b.at, seq: b.seq, sub: b.sub, clientId, cw });
-  if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) ix.recheck.push({ at: cw.validUntil, seq: 0, sub: 0, clientId, cw });
+  if (b) ix.wakeHeap.push({ at: b.at, seq: b.seq, sub: b.sub, uuid, cw });
+  if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) ix.recheck.push({ at: cw.validUntil, seq: 0, sub: 0, uuid, cw });
   keepBound(st);
 }
 
-/** Past WAKE_HEAP_SLACK + 2 × clients with active commands (stale entries), the heaps are rebuilt from the kept answers. */
+/** Past WAKE_HEAP_SLACK + 2 × active commands (stale entries), the heaps are rebuilt from the kept answers. */
 function keepBound(st: ServerState): void {
   const ix = st.activeIndex;
-  const bound = WAKE_HEAP_SLACK + 2 * ix.byClient.size;
+  const bound = WAKE_HEAP_SLACK + 2 * st.active.size;
   if (ix.wakeHeap.length > bound || ix.recheck.length > bound) rebuildKept(st);
 }
 
@@ -128,10 +128,10 @@ function rebuildKept(st: ServerState): void {
   const ix = st.activeIndex;
   const byTimerEntries: KeptWake[] = [];
   const recheckEntries: KeptWake[] = [];
-  for (const [clientId, cw] of ix.wakes) {
+  for (const [uuid, cw] of ix.wakes) {
     const b = cw.best;
-    if (b) byTimerEntries.push({ at: b.at, seq: b.seq, sub: b.sub, clientId, cw });
-    if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) recheckEntries.push({ at: cw.validUntil, seq: 0, sub: 0, clientId, cw });
+    if (b) byTimerEntries.push({ at: b.at, seq: b.seq, sub: b.sub, uuid, cw });
+    if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) recheckEntries.push({ at: cw.validUntil, seq: 0, sub: 0, uuid, cw });
   }
   ix.wakeHeap = new TinyQueue(byTimerEntries, byTimer);
   ix.recheck = new TinyQueue(recheckEntries, byTimer);
@@ -143,7 +143,7 @@ function rebuildKept(st: ServerState): void {
  * them changes: the first such deadline, or the instant a capacity retry
  * counted as due because it lies implausibly far ahead (retryDue) stops being so.
  */
-export function clientWake(st: ServerState, uuids: Iterable<string>, now: number): ClientWake {
+export function commandsWake(st: ServerState, uuids: Iterable<string>, now: number): WakeAnswer {
   let best: CommandWake | null = null;
   let validUntil = Number.POSITIVE_INFINITY;
   const take = (at: number, seq: number, sub: number, timer: Timer): void => {
