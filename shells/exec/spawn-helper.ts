@@ -45,9 +45,12 @@ function apply(e: Entry): void {
   else e.h.resumeOutput();
 }
 
+/** A send to a channel that has closed fails here, not as an unhandled 'error': the 'disconnect' handler exits. */
+const ignoreClosed = (): void => {};
+
 function post(m: FromHelper, bytes = 0): void {
   if (bytes === 0) {
-    send!(m);
+    send!(m, undefined, undefined, ignoreClosed);
     return;
   }
   backlog += bytes;
@@ -124,6 +127,9 @@ process.on("message", (m: ToHelper) => {
   }
 });
 
-// The agent went away: leave the commands running (see above) and go.
+// The agent went away: leave the commands running (see above) and go. An
+// agent that died while this process was still loading closed the channel
+// before the handler was there to hear it.
 process.on("disconnect", () => process.exit(0));
+if (!process.connected) process.exit(0);
 post({ t: "ready", pid: process.pid });

@@ -5,6 +5,7 @@
  * and a helper that dies with a command launching or running handled as the
  * agent's crash: `interrupted` after the restart (R-C4), leftovers killed.
  */
+import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
@@ -13,6 +14,8 @@ import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js
 import type { ExitInfo, ProcessSpec } from "../../../shells/exec/process-runner.js";
 import { SpawnHelper, type HelperHooks } from "../../../shells/exec/spawn-client.js";
 import { cleanupTemp, collect, processAlive, sleep, startAgent, startServer, tempDir, waitFor } from "../e2e/helpers.js";
+
+const ROOT = path.resolve(import.meta.dirname, "../../..");
 
 afterAll(async () => {
   await cleanupTemp();
@@ -142,6 +145,28 @@ describe.runIf(process.platform === "linux")("spawn helper", () => {
       rmSync(elsewhere, { recursive: true, force: true });
     }
   }, 30_000);
+
+  it("an agent that dies while its helper is still loading leaves no helper behind and no crash report on its stderr", async () => {
+    // The agent's part, cut down: fork the helper as spawn-client.ts does, then exit at once.
+    const agent = [
+      'import { fork } from "node:child_process";',
+      `const c = fork(${JSON.stringify(path.join(ROOT, "shells/exec/spawn-helper.ts"))}, [], {`,
+      `  execArgv: ["--import", ${JSON.stringify(import.meta.resolve("tsx"))}], serialization: "advanced", stdio: ["ignore", "ignore", "inherit", "ipc"] });`,
+      "process.stdout.write(String(c.pid));",
+      "process.exit(0);",
+    ].join("\n");
+    const p = spawn(process.execPath, ["--input-type=module", "-e", agent], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    p.stdout.on("data", (d) => (out += d));
+    p.stderr.on("data", (d) => (err += d));
+    // The helper holds the agent's stderr open: its end means the helper has gone too.
+    await new Promise<void>((res) => p.stderr.on("end", () => res()));
+    const pid = Number(out);
+    expect(pid).toBeGreaterThan(0);
+    await waitFor("the orphaned helper to exit", () => !alive(pid), 10_000);
+    expect(err).toBe("");
+  });
 
   it("a helper killed mid-launch (its request unanswered) reports onLost once and nothing else; the next spawn forks a new helper", async () => {
     const helper = new SpawnHelper();
