@@ -199,6 +199,11 @@ export const WAKE_HEAP_SLACK = 64;
  */
 export const PARKED_HEAP_SLACK = 64;
 /**
+ * Stale entries the server's heap of queue expiries may hold beyond twice the
+ * active commands before it is rebuilt (core/server/active.ts).
+ */
+export const EXPIRY_HEAP_SLACK = 64;
+/**
  * Labels of one client (core/server/labels.ts): at most this many key=value
  * pairs; a set_labels request that would leave more is refused whole.
  */

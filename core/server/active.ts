@@ -9,8 +9,10 @@
 //   byClient         the same uuids per client, in the same order
 //   seq              each one's place in that order (for merging clients)
 //   charged          the metadata charge of the active commands (submit's budget)
-//   expiryFloor      never above the queue expiry of any queued command: the
-//                    pump looks for expired ones only once it is due
+//   expiries         every queued command's queue expiry in a heap (stale
+//                    entries skipped: `expiryKept` names the live one): the
+//                    pump expires exactly the due ones, oldest first, without
+//                    walking the rest
 //   wakes            per active command: its earliest timer (timers.ts
 //                    `commandsWake`), kept while the command did not change
 //                    and the clock is below its `validUntil`; `dirty` names
@@ -48,7 +50,7 @@
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import TinyQueue from "tinyqueue";
-import { PARKED_HEAP_SLACK } from "../limits.js";
+import { EXPIRY_HEAP_SLACK, PARKED_HEAP_SLACK } from "../limits.js";
 import type { ActiveIndex, ClientRecord, KeptWake, ParkedQueue, ServerCommand, ServerState } from "./server-types.js";
 
 /** The order of command timers (and of kept answers by them): the deadline, then submission order, then queue expiry before retry. */
@@ -61,7 +63,8 @@ export function newActiveIndex(): ActiveIndex {
     seq: new Map(),
     nextSeq: 1,
     charged: 0,
-    expiryFloor: Number.POSITIVE_INFINITY,
+    expiries: new TinyQueue<ExpiryEntry>([], byExpiry),
+    expiryKept: new Map(),
     wakes: new Map(),
     quiet: new Set(),
     parked: new Map(),
@@ -98,6 +101,7 @@ export function deactivate(st: ServerState, c: ServerCommand): void {
   ix.charged -= c.charged;
   ix.wakes.delete(c.uuid);
   ix.dirty.add(c.uuid);
+  if (ix.expiryKept.delete(c.uuid)) keepExpiryBound(ix);
   if (!ix.quiet.delete(c.uuid) && !unparkOne(ix, c.clientId, c.uuid)) dropFrom(ix.loud, c.clientId, c.uuid);
 }
 
@@ -213,7 +217,47 @@ export function touch(st: ServerState, c: ServerCommand): void {
   ix.wakes.delete(c.uuid);
   ix.dirty.add(c.uuid);
   if (ix.quiet.delete(c.uuid) || unparkOne(ix, c.clientId, c.uuid)) makeLoud(ix, c.clientId, c.uuid);
-  if (c.state === L.QUEUED && c.queueExpiry < ix.expiryFloor) ix.expiryFloor = c.queueExpiry;
+  if (c.state !== L.QUEUED) {
+    if (ix.expiryKept.delete(c.uuid)) keepExpiryBound(ix);
+  } else if (ix.expiryKept.get(c.uuid) !== c.queueExpiry) {
+    ix.expiryKept.set(c.uuid, c.queueExpiry);
+    ix.expiries.push({ at: c.queueExpiry, seq: ix.seq.get(c.uuid)!, uuid: c.uuid });
+    keepExpiryBound(ix);
+  }
+}
+
+/** Past EXPIRY_HEAP_SLACK + 2 × queued commands (stale entries), the expiry heap is rebuilt from the live ones. */
+function keepExpiryBound(ix: ActiveIndex): void {
+  if (ix.expiries.length <= EXPIRY_HEAP_SLACK + 2 * ix.expiryKept.size) return;
+  ix.expiries = new TinyQueue<ExpiryEntry>(
+    [...ix.expiryKept].map(([uuid, at]) => ({ at, seq: ix.seq.get(uuid)!, uuid })),
+    byExpiry,
+  );
+}
+
+type ExpiryEntry = { at: number; seq: number; uuid: string };
+const byExpiry = (a: ExpiryEntry, b: ExpiryEntry): number => a.at - b.at || a.seq - b.seq;
+
+/** The earliest queue expiry of a queued command (Infinity: none); stale entries on top are dropped. */
+export function nextQueueExpiry(st: ServerState): number {
+  const ix = st.activeIndex;
+  for (let e = ix.expiries.peek(); e !== undefined; e = ix.expiries.peek()) {
+    if (ix.expiryKept.get(e.uuid) === e.at) return e.at;
+    ix.expiries.pop();
+  }
+  return Number.POSITIVE_INFINITY;
+}
+
+/** The queued commands whose queue expiry is at or before `now`, in submission order (their entries are taken out). */
+export function takeExpired(st: ServerState, now: number): string[] {
+  const ix = st.activeIndex;
+  const due: ExpiryEntry[] = [];
+  while (nextQueueExpiry(st) <= now) {
+    const e = ix.expiries.pop()!;
+    ix.expiryKept.delete(e.uuid);
+    due.push(e);
+  }
+  return due.sort((a, b) => a.seq - b.seq).map((e) => e.uuid);
 }
 
 /**

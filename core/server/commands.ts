@@ -106,15 +106,3 @@ export function readyConn(st: ServerState, clientId: string): ConnState | undefi
   const conn = client && client.conn !== 0 ? st.conns.get(client.conn) : undefined;
   return conn && conn.phase === "ready" ? conn : undefined;
 }
-
-/**
- * Non-terminal commands, oldest first (the index keeps submission order), as
- * a snapshot for loops that change commands: a loop skips any that became
- * terminal before its turn (`isTerminal` at the visit), and never visits one
- * submitted during it. Loops that change no command walk `st.active` itself.
- */
-export function activeCommands(st: ServerState): ServerCommand[] {
-  const out: ServerCommand[] = [];
-  for (const uuid of st.active) out.push(st.commands.get(uuid)!);
-  return out;
-}

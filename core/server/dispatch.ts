@@ -22,8 +22,8 @@ import { Code, codeName, isPermanentRejection, isTransientRejection } from "../e
 import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
-import { activeCommands, persistCommand, readyConn, setState } from "./commands.js";
-import { activeSeq, blocked, markQuiet, park, places, quietOn, release, touch } from "./active.js";
+import { persistCommand, readyConn, setState } from "./commands.js";
+import { activeSeq, blocked, markQuiet, nextQueueExpiry, park, places, quietOn, release, takeExpired, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, send } from "./io.js";
@@ -33,7 +33,7 @@ import { pumpStdin } from "./stdin.js";
 
 export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   // Queue expiry passes at the server only for commands no agent can hold; looked for only once one can be due.
-  if (ctx.now >= st.activeIndex.expiryFloor) expireQueued(st, ctx);
+  if (ctx.now >= nextQueueExpiry(st)) expireQueued(st, ctx);
   // Everything else concerns the loud commands of clients with a ready session, in submission order.
   // (A session's `inflight` is counted afresh here and read only below: every
   // dispatched command is loud, since only accepted or running ones are quiet
@@ -87,17 +87,12 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   }
 }
 
-/** Expire every queued command whose queue expiry has passed (oldest first), then raise the floor to the next one. */
+/** Expire every queued command whose queue expiry has passed, oldest first (active.ts keeps them in a heap). */
 function expireQueued(st: ServerState, ctx: ServerCtx): void {
-  let floor = Number.POSITIVE_INFINITY;
-  // Anything queued while this runs lowers the floor again (touch).
-  st.activeIndex.expiryFloor = Number.POSITIVE_INFINITY;
-  for (const c of activeCommands(st)) {
-    if (c.state !== L.QUEUED) continue;
-    if (ctx.now >= c.queueExpiry) setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
-    else if (c.queueExpiry < floor) floor = c.queueExpiry;
+  for (const uuid of takeExpired(st, ctx.now)) {
+    const c = st.commands.get(uuid)!;
+    setState(st, ctx, c, L.EXPIRED, "server", "queue expiry passed before dispatch");
   }
-  st.activeIndex.expiryFloor = Math.min(st.activeIndex.expiryFloor, floor);
 }
 
 /**

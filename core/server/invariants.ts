@@ -74,9 +74,21 @@ export function activeIndexInvariants(st: ServerState): void {
     assert(seq !== undefined && seq > lastSeq && seq < ix.nextSeq, `${uuid}: active order number ${seq} out of order`);
     lastSeq = seq;
     charged += c.charged;
-    if (c.state === L.QUEUED) assert(ix.expiryFloor <= c.queueExpiry, `${uuid}: queue expiry ${c.queueExpiry} below the expiry floor ${ix.expiryFloor}`);
+    if (c.state === L.QUEUED)
+      assert(ix.expiryKept.get(uuid) === c.queueExpiry, `${uuid}: queue expiry ${c.queueExpiry} kept as ${ix.expiryKept.get(uuid)} (a change without touch)`);
     n++;
   }
+  // The expiry heap holds a live entry for each queued command, and few stale ones.
+  const liveExpiry = new Set<string>();
+  for (const e of ix.expiries.data.slice(0, ix.expiries.length)) if (ix.expiryKept.get(e.uuid) === e.at && ix.seq.get(e.uuid) === e.seq) liveExpiry.add(e.uuid);
+  for (const [uuid] of ix.expiryKept) {
+    assert(st.commands.get(uuid)?.state === L.QUEUED, `${uuid}: a queue expiry kept for a command that is not queued`);
+    assert(liveExpiry.has(uuid), `${uuid}: its queue expiry is missing from the heap`);
+  }
+  assert(
+    ix.expiries.length <= LIM.EXPIRY_HEAP_SLACK + 2 * ix.expiryKept.size,
+    `the expiry heap holds ${ix.expiries.length} entries for ${ix.expiryKept.size} queued`,
+  );
   let inSets = 0;
   for (const [clientId, set] of ix.byClient) {
     assert(set.size > 0, `empty active set kept for ${clientId}`);

@@ -502,7 +502,10 @@ export interface ActiveIndex {
   seq: Map<string, number>;
   nextSeq: number;
   charged: number;
-  expiryFloor: number;
+  /** Queued commands' queue expiries by (expiry, submission order); an entry counts while `expiryKept` holds its expiry for that uuid. */
+  expiries: TinyQueue<{ at: number; seq: number; uuid: string }>;
+  /** The queue expiry in `expiries` of each queued active command. */
+  expiryKept: Map<string, number>;
   wakes: Map<string, WakeAnswer>;
   quiet: Set<string>;
   /** Per client: queued commands skipped while it has no room (active.ts `park`). */

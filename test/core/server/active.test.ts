@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { serverStep } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
 import { DEFAULT_QUEUE_EXPIRY_MS, WAKE_HEAP_SLACK } from "../../../core/limits.js";
+import { nextQueueExpiry } from "../../../core/server/active.js";
 import { activeIndexInvariants } from "../../../core/server/invariants.js";
 import type { ServerInput } from "../../../core/server/server-types.js";
 import { CommandLifecycle as L, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
@@ -46,6 +47,15 @@ function offlineBacklog(n: number): { r: ServerRig; conn: number } {
   return { r, conn };
 }
 
+/** A server whose client "busy" (room for 4) has `n` commands submitted: 4 dispatched, the rest queued behind them. */
+function busyBacklog(n: number): { r: ServerRig; busy: number } {
+  const r = new ServerRig();
+  r.store = false;
+  const busy = r.connect("busy", "i", { maxRunningCommands: 2, maxQueuedCommands: 2 });
+  for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
+  return { r, busy };
+}
+
 describe("active index", () => {
   it("R-D1: a step's lookups do not grow with the commands queued for a client without a session", () => {
     const reads: number[] = [];
@@ -83,6 +93,32 @@ describe("active index", () => {
     for (const uuid of ["q0", "q150", "q299"]) expect(r.command(uuid).state).toBe("expired");
     expect(r.st.activeIndex.byClient.has("off")).toBe(false);
     expect(r.st.active.size).toBe(0);
+  });
+
+  it("R-D1: a queue expiry passing expires that command alone and looks up none of the others waiting", () => {
+    const reads: number[] = [];
+    for (const n of [20, 600]) {
+      const r = new ServerRig();
+      r.store = false;
+      r.step({ type: "conn_closed", conn: r.connect("off"), reason: "gone" });
+      const t0 = r.now;
+      for (let i = 0; i < n; i++) {
+        r.now += 10;
+        r.submit("off", `q${i}`);
+      }
+      let total = 0;
+      for (const i of [0, 1, 2]) {
+        r.now = t0 + 10 * (i + 1) + DEFAULT_QUEUE_EXPIRY_MS;
+        total += readsIn(r, { type: "tick" });
+        r.step({ type: "durable", through: r.st.gate.lastId });
+        expect(r.command(`q${i}`).state).toBe("expired");
+        expect(r.command(`q${i + 1}`).state).toBe("queued");
+      }
+      activeIndexInvariants(r.st);
+      reads.push(total);
+    }
+    // The same lookups with 600 waiting as with 20 (before: every active command, at each expiry).
+    expect(reads[1]).toBe(reads[0]);
   });
 
   it("R-D3: a capacity retry of a client that went away is still the wake once the client is offline", () => {
@@ -136,11 +172,8 @@ describe("active index", () => {
   it("R-D1 R-D3: a step looks up none of a backlog queued behind an agent with no free capacity", () => {
     const reads: number[] = [];
     for (const n of [20, 600]) {
-      const r = new ServerRig();
-      r.store = false;
-      const busy = r.connect("busy", "i", { maxRunningCommands: 2, maxQueuedCommands: 2 });
+      const { r, busy } = busyBacklog(n);
       const other = r.connect("b");
-      for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
       expect(r.command("q3").state).toBe("dispatched");
       expect(r.command("q4").state).toBe("queued");
       r.step({ type: "tick" });
@@ -159,10 +192,7 @@ describe("active index", () => {
   it("R-D1 R-D3: a command through an agent with hundreds queued behind it looks up no more than with a few", () => {
     const reads: number[] = [];
     for (const n of [20, 600]) {
-      const r = new ServerRig();
-      r.store = false;
-      const busy = r.connect("busy", "i", { maxRunningCommands: 2, maxQueuedCommands: 2 });
-      for (let i = 0; i < n; i++) r.submit("busy", `q${i}`);
+      const { r, busy } = busyBacklog(n);
       r.step({ type: "tick" });
       // Each step on its own, then made durable, as the shell would (the rig's own steps run the invariants, which read everything).
       const step = (input: ServerInput): number => {
@@ -288,10 +318,10 @@ describe("active index", () => {
     expect(() => activeIndexInvariants(r.st)).toThrow(/wake kept for q1 went stale/);
   });
 
-  it("the index follows submit, end, expiry floor and charge", () => {
+  it("the index follows submit, end, queue expiries and charge", () => {
     const { r, conn } = offlineBacklog(2);
     expect([...r.st.activeIndex.byClient.keys()].sort()).toEqual(["a", "off"]);
-    expect(r.st.activeIndex.expiryFloor).toBe(T0 + DEFAULT_QUEUE_EXPIRY_MS);
+    expect(nextQueueExpiry(r.st)).toBe(T0 + DEFAULT_QUEUE_EXPIRY_MS);
     const charged = [...r.st.active].reduce((s, u) => s + r.cmd(u).charged, 0);
     expect(r.st.activeIndex.charged).toBe(charged);
     r.event(conn, "x", 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
