@@ -66,6 +66,8 @@ function activity(r: Rig, conns: number[]): (i: number) => void {
 interface Scenario {
   name: string;
   large: number;
+  /** Steps per round (default 2,000): fewer where each step leaves a command behind in the history. */
+  steps?: number;
   /** Builds a world of size n and returns the step to time. */
   build(n: number): (i: number) => void;
 }
@@ -81,6 +83,28 @@ const scenarios: Scenario[] = [
       const c = r.connect("a");
       r.running(c, "x");
       return activity(r, [c]);
+    },
+  },
+  {
+    name: "a queue expiry passes with n queued for an offline client",
+    large: 20_000,
+    steps: 200,
+    build(n) {
+      // Submitted 10 ms apart, so each expiry passes on its own; one more submitted each time keeps n waiting.
+      const r = new Rig();
+      r.step({ type: "conn_closed", conn: r.connect("off"), reason: "gone" });
+      let next = 0;
+      const submit = (): void => {
+        r.now += 10;
+        r.submit("off", `q${next++}`);
+      };
+      for (let i = 0; i < n; i++) submit();
+      let oldest = 0;
+      return () => {
+        r.now = Math.max(r.now, r.st.commands.get(`q${oldest++}`)!.queueExpiry);
+        r.step({ type: "tick" });
+        submit();
+      };
     },
   },
   {
@@ -153,10 +177,10 @@ const scenarios: Scenario[] = [
 ];
 
 console.log(`server core step, small world (n=${SMALL}) against large (scale ${SCALE}); median of 5 rounds`);
-for (const s of scenarios) perStep(500, s.build(SMALL)); // warm the JIT up on every path first
+for (const s of scenarios) perStep(Math.min(500, s.steps ?? 500), s.build(SMALL)); // warm the JIT up on every path first
 for (const s of scenarios) {
   const large = Math.round(s.large * SCALE);
-  const k = 2_000;
+  const k = s.steps ?? 2_000;
   const small = perStep(k, s.build(SMALL));
   const big = perStep(k, s.build(large));
   console.log(
