@@ -264,6 +264,23 @@ describe("active index", () => {
     expect(sent().slice(-2)).toEqual(["d1", "d2"]);
   });
 
+  it("R-D3: a parked command still waiting for its capacity retry does not hold back a later one when room grows", () => {
+    const r = new ServerRig();
+    const c = r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 1 });
+    for (const u of ["c1", "c2", "c3", "c4"]) r.submit("a", u);
+    const sent = (): string[] => r.sent(r.log, c, "commandDispatch").map((x) => (x.env.payload.value as { issueUuid: string }).issueUuid);
+    expect(sent()).toEqual(["c1", "c2"]);
+    // c2 is refused for capacity: back in the queue with a retry ahead; c3 takes its place.
+    r.accept(c, "c2", false, Code.CAPACITY, "full");
+    expect(sent()).toEqual(["c1", "c2", "c3"]);
+    r.step({ type: "tick" }); // no room: c2 (retry ahead) and c4 both wait
+    expect(r.cmd("c2").dispatch.nextAttemptAt).toBeGreaterThan(r.now); // internal: its retry is not due
+    // c1 answered: one place. c2 may not go yet, so c4 takes it.
+    r.accept(c, "c1");
+    expect(sent()).toEqual(["c1", "c2", "c3", "c4"]);
+    expect(r.command("c2").state).toBe("queued");
+  });
+
   it("room that grows without unpark() leaves a parked command behind, and the invariants name it", () => {
     const r = new ServerRig();
     r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 0 });
