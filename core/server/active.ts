@@ -14,7 +14,7 @@
 //                    pump expires exactly the due ones, oldest first, without
 //                    walking the rest
 //   wakes            per active command: its earliest timer (timers.ts
-//                    `commandsWake`), kept while the command did not change
+//                    `commandWake`), kept while the command did not change
 //                    and the clock is below its `validUntil`; `dirty` names
 //                    the commands to work out again, and the kept answers sit
 //                    in two heaps (`wakeHeap` by timer, `recheck` by

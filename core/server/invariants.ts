@@ -13,7 +13,7 @@ import { incidentInvariants } from "./incidents.js";
 import { jobInvariants } from "./jobs.js";
 import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
-import { commandsWake } from "./timers.js";
+import { commandWake } from "./timers.js";
 import { blocked, quietOn } from "./active.js";
 import { PARKED_HEAP_SLACK, WAKE_HEAP_SLACK } from "../limits.js";
 import { readyConn } from "./commands.js";
@@ -60,7 +60,7 @@ export function serverInvariants(st: ServerState): void {
   jobInvariants(st);
 }
 
-/** The active index (active.ts) agrees with the commands, and every reused client wake is what a recomputation gives. */
+/** The active index (active.ts) agrees with the commands, and every kept command wake is what a recomputation gives. */
 export function activeIndexInvariants(st: ServerState): void {
   const ix = st.activeIndex;
   let n = 0;
@@ -106,15 +106,12 @@ export function activeIndexInvariants(st: ServerState): void {
       assert(marks === 1, `${uuid}: in ${marks} of the quiet, parked and loud sets, not exactly one`);
     }
   }
-  for (const [what, m] of [
-    ["loud", ix.loud],
-    ["parked", new Map([...ix.parked].map(([id, q]) => [id, q.live]))],
-  ] as const) {
-    for (const [clientId, set] of m) {
-      assert(set.size > 0, `empty ${what} set kept for ${clientId}`);
-      for (const uuid of set) assert(ix.byClient.get(clientId)?.has(uuid) === true, `${uuid}: ${what} for ${clientId} but not its active command`);
-    }
-  }
+  const ownSet = (what: string, clientId: string, set: Set<string>): void => {
+    assert(set.size > 0, `empty ${what} set kept for ${clientId}`);
+    for (const uuid of set) assert(ix.byClient.get(clientId)?.has(uuid) === true, `${uuid}: ${what} for ${clientId} but not its active command`);
+  };
+  for (const [clientId, set] of ix.loud) ownSet("loud", clientId, set);
+  for (const [clientId, q] of ix.parked) ownSet("parked", clientId, q.live);
   for (const uuid of ix.quiet) {
     const c = st.commands.get(uuid);
     assert(c !== undefined && st.active.has(uuid), `${uuid}: marked quiet but not active`);
@@ -167,7 +164,7 @@ export function activeIndexInvariants(st: ServerState): void {
   }
   for (const [uuid, cw] of ix.wakes) {
     assert(st.active.has(uuid), `a wake kept for ${uuid}, which is not active`);
-    const again = commandsWake(st, [uuid], cw.computedAt);
+    const again = commandWake(st, uuid, cw.computedAt);
     assert(
       JSON.stringify(again) === JSON.stringify(cw),
       `the wake kept for ${uuid} went stale (it changed without touch): kept ${JSON.stringify(cw)}, now ${JSON.stringify(again)}`,

@@ -72,7 +72,7 @@ export function historyAge(st: ServerState, now: number): Wake | null {
 
 /**
  * The earliest command timer ahead of `now`. Each active command's answer
- * (`commandsWake` of it alone) is kept until the command is touched (then it
+ * (`commandWake`) is kept until the command is touched (then it
  * is `dirty`) or the clock reaches its validUntil; the kept answers sit in a
  * heap by earliest timer (ties: submission order) and, when they stop holding
  * before that timer, in a second heap by that instant. A step works out again
@@ -109,7 +109,7 @@ function refresh(st: ServerState, uuid: string, now: number): void {
     ix.wakes.delete(uuid);
     return;
   }
-  const cw = commandsWake(st, [uuid], now);
+  const cw = commandWake(st, uuid, now);
   ix.wakes.set(uuid, cw);
   const b = cw.best;
   if (b) ix.wakeHeap.push({ at: b.at, seq: b.seq, sub: b.sub, uuid, cw });
@@ -138,31 +138,29 @@ function rebuildKept(st: ServerState): void {
 }
 
 /**
- * The earliest timer ahead of `now` among these commands (queue expiry,
- * capacity retry, redelivery), and until when that answer holds while none of
- * them changes: the first such deadline, or the instant a capacity retry
+ * The earliest timer of command `uuid` ahead of `now` (queue expiry, capacity
+ * retry, redelivery), and until when that answer holds while the command does
+ * not change: its first such deadline, or the instant a capacity retry
  * counted as due because it lies implausibly far ahead (retryDue) stops being so.
  */
-export function commandsWake(st: ServerState, uuids: Iterable<string>, now: number): WakeAnswer {
+export function commandWake(st: ServerState, uuid: string, now: number): WakeAnswer {
   let best: CommandWake | null = null;
   let validUntil = Number.POSITIVE_INFINITY;
-  const take = (at: number, seq: number, sub: number, timer: Timer): void => {
+  const take = (at: number, sub: number, timer: Timer): void => {
     const w = { at, seq, sub, timer };
     if (best === null || byTimer(w, best) < 0) best = w;
     if (at < validUntil) validUntil = at;
   };
-  for (const uuid of uuids) {
-    const c = st.commands.get(uuid)!; // active: the index holds no terminal command
-    const seq = st.activeIndex.seq.get(uuid)!;
-    if (c.state === L.QUEUED) {
-      if (c.queueExpiry > now) take(c.queueExpiry, seq, 0, { kind: "queue_expiry", uuid });
-      const next = c.dispatch.nextAttemptAt;
-      if (!retryDue(c, now) && next > now) take(next, seq, 1, { kind: "capacity_retry", uuid });
-      else if (next - now > CAPACITY_RETRY_CAP_MS && next - CAPACITY_RETRY_CAP_MS < validUntil) validUntil = next - CAPACITY_RETRY_CAP_MS;
-    } else {
-      const at = redeliveryAt(st, c);
-      if (at !== null && at > now) take(at, seq, 0, { kind: "redelivery", uuid });
-    }
+  const c = st.commands.get(uuid)!; // active: the index holds no terminal command
+  const seq = st.activeIndex.seq.get(uuid)!;
+  if (c.state === L.QUEUED) {
+    if (c.queueExpiry > now) take(c.queueExpiry, 0, { kind: "queue_expiry", uuid });
+    const next = c.dispatch.nextAttemptAt;
+    if (!retryDue(c, now) && next > now) take(next, 1, { kind: "capacity_retry", uuid });
+    else if (next - now > CAPACITY_RETRY_CAP_MS && next - CAPACITY_RETRY_CAP_MS < validUntil) validUntil = next - CAPACITY_RETRY_CAP_MS;
+  } else {
+    const at = redeliveryAt(st, c);
+    if (at !== null && at > now) take(at, 0, { kind: "redelivery", uuid });
   }
   return { best, computedAt: now, validUntil };
 }
