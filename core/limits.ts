@@ -190,7 +190,7 @@ export const MAX_SERVER_CONNECTIONS = 20_000;
 export const HEARTBEAT_HEAP_SLACK = 64;
 /**
  * Stale entries each of the server's kept-wake heaps may hold beyond twice the
- * clients with active commands before they are rebuilt (core/server/timers.ts).
+ * active commands before they are rebuilt (core/server/timers.ts).
  */
 export const WAKE_HEAP_SLACK = 64;
 /**
@@ -200,7 +200,7 @@ export const WAKE_HEAP_SLACK = 64;
 export const PARKED_HEAP_SLACK = 64;
 /**
  * Stale entries the server's heap of queue expiries may hold beyond twice the
- * active commands before it is rebuilt (core/server/active.ts).
+ * queued commands before it is rebuilt (core/server/active.ts).
  */
 export const EXPIRY_HEAP_SLACK = 64;
 /**

@@ -49,8 +49,8 @@
 // A leaf besides server-types.ts: the modules that change commands import it.
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import TinyQueue from "tinyqueue";
-import { EXPIRY_HEAP_SLACK, PARKED_HEAP_SLACK } from "../limits.js";
+import { LazyHeap } from "../lazy-heap.js";
+import { EXPIRY_HEAP_SLACK, PARKED_HEAP_SLACK, WAKE_HEAP_SLACK } from "../limits.js";
 import type { ActiveIndex, ClientRecord, KeptWake, ParkedQueue, ServerCommand, ServerState } from "./server-types.js";
 
 /** The order of command timers (and of kept answers by them): the deadline, then submission order, then queue expiry before retry. */
@@ -63,7 +63,7 @@ export function newActiveIndex(): ActiveIndex {
     seq: new Map(),
     nextSeq: 1,
     charged: 0,
-    expiries: new TinyQueue<ExpiryEntry>([], byExpiry),
+    expiries: new LazyHeap<ExpiryEntry>(byExpiry, EXPIRY_HEAP_SLACK),
     expiryKept: new Map(),
     wakes: new Map(),
     quiet: new Set(),
@@ -71,8 +71,8 @@ export function newActiveIndex(): ActiveIndex {
     roomGrew: new Set(),
     loud: new Map(),
     dirty: new Set(),
-    wakeHeap: new TinyQueue<KeptWake>([], byTimer),
-    recheck: new TinyQueue<KeptWake>([], byTimer),
+    wakeHeap: new LazyHeap<KeptWake>(byTimer, WAKE_HEAP_SLACK),
+    recheck: new LazyHeap<KeptWake>(byTimer, WAKE_HEAP_SLACK),
     wakeNow: Number.NEGATIVE_INFINITY,
   };
 }
@@ -120,7 +120,7 @@ export function park(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   if (!dropFrom(ix.loud, c.clientId, c.uuid)) return;
   let q = ix.parked.get(c.clientId);
-  if (!q) ix.parked.set(c.clientId, (q = { live: new Set(), heap: new TinyQueue<ParkedEntry>([], bySeq) }));
+  if (!q) ix.parked.set(c.clientId, (q = { live: new Set(), heap: new LazyHeap<ParkedEntry>(bySeq, PARKED_HEAP_SLACK) }));
   q.live.add(c.uuid);
   q.heap.push({ seq: ix.seq.get(c.uuid)!, uuid: c.uuid });
   keepParkedBound(ix, q);
@@ -128,11 +128,7 @@ export function park(st: ServerState, c: ServerCommand): void {
 
 /** Past PARKED_HEAP_SLACK + 2 × parked commands (stale entries), the heap is rebuilt from those parked. */
 function keepParkedBound(ix: ActiveIndex, q: ParkedQueue): void {
-  if (q.heap.length <= PARKED_HEAP_SLACK + 2 * q.live.size) return;
-  q.heap = new TinyQueue<ParkedEntry>(
-    [...q.live].map((uuid) => ({ seq: ix.seq.get(uuid)!, uuid })),
-    bySeq,
-  );
+  q.heap.keepBound(q.live.size, () => [...q.live].map((uuid) => ({ seq: ix.seq.get(uuid)!, uuid })));
 }
 
 /** `clientId`'s room may have grown: the pump releases its oldest parked commands, as many as the room holds (`release`). */
@@ -228,11 +224,7 @@ export function touch(st: ServerState, c: ServerCommand): void {
 
 /** Past EXPIRY_HEAP_SLACK + 2 × queued commands (stale entries), the expiry heap is rebuilt from the live ones. */
 function keepExpiryBound(ix: ActiveIndex): void {
-  if (ix.expiries.length <= EXPIRY_HEAP_SLACK + 2 * ix.expiryKept.size) return;
-  ix.expiries = new TinyQueue<ExpiryEntry>(
-    [...ix.expiryKept].map(([uuid, at]) => ({ at, seq: ix.seq.get(uuid)!, uuid })),
-    byExpiry,
-  );
+  ix.expiries.keepBound(ix.expiryKept.size, () => [...ix.expiryKept].map(([uuid, at]) => ({ at, seq: ix.seq.get(uuid)!, uuid })));
 }
 
 type ExpiryEntry = { at: number; seq: number; uuid: string };
@@ -241,11 +233,7 @@ const byExpiry = (a: ExpiryEntry, b: ExpiryEntry): number => a.at - b.at || a.se
 /** The earliest queue expiry of a queued command (Infinity: none); stale entries on top are dropped. */
 export function nextQueueExpiry(st: ServerState): number {
   const ix = st.activeIndex;
-  for (let e = ix.expiries.peek(); e !== undefined; e = ix.expiries.peek()) {
-    if (ix.expiryKept.get(e.uuid) === e.at) return e.at;
-    ix.expiries.pop();
-  }
-  return Number.POSITIVE_INFINITY;
+  return ix.expiries.top((e) => ix.expiryKept.get(e.uuid) === e.at)?.at ?? Number.POSITIVE_INFINITY;
 }
 
 /** The queued commands whose queue expiry is at or before `now`, in submission order (their entries are taken out). */

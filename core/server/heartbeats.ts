@@ -3,19 +3,18 @@
 // of idle agents connected, each of their pongs (a step) and each heartbeat
 // tick walked them all.
 //
-// A min-heap of {at, order, conn}, ordered by deadline and then by the order
-// the connections opened (the order a walk over `st.conns` visits them in,
-// so ties resolve as they did). A connection's deadline moves on every
-// inbound frame; the new one is pushed (`track`) and the old entry is left
-// behind, stale: an entry counts only while its connection is open, opened
-// as that entry's `order`, and still has that deadline. Stale entries are
-// dropped when they reach the top, and the heap is rebuilt from the open
-// connections once it holds more than twice their number (plus slack), so
-// between steps it holds at most HEARTBEAT_HEAP_SLACK + 2 * connections
-// entries (earliestHeartbeat, which every step's wake asks, enforces it).
+// A min-heap of {at, order, conn} with lazy deletion (core/lazy-heap.ts),
+// ordered by deadline and then by the order the connections opened (the order
+// a walk over `st.conns` visits them in, so ties resolve as they did). A
+// connection's deadline moves on every inbound frame; the new one is pushed
+// (`track`) and the old entry is left behind, stale: an entry counts only
+// while its connection is open, opened as that entry's `order`, and still has
+// that deadline. Between steps the heap holds at most HEARTBEAT_HEAP_SLACK +
+// 2 * connections entries (earliestHeartbeat, which every step's wake asks,
+// enforces it).
 
-import TinyQueue from "tinyqueue";
 import { assert } from "../errors.js";
+import { LazyHeap } from "../lazy-heap.js";
 import { HEARTBEAT_HEAP_SLACK } from "../limits.js";
 import { heartbeatDeadline } from "../session/heartbeat.js";
 import type { ConnState, HeartbeatEntry, HeartbeatIndex, ServerState } from "./server-types.js";
@@ -23,7 +22,7 @@ import type { ConnState, HeartbeatEntry, HeartbeatIndex, ServerState } from "./s
 const byDeadline = (a: HeartbeatEntry, b: HeartbeatEntry): number => a.at - b.at || a.order - b.order;
 
 export function newHeartbeatIndex(): HeartbeatIndex {
-  return { heap: new TinyQueue<HeartbeatEntry>([], byDeadline), nextOrder: 1 };
+  return { heap: new LazyHeap(byDeadline, HEARTBEAT_HEAP_SLACK), nextOrder: 1 };
 }
 
 /** The next opening order (for a connection being opened). */
@@ -35,7 +34,7 @@ export function nextConnOrder(st: ServerState): number {
 export function track(st: ServerState, conn: ConnState): void {
   const ix = st.heartbeats;
   ix.heap.push({ at: heartbeatDeadline(conn.hb), order: conn.hbOrder, conn: conn.conn });
-  if (ix.heap.length > HEARTBEAT_HEAP_SLACK + 2 * st.conns.size) rebuild(st);
+  keepBound(st);
 }
 
 function live(st: ServerState, e: HeartbeatEntry): ConnState | undefined {
@@ -43,20 +42,14 @@ function live(st: ServerState, e: HeartbeatEntry): ConnState | undefined {
   return c && c.hbOrder === e.order && heartbeatDeadline(c.hb) === e.at ? c : undefined;
 }
 
-function rebuild(st: ServerState): void {
-  const entries = [...st.conns.values()].map((c) => ({ at: heartbeatDeadline(c.hb), order: c.hbOrder, conn: c.conn }));
-  st.heartbeats.heap = new TinyQueue(entries, byDeadline);
+function keepBound(st: ServerState): void {
+  st.heartbeats.heap.keepBound(st.conns.size, () => [...st.conns.values()].map((c) => ({ at: heartbeatDeadline(c.hb), order: c.hbOrder, conn: c.conn })));
 }
 
 /** The earliest heartbeat deadline of an open connection (null: none open). */
 export function earliestHeartbeat(st: ServerState): HeartbeatEntry | null {
-  if (st.heartbeats.heap.length > HEARTBEAT_HEAP_SLACK + 2 * st.conns.size) rebuild(st);
-  const heap = st.heartbeats.heap;
-  for (let e = heap.peek(); e !== undefined; e = heap.peek()) {
-    if (live(st, e)) return e;
-    heap.pop();
-  }
-  return null;
+  keepBound(st);
+  return st.heartbeats.heap.top((e) => live(st, e) !== undefined) ?? null;
 }
 
 /**
@@ -78,9 +71,9 @@ export function dueHeartbeats(st: ServerState, now: number): ConnState[] {
 /** Every open connection has a live entry with its current deadline, and the heap is within its bound. */
 export function heartbeatInvariants(st: ServerState): void {
   const ix = st.heartbeats;
-  assert(ix.heap.length <= HEARTBEAT_HEAP_SLACK + 2 * st.conns.size + 1, `heartbeat heap holds ${ix.heap.length} entries for ${st.conns.size} connections`);
+  assert(ix.heap.length <= ix.heap.bound(st.conns.size) + 1, `heartbeat heap holds ${ix.heap.length} entries for ${st.conns.size} connections`);
   const seen = new Set<number>();
-  for (const e of ix.heap.data.slice(0, ix.heap.length)) if (live(st, e)) seen.add(e.conn);
+  for (const e of ix.heap.entries()) if (live(st, e)) seen.add(e.conn);
   for (const c of st.conns.values()) {
     assert(c.hbOrder > 0 && c.hbOrder < ix.nextOrder, `conn ${c.conn}: opening order ${c.hbOrder} out of range`);
     assert(seen.has(c.conn), `conn ${c.conn}: its heartbeat deadline ${heartbeatDeadline(c.hb)} is not in the heartbeat heap`);

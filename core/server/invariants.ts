@@ -15,7 +15,6 @@ import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { commandWake } from "./timers.js";
 import { blocked, quietOn } from "./active.js";
-import { PARKED_HEAP_SLACK, WAKE_HEAP_SLACK } from "../limits.js";
 import { readyConn } from "./commands.js";
 import { heartbeatInvariants } from "./heartbeats.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -80,15 +79,12 @@ export function activeIndexInvariants(st: ServerState): void {
   }
   // The expiry heap holds a live entry for each queued command, and few stale ones.
   const liveExpiry = new Set<string>();
-  for (const e of ix.expiries.data.slice(0, ix.expiries.length)) if (ix.expiryKept.get(e.uuid) === e.at && ix.seq.get(e.uuid) === e.seq) liveExpiry.add(e.uuid);
+  for (const e of ix.expiries.entries()) if (ix.expiryKept.get(e.uuid) === e.at && ix.seq.get(e.uuid) === e.seq) liveExpiry.add(e.uuid);
   for (const [uuid] of ix.expiryKept) {
     assert(st.commands.get(uuid)?.state === L.QUEUED, `${uuid}: a queue expiry kept for a command that is not queued`);
     assert(liveExpiry.has(uuid), `${uuid}: its queue expiry is missing from the heap`);
   }
-  assert(
-    ix.expiries.length <= LIM.EXPIRY_HEAP_SLACK + 2 * ix.expiryKept.size,
-    `the expiry heap holds ${ix.expiries.length} entries for ${ix.expiryKept.size} queued`,
-  );
+  assert(!ix.expiries.over(ix.expiryKept.size), `the expiry heap holds ${ix.expiries.length} entries for ${ix.expiryKept.size} queued`);
   let inSets = 0;
   for (const [clientId, set] of ix.byClient) {
     assert(set.size > 0, `empty active set kept for ${clientId}`);
@@ -125,7 +121,7 @@ export function activeIndexInvariants(st: ServerState): void {
   // in its client's heap under its own submission order, which holds few stale entries.
   for (const [clientId, q] of ix.parked) {
     const inHeap = new Set<string>();
-    for (const e of q.heap.data.slice(0, q.heap.length)) {
+    for (const e of q.heap.entries()) {
       assert(!q.live.has(e.uuid) || e.seq === ix.seq.get(e.uuid), `${e.uuid}: parked under order ${e.seq}, not its own`);
       inHeap.add(e.uuid);
     }
@@ -133,7 +129,7 @@ export function activeIndexInvariants(st: ServerState): void {
       assert(st.commands.get(uuid)?.state === L.QUEUED, `${uuid}: parked but not queued (a state change without touch)`);
       assert(inHeap.has(uuid), `${uuid}: parked but missing from ${clientId}'s heap`);
     }
-    assert(q.heap.length <= PARKED_HEAP_SLACK + 2 * q.live.size, `${clientId}'s parked heap holds ${q.heap.length} entries for ${q.live.size}`);
+    assert(!q.heap.over(q.live.size), `${clientId}'s parked heap holds ${q.heap.length} entries for ${q.live.size}`);
     const conn = readyConn(st, clientId);
     if (!conn) continue;
     let inflight = 0;
@@ -148,13 +144,13 @@ export function activeIndexInvariants(st: ServerState): void {
     assert(ix.parked.has(clientId), `${clientId}: room flagged as grown without parked commands`);
     assert(readyConn(st, clientId) === undefined, `${clientId}: room grew on a ready session and the pump did not release it`);
   }
-  const bound = WAKE_HEAP_SLACK + 2 * st.active.size + 1;
+  const bound = ix.wakeHeap.bound(st.active.size) + 1;
   assert(
     ix.wakeHeap.length <= bound && ix.recheck.length <= bound,
     `kept-wake heaps hold ${ix.wakeHeap.length} and ${ix.recheck.length} entries (bound ${bound})`,
   );
-  const inHeap = new Set(ix.wakeHeap.data.slice(0, ix.wakeHeap.length).map((e) => e.cw));
-  const inRecheck = new Set(ix.recheck.data.slice(0, ix.recheck.length).map((e) => e.cw));
+  const inHeap = new Set(ix.wakeHeap.entries().map((e) => e.cw));
+  const inRecheck = new Set(ix.recheck.entries().map((e) => e.cw));
   for (const uuid of st.active) {
     const cw = ix.wakes.get(uuid);
     assert(cw !== undefined || ix.dirty.has(uuid), `${uuid}: no kept wake and not marked to work one out`);

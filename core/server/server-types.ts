@@ -1,7 +1,7 @@
 // The server node's state, inputs and effects: the contract between the pure
 // server core and whoever runs it (shells/server or sim/).
 
-import type TinyQueue from "tinyqueue";
+import type { LazyHeap } from "../lazy-heap.js";
 import type { CommandLifecycle, ExecutionSpec, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { CommonEffect } from "../effects.js";
 import type { Heartbeat } from "../session/heartbeat.js";
@@ -473,7 +473,7 @@ export interface HeartbeatEntry {
 
 /** Every connection's heartbeat deadline, earliest first (heartbeats.ts explains it). */
 export interface HeartbeatIndex {
-  heap: TinyQueue<HeartbeatEntry>;
+  heap: LazyHeap<HeartbeatEntry>;
   nextOrder: number;
 }
 
@@ -493,7 +493,7 @@ export interface KeptWake {
  */
 export interface ParkedQueue {
   live: Set<string>;
-  heap: TinyQueue<{ seq: number; uuid: string }>;
+  heap: LazyHeap<{ seq: number; uuid: string }>;
 }
 
 /** The active index (active.ts explains it). */
@@ -503,7 +503,7 @@ export interface ActiveIndex {
   nextSeq: number;
   charged: number;
   /** Queued commands' queue expiries by (expiry, submission order); an entry counts while `expiryKept` holds its expiry for that uuid. */
-  expiries: TinyQueue<{ at: number; seq: number; uuid: string }>;
+  expiries: LazyHeap<{ at: number; seq: number; uuid: string }>;
   /** The queue expiry in `expiries` of each queued active command. */
   expiryKept: Map<string, number>;
   wakes: Map<string, WakeAnswer>;
@@ -517,8 +517,8 @@ export interface ActiveIndex {
   /** Commands whose kept answer was dropped (touch, deactivate) and is worked out again at the next wake. */
   dirty: Set<string>;
   /** Kept answers by earliest timer, and those that stop holding before it by that instant (stale entries are skipped). */
-  wakeHeap: TinyQueue<KeptWake>;
-  recheck: TinyQueue<KeptWake>;
+  wakeHeap: LazyHeap<KeptWake>;
+  recheck: LazyHeap<KeptWake>;
   /** The clock at the last wake (a clock that went back recomputes every answer). */
   wakeNow: number;
 }

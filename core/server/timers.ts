@@ -8,8 +8,7 @@
 // expiry, retries, redelivery, pruning).
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { CAPACITY_RETRY_CAP_MS, WAKE_HEAP_SLACK } from "../limits.js";
-import TinyQueue from "tinyqueue";
+import { CAPACITY_RETRY_CAP_MS } from "../limits.js";
 import type { CommandWake, KeptWake, ServerState, Timer, WakeAnswer } from "./server-types.js";
 import { byTimer } from "./active.js";
 import { earliestHeartbeat } from "./heartbeats.js";
@@ -120,8 +119,8 @@ function refresh(st: ServerState, uuid: string, now: number): void {
 /** Past WAKE_HEAP_SLACK + 2 × active commands (stale entries), the heaps are rebuilt from the kept answers. */
 function keepBound(st: ServerState): void {
   const ix = st.activeIndex;
-  const bound = WAKE_HEAP_SLACK + 2 * st.active.size;
-  if (ix.wakeHeap.length > bound || ix.recheck.length > bound) rebuildKept(st);
+  const n = st.active.size;
+  if (ix.wakeHeap.over(n) || ix.recheck.over(n)) rebuildKept(st);
 }
 
 function rebuildKept(st: ServerState): void {
@@ -133,8 +132,8 @@ function rebuildKept(st: ServerState): void {
     if (b) byTimerEntries.push({ at: b.at, seq: b.seq, sub: b.sub, uuid, cw });
     if (cw.validUntil < (b?.at ?? Number.POSITIVE_INFINITY)) recheckEntries.push({ at: cw.validUntil, seq: 0, sub: 0, uuid, cw });
   }
-  ix.wakeHeap = new TinyQueue(byTimerEntries, byTimer);
-  ix.recheck = new TinyQueue(recheckEntries, byTimer);
+  ix.wakeHeap.rebuild(byTimerEntries);
+  ix.recheck.rebuild(recheckEntries);
 }
 
 /**
