@@ -8,6 +8,8 @@
 //   latency      `true` through the control API to its committed terminal
 //                state, p50/p99  vs  child_process spawn of `true`
 //   fleet        commands/s across 200 agents  vs  bare spawns/s of `true`
+//   backlog      `true` on one agent while 5,000 commands wait on the server for another,
+//                full agent  vs  the same latency before the backlog (same server)
 //   sessions     server RSS with 2,000 idle registered agent sessions
 //   retention    server RSS before/after retaining 1 GiB of output
 //   ssh          through the README's `rvbox` CLI (bin/rvbox.js) against `ssh` to a
@@ -425,6 +427,69 @@ async function benchFleet(env: Env): Promise<void> {
   );
 }
 
+/**
+ * A backlog: thousands of commands queued on the server for one agent that has
+ * no room for them (each of its 16 running slots and 64 queue places is taken by a
+ * command that waits for a stop file), against the latency of `true` on a second
+ * agent of the same server, measured before the backlog and again with it in place.
+ * The server parks a queued command its agent has no room for (core/server/active.ts),
+ * so the backlog should cost the other agent nothing and the idle server no CPU.
+ */
+async function benchBacklog(env: Env): Promise<void> {
+  const backlog = QUICK ? 500 : 5000;
+  const n = QUICK ? 30 : 200;
+  const stopFile = path.join(env.dir, "backlog-stop");
+  const srv = await startServer(env, "backlog");
+  const busy = startAgent(env, srv.url, "busy");
+  const other = startAgent(env, srv.url, "other");
+  await connected(srv.ctl, ["busy", "other"]);
+  const latencies = async (): Promise<number[]> => {
+    const lat: number[] = [];
+    for (let i = 0; i < n + 10; i++) {
+      const t = performance.now();
+      const r = await srv.ctl.submitCommand({ clientId: "other", program: { case: "argv", value: { argv: ["true"] } } });
+      const st = await settle(srv.ctl, r.command!.issueUuid);
+      if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`backlog: a command on the other agent ended ${CommandLifecycle[st]}`);
+      if (i >= 10) lat.push(performance.now() - t); // 10 warm-up runs
+    }
+    return lat;
+  };
+  try {
+    const base = await latencies();
+    const rss0 = rssKiB(srv.proc.pid!);
+    const wait = ["sh", "-c", `while [ ! -e '${stopFile}' ]; do sleep 0.2; done`];
+    let next = 0;
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: 50 }, async () => {
+        while (next++ < backlog) await srv.ctl.submitCommand({ clientId: "busy", program: { case: "argv", value: { argv: wait } } });
+      }),
+    );
+    const submitSecs = (performance.now() - t0) / 1000;
+    const running = await waitFor("the busy agent full", async () => {
+      const cs = (await srv.ctl.listCommands({ clientId: "busy", states: [CommandLifecycle.RUNNING] })).commands;
+      return cs.length >= 16 ? cs.length : undefined;
+    });
+    await sleep(1000);
+    const cpu0 = cpuSecs(srv.proc.pid!);
+    await sleep(5000);
+    const idleCpu = cpuSecs(srv.proc.pid!) - cpu0;
+    const withBacklog = await latencies();
+    const rss1 = rssKiB(srv.proc.pid!);
+    const queued = (await srv.ctl.listCommands({ clientId: "busy", states: [CommandLifecycle.QUEUED], pageSize: 10_000 })).commands.length;
+    report(
+      `backlog: \`true\` on a second agent with ${queued} commands queued on the server for a full agent (${running} running there) p50 ${pct(withBacklog, 0.5).toFixed(1)} ms p99 ${pct(withBacklog, 0.99).toFixed(1)} ms (n=${n}; ${backlog} submitted at ${(backlog / submitSecs).toFixed(0)}/s; server ${idleCpu.toFixed(2)} s CPU over 5 s idle, RSS ${(rss0 / 1024).toFixed(0)} -> ${(rss1 / 1024).toFixed(0)} MiB) | baseline the same before the backlog p50 ${pct(base, 0.5).toFixed(1)} ms p99 ${pct(base, 0.99).toFixed(1)} ms | p50 ratio ${(pct(withBacklog, 0.5) / pct(base, 0.5)).toFixed(2)}x`,
+    );
+  } finally {
+    busy.kill("SIGTERM");
+    other.kill("SIGTERM");
+    await srv.stop();
+    // The agent's commands outlive it by design: the stop file ends the ones that run.
+    writeFileSync(stopFile, "");
+    await sleep(500);
+  }
+}
+
 async function benchSessions(env: Env): Promise<void> {
   const n = QUICK ? 200 : 2000;
   const srv = await startServer(env, "idle");
@@ -751,6 +816,7 @@ async function main(): Promise<void> {
     ["throughput", benchThroughput],
     ["latency", benchLatency],
     ["fleet", benchFleet],
+    ["backlog", benchBacklog],
     ["sessions", benchSessions],
     ["retention", benchRetention],
     ["ssh", benchSsh],
