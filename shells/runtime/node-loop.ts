@@ -220,6 +220,10 @@ export class NodeLoop<I> {
     this.timer = setTimeout(() => {
       this.timer = null;
       this.wakeAt = null;
+      // Node's timers count on the event loop's cached millisecond clock, so
+      // one can fire a millisecond or so before `at` on the deadline clock:
+      // wait out the rest rather than step the core before its deadline.
+      if (this.now() < at) return this.setWake(at);
       this.feed(this.hooks.tick());
     }, delay);
   }

@@ -18,7 +18,7 @@ function stepWallClock(ms: number): void {
 }
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function loop() {
+function loop(time?: TimeSource) {
   const seen: Array<{ t: string; now: number; wall: number }> = [];
   const l = new NodeLoop<{ t: string }>(
     {
@@ -32,6 +32,8 @@ function loop() {
       },
     },
     { maxBytes: 100, maxCount: 4 },
+    10,
+    time,
   );
   return { l, seen };
 }
@@ -79,6 +81,22 @@ describe("shell runtime: the deadline clock and the wall clock", () => {
     expect(tick).toBeDefined();
     expect(tick!.now).toBeGreaterThanOrEqual(at);
     expect(performance.now() - t0).toBeLessThan(2_000);
+  });
+
+  it("R-H1: a wake whose Node timer fires before the deadline clock reaches it waits out the rest: the core is never ticked early", async () => {
+    let lag = 0;
+    const { l, seen } = loop({ wallMs: () => Date.now(), monoMs: () => performance.now() - lag });
+    const at = l.now() + 30;
+    l.setWake(at);
+    // From here the deadline clock reads 8 ms behind the clock Node's timers
+    // count on, as the loop's cached millisecond clock can (by up to a ms or so).
+    lag = 8;
+    const t0 = performance.now();
+    while (!seen.some((s) => s.t === "tick") && performance.now() - t0 < 3_000) await sleep(5);
+    l.stop();
+    const ticks = seen.filter((s) => s.t === "tick");
+    expect(ticks.length).toBe(1);
+    expect(ticks[0]!.now).toBeGreaterThanOrEqual(at);
   });
 
   it("persisted deadlines: a deadline taken in one process is the same instant for the next, whose monotonic clock starts again at 0; a wall step in the first run is the only error", () => {
