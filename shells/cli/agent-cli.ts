@@ -45,7 +45,25 @@ export async function agentMain(argv: string[]): Promise<number> {
   if (!server || !clientId || !state || !tokenFile) throw new Error(`--server, --client-id, --state and --token are required\n\n${AGENT_USAGE}`);
   const ca = s.get("ca");
   const log = createLogger(`agent ${clientId}`, parseLogLevel(s.get("log-level")));
-  const daemon = await AgentDaemon.start({
+  // Token rotation: SIGHUP (systemctl reload) re-reads the token file; the
+  // next connection presents it. A file that cannot be read changes nothing.
+  const reload = (daemon: AgentDaemon): void => {
+    try {
+      daemon.setToken(readSecret(tokenFile, "--token"));
+      log.info("token reloaded", { file: tokenFile });
+    } catch (err) {
+      log.error("token reload failed; the previous token stays in force", { err: (err as Error).message });
+    }
+  };
+  // Signals are listened for from before the daemon starts (server-cli.ts says why).
+  const signalled = untilSignal();
+  let daemon: AgentDaemon | undefined;
+  let reloadPending = false;
+  const stopReload = onReload(() => {
+    if (daemon) reload(daemon);
+    else reloadPending = true;
+  });
+  daemon = await AgentDaemon.start({
     serverUrl: server,
     clientId,
     stateDir: state,
@@ -59,17 +77,8 @@ export async function agentMain(argv: string[]): Promise<number> {
     limits: numericLimits(s.object("limits"), defaultAgentConfig(clientId).limits, "limits"),
     log,
   });
-  // Token rotation: SIGHUP (systemctl reload) re-reads the token file; the
-  // next connection presents it. A file that cannot be read changes nothing.
-  const stopReload = onReload(() => {
-    try {
-      daemon.setToken(readSecret(tokenFile, "--token"));
-      log.info("token reloaded", { file: tokenFile });
-    } catch (err) {
-      log.error("token reload failed; the previous token stays in force", { err: (err as Error).message });
-    }
-  });
-  const sig = await untilSignal();
+  if (reloadPending) reload(daemon);
+  const sig = await signalled;
   stopReload();
   log.info("stopping", { signal: sig });
   // Commands this agent launched are reported `interrupted` after a restart

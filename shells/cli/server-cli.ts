@@ -113,22 +113,11 @@ export async function serverMain(argv: string[]): Promise<number> {
   const agentTokens = loadAgentTokens(tokensFile);
   const operatorToken = operatorFile ? loadOperatorToken(operatorFile) : undefined;
   const operators = operatorsFile ? loadOperators(operatorsFile) : undefined;
-  const daemon = await ServerDaemon.start({
-    listen: parseHostPort(s.get("listen") ?? "127.0.0.1:7400", "--listen"),
-    control: parseHostPort(s.get("control") ?? "127.0.0.1:7401", "--control"),
-    dataDir: s.get("data") ?? "./rvbox-data",
-    agentTokens,
-    ...(operatorToken ? { operatorToken } : {}),
-    ...(operators ? { operators } : {}),
-    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs"]),
-    repairStore: s.bool("repair-store"),
-    log,
-  });
   // Token rotation: SIGHUP (systemctl reload) re-reads both files. A file
   // that does not parse changes nothing. An agent session whose token is gone
   // is closed (its agent reconnects with its current token); operator calls
   // and streams already running finish (a token is checked per call).
-  const stopReload = onReload(() => {
+  const reload = (daemon: ServerDaemon): void => {
     try {
       const a = loadAgentTokens(tokensFile);
       // A file caught empty (mid-write) would lock every agent out.
@@ -143,8 +132,33 @@ export async function serverMain(argv: string[]): Promise<number> {
     } catch (err) {
       log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
     }
+  };
+  // SIGINT/SIGTERM and SIGHUP are listened for from before the daemon starts:
+  // a signal that came between its "listening" line and a listener added
+  // afterwards would find none and take Node's default, killing the process
+  // outright (SIGHUP too) instead of stopping it or reloading. A stop that
+  // comes while it starts stops it once it has started (a second one kills
+  // it at once); a reload then is applied once it has started.
+  const signalled = untilSignal();
+  let daemon: ServerDaemon | undefined;
+  let reloadPending = false;
+  const stopReload = onReload(() => {
+    if (daemon) reload(daemon);
+    else reloadPending = true;
   });
-  const sig = await untilSignal();
+  daemon = await ServerDaemon.start({
+    listen: parseHostPort(s.get("listen") ?? "127.0.0.1:7400", "--listen"),
+    control: parseHostPort(s.get("control") ?? "127.0.0.1:7401", "--control"),
+    dataDir: s.get("data") ?? "./rvbox-data",
+    agentTokens,
+    ...(operatorToken ? { operatorToken } : {}),
+    ...(operators ? { operators } : {}),
+    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs"]),
+    repairStore: s.bool("repair-store"),
+    log,
+  });
+  if (reloadPending) reload(daemon);
+  const sig = await signalled;
   stopReload();
   log.info("stopping", { signal: sig });
   await daemon.close();
