@@ -6,6 +6,9 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    // Processes a test leaves running are named (with their test file) and killed after the run.
+    globalSetup: ["test/support/leaks-global.ts"],
+    setupFiles: ["test/support/leaks-setup.ts"],
     reporters: ["default"],
   },
 });
