@@ -4,7 +4,7 @@ import type { ParseArgsConfig } from "node:util";
 import { defaultAgentConfig } from "../../core/index.js";
 import { AgentDaemon } from "../agent/agent-daemon.js";
 import { createLogger, parseLogLevel } from "../runtime/log.js";
-import { numericLimits, onReload, readSecret, settings, untilSignal } from "./config.js";
+import { daemonSignals, numericLimits, readSecret, settings } from "./config.js";
 
 export const AGENT_USAGE = `usage: rvbox agent --server URL --client-id ID --state DIR --token FILE
                    [--max-running N] [--max-queued N] [--cwd DIR] [--ca FILE] [--insecure]
@@ -55,15 +55,9 @@ export async function agentMain(argv: string[]): Promise<number> {
       log.error("token reload failed; the previous token stays in force", { err: (err as Error).message });
     }
   };
-  // Signals are listened for from before the daemon starts (server-cli.ts says why).
-  const signalled = untilSignal();
-  let daemon: AgentDaemon | undefined;
-  let reloadPending = false;
-  const stopReload = onReload(() => {
-    if (daemon) reload(daemon);
-    else reloadPending = true;
-  });
-  daemon = await AgentDaemon.start({
+  // Listened for from before start (daemonSignals says why).
+  const signals = daemonSignals<AgentDaemon>(reload);
+  const daemon = await AgentDaemon.start({
     serverUrl: server,
     clientId,
     stateDir: state,
@@ -77,9 +71,9 @@ export async function agentMain(argv: string[]): Promise<number> {
     limits: numericLimits(s.object("limits"), defaultAgentConfig(clientId).limits, "limits"),
     log,
   });
-  if (reloadPending) reload(daemon);
-  const sig = await signalled;
-  stopReload();
+  signals.started(daemon);
+  const sig = await signals.stopped;
+  signals.stopReload();
   log.info("stopping", { signal: sig });
   // Commands this agent launched are reported `interrupted` after a restart
   // and never relaunched (the core's rule), so stop them with the agent.

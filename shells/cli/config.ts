@@ -158,3 +158,36 @@ export function untilSignal(): Promise<NodeJS.Signals> {
     process.on("SIGTERM", on);
   });
 }
+
+/**
+ * A daemon's signals, listened for from before it starts. A signal that came
+ * between its "listening" line and a listener added after start would find
+ * none and take Node's default, which ends the process (SIGHUP's too). A stop
+ * (SIGINT/SIGTERM) that comes while it starts resolves `stopped` all the same
+ * and takes effect once it has started (a second one, the listeners gone,
+ * ends it at once); a reload (SIGHUP) then is applied once it has `started`.
+ */
+export function daemonSignals<D>(reload: (daemon: D) => void): {
+  stopped: Promise<NodeJS.Signals>;
+  started(daemon: D): void;
+  stopReload(): void;
+} {
+  const stopped = untilSignal();
+  let daemon: D | undefined;
+  let pending = false;
+  const stopReload = onReload(() => {
+    if (daemon !== undefined) reload(daemon);
+    else pending = true;
+  });
+  return {
+    stopped,
+    started(d: D): void {
+      daemon = d;
+      if (pending) {
+        pending = false;
+        reload(d);
+      }
+    },
+    stopReload,
+  };
+}

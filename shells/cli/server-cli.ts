@@ -6,7 +6,7 @@ import { createLogger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
 import { ServerDaemon } from "../server/server-daemon.js";
-import { numericLimits, onReload, parseHostPort, settings, untilSignal } from "./config.js";
+import { daemonSignals, numericLimits, parseHostPort, settings } from "./config.js";
 
 export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control HOST:PORT] [--data DIR]
                     --agent-tokens FILE (--operator-token FILE | --identities FILE) [--config FILE]
@@ -133,20 +133,9 @@ export async function serverMain(argv: string[]): Promise<number> {
       log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
     }
   };
-  // SIGINT/SIGTERM and SIGHUP are listened for from before the daemon starts:
-  // a signal that came between its "listening" line and a listener added
-  // afterwards would find none and take Node's default, killing the process
-  // outright (SIGHUP too) instead of stopping it or reloading. A stop that
-  // comes while it starts stops it once it has started (a second one kills
-  // it at once); a reload then is applied once it has started.
-  const signalled = untilSignal();
-  let daemon: ServerDaemon | undefined;
-  let reloadPending = false;
-  const stopReload = onReload(() => {
-    if (daemon) reload(daemon);
-    else reloadPending = true;
-  });
-  daemon = await ServerDaemon.start({
+  // Listened for from before start (daemonSignals says why).
+  const signals = daemonSignals<ServerDaemon>(reload);
+  const daemon = await ServerDaemon.start({
     listen: parseHostPort(s.get("listen") ?? "127.0.0.1:7400", "--listen"),
     control: parseHostPort(s.get("control") ?? "127.0.0.1:7401", "--control"),
     dataDir: s.get("data") ?? "./rvbox-data",
@@ -157,9 +146,9 @@ export async function serverMain(argv: string[]): Promise<number> {
     repairStore: s.bool("repair-store"),
     log,
   });
-  if (reloadPending) reload(daemon);
-  const sig = await signalled;
-  stopReload();
+  signals.started(daemon);
+  const sig = await signals.stopped;
+  signals.stopReload();
   log.info("stopping", { signal: sig });
   await daemon.close();
   return 0;

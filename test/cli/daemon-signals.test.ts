@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { BIN, ROOT, writeTokenFiles } from "../shells/e2e/helpers.js";
+import { BIN, ROOT, serverArgv, writeTokenFiles } from "../shells/e2e/helpers.js";
 
 const tmp = mkdtempSync(path.join(tmpdir(), "rvbox-signals-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -39,23 +39,9 @@ function start(argv: string[], slowPath: string) {
 
 function server(name: string) {
   const dir = mkdtempSync(path.join(tmp, `${name}-`));
-  const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
   const data = path.join(dir, "data");
-  const argv = [
-    "server",
-    "--listen",
-    "127.0.0.1:0",
-    "--control",
-    "127.0.0.1:0",
-    "--data",
-    data,
-    "--agent-tokens",
-    agentTokens,
-    "--operator-token",
-    operatorToken,
-    "--log-level",
-    "info",
-  ];
+  // (the last --log-level counts: info, for the lines these tests wait for)
+  const argv = serverArgv({ agentPort: 0, controlPort: 0, data, files: writeTokenFiles(dir, "* agent-secret-token-0123456789\n") }, "--log-level", "info");
   return start(argv, data);
 }
 
