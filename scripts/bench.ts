@@ -338,6 +338,19 @@ async function benchThroughput(env: Env): Promise<void> {
   );
 }
 
+/** `true` on `clientId`, submitted through the control API until its terminal state is committed, `n` times after 10 warm-up runs (ms each). */
+async function trueLatencies(ctl: Ctl, clientId: string, n: number): Promise<number[]> {
+  const lat: number[] = [];
+  for (let i = 0; i < n + 10; i++) {
+    const t = performance.now();
+    const r = await ctl.submitCommand({ clientId, program: { case: "argv", value: { argv: ["true"] } } });
+    const st = await settle(ctl, r.command!.issueUuid);
+    if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`\`true\` on ${clientId} ended ${CommandLifecycle[st]}`);
+    if (i >= 10) lat.push(performance.now() - t);
+  }
+  return lat;
+}
+
 async function benchLatency(env: Env): Promise<void> {
   const n = QUICK ? 30 : 200;
   const base: number[] = [];
@@ -349,14 +362,7 @@ async function benchLatency(env: Env): Promise<void> {
   const srv = await startServer(env, "lat");
   const agent = startAgent(env, srv.url, "lat-agent");
   await connected(srv.ctl, ["lat-agent"]);
-  const lat: number[] = [];
-  for (let i = 0; i < n + 10; i++) {
-    const t = performance.now();
-    const r = await srv.ctl.submitCommand({ clientId: "lat-agent", program: { case: "argv", value: { argv: ["true"] } } });
-    const st = await settle(srv.ctl, r.command!.issueUuid);
-    if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`latency: command ended ${CommandLifecycle[st]}`);
-    if (i >= 10) lat.push(performance.now() - t); // 10 warm-up runs
-  }
+  const lat = await trueLatencies(srv.ctl, "lat-agent", n);
   // spawn() forks the agent: its cost grows with the agent's resident memory (npm run bench:spawn).
   const agentRss = rssKiB(agent.pid!) / 1024;
   agent.kill("SIGTERM");
@@ -443,19 +449,8 @@ async function benchBacklog(env: Env): Promise<void> {
   const busy = startAgent(env, srv.url, "busy");
   const other = startAgent(env, srv.url, "other");
   await connected(srv.ctl, ["busy", "other"]);
-  const latencies = async (): Promise<number[]> => {
-    const lat: number[] = [];
-    for (let i = 0; i < n + 10; i++) {
-      const t = performance.now();
-      const r = await srv.ctl.submitCommand({ clientId: "other", program: { case: "argv", value: { argv: ["true"] } } });
-      const st = await settle(srv.ctl, r.command!.issueUuid);
-      if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`backlog: a command on the other agent ended ${CommandLifecycle[st]}`);
-      if (i >= 10) lat.push(performance.now() - t); // 10 warm-up runs
-    }
-    return lat;
-  };
   try {
-    const base = await latencies();
+    const base = await trueLatencies(srv.ctl, "other", n);
     const rss0 = rssKiB(srv.proc.pid!);
     const wait = ["sh", "-c", `while [ ! -e '${stopFile}' ]; do sleep 0.2; done`];
     let next = 0;
@@ -474,7 +469,7 @@ async function benchBacklog(env: Env): Promise<void> {
     const cpu0 = cpuSecs(srv.proc.pid!);
     await sleep(5000);
     const idleCpu = cpuSecs(srv.proc.pid!) - cpu0;
-    const withBacklog = await latencies();
+    const withBacklog = await trueLatencies(srv.ctl, "other", n);
     const rss1 = rssKiB(srv.proc.pid!);
     const queued = (await srv.ctl.listCommands({ clientId: "busy", states: [CommandLifecycle.QUEUED], pageSize: 10_000 })).commands.length;
     report(
