@@ -71,7 +71,7 @@ export function dueHeartbeats(st: ServerState, now: number): ConnState[] {
 /** Every open connection has a live entry with its current deadline, and the heap is within its bound. */
 export function heartbeatInvariants(st: ServerState): void {
   const ix = st.heartbeats;
-  assert(ix.heap.length <= ix.heap.bound(st.conns.size) + 1, `heartbeat heap holds ${ix.heap.length} entries for ${st.conns.size} connections`);
+  assert(ix.heap.length <= ix.heap.bound(st.conns.size), `heartbeat heap holds ${ix.heap.length} entries for ${st.conns.size} connections`);
   const seen = new Set<number>();
   for (const e of ix.heap.entries()) if (live(st, e)) seen.add(e.conn);
   for (const c of st.conns.values()) {

@@ -144,7 +144,7 @@ export function activeIndexInvariants(st: ServerState): void {
     assert(ix.parked.has(clientId), `${clientId}: room flagged as grown without parked commands`);
     assert(readyConn(st, clientId) === undefined, `${clientId}: room grew on a ready session and the pump did not release it`);
   }
-  const bound = ix.wakeHeap.bound(st.active.size) + 1;
+  const bound = ix.wakeHeap.bound(st.active.size);
   assert(
     ix.wakeHeap.length <= bound && ix.recheck.length <= bound,
     `kept-wake heaps hold ${ix.wakeHeap.length} and ${ix.recheck.length} entries (bound ${bound})`,

@@ -2,11 +2,18 @@
 // run starts inherits RVBOX_TEST_RUN (this run's id), and, from
 // leaks-setup.ts, RVBOX_TEST_FILE (the test file that was running when it
 // was started). After the last test, any process still carrying this run's
-// id was leaked by a test that did not stop what it started: it is named
-// with its test file and killed, so that it can neither hold the run's
-// output pipes open (one run hung after its last test on an orphaned spawn
-// helper, 2026-12-06) nor outlive the run on a CI machine. Linux only.
+// id was leaked by a test that did not stop what it started. A process gets
+// LEAK_GRACE_MS to finish exiting (a daemon a test stopped without waiting
+// for it); one still there after that is named with its test file, killed,
+// and fails the run (an error in a global teardown sets vitest's exit status
+// to 1), so that a leak can neither hold the run's output pipes open (one run
+// hung after its last test on an orphaned spawn helper, 2026-12-06), nor
+// outlive the run on a CI machine, nor pass unnoticed. Linux only.
 import { readdirSync, readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+
+/** How long a process still running after the last test may take to exit before it counts as leaked. */
+const LEAK_GRACE_MS = 3000;
 
 interface Leak {
   pid: number;
@@ -34,21 +41,25 @@ function leaked(run: string): Leak[] {
   return out;
 }
 
-export default function setup(): () => void {
+export default function setup(): () => Promise<void> {
   const run = `${process.pid}-${Date.now()}`;
   process.env.RVBOX_TEST_RUN = run;
-  return () => {
+  return async () => {
     if (process.platform !== "linux") return;
-    const leaks = leaked(run);
+    let leaks = leaked(run);
+    for (let waited = 0; leaks.length > 0 && waited < LEAK_GRACE_MS; waited += 100) {
+      await sleep(100);
+      leaks = leaked(run);
+    }
     if (leaks.length === 0) return;
-    process.stderr.write(`\ntest run: ${leaks.length} process(es) left running by the tests; killed:\n`);
+    const lines = leaks.map((l) => `  pid ${l.pid} from ${l.file}: ${l.cmd}`);
     for (const l of leaks) {
-      process.stderr.write(`  pid ${l.pid} from ${l.file}: ${l.cmd}\n`);
       try {
         process.kill(l.pid, "SIGKILL");
       } catch {
         // already gone
       }
     }
+    throw new Error(`${leaks.length} process(es) left running by the tests ${LEAK_GRACE_MS} ms after the last one; killed:\n${lines.join("\n")}`);
   };
 }
