@@ -18,7 +18,7 @@ import {
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { ControlClient } from "../../client/control-client.js";
 import { ControlSource } from "../../tui/sources/control-source.js";
-import { COMMAND_PAGE, WatchFeed } from "../../tui/sources/fleet-feed.js";
+import { COMMAND_PAGE, RefreshFeed, WatchFeed } from "../../tui/sources/fleet-feed.js";
 import { eventually, KEY, lineWith, mount, selectedRow, type Harness } from "./helpers.js";
 
 type Change = WatchFleetResponse["change"];
@@ -283,5 +283,37 @@ describe("WatchFeed", () => {
     rpc.push({ case: "client", value: clientMsg(999, { runningCommands: 4 }) });
     await eventually(() => expect(lineWith(h!.frame(), host(999))).toMatch(/4\/4/));
     expect(rpc.others).toEqual([]);
+  });
+});
+
+describe("RefreshFeed", () => {
+  it("lists only the clients still watched: one released while an earlier list is awaited is not listed", async () => {
+    const listed: string[] = [];
+    let answerFirst: (() => void) | null = null;
+    const rpc = {
+      listClients: async () => ({ clients: [] }),
+      listSessions: async () => ({ sessions: [] }),
+      listClaims: async () => ({ claims: [] }),
+      listIncidents: async () => ({ incidents: [] }),
+      listCommands: (req: { clientId: string }) => {
+        listed.push(req.clientId);
+        if (listed.length > 1) return Promise.resolve({ commands: [] });
+        return new Promise<{ commands: never[] }>((resolve) => (answerFirst = () => resolve({ commands: [] })));
+      },
+    } as unknown as ConstructorParameters<typeof RefreshFeed>[0];
+    const feed = new RefreshFeed(rpc, 60_000);
+    const lists: Array<string | null> = [];
+    feed.setInterest(new Set(["a", "b"]));
+    feed.start({ fleet: () => {}, commands: (c) => lists.push(c), error: (e) => expect.unreachable(String(e)) });
+    try {
+      await eventually(() => expect(listed).toEqual(["a"]));
+      // "b" is released while the list of "a" is awaited; "c" is new (a poke, a cycle of its own after this one).
+      feed.setInterest(new Set(["a", "c"]));
+      answerFirst!();
+      await eventually(() => expect(listed).toEqual(["a", "a", "c"]));
+      expect(lists).toEqual(["a", "a", "c"]);
+    } finally {
+      feed.stop();
+    }
   });
 });

@@ -109,6 +109,8 @@ export class RefreshFeed implements FleetFeed {
       if (this.stopped) return;
       this.sink?.fleet({ clients: clients.clients, sessions: sessions.sessions, claims: claims.claims, incidents: incidents.incidents });
       for (const c of this.interest) {
+        // (The interest may change while a list is awaited: a client no longer watched is not listed.)
+        if (!this.interest.has(c)) continue;
         const r = await this.rpc.listCommands({ clientId: c ?? "", pageSize: COMMAND_PAGE });
         if (this.stopped) return;
         this.sink?.commands(c, r.commands);
