@@ -140,6 +140,50 @@ const scenarios: Scenario[] = [
     },
   },
   {
+    name: "a CommandAccepted among n unanswered dispatches (fan-out)",
+    large: 4_000,
+    steps: 1_000,
+    build(n) {
+      // One command on each of n agents, all dispatched at once; each step is the answer of the next agent in turn
+      // (accepted), and one more command submitted to it keeps n dispatches unanswered.
+      const r = new Rig();
+      const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`));
+      const next = new Array<number>(n).fill(0);
+      for (let a = 0; a < n; a++) r.submit(`h${a}`, `h${a}-${next[a]!++}`);
+      return (i) => {
+        const a = i % n;
+        r.now += 1;
+        r.accept(conns[a]!, `h${a}-${next[a]! - 1}`);
+        r.submit(`h${a}`, `h${a}-${next[a]!++}`);
+      };
+    },
+  },
+  {
+    name: "a command through one of n agents, 20 queued behind each",
+    large: 1_000,
+    steps: 1_000,
+    build(n) {
+      // The backlog spread over a fleet: every agent full (2 running, 2 queued on it) with 20 more waiting on the
+      // server; each step takes a command of the next agent in turn through accept, running and exit, and submits one more.
+      const r = new Rig();
+      const caps = { maxRunningCommands: 2, maxQueuedCommands: 2 };
+      const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`, "i", caps));
+      const submitted = new Array<number>(n).fill(0);
+      const oldest = new Array<number>(n).fill(0);
+      for (let a = 0; a < n; a++) for (let i = 0; i < 24; i++) r.submit(`h${a}`, `h${a}-q${submitted[a]!++}`);
+      return (i) => {
+        const a = i % n;
+        while (r.st.commands.get(`h${a}-q${oldest[a]}`)?.state !== L.DISPATCHED) oldest[a]!++;
+        const uuid = `h${a}-q${oldest[a]}`;
+        r.now += 1;
+        r.accept(conns[a]!, uuid);
+        r.event(conns[a]!, uuid, 1, lifecycle(L.RUNNING));
+        r.event(conns[a]!, uuid, 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+        r.submit(`h${a}`, `h${a}-q${submitted[a]!++}`);
+      };
+    },
+  },
+  {
     name: "idle agents connected",
     large: 5_000,
     build(n) {
@@ -184,6 +228,6 @@ for (const s of scenarios) {
   const small = perStep(k, s.build(SMALL));
   const big = perStep(k, s.build(large));
   console.log(
-    `  ${s.name.padEnd(56)} n=${String(SMALL).padStart(5)}: ${small.toFixed(1).padStart(7)} us   n=${String(large).padStart(6)}: ${big.toFixed(1).padStart(7)} us   ratio ${(big / small).toFixed(2)}x`,
+    `  ${s.name.padEnd(58)} n=${String(SMALL).padStart(5)}: ${small.toFixed(1).padStart(7)} us   n=${String(large).padStart(6)}: ${big.toFixed(1).padStart(7)} us   ratio ${(big / small).toFixed(2)}x`,
   );
 }

@@ -19,10 +19,19 @@
 //                    the commands to work out again, and the kept answers sit
 //                    in two heaps (`wakeHeap` by timer, `recheck` by
 //                    validUntil) so the next wake reads only the top
-//   quiet            accepted or running commands the pump found nothing to
-//                    send for (`quietOn`): skipped until touched, so a fleet
-//                    where every agent runs a long command costs a step
-//                    nothing for them
+//   quiet            commands the pump found nothing to do for until they
+//                    change: accepted or running ones with nothing to send
+//                    (`quietOn`), skipped until touched, so a fleet where
+//                    every agent runs a long command costs a step nothing for
+//                    them; and dispatched ones sent on the current session,
+//                    durably recorded, their redelivery not yet due
+//                    (dispatch.ts), skipped until touched or until that
+//                    redelivery comes due (timers.ts `wakeDueCommands`), so
+//                    a fan-out to thousands of agents does not walk every
+//                    unanswered dispatch on each CommandAccepted
+//   unanswered       per client, its quiet dispatched commands: the pump
+//                    counts them in the session's inflight without visiting
+//                    them
 //   parked           per client, queued commands the pump could not dispatch
 //                    because the client had no room (`blocked`: drained, no
 //                    free capacity, or maxInflightDispatches in flight), in a
@@ -67,6 +76,7 @@ export function newActiveIndex(): ActiveIndex {
     expiryKept: new Map(),
     wakes: new Map(),
     quiet: new Set(),
+    unanswered: new Map(),
     parked: new Map(),
     roomGrew: new Set(),
     loud: new Map(),
@@ -102,14 +112,30 @@ export function deactivate(st: ServerState, c: ServerCommand): void {
   ix.wakes.delete(c.uuid);
   ix.dirty.add(c.uuid);
   if (ix.expiryKept.delete(c.uuid)) keepExpiryBound(ix);
-  if (!ix.quiet.delete(c.uuid) && !unparkOne(ix, c.clientId, c.uuid)) dropFrom(ix.loud, c.clientId, c.uuid);
+  if (!unquiet(ix, c) && !unparkOne(ix, c.clientId, c.uuid)) dropFrom(ix.loud, c.clientId, c.uuid);
 }
 
-/** The pump found nothing to send for `c` (quietOn): skip it until it is touched. */
+/**
+ * The pump found nothing to do for `c` until it changes: skip it until it is
+ * touched (a dispatched one also once its redelivery comes due).
+ */
 export function markQuiet(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   if (!dropFrom(ix.loud, c.clientId, c.uuid)) return;
   ix.quiet.add(c.uuid);
+  if (c.state === L.DISPATCHED) addTo(ix.unanswered, c.clientId, c.uuid);
+}
+
+/** Take `c` out of the quiet set (and out of its client's unanswered ones); whether it was quiet. */
+function unquiet(ix: ActiveIndex, c: ServerCommand): boolean {
+  if (!ix.quiet.delete(c.uuid)) return false;
+  dropFrom(ix.unanswered, c.clientId, c.uuid);
+  return true;
+}
+
+/** How many of `clientId`'s dispatched commands are quiet (each sent on its current session, none answered yet). */
+export function quietUnanswered(st: ServerState, clientId: string): number {
+  return st.activeIndex.unanswered.get(clientId)?.size ?? 0;
 }
 
 type ParkedEntry = { seq: number; uuid: string };
@@ -194,8 +220,13 @@ export function room(cl: ClientRecord["capacity"]): number {
 }
 
 function makeLoud(ix: ActiveIndex, clientId: string, uuid: string): void {
-  let set = ix.loud.get(clientId);
-  if (!set) ix.loud.set(clientId, (set = new Set()));
+  addTo(ix.loud, clientId, uuid);
+}
+
+/** Add `uuid` to `clientId`'s set in `m` (creating it). */
+function addTo(m: Map<string, Set<string>>, clientId: string, uuid: string): void {
+  let set = m.get(clientId);
+  if (!set) m.set(clientId, (set = new Set()));
   set.add(uuid);
 }
 
@@ -212,7 +243,7 @@ export function touch(st: ServerState, c: ServerCommand): void {
   const ix = st.activeIndex;
   ix.wakes.delete(c.uuid);
   ix.dirty.add(c.uuid);
-  if (ix.quiet.delete(c.uuid) || unparkOne(ix, c.clientId, c.uuid)) makeLoud(ix, c.clientId, c.uuid);
+  if (unquiet(ix, c) || unparkOne(ix, c.clientId, c.uuid)) makeLoud(ix, c.clientId, c.uuid);
   if (c.state !== L.QUEUED) {
     if (ix.expiryKept.delete(c.uuid)) keepExpiryBound(ix);
   } else if (ix.expiryKept.get(c.uuid) !== c.queueExpiry) {

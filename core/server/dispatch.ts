@@ -23,7 +23,7 @@ import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
 import { persistCommand, readyConn, setState } from "./commands.js";
-import { activeSeq, blocked, markQuiet, nextQueueExpiry, park, places, quietOn, release, takeExpired, touch } from "./active.js";
+import { activeSeq, blocked, markQuiet, nextQueueExpiry, park, places, quietOn, quietUnanswered, release, takeExpired, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
 import { type Fail, type ServerCtx, send } from "./io.js";
@@ -35,9 +35,9 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   // Queue expiry passes at the server only for commands no agent can hold; looked for only once one can be due.
   if (ctx.now >= nextQueueExpiry(st)) expireQueued(st, ctx);
   // Everything else concerns the loud commands of clients with a ready session, in submission order.
-  // (A session's `inflight` is counted afresh here and read only below: every
-  // dispatched command is loud, since only accepted or running ones are quiet
-  // and only queued ones parked.)
+  // (A session's `inflight` is counted afresh here and read only below: its
+  // client's dispatched commands are loud or quiet and unanswered, never
+  // parked, which holds only queued ones.)
   const ix = st.activeIndex;
   const mine: ServerCommand[] = [];
   // (The ids first: releasing parked commands adds to the loud sets.)
@@ -46,7 +46,7 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
   for (const clientId of visit) {
     const conn = readyConn(st, clientId);
     if (!conn) continue;
-    conn.inflight = 0;
+    conn.inflight = quietUnanswered(st, clientId);
     for (const uuid of ix.loud.get(clientId) ?? []) {
       const c = st.commands.get(uuid)!;
       mine.push(c);
@@ -78,6 +78,13 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
       }
     } else if (redeliveryDue(st, c, conn.generation, ctx.now)) {
       dispatch(st, ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
+    } else if (c.state === L.DISPATCHED) {
+      // Sent on this session and durably recorded, its redelivery not yet due:
+      // nothing to do until it is answered (a touch) or that redelivery comes
+      // due (wakeDueCommands). One still waiting for its record to be durable
+      // is touched when it is; one sent on an older session waits for
+      // reconciliation, loud as before.
+      if (quietWaiting(st, c, conn.generation)) markQuiet(st, c);
     } else if (c.state === L.ACCEPTED || c.state === L.RUNNING) {
       pumpScript(st, ctx, conn, c, env);
       pumpStdin(st, ctx, conn, c);
@@ -112,6 +119,16 @@ export function retryDue(c: ServerCommand, now: number): boolean {
 function redeliveryDue(st: ServerState, c: ServerCommand, generation: number, now: number): boolean {
   const at = redeliveryAt(st, c);
   return at !== null && c.dispatch.dispatchedOn === generation && now >= at;
+}
+
+/**
+ * Dispatched `c` needs nothing from the pump on a session of generation `g`
+ * until it changes or its redelivery comes due: it was sent on that session
+ * and its `dispatched` record is durable (so a redelivery is armed). The
+ * caller has checked that the redelivery is not yet due.
+ */
+export function quietWaiting(st: ServerState, c: ServerCommand, g: number): boolean {
+  return c.dispatch.dispatchedOn === g && redeliveryAt(st, c) !== null;
 }
 
 /** When a dispatch sent on a live session and durably recorded may be sent again (null: none). */

@@ -15,6 +15,7 @@ import { rowEventBound } from "./ingest.js";
 import { labelsError } from "./labels.js";
 import { commandWake } from "./timers.js";
 import { blocked, quietOn } from "./active.js";
+import { quietWaiting, redeliveryAt } from "./dispatch.js";
 import { readyConn } from "./commands.js";
 import { heartbeatInvariants } from "./heartbeats.js";
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -108,14 +109,33 @@ export function activeIndexInvariants(st: ServerState): void {
   };
   for (const [clientId, set] of ix.loud) ownSet("loud", clientId, set);
   for (const [clientId, q] of ix.parked) ownSet("parked", clientId, q.live);
+  let unanswered = 0;
   for (const uuid of ix.quiet) {
     const c = st.commands.get(uuid);
     assert(c !== undefined && st.active.has(uuid), `${uuid}: marked quiet but not active`);
-    assert(c.state === L.ACCEPTED || c.state === L.RUNNING, `${uuid}: marked quiet while ${L[c.state]} (a state change without touch)`);
+    const waiting = c.state === L.DISPATCHED;
+    assert(waiting || c.state === L.ACCEPTED || c.state === L.RUNNING, `${uuid}: marked quiet while ${L[c.state]} (a state change without touch)`);
+    assert(waiting === (ix.unanswered.get(c.clientId)?.has(uuid) === true), `${uuid}: ${L[c.state]} and quiet, ${waiting ? "not " : ""}counted as unanswered`);
+    if (waiting) {
+      unanswered++;
+      // Its redelivery is what wakes it (timers.ts wakeDueCommands): armed, and kept as its next timer.
+      const at = redeliveryAt(st, c);
+      assert(
+        at !== null && (ix.dirty.has(uuid) || ix.wakes.get(uuid)?.best?.at === at),
+        `${uuid}: quiet while dispatched, but its redelivery is not its kept timer`,
+      );
+    }
     const conn = readyConn(st, c.clientId);
     // A quiet mark matters only on a ready session; a new session clears it (onSessionReady).
-    if (conn) assert(quietOn(c, conn.generation), `${uuid}: marked quiet but has something to send (a change without touch)`);
+    if (conn && waiting) assert(quietWaiting(st, c, conn.generation), `${uuid}: quiet while dispatched, but not sent on this session or not yet durable`);
+    else if (conn) assert(quietOn(c, conn.generation), `${uuid}: marked quiet but has something to send (a change without touch)`);
   }
+  let counted = 0;
+  for (const [clientId, set] of ix.unanswered) {
+    ownSet("unanswered", clientId, set);
+    counted += set.size;
+  }
+  assert(counted === unanswered, `${counted} commands counted as unanswered, ${unanswered} quiet while dispatched`);
   // A parked command waits for room: on a ready session its client must still have none (else a
   // change that grew it did not unpark, and a later loud command could take its turn). Each sits
   // in its client's heap under its own submission order, which holds few stale entries.

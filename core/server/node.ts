@@ -59,7 +59,7 @@ import { type ServerCtx, closeConn, dropConn, releaseReply, sendError } from "./
 import { handleSnapshot, releaseReconcileResult } from "./reconcile.js";
 import { onCapacity, register, releaseWelcome } from "./registration.js";
 import { releaseDropOutput } from "./retention.js";
-import { nextWake } from "./timers.js";
+import { nextWake, wakeDueCommands } from "./timers.js";
 import { dueHeartbeats, nextConnOrder, track } from "./heartbeats.js";
 
 export function serverStep(st: ServerState, input: ServerInput, now: number, env: ServerEnv, wall: number = now): Step<ServerState, ServerEffect> {
@@ -274,6 +274,7 @@ function pumpWork(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
 
 function pump(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   flushIncidentDrops(st, ctx);
+  wakeDueCommands(st, ctx.now);
   pumpWork(st, ctx, env);
   let ready = ctx.seal(st.gate);
   while (ready.length > 0) {

@@ -508,6 +508,8 @@ export interface ActiveIndex {
   expiryKept: Map<string, number>;
   wakes: Map<string, WakeAnswer>;
   quiet: Set<string>;
+  /** Per client: its quiet commands that are dispatched and not yet answered (counted in its session's inflight; no empty sets). */
+  unanswered: Map<string, Set<string>>;
   /** Per client: queued commands skipped while it has no room (active.ts `park`). */
   parked: Map<string, ParkedQueue>;
   /** Clients whose room may have grown since the pump last looked (`unpark`): it releases their oldest parked commands. */

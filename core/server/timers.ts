@@ -10,7 +10,7 @@
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { CAPACITY_RETRY_CAP_MS } from "../limits.js";
 import type { CommandWake, KeptWake, ServerState, Timer, WakeAnswer } from "./server-types.js";
-import { byTimer } from "./active.js";
+import { byTimer, touch } from "./active.js";
 import { earliestHeartbeat } from "./heartbeats.js";
 import { authorizedClients, inClientOrder } from "./clients.js";
 import { redeliveryAt, retryDue } from "./dispatch.js";
@@ -99,6 +99,25 @@ function earliestCommandWake(st: ServerState, now: number): CommandWake | null {
     }
   }
   return null;
+}
+
+/**
+ * Kept command timers that came due by `now`, before the pump looks at the
+ * loud commands: a quiet command among them (a dispatch whose redelivery is
+ * due) is touched, so it is loud again and the pump visits it; any other's
+ * answer is worked out again, as the next wake would (earliestCommandWake).
+ */
+export function wakeDueCommands(st: ServerState, now: number): void {
+  const ix = st.activeIndex;
+  for (let e = ix.wakeHeap.peek(); e !== undefined; e = ix.wakeHeap.peek()) {
+    if (ix.wakes.get(e.uuid) !== e.cw) ix.wakeHeap.pop();
+    else if (e.at > now) return;
+    else {
+      ix.wakeHeap.pop();
+      if (ix.quiet.has(e.uuid)) touch(st, st.commands.get(e.uuid)!);
+      else refresh(st, e.uuid, now);
+    }
+  }
 }
 
 /** Work out `uuid`'s answer afresh and keep it (none once it is no longer active). */

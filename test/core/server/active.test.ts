@@ -232,6 +232,64 @@ describe("active index", () => {
     expect(reads[1]).toBe(reads[0]);
   });
 
+  it("R-D1: in a fan-out to hundreds of agents, each CommandAccepted looks up no more than with a few", () => {
+    const reads: number[] = [];
+    for (const n of [20, 400]) {
+      const r = new ServerRig();
+      r.store = false;
+      const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`));
+      for (let a = 0; a < n; a++) r.submit(`h${a}`, `f${a}`);
+      r.step({ type: "tick" });
+      expect(r.command(`f${n - 1}`).state).toBe("dispatched");
+      // Unanswered dispatches wait quietly for their answer or their redelivery (internal: the mark).
+      expect(r.st.activeIndex.quiet.has("f0")).toBe(true);
+      let total = 0;
+      for (let a = 0; a < 10; a++) {
+        r.now += 1;
+        const frame = encodeEnvelope(r.fenceOf(conns[a]!), {
+          case: "commandAccepted",
+          value: create(CommandAcceptedSchema, { issueUuid: `f${a}`, commandRevision: 1n, accepted: true }),
+        });
+        const before = r.st.gate.lastId;
+        total += readsIn(r, { type: "frame", conn: conns[a]!, data: frame });
+        if (r.st.gate.lastId !== before) total += readsIn(r, { type: "durable", through: r.st.gate.lastId });
+        expect(r.command(`f${a}`).state).toBe("accepted");
+      }
+      activeIndexInvariants(r.st);
+      reads.push(total);
+    }
+    // The same lookups among 400 as among 20 (before: every accept walked every unanswered dispatch of the fleet).
+    expect(reads[1]).toBe(reads[0]);
+  });
+
+  it("R-D1: an unanswered dispatch waiting quietly is sent again when its redelivery comes due, and only then", () => {
+    const r = new ServerRig({ redeliveryMs: 5_000 });
+    const conn = r.connect("a");
+    const other = r.connect("b");
+    r.submit("a", "x");
+    const dispatches = (): number => r.sent(r.log, conn, "commandDispatch").length;
+    expect(dispatches()).toBe(1);
+    expect(r.st.activeIndex.quiet.has("x")).toBe(true); // internal: not visited by the pump until then
+    const due = r.st.commands.get("x")!.dispatch.dispatchedAt + 5_000;
+    // Steps before it is due (another agent's frames, this one's, a tick) send nothing for it.
+    r.now = due - 1;
+    r.step({ type: "activity", conn: other });
+    r.step({ type: "activity", conn });
+    r.step({ type: "tick" });
+    expect(dispatches()).toBe(1);
+    // Due: the first step at or after that instant sends it again, whatever the step is.
+    r.now = due + 3;
+    r.step({ type: "activity", conn: other });
+    expect(dispatches()).toBe(2);
+    r.now = due + 4_999 + 3;
+    r.step({ type: "activity", conn });
+    expect(dispatches()).toBe(2);
+    expect(r.st.activeIndex.quiet.has("x")).toBe(true); // quiet again, until the next redelivery
+    r.now = due + 5_000 + 3;
+    r.step({ type: "tick" });
+    expect(dispatches()).toBe(3);
+  });
+
   it("R-D1 R-D3 R-W2: a backlog waiting for room is dispatched oldest first whenever room grows, ahead of newer commands", () => {
     const r = new ServerRig();
     const c = r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 1 });
