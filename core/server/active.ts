@@ -28,7 +28,11 @@
 //                    (dispatch.ts), skipped until touched or until that
 //                    redelivery comes due (timers.ts `wakeDueCommands`), so
 //                    a fan-out to thousands of agents does not walk every
-//                    unanswered dispatch on each CommandAccepted
+//                    unanswered dispatch on each CommandAccepted; and queued
+//                    ones whose capacity retry is ahead and whose client has
+//                    room, skipped until touched or until that retry comes
+//                    due, so a fleet-wide CAPACITY rejection does not walk
+//                    every command in backoff for a minute
 //   unanswered       per client, its quiet dispatched commands: the pump
 //                    counts them in the session's inflight without visiting
 //                    them

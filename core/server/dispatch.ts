@@ -76,6 +76,10 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
         dispatch(st, ctx, conn, c);
         conn.inflight++;
       }
+      // Its capacity retry is ahead (R-D3 backoff): nothing to do until that
+      // retry comes due (its kept timer: wakeDueCommands) or it changes. A
+      // fleet-wide CAPACITY rejection leaves thousands of these for a minute.
+      else markQuiet(st, c);
     } else if (redeliveryDue(st, c, conn.generation, ctx.now)) {
       dispatch(st, ctx, conn, c); // Redelivery until CommandAccepted (R-D1).
     } else if (c.state === L.DISPATCHED) {

@@ -114,8 +114,15 @@ export function activeIndexInvariants(st: ServerState): void {
     const c = st.commands.get(uuid);
     assert(c !== undefined && st.active.has(uuid), `${uuid}: marked quiet but not active`);
     const waiting = c.state === L.DISPATCHED;
-    assert(waiting || c.state === L.ACCEPTED || c.state === L.RUNNING, `${uuid}: marked quiet while ${L[c.state]} (a state change without touch)`);
+    const backoff = c.state === L.QUEUED;
+    assert(waiting || backoff || c.state === L.ACCEPTED || c.state === L.RUNNING, `${uuid}: marked quiet while ${L[c.state]} (a state change without touch)`);
     assert(waiting === (ix.unanswered.get(c.clientId)?.has(uuid) === true), `${uuid}: ${L[c.state]} and quiet, ${waiting ? "not " : ""}counted as unanswered`);
+    if (backoff) {
+      // Its capacity retry is what wakes it (wakeDueCommands): a kept timer no later than that retry.
+      const best = ix.wakes.get(uuid)?.best;
+      assert(ix.dirty.has(uuid) || (best != null && best.at <= c.dispatch.nextAttemptAt), `${uuid}: quiet while queued, but nothing wakes it by its retry`);
+      continue;
+    }
     if (waiting) {
       unanswered++;
       // Its redelivery is what wakes it (timers.ts wakeDueCommands): armed, and kept as its next timer.

@@ -104,11 +104,15 @@ function earliestCommandWake(st: ServerState, now: number): CommandWake | null {
 /**
  * Kept command timers that came due by `now`, before the pump looks at the
  * loud commands: a quiet command among them (a dispatch whose redelivery is
- * due) is touched, so it is loud again and the pump visits it; any other's
- * answer is worked out again, as the next wake would (earliestCommandWake).
+ * due, a queued one whose capacity retry is) is touched, so it is loud again
+ * and the pump visits it; any other's answer is worked out again, as the
+ * next wake would (earliestCommandWake).
  */
 export function wakeDueCommands(st: ServerState, now: number): void {
   const ix = st.activeIndex;
+  // A deadline clock that went back can make a capacity retry due at once
+  // (retryDue: implausibly far ahead), with no timer of its own: wake them all.
+  if (now < ix.wakeNow) for (const uuid of [...ix.quiet]) touch(st, st.commands.get(uuid)!);
   for (let e = ix.wakeHeap.peek(); e !== undefined; e = ix.wakeHeap.peek()) {
     if (ix.wakes.get(e.uuid) !== e.cw) ix.wakeHeap.pop();
     else if (e.at > now) return;

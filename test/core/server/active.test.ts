@@ -290,6 +290,65 @@ describe("active index", () => {
     expect(dispatches()).toBe(3);
   });
 
+  it("R-D3: after a fleet-wide CAPACITY rejection a step looks up none of the commands waiting out their backoff", () => {
+    const reads: number[] = [];
+    for (const n of [20, 400]) {
+      const r = new ServerRig();
+      r.store = false;
+      const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`));
+      const other = r.connect("other");
+      for (let a = 0; a < n; a++) r.submit(`h${a}`, `f${a}`);
+      for (let a = 0; a < n; a++) r.accept(conns[a]!, `f${a}`, false, Code.CAPACITY, "agent full");
+      const waiting = Array.from({ length: n }, (_, a) => `f${a}`).filter((u) => r.st.commands.get(u)!.state === L.QUEUED);
+      expect(waiting.length).toBeGreaterThan(n / 2);
+      for (const u of waiting) expect(r.st.activeIndex.quiet.has(u)).toBe(true); // internal: the mark
+      let total = 0;
+      for (let i = 0; i < 10; i++) total += readsIn(r, { type: "activity", conn: other });
+      reads.push(total);
+    }
+    // The same lookups among 400 as among 20 (before: every step of any agent walked every command in backoff).
+    expect(reads[1]).toBe(reads[0]);
+  });
+
+  it("R-D3: a command waiting out its capacity backoff quietly is dispatched again at its retry, not before", () => {
+    const r = new ServerRig();
+    const conn = r.connect("a");
+    const other = r.connect("b");
+    r.submit("a", "x");
+    r.accept(conn, "x", false, Code.CAPACITY, "agent full");
+    const c = r.st.commands.get("x")!;
+    // (Full jitter may draw no wait at all: then it was sent again at once. Draw until it waits.)
+    for (let i = 0; c.state !== L.QUEUED && i < 20; i++) r.accept(conn, "x", false, Code.CAPACITY, "agent full");
+    expect(c.state).toBe(L.QUEUED);
+    expect(r.st.activeIndex.quiet.has("x")).toBe(true); // internal: not visited until then
+    const sent = (): number => r.sent(r.log, conn, "commandDispatch").length;
+    const before = sent();
+    const at = c.dispatch.nextAttemptAt;
+    r.now = at - 1;
+    r.step({ type: "activity", conn: other });
+    r.step({ type: "tick" });
+    expect(sent()).toBe(before);
+    r.now = at;
+    r.step({ type: "activity", conn: other });
+    expect(sent()).toBe(before + 1);
+    expect(r.command("x").state).toBe("dispatched");
+  });
+
+  it("R-D3: a deadline clock stepped back 1 h dispatches a command waiting quietly in backoff at once (its retry is implausibly far)", () => {
+    const r = new ServerRig();
+    const conn = r.connect("a");
+    r.submit("a", "x");
+    r.accept(conn, "x", false, Code.CAPACITY, "agent full");
+    const c = r.st.commands.get("x")!;
+    for (let i = 0; c.state !== L.QUEUED && i < 20; i++) r.accept(conn, "x", false, Code.CAPACITY, "agent full");
+    expect(r.st.activeIndex.quiet.has("x")).toBe(true);
+    const sent = (): number => r.sent(r.log, conn, "commandDispatch").length;
+    const before = sent();
+    r.now -= 3_600_000;
+    r.step({ type: "activity", conn });
+    expect(sent()).toBe(before + 1);
+  });
+
   it("R-D1 R-D3 R-W2: a backlog waiting for room is dispatched oldest first whenever room grows, ahead of newer commands", () => {
     const r = new ServerRig();
     const c = r.connect("a", "i", { maxRunningCommands: 1, maxQueuedCommands: 1 });
