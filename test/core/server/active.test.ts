@@ -56,6 +56,15 @@ function busyBacklog(n: number): { r: ServerRig; busy: number } {
   return { r, busy };
 }
 
+/** A server with `n` agents h0..h(n-1), one command f0..f(n-1) submitted to each (and dispatched). */
+function oneEach(n: number): { r: ServerRig; conns: number[] } {
+  const r = new ServerRig();
+  r.store = false;
+  const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`));
+  for (let a = 0; a < n; a++) r.submit(`h${a}`, `f${a}`);
+  return { r, conns };
+}
+
 describe("active index", () => {
   it("R-D1: a step's lookups do not grow with the commands queued for a client without a session", () => {
     const reads: number[] = [];
@@ -235,10 +244,7 @@ describe("active index", () => {
   it("R-D1: in a fan-out to hundreds of agents, each CommandAccepted looks up no more than with a few", () => {
     const reads: number[] = [];
     for (const n of [20, 400]) {
-      const r = new ServerRig();
-      r.store = false;
-      const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`));
-      for (let a = 0; a < n; a++) r.submit(`h${a}`, `f${a}`);
+      const { r, conns } = oneEach(n);
       r.step({ type: "tick" });
       expect(r.command(`f${n - 1}`).state).toBe("dispatched");
       // Unanswered dispatches wait quietly for their answer or their redelivery (internal: the mark).
@@ -293,11 +299,8 @@ describe("active index", () => {
   it("R-D3: after a fleet-wide CAPACITY rejection a step looks up none of the commands waiting out their backoff", () => {
     const reads: number[] = [];
     for (const n of [20, 400]) {
-      const r = new ServerRig();
-      r.store = false;
-      const conns = Array.from({ length: n }, (_, a) => r.connect(`h${a}`));
+      const { r, conns } = oneEach(n);
       const other = r.connect("other");
-      for (let a = 0; a < n; a++) r.submit(`h${a}`, `f${a}`);
       for (let a = 0; a < n; a++) r.accept(conns[a]!, `f${a}`, false, Code.CAPACITY, "agent full");
       const waiting = Array.from({ length: n }, (_, a) => `f${a}`).filter((u) => r.st.commands.get(u)!.state === L.QUEUED);
       expect(waiting.length).toBeGreaterThan(n / 2);
