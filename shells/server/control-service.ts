@@ -64,9 +64,8 @@ import {
   type PendingClaim,
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
-import type { promises as fsp } from "node:fs";
 import { decompressRun } from "../zstd/index.js";
-import type { StoredEventRow, StoredOutputRow } from "../storage/server-storage.js";
+import type { FrameReader, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
 import type { ServerDaemon } from "./server-daemon.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
@@ -815,7 +814,7 @@ export async function* follow(
   // where those events left it, so retention ranges are clipped to what it has not seen and
   // are not held back for bytes it already has.
   for (let seq = 1; seq < next; ) {
-    const rows = d.storage.readEvents(uuid, seq, next - 1, 512);
+    const rows = await d.storage.readEvents(uuid, seq, next - 1, 512);
     if (rows.length === 0) break;
     for (const v of rows) {
       if (v.kind === "output") {
@@ -827,14 +826,14 @@ export async function* follow(
     }
     seq = rows[rows.length - 1]!.seq + 1;
   }
-  const reader = new SegmentReader(d);
+  const reader = new FrameLoader(d.storage.frameReader());
   try {
     for (;;) {
       if (ctx.signal.aborted) return;
       let c = current();
       const through = c.committed.storedThrough;
       while (next <= through) {
-        const rows = d.storage.readEvents(uuid, next, through, FOLLOW_ROWS);
+        const rows = await d.storage.readEvents(uuid, next, through, FOLLOW_ROWS);
         // Sub-batches of at most `budget` output bytes (at least one event): each is
         // read with one read per contiguous run of a segment file, decoded in one call
         // per run, and sent as one batch; the next is read once this one is taken.
@@ -954,92 +953,48 @@ export const followGauge = {
 };
 
 /**
- * Reads output rows' stored frames for one follow loop: rows that sit back to
- * back in one segment file (the usual case: a command's file is appended in
- * seq order) are one read and one decode (none with `zstd`: each row gets its
- * frame, a view of the read); the file stays open while the loop moves
- * through it.
+ * The stored frames of one follow loop's output rows, through the store's
+ * FrameReader: each run of frames the store read in one go is decoded in one
+ * call (not at all with `zstd`: each row gets its frame, a view of the read).
  */
-class SegmentReader {
-  private file = "";
-  private fh: fsp.FileHandle | null = null;
-  constructor(private readonly d: ServerDaemon) {}
+class FrameLoader {
+  constructor(private readonly frames: FrameReader) {}
 
   /** seq -> decompressed bytes (with `zstd`: the stored frame), or null where the bytes are gone (retention meanwhile). */
   async load(uuid: string, rows: StoredOutputRow[], zstd = false): Promise<Map<number, Uint8Array | null>> {
     const out = new Map<number, Uint8Array | null>();
-    for (let i = 0; i < rows.length; ) {
-      const v = rows[i]!;
-      const ptr = v.seg;
-      if (!ptr) {
-        // Inline bytes (not from a segment file).
-        const z = v.zstd;
-        out.set(v.seq, z ? (zstd ? z : decoded(uuid, [v], decompressRun(z, [{ length: z.length, originalSize: v.originalSize }]))) : null);
-        i++;
-        continue;
-      }
-      let j = i + 1;
-      let end = ptr.o + ptr.n;
-      for (; j < rows.length; j++) {
-        const p = rows[j]!.seg;
-        if (!p || p.f !== ptr.f || p.o !== end) break;
-        end = p.o + p.n;
-      }
-      const run = rows.slice(i, j);
-      i = j;
-      const span = await this.read(ptr.f, ptr.o, end - ptr.o);
-      if (!span) {
+    for (const { rows: run, bytes, lengths } of await this.frames.read(rows)) {
+      if (!bytes) {
         for (const r of run) out.set(r.seq, null);
         continue;
       }
       if (zstd) {
         let at = 0;
-        for (const r of run) {
-          out.set(r.seq, span.subarray(at, at + r.seg!.n));
-          at += r.seg!.n;
-        }
+        run.forEach((r, i) => {
+          out.set(r.seq, bytes.subarray(at, at + lengths[i]!));
+          at += lengths[i]!;
+        });
         continue;
       }
       const data = decoded(
         uuid,
         run,
         decompressRun(
-          span,
-          run.map((r) => ({ length: r.seg!.n, originalSize: r.originalSize })),
+          bytes,
+          run.map((r, i) => ({ length: lengths[i]!, originalSize: r.originalSize })),
         ),
       );
       let at = 0;
       for (const r of run) {
-        const n = r.originalSize;
-        out.set(r.seq, data.subarray(at, at + n));
-        at += n;
+        out.set(r.seq, data.subarray(at, at + r.originalSize));
+        at += r.originalSize;
       }
     }
     return out;
   }
 
-  private async read(file: string, at: number, n: number): Promise<Uint8Array | null> {
-    if (this.file !== file || !this.fh) {
-      await this.close();
-      const fh = await this.d.storage.openSegment(file);
-      if (!fh) return null;
-      this.fh = fh;
-      this.file = file;
-    }
-    const buf = Buffer.allocUnsafe(n);
-    for (let off = 0; off < n; ) {
-      const { bytesRead } = await this.fh.read(buf, off, n - off, at + off);
-      if (bytesRead === 0) return null;
-      off += bytesRead;
-    }
-    return buf;
-  }
-
-  async close(): Promise<void> {
-    const fh = this.fh;
-    this.fh = null;
-    this.file = "";
-    if (fh) await fh.close().catch(() => {});
+  close(): Promise<void> {
+    return this.frames.close();
   }
 }
 

@@ -55,6 +55,7 @@ import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../r
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
+import type { ServerStore } from "../storage/server-store.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { createContextValues } from "@connectrpc/connect";
 import { accessInterceptor, IDENTITY_KEY } from "./access-interceptor.js";
@@ -156,7 +157,7 @@ export class ServerDaemon {
 
   private constructor(
     readonly opts: ServerDaemonOptions,
-    readonly storage: ServerStorage,
+    readonly storage: ServerStore,
   ) {
     this.log = opts.log ?? createLogger("server");
     this.peerLog = new RateLimitedLog(this.log);
@@ -242,13 +243,7 @@ export class ServerDaemon {
       checkpointEveryBytes: opts.checkpointEveryBytes,
     });
     const d = new ServerDaemon(opts, storage);
-    const r = storage.recovery;
-    d.log.info("store opened", {
-      dir: opts.dataDir,
-      snapshot: r.snapshotLoaded,
-      replayed: r.recordsReplayed,
-      tornTail: r.tornTail ? r.tornTail.reason : "none",
-    });
+    d.log.info("store opened", storage.opened);
     await listen(d.agentHttp, opts.listen);
     await listen(d.controlHttp, opts.control);
     // First tick arms the timers (heartbeats, expiry, redelivery).

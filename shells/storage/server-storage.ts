@@ -64,6 +64,8 @@ import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, foldRecord, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
+import type { FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
+import { inlineRun } from "./server-store.js";
 
 export const SEGMENT_DIR = "segments";
 export const INDEX_ENTRY_BYTES = 64;
@@ -75,17 +77,6 @@ const SCHEMA = [
   "CREATE TABLE IF NOT EXISTS segment (file TEXT PRIMARY KEY, uuid TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, bytes INTEGER NOT NULL, entries INTEGER NOT NULL)",
   "CREATE INDEX IF NOT EXISTS segment_uuid ON segment (uuid, last_seq)",
 ];
-
-export interface SegmentPointer {
-  f: string;
-  o: number;
-  n: number;
-}
-
-/** An output event as this storage reads it back: its frame is in a segment file (`seg`), or inline (`zstd`). */
-export type StoredOutputRow = Omit<OutputEventRow, "zstd"> & { zstd?: Uint8Array; seg?: SegmentPointer };
-/** A stored server event (core/server/store.ts EventRow) as readEvents returns it. */
-export type StoredEventRow = Exclude<EventRow, OutputEventRow> | StoredOutputRow;
 
 export interface IndexEntry {
   seq: number;
@@ -165,7 +156,7 @@ interface SegmentRow {
 
 type Op = { kind: "persist"; effect: PersistEffect } | { kind: "drop"; uuid: string; throughSeq: number };
 
-export class ServerStorage implements PersistSink {
+export class ServerStorage implements PersistSink, ServerStore {
   /** What restoreServer reads; cleared by the daemon after the restore. */
   readonly tables: Tables;
   private readonly segDir: string;
@@ -214,6 +205,17 @@ export class ServerStorage implements PersistSink {
 
   get recovery() {
     return this.db.recovery;
+  }
+
+  get opened() {
+    const r = this.db.recovery;
+    return {
+      store: "embedded",
+      dir: this.opts.dir,
+      snapshot: r.snapshotLoaded,
+      replayed: r.recordsReplayed,
+      tornTail: r.tornTail ? r.tornTail.reason : "none",
+    };
   }
 
   /**
@@ -457,7 +459,7 @@ export class ServerStorage implements PersistSink {
    * `limit`: non-output rows from the db merged with output index entries
    * (as `{ kind: "output", ..., seg: pointer }`).
    */
-  readEvents(uuid: string, fromSeq: number, toSeq: number, limit: number): StoredEventRow[] {
+  async readEvents(uuid: string, fromSeq: number, toSeq: number, limit: number): Promise<StoredEventRow[]> {
     if (toSeq < fromSeq) return [];
     const prefix = eventPrefix(uuid);
     const from = eventKey(uuid, Math.max(0, fromSeq));
@@ -490,13 +492,17 @@ export class ServerStorage implements PersistSink {
           stream: e.stream,
           offset: e.offset,
           originalSize: e.originalSize,
-          seg: { f: s.file, o: e.segOffset, n: e.length } satisfies SegmentPointer,
+          where: { f: s.file, o: e.segOffset, n: e.length } satisfies FrameLocation,
         });
         if (++taken >= limit) break;
       }
     }
     out.sort((a, b) => a.seq - b.seq);
     return out.length > limit ? out.slice(0, limit) : out;
+  }
+
+  frameReader(): FrameReader {
+    return new SegmentFrameReader((file) => this.openSegment(file));
   }
 
   /** A segment file opened for reading (FollowOutput reads runs of frames from it); null if it is gone. */
@@ -518,6 +524,65 @@ export class ServerStorage implements PersistSink {
     for (const seg of this.open.values()) await closeSegment(seg);
     this.open.clear();
     await this.db.close();
+  }
+}
+
+/**
+ * Reads output rows' frames from segment files for one reader: rows that sit
+ * back to back in one file (the usual case: a command's file is appended in
+ * seq order) are one run and one read; the file stays open while the reader
+ * moves through it.
+ */
+class SegmentFrameReader implements FrameReader {
+  private file = "";
+  private fh: fsp.FileHandle | null = null;
+  constructor(private readonly openSegment: (file: string) => Promise<fsp.FileHandle | null>) {}
+
+  async read(rows: readonly StoredOutputRow[]): Promise<FrameRun[]> {
+    const out: FrameRun[] = [];
+    for (let i = 0; i < rows.length; ) {
+      const ptr = rows[i]!.where;
+      if (!ptr) {
+        out.push(inlineRun(rows[i]!));
+        i++;
+        continue;
+      }
+      let j = i + 1;
+      let end = ptr.o + ptr.n;
+      for (; j < rows.length; j++) {
+        const p = rows[j]!.where;
+        if (!p || p.f !== ptr.f || p.o !== end) break;
+        end = p.o + p.n;
+      }
+      const run = rows.slice(i, j);
+      i = j;
+      out.push({ rows: run, bytes: await this.span(ptr.f, ptr.o, end - ptr.o), lengths: run.map((r) => r.where!.n) });
+    }
+    return out;
+  }
+
+  private async span(file: string, at: number, n: number): Promise<Uint8Array | null> {
+    if (this.file !== file || !this.fh) {
+      await this.close();
+      const fh = await this.openSegment(file);
+      if (!fh) return null;
+      this.fh = fh;
+      this.file = file;
+    }
+    const buf = Buffer.allocUnsafe(n);
+    for (let off = 0; off < n; ) {
+      const { bytesRead } = await this.fh.read(buf, off, n - off, at + off);
+      if (bytesRead === 0) return null;
+      off += bytesRead;
+    }
+    return buf;
+  }
+
+  async close(): Promise<void> {
+    const fh = this.fh;
+    this.fh = null;
+    this.file = "";
+    if (fh) await fh.close().catch(() => {});
   }
 }
 

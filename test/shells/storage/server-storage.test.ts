@@ -1,47 +1,16 @@
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { PersistEffect, PersistRecord } from "../../../core/index.js";
+import type { PersistRecord } from "../../../core/index.js";
 import { foldRecord, prefixEnd, recordStmt } from "../../../shells/storage/kv-store.js";
-import { SEGMENT_DIR, ServerStorage, type StoredOutputRow } from "../../../shells/storage/server-storage.js";
+import { SEGMENT_DIR, ServerStorage } from "../../../shells/storage/server-storage.js";
+import type { StoredEventRow, StoredOutputRow } from "../../../shells/storage/server-store.js";
 import { cleanupTemp, tempDir } from "../e2e/helpers.js";
+import { framesOf, outputEvent } from "./store-contract.js";
 
-function outputEvent(id: number, uuid: string, seq: number, bytes: number): PersistEffect {
-  return {
-    type: "persist",
-    id,
-    records: [
-      {
-        table: "event",
-        key: `${uuid}/${String(seq).padStart(12, "0")}`,
-        value: {
-          seq,
-          revision: 1,
-          time: 1,
-          digest: seq,
-          kind: "output",
-          stream: "stdout",
-          offset: (seq - 1) * bytes,
-          originalSize: bytes,
-          zstd: new Uint8Array(bytes).fill(seq & 0xff),
-        },
-      },
-      { table: "command", key: uuid, value: { uuid, storedThrough: seq } },
-    ],
-  };
-}
-
-/** The stored frame a pointer names, read through the storage's own segment opener (as FollowOutput reads runs). */
-async function readFrame(s: ServerStorage, ptr: { f: string; o: number; n: number }): Promise<Uint8Array | null> {
-  const fh = await s.openSegment(ptr.f);
-  if (!fh) return null;
-  try {
-    const buf = new Uint8Array(ptr.n);
-    const { bytesRead } = await fh.read(buf, 0, ptr.n, ptr.o);
-    return bytesRead === ptr.n ? buf : null;
-  } finally {
-    await fh.close();
-  }
+/** The stored frame of one output row, read through the store's FrameReader (as FollowOutput reads runs). */
+async function readFrame(s: ServerStorage, row: StoredEventRow): Promise<Uint8Array | null> {
+  return (await framesOf(s, [row])).get(row.seq) ?? null;
 }
 
 async function segFiles(dir: string): Promise<string[]> {
@@ -64,17 +33,18 @@ describe("server storage: kv rows + output segment files", () => {
     const files = await segFiles(dir);
     expect(files.length).toBe(3); // 300-byte frames, rolled once a file holds >= 1000 bytes: 4+4+2
     expect(s.db.query("SELECT * FROM kv WHERE t = 'event'").length).toBe(0); // no per-chunk rows in sql.js
-    const rows = s.readEvents("cmd-a", 1, 100, 100) as StoredOutputRow[];
+    const rows = (await s.readEvents("cmd-a", 1, 100, 100)) as StoredOutputRow[];
     expect(rows.length).toBe(10);
     expect(rows[0]!.zstd).toBeUndefined();
-    const bytes = await readFrame(s, rows[4]!.seg!);
+    expect(rows[4]!.where).toBeDefined();
+    const bytes = await readFrame(s, rows[4]!);
     expect(bytes).toEqual(new Uint8Array(300).fill(5));
     const dbBytes = s.db.query<{ n: number }>("SELECT SUM(LENGTH(v)) AS n FROM kv")[0]!.n;
     expect(dbBytes).toBeLessThan(3000);
     await s.close();
     const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
     expect(s2.tables.get("event")!.size).toBe(10);
-    expect((await readFrame(s2, (s2.readEvents("cmd-a", 10, 10, 1) as StoredOutputRow[])[0]!.seg!))!).toEqual(new Uint8Array(300).fill(10));
+    expect(await readFrame(s2, (await s2.readEvents("cmd-a", 10, 10, 1))[0]!)).toEqual(new Uint8Array(300).fill(10));
     await s2.close();
   });
 
@@ -90,17 +60,17 @@ describe("server storage: kv rows + output segment files", () => {
     s.dropOutput("cmd-b", 4);
     // Nothing else is persisted (a command that has gone quiet): the drop still lands.
     await s.whenIdle();
-    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([5, 6, 7, 8, 9, 10]);
+    expect((await s.readEvents("cmd-b", 1, 100, 100)).map((r) => r.seq)).toEqual([5, 6, 7, 8, 9, 10]);
     expect((await segFiles(dir)).length).toBe(2);
     // A partly covered file stays until a later drop covers it (readers skip
     // what the retention marker covers).
     s.dropOutput("cmd-b", 6);
     await s.whenIdle();
-    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([5, 6, 7, 8, 9, 10]);
+    expect((await s.readEvents("cmd-b", 1, 100, 100)).map((r) => r.seq)).toEqual([5, 6, 7, 8, 9, 10]);
     expect((await segFiles(dir)).length).toBe(2);
     s.dropOutput("cmd-b", 8);
     await s.whenIdle();
-    expect(s.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([9, 10]);
+    expect((await s.readEvents("cmd-b", 1, 100, 100)).map((r) => r.seq)).toEqual([9, 10]);
     expect((await segFiles(dir)).length).toBe(1);
     await s.close();
     await fsp.writeFile(path.join(dir, SEGMENT_DIR, "orphan.seg"), "x");
@@ -110,13 +80,13 @@ describe("server storage: kv rows + output segment files", () => {
     const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
     expect(await segFiles(dir)).not.toContain("orphan.seg");
     expect((await fsp.stat(path.join(dir, SEGMENT_DIR, kept!))).size).toBe(600);
-    expect(s2.readEvents("cmd-b", 1, 100, 100).map((r) => r.seq)).toEqual([9, 10]);
+    expect((await s2.readEvents("cmd-b", 1, 100, 100)).map((r) => r.seq)).toEqual([9, 10]);
     await s2.close();
     // A committed file that lost bytes is corruption: refused unless repaired.
     await fsp.truncate(path.join(dir, SEGMENT_DIR, kept!), 10);
     await expect(ServerStorage.open({ dir, segmentBytes: 1000 })).rejects.toThrow(/damaged/);
     const s3 = await ServerStorage.open({ dir, segmentBytes: 1000, repair: true });
-    expect(s3.readEvents("cmd-b", 1, 100, 100)).toEqual([]);
+    expect(await s3.readEvents("cmd-b", 1, 100, 100)).toEqual([]);
     await s3.close();
   });
 
@@ -135,15 +105,15 @@ describe("server storage: kv rows + output segment files", () => {
     s.dropOutput("cmd-g", 3);
     await s.whenIdle();
     // (It is only partly covered, so its entries 1..3 stay too; readers skip what the marker covers.)
-    const rows = s.readEvents("cmd-g", 1, 100, 100) as StoredOutputRow[];
+    const rows = await s.readEvents("cmd-g", 1, 100, 100);
     expect(rows.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5]);
-    expect(await readFrame(s, rows[3]!.seg!)).toEqual(new Uint8Array(300).fill(4));
+    expect(await readFrame(s, rows[3]!)).toEqual(new Uint8Array(300).fill(4));
     expect((await segFiles(dir)).length).toBe(2);
     // A later drop through 4 covers the first file wholly: now it goes.
     s.dropOutput("cmd-g", 4);
     await s.whenIdle();
     expect((await segFiles(dir)).length).toBe(1);
-    expect(s.readEvents("cmd-g", 1, 100, 100).map((r) => r.seq)).toEqual([5]);
+    expect((await s.readEvents("cmd-g", 1, 100, 100)).map((r) => r.seq)).toEqual([5]);
     await s.close();
   });
 
@@ -178,40 +148,14 @@ describe("server storage: kv rows + output segment files", () => {
     s.pruneOutput("ab"); // no persist follows: it still goes now
     await s.whenIdle();
     expect((await segFiles(dir)).length).toBe(1);
-    expect(s.readEvents("ab", 1, 100, 100).filter((r) => r.kind === "output")).toEqual([]);
-    expect(s.readEvents("keep", 1, 100, 100).map((r) => r.seq)).toEqual([1]);
+    expect((await s.readEvents("ab", 1, 100, 100)).filter((r) => r.kind === "output")).toEqual([]);
+    expect((await s.readEvents("keep", 1, 100, 100)).map((r) => r.seq)).toEqual([1]);
     // A crash between the pruning batch and pruneOutput: rows of a command that is gone.
     s.persist({ type: "persist", id: 10, records: [{ table: "command", key: "keep", value: null }] });
     await s.close();
     const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
     expect(await segFiles(dir)).toEqual([]);
     expect(s2.db.query("SELECT file FROM segment")).toEqual([]);
-    await s2.close();
-  });
-});
-
-describe("row order across a reopen", () => {
-  afterAll(cleanupTemp);
-
-  it("rows come back in the order they were first written, however often they were rewritten since (the order restoreServer keeps: dispatch oldest first, the oldest incident evicted first)", async () => {
-    const dir = await tempDir("rvbox-order-");
-    const s = await ServerStorage.open({ dir, segmentBytes: 1000 });
-    const put = (id: number, key: string, n: number): PersistEffect => ({ type: "persist", id, records: [{ table: "command", key, value: { uuid: key, n } }] });
-    s.persist(put(1, "c-old", 1));
-    s.persist(put(2, "b-mid", 1));
-    s.persist(put(3, "a-new", 1));
-    await s.whenIdle();
-    // The oldest is rewritten last (an event, a signal): it stays first.
-    s.persist(put(4, "c-old", 2));
-    s.persist(put(5, "b-mid", 2));
-    await s.whenIdle();
-    await s.close();
-    const s2 = await ServerStorage.open({ dir, segmentBytes: 1000 });
-    expect([...s2.tables.get("command")!.entries()]).toEqual([
-      ["c-old", { uuid: "c-old", n: 2 }],
-      ["b-mid", { uuid: "b-mid", n: 2 }],
-      ["a-new", { uuid: "a-new", n: 1 }],
-    ]);
     await s2.close();
   });
 });
