@@ -8,7 +8,7 @@ import { identityError, mintToken, OperatorIdentities, operatorLine, type Role }
 import { ServerDaemon } from "../server/server-daemon.js";
 import { daemonSignals, numericLimits, parseHostPort, settings } from "./config.js";
 
-export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control HOST:PORT] [--data DIR]
+export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control HOST:PORT] [--data DIR | --store URL]
                     --agent-tokens FILE (--operator-token FILE | --identities FILE) [--config FILE]
                     [--log-level debug|info|warn|error] [--repair-store]
        rvbox server operator add NAME --role viewer|operator|admin [--selector SEL] --identities FILE
@@ -16,6 +16,8 @@ export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control
   --listen HOST:PORT       agent WebSocket endpoint, path /v1/agent (default 127.0.0.1:7400)
   --control HOST:PORT      ConnectRPC control API (default 127.0.0.1:7401)
   --data DIR               durable store and output segments (default ./rvbox-data)
+  --store URL              keep the state in PostgreSQL instead: postgres://USER@HOST:PORT/DB
+                           (a password from PGPASSWORD or ~/.pgpass, not the URL)
   --agent-tokens FILE      lines "client_id token" or "* token"
   --operator-token FILE    the operators' bearer tokens, one per line: each is the
                            identity "admin" (role admin)
@@ -31,6 +33,7 @@ export const SERVER_OPTIONS = {
   listen: { type: "string" },
   control: { type: "string" },
   data: { type: "string" },
+  store: { type: "string" },
   "agent-tokens": { type: "string" },
   "operator-token": { type: "string" },
   identities: { type: "string" },
@@ -139,6 +142,7 @@ export async function serverMain(argv: string[]): Promise<number> {
     listen: parseHostPort(s.get("listen") ?? "127.0.0.1:7400", "--listen"),
     control: parseHostPort(s.get("control") ?? "127.0.0.1:7401", "--control"),
     dataDir: s.get("data") ?? "./rvbox-data",
+    store: s.get("store"),
     agentTokens,
     ...(operatorToken ? { operatorToken } : {}),
     ...(operators ? { operators } : {}),

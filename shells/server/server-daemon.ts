@@ -56,6 +56,7 @@ import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
 import type { ServerStore } from "../storage/server-store.js";
+import { PgServerStore } from "../storage/pg-store.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { createContextValues } from "@connectrpc/connect";
 import { accessInterceptor, IDENTITY_KEY } from "./access-interceptor.js";
@@ -66,6 +67,20 @@ import { controlServiceImpl } from "./control-service.js";
 import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
 
 export const AGENT_PATH = "/v1/agent";
+
+/** A --store value: a PostgreSQL URL, or a clear error (never echoing a password). */
+export function checkStoreUrl(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new Error("--store: expected a PostgreSQL URL, postgres://USER@HOST:PORT/DATABASE");
+  }
+  if (u.protocol !== "postgres:" && u.protocol !== "postgresql:")
+    throw new Error(`--store: expected a postgres:// URL, got ${u.protocol}// (the embedded store is --data DIR)`);
+  if (u.pathname.length <= 1) throw new Error("--store: the URL names no database (postgres://USER@HOST:PORT/DATABASE)");
+  return url;
+}
 
 export interface HostPort {
   host: string;
@@ -78,6 +93,8 @@ export interface ServerDaemonOptions {
   listen: HostPort;
   control: HostPort;
   dataDir: string;
+  /** `postgres://…`: the state in PostgreSQL (pg-store.ts) instead of the embedded store in dataDir. */
+  store?: string;
   agentTokens: AgentTokens;
   /** The legacy shared operator token(s): the identity `admin` (role admin). Absent: only `operators`. */
   operatorToken?: OperatorToken;
@@ -236,12 +253,14 @@ export class ServerDaemon {
   static async start(opts: ServerDaemonOptions): Promise<ServerDaemon> {
     await initZstd();
     const limits = { ...defaultServerConfig().limits, ...opts.limits };
-    const storage = await ServerStorage.open({
-      dir: opts.dataDir,
-      segmentBytes: limits.segmentBytes,
-      repair: opts.repairStore,
-      checkpointEveryBytes: opts.checkpointEveryBytes,
-    });
+    const storage: ServerStore = opts.store
+      ? await PgServerStore.open(checkStoreUrl(opts.store))
+      : await ServerStorage.open({
+          dir: opts.dataDir,
+          segmentBytes: limits.segmentBytes,
+          repair: opts.repairStore,
+          checkpointEveryBytes: opts.checkpointEveryBytes,
+        });
     const d = new ServerDaemon(opts, storage);
     d.log.info("store opened", storage.opened);
     await listen(d.agentHttp, opts.listen);

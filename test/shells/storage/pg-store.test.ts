@@ -1,0 +1,102 @@
+// The PostgreSQL store's own behaviour, beside the contract it shares with
+// the embedded store (store-contract.test.ts): typed tables an operator can
+// query, the schema version, durability across kill -9 of PostgreSQL, and
+// fail-stop when the database refuses a write.
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
+import { PgServerStore } from "../../../shells/storage/pg-store.js";
+import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
+import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
+
+let cluster: PgCluster;
+beforeAll(async () => {
+  cluster = await startPgCluster();
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+async function sql<T extends pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<T[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<T>(text, values)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+describe("PostgreSQL store", () => {
+  it("keeps real tables with typed columns: an operator counts commands by state and reads output rows with SQL", async () => {
+    const url = await cluster.createDatabase("typed");
+    const s = await PgServerStore.open(url);
+    s.persist({
+      type: "persist",
+      id: 1,
+      records: [
+        { table: "command", key: "u1", value: { uuid: "u1", clientId: "web-1", state: 1, createdAt: 10, storedThrough: 0 } },
+        { table: "command", key: "u2", value: { uuid: "u2", clientId: "web-1", state: 1, createdAt: 11, storedThrough: 0 } },
+        { table: "command", key: "u3", value: { uuid: "u3", clientId: "db-1", state: 3, createdAt: 12, storedThrough: 0 } },
+      ],
+    });
+    s.persist({ type: "persist", id: 2, records: [outputRecord("u3", 1, 50)] });
+    await s.whenIdle();
+    expect(await sql(url, "SELECT state, count(*)::int AS n FROM commands GROUP BY state ORDER BY state")).toEqual([
+      { state: 1, n: 2 },
+      { state: 3, n: 1 },
+    ]);
+    expect(await sql(url, "SELECT key FROM commands WHERE client_id = $1 ORDER BY created_at", ["web-1"])).toEqual([{ key: "u1" }, { key: "u2" }]);
+    expect(await sql(url, "SELECT uuid, seq::int, original_size, length(zstd) AS n FROM output")).toEqual([{ uuid: "u3", seq: 1, original_size: 50, n: 50 }]);
+    expect(await sql(url, "SELECT version FROM rvbox_schema")).toEqual([{ version: PG_SCHEMA_VERSION }]);
+    await s.close();
+  });
+
+  it("refuses a database written by a newer server, saying so, and leaves it untouched", async () => {
+    const url = await cluster.createDatabase("newer");
+    await (await PgServerStore.open(url)).close();
+    await sql(url, "UPDATE rvbox_schema SET version = $1", [PG_SCHEMA_VERSION + 1]);
+    await expect(PgServerStore.open(url)).rejects.toThrow(`schema is version ${PG_SCHEMA_VERSION + 1}, newer than this server's ${PG_SCHEMA_VERSION}`);
+    expect(await sql(url, "SELECT version FROM rvbox_schema")).toEqual([{ version: PG_SCHEMA_VERSION + 1 }]);
+  });
+
+  it("R-D1: what was reported durable survives kill -9 of PostgreSQL, byte for byte", async () => {
+    const url = await cluster.createDatabase("crash");
+    const s = await PgServerStore.open(url);
+    let durable = 0;
+    s.onDurable = (n) => {
+      durable = n;
+    };
+    for (let i = 1; i <= 20; i++) s.persist(outputEvent(i, "c", i, 1000));
+    await s.whenIdle();
+    expect(durable).toBe(20);
+    await cluster.crashAndRestart();
+    await s.close();
+    const again = await PgServerStore.open(url);
+    expect(again.tables.get("command")?.get("c")).toEqual({ uuid: "c", storedThrough: 20 });
+    const frames = await framesOf(again, await again.readEvents("c", 1, 100, 100));
+    for (let i = 1; i <= 20; i++) expect(frames.get(i)).toEqual(new Uint8Array(1000).fill(i));
+    await again.close();
+  });
+
+  it("fail-stop: a write the database refuses is reported once, never acknowledged, and nothing after it is written", async () => {
+    const url = await cluster.createDatabase("refuse");
+    const s = await PgServerStore.open(url);
+    const errors: unknown[] = [];
+    const durable: number[] = [];
+    s.onError = (e) => errors.push(e);
+    s.onDurable = (n) => durable.push(n);
+    s.persist(outputEvent(1, "c", 1, 10));
+    await s.whenIdle();
+    await sql(url, "ALTER TABLE commands ADD CONSTRAINT no_more CHECK (stored_through < 2)");
+    s.persist(outputEvent(2, "c", 2, 10));
+    await s.whenIdle();
+    s.persist(outputEvent(3, "c", 3, 10));
+    await s.whenIdle();
+    expect(durable).toEqual([1]);
+    expect(errors).toHaveLength(1);
+    expect(String(errors[0])).toMatch(/no_more/);
+    expect(await sql(url, "SELECT seq::int FROM output ORDER BY seq")).toEqual([{ seq: 1 }]);
+    await s.close();
+  });
+});
