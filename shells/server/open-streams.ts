@@ -18,7 +18,7 @@
  *    fleet-watch.ts MAX_WATCHERS.)
  */
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
-import type { ServerLimits, ServerState } from "../../core/index.js";
+import { assert, type ServerLimits, type ServerState } from "../../core/index.js";
 import { type MethodName, refusal, rpcName } from "./access.js";
 import type { Identity } from "./operators.js";
 
@@ -48,7 +48,11 @@ export class OpenStreams {
   private readonly perIdentity = new Map<string, number>();
   private follows = 0;
 
-  constructor(private readonly limits: () => StreamLimits) {}
+  /** `checking`: check the counts against the open set and the bounds after every change (tests). */
+  constructor(
+    private readonly limits: () => StreamLimits,
+    private readonly checking = false,
+  ) {}
 
   get size(): number {
     return this.open.size;
@@ -70,6 +74,7 @@ export class OpenStreams {
     const abort = new AbortController();
     const e: Entry = { method, who, auth, req, abort, signal: abort.signal, ended: null };
     this.open.add(e);
+    if (this.checking) this.check();
     return e;
   }
 
@@ -79,6 +84,22 @@ export class OpenStreams {
     const n = this.followCount(s.who.name) - 1;
     if (n > 0) this.perIdentity.set(s.who.name, n);
     else this.perIdentity.delete(s.who.name);
+    if (this.checking) this.check();
+  }
+
+  /** The counts match the open FollowOutput streams, and none is over its bound. */
+  check(): void {
+    const { maxFollowStreams, maxFollowStreamsPerIdentity } = this.limits();
+    const mine = new Map<string, number>();
+    for (const s of this.open) if (s.method === "followOutput") mine.set(s.who.name, (mine.get(s.who.name) ?? 0) + 1);
+    let all = 0;
+    for (const [name, n] of mine) {
+      all += n;
+      assert(this.perIdentity.get(name) === n, `open streams: ${name} counted ${this.perIdentity.get(name)}, has ${n}`);
+      assert(n <= maxFollowStreamsPerIdentity, `open streams: ${name} holds ${n} > maxFollowStreamsPerIdentity`);
+    }
+    assert(this.perIdentity.size === mine.size && this.follows === all, `open streams: counted ${this.follows}, open ${all}`);
+    assert(all <= maxFollowStreams, `open streams: ${all} > maxFollowStreams`);
   }
 
   private followRefusal(who: Identity): string | null {

@@ -173,7 +173,7 @@ export class ServerDaemon {
     const lim = config.limits;
     if (lim.followStreamsAdminReserve >= lim.maxFollowStreams)
       throw new Error(`limits: followStreamsAdminReserve (${lim.followStreamsAdminReserve}) must be less than maxFollowStreams (${lim.maxFollowStreams})`);
-    this.streams = new OpenStreams(() => this.state.config.limits);
+    this.streams = new OpenStreams(() => this.state.config.limits, opts.checkInvariants);
     this.loop = new NodeLoop<ServerInput>(
       {
         step: (input, now, wall) => this.step(input, now, wall),
