@@ -170,9 +170,6 @@ export class ServerDaemon {
     // The loaded rows are only needed for the restore.
     storage.tables.clear();
     this.watch = new FleetWatch(this, opts.watch);
-    const lim = config.limits;
-    if (lim.followStreamsAdminReserve >= lim.maxFollowStreams)
-      throw new Error(`limits: followStreamsAdminReserve (${lim.followStreamsAdminReserve}) must be less than maxFollowStreams (${lim.maxFollowStreams})`);
     this.streams = new OpenStreams(() => this.state.config.limits, opts.checkInvariants);
     this.loop = new NodeLoop<ServerInput>(
       {
@@ -242,6 +239,11 @@ export class ServerDaemon {
   static async start(opts: ServerDaemonOptions): Promise<ServerDaemon> {
     await initZstd();
     const limits = { ...defaultServerConfig().limits, ...opts.limits };
+    // A reserve as large as the total would leave non-admins no FollowOutput at all.
+    if (limits.followStreamsAdminReserve >= limits.maxFollowStreams)
+      throw new Error(
+        `limits: followStreamsAdminReserve (${limits.followStreamsAdminReserve}) must be less than maxFollowStreams (${limits.maxFollowStreams})`,
+      );
     const storage = await ServerStorage.open({
       dir: opts.dataDir,
       segmentBytes: limits.segmentBytes,

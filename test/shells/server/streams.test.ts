@@ -56,6 +56,15 @@ const line = {
   op2: operatorLine("op2", "operator", "role=web", tokens.op2),
 };
 
+describe("FollowOutput bounds: configuration", () => {
+  it("a server whose admin reserve is the whole of maxFollowStreams does not start, and says why", async () => {
+    await expect(startServer({ limits: { maxFollowStreams: 4, followStreamsAdminReserve: 4 } })).rejects.toThrow(
+      "limits: followStreamsAdminReserve (4) must be less than maxFollowStreams (4)",
+    );
+    await cleanupTemp();
+  });
+});
+
 describe("control API streams and ids: real server and agent", () => {
   let s: TestServer;
   let a: AgentDaemon;
