@@ -236,3 +236,23 @@ export const MAX_JOBS = 1_000;
 export const MAX_JOB_TARGETS = 2_048;
 /** A job id: 1..MAX_JOB_ID_CHARS of [A-Za-z0-9._:-] (its children's uuids add `.n`). */
 export const MAX_JOB_ID_CHARS = 100;
+/** An issue uuid: 1..MAX_ISSUE_UUID_CHARS of [A-Za-z0-9._:-] (submit.ts); a longer one names no command. */
+export const MAX_ISSUE_UUID_CHARS = 128;
+/** A control request id (idempotent retries; the CLI sends a 36-character UUID). */
+export const MAX_REQUEST_ID_CHARS = 256;
+/** An incident id (the server mints short ones). */
+export const MAX_INCIDENT_ID_CHARS = 128;
+/** A listing's page token (the server's are decimal offsets). */
+export const MAX_PAGE_TOKEN_CHARS = 32;
+/** An operator name (--identities: 1..64 characters). */
+export const MAX_OPERATOR_NAME_CHARS = 64;
+/**
+ * FollowOutput streams the control API keeps open at once (default of the
+ * configurable `limits.maxFollowStreams`); each holds at most one batch in
+ * the server. Past it a new one is refused with RESOURCE_EXHAUSTED.
+ */
+export const MAX_FOLLOW_STREAMS = 128;
+/** FollowOutput streams one operator identity keeps open at once (`limits.maxFollowStreamsPerIdentity`). */
+export const MAX_FOLLOW_STREAMS_PER_IDENTITY = 64;
+/** Of `maxFollowStreams`, the share only admins may open (`limits.followStreamsAdminReserve`), so an admin always gets in. */
+export const FOLLOW_STREAMS_ADMIN_RESERVE = 16;

@@ -39,6 +39,9 @@ export function defaultServerConfig(): ServerConfig {
       prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
       maxClients: LIM.MAX_CLIENTS,
       auditMax: LIM.MAX_AUDIT_ENTRIES,
+      maxFollowStreams: LIM.MAX_FOLLOW_STREAMS,
+      maxFollowStreamsPerIdentity: LIM.MAX_FOLLOW_STREAMS_PER_IDENTITY,
+      followStreamsAdminReserve: LIM.FOLLOW_STREAMS_ADMIN_RESERVE,
     },
   };
 }

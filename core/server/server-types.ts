@@ -41,6 +41,12 @@ export interface ServerLimits {
   maxClients: number;
   /** Audit entries kept (audit.ts); past it the oldest go first and are counted as dropped. */
   auditMax: number;
+  /** FollowOutput streams open at once (the shell's control API enforces it; the core never reads it). */
+  maxFollowStreams: number;
+  /** FollowOutput streams open at once per operator identity. */
+  maxFollowStreamsPerIdentity: number;
+  /** Of maxFollowStreams, how many only admins may use (0: none reserved). */
+  followStreamsAdminReserve: number;
 }
 
 export interface ServerConfig {

@@ -118,8 +118,9 @@ export async function serverMain(argv: string[]): Promise<number> {
   const operators = operatorsFile ? loadOperators(operatorsFile) : undefined;
   // Token rotation: SIGHUP (systemctl reload) re-reads both files. A file
   // that does not parse changes nothing. An agent session whose token is gone
-  // is closed (its agent reconnects with its current token); operator calls
-  // and streams already running finish (a token is checked per call).
+  // is closed (its agent reconnects with its current token); an operator
+  // stream (FollowOutput, WatchFleet) whose token or role no longer allows it
+  // is ended; unary calls already running finish.
   const reload = (daemon: ServerDaemon): void => {
     try {
       const a = loadAgentTokens(tokensFile);
@@ -128,10 +129,9 @@ export async function serverMain(argv: string[]): Promise<number> {
       const o = operatorFile ? loadOperatorToken(operatorFile) : undefined;
       const ids = operatorsFile ? loadOperators(operatorsFile) : undefined;
       agentTokens.replaceWith(a);
-      if (o) operatorToken?.replaceWith(o);
-      if (ids) operators?.replaceWith(ids);
+      const streamsEnded = daemon.reloadOperators(ids, o);
       const closed = daemon.closeRevokedSessions();
-      log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed });
+      log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed, streamsEnded });
     } catch (err) {
       log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
     }
@@ -146,7 +146,7 @@ export async function serverMain(argv: string[]): Promise<number> {
     agentTokens,
     ...(operatorToken ? { operatorToken } : {}),
     ...(operators ? { operators } : {}),
-    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs"]),
+    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs", "followStreamsAdminReserve"]),
     repairStore: s.bool("repair-store"),
     log,
   });

@@ -13,7 +13,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { SubmitJobRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { describeError, isTransient, type ControlClient } from "../../client/control-client.js";
+import { describeError, isTransient, OperatorError, type ControlClient } from "../../client/control-client.js";
 import { EXIT } from "../../client/exit-codes.js";
 import { durationText, humanDuration, jobInfo, jobSummaryText, type JobChildInfo, type JobInfo } from "../../client/model.js";
 import { bool, list, parseDuration, parseEnv, str, UsageError, type Parsed } from "./args.js";
@@ -206,9 +206,29 @@ export async function followJob(ctx: JobCtx, id: string, json: boolean, cancelOn
           abort.abort();
           return;
         }
+        // The server's bound on open follows (limits.maxFollowStreamsPerIdentity): refused
+        // before anything was read; followed again once one of ours has ended.
+        if (e instanceof OperatorError && e.exitCode === EXIT.TEMPORARY && !abort.signal.aborted) {
+          follows.delete(c.uuid);
+          refused.add(c.uuid);
+          if (!heldBack) ctx.err(`rvbox: the server holds back some output streams (${describeError(e).message}); following them as others end`);
+          heldBack = true;
+          return;
+        }
         if (!abort.signal.aborted) ctx.err(`${c.client}: rvbox: ${describeError(e, { server: ctx.server }).message}`);
       });
     follows.set(c.uuid, run);
+  };
+  const refused = new Set<string>();
+  let heldBack = false;
+  /** After the job ended: follow the children refused earlier, as the others end (or every JOB_POLL_MS). */
+  const followRefused = async (job: JobInfo): Promise<void> => {
+    while (refused.size > 0 && !abort.signal.aborted) {
+      const again = job.children.filter((c) => refused.has(c.uuid));
+      refused.clear();
+      for (const c of again) startFollow(c);
+      await Promise.race([Promise.all(follows.values()), new Promise((r) => setTimeout(r, JOB_POLL_MS))]);
+    }
   };
   const stoppedEarly = (): number | null => {
     if (outputClosed) return EXIT.OUTPUT_CLOSED;
@@ -225,8 +245,11 @@ export async function followJob(ctx: JobCtx, id: string, json: boolean, cancelOn
       job = jobInfo((await call(ctx, `job ${id}`, (c, o) => c.getJob({ jobId: id }, { ...o, signal: abort.signal }), 4)).job!);
       for (const c of job.children) if (c.phase === "started" || c.phase === "done") startFollow(c);
       if (job.endedAt !== null || abort.signal.aborted) break;
+      refused.clear();
       await new Promise((r) => setTimeout(r, JOB_POLL_MS));
     }
+    await Promise.all(follows.values());
+    await followRefused(job);
     await Promise.all(follows.values());
     const early = stoppedEarly();
     if (early !== null) return early;

@@ -36,6 +36,8 @@ export function closest(input: string, candidates: Iterable<string>): string | u
   let tie = false;
   for (const c of candidates) {
     if (c === input) return c;
+    // At least the difference in length apart: an over-long value costs no edit table.
+    if (Math.abs(c.length - input.length) > limit) continue;
     const d = editDistance(input, c);
     if (d < bestD) {
       best = c;

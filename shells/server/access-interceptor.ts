@@ -9,15 +9,14 @@
  * field) is audited the same way, so no mutating call goes unrecorded.
  */
 import { randomUUID } from "node:crypto";
-import { Code as ConnectCode, ConnectError, type Interceptor, createContextKey } from "@connectrpc/connect";
-import type { AuditCall } from "../../core/index.js";
+import { Code as ConnectCode, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { type AuditCall, Code } from "../../core/index.js";
 import { ACCESS, type MethodName, refusal, rpcName, summarize, targetClients } from "./access.js";
-import { AUDIT_KEY } from "./control-service.js";
-import type { Identity } from "./operators.js";
+import { AUDIT_KEY, IDENTITY_KEY, toConnectError } from "./control-service.js";
+import { idProblem } from "./id-limits.js";
 import type { ServerDaemon } from "./server-daemon.js";
 
-/** The caller of this call (set by the daemon from the bearer token). */
-export const IDENTITY_KEY = createContextKey<Identity | null>(null, { description: "rvbox operator identity" });
+export { IDENTITY_KEY };
 
 export function accessInterceptor(d: ServerDaemon): Interceptor {
   return (next) => async (req) => {
@@ -26,6 +25,13 @@ export function accessInterceptor(d: ServerDaemon): Interceptor {
     const who = req.contextValues.get(IDENTITY_KEY);
     if (!rule || !who) throw new ConnectError(`no access rule for ${req.method.name}`, ConnectCode.PermissionDenied);
     const message = req.stream ? undefined : (req.message as unknown);
+    // Ids first, before any lookup, summary or message echoes them (streams check theirs in the handler).
+    const overlong = idProblem(method, message);
+    if (overlong !== null) {
+      const bad: AuditCall = { operator: who.name, role: who.role, rpc: rpcName(method), summary: "(ids over their bounds)" };
+      if (rule.mutating) await record(d, bad, [], "INVALID_ARGUMENT", overlong);
+      throw toConnectError({ code: Code.VALIDATION, message: overlong });
+    }
     const call: AuditCall = { operator: who.name, role: who.role, rpc: rpcName(method), summary: summarize(method, message) };
     const why = refusal(who, method, message, d.state);
     if (why !== null) {

@@ -67,8 +67,16 @@ import {
 import { decompressRun } from "../zstd/index.js";
 import type { FrameReader, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
 import type { ServerDaemon } from "./server-daemon.js";
+import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
+import type { Identity } from "./operators.js";
+import type { OpenStream, StreamMethod } from "./open-streams.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
+
+/** The caller of this call (set by the daemon from the bearer token). */
+export const IDENTITY_KEY = createContextKey<Identity | null>(null, { description: "rvbox operator identity" });
+/** The Authorization header the caller presented (streams are identified again with it on a reload). */
+export const AUTH_KEY = createContextKey<string>("", { description: "rvbox authorization header" });
 
 /** Set per call by the access interceptor for an identified caller's mutating RPC. */
 export const AUDIT_KEY = createContextKey<{ call: AuditCall; recorded: boolean } | null>(null, { description: "rvbox audit call" });
@@ -380,20 +388,27 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     },
 
     async *followOutput(req, ctx) {
+      const s = openStream(d, "followOutput", ctx.values.get(IDENTITY_KEY), ctx.values.get(AUTH_KEY), req);
+      // Ended by the reader going away, or by a reload that revoked its caller (s.ended says why).
+      const signal = AbortSignal.any([ctx.signal, s.signal]);
       try {
         // Batches for a reader that asked for them (max_batch_bytes), one event per
         // response otherwise; the loop below bounds what it holds either way.
         const batched = req.maxBatchBytes > 0;
         const budget = batched ? Math.min(req.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
         const zstd = batched && req.acceptZstd;
-        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, ctx, budget, zstd)) {
+        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, { signal }, budget, zstd)) {
+          if (s.ended) break;
           if (!batched || batch.length === 1) yield* batch;
           else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
         }
+        if (s.ended) throw s.ended;
       } catch (err) {
         if (!(err instanceof ConnectError))
           d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
         throw err;
+      } finally {
+        d.streams.close(s);
       }
     },
 
@@ -523,19 +538,38 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     async *watchFleet(req, ctx) {
       if (req.commandClients.some((c) => c === "")) throw invalid('command_clients: an empty client id (use "*" for every client)');
       if (req.commandClients.length > MAX_WATCHED_CLIENTS) throw invalid(`command_clients: at most ${MAX_WATCHED_CLIENTS} clients`);
+      const s = openStream(d, "watchFleet", ctx.values.get(IDENTITY_KEY), ctx.values.get(AUTH_KEY), req);
       const w = d.watch.subscribe(req.commandClients);
-      if (!w) throw new ConnectError(`too many WatchFleet streams open (at most ${d.watch.maxWatchers})`, ConnectCode.ResourceExhausted);
+      if (!w) {
+        d.streams.close(s);
+        throw new ConnectError(`too many WatchFleet streams open (at most ${d.watch.maxWatchers})`, ConnectCode.ResourceExhausted);
+      }
+      const signal = AbortSignal.any([ctx.signal, s.signal]);
       try {
         for (;;) {
-          const m = await w.next(ctx.signal);
+          const m = await w.next(signal);
+          if (s.ended) throw s.ended;
           if (m === null) return;
           yield m;
         }
       } finally {
         d.watch.unsubscribe(w);
+        d.streams.close(s);
       }
     },
   };
+}
+
+/**
+ * Register a stream call with the daemon's open streams (open-streams.ts):
+ * its ids are checked first (id-limits.ts); a FollowOutput over its bounds is
+ * refused with RESOURCE_EXHAUSTED. The caller closes it when the stream ends.
+ */
+export function openStream(d: ServerDaemon, method: StreamMethod, who: Identity | null, auth: string, req: unknown): OpenStream {
+  const why = idProblem(method, req);
+  if (why !== null) throw invalid(why);
+  if (!who) throw new ConnectError("operator bearer token required", ConnectCode.Unauthenticated);
+  return d.streams.add(method, who, auth, req);
 }
 
 /** What the views of the fleet read: the daemon (its core state and per-connection facts). */
@@ -549,8 +583,7 @@ export interface FleetReader {
   toWall(t: number): number;
 }
 
-/** WatchFleet's command_clients bound (one request names at most this many). */
-export const MAX_WATCHED_CLIENTS = 10_000;
+export { MAX_WATCHED_CLIENTS };
 
 /** Non-terminal commands per client id. */
 export function activeCounts(st: ServerState): Map<string, number> {

@@ -19,8 +19,9 @@ import type * as http from "node:http";
 import { fromBinary } from "@bufbuild/protobuf";
 import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
 import { endStreamFlag, endStreamToJson } from "@connectrpc/connect/protocol-connect";
-import { FollowOutputRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { FOLLOW_BATCH_BYTES, follow } from "./control-service.js";
+import { type FollowOutputRequest, FollowOutputRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
+import { FOLLOW_BATCH_BYTES, follow, openStream } from "./control-service.js";
+import type { Identity } from "./operators.js";
 import { batchEnvelope, singleEnvelope } from "./follow-wire.js";
 import type { ServerDaemon } from "./server-daemon.js";
 
@@ -29,12 +30,12 @@ export const FOLLOW_PATH = "/rvbox.v1.ControlService/FollowOutput";
 const MAX_REQUEST_BYTES = 64 * 1024;
 
 /** True if this request is FollowOutput in the binary Connect streaming form (and is now being served). */
-export function serveFollowFast(d: ServerDaemon, req: http.IncomingMessage, res: http.ServerResponse): boolean {
+export function serveFollowFast(d: ServerDaemon, req: http.IncomingMessage, res: http.ServerResponse, who: Identity): boolean {
   if (req.method !== "POST" || req.url !== FOLLOW_PATH) return false;
   if (req.headers["content-type"] !== "application/connect+proto") return false;
   const enc = req.headers["connect-content-encoding"];
   if (enc !== undefined && enc !== "identity") return false;
-  void serve(d, req, res);
+  void serve(d, req, res, who);
   return true;
 }
 
@@ -58,7 +59,7 @@ function endStream(err: ConnectError | undefined): Buffer {
   return b;
 }
 
-async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.ServerResponse, who: Identity): Promise<void> {
   const abort = new AbortController();
   const gone = (): void => abort.abort();
   res.once("close", gone);
@@ -74,13 +75,13 @@ async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.Serve
         throw new ConnectError("FollowOutput: expected one uncompressed enveloped request", ConnectCode.InvalidArgument);
       }
       const r = fromBinary(FollowOutputRequestSchema, body.subarray(5));
-      uuid = r.issueUuid;
-      const batched = r.maxBatchBytes > 0;
-      const budget = batched ? Math.min(r.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
-      for await (const batch of follow(d, r.issueUuid, Number(r.fromEventSeq), r.follow, abort, budget, batched && r.acceptZstd)) {
-        if (abort.signal.aborted) return;
-        if (batched && batch.length > 1) await write(res, batchEnvelope(r.issueUuid, batch), abort.signal);
-        else for (const it of batch) await write(res, singleEnvelope(it), abort.signal);
+      uuid = r.issueUuid.slice(0, 128);
+      const s = openStream(d, "followOutput", who, req.headers.authorization ?? "", r);
+      try {
+        await stream(d, r, res, AbortSignal.any([abort.signal, s.signal]));
+        if (s.ended) throw s.ended;
+      } finally {
+        d.streams.close(s);
       }
     } catch (err) {
       if (abort.signal.aborted) return;
@@ -95,6 +96,17 @@ async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.Serve
     res.removeListener("close", gone);
     res.removeListener("error", gone);
     req.removeListener("aborted", gone);
+  }
+}
+
+/** The follow loop's batches to the response, each written once the socket has taken the one before. */
+async function stream(d: ServerDaemon, r: FollowOutputRequest, res: http.ServerResponse, signal: AbortSignal): Promise<void> {
+  const batched = r.maxBatchBytes > 0;
+  const budget = batched ? Math.min(r.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
+  for await (const batch of follow(d, r.issueUuid, Number(r.fromEventSeq), r.follow, { signal }, budget, batched && r.acceptZstd)) {
+    if (signal.aborted) return;
+    if (batched && batch.length > 1) await write(res, batchEnvelope(r.issueUuid, batch), signal);
+    else for (const it of batch) await write(res, singleEnvelope(it), signal);
   }
 }
 

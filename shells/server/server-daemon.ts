@@ -59,11 +59,12 @@ import type { ServerStore } from "../storage/server-store.js";
 import { PgServerStore } from "../storage/pg-store.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { createContextValues } from "@connectrpc/connect";
-import { accessInterceptor, IDENTITY_KEY } from "./access-interceptor.js";
+import { accessInterceptor } from "./access-interceptor.js";
+import { OpenStreams } from "./open-streams.js";
 import { type AgentTokens, ANY_CLIENT, bearer, type OperatorToken } from "./auth.js";
 import { type Identity, identify, type OperatorIdentities } from "./operators.js";
 import type { AuditCall } from "../../core/index.js";
-import { controlServiceImpl } from "./control-service.js";
+import { AUTH_KEY, controlServiceImpl, IDENTITY_KEY } from "./control-service.js";
 import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
 
 export const AGENT_PATH = "/v1/agent";
@@ -170,6 +171,8 @@ export class ServerDaemon {
   readonly lastActivity = new Map<string, number>();
   /** WatchFleet: told after every step, pushes changes to the watchers. */
   readonly watch: FleetWatch;
+  /** Open FollowOutput and WatchFleet streams: their bounds, and their callers checked again on a reload. */
+  readonly streams: OpenStreams;
   fatal: unknown = null;
 
   private constructor(
@@ -185,6 +188,7 @@ export class ServerDaemon {
     // The loaded rows are only needed for the restore.
     storage.tables.clear();
     this.watch = new FleetWatch(this, opts.watch);
+    this.streams = new OpenStreams(() => this.state.config.limits, opts.checkInvariants);
     this.loop = new NodeLoop<ServerInput>(
       {
         step: (input, now, wall) => this.step(input, now, wall),
@@ -217,14 +221,14 @@ export class ServerDaemon {
     // Requests are bounded: a 16 MiB script plus its envelope.
     // Every call is identified here, then checked by the access interceptor
     // (access.ts) before the service reads or changes the core's state.
-    const identities = new WeakMap<http.IncomingMessage, Identity>();
+    const identities = new WeakMap<http.IncomingMessage, { id: Identity; auth: string }>();
     const handler = connectNodeAdapter({
       acceptCompression: [],
       readMaxBytes: 20 * 1024 * 1024,
       contextValues: (req) => {
         const v = createContextValues();
-        const id = identities.get(req as http.IncomingMessage);
-        if (id) v.set(IDENTITY_KEY, id);
+        const caller = identities.get(req as http.IncomingMessage);
+        if (caller) v.set(IDENTITY_KEY, caller.id).set(AUTH_KEY, caller.auth);
         return v;
       },
       interceptors: [accessInterceptor(this)],
@@ -238,8 +242,8 @@ export class ServerDaemon {
         return;
       }
       // FollowOutput (a read: every role may) in the CLI's and the TUI's form is served without connect-node's copies (follow-http.ts).
-      if (serveFollowFast(this, req, res)) return;
-      identities.set(req, id);
+      if (serveFollowFast(this, req, res, id)) return;
+      identities.set(req, { id, auth: req.headers.authorization ?? "" });
       handler(req, res);
     });
     this.controlHttp.on("clientError", (_err, socket) => socket.destroy());
@@ -253,6 +257,11 @@ export class ServerDaemon {
   static async start(opts: ServerDaemonOptions): Promise<ServerDaemon> {
     await initZstd();
     const limits = { ...defaultServerConfig().limits, ...opts.limits };
+    // A reserve as large as the total would leave non-admins no FollowOutput at all.
+    if (limits.followStreamsAdminReserve >= limits.maxFollowStreams)
+      throw new Error(
+        `limits: followStreamsAdminReserve (${limits.followStreamsAdminReserve}) must be less than maxFollowStreams (${limits.maxFollowStreams})`,
+      );
     const storage: ServerStore = opts.store
       ? await PgServerStore.open(checkStoreUrl(opts.store))
       : await ServerStorage.open({
@@ -319,6 +328,20 @@ export class ServerDaemon {
       c.ws.close(1008, "token revoked");
     }
     return n;
+  }
+
+  /**
+   * After the operator files were re-read (SIGHUP): take the new identities
+   * and legacy tokens (those given), then end every open stream whose token no
+   * longer maps to an identity (UNAUTHENTICATED) or whose identity may no
+   * longer make its call (PERMISSION_DENIED). Returns how many streams ended.
+   */
+  reloadOperators(ids: OperatorIdentities | undefined, legacy: OperatorToken | undefined): number {
+    if (ids) this.opts.operators?.replaceWith(ids);
+    if (legacy) this.opts.operatorToken?.replaceWith(legacy);
+    const ended = this.streams.recheck((auth) => identify(auth, this.opts.operators, this.opts.operatorToken), this.state);
+    if (ended > 0) this.log.warn("operator streams ended: their caller was revoked by the reload", { streams: ended });
+    return ended;
   }
 
   private onConnection(ws: WebSocket, req: http.IncomingMessage, tokenClient: string, token: string): void {

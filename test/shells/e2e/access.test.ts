@@ -3,7 +3,7 @@
 // refused a run, an operator is refused a client outside its label selector
 // and allowed inside it, the legacy --operator-token still acts as admin, and
 // the audit log lists every call (refusals included) after the crash.
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
 import { afterAll, describe, expect, it } from "vitest";
@@ -16,6 +16,7 @@ import {
   controlClient,
   FLEET_TOKEN,
   OPERATOR_TOKEN,
+  serverArgv,
   spawnRvbox,
   startAgent,
   tempDir,
@@ -139,6 +140,68 @@ describe("e2e: operator identities, roles and the audit log", () => {
       throw err;
     } finally {
       for (const ag of agents) await ag.close({ killProcesses: true });
+      server.proc.kill("SIGTERM");
+      await server.exited;
+    }
+  }, 120_000);
+
+  it("SIGHUP after removing a viewer ends its rvbox logs -f (exit 77) and its FollowOutput stream (UNAUTHENTICATED); an admin's follow goes on", async () => {
+    const work = await tempDir("rvbox-revoke-");
+    const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
+    const operators = path.join(work, "operators");
+    const bob = mint(operators, ["bob", "--role", "viewer"]);
+    const carol = mint(operators, ["carol", "--role", "admin"]);
+    const [agentPort, controlPort] = [await freePort(), await freePort()];
+    const server = spawnRvbox(serverArgv({ agentPort, controlPort, data: path.join(work, "data"), files }, "--identities", operators));
+    children.push(server);
+    const url = `http://127.0.0.1:${controlPort}`;
+    const admin = controlClient(url, carol);
+    await waitFor("server up", async () => (await admin.listClients({})) !== undefined, 30_000);
+    const agent = await startAgent(`ws://127.0.0.1:${agentPort}/v1/agent`, "web-1");
+    const stop = new AbortController();
+    try {
+      await waitFor("agent connected", () => agent.connected);
+      const cmd = await admin.submitCommand({ clientId: "web-1", program: { case: "shell", value: { commandLine: "echo ready; cat" } }, stdinOpen: true });
+      const uuid = cmd.command!.issueUuid;
+      const bobFile = path.join(work, "bob-token");
+      writeFileSync(bobFile, `${bob}\n`, { mode: 0o600 });
+      const logs = spawnRvbox(["logs", uuid, "-f"], { RVBOX_SERVER: url, RVBOX_TOKEN_FILE: bobFile });
+      children.push(logs);
+      const seen = { bob: "", carol: "", error: null as ConnectError | null };
+      const read = async (who: "bob" | "carol", token: string): Promise<void> => {
+        try {
+          for await (const m of controlClient(url, token).followOutput({ issueUuid: uuid, follow: true }, { signal: stop.signal }))
+            if (m.item.case === "output") seen[who] += Buffer.from(m.item.value.data).toString();
+        } catch (e) {
+          if (who === "bob") seen.error = ConnectError.from(e);
+        }
+      };
+      const bobDone = read("bob", bob);
+      void read("carol", carol);
+      await waitFor("every follower has 'ready'", () => logs.output().includes("ready") && seen.bob === "ready\n" && seen.carol === "ready\n");
+
+      // bob's line goes; the server re-reads the file on SIGHUP.
+      writeFileSync(
+        operators,
+        readFileSync(operators, "utf8")
+          .split("\n")
+          .filter((l) => !l.startsWith("bob "))
+          .join("\n"),
+      );
+      server.proc.kill("SIGHUP");
+      expect(await logs.exited).toBe(77);
+      expect(logs.output()).toContain("refused the operator token");
+      await bobDone;
+      expect(seen.error?.code).toBe(ConnectCode.Unauthenticated);
+      await admin.writeStdin({ issueUuid: uuid, data: Buffer.from("after\n") });
+      await waitFor("the admin's follow goes on", () => seen.carol === "ready\nafter\n");
+      expect(seen.bob).toBe("ready\n");
+    } catch (err) {
+      console.log(server.output());
+      throw err;
+    } finally {
+      stop.abort();
+      await agent.close({ killProcesses: true });
       server.proc.kill("SIGTERM");
       await server.exited;
     }

@@ -138,6 +138,31 @@ describe("e2e: jobs", () => {
     }
   }, 90_000);
 
+  it("run --clients --follow under the server's bound of one follow per identity: every client's output still arrives, as the follows before it end", async () => {
+    const work = await tempDir("rvbox-jobs-bound-");
+    const s = await startServer({ limits: { maxFollowStreamsPerIdentity: 1 } });
+    const { agents } = await fleet(s.url, work);
+    try {
+      writeFileSync(path.join(work, "token"), `${OPERATOR_TOKEN}\n`);
+      const r = await cli(
+        ["run", "--clients", IDS.join(","), "--max-concurrency", "6", "--follow", "--id", "job-bound", "--shell", "--", "echo hi; sleep 1; echo bye"],
+        {
+          env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") },
+        },
+      );
+      expect(r.code, r.stderr).toBe(0);
+      for (const id of IDS) {
+        expect(r.stdout).toContain(`${id}: hi\n`);
+        expect(r.stdout).toContain(`${id}: bye\n`);
+      }
+      expect(r.stderr).toContain("the server holds back some output streams");
+      expect(r.stderr).toContain("rvbox: job job-bound done: 6 targets: 6 succeeded");
+    } finally {
+      for (const a of agents) await a.close({ killProcesses: true });
+      await s.close();
+    }
+  }, 90_000);
+
   it("rvbox cancel JOB: the running children are cancelled, the rest never start, the job ends; a job of one child is cancelled as a job", async () => {
     const work = await tempDir("rvbox-jobs-cancel-");
     const s = await startServer();

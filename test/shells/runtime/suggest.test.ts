@@ -18,6 +18,13 @@ describe("did you mean", () => {
     expect(editDistance("kitten", "sitting")).toBe(3);
   });
 
+  it("an over-long value is never run through the edit table (a candidate longer or shorter by more than the allowed edits is skipped)", () => {
+    const long = "x".repeat(2_000_000);
+    // Old code: a 2M x 2M edit table (hours); now the lengths alone rule it out.
+    expect(closest(long, [`${long}abc`, "run", "logs"])).toBeUndefined();
+    expect(didYouMean(long, ["run", "logs"])).toBe("");
+  });
+
   it("suggests the one close candidate; nothing when none is close or two are equally close", () => {
     const cmds = ["run", "logs", "ls", "clients", "claims", "cancel", "get"];
     expect(closest("clinets", cmds)).toBe("clients");
