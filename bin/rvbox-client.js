@@ -36,6 +36,7 @@ import {
   STDOUT,
   WANT_STDIN,
 } from "../shells/operator/resident-wire.js";
+import { refuseNonUtf8Args } from "./argv-utf8.js";
 
 /** How long a resident just started may take to listen before this command line runs without it. */
 const START_WAIT_MS = 5_000;
@@ -43,6 +44,8 @@ const START_WAIT_MS = 5_000;
 const root = resolve(fileURLToPath(new URL("..", import.meta.url)));
 const launcher = join(root, "bin/rvbox.js");
 const argv = process.argv.slice(2);
+// The resident and the fallback child would get argv as (replaced, valid) text.
+refuseNonUtf8Args(argv);
 
 /** This command line without the resident: the launcher in a child with the terminal (bin/cli-child.js). */
 async function withoutResident(note) {
