@@ -1,6 +1,6 @@
 // `rvbox` with RVBOX_PERSIST set: the small client of the resident client
 // (shells/operator/resident.ts), started by the first line of bin/rvbox.js.
-// It loads node:net and the frames (shells/operator/resident-wire.js), nothing of the CLI:
+// It loads node:net, the frames (shells/operator/resident-wire.js) and the argv check (argv-utf8.js), nothing of the CLI:
 // it sends this process's argv, environment and working directory to the
 // resident, streams stdin when asked, forwards SIGINT, SIGTERM and SIGHUP,
 // writes what comes back to stdout and stderr, and exits with the code it is
