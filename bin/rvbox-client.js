@@ -1,6 +1,6 @@
 // `rvbox` with RVBOX_PERSIST set: the small client of the resident client
 // (shells/operator/resident.ts), started by the first line of bin/rvbox.js.
-// It loads node:net and the frames (shells/operator/resident-wire.js), nothing of the CLI:
+// It loads node:net, the frames (shells/operator/resident-wire.js) and the argv check (argv-utf8.js), nothing of the CLI:
 // it sends this process's argv, environment and working directory to the
 // resident, streams stdin when asked, forwards SIGINT, SIGTERM and SIGHUP,
 // writes what comes back to stdout and stderr, and exits with the code it is
@@ -36,6 +36,7 @@ import {
   STDOUT,
   WANT_STDIN,
 } from "../shells/operator/resident-wire.js";
+import { refuseNonUtf8Args } from "./argv-utf8.js";
 
 /** How long a resident just started may take to listen before this command line runs without it. */
 const START_WAIT_MS = 5_000;
@@ -43,6 +44,8 @@ const START_WAIT_MS = 5_000;
 const root = resolve(fileURLToPath(new URL("..", import.meta.url)));
 const launcher = join(root, "bin/rvbox.js");
 const argv = process.argv.slice(2);
+// The resident and the fallback child would get argv as (replaced, valid) text.
+refuseNonUtf8Args(argv);
 
 /** This command line without the resident: the launcher in a child with the terminal (bin/cli-child.js). */
 async function withoutResident(note) {

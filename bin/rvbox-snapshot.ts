@@ -21,6 +21,7 @@ import { readFileSync, realpathSync } from "node:fs";
 import path from "node:path";
 import { startupSnapshot } from "node:v8";
 import "../shells/operator/cli.js"; // evaluated into the snapshot: main's lazy import finds it loaded
+import { refuseNonUtf8Args } from "./argv-utf8.js";
 import { runChild } from "./cli-child.js";
 import { inputsCurrent } from "./cli-stamps.js";
 import { main } from "./rvbox-main.js";
@@ -50,6 +51,8 @@ function unusable(argv: string[]): string | null {
 function restored(): void {
   // Set by bin/rvbox.js's first line; nothing this process starts should see it.
   delete process.env.RVBOX_LAUNCH;
+  // Before the fallback child gets argv as (replaced, valid) text.
+  refuseNonUtf8Args();
   const why = unusable(process.argv);
   if (why !== null) {
     if (process.env.RVBOX_BUNDLE_DEBUG === "1") process.stderr.write(`rvbox: start-up snapshot not used: ${why}\n`);

@@ -31,10 +31,14 @@
 import { existsSync, realpathSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
+import { refuseNonUtf8Args } from "./argv-utf8.js";
 
 // Started by the first line (the variable is not passed on to anything this process starts).
 const viaShellLine = process.env.RVBOX_LAUNCH === "sh";
 delete process.env.RVBOX_LAUNCH;
+
+// Before argv is passed on anywhere (re-execution, execve, a child): there it would arrive as valid UTF-8.
+refuseNonUtf8Args();
 
 const MIN_MAJOR = 22;
 const MIN_MINOR = 15;

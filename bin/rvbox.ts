@@ -11,6 +11,10 @@
  */
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { refuseNonUtf8Args } from "./argv-utf8.js";
+
+// dist/bin/rvbox.js is started directly (the units); bin/rvbox.js checked already, the same bytes.
+refuseNonUtf8Args();
 
 const MIN = [22, 15] as const;
 const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);

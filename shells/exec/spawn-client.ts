@@ -22,7 +22,17 @@
  */
 import { fork, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import type { ExitInfo, OutputStreamName, ProcessHandle, ProcessHooks, ProcessSpec, ProcessState, SignalName, SpawnFailure } from "./process-runner.js";
+import {
+  buildChildEnv,
+  type ExitInfo,
+  type OutputStreamName,
+  type ProcessHandle,
+  type ProcessHooks,
+  type ProcessSpec,
+  type ProcessState,
+  type SignalName,
+  type SpawnFailure,
+} from "./process-runner.js";
 import type { FromHelper, ToHelper } from "./spawn-protocol.js";
 
 export interface HelperHooks extends ProcessHooks {
@@ -58,6 +68,18 @@ function helperEntry(): { file: string; execArgv: string[] } {
   };
 }
 
+/**
+ * The helper's own environment: the safe base every command gets anyway
+ * (buildChildEnv with no overrides: PATH, HOME, USER, LANG, ...), nothing
+ * else of the agent's. A command's parent is the helper, so whatever is here
+ * a command can read in /proc/$PPID/environ; the agent's own variables
+ * (tokens, secrets set for the agent) must not be. The helper needs none:
+ * its Node is started by absolute path with explicit flags (helperEntry).
+ */
+export function helperEnv(agentEnv: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  return buildChildEnv(undefined, agentEnv);
+}
+
 export class SpawnHelper {
   private child: ChildProcess | undefined;
   private readonly live = new Map<number, Live>();
@@ -82,6 +104,7 @@ export class SpawnHelper {
     const { file, execArgv } = helperEntry();
     const child = fork(file, [], {
       execArgv,
+      env: helperEnv(),
       serialization: "advanced",
       stdio: ["ignore", "ignore", "inherit", "ipc"],
     });
@@ -178,7 +201,9 @@ export class SpawnHelper {
     this.ensure();
     this.live.set(id, l);
     this.refresh();
-    this.post({ t: "spawn", id, spec, ...(record ? { record } : {}) });
+    // The command's environment is made here, from the agent's, exactly as a spawn in this process would
+    // make it; the helper merges it over its own, which holds only base variables it already contains.
+    this.post({ t: "spawn", id, spec: { ...spec, env: buildChildEnv(spec.env) }, ...(record ? { record } : {}) });
     const running = (): boolean => l.state === "running";
     const handle: ProcessHandle = {
       get pid() {

@@ -10,12 +10,15 @@
  * garbage, which was most of the server's CPU on a read-back.
  *
  * Everything else (JSON, gRPC, gRPC-web, compressed requests, other
- * methods) is left to connect-node: `serveFollowFast` returns false for it.
+ * methods, and anything over HTTP/2) is left to connect-node:
+ * `serveFollowFast` returns false for it. The CLI and the TUI speak
+ * HTTP/1.1; over HTTP/2 connect-node writes the same wire.
  * The wire is Connect's own: a 200 with enveloped messages, then the
  * end-of-stream message (flag 2) carrying `{}` or the error as JSON, as
  * connect-node writes them (endStreamToJson), so clients see no difference.
  */
 import type * as http from "node:http";
+import type { ControlRequest, ControlResponse } from "./control-listener.js";
 import { fromBinary } from "@bufbuild/protobuf";
 import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
 import { endStreamFlag, endStreamToJson } from "@connectrpc/connect/protocol-connect";
@@ -30,12 +33,14 @@ export const FOLLOW_PATH = "/rvbox.v1.ControlService/FollowOutput";
 const MAX_REQUEST_BYTES = 64 * 1024;
 
 /** True if this request is FollowOutput in the binary Connect streaming form (and is now being served). */
-export function serveFollowFast(d: ServerDaemon, req: http.IncomingMessage, res: http.ServerResponse, who: Identity): boolean {
+export function serveFollowFast(d: ServerDaemon, req: ControlRequest, res: ControlResponse, who: Identity): boolean {
+  // Over HTTP/1.x these are Node's http classes (the casts below); HTTP/2 goes to connect-node.
+  if (req.httpVersionMajor !== 1) return false;
   if (req.method !== "POST" || req.url !== FOLLOW_PATH) return false;
   if (req.headers["content-type"] !== "application/connect+proto") return false;
   const enc = req.headers["connect-content-encoding"];
   if (enc !== undefined && enc !== "identity") return false;
-  void serve(d, req, res, who);
+  void serve(d, req as http.IncomingMessage, res as http.ServerResponse, who);
   return true;
 }
 

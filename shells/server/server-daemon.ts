@@ -29,6 +29,7 @@ import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { serveFollowFast } from "./follow-http.js";
+import { ControlListener, type ControlRequest as ControlHttpRequest } from "./control-listener.js";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   Code,
@@ -164,6 +165,8 @@ export class ServerDaemon {
   private notifyScheduled = false;
   private readonly agentHttp: http.Server;
   private readonly controlHttp: http.Server;
+  /** HTTP/1.1 and h2c on the control port (control-listener.ts); controlHttp is its listening server. */
+  private readonly controlListener: ControlListener;
   private readonly wss: WebSocketServer;
   private readonly deadlineTimer: NodeJS.Timeout;
   private closing = false;
@@ -221,23 +224,26 @@ export class ServerDaemon {
     // Requests are bounded: a 16 MiB script plus its envelope.
     // Every call is identified here, then checked by the access interceptor
     // (access.ts) before the service reads or changes the core's state.
-    const identities = new WeakMap<http.IncomingMessage, { id: Identity; auth: string }>();
+    const identities = new WeakMap<ControlHttpRequest, { id: Identity; auth: string }>();
     const handler = connectNodeAdapter({
       acceptCompression: [],
       readMaxBytes: 20 * 1024 * 1024,
       contextValues: (req) => {
         const v = createContextValues();
-        const caller = identities.get(req as http.IncomingMessage);
+        const caller = identities.get(req);
         if (caller) v.set(IDENTITY_KEY, caller.id).set(AUTH_KEY, caller.auth);
         return v;
       },
       interceptors: [accessInterceptor(this)],
       routes: (router) => router.service(ControlService, controlServiceImpl(this)),
     });
-    this.controlHttp = http.createServer((req, res) => {
+    this.controlListener = new ControlListener((req, res) => {
       const id = identify(req.headers.authorization, this.opts.operators, this.opts.operatorToken);
       if (!id) {
-        res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="rvbox"' });
+        // HTTP 401: Connect's unauthenticated; gRPC clients map it to UNAUTHENTICATED too.
+        res.statusCode = 401;
+        res.setHeader("content-type", "application/json");
+        res.setHeader("www-authenticate", 'Bearer realm="rvbox"');
         res.end(JSON.stringify({ code: "unauthenticated", message: "operator bearer token required" }));
         return;
       }
@@ -246,7 +252,7 @@ export class ServerDaemon {
       identities.set(req, { id, auth: req.headers.authorization ?? "" });
       handler(req, res);
     });
-    this.controlHttp.on("clientError", (_err, socket) => socket.destroy());
+    this.controlHttp = this.controlListener.h1;
     this.deadlineTimer = setInterval(() => {
       const now = this.loop.now();
       for (const c of this.conns.values()) c.writer.checkDeadline(now);
@@ -589,7 +595,7 @@ export class ServerDaemon {
     this.closing = true;
     clearInterval(this.deadlineTimer);
     for (const c of this.conns.values()) c.ws.terminate();
-    this.controlHttp.closeAllConnections?.();
+    this.controlListener.destroyAll();
     await Promise.all([closeServer(this.agentHttp), closeServer(this.controlHttp)]);
     this.loop.stop();
     this.watch.close();

@@ -101,6 +101,22 @@ describe("rvbox restored from its start-up snapshot", () => {
     expect(new Set(after.map((c) => c.issueUuid)).size).toBe(after.length);
   });
 
+  it("refuses an argument that is not valid UTF-8 itself, before a fallback child could get it as replaced text (exit 2)", async () => {
+    // A shell puts the raw byte in argv; Node's spawn takes strings only.
+    const args = [process.execPath, "--snapshot-blob", blob, BIN, "run", "snap-a", "--", "echo"];
+    for (const extra of [{}, { RVBOX_ZSTD: "portable" }]) {
+      const r = await new Promise<{ status: number | null; stderr: string }>((resolve) => {
+        const p = spawn("/bin/sh", ["-c", 'exec "$@" "$(printf "a\\377")"', "sh", ...args], { cwd: ROOT, env: { ...env, ...extra, RVBOX_BUNDLE_DEBUG: "1" } });
+        let stderr = "";
+        p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        p.on("close", (status) => resolve({ status, stderr }));
+      });
+      expect(r.stderr).toContain('rvbox: argument 5 is not valid UTF-8: "a\\xff"');
+      expect(r.stderr).not.toContain("snapshot not used");
+      expect(r.status).toBe(2);
+    }
+  });
+
   it("is not used once a file it was built from changed: the command runs the old way and says why", async () => {
     const saved = readFileSync(inputs, "utf8");
     try {
