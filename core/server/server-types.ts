@@ -674,8 +674,12 @@ export type ServerInput =
   | { type: "frame"; conn: number; data: Uint8Array; binary?: boolean }
   | { type: "activity"; conn: number }
   | { type: "ingress_full"; conn: number }
-  /** `audit`: who made the call (the control service); audited calls append an audit entry before their reply. */
-  | { type: "control"; request: ControlRequest; audit?: AuditCall };
+  /**
+   * `audit`: who made the call (the control service); audited calls append an
+   * audit entry before their reply. `callId`: the reply effect carries it
+   * instead of `request.requestId` (the shell's key for the waiting caller).
+   */
+  | { type: "control"; request: ControlRequest; audit?: AuditCall; callId?: string };
 
 /** What the shell stores for a validated output event (segment files). */
 export interface StoredOutput {
