@@ -2,7 +2,7 @@
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { defaultServerConfig } from "../../core/index.js";
-import { createLogger, parseLogLevel } from "../runtime/log.js";
+import { createLogger, type Logger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
 import { ServerDaemon } from "../server/server-daemon.js";
@@ -39,12 +39,19 @@ export const SERVER_OPTIONS = {
   "repair-store": { type: "boolean" },
 } as const satisfies NonNullable<ParseArgsConfig["options"]>;
 
+// A token or identities file with nothing in it is refused, at start and on a
+// reload (which then keeps the previous set): caught empty mid-write, or
+// emptied by mistake, it would lock every agent or every operator out.
+
 function loadAgentTokens(file: string): AgentTokens {
+  let t: AgentTokens;
   try {
-    return AgentTokens.load(file);
+    t = AgentTokens.load(file);
   } catch (err) {
     throw new Error(`--agent-tokens ${file}: ${(err as Error).message}`);
   }
+  if (t.size === 0) throw new Error(`--agent-tokens ${file} holds no token`);
+  return t;
 }
 
 function loadOperatorToken(file: string): OperatorToken {
@@ -55,11 +62,45 @@ function loadOperatorToken(file: string): OperatorToken {
   }
 }
 
-function loadOperators(file: string): OperatorIdentities {
+export function loadOperators(file: string): OperatorIdentities {
+  let ids: OperatorIdentities;
   try {
-    return OperatorIdentities.load(file);
+    ids = OperatorIdentities.load(file);
   } catch (err) {
     throw new Error(`--identities ${file}: ${(err as Error).message}`);
+  }
+  if (ids.size === 0) throw new Error(`--identities ${file} holds no identity (every call would be refused)`);
+  return ids;
+}
+
+/** The token and identities files a server reads, and the sets it holds (replaced in place on a reload). */
+export interface TokenFiles {
+  agentTokensFile: string;
+  operatorTokenFile?: string | undefined;
+  identitiesFile?: string | undefined;
+  agentTokens: AgentTokens;
+  operatorToken?: OperatorToken | undefined;
+  operators?: OperatorIdentities | undefined;
+}
+
+/**
+ * Token rotation (SIGHUP): re-read every file; if any does not parse or holds
+ * nothing, nothing changes and the error is logged. Returns whether it took.
+ */
+export function reloadTokens(f: TokenFiles, log: Logger, closeRevoked: () => number): boolean {
+  try {
+    const a = loadAgentTokens(f.agentTokensFile);
+    const o = f.operatorTokenFile ? loadOperatorToken(f.operatorTokenFile) : undefined;
+    const ids = f.identitiesFile ? loadOperators(f.identitiesFile) : undefined;
+    f.agentTokens.replaceWith(a);
+    if (o) f.operatorToken?.replaceWith(o);
+    if (ids) f.operators?.replaceWith(ids);
+    const closed = closeRevoked();
+    log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed });
+    return true;
+  } catch (err) {
+    log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
+    return false;
   }
 }
 
@@ -117,22 +158,8 @@ export async function serverMain(argv: string[]): Promise<number> {
   // that does not parse changes nothing. An agent session whose token is gone
   // is closed (its agent reconnects with its current token); operator calls
   // and streams already running finish (a token is checked per call).
-  const reload = (daemon: ServerDaemon): void => {
-    try {
-      const a = loadAgentTokens(tokensFile);
-      // A file caught empty (mid-write) would lock every agent out.
-      if (a.size === 0) throw new Error(`--agent-tokens ${tokensFile} holds no token`);
-      const o = operatorFile ? loadOperatorToken(operatorFile) : undefined;
-      const ids = operatorsFile ? loadOperators(operatorsFile) : undefined;
-      agentTokens.replaceWith(a);
-      if (o) operatorToken?.replaceWith(o);
-      if (ids) operators?.replaceWith(ids);
-      const closed = daemon.closeRevokedSessions();
-      log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed });
-    } catch (err) {
-      log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
-    }
-  };
+  const files = { agentTokensFile: tokensFile, operatorTokenFile: operatorFile, identitiesFile: operatorsFile, agentTokens, operatorToken, operators };
+  const reload = (daemon: ServerDaemon): void => void reloadTokens(files, log, () => daemon.closeRevokedSessions());
   // Listened for from before start (daemonSignals says why).
   const signals = daemonSignals<ServerDaemon>(reload);
   const daemon = await ServerDaemon.start({
