@@ -2,7 +2,7 @@
 
 import { assert, unreachable } from "../errors.js";
 import type { AuditCall, ControlRequest, ControlResult, ServerEnv, ServerState } from "./server-types.js";
-import { appendAudit, auditResult, requestClients } from "./audit.js";
+import { appendAudit, appendRefusal, auditResult, requestClients } from "./audit.js";
 import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
 import { type ServerCtx, reply } from "./io.js";
@@ -40,8 +40,11 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
   route(st, tap, r, env);
   const answered = result as ControlResult | null;
   assert(answered !== null, `control request ${r.op} was not answered`);
-  const res = r.op === "audit_refusal" ? { result: r.code, message: r.message } : auditResult(answered);
-  appendAudit(st, ctx, audit, before ?? requestClients(st, r), res.result, res.message);
+  if (r.op === "audit_refusal") appendRefusal(st, ctx, audit, r.clients, r.code, r.message);
+  else {
+    const res = auditResult(answered);
+    appendAudit(st, ctx, audit, before ?? requestClients(st, r), res.result, res.message);
+  }
   out.afterDurable({ kind: "reply", requestId: r.requestId, result: answered });
 }
 

@@ -39,6 +39,7 @@ export function defaultServerConfig(): ServerConfig {
       prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
       maxClients: LIM.MAX_CLIENTS,
       auditMax: LIM.MAX_AUDIT_ENTRIES,
+      auditRefusalMax: LIM.MAX_AUDIT_REFUSALS,
     },
   };
 }
@@ -84,6 +85,11 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     auditSeq: 0,
     auditDropped: 0,
     auditAtRestore: 0,
+    refusals: new Map(),
+    refusalOpen: new Map(),
+    refusalSeq: 0,
+    refusalsDropped: 0,
+    refusalsAtRestore: 0,
     jobs: new Map(),
     activeJobs: new Set(),
     gate: newGate<ServerDeferred>(),

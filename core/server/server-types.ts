@@ -41,6 +41,8 @@ export interface ServerLimits {
   maxClients: number;
   /** Audit entries kept (audit.ts); past it the oldest go first and are counted as dropped. */
   auditMax: number;
+  /** Refusal entries kept, apart from the audit entries (audit.ts); past it the oldest go first and are counted as dropped. */
+  auditRefusalMax: number;
 }
 
 export interface ServerConfig {
@@ -312,6 +314,18 @@ export interface AuditEntry extends AuditCall {
 }
 
 /**
+ * Refused calls (durable, table `refusal`): those of one identity to one RPC
+ * refused with one message, from `at` for AUDIT_REFUSAL_WINDOW_MS, counted
+ * in one entry; `summary` and `clients` are the last call's.
+ */
+export interface RefusalEntry extends AuditEntry {
+  /** Calls counted here (>= 1). */
+  count: number;
+  /** Wall clock of the last of them. */
+  lastAt: number;
+}
+
+/**
  * A job's child (jobs.ts): one target client. `pending`: not a command yet;
  * `started`: its command exists (uuid) and is not terminal; `done`: its
  * command ended (state, exit copied from it); `refused`: admission refused
@@ -580,6 +594,16 @@ export interface ServerState {
   auditDropped: number;
   /** Audit entries found on restore (auditMax may have been lowered since; the next append trims). */
   auditAtRestore: number;
+  /** Refused calls, aggregated, oldest first (audit.ts): at most limits.auditRefusalMax entries. */
+  refusals: Map<number, RefusalEntry>;
+  /** The newest refusal entry of each (operator, rpc, result, message): where the next such refusal may be counted. */
+  refusalOpen: Map<string, number>;
+  /** Last refusal sequence number handed out. */
+  refusalSeq: number;
+  /** Refusal entries dropped (oldest first) to stay inside the bound (durable, table `counter`). */
+  refusalsDropped: number;
+  /** Refusal entries found on restore. */
+  refusalsAtRestore: number;
   /** Jobs held (at most MAX_JOBS; the oldest ended one is forgotten first). */
   jobs: Map<string, ServerJob>;
   /** Index: jobs with a child not yet ended, in submission order. Derived. */

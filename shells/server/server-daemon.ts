@@ -477,9 +477,15 @@ export class ServerDaemon {
     }
   }
 
-  /** Log one operator call at INFO (`operator` in the detail: the identity; the audit log is the complete record). */
+  /**
+   * Log one operator call at INFO (`operator` in the detail: the identity;
+   * the audit log is the complete record). A call that did what it asked is
+   * always logged; a failed one is rate-limited per identity and kind, so
+   * one caller's failures never hide another's (or its own) actions.
+   */
   logOperatorAction(method: string, detail: Record<string, unknown>, outcome: string): void {
-    this.peerLog.write("info", `operator:${method}`, `operator ${method}`, { ...detail, outcome });
+    if (outcome === "ok") return this.log.info(`operator ${method}`, { ...detail, outcome });
+    this.peerLog.write("info", `operator:${String(detail.operator ?? "")}:${method}`, `operator ${method}`, { ...detail, outcome });
   }
 
   private die(err: unknown): void {
