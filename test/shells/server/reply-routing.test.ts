@@ -46,6 +46,13 @@ describe("control replies are routed per call, not per request_id", () => {
     expect((await bob.writeStdin({ issueUuid: cat, data: Buffer.from("bob"), appendNewline: true, requestId: "same-1" })).writeSeq).toBe(4n);
     // A retry by the same operator changes nothing and returns the first answer.
     expect((await alice.writeStdin({ issueUuid: cat, data: Buffer.from("again"), appendNewline: true, requestId: "same-2" })).writeSeq).toBe(2n);
+    // At the daemon's door, both calls fed before either reply can leave (each waits for its audit entry's write).
+    const as = (operator: string) => ({ operator, role: "admin", rpc: "SignalCommand", summary: "" });
+    const [a, b] = await Promise.all([
+      s.daemon.control({ op: "signal", requestId: "direct", uuid: "no-such-a", signal: SignalKind.CANCEL }, as("alice")),
+      s.daemon.control({ op: "signal", requestId: "direct", uuid: "no-such-b", signal: SignalKind.CANCEL }, as("bob")),
+    ]);
+    expect([a.ok ? "ok" : a.error.issueUuid, b.ok ? "ok" : b.error.issueUuid]).toEqual(["no-such-a", "no-such-b"]);
     await alice.closeStdin({ issueUuid: cat });
     const out = await collect(alice, cat);
     expect(out.stdout.toString()).toBe("line 1\nline 2\nline 3\nbob\n");
