@@ -222,6 +222,15 @@ export const MAX_SELECTOR_TERMS = 32;
  * listing says how many older entries were dropped (never silently short).
  */
 export const MAX_AUDIT_ENTRIES = 50_000;
+/**
+ * Aggregated refusals the server keeps (default of the configurable
+ * `limits.auditRefusalMax`), apart from the audit log so a flood of refused
+ * calls never pushes an accepted call's entry out: past it the oldest go
+ * first and are counted (durably), like the audit log's.
+ */
+export const MAX_AUDIT_REFUSALS = 10_000;
+/** Refused calls of one identity to one RPC for one reason are counted in one refusal entry for this long from its first (ms). */
+export const AUDIT_REFUSAL_WINDOW_MS = 60_000;
 /** An audit entry's argument summary is cut to this many characters (with a trailing "…"). */
 export const MAX_AUDIT_SUMMARY_CHARS = 512;
 /** An audit entry's message is cut to this many characters. */

@@ -49,6 +49,7 @@ export const TABLE_OWNERS = {
   incident_drop: "key",
   counter: "global",
   audit: "global",
+  refusal: "global",
   job: "global",
 } as const satisfies Record<ServerTableName, "key" | "row" | "command" | "global">;
 

@@ -2,7 +2,7 @@
 
 import { assert, unreachable } from "../errors.js";
 import type { AuditCall, ControlRequest, ControlResult, ServerEnv, ServerState } from "./server-types.js";
-import { appendAudit, auditResult, requestClients } from "./audit.js";
+import { appendAudit, appendRefusal, auditResult, requestClients } from "./audit.js";
 import { authorize, dismissClaim, forgetClient, revokeAuthorization, setDraining, setLabels } from "./clients.js";
 import { ackIncident } from "./incidents.js";
 import { type ServerCtx, reply } from "./io.js";
@@ -16,9 +16,13 @@ import { submit } from "./submit.js";
  * identified operator) its reply is held, an audit entry with the result is
  * appended to this step's persist batch, and the reply leaves once that batch
  * is durable (an error reply too, which unaudited would leave at once).
+ * With `callId` the reply carries it instead of the request id: request ids
+ * are the operators' (idempotency, R-S5), two calls in flight may share one,
+ * and each caller must get its own reply.
  */
-export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv, audit?: AuditCall): void {
-  if (!audit) return route(st, ctx, r, env);
+export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest, env: ServerEnv, audit?: AuditCall, callId?: string): void {
+  const out = callId === undefined ? ctx : replyingAs(ctx, r.requestId, callId);
+  if (!audit) return route(st, out, r, env);
   // Named before the request runs: forget_client removes the record it names.
   // A job is named after it: the clients its selector resolved to exist only
   // once it was created.
@@ -36,9 +40,20 @@ export function handleControl(st: ServerState, ctx: ServerCtx, r: ControlRequest
   route(st, tap, r, env);
   const answered = result as ControlResult | null;
   assert(answered !== null, `control request ${r.op} was not answered`);
-  const res = r.op === "audit_refusal" ? { result: r.code, message: r.message } : auditResult(answered);
-  appendAudit(st, ctx, audit, before ?? requestClients(st, r), res.result, res.message);
-  ctx.afterDurable({ kind: "reply", requestId: r.requestId, result: answered });
+  if (r.op === "audit_refusal") appendRefusal(st, ctx, audit, r.clients, r.code, r.message);
+  else {
+    const res = auditResult(answered);
+    appendAudit(st, ctx, audit, before ?? requestClients(st, r), res.result, res.message);
+  }
+  out.afterDurable({ kind: "reply", requestId: r.requestId, result: answered });
+}
+
+/** `ctx` with the reply to `requestId` addressed to `callId`. */
+function replyingAs(ctx: ServerCtx, requestId: string, callId: string): ServerCtx {
+  const out = Object.create(ctx) as ServerCtx;
+  out.emit = (e) => ctx.emit(e.type === "reply" && e.requestId === requestId ? { ...e, requestId: callId } : e);
+  out.afterDurable = (a) => ctx.afterDurable(a.kind === "reply" && a.requestId === requestId ? { ...a, requestId: callId } : a);
+  return out;
 }
 
 /** Route one operator request to the module that answers it. */

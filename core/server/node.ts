@@ -114,7 +114,7 @@ export function serverStep(st: ServerState, input: ServerInput, now: number, env
       onFrame(st, ctx, input.conn, input.data, input.binary ?? true, env);
       break;
     case "control":
-      handleControl(st, ctx, input.request, env, input.audit);
+      handleControl(st, ctx, input.request, env, input.audit, input.callId);
       break;
     default:
       unreachable(input, "server input");

@@ -42,6 +42,7 @@ export function defaultServerConfig(): ServerConfig {
       maxFollowStreams: LIM.MAX_FOLLOW_STREAMS,
       maxFollowStreamsPerIdentity: LIM.MAX_FOLLOW_STREAMS_PER_IDENTITY,
       followStreamsAdminReserve: LIM.FOLLOW_STREAMS_ADMIN_RESERVE,
+      auditRefusalMax: LIM.MAX_AUDIT_REFUSALS,
     },
   };
 }
@@ -87,6 +88,11 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
     auditSeq: 0,
     auditDropped: 0,
     auditAtRestore: 0,
+    refusals: new Map(),
+    refusalOpen: new Map(),
+    refusalSeq: 0,
+    refusalsDropped: 0,
+    refusalsAtRestore: 0,
     jobs: new Map(),
     activeJobs: new Set(),
     gate: newGate<ServerDeferred>(),

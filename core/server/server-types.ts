@@ -47,6 +47,8 @@ export interface ServerLimits {
   maxFollowStreamsPerIdentity: number;
   /** Of maxFollowStreams, how many only admins may use (0: none reserved). */
   followStreamsAdminReserve: number;
+  /** Refusal entries kept, apart from the audit entries (audit.ts); past it the oldest go first and are counted as dropped. */
+  auditRefusalMax: number;
 }
 
 export interface ServerConfig {
@@ -318,6 +320,18 @@ export interface AuditEntry extends AuditCall {
 }
 
 /**
+ * Refused calls (durable, table `refusal`): those of one identity to one RPC
+ * refused with one message, from `at` for AUDIT_REFUSAL_WINDOW_MS, counted
+ * in one entry; `summary` and `clients` are the last call's.
+ */
+export interface RefusalEntry extends AuditEntry {
+  /** Calls counted here (>= 1). */
+  count: number;
+  /** Wall clock of the last of them. */
+  lastAt: number;
+}
+
+/**
  * A job's child (jobs.ts): one target client. `pending`: not a command yet;
  * `started`: its command exists (uuid) and is not terminal; `done`: its
  * command ended (state, exit copied from it); `refused`: admission refused
@@ -586,6 +600,16 @@ export interface ServerState {
   auditDropped: number;
   /** Audit entries found on restore (auditMax may have been lowered since; the next append trims). */
   auditAtRestore: number;
+  /** Refused calls, aggregated, oldest first (audit.ts): at most limits.auditRefusalMax entries. */
+  refusals: Map<number, RefusalEntry>;
+  /** The newest refusal entry of each (operator, rpc, result, message): where the next such refusal may be counted. */
+  refusalOpen: Map<string, number>;
+  /** Last refusal sequence number handed out. */
+  refusalSeq: number;
+  /** Refusal entries dropped (oldest first) to stay inside the bound (durable, table `counter`). */
+  refusalsDropped: number;
+  /** Refusal entries found on restore. */
+  refusalsAtRestore: number;
   /** Jobs held (at most MAX_JOBS; the oldest ended one is forgotten first). */
   jobs: Map<string, ServerJob>;
   /** Index: jobs with a child not yet ended, in submission order. Derived. */
@@ -680,8 +704,12 @@ export type ServerInput =
   | { type: "frame"; conn: number; data: Uint8Array; binary?: boolean }
   | { type: "activity"; conn: number }
   | { type: "ingress_full"; conn: number }
-  /** `audit`: who made the call (the control service); audited calls append an audit entry before their reply. */
-  | { type: "control"; request: ControlRequest; audit?: AuditCall };
+  /**
+   * `audit`: who made the call (the control service); audited calls append an
+   * audit entry before their reply. `callId`: the reply effect carries it
+   * instead of `request.requestId` (the shell's key for the waiting caller).
+   */
+  | { type: "control"; request: ControlRequest; audit?: AuditCall; callId?: string };
 
 /** What the shell stores for a validated output event (segment files). */
 export interface StoredOutput {

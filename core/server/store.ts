@@ -16,8 +16,9 @@
 //   reconcile      clientId            ReconcileRow (the last result)
 //   incident       incidentKey(n)      IncidentRow
 //   incident_drop  clientId            IncidentDropRow
-//   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow
+//   counter        COUNTER_KEYS        IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow (audit and refusals)
 //   audit          auditKey(seq)       AuditRow (the operators' audit log, oldest first)
+//   refusal        auditKey(seq)       RefusalRow (refused calls, aggregated, oldest first)
 //   job            jobId               JobRow (targets, rates, each child's phase)
 //
 // The value of every row is exactly what is written here; changing a shape
@@ -31,6 +32,7 @@ import type { PersistRecord } from "../effects.js";
 import type { StreamName } from "../window/outbox.js";
 import type {
   AuditEntry,
+  RefusalEntry,
   ClientRecord,
   CommittedView,
   Incident,
@@ -81,7 +83,12 @@ export const incidentKey = (n: number): string => `inc-${n}`;
 /** The number in an incident key (NaN when it has none: such an id never raises the sequence). */
 export const parseIncidentKey = (id: string): number => Number(id.replace(/^inc-/, ""));
 
-export const COUNTER_KEYS = { incidentsDropped: "incidents_dropped", generationFloor: "generation_floor", auditDropped: "audit_dropped" } as const;
+export const COUNTER_KEYS = {
+  incidentsDropped: "incidents_dropped",
+  generationFloor: "generation_floor",
+  auditDropped: "audit_dropped",
+  refusalsDropped: "refusals_dropped",
+} as const;
 
 /** Digits of the zero-padded sequence in an audit key: keys sort in seq order. */
 export const AUDIT_SEQ_DIGITS = 12;
@@ -181,6 +188,7 @@ export interface GenerationFloorRow {
   generation: number;
 }
 export type AuditRow = AuditEntry;
+export type RefusalRow = RefusalEntry;
 /** Audit entries dropped to stay inside the bound, and the highest sequence number dropped. */
 export interface AuditDroppedRow {
   count: number;
@@ -280,6 +288,7 @@ export interface ServerRows {
   incident_drop: IncidentDropRow;
   counter: IncidentsDroppedRow | GenerationFloorRow | AuditDroppedRow;
   audit: AuditRow;
+  refusal: RefusalRow;
   job: JobRow;
 }
 export type ServerTableName = keyof ServerRows;
@@ -298,8 +307,8 @@ export function incidentsDroppedOf(tables: ServerTables): number {
   return (rowOf(tables, "counter", COUNTER_KEYS.incidentsDropped) as IncidentsDroppedRow | undefined)?.count ?? 0;
 }
 
-export function auditDroppedOf(tables: ServerTables): AuditDroppedRow {
-  const r = rowOf(tables, "counter", COUNTER_KEYS.auditDropped) as AuditDroppedRow | undefined;
+export function auditDroppedOf(tables: ServerTables, key: "auditDropped" | "refusalsDropped" = "auditDropped"): AuditDroppedRow {
+  const r = rowOf(tables, "counter", COUNTER_KEYS[key]) as AuditDroppedRow | undefined;
   return { count: r?.count ?? 0, throughSeq: r?.throughSeq ?? 0 };
 }
 
@@ -393,6 +402,13 @@ export const auditDelete = (seq: number): Rec<"audit"> => ({ table: "audit", key
 export const auditDroppedRecord = (count: number, throughSeq: number): Rec<"counter"> => ({
   table: "counter",
   key: COUNTER_KEYS.auditDropped,
+  value: { count, throughSeq },
+});
+export const refusalRecord = (e: RefusalEntry): Rec<"refusal"> => ({ table: "refusal", key: auditKey(e.seq), value: { ...e, clients: [...e.clients] } });
+export const refusalDelete = (seq: number): Rec<"refusal"> => ({ table: "refusal", key: auditKey(seq), value: null });
+export const refusalsDroppedRecord = (count: number, throughSeq: number): Rec<"counter"> => ({
+  table: "counter",
+  key: COUNTER_KEYS.refusalsDropped,
   value: { count, throughSeq },
 });
 export const generationFloorRecord = (generation: number): Rec<"counter"> => ({ table: "counter", key: COUNTER_KEYS.generationFloor, value: { generation } });

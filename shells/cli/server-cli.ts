@@ -2,7 +2,7 @@
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { defaultServerConfig } from "../../core/index.js";
-import { createLogger, parseLogLevel } from "../runtime/log.js";
+import { createLogger, type Logger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
 import { ServerDaemon } from "../server/server-daemon.js";
@@ -42,12 +42,19 @@ export const SERVER_OPTIONS = {
   "repair-store": { type: "boolean" },
 } as const satisfies NonNullable<ParseArgsConfig["options"]>;
 
+// A token or identities file with nothing in it is refused, at start and on a
+// reload (which then keeps the previous set): caught empty mid-write, or
+// emptied by mistake, it would lock every agent or every operator out.
+
 function loadAgentTokens(file: string): AgentTokens {
+  let t: AgentTokens;
   try {
-    return AgentTokens.load(file);
+    t = AgentTokens.load(file);
   } catch (err) {
     throw new Error(`--agent-tokens ${file}: ${(err as Error).message}`);
   }
+  if (t.size === 0) throw new Error(`--agent-tokens ${file} holds no token`);
+  return t;
 }
 
 function loadOperatorToken(file: string): OperatorToken {
@@ -58,11 +65,48 @@ function loadOperatorToken(file: string): OperatorToken {
   }
 }
 
-function loadOperators(file: string): OperatorIdentities {
+export function loadOperators(file: string): OperatorIdentities {
+  let ids: OperatorIdentities;
   try {
-    return OperatorIdentities.load(file);
+    ids = OperatorIdentities.load(file);
   } catch (err) {
     throw new Error(`--identities ${file}: ${(err as Error).message}`);
+  }
+  if (ids.size === 0) throw new Error(`--identities ${file} holds no identity (every call would be refused)`);
+  return ids;
+}
+
+/** The token and identities files a server reads, and the agent tokens it holds (replaced in place on a reload). */
+export interface TokenFiles {
+  agentTokensFile: string;
+  operatorTokenFile?: string | undefined;
+  identitiesFile?: string | undefined;
+  agentTokens: AgentTokens;
+}
+
+/** What a reload asks of the daemon: take the operator sets (ending streams they no longer allow), close revoked agent sessions. */
+export interface ReloadTarget {
+  reloadOperators(ids: OperatorIdentities | undefined, legacy: OperatorToken | undefined): number;
+  closeRevokedSessions(): number;
+}
+
+/**
+ * Token rotation (SIGHUP): re-read every file; if any does not parse or holds
+ * nothing, nothing changes and the error is logged. Returns whether it took.
+ */
+export function reloadTokens(f: TokenFiles, log: Logger, daemon: ReloadTarget): boolean {
+  try {
+    const a = loadAgentTokens(f.agentTokensFile);
+    const o = f.operatorTokenFile ? loadOperatorToken(f.operatorTokenFile) : undefined;
+    const ids = f.identitiesFile ? loadOperators(f.identitiesFile) : undefined;
+    f.agentTokens.replaceWith(a);
+    const streamsEnded = daemon.reloadOperators(ids, o);
+    const closed = daemon.closeRevokedSessions();
+    log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed, streamsEnded });
+    return true;
+  } catch (err) {
+    log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
+    return false;
   }
 }
 
@@ -121,21 +165,8 @@ export async function serverMain(argv: string[]): Promise<number> {
   // is closed (its agent reconnects with its current token); an operator
   // stream (FollowOutput, WatchFleet) whose token or role no longer allows it
   // is ended; unary calls already running finish.
-  const reload = (daemon: ServerDaemon): void => {
-    try {
-      const a = loadAgentTokens(tokensFile);
-      // A file caught empty (mid-write) would lock every agent out.
-      if (a.size === 0) throw new Error(`--agent-tokens ${tokensFile} holds no token`);
-      const o = operatorFile ? loadOperatorToken(operatorFile) : undefined;
-      const ids = operatorsFile ? loadOperators(operatorsFile) : undefined;
-      agentTokens.replaceWith(a);
-      const streamsEnded = daemon.reloadOperators(ids, o);
-      const closed = daemon.closeRevokedSessions();
-      log.info("tokens reloaded", { agentTokens: a.size, operatorTokens: o?.size ?? 0, operators: ids?.size ?? 0, sessionsClosed: closed, streamsEnded });
-    } catch (err) {
-      log.error("token reload failed; the previous tokens stay in force", { err: (err as Error).message });
-    }
-  };
+  const files = { agentTokensFile: tokensFile, operatorTokenFile: operatorFile, identitiesFile: operatorsFile, agentTokens };
+  const reload = (daemon: ServerDaemon): void => void reloadTokens(files, log, daemon);
   // Listened for from before start (daemonSignals says why).
   const signals = daemonSignals<ServerDaemon>(reload);
   const daemon = await ServerDaemon.start({

@@ -18,7 +18,7 @@ import { fstatSync, readFileSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle as L, ShellType } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.js";
+import type { AuditEntry, SubmitCommandRequest } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SubmitCommandRequestSchema } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, str, UsageError, type FlagSpecs, type Parsed } from "./args.js";
@@ -485,9 +485,11 @@ that has not tried to register yet). An unknown CLIENT exits 66.
     usage: `usage: rvbox audit [--since DUR] [--operator NAME] [--client CLIENT] [--limit N] [--json]
 
 Lists the server's audit log (role admin), oldest first: every mutating call made by an
-operator identity (who, role, RPC and its arguments, clients, result) and every call
-access control refused (result PERMISSION_DENIED). The log is durable and bounded
-(limits.auditMax): when older entries were dropped it says how many, first.
+operator identity (who, role, RPC and its arguments, clients, result); then, apart, the
+calls access control refused (result PERMISSION_DENIED), repeats of one operator, RPC
+and reason within a minute counted in one line. Both are durable and bounded
+(limits.auditMax, limits.auditRefusalMax; refusals never push calls out): when older
+entries were dropped it says how many, first.
 
   --since DUR        only entries of the last DUR (e.g. 1h, 30m, 7d)
   --operator NAME    only entries of this operator identity
@@ -1015,9 +1017,52 @@ async function cmdAudit(ctx: Ctx, p: Parsed): Promise<number> {
     ...(since !== undefined ? { sinceTime: timestampFromMs(Date.now() - parseDuration(since, "--since")) } : {}),
   };
   const r = await call(ctx, "audit log", (c) => c.listAudit(req));
-  const rows = r.entries.map((e) => ({
+  const rows = r.entries.map(auditRow);
+  const refusals = r.refusals.map(auditRow);
+  const dropped = Number(r.droppedEntries);
+  const droppedRefusals = Number(r.droppedRefusals);
+  if (outputMode(p) === "json") {
+    ctx.out(
+      JSON.stringify(
+        {
+          entries: rows,
+          droppedEntries: dropped,
+          maxEntries: r.maxEntries,
+          matched: Number(r.matched),
+          refusals,
+          droppedRefusals,
+          maxRefusals: r.maxRefusals,
+          matchedRefusals: Number(r.matchedRefusals),
+        },
+        null,
+        2,
+      ),
+    );
+    return EXIT.OK;
+  }
+  const plural = (n: number): string => `${n} older entr${n === 1 ? "y" : "ies"}`;
+  if (dropped > 0) ctx.out(`… ${plural(dropped)} dropped (the audit log keeps the newest ${r.maxEntries})`);
+  const cut = Number(r.matched) - rows.length;
+  if (cut > 0) ctx.out(`… ${cut} older matching entr${cut === 1 ? "y" : "ies"} not shown (--limit ${limit})`);
+  ctx.out(rows.length === 0 ? "no audit entries" : auditTable(rows, false));
+  if (refusals.length === 0 && droppedRefusals === 0) return EXIT.OK;
+  ctx.out("");
+  ctx.out("refused calls (kept apart; repeats of one operator, RPC and reason within a minute counted in one line):");
+  if (droppedRefusals > 0)
+    ctx.out(`… ${droppedRefusals} older refusal entr${droppedRefusals === 1 ? "y" : "ies"} dropped (the server keeps the newest ${r.maxRefusals})`);
+  const cutRefusals = Number(r.matchedRefusals) - refusals.length;
+  if (cutRefusals > 0) ctx.out(`… ${cutRefusals} older matching refusal entr${cutRefusals === 1 ? "y" : "ies"} not shown (--limit ${limit})`);
+  ctx.out(refusals.length === 0 ? "no refusal entries" : auditTable(refusals, true));
+  return EXIT.OK;
+}
+
+type AuditRowView = ReturnType<typeof auditRow>;
+
+function auditRow(e: AuditEntry) {
+  const ms = (t: AuditEntry["time"]): number | null => (t ? Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6) : null);
+  return {
     seq: Number(e.seq),
-    time: e.time ? Number(e.time.seconds) * 1000 + Math.floor(e.time.nanos / 1e6) : null,
+    time: ms(e.time),
     operator: e.operator,
     role: e.role,
     rpc: e.rpc,
@@ -1026,33 +1071,26 @@ async function cmdAudit(ctx: Ctx, p: Parsed): Promise<number> {
     clientsOmitted: e.clientsOmitted,
     result: e.result,
     message: e.message,
-  }));
-  const dropped = Number(r.droppedEntries);
-  const cut = Number(r.matched) - rows.length;
-  if (outputMode(p) === "json") {
-    ctx.out(JSON.stringify({ entries: rows, droppedEntries: dropped, maxEntries: r.maxEntries, matched: Number(r.matched) }, null, 2));
-    return EXIT.OK;
-  }
-  if (dropped > 0) ctx.out(`… ${dropped} older entr${dropped === 1 ? "y" : "ies"} dropped (the audit log keeps the newest ${r.maxEntries})`);
-  if (cut > 0) ctx.out(`… ${cut} older matching entr${cut === 1 ? "y" : "ies"} not shown (--limit ${limit})`);
-  ctx.out(
-    rows.length === 0
-      ? "no audit entries"
-      : table(
-          ["SEQ", "TIME", "OPERATOR", "ROLE", "RPC", "CLIENTS", "ARGUMENTS", "RESULT"],
-          rows.map((e) => [
-            String(e.seq),
-            iso(e.time),
-            e.operator,
-            e.role,
-            e.rpc,
-            (e.clients.join(",") || "-") + (e.clientsOmitted > 0 ? ` +${e.clientsOmitted}` : ""),
-            e.summary,
-            e.result === "OK" ? "OK" : `${e.result}: ${e.message}`,
-          ]),
-        ),
+    ...(e.count > 0n ? { count: Number(e.count), lastTime: ms(e.lastTime) } : {}),
+  };
+}
+
+function auditTable(rows: AuditRowView[], counted: boolean): string {
+  const head = ["SEQ", "TIME", "OPERATOR", "ROLE", "RPC", "CLIENTS", "ARGUMENTS", "RESULT"];
+  return table(
+    counted ? [...head.slice(0, 2), "LAST", "COUNT", ...head.slice(2)] : head,
+    rows.map((e) => {
+      const cells = [
+        e.operator,
+        e.role,
+        e.rpc,
+        (e.clients.join(",") || "-") + (e.clientsOmitted > 0 ? ` +${e.clientsOmitted}` : ""),
+        e.summary,
+        e.result === "OK" ? "OK" : `${e.result}: ${e.message}`,
+      ];
+      return counted ? [String(e.seq), iso(e.time), iso(e.lastTime ?? null), String(e.count ?? 1), ...cells] : [String(e.seq), iso(e.time), ...cells];
+    }),
   );
-  return EXIT.OK;
 }
 
 async function cmdLabel(ctx: Ctx, p: Parsed): Promise<number> {

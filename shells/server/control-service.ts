@@ -23,6 +23,7 @@ import {
   parseSelector,
   type AuditCall,
   type AuditEntry as ServerAuditEntry,
+  type RefusalEntry as ServerRefusalEntry,
   type ClientRecord,
   type ControlRequest,
   type ConnState,
@@ -495,15 +496,20 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
 
     async listAudit(req) {
       const since = req.sinceTime ? timestampMs(req.sinceTime) : 0;
-      const all = [...d.state.audit.values()].filter(
-        (e) => e.at >= since && (req.operator === "" || e.operator === req.operator) && (req.clientId === "" || e.clients.includes(req.clientId)),
-      );
+      const matches = (e: ServerAuditEntry & { lastAt?: number }): boolean =>
+        (e.lastAt ?? e.at) >= since && (req.operator === "" || e.operator === req.operator) && (req.clientId === "" || e.clients.includes(req.clientId));
+      const all = [...d.state.audit.values()].filter(matches);
+      const refused = [...d.state.refusals.values()].filter(matches);
       const limit = req.limit === 0 ? MAX_AUDIT_PAGE_ENTRIES : Math.min(req.limit, MAX_AUDIT_PAGE_ENTRIES);
       return {
         entries: all.slice(Math.max(0, all.length - limit)).map(auditView),
         droppedEntries: BigInt(d.state.auditDropped),
         maxEntries: d.state.config.limits.auditMax,
         matched: BigInt(all.length),
+        refusals: refused.slice(Math.max(0, refused.length - limit)).map(auditView),
+        droppedRefusals: BigInt(d.state.refusalsDropped),
+        maxRefusals: d.state.config.limits.auditRefusalMax,
+        matchedRefusals: BigInt(refused.length),
       };
     },
 
@@ -655,8 +661,9 @@ export function claimView(c: ClientRecord): PendingClaim {
   });
 }
 
-export function auditView(e: ServerAuditEntry): AuditEntry {
+export function auditView(e: ServerAuditEntry | ServerRefusalEntry): AuditEntry {
   return create(AuditEntrySchema, {
+    ...("count" in e ? { count: BigInt(e.count), lastTime: timestampFromMs(e.lastAt) } : {}),
     seq: BigInt(e.seq),
     time: timestampFromMs(e.at),
     operator: e.operator,

@@ -144,6 +144,14 @@ interface ConnInfo {
   lastActivityFed: number;
 }
 
+/** `r` with its request ids scoped to operator identity `operator`. */
+function ownRequestIds(r: ControlRequest, operator: string): ControlRequest {
+  const own = (id: string): string => `${operator}/${id}`;
+  if (r.op === "audit_refusal") return r;
+  if (r.op === "stdin" && r.afterRequestId !== undefined) return { ...r, requestId: own(r.requestId), afterRequestId: own(r.afterRequestId) };
+  return { ...r, requestId: own(r.requestId) };
+}
+
 export class ServerDaemon {
   state: ServerState;
   readonly log: Logger;
@@ -153,7 +161,9 @@ export class ServerDaemon {
   readonly ports: CorePorts;
   private readonly conns = new Map<number, ConnInfo>();
   private connSeq = 0;
-  private readonly pending = new Map<string, Array<(r: ControlResult) => void>>();
+  /** Callers waiting for a control reply, by call id (a request id may be shared by calls in flight). */
+  private readonly pending = new Map<string, (r: ControlResult) => void>();
+  private callSeq = 0;
   /**
    * Readers waiting for a command's committed view to move (FollowOutput).
    * Each remembers the committed view it last saw; a notify wakes only those
@@ -454,10 +464,10 @@ export class ServerDaemon {
         );
         break;
       case "reply": {
-        const list = this.pending.get(e.requestId);
-        if (list) {
+        const waiting = this.pending.get(e.requestId);
+        if (waiting) {
           this.pending.delete(e.requestId);
-          for (const f of list) f(e.result);
+          waiting(e.result);
         }
         break;
       }
@@ -510,9 +520,15 @@ export class ServerDaemon {
     }
   }
 
-  /** Log one operator call at INFO (`operator` in the detail: the identity; the audit log is the complete record). */
+  /**
+   * Log one operator call at INFO (`operator` in the detail: the identity;
+   * the audit log is the complete record). A call that did what it asked is
+   * always logged; a failed one is rate-limited per identity and kind, so
+   * one caller's failures never hide another's (or its own) actions.
+   */
   logOperatorAction(method: string, detail: Record<string, unknown>, outcome: string): void {
-    this.peerLog.write("info", `operator:${method}`, `operator ${method}`, { ...detail, outcome });
+    if (outcome === "ok") return this.log.info(`operator ${method}`, { ...detail, outcome });
+    this.peerLog.write("info", `operator:${String(detail.operator ?? "")}:${method}`, `operator ${method}`, { ...detail, outcome });
   }
 
   private die(err: unknown): void {
@@ -528,14 +544,18 @@ export class ServerDaemon {
   /**
    * Feed one control request and wait for its reply (after its persist is
    * durable). `audit`: who made it; the core appends the audit entry, with
-   * the result, before the reply.
+   * the result, before the reply. The reply comes back under a call id of
+   * its own, so calls in flight with the same request id each get theirs;
+   * an identified caller's request ids are its own (R-S5 idempotency holds
+   * per operator identity: another operator's request with the same id is
+   * another request).
    */
   control(request: ControlRequest, audit?: AuditCall): Promise<ControlResult> {
     return new Promise((resolve) => {
-      let list = this.pending.get(request.requestId);
-      if (!list) this.pending.set(request.requestId, (list = []));
-      list.push(resolve);
-      this.loop.feed(audit ? { type: "control", request, audit } : { type: "control", request });
+      const callId = `call-${++this.callSeq}`;
+      this.pending.set(callId, resolve);
+      if (!audit) this.loop.feed({ type: "control", request, callId });
+      else this.loop.feed({ type: "control", request: ownRequestIds(request, audit.operator), audit, callId });
     });
   }
 

@@ -70,9 +70,20 @@ export const PG_TABLES = {
     columns: [
       col("seq", "bigint", (_, r) => num(r.seq)),
       col("operator", "text", (_, r) => str(r.operator)),
-      col("method", "text", (_, r) => str(r.method)),
+      col("rpc", "text", (_, r) => str(r.rpc)),
       col("result", "text", (_, r) => str(r.result)),
       col("at", "double precision", (_, r) => num(r.at)),
+    ],
+  },
+  refusal: {
+    name: "audit_refusals",
+    columns: [
+      col("seq", "bigint", (_, r) => num(r.seq)),
+      col("operator", "text", (_, r) => str(r.operator)),
+      col("rpc", "text", (_, r) => str(r.rpc)),
+      col("result", "text", (_, r) => str(r.result)),
+      col("count", "bigint", (_, r) => num(r.count)),
+      col("last_at", "double precision", (_, r) => num(r.lastAt)),
     ],
   },
   job: { name: "jobs", columns: [] },

@@ -62,7 +62,7 @@ import type { PersistEffect, PersistRecord } from "../../core/index.js";
 import { eventKey, eventPrefix, rowsOf, type EventRow, type OutputEventRow } from "../../core/server/store.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
-import { fsyncDir, writeAllParts } from "../store/fs-util.js";
+import { PRIVATE_DIR_MODE, fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, foldRecord, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 import type { FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
 import { inlineRun } from "./server-store.js";
@@ -192,7 +192,7 @@ export class ServerStorage implements PersistSink, ServerStore {
       }
       await db.acknowledgeIncident();
     }
-    await fsp.mkdir(path.join(opts.dir, SEGMENT_DIR), { recursive: true });
+    await fsp.mkdir(path.join(opts.dir, SEGMENT_DIR), { recursive: true, mode: PRIVATE_DIR_MODE });
     const s = new ServerStorage(db, opts);
     try {
       await s.recoverSegments();

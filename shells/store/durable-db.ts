@@ -104,7 +104,7 @@ import {
   type Param,
   type Stmt,
 } from "./journal.js";
-import { StoreError, acquireDirLock, errnoCode, fsyncDir, readIfExists, replaceFileDurably, unlinkIfExists, writeFully } from "./fs-util.js";
+import { PRIVATE_DIR_MODE, StoreError, acquireDirLock, errnoCode, fsyncDir, readIfExists, replaceFileDurably, unlinkIfExists, writeFully } from "./fs-util.js";
 import { loadSqlJs, type SqlJsDatabase, type SqlJsStatement, type SqlJsStatic, type SqlValue } from "./sql-js.js";
 
 export type { Param, Stmt } from "./journal.js";
@@ -382,7 +382,7 @@ export async function openDurableDb(opts: DurableDbOptions): Promise<DurableDb> 
   if (!(threshold > 0)) throw new RangeError("checkpointEveryBytes must be > 0");
   const imageFactor = opts.checkpointImageFactor ?? DEFAULT_CHECKPOINT_IMAGE_FACTOR;
   if (!(imageFactor >= 0) || !Number.isFinite(imageFactor)) throw new RangeError("checkpointImageFactor must be a finite number >= 0");
-  const created = await fsp.mkdir(dir, { recursive: true });
+  const created = await fsp.mkdir(dir, { recursive: true, mode: PRIVATE_DIR_MODE });
   if (created !== undefined) {
     // make the new directory entries durable, from `dir` up to the first one created
     for (let d = dir; ; d = path.dirname(d)) {

@@ -21,6 +21,16 @@ export function errnoCode(err: unknown): string | undefined {
   return typeof code === "string" ? code : undefined;
 }
 
+/**
+ * Modes of what the stores create: their directories and files hold every
+ * command line, stdin write and output, so they are the owner's alone. A
+ * mode is reduced by the umask, never widened, so these hold under any umask
+ * (022 outside systemd included); a directory that already exists keeps the
+ * mode its owner gave it.
+ */
+export const PRIVATE_DIR_MODE = 0o700;
+export const PRIVATE_FILE_MODE = 0o600;
+
 /** fsync a directory so that entries created/renamed/removed in it are durable. */
 export async function fsyncDir(dir: string): Promise<void> {
   if (process.platform === "win32") return; // directories cannot be opened for fsync there
@@ -39,7 +49,7 @@ export async function fsyncDir(dir: string): Promise<void> {
  */
 export async function replaceFileDurably(target: string, chunks: Uint8Array[]): Promise<void> {
   const tmp = `${target}.tmp`;
-  const fh = await fsp.open(tmp, "w");
+  const fh = await fsp.open(tmp, "w", PRIVATE_FILE_MODE);
   try {
     for (const c of chunks) {
       let off = 0;
@@ -139,7 +149,7 @@ export async function acquireDirLock(dir: string): Promise<() => Promise<void>> 
   lockedInThisProcess.add(key);
   try {
     try {
-      await fsp.writeFile(lockFile, `${process.pid}\n`, { flag: "wx" });
+      await fsp.writeFile(lockFile, `${process.pid}\n`, { flag: "wx", mode: PRIVATE_FILE_MODE });
     } catch (err) {
       if (errnoCode(err) !== "EEXIST") throw err;
       const owner = Number.parseInt((await readIfExists(lockFile))?.toString("utf8") ?? "", 10);

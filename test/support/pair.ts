@@ -199,6 +199,11 @@ export function auditOf(st: ServerState): { entries: AuditEntry[]; dropped: numb
   return { entries: [...st.audit.values()].map(auditView), dropped: st.auditDropped };
 }
 
+/** ListAudit's refusals (kept apart from the entries, oldest first) and its dropped_refusals count. */
+export function refusalsOf(st: ServerState): { refusals: AuditEntry[]; dropped: number } {
+  return { refusals: [...st.refusals.values()].map(auditView), dropped: st.refusalsDropped };
+}
+
 /** ListClaims. */
 export function claimsOf(st: ServerState): PendingClaim[] {
   return [...st.clients.values()].filter((c) => c.pendingClaim !== null).map(claimView);

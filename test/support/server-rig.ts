@@ -43,6 +43,7 @@ import type { CommandInfo } from "../../core/reader/command-view.js";
 import { missingMessage } from "../../core/server/history.js";
 import {
   auditOf,
+  refusalsOf,
   claimsOf,
   clientListOf,
   commandOf,
@@ -296,6 +297,11 @@ export class ServerRig {
   /** ListAudit: the entries kept and how many were dropped. */
   listAudit() {
     return auditOf(this.st);
+  }
+
+  /** ListAudit's refusals: the aggregated refusal entries kept and how many were dropped. */
+  listRefusals() {
+    return refusalsOf(this.st);
   }
 
   /** ListJobs. */

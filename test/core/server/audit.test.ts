@@ -6,7 +6,8 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { restoreServer, serverInvariants, type AuditCall, type ControlRequest } from "../../../core/index.js";
-import { MAX_AUDIT_CLIENTS_PER_ENTRY, MAX_AUDIT_MESSAGE_CHARS, MAX_AUDIT_SUMMARY_CHARS } from "../../../core/limits.js";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { AUDIT_REFUSAL_WINDOW_MS, MAX_AUDIT_CLIENTS_PER_ENTRY, MAX_AUDIT_MESSAGE_CHARS, MAX_AUDIT_SUMMARY_CHARS } from "../../../core/limits.js";
 import { auditKey, rowOf, rowsOf } from "../../../core/server/store.js";
 import { CommandLifecycle as L, ExecutionSpecSchema } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
@@ -108,7 +109,8 @@ describe("audit log (core)", () => {
       alice,
     );
     expect(res).toEqual({ ok: true });
-    expect(r.listAudit().entries).toMatchObject([{ seq: 1n, operator: "alice", clientIds: ["db-1"], result: "PERMISSION_DENIED" }]);
+    expect(r.listAudit().entries).toEqual([]);
+    expect(r.listRefusals().refusals).toMatchObject([{ seq: 1n, operator: "alice", clientIds: ["db-1"], result: "PERMISSION_DENIED", count: 1n }]);
     expect(r.listCommands()).toEqual([]);
   });
 
@@ -161,7 +163,7 @@ describe("audit log (core)", () => {
     const ids = (n: number) => Array.from({ length: n }, (_, i) => `h-${i}`);
     refuse("fit", ids(MAX_AUDIT_CLIENTS_PER_ENTRY), "m".repeat(MAX_AUDIT_MESSAGE_CHARS), "s".repeat(MAX_AUDIT_SUMMARY_CHARS));
     refuse("over", ids(MAX_AUDIT_CLIENTS_PER_ENTRY + 3), "m".repeat(MAX_AUDIT_MESSAGE_CHARS + 1), "s".repeat(MAX_AUDIT_SUMMARY_CHARS + 1));
-    const [fit, over] = r.listAudit().entries;
+    const [fit, over] = r.listRefusals().refusals;
     expect([fit!.summary, fit!.message, fit!.clientIds, fit!.clientsOmitted]).toEqual([
       "s".repeat(MAX_AUDIT_SUMMARY_CHARS),
       "m".repeat(MAX_AUDIT_MESSAGE_CHARS),
@@ -288,5 +290,93 @@ describe("audit log (core)", () => {
     const ok = fresh();
     ok.st.audit.get(3)!.clients = Array.from({ length: MAX_AUDIT_CLIENTS_PER_ENTRY }, (_, i) => `c${i}`);
     serverInvariants(ok.st);
+  });
+
+  describe("refused calls (issue 38 item 2): a log of their own, so a flood of them never pushes an accepted call out", () => {
+    const bob = (rpc = "SubmitCommand"): AuditCall => ({ operator: "bob", role: "viewer", rpc, summary: "client=a" });
+    const refuse = (r: ServerRig, i: number, message: string, who = bob()) =>
+      audited(r, { op: "audit_refusal", requestId: `x${i}`, clients: ["a"], code: "PERMISSION_DENIED", message }, who);
+    const drain = (r: ServerRig, i: number) =>
+      audited(r, { op: "set_draining", requestId: `d${i}`, clientId: "a", draining: i % 2 === 1 }, admin("SetClientDraining", `#${i}`));
+
+    it("holds limits.auditRefusalMax refusal entries (n), drops the oldest at n+1 and counts it durably; the accepted entries stay whole", () => {
+      const r = new ServerRig({ auditMax: 2, auditRefusalMax: 3 });
+      r.connect("a");
+      drain(r, 1);
+      drain(r, 2);
+      for (let i = 1; i <= 3; i++) refuse(r, i, `reason ${i}`);
+      expect(r.listRefusals().refusals.map((e) => e.message)).toEqual(["reason 1", "reason 2", "reason 3"]);
+      expect(r.listRefusals().dropped).toBe(0);
+      refuse(r, 4, "reason 4");
+      expect(r.listRefusals().refusals.map((e) => [Number(e.seq), e.message])).toEqual([
+        [2, "reason 2"],
+        [3, "reason 3"],
+        [4, "reason 4"],
+      ]);
+      expect(r.listRefusals().dropped).toBe(1);
+      expect(rowOf(r.disk.durable, "counter", "refusals_dropped")).toEqual({ count: 1, throughSeq: 1 });
+      expect([...rowsOf(r.disk.tables(), "refusal")].map(([k]) => k)).toEqual([auditKey(2), auditKey(3), auditKey(4)]);
+      // A flood many times both bounds: the admin's entries are all still there, none dropped.
+      for (let i = 5; i <= 200; i++) refuse(r, i, `reason ${i}`);
+      expect(r.listAudit()).toMatchObject({ entries: [{ summary: "#1" }, { summary: "#2" }], dropped: 0 });
+      expect(r.listRefusals().dropped).toBe(197);
+      // Only accepted entries push accepted entries out.
+      drain(r, 3);
+      expect(r.listAudit().entries.map((e) => e.summary)).toEqual(["#2", "#3"]);
+      expect(r.listAudit().dropped).toBe(1);
+    });
+
+    it("repeats of one identity, RPC and reason within AUDIT_REFUSAL_WINDOW_MS are one entry with a count; after it, or for another reason, RPC or identity, a new one", () => {
+      const r = new ServerRig({ auditRefusalMax: 10 });
+      r.connect("a");
+      const t0 = r.now + r.wallStep;
+      refuse(r, 1, "no");
+      r.now += AUDIT_REFUSAL_WINDOW_MS - 1;
+      refuse(r, 2, "no", { ...bob(), summary: "client=a the last" });
+      expect(r.listRefusals().refusals).toHaveLength(1);
+      const [one] = r.listRefusals().refusals;
+      expect([one!.count, one!.summary, one!.time, one!.lastTime]).toEqual([
+        2n,
+        "client=a the last",
+        timestampFromMs(t0),
+        timestampFromMs(t0 + AUDIT_REFUSAL_WINDOW_MS - 1),
+      ]);
+      expect(rowOf(r.disk.durable, "refusal", auditKey(1))).toMatchObject({ count: 2, at: t0, lastAt: t0 + AUDIT_REFUSAL_WINDOW_MS - 1 });
+      refuse(r, 3, "other reason");
+      refuse(r, 4, "no", bob("WriteStdin"));
+      refuse(r, 5, "no", { ...bob(), operator: "carol" });
+      r.now += 1; // the first entry's window has passed
+      refuse(r, 6, "no");
+      expect(r.listRefusals().refusals.map((e) => [e.operator, e.rpc, e.message, Number(e.count)])).toEqual([
+        ["bob", "SubmitCommand", "no", 2],
+        ["bob", "SubmitCommand", "other reason", 1],
+        ["bob", "WriteStdin", "no", 1],
+        ["carol", "SubmitCommand", "no", 1],
+        ["bob", "SubmitCommand", "no", 1],
+      ]);
+      // A restart keeps the counts and counts the next repeat in the newest entry of its kind.
+      r.st = restoreServer(r.cfg, r.disk.tables(), 2);
+      serverInvariants(r.st);
+      refuse(r, 7, "no");
+      expect(r.listRefusals().refusals.map((e) => Number(e.count))).toEqual([2, 1, 1, 1, 2]);
+      expect(r.listAudit().entries).toEqual([]);
+    });
+
+    it("a store written before refusals were kept apart (refusals among the entries, no refusal table) restores as it was", () => {
+      const r = new ServerRig({ auditMax: 3 });
+      r.connect("a");
+      drain(r, 1);
+      const tables = r.disk.tables();
+      const old = new Map(tables.get("audit") ?? []);
+      old.set(auditKey(2), { ...rowOf(tables, "audit", auditKey(1))!, seq: 2, result: "PERMISSION_DENIED", message: "no" });
+      const back = restoreServer(r.cfg, { get: (t) => (t === "audit" ? old : t === "refusal" ? undefined : tables.get(t)) }, 2);
+      serverInvariants(back);
+      r.st = back;
+      expect(r.listAudit().entries.map((e) => e.result)).toEqual(["OK", "PERMISSION_DENIED"]);
+      refuse(r, 1, "no");
+      expect(r.listRefusals()).toMatchObject({ refusals: [{ seq: 1n, count: 1n }], dropped: 0 });
+      drain(r, 2);
+      expect(r.listAudit().entries.map((e) => Number(e.seq))).toEqual([1, 2, 3]);
+    });
   });
 });

@@ -2,7 +2,7 @@
 // (killed with -9 and restarted on its store) and real agents: a viewer is
 // refused a run, an operator is refused a client outside its label selector
 // and allowed inside it, the legacy --operator-token still acts as admin, and
-// the audit log lists every call (refusals included) after the crash.
+// the audit log lists every call (refusals apart, repeats counted) after the crash.
 import { readFileSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
@@ -103,36 +103,41 @@ describe("e2e: operator identities, roles and the audit log", () => {
       expect(r.code).toBe(77);
       expect(r.stderr).toContain("permission denied: operator alice may run only on clients matching role=web; client db-1 has labels role=db");
 
-      const before = (await admin.listAudit({})).entries;
+      const before = await admin.listAudit({});
       server.proc.kill("SIGKILL");
       await server.exited;
       server = spawnRvbox(serverArgs);
       children.push(server);
       await waitFor("server back", async () => (await admin.listClients({})) !== undefined, 30_000);
 
-      const after = (await admin.listAudit({})).entries;
-      expect(after.map((e) => e.seq)).toEqual(before.map((e) => e.seq));
-      const rows = after.map((e) => [e.operator, e.role, e.rpc, e.clientIds.join(","), e.result]);
+      const after = await admin.listAudit({});
+      expect(after.entries.map((e) => e.seq)).toEqual(before.entries.map((e) => e.seq));
+      expect(after.refusals.map((e) => [e.seq, e.count])).toEqual(before.refusals.map((e) => [e.seq, e.count]));
+      const rows = after.entries.map((e) => [e.operator, e.role, e.rpc, e.clientIds.join(","), e.result]);
       expect(rows).toEqual([
         ["admin", "admin", "SetClientLabels", "web-1", "OK"],
         ["admin", "admin", "SetClientLabels", "db-1", "OK"],
-        ["bob", "viewer", "SubmitCommand", "web-1", "PERMISSION_DENIED"],
-        ["alice", "operator", "SubmitCommand", "db-1", "PERMISSION_DENIED"],
         ["alice", "operator", "SubmitCommand", "web-1", "OK"],
         ["alice", "operator", "SubmitCommand", "web-1", "OK"],
         ["alice", "operator", "SignalCommand", "web-1", "OK"],
-        ["alice", "operator", "SetClientLabels", "db-1", "PERMISSION_DENIED"],
-        ["alice", "operator", "ListAudit", "", "PERMISSION_DENIED"],
-        ["alice", "operator", "SubmitCommand", "db-1", "PERMISSION_DENIED"],
       ]);
-      expect(after[4]!.summary).toBe('client=web-1 id=alice-echo-1 argv=["echo","hi"]');
-      expect(after[3]!.message).toContain("client db-1 has labels role=db");
+      // The refused calls, kept apart: alice's two refused runs on db-1 (API, then CLI) are one entry counting 2.
+      const refusals = after.refusals.map((e) => [e.operator, e.role, e.rpc, e.clientIds.join(","), e.result, Number(e.count)]);
+      expect(refusals).toEqual([
+        ["bob", "viewer", "SubmitCommand", "web-1", "PERMISSION_DENIED", 1],
+        ["alice", "operator", "SubmitCommand", "db-1", "PERMISSION_DENIED", 2],
+        ["alice", "operator", "SetClientLabels", "db-1", "PERMISSION_DENIED", 1],
+        ["alice", "operator", "ListAudit", "", "PERMISSION_DENIED", 1],
+      ]);
+      expect(after.entries[2]!.summary).toBe('client=web-1 id=alice-echo-1 argv=["echo","hi"]');
+      expect(after.refusals[1]!.message).toContain("client db-1 has labels role=db");
       // rvbox audit --operator alice, as the legacy admin token.
       const adminFile = files.operatorToken;
       const a = await cli(["audit", "--operator", "alice", "--since", "1h"], { env: { RVBOX_SERVER: url, RVBOX_TOKEN_FILE: adminFile } });
       expect(a.code).toBe(0);
       expect(a.stdout).toMatch(/SEQ\s+TIME\s+OPERATOR\s+ROLE\s+RPC\s+CLIENTS\s+ARGUMENTS\s+RESULT/);
-      expect(a.stdout.split("\n").filter((l) => /^\d+\s/.test(l))).toHaveLength(7);
+      expect(a.stdout).toMatch(/SEQ\s+TIME\s+LAST\s+COUNT\s+OPERATOR\s+ROLE\s+RPC\s+CLIENTS\s+ARGUMENTS\s+RESULT/);
+      expect(a.stdout.split("\n").filter((l) => /^\d+\s/.test(l))).toHaveLength(6);
       expect(a.stdout).not.toContain("bob");
       expect(OPERATOR_TOKEN).not.toBe(alice);
     } catch (err) {
