@@ -23,7 +23,8 @@
 // --compiled (run dist/bin/rvbox.js, after `npm run build`, instead of
 // bin/rvbox.js through tsx), --keep (keep the run directory), --only KIND,...
 // (pick only these hostile kinds: oversized spec, oversized id, malformed
-// body, refused flood, stream flood, request-id race, odd strings).
+// body, refused flood, stream flood, request-id race, odd strings),
+// --log-level LEVEL (the daemons'; their logs are in the run directory).
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { setMaxListeners } from "node:events";
 import * as os from "node:os";
@@ -47,6 +48,8 @@ export interface FuzzOptions {
   auditMax: number;
   compiled: boolean;
   keep: boolean;
+  /** The daemons' log level (their logs are in the run directory: --keep). */
+  logLevel: string;
   /** The hostile kinds to pick from (all by default). */
   only: HostileKind[];
   /** A well-behaved iteration not done within this fails (and the loop goes on). */
@@ -83,6 +86,7 @@ export function defaultFuzzOptions(): FuzzOptions {
     auditMax: 2000,
     compiled: false,
     keep: false,
+    logLevel: "warn",
     only: Object.keys(HOSTILE_KINDS) as HostileKind[],
     iterationTimeoutMs: 15_000,
     probeTimeoutMs: 15_000,
@@ -91,7 +95,7 @@ export function defaultFuzzOptions(): FuzzOptions {
 }
 
 const USAGE =
-  "usage: npm run fuzz:control -- [--seconds N] [--seed S] [--json] [--workers N] [--max-calls N] [--audit-max N] [--compiled] [--keep] [--only KIND,...]";
+  "usage: npm run fuzz:control -- [--seconds N] [--seed S] [--json] [--workers N] [--max-calls N] [--audit-max N] [--compiled] [--keep] [--only KIND,...] [--log-level LEVEL]";
 
 function parseKinds(v: string | undefined): HostileKind[] {
   if (v === undefined) throw new Error("--only needs a value");
@@ -117,6 +121,7 @@ export function parseFuzzArgs(argv: string[]): FuzzOptions {
     else if (a === "--compiled") o.compiled = true;
     else if (a === "--keep") o.keep = true;
     else if (a === "--only") o.only = parseKinds(argv[++i]);
+    else if (a === "--log-level") o.logLevel = argv[++i] ?? "warn";
     else if (a in ints) {
       const [key, lo, hi] = ints[a]!;
       const v = argv[++i];
@@ -188,7 +193,7 @@ export async function runFuzz(over: Partial<FuzzOptions> = {}): Promise<FuzzRepo
     { id: WEB, labels: { role: "web" } },
     { id: OTHER, labels: { role: "db" } },
   ];
-  const fleet = new Fleet({ dir, entry, agents, auditMax: o.auditMax });
+  const fleet = new Fleet({ dir, entry, agents, auditMax: o.auditMax, logLevel: o.logLevel });
   try {
     o.log(`fuzz:control: seed ${o.seed}, ${o.seconds} s, fleet in ${dir}`);
     await fleet.start();

@@ -2,9 +2,10 @@
 // server process on 127.0.0.1 with an operator identities file (an admin, two
 // operators scoped to role=web, a viewer) and real agent processes, started
 // as `rvbox server|agent` (bin/rvbox.js through tsx, or the compiled
-// dist/bin/rvbox.js). It notes every exit it did not ask for (a crash).
+// dist/bin/rvbox.js). It notes every exit it did not ask for (a crash); each
+// daemon's stderr goes to <dir>/<name>.log (kept with --keep).
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { createControlClient, type ControlClient } from "../../client/control-client.js";
 import { mintToken, operatorLine } from "../../shells/server/operators.js";
@@ -31,6 +32,8 @@ export interface FleetOptions {
   agents: AgentSpec[];
   /** The server's audit log bound (limits.auditMax). */
   auditMax: number;
+  /** The daemons' --log-level (warn by default). */
+  logLevel?: string;
 }
 
 interface Daemon {
@@ -71,7 +74,11 @@ export class Fleet {
   private spawnDaemon(name: string, argv: string[]): Daemon {
     const proc = spawn(process.execPath, [this.o.entry, ...argv], { cwd: this.o.dir, stdio: ["ignore", "ignore", "pipe"] });
     const d: Daemon = { name, proc, log: "", stopping: false, exited: Promise.resolve() };
-    proc.stderr!.on("data", (b: Buffer) => (d.log = (d.log + b.toString()).slice(-8000)));
+    const file = path.join(this.o.dir, `${name.replace(/\W+/g, "-")}.log`);
+    proc.stderr!.on("data", (b: Buffer) => {
+      appendFileSync(file, b);
+      d.log = (d.log + b.toString()).slice(-8000);
+    });
     d.exited = new Promise((r) =>
       proc.on("exit", (code, sig) => {
         if (!d.stopping) this.crashes.push(`${name} exited by itself (code ${code}, signal ${sig}); log tail: ${d.log.slice(-600).replace(/\s+/g, " ")}`);
@@ -109,7 +116,7 @@ export class Fleet {
       data: path.join(dir, "server"),
       "agent-tokens": path.join(dir, "agent-tokens"),
       identities: path.join(dir, "operators"),
-      "log-level": "warn",
+      "log-level": this.o.logLevel ?? "warn",
       limits: { auditMax: this.o.auditMax },
     };
     writeFileSync(cfg, JSON.stringify(conf));
@@ -120,7 +127,7 @@ export class Fleet {
       const state = path.join(dir, `agent-${a.id}`);
       mkdirSync(state, { recursive: true });
       const argv = ["agent", "--server", this.agentUrl, "--client-id", a.id, "--state", state, "--token", path.join(dir, "agent-token")];
-      this.agents.push(this.spawnDaemon(`agent ${a.id}`, [...argv, "--log-level", "warn"]));
+      this.agents.push(this.spawnDaemon(`agent ${a.id}`, [...argv, "--log-level", this.o.logLevel ?? "warn"]));
     }
     await this.until("every agent connected", async () => {
       const cs = (await admin.listClients({}, { timeoutMs: 3000 })).clients;
