@@ -6,8 +6,10 @@
 // (scripts/lib/fuzz-hostile.ts, fuzz-streams.ts): argv/env just over and far
 // over the agent's limits, ids of 1 KB..15 MB, malformed bodies, floods of
 // refused calls, stream floods, two identities racing with one request_id,
-// odd and non-UTF-8 strings; meanwhile the admin keeps running `echo` on
-// web-1 and checking it (scripts/lib/fuzz-operator.ts).
+// odd and non-UTF-8 strings. They run in a process of their own
+// (scripts/lib/fuzz-hostile-main.ts), so the admin, who meanwhile keeps running
+// `echo` on web-1 and checking it (scripts/lib/fuzz-operator.ts), measures the
+// server's latency and not the fuzzer's own encoding of a 15 MB id.
 //
 // Then it prints calls sent by kind, answers by code, the well-behaved
 // operator's iterations, failures and p50/max latency, the server's RSS
@@ -25,15 +27,15 @@
 // (pick only these hostile kinds: oversized spec, oversized id, malformed
 // body, refused flood, stream flood, request-id race, odd strings),
 // --log-level LEVEL (the daemons'; their logs are in the run directory).
+import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { setMaxListeners } from "node:events";
 import * as os from "node:os";
 import * as path from "node:path";
-import { Fleet, IDENTITIES, type Who } from "./lib/fuzz-fleet.js";
-import { HOSTILE_KINDS, type HostileKind, hostileWorker } from "./lib/fuzz-hostile.js";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { Fleet, IDENTITIES } from "./lib/fuzz-fleet.js";
+import { HOSTILE_KINDS, type HostileKind } from "./lib/fuzz-hostile.js";
+import { type HostileResult, type HostileSettings, RESULT_PREFIX } from "./lib/fuzz-hostile-main.js";
 import { missingFromAudit, probeAgents, wellBehavedLoop, type WellBehaved } from "./lib/fuzz-operator.js";
-import { type HostileCtx, StreamPool } from "./lib/fuzz-streams.js";
-import { Rng, sortedEntries, Tally } from "./lib/fuzz-tally.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const WEB = "web-1";
@@ -56,6 +58,8 @@ export interface FuzzOptions {
   iterationTimeoutMs: number;
   /** The end-of-run probe of each agent gives up after this. */
   probeTimeoutMs: number;
+  /** A hostile call not answered within this is given up (counted as "no answer in time"). */
+  callTimeoutMs: number;
   /** Progress lines (stderr by default). */
   log: (line: string) => void;
 }
@@ -70,6 +74,8 @@ export interface FuzzReport {
   anomalyNotes: string[];
   wellBehaved: { iterations: number; failures: string[]; p50Ms: number | null; maxMs: number | null };
   rssKiB: { before: number | null; after: number | null };
+  /** The well-behaved operator's own event-loop delay during the run (its latency includes it; the hostile side runs in another process). */
+  fuzzerLoopDelayMs: { p99: number; max: number };
   crashes: string[];
   audit: { adminAccepted: number; missing: string[]; dropped: number; error?: string };
   agents: Record<string, string | null>;
@@ -90,6 +96,7 @@ export function defaultFuzzOptions(): FuzzOptions {
     only: Object.keys(HOSTILE_KINDS) as HostileKind[],
     iterationTimeoutMs: 15_000,
     probeTimeoutMs: 15_000,
+    callTimeoutMs: 30_000,
     log: (l) => void process.stderr.write(`${l}\n`),
   };
 }
@@ -140,27 +147,55 @@ const pct = (xs: number[], p: number): number | null => {
   return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
 };
 
-/** The hostile workers and the well-behaved operator, side by side until the deadline. */
-async function campaign(fleet: Fleet, o: FuzzOptions, accepted: string[]): Promise<{ tally: Tally; wb: WellBehaved }> {
-  const end = new AbortController();
-  setMaxListeners(0, end.signal);
+interface Campaign {
+  hostile: HostileResult | null;
+  /** Why the hostile process gave no result. */
+  hostileError?: string;
+  wb: WellBehaved;
+  delay: ReturnType<typeof monitorEventLoopDelay>;
+}
+
+/** The hostile process (scripts/lib/fuzz-hostile-main.ts) until it ends by itself; SIGKILL if it is still there well after its deadline. */
+async function hostileProcess(s: HostileSettings): Promise<{ result: HostileResult | null; error?: string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", path.join(ROOT, "scripts/lib/fuzz-hostile-main.ts")], {
+    cwd: ROOT,
+    env: { ...process.env, RVBOX_FUZZ_HOSTILE: JSON.stringify(s) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  child.stdout.on("data", (b: Buffer) => (out += b.toString()));
+  child.stderr.on("data", (b: Buffer) => (err = (err + b.toString()).slice(-4000)));
+  const late = setTimeout(() => child.kill("SIGKILL"), s.seconds * 1000 + s.callTimeoutMs + 30_000);
+  const code = await new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+  clearTimeout(late);
+  const line = out.split("\n").find((l) => l.startsWith(RESULT_PREFIX));
+  if (!line) return { result: null, error: `exit ${code}, no result: ${err.slice(-1500)}` };
+  return { result: JSON.parse(line.slice(RESULT_PREFIX.length)) as HostileResult };
+}
+
+/** The hostile process and the well-behaved operator, side by side until the deadline. */
+async function campaign(fleet: Fleet, o: FuzzOptions, accepted: string[]): Promise<Campaign> {
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  const hostile = hostileProcess({
+    controlUrl: fleet.controlUrl,
+    tokens: fleet.tokens,
+    web: WEB,
+    other: OTHER,
+    seed: o.seed,
+    seconds: o.seconds,
+    workers: o.workers,
+    maxCalls: o.maxCalls || 400 * o.seconds,
+    callTimeoutMs: o.callTimeoutMs,
+    only: o.only,
+  });
   const deadline = Date.now() + o.seconds * 1000;
-  const tally = new Tally(o.maxCalls || 400 * o.seconds, deadline, end.signal);
-  const clients = Object.fromEntries((Object.keys(IDENTITIES) as Who[]).map((w) => [w, fleet.client(w)])) as HostileCtx["clients"];
-  const streams = new StreamPool();
-  const recent: string[] = [];
-  let n = 0;
-  const ctx = (i: number): HostileCtx => {
-    const rng = new Rng(o.seed * 1009 + i + 1);
-    return { fleet, tally, rng, clients, web: WEB, other: OTHER, streams, recent, adminAccepted: accepted, seed: o.seed, next: () => ++n };
-  };
-  const timer = setTimeout(() => end.abort(), o.seconds * 1000);
-  const good = wellBehavedLoop({ client: fleet.client("admin"), web: WEB, seed: o.seed, deadline, iterationTimeoutMs: o.iterationTimeoutMs, accepted, recent });
-  await Promise.all(Array.from({ length: o.workers }, (_, i) => hostileWorker(ctx(i), o.only)));
-  clearTimeout(timer);
-  end.abort();
-  await streams.closeAll();
-  return { tally, wb: await good };
+  const wb = await wellBehavedLoop({ client: fleet.client("admin"), web: WEB, seed: o.seed, deadline, iterationTimeoutMs: o.iterationTimeoutMs, accepted });
+  const h = await hostile;
+  delay.disable();
+  if (h.result) accepted.push(...h.result.adminAccepted);
+  return { hostile: h.result, ...(h.error ? { hostileError: h.error } : {}), wb, delay };
 }
 
 async function checks(fleet: Fleet, o: FuzzOptions, r: FuzzReport, accepted: string[]): Promise<void> {
@@ -199,21 +234,22 @@ export async function runFuzz(over: Partial<FuzzOptions> = {}): Promise<FuzzRepo
     await fleet.start();
     const before = fleet.serverRss();
     const accepted: string[] = [];
-    const { tally, wb } = await campaign(fleet, o, accepted);
+    const { hostile: h, hostileError, wb, delay } = await campaign(fleet, o, accepted);
     const r: FuzzReport = {
       seed: o.seed,
       seconds: o.seconds,
-      sent: Object.fromEntries(sortedEntries(tally.sent)),
-      sentTotal: tally.total,
-      codes: Object.fromEntries(sortedEntries(tally.errors)),
-      anomalies: Object.fromEntries(sortedEntries(tally.anomalies)),
-      anomalyNotes: tally.anomalyNotes,
+      sent: h?.sent ?? {},
+      sentTotal: h?.total ?? 0,
+      codes: h?.codes ?? {},
+      anomalies: h?.anomalies ?? {},
+      anomalyNotes: h?.anomalyNotes ?? [],
       wellBehaved: { iterations: wb.iterations, failures: wb.failures, p50Ms: pct(wb.latenciesMs, 0.5), maxMs: pct(wb.latenciesMs, 1) },
       rssKiB: { before, after: fleet.serverRss() },
+      fuzzerLoopDelayMs: { p99: delay.percentile(99) / 1e6, max: delay.max / 1e6 },
       crashes: [],
       audit: { adminAccepted: 0, missing: [], dropped: 0 },
       agents: {},
-      problems: [],
+      problems: hostileError ? [`the hostile process failed: ${hostileError}`] : [],
     };
     await checks(fleet, o, r, accepted);
     return r;
@@ -237,6 +273,7 @@ export function formatReport(r: FuzzReport): string {
   out.push(row("iterations / failures", `${wb.iterations} / ${wb.failures.length}`));
   out.push(row("latency p50 / max", `${ms(wb.p50Ms)} / ${ms(wb.maxMs)}`));
   for (const f of wb.failures.slice(0, 5)) out.push(`    failure: ${f}`);
+  out.push(row("its own event-loop delay p99 / max", `${ms(r.fuzzerLoopDelayMs.p99)} / ${ms(r.fuzzerLoopDelayMs.max)}`));
   out.push(row("server RSS before / after", `${mib(r.rssKiB.before)} / ${mib(r.rssKiB.after)}`));
   out.push(row("crashes", r.crashes.length === 0 ? "none" : r.crashes.join("; ")));
   const au = r.audit;

@@ -25,23 +25,24 @@ async function oversizedSpec(c: HostileCtx): Promise<void> {
   if (what === "argv-count") argv = ["true", ...new Array<string>(c.rng.pick([MAX_ARGV_ITEMS, MAX_ARGV_ITEMS * 4, 200_000])).fill("x")];
   if (what === "argv-item") argv = ["echo", "a".repeat(c.rng.pick([MAX_SPEC_STRING_BYTES + 1, 2 * MiB, c.rng.logSize(MiB, MAX_FUZZ_ID_BYTES)]))];
   if (what === "env-count") environment = Array.from({ length: c.rng.pick([MAX_ENV_ITEMS + 1, 50_000]) }, (_, i) => ({ name: `V${i}`, value: "v" }));
-  await c.tally.call(() => c.clients.operator.submitCommand({ clientId: c.web, issueUuid, program: argvOf(argv), environment }, { signal: c.tally.end }));
+  await c.tally.call(() => c.clients.operator.submitCommand({ clientId: c.web, issueUuid, program: argvOf(argv), environment }, { signal: c.tally.signal() }));
 }
 
 /** One id field of 1 KB..15 MB, in a call picked from those that take an id. */
 async function oversizedId(c: HostileCtx): Promise<void> {
   const big = "i".repeat(c.rng.logSize(1024, MAX_FUZZ_ID_BYTES));
   const ops = {
-    "submit issue_uuid": () => c.clients.operator.submitCommand({ clientId: c.web, issueUuid: big, program: argvOf(["true"]) }, { signal: c.tally.end }),
-    "submit client_id": () => c.clients.operator.submitCommand({ clientId: big, program: argvOf(["true"]), allowUnknownClient: true }, { signal: c.tally.end }),
-    "submit request_id": () => c.clients.operator.submitCommand({ clientId: c.web, requestId: big, program: argvOf(["true"]) }, { signal: c.tally.end }),
-    "get issue_uuid": () => c.clients.viewer.getCommand({ issueUuid: big }, { signal: c.tally.end }),
-    "signal issue_uuid": () => c.clients.operator.signalCommand({ issueUuid: big, signal: SignalKind.CANCEL }, { signal: c.tally.end }),
-    "job job_id": () => c.clients.operator.submitJob({ jobId: big, clientIds: [c.web], program: argvOf(["true"]) }, { signal: c.tally.end }),
-    "get job_id": () => c.clients.viewer.getJob({ jobId: big }, { signal: c.tally.end }),
-    "list client_id": () => c.clients.viewer.listCommands({ clientId: big }, { signal: c.tally.end }),
+    "submit issue_uuid": () => c.clients.operator.submitCommand({ clientId: c.web, issueUuid: big, program: argvOf(["true"]) }, { signal: c.tally.signal() }),
+    "submit client_id": () =>
+      c.clients.operator.submitCommand({ clientId: big, program: argvOf(["true"]), allowUnknownClient: true }, { signal: c.tally.signal() }),
+    "submit request_id": () => c.clients.operator.submitCommand({ clientId: c.web, requestId: big, program: argvOf(["true"]) }, { signal: c.tally.signal() }),
+    "get issue_uuid": () => c.clients.viewer.getCommand({ issueUuid: big }, { signal: c.tally.signal() }),
+    "signal issue_uuid": () => c.clients.operator.signalCommand({ issueUuid: big, signal: SignalKind.CANCEL }, { signal: c.tally.signal() }),
+    "job job_id": () => c.clients.operator.submitJob({ jobId: big, clientIds: [c.web], program: argvOf(["true"]) }, { signal: c.tally.signal() }),
+    "get job_id": () => c.clients.viewer.getJob({ jobId: big }, { signal: c.tally.signal() }),
+    "list client_id": () => c.clients.viewer.listCommands({ clientId: big }, { signal: c.tally.signal() }),
     "follow issue_uuid": async () => {
-      for await (const _ of c.clients.viewer.followOutput({ issueUuid: big, follow: false }, { signal: c.tally.end }));
+      for await (const _ of c.clients.viewer.followOutput({ issueUuid: big, follow: false }, { signal: c.tally.signal() }));
     },
   };
   const op = c.rng.pick(Object.keys(ops) as Array<keyof typeof ops>);
@@ -51,11 +52,11 @@ async function oversizedId(c: HostileCtx): Promise<void> {
 
 async function post(c: HostileCtx, method: string, body: Uint8Array, contentType: string): Promise<void> {
   try {
-    const res = await fetch(`${c.fleet.controlUrl}/rvbox.v1.ControlService/${method}`, {
+    const res = await fetch(`${c.controlUrl}/rvbox.v1.ControlService/${method}`, {
       method: "POST",
-      headers: { "content-type": contentType, "connect-protocol-version": "1", authorization: `Bearer ${c.fleet.tokens.operator}` },
+      headers: { "content-type": contentType, "connect-protocol-version": "1", authorization: `Bearer ${c.tokens.operator}` },
       body,
-      signal: c.tally.end,
+      signal: c.tally.signal(),
     });
     const text = await res.text().catch(() => "");
     c.tally.http(res.status, text);
@@ -102,7 +103,7 @@ async function oddStrings(c: HostileCtx): Promise<void> {
   if (where === "issue_uuid") base.issueUuid = odd;
   if (where === "client_id") base.clientId = odd;
   const environment = where === "env" ? [{ name: c.rng.pick([odd, "A=B", ""]), value: odd }] : [];
-  await c.tally.call(() => c.clients.operator.submitCommand({ ...base, environment }, { signal: c.tally.end }));
+  await c.tally.call(() => c.clients.operator.submitCommand({ ...base, environment }, { signal: c.tally.signal() }));
 }
 
 export const HOSTILE_KINDS = {
@@ -110,7 +111,7 @@ export const HOSTILE_KINDS = {
   "oversized id": oversizedId,
   "malformed body": malformedBody,
   "refused flood": refusedFlood,
-  "stream flood": async (c: HostileCtx) => streamFlood(c),
+  "stream flood": streamFlood,
   "request-id race": requestIdRace,
   "odd strings": oddStrings,
 } as const;

@@ -3,10 +3,10 @@
 // in ListCommands) and the checks after the run: the admin's accepted calls
 // are all in the audit log, every agent is connected and runs a command.
 import { performance } from "node:perf_hooks";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { ControlClient } from "../../client/control-client.js";
 import { CommandLifecycle as L, OutputStream } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { Command } from "../../protos/gen/rvbox/v1/control_pb.js";
-import { remember } from "./fuzz-streams.js";
 
 export interface WellBehaved {
   iterations: number;
@@ -33,9 +33,21 @@ async function oneRound(client: ControlClient, web: string, uuid: string, word: 
   const f = got.finished;
   if (f.state !== L.SUCCEEDED || f.exitCode !== 0) return `ended ${L[f.state]} exit ${f.exitCode ?? "-"} (${f.reason})`;
   if (got.stdout !== `${word}\n`) return `stdout ${JSON.stringify(got.stdout.slice(0, 80))}, expected ${JSON.stringify(`${word}\n`)}`;
-  const list = await client.listCommands({ clientId: web, pageSize: 100 }, { signal });
-  if (!list.commands.some((c) => c.issueUuid === uuid)) return "not in ListCommands' newest 100";
-  return null;
+  return (await listed(client, web, uuid, f, signal)) ? null : "not in ListCommands";
+}
+
+/** Whether ListCommands (newest first, pages of 100) lists the command, paging on only while it lists newer ones. */
+async function listed(client: ControlClient, web: string, uuid: string, cmd: Command, signal: AbortSignal): Promise<boolean> {
+  const created = timestampMs(cmd.createdTime!);
+  let pageToken = "";
+  for (let page = 0; page < 50; page++) {
+    const list = await client.listCommands({ clientId: web, pageSize: 100, pageToken }, { signal });
+    if (list.commands.some((c) => c.issueUuid === uuid)) return true;
+    const oldest = list.commands.at(-1);
+    if (!list.nextPageToken || !oldest?.createdTime || timestampMs(oldest.createdTime) < created) return false;
+    pageToken = list.nextPageToken;
+  }
+  return false;
 }
 
 export interface WellBehavedOptions {
@@ -48,7 +60,6 @@ export interface WellBehavedOptions {
   iterationTimeoutMs: number;
   /** Issue UUIDs the admin had accepted (the audit log must keep them). */
   accepted: string[];
-  recent: string[];
 }
 
 export async function wellBehavedLoop(o: WellBehavedOptions): Promise<WellBehaved> {
@@ -59,7 +70,6 @@ export async function wellBehavedLoop(o: WellBehavedOptions): Promise<WellBehave
     r.iterations++;
     try {
       const signal = AbortSignal.timeout(o.iterationTimeoutMs);
-      remember(o.recent, uuid);
       const why = await oneRound(o.client, o.web, uuid, `fuzz-ok-${i}`, signal, o.accepted);
       if (why) r.failures.push(`${uuid}: ${why}`);
       else r.latenciesMs.push(performance.now() - t0);

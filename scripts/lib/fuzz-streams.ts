@@ -3,22 +3,23 @@
 // refuses, and two identities racing with one request_id.
 import type { ControlClient } from "../../client/control-client.js";
 import { SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
-import type { Fleet, Who } from "./fuzz-fleet.js";
+import type { Who } from "./fuzz-fleet.js";
 import type { Rng, Tally } from "./fuzz-tally.js";
 
 /** Streams a run holds open at once (the oldest is abandoned past it). */
 export const MAX_OPEN_STREAMS = 64;
 
 export interface HostileCtx {
-  fleet: Fleet;
+  controlUrl: string;
+  tokens: Record<Who, string>;
   tally: Tally;
   rng: Rng;
   clients: Record<Who, ControlClient>;
   web: string;
   other: string;
   streams: StreamPool;
-  /** Issue UUIDs seen lately (the well-behaved operator's and the racers'), newest last. */
-  recent: string[];
+  /** Issue UUIDs to aim at: the web agent's newest commands (refreshed by `aim`) and the racers'. */
+  shared: { recent: string[]; refreshed: number };
   /** The admin's accepted SubmitCommands (issue UUIDs) that the audit log must keep. */
   adminAccepted: string[];
   seed: number;
@@ -67,15 +68,26 @@ export function remember(recent: string[], uuid: string): void {
 
 const untilAborted = (signal: AbortSignal) => new Promise<void>((r) => (signal.aborted ? r() : signal.addEventListener("abort", () => r(), { once: true })));
 
+/** Aims the floods at real commands: the web agent's newest as the viewer lists them (at most once a second; not counted as a hostile call). */
+async function aim(c: HostileCtx): Promise<string[]> {
+  if (Date.now() - c.shared.refreshed >= 1000) {
+    c.shared.refreshed = Date.now();
+    const r = await c.clients.viewer.listCommands({ clientId: c.web, pageSize: RECENT_UUIDS }, { signal: c.tally.signal() }).catch(() => undefined);
+    if (r) c.shared.recent = r.commands.map((x) => x.issueUuid);
+  }
+  return c.shared.recent;
+}
+
 /** Opens 4..16 streams: followed to the end and left open, stalled after their first message, or abandoned within 300 ms. */
-export function streamFlood(c: HostileCtx): void {
+export async function streamFlood(c: HostileCtx): Promise<void> {
+  const recent = await aim(c);
   const n = c.rng.int(4, 16);
-  if (!c.tally.take("stream-flood", n)) return;
+  if (!c.tally.take("stream flood", n)) return;
   for (let i = 0; i < n; i++) {
     const who: Who = c.rng.pick(["viewer", "operator"] as const);
     const mode = c.rng.pick(["left open", "stalled", "abandoned"] as const);
     const watch = c.rng.chance(0.4);
-    const uuid = c.recent.length > 0 && c.rng.chance(0.8) ? c.rng.pick(c.recent) : `no-such-${c.next()}`;
+    const uuid = recent.length > 0 && c.rng.chance(0.8) ? c.rng.pick(recent) : `no-such-${c.next()}`;
     const abandonMs = c.rng.int(0, 300);
     c.streams.hold(c.tally, async (signal) => {
       const ac = new AbortController();
@@ -98,19 +110,20 @@ export function streamFlood(c: HostileCtx): void {
 
 /** 10..50 concurrent calls each refused by the caller's role or selector (audited refusals). */
 export async function refusedFlood(c: HostileCtx): Promise<void> {
+  const recent = await aim(c);
   const n = c.rng.int(10, 50);
-  if (!c.tally.take("refused-flood", n)) return;
+  if (!c.tally.take("refused flood", n)) return;
   const calls: Array<() => Promise<unknown>> = [];
   for (let i = 0; i < n; i++) {
-    const uuid = c.recent.length > 0 ? c.rng.pick(c.recent) : `no-such-${c.next()}`;
+    const uuid = recent.length > 0 ? c.rng.pick(recent) : `no-such-${c.next()}`;
     const argv = { case: "argv" as const, value: { argv: ["echo", "refused"] } };
     calls.push(
       c.rng.pick([
-        () => c.clients.viewer.submitCommand({ clientId: c.web, program: argv }, { signal: c.tally.end }),
-        () => c.clients.viewer.signalCommand({ issueUuid: uuid, signal: SignalKind.CANCEL }, { signal: c.tally.end }),
-        () => c.clients.viewer.setClientLabels({ clientId: c.web, set: { role: "db" } }, { signal: c.tally.end }),
-        () => c.clients.operator.submitCommand({ clientId: c.other, program: argv }, { signal: c.tally.end }),
-        () => c.clients.operator.listAudit({}, { signal: c.tally.end }),
+        () => c.clients.viewer.submitCommand({ clientId: c.web, program: argv }, { signal: c.tally.signal() }),
+        () => c.clients.viewer.signalCommand({ issueUuid: uuid, signal: SignalKind.CANCEL }, { signal: c.tally.signal() }),
+        () => c.clients.viewer.setClientLabels({ clientId: c.web, set: { role: "db" } }, { signal: c.tally.signal() }),
+        () => c.clients.operator.submitCommand({ clientId: c.other, program: argv }, { signal: c.tally.signal() }),
+        () => c.clients.operator.listAudit({}, { signal: c.tally.signal() }),
       ]),
     );
   }
@@ -119,7 +132,7 @@ export async function refusedFlood(c: HostileCtx): Promise<void> {
 
 /** Two identities submit at once with the same request_id, each its own issue UUID: each must get its own command. */
 export async function requestIdRace(c: HostileCtx): Promise<void> {
-  if (!c.tally.take("request-id-race", 2)) return;
+  if (!c.tally.take("request-id race", 2)) return;
   const pair = c.rng.pick([
     ["operator", "operator2"],
     ["operator", "admin"],
@@ -132,14 +145,14 @@ export async function requestIdRace(c: HostileCtx): Promise<void> {
       const r = (await c.tally.call(() =>
         c.clients[who].submitCommand(
           { clientId: c.web, issueUuid: own, requestId: rid, program: { case: "argv", value: { argv: ["true"] } } },
-          { signal: c.tally.end },
+          { signal: c.tally.signal() },
         ),
       )) as { command?: { issueUuid: string } } | undefined;
       if (!r) return;
       const got = r.command?.issueUuid ?? "";
       if (got !== own) c.tally.anomaly("request_id crossed", `${who} submitted ${own} with request_id ${rid} and was answered with command ${got}`);
       else {
-        remember(c.recent, own);
+        remember(c.shared.recent, own);
         if (who === "admin") c.adminAccepted.push(own);
       }
     }),

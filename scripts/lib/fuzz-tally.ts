@@ -42,6 +42,7 @@ const inc = (m: Map<string, number>, k: string, by = 1): void => void m.set(k, (
 export function codeOf(err: unknown, endedByRun: boolean): string {
   if (endedByRun) return "aborted at end";
   const ce = ConnectError.from(err);
+  if ((err as Error)?.name === "TimeoutError" || (ce.cause as Error | undefined)?.name === "TimeoutError") return "no answer in time";
   return ConnectCode[ce.code] ?? `code ${ce.code}`;
 }
 
@@ -52,12 +53,18 @@ export class Tally {
   readonly anomalyNotes: string[] = [];
   private calls = 0;
 
-  /** `maxCalls` bounds the hostile calls of a whole run; `deadline` (epoch ms) ends every hostile loop. */
+  /** `maxCalls` bounds the hostile calls of a whole run; `deadline` (epoch ms) ends every hostile loop; one call gives up after `callTimeoutMs`. */
   constructor(
     readonly maxCalls: number,
     readonly deadline: number,
     readonly end: AbortSignal,
+    readonly callTimeoutMs: number,
   ) {}
+
+  /** The signal of one hostile call: the run's end or the call's own time limit, whichever comes first. */
+  signal(): AbortSignal {
+    return AbortSignal.any([this.end, AbortSignal.timeout(this.callTimeoutMs)]);
+  }
 
   /** Whether another hostile call may start (and counts it under `kind`). */
   take(kind: string, n = 1): boolean {
