@@ -58,7 +58,7 @@ export interface FuzzOptions {
   iterationTimeoutMs: number;
   /** The end-of-run probe of each agent gives up after this. */
   probeTimeoutMs: number;
-  /** A hostile call not answered within this is given up (counted as "no answer in time"). */
+  /** A hostile call not answered within this is given up (counted as DeadlineExceeded). */
   callTimeoutMs: number;
   /** Progress lines (stderr by default). */
   log: (line: string) => void;

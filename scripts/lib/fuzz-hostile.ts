@@ -25,24 +25,23 @@ async function oversizedSpec(c: HostileCtx): Promise<void> {
   if (what === "argv-count") argv = ["true", ...new Array<string>(c.rng.pick([MAX_ARGV_ITEMS, MAX_ARGV_ITEMS * 4, 200_000])).fill("x")];
   if (what === "argv-item") argv = ["echo", "a".repeat(c.rng.pick([MAX_SPEC_STRING_BYTES + 1, 2 * MiB, c.rng.logSize(MiB, MAX_FUZZ_ID_BYTES)]))];
   if (what === "env-count") environment = Array.from({ length: c.rng.pick([MAX_ENV_ITEMS + 1, 50_000]) }, (_, i) => ({ name: `V${i}`, value: "v" }));
-  await c.tally.call(() => c.clients.operator.submitCommand({ clientId: c.web, issueUuid, program: argvOf(argv), environment }, { signal: c.tally.signal() }));
+  await c.tally.call(() => c.clients.operator.submitCommand({ clientId: c.web, issueUuid, program: argvOf(argv), environment }, c.tally.opts()));
 }
 
 /** One id field of 1 KB..15 MB, in a call picked from those that take an id. */
 async function oversizedId(c: HostileCtx): Promise<void> {
   const big = "i".repeat(c.rng.logSize(1024, MAX_FUZZ_ID_BYTES));
   const ops = {
-    "submit issue_uuid": () => c.clients.operator.submitCommand({ clientId: c.web, issueUuid: big, program: argvOf(["true"]) }, { signal: c.tally.signal() }),
-    "submit client_id": () =>
-      c.clients.operator.submitCommand({ clientId: big, program: argvOf(["true"]), allowUnknownClient: true }, { signal: c.tally.signal() }),
-    "submit request_id": () => c.clients.operator.submitCommand({ clientId: c.web, requestId: big, program: argvOf(["true"]) }, { signal: c.tally.signal() }),
-    "get issue_uuid": () => c.clients.viewer.getCommand({ issueUuid: big }, { signal: c.tally.signal() }),
-    "signal issue_uuid": () => c.clients.operator.signalCommand({ issueUuid: big, signal: SignalKind.CANCEL }, { signal: c.tally.signal() }),
-    "job job_id": () => c.clients.operator.submitJob({ jobId: big, clientIds: [c.web], program: argvOf(["true"]) }, { signal: c.tally.signal() }),
-    "get job_id": () => c.clients.viewer.getJob({ jobId: big }, { signal: c.tally.signal() }),
-    "list client_id": () => c.clients.viewer.listCommands({ clientId: big }, { signal: c.tally.signal() }),
+    "submit issue_uuid": () => c.clients.operator.submitCommand({ clientId: c.web, issueUuid: big, program: argvOf(["true"]) }, c.tally.opts()),
+    "submit client_id": () => c.clients.operator.submitCommand({ clientId: big, program: argvOf(["true"]), allowUnknownClient: true }, c.tally.opts()),
+    "submit request_id": () => c.clients.operator.submitCommand({ clientId: c.web, requestId: big, program: argvOf(["true"]) }, c.tally.opts()),
+    "get issue_uuid": () => c.clients.viewer.getCommand({ issueUuid: big }, c.tally.opts()),
+    "signal issue_uuid": () => c.clients.operator.signalCommand({ issueUuid: big, signal: SignalKind.CANCEL }, c.tally.opts()),
+    "job job_id": () => c.clients.operator.submitJob({ jobId: big, clientIds: [c.web], program: argvOf(["true"]) }, c.tally.opts()),
+    "get job_id": () => c.clients.viewer.getJob({ jobId: big }, c.tally.opts()),
+    "list client_id": () => c.clients.viewer.listCommands({ clientId: big }, c.tally.opts()),
     "follow issue_uuid": async () => {
-      for await (const _ of c.clients.viewer.followOutput({ issueUuid: big, follow: false }, { signal: c.tally.signal() }));
+      for await (const _ of c.clients.viewer.followOutput({ issueUuid: big, follow: false }, c.tally.opts()));
     },
   };
   const op = c.rng.pick(Object.keys(ops) as Array<keyof typeof ops>);
@@ -103,7 +102,7 @@ async function oddStrings(c: HostileCtx): Promise<void> {
   if (where === "issue_uuid") base.issueUuid = odd;
   if (where === "client_id") base.clientId = odd;
   const environment = where === "env" ? [{ name: c.rng.pick([odd, "A=B", ""]), value: odd }] : [];
-  await c.tally.call(() => c.clients.operator.submitCommand({ ...base, environment }, { signal: c.tally.signal() }));
+  await c.tally.call(() => c.clients.operator.submitCommand({ ...base, environment }, c.tally.opts()));
 }
 
 export const HOSTILE_KINDS = {

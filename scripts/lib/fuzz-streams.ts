@@ -72,7 +72,7 @@ const untilAborted = (signal: AbortSignal) => new Promise<void>((r) => (signal.a
 async function aim(c: HostileCtx): Promise<string[]> {
   if (Date.now() - c.shared.refreshed >= 1000) {
     c.shared.refreshed = Date.now();
-    const r = await c.clients.viewer.listCommands({ clientId: c.web, pageSize: RECENT_UUIDS }, { signal: c.tally.signal() }).catch(() => undefined);
+    const r = await c.clients.viewer.listCommands({ clientId: c.web, pageSize: RECENT_UUIDS }, c.tally.opts()).catch(() => undefined);
     if (r) c.shared.recent = r.commands.map((x) => x.issueUuid);
   }
   return c.shared.recent;
@@ -89,13 +89,14 @@ export async function streamFlood(c: HostileCtx): Promise<void> {
     const watch = c.rng.chance(0.4);
     const uuid = recent.length > 0 && c.rng.chance(0.8) ? c.rng.pick(recent) : `no-such-${c.next()}`;
     const abandonMs = c.rng.int(0, 300);
+    const watched = c.rng.chance(0.5) ? ["*"] : [c.web];
     c.streams.hold(c.tally, async (signal) => {
       const ac = new AbortController();
       const both = AbortSignal.any([signal, ac.signal]);
       const t = mode === "abandoned" ? setTimeout(() => ac.abort(), abandonMs) : undefined;
       try {
         const it = watch
-          ? c.clients[who].watchFleet({ commandClients: c.rng.chance(0.5) ? ["*"] : [c.web] }, { signal: both })
+          ? c.clients[who].watchFleet({ commandClients: watched }, { signal: both })
           : c.clients[who].followOutput({ issueUuid: uuid, follow: true, fromEventSeq: 1n }, { signal: both });
         for await (const _ of it) {
           if (mode === "stalled") return await untilAborted(both);
@@ -119,11 +120,11 @@ export async function refusedFlood(c: HostileCtx): Promise<void> {
     const argv = { case: "argv" as const, value: { argv: ["echo", "refused"] } };
     calls.push(
       c.rng.pick([
-        () => c.clients.viewer.submitCommand({ clientId: c.web, program: argv }, { signal: c.tally.signal() }),
-        () => c.clients.viewer.signalCommand({ issueUuid: uuid, signal: SignalKind.CANCEL }, { signal: c.tally.signal() }),
-        () => c.clients.viewer.setClientLabels({ clientId: c.web, set: { role: "db" } }, { signal: c.tally.signal() }),
-        () => c.clients.operator.submitCommand({ clientId: c.other, program: argv }, { signal: c.tally.signal() }),
-        () => c.clients.operator.listAudit({}, { signal: c.tally.signal() }),
+        () => c.clients.viewer.submitCommand({ clientId: c.web, program: argv }, c.tally.opts()),
+        () => c.clients.viewer.signalCommand({ issueUuid: uuid, signal: SignalKind.CANCEL }, c.tally.opts()),
+        () => c.clients.viewer.setClientLabels({ clientId: c.web, set: { role: "db" } }, c.tally.opts()),
+        () => c.clients.operator.submitCommand({ clientId: c.other, program: argv }, c.tally.opts()),
+        () => c.clients.operator.listAudit({}, c.tally.opts()),
       ]),
     );
   }
@@ -143,10 +144,7 @@ export async function requestIdRace(c: HostileCtx): Promise<void> {
     pair.map(async (who) => {
       const own = `${rid}-${who}`;
       const r = (await c.tally.call(() =>
-        c.clients[who].submitCommand(
-          { clientId: c.web, issueUuid: own, requestId: rid, program: { case: "argv", value: { argv: ["true"] } } },
-          { signal: c.tally.signal() },
-        ),
+        c.clients[who].submitCommand({ clientId: c.web, issueUuid: own, requestId: rid, program: { case: "argv", value: { argv: ["true"] } } }, c.tally.opts()),
       )) as { command?: { issueUuid: string } } | undefined;
       if (!r) return;
       const got = r.command?.issueUuid ?? "";

@@ -38,11 +38,11 @@ export class Rng {
 
 const inc = (m: Map<string, number>, k: string, by = 1): void => void m.set(k, (m.get(k) ?? 0) + by);
 
-/** The code name of a failed call: Connect's code (`InvalidArgument`), `http 415` for a raw POST, `aborted at end` for a call cut by the run's end. */
+/** The code name of a failed call: Connect's code (`InvalidArgument`; `DeadlineExceeded` past the call's time limit, raw POSTs included), `http 415` for a raw POST, `aborted at end` for a call cut by the run's end. */
 export function codeOf(err: unknown, endedByRun: boolean): string {
   if (endedByRun) return "aborted at end";
+  if ((err as Error)?.name === "TimeoutError") return "DeadlineExceeded";
   const ce = ConnectError.from(err);
-  if ((err as Error)?.name === "TimeoutError" || (ce.cause as Error | undefined)?.name === "TimeoutError") return "no answer in time";
   return ConnectCode[ce.code] ?? `code ${ce.code}`;
 }
 
@@ -61,9 +61,14 @@ export class Tally {
     readonly callTimeoutMs: number,
   ) {}
 
-  /** The signal of one hostile call: the run's end or the call's own time limit, whichever comes first. */
+  /** The signal of one raw hostile POST: the run's end or the call's own time limit, whichever comes first. */
   signal(): AbortSignal {
     return AbortSignal.any([this.end, AbortSignal.timeout(this.callTimeoutMs)]);
+  }
+
+  /** The call options of one hostile RPC: cut at the run's end, DeadlineExceeded after its own time limit. */
+  opts(): { signal: AbortSignal; timeoutMs: number } {
+    return { signal: this.end, timeoutMs: this.callTimeoutMs };
   }
 
   /** Whether another hostile call may start (and counts it under `kind`). */
