@@ -65,7 +65,7 @@ import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimi
 import { createLogger, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
-import { ProcRegistry } from "./proc-identity.js";
+import { orphanNotKilled, ProcRegistry } from "./proc-identity.js";
 import { sharedSpawnHelper, type SpawnHelper } from "../exec/spawn-client.js";
 import { stopProcesses } from "../exec/stop-processes.js";
 import { tablesView } from "../storage/kv-store.js";
@@ -394,7 +394,8 @@ export class AgentDaemon {
         }
         const who = this.procIds.confirm(e.uuid, pid);
         if (!who.ok) {
-          this.log.warn("not killing a recorded process group: its identity cannot be confirmed", { uuid: e.uuid, pgid: pid, why: who.why });
+          const note = orphanNotKilled(who);
+          this.log[note.level](note.msg, { uuid: e.uuid, pgid: pid, why: who.why });
           this.procIds.forget(e.uuid);
           break;
         }
