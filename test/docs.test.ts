@@ -106,3 +106,29 @@ describe("small facts the docs state (issue 41 item 7)", () => {
     expect(/`npm ci` prints (\d+) `EBADENGINE`/.exec(readme)?.[1]).toBe(String(refusing));
   });
 });
+
+describe("README: a real fleet (issue 41 item 8)", () => {
+  const readme = readFileSync(resolve(root, "README.md"), "utf8");
+  const start = readme.indexOf("## A real fleet");
+  const section = readme.slice(start, readme.indexOf("\n## ", start + 1));
+
+  it("sets RVBOX_SERVER and RVBOX_TOKEN_FILE, and says plainly that Ctrl-C and | head leave the command running unless --cancel-on-interrupt", () => {
+    expect(start).toBeGreaterThan(0);
+    expect(section).toMatch(/export RVBOX_SERVER=\S+ RVBOX_TOKEN_FILE=/);
+    expect(section).toMatch(/Ctrl-C detaches/);
+    expect(section).toMatch(/\| head/);
+    expect(section).toMatch(/--cancel-on-interrupt/);
+  });
+
+  it("its daemons' flags are flags the daemons have", async () => {
+    const { SERVER_OPTIONS } = await import("../shells/cli/server-cli.js");
+    const { AGENT_OPTIONS } = await import("../shells/cli/agent-cli.js");
+    const joined = section.replace(/\\\n\s*/g, " ");
+    const lines = joined.split("\n").filter((l) => /^rvbox (server|agent) /.test(l));
+    expect(lines).toHaveLength(3);
+    for (const l of lines) {
+      const known = l.startsWith("rvbox server") ? SERVER_OPTIONS : AGENT_OPTIONS;
+      for (const [, flag] of l.matchAll(/ --([a-z-]+)/g)) expect(Object.keys(known), `${flag} in ${l}`).toContain(flag);
+    }
+  });
+});
