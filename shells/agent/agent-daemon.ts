@@ -478,6 +478,8 @@ export class AgentDaemon {
     });
     ws.on("error", (err: Error & { code?: string }) => {
       this.log.debug("socket error", { conn, err: String(err) });
+      // This side ended the attempt (a refusal read above, a stop, the core closing it): not a cause.
+      if (this.stopped || /closed before the connection was established/.test(err.message)) return;
       failure ??= socketFailure(err, this.opts.serverUrl);
     });
     ws.on("close", (code, reason) => {
