@@ -56,7 +56,8 @@ export function multiClientHint(message: string, clientId: string): string {
   const at = message.indexOf("multi-client runs are not supported yet");
   if (at < 0) return message;
   const named = /\(it names ([^)]*)\)/.exec(message)?.[1];
-  const ids = !clientId.includes("*") ? clientId : named !== undefined && !named.includes(" more") ? named.split(", ").join(",") : "A,B";
+  const listed = named !== undefined && !named.startsWith("no known") && !named.includes(" more");
+  const ids = !clientId.includes("*") ? clientId : listed ? named.split(", ").join(",") : "A,B";
   return `${message.slice(0, at)}to run one command on several clients, submit a job: rvbox run --clients ${ids} -- CMD [ARG...], or rvbox run -l KEY=VALUE -- CMD [ARG...] for the clients with that label (rvbox jobs, rvbox job ID)`;
 }
 
