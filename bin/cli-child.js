@@ -78,8 +78,16 @@ export function execDaemon(script, args) {
   process.execve(process.execPath, [process.execPath, ...reexecFlags(process.execArgv, args, process.env.NODE_OPTIONS), script, ...args], env);
 }
 
+/**
+ * The fd on which a child started by `runChild` finds the read end of a pipe
+ * from this process: it reads end-of-file when this process is gone, however
+ * it ended (kill -9 included), and then stops itself (`watchParent`). Node
+ * cannot ask the kernel for a parent-death signal (prctl PR_SET_PDEATHSIG).
+ */
+export const PARENT_PIPE_FD = 3;
+
 export function runChild(program, args, env) {
-  const child = spawn(program, args, { stdio: "inherit", env });
+  const child = spawn(program, args, { stdio: ["inherit", "inherit", "inherit", "pipe"], env: { ...env, RVBOX_PARENT_FD: String(PARENT_PIPE_FD) } });
   // Signals sent to this process by pid are passed on. SIGINT and SIGQUIT are
   // not: from a terminal they reach the whole foreground process group, the
   // child included, and a second copy would turn the daemons' graceful stop
@@ -102,4 +110,33 @@ export function runChild(program, args, env) {
     }
     process.exit(code ?? 1);
   });
+}
+
+/**
+ * In a process `runChild` started: when the pipe on `fd` ends, the process
+ * that started this one is gone (killed with -9, say) and nothing passes
+ * signals or the exit code on any more; a daemon left running would hold its
+ * store's lock. Stop as if told to (SIGTERM: a daemon's graceful stop). The
+ * pipe keeps nothing alive (unref); its fd is close-on-exec, so the commands
+ * a daemon runs never hold it.
+ */
+export async function watchParent(fd) {
+  const { Socket } = await import("node:net");
+  let sock;
+  try {
+    sock = new Socket({ fd, readable: true, writable: false });
+  } catch {
+    return; // no such pipe: started some other way
+  }
+  sock.unref();
+  let done = false;
+  const gone = () => {
+    if (done) return;
+    done = true;
+    process.stderr.write(`rvbox: the process that started this one (pid ${process.ppid === 1 ? "gone" : process.ppid}) has ended; stopping\n`);
+    process.kill(process.pid, "SIGTERM");
+  };
+  sock.on("data", () => {});
+  sock.on("end", gone);
+  sock.on("error", gone);
 }

@@ -73,6 +73,13 @@ if (tooOld(process.versions.node)) {
     const { execDaemon } = await import("./cli-child.js");
     execDaemon(fileURLToPath(import.meta.url), process.argv.slice(2));
   }
+  // Started by a re-executing rvbox (runChild): end with it, even when it is killed with -9.
+  const parentFd = process.env.RVBOX_PARENT_FD;
+  delete process.env.RVBOX_PARENT_FD;
+  if (parentFd !== undefined) {
+    const { watchParent } = await import("./cli-child.js");
+    await watchParent(Number(parentFd));
+  }
   // V8's compile cache (Node >= 22.1): the bundle's and tsx's compiled code is
   // reused across starts; Node keys each entry by the source's hash itself.
   const { enableCompileCache } = await import("node:module");

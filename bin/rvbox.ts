@@ -41,6 +41,13 @@ if (major < MIN[0] || (major === MIN[0] && minor < MIN[1])) {
     const { execDaemon } = await import("./cli-child.js");
     execDaemon(fileURLToPath(import.meta.url), process.argv.slice(2));
   }
+  // Started by a re-executing rvbox (runChild): end with it, even when it is killed with -9.
+  const parentFd = process.env.RVBOX_PARENT_FD;
+  delete process.env.RVBOX_PARENT_FD;
+  if (parentFd !== undefined) {
+    const { watchParent } = await import("./cli-child.js");
+    await watchParent(Number(parentFd));
+  }
   const { main } = await import("./rvbox-main.js");
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),

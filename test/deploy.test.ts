@@ -111,7 +111,7 @@ describe("deploy: systemd units", () => {
       const group = readFileSync(path.join(root, "etc/group"), "utf8");
       const gid = (name: string): number => Number(new RegExp(`^${name}:x:(\\d+):`, "m").exec(group)?.[1]);
 
-      const files = ["server.json", "agent-tokens", "operator-token", "agent.json", "agent-token", "tls/privkey.pem", "tls/fullchain.pem"];
+      const files = ["server.json", "agent-tokens", "operator-token", "operators", "agent.json", "agent-token", "tls/privkey.pem", "tls/fullchain.pem"];
       for (const f of files) writeFileSync(path.join(root, "etc/rvbox", f), "x\n", { mode: 0o666 });
       const tf = spawnSync(TMPFILES!, ["--create", `--root=${root}`, path.join(DEPLOY, "tmpfiles.d/rvbox.conf")], { encoding: "utf8", timeout: 60_000 });
       expect(tf.status, tf.stderr).toBe(0);
@@ -125,6 +125,7 @@ describe("deploy: systemd units", () => {
         "server.json": `640 0:${gid("rvbox")}`,
         "agent-tokens": `640 0:${gid("rvbox")}`,
         "operator-token": `640 0:${gid("rvbox")}`,
+        operators: `640 0:${gid("rvbox")}`,
         "agent.json": `640 0:${gid("rvbox-agent")}`,
         "agent-token": `640 0:${gid("rvbox-agent")}`,
         "tls/privkey.pem": "600 0:0",
@@ -162,5 +163,17 @@ describe("docs/DEPLOY.md", () => {
     }
     expect(doc).toContain("npm prune --omit=dev");
     expect(doc).toContain("systemctl reload rvbox-server");
+  });
+
+  it("names the operator identities file: owner and mode, operator add, the tmpfiles entry, then a reload (issue 41)", () => {
+    expect(doc).toMatch(/\| `\/etc\/rvbox\/operators` \| root:rvbox \| 0640 \|/);
+    const tmpfiles = readFileSync(path.join(DEPLOY, "tmpfiles.d/rvbox.conf"), "utf8");
+    expect(tmpfiles).toMatch(/^z\s+\/etc\/rvbox\/operators\s+0640\s+root\s+rvbox\s/m);
+    const add = doc.indexOf("rvbox server operator add");
+    expect(add).toBeGreaterThan(0);
+    const then = doc.slice(add);
+    expect(then.indexOf("systemd-tmpfiles --create rvbox.conf")).toBeGreaterThan(0);
+    expect(then.indexOf("systemctl reload rvbox-server")).toBeGreaterThan(then.indexOf("systemd-tmpfiles --create rvbox.conf"));
+    expect(doc).toContain("--identities /etc/rvbox/operators");
   });
 });

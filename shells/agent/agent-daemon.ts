@@ -65,7 +65,8 @@ import { ConnWriter, DEFAULT_WRITER_LIMITS, execTransportEffect, type WriterLimi
 import { createLogger, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
-import { ProcRegistry } from "./proc-identity.js";
+import { type ConnectFailure, REFUSAL_BODY_BYTES, readStart, refusedUpgrade, socketFailure } from "./connect-cause.js";
+import { orphanNotKilled, ProcRegistry } from "./proc-identity.js";
 import { sharedSpawnHelper, type SpawnHelper } from "../exec/spawn-client.js";
 import { stopProcesses } from "../exec/stop-processes.js";
 import { tablesView } from "../storage/kv-store.js";
@@ -164,6 +165,8 @@ export class AgentDaemon {
   readonly ports: CorePorts;
   readonly db: DurableDb;
   private readonly links = new Map<number, Link>();
+  /** The cause of the last failed connection said at warn ("" once one opened): see saidWhy. */
+  private lastConnectCause = "";
   private readonly procs = new Map<string, ProcessHandle>();
   private readonly scriptDir: string;
   private readonly procIds: ProcRegistry;
@@ -394,7 +397,8 @@ export class AgentDaemon {
         }
         const who = this.procIds.confirm(e.uuid, pid);
         if (!who.ok) {
-          this.log.warn("not killing a recorded process group: its identity cannot be confirmed", { uuid: e.uuid, pgid: pid, why: who.why });
+          const note = orphanNotKilled(who);
+          this.log[note.level](note.msg, { uuid: e.uuid, pgid: pid, why: who.why });
           this.procIds.forget(e.uuid);
           break;
         }
@@ -452,8 +456,11 @@ export class AgentDaemon {
       open: false,
     };
     this.links.set(conn, link);
+    // The first concrete reason this connection failed (a refusal, a socket error); see connect-cause.ts.
+    let failure: ConnectFailure | undefined;
     ws.on("open", () => {
       link.open = true;
+      this.lastConnectCause = "";
       // transport_open, the frames and transport_closed go through one ordered queue.
       this.loop.openStaging(conn);
     });
@@ -464,18 +471,36 @@ export class AgentDaemon {
     ws.on("pong", () => this.loop.feed({ type: "activity", conn }));
     ws.on("ping", () => this.loop.feed({ type: "activity", conn }));
     ws.on("unexpected-response", (_req, res) => {
-      this.log.warn("server refused the WebSocket upgrade", { status: res.statusCode ?? 0 });
-      res.resume();
-      ws.terminate();
+      readStart(res, REFUSAL_BODY_BYTES).then((body) => {
+        failure ??= refusedUpgrade(res.statusCode ?? 0, body, this.opts.serverUrl);
+        ws.terminate();
+      });
     });
-    ws.on("error", (err) => this.log.debug("socket error", { conn, err: String(err) }));
+    ws.on("error", (err: Error & { code?: string }) => {
+      this.log.debug("socket error", { conn, err: String(err) });
+      // This side ended the attempt (a refusal read above, a stop, the core closing it): not a cause.
+      if (this.stopped || /closed before the connection was established/.test(err.message)) return;
+      failure ??= socketFailure(err, this.opts.serverUrl);
+    });
     ws.on("close", (code, reason) => {
       this.links.delete(conn);
-      const why = `websocket closed (${code}${reason.length ? ` ${reason.toString()}` : ""})`;
+      const closed = `websocket closed (${code}${reason.length ? ` ${reason.toString()}` : ""})`;
+      const why = !link.open && failure ? failure.cause : closed;
+      if (!link.open && failure) this.saidWhy(failure);
       // Never opened (refused, unreachable): no queue exists yet.
       if (link.open) this.loop.stageClosed(conn, why);
       else this.loop.feed({ type: "transport_closed", conn, reason: why });
     });
+  }
+
+  /** A failed connection's cause and hint at warn, once until it changes or a connection opens (a retrying agent repeats it at debug). */
+  private saidWhy(f: ConnectFailure): void {
+    if (f.cause === this.lastConnectCause) {
+      this.log.debug("cannot connect to the server", { cause: f.cause });
+      return;
+    }
+    this.lastConnectCause = f.cause;
+    this.log.warn(`cannot connect to the server: ${f.cause}`, f.hint ? { server: this.opts.serverUrl, hint: f.hint } : { server: this.opts.serverUrl });
   }
 
   private stagedInput(conn: number, item: Staged): AgentInput | null {

@@ -69,8 +69,8 @@ export class ProcRegistry {
     }
   }
 
-  /** Is `pid` still the process group this agent started for `uuid`? */
-  confirm(uuid: string, pid: number): { ok: boolean; why: string } {
+  /** Is `pid` still the process group this agent started for `uuid`? `gone`: no process has that pid now. */
+  confirm(uuid: string, pid: number): { ok: boolean; why: string; gone?: true } {
     let id: ProcIdentity;
     try {
       id = JSON.parse(readFileSync(path.join(this.dir, safe(uuid)), "utf8")) as ProcIdentity;
@@ -80,8 +80,19 @@ export class ProcRegistry {
     if (id.pid !== pid) return { ok: false, why: `recorded pid ${id.pid} != ${pid}` };
     if (id.bootId !== bootId()) return { ok: false, why: "the host rebooted since" };
     const now = startTicks(pid);
-    if (now === "") return { ok: false, why: "no such process" };
+    if (now === "") return { ok: false, why: "no such process", gone: true };
     if (id.startTicks !== "" && now !== id.startTicks) return { ok: false, why: "pid reused by another process" };
     return { ok: true, why: "" };
   }
+}
+
+/**
+ * What the agent logs when it does not kill a recorded process group: a
+ * process that has simply exited already is the common case after a
+ * restart and nothing to worry about; an identity that no longer matches is
+ * worth a warning (the pid may be someone else's now).
+ */
+export function orphanNotKilled(who: { why: string; gone?: true }): { level: "info" | "warn"; msg: string } {
+  if (who.gone) return { level: "info", msg: "a command's process group from before the restart has already exited; nothing to kill" };
+  return { level: "warn", msg: "not killing a recorded process group: its identity cannot be confirmed" };
 }

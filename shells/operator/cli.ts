@@ -25,7 +25,7 @@ import { bool, list, normalizeServerUrl, parseDuration, parseEnv, parseFlags, st
 import { CLIENT, choices, fromFlagSpecs, ID, WORD, type CompletionCommand, type Values } from "./completion.js";
 import { createControlClient, describeError, fileProblem, isTransient, OperatorError, readTokenFile, type ControlClient } from "../../client/control-client.js";
 import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
-import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob } from "./jobs-cli.js";
+import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob, multiClientHint } from "./jobs-cli.js";
 import { pendingBeforeOutputExit, watchLeaving } from "./leaving.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type FollowOptions, type LineOptions } from "./follow.js";
@@ -1263,7 +1263,7 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
     r = await callIdempotent(ctx, `submit to ${req.clientId}`, (c) => c.submitCommand(req as SubmitCommandRequest));
   } catch (e) {
     // The server names its request field; the operator types the flag.
-    if (e instanceof OperatorError) e.message = e.message.replace("allow_unknown_client", "--allow-unknown-client");
+    if (e instanceof OperatorError) e.message = multiClientHint(e.message.replace("allow_unknown_client", "--allow-unknown-client"), req.clientId ?? "");
     throw e;
   }
   const cmd = commandInfo(r.command!);

@@ -47,6 +47,20 @@ async function call<T>(ctx: JobCtx, what: string, fn: (c: ControlClient, o: { ti
   }
 }
 
+/**
+ * The server refuses a single-client submit whose id looks like a list or a
+ * wildcard ("web-1,web-2", "web-*") with a message for every API client; the
+ * CLI has jobs for exactly that, so it says how to run one instead.
+ */
+export function multiClientHint(message: string, clientId: string): string {
+  const at = message.indexOf("multi-client runs are not supported yet");
+  if (at < 0) return message;
+  const named = /\(it names ([^)]*)\)/.exec(message)?.[1];
+  const listed = named !== undefined && !named.startsWith("no known") && !named.includes(" more");
+  const ids = !clientId.includes("*") ? clientId : listed ? named.split(", ").join(",") : "A,B";
+  return `${message.slice(0, at)}to run one command on several clients, submit a job: rvbox run --clients ${ids} -- CMD [ARG...], or rvbox run -l KEY=VALUE -- CMD [ARG...] for the clients with that label (rvbox jobs, rvbox job ID)`;
+}
+
 /** The client list of --clients: comma-separated (repeatable), order kept. */
 export function clientList(p: Parsed): string[] {
   const ids = list(p, "clients")

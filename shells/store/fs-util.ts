@@ -132,6 +132,31 @@ function processAlive(pid: number): boolean {
   }
 }
 
+/** The command line of `pid` (Linux /proc), cut short; "" when it cannot be read. */
+async function commandLine(pid: number): Promise<string> {
+  try {
+    const argv = (await fsp.readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0").filter((a) => a !== "");
+    const line = argv.join(" ");
+    return line.length > 160 ? `${line.slice(0, 159)}…` : line;
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Why the store cannot be opened, and what to do: the owner may be a daemon
+ * still running (one whose starter was killed), or, after a crash, an
+ * unrelated process that got the old owner's pid.
+ */
+async function lockedMessage(key: string, lockFile: string, owner: number): Promise<string> {
+  const cmd = await commandLine(owner);
+  return (
+    `store ${key} is locked by live process ${owner}${cmd ? ` (${cmd})` : ""}: if that is an rvbox daemon still running ` +
+    `(left behind when whatever started it was killed, say), stop it (kill ${owner}); if it is an unrelated process ` +
+    `(the lock is stale: its owner crashed and the pid was reused), remove ${lockFile}`
+  );
+}
+
 const lockedInThisProcess = new Set<string>();
 
 /**
@@ -154,7 +179,7 @@ export async function acquireDirLock(dir: string): Promise<() => Promise<void>> 
       if (errnoCode(err) !== "EEXIST") throw err;
       const owner = Number.parseInt((await readIfExists(lockFile))?.toString("utf8") ?? "", 10);
       if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && processAlive(owner)) {
-        throw new StoreError("STORE_LOCKED", `store ${key} is locked by live process ${owner}`);
+        throw new StoreError("STORE_LOCKED", await lockedMessage(key, lockFile, owner));
       }
       await fsp.writeFile(lockFile, `${process.pid}\n`);
     }

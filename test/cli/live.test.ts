@@ -928,11 +928,15 @@ describe("mistyped clients and waiting commands", () => {
     expect((await s.client.listCommands({})).commands.length).toBe(before);
   });
 
-  it("a list or a wildcard as the client exits 65: multi-client runs are not supported yet", async () => {
+  it("a list or a wildcard as the client exits 65 and points to a job (--clients, -l), not to submitting once per client", async () => {
     for (const id of ["host-a,host-b", "host-*"]) {
       const r = await cli(["run", id, "--allow-unknown-client", "--", "true"], { env });
       expect(r.code).toBe(65);
-      expect(r.stderr).toMatch(/looks like a list or a wildcard \(it names host-a[^)]*\); multi-client runs are not supported yet/);
+      expect(r.stderr).toMatch(
+        /looks like a list or a wildcard \(it names host-a[^)]*\); to run one command on several clients, submit a job: rvbox run --clients host-a\S* -- CMD/,
+      );
+      expect(r.stderr).toMatch(/rvbox run -l KEY=VALUE -- CMD/);
+      expect(r.stderr).not.toMatch(/not supported|once per client/);
     }
   });
 

@@ -21,6 +21,15 @@ const pkg = JSON.parse(execFileSync(process.execPath, ["-p", "JSON.stringify(req
 };
 
 const oldNode = findOldNode();
+
+/** Is `pid` a live process (not a zombie: one that has exited but not been reaped counts as gone)? */
+function alive(pid: number): boolean {
+  try {
+    return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"));
+  } catch {
+    return false;
+  }
+}
 const tmp = mkdtempSync(path.join(tmpdir(), "rvbox-runtime-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -100,8 +109,7 @@ describe("runtime", () => {
    * (so that a failed run can still kill every process of it); resolves once it logged
    * "listening" or exited or 60 s passed.
    */
-  async function startServer(runner: string[], env: NodeJS.ProcessEnv = process.env) {
-    const dir = mkdtempSync(path.join(tmp, "srv-"));
+  async function startServer(runner: string[], env: NodeJS.ProcessEnv = process.env, dir = mkdtempSync(path.join(tmp, "srv-"))) {
     const { agentTokens, operatorToken } = writeTokenFiles(dir, "* agent-secret-token-0123456789\n");
     const argv = [
       "server",
@@ -148,6 +156,39 @@ describe("runtime", () => {
       killGroup();
     }
   });
+
+  it.runIf(oldNode !== null && existsSync(PACKAGED))(
+    "kill -9 of the re-executing process ends the daemon it started (no store left locked): the same server starts again at once (issue 41)",
+    async () => {
+      const dir = mkdtempSync(path.join(tmp, "srv-"));
+      const first = await startServer([oldNode!, BIN], process.env, dir);
+      let daemon = 0;
+      try {
+        expect(first.out.text).toMatch(/listening/);
+        daemon = Number(readFileSync(path.join(dir, "data", "db", "LOCK"), "utf8"));
+        expect(daemon).not.toBe(first.proc.pid); // the daemon is the child of the re-executing process
+        first.proc.kill("SIGKILL");
+        await first.exited;
+        // The daemon notices (its pipe from the killed process ends) and stops itself: wait for it, bounded.
+        const deadline = Date.now() + 30_000;
+        while (alive(daemon) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        expect(alive(daemon), first.out.text).toBe(false);
+        expect(first.out.text).toMatch(/the process that started this one .* has ended; stopping/);
+      } finally {
+        first.killGroup();
+      }
+      const again = await startServer([oldNode!, BIN], process.env, dir);
+      try {
+        expect(again.out.text).not.toMatch(/locked/);
+        expect(again.out.text).toMatch(/listening/);
+      } finally {
+        again.proc.kill("SIGTERM");
+        await Promise.race([again.exited, new Promise((r) => setTimeout(r, 10_000))]);
+        again.killGroup();
+      }
+    },
+    120_000,
+  );
 
   /** Starts `rvbox server` as `runner ...` and returns its "listening" line (then stops it). */
   async function listeningLine(runner: string[]): Promise<string> {

@@ -84,3 +84,23 @@ describe("jobs view", () => {
     expect(h.frame()).toContain("no jobs (rvbox run --clients A,B -- CMD)");
   });
 });
+
+describe("jobs view at 160x45 (issue 41)", () => {
+  it("shows every job when they fit, the clients right below, and CREATED uncut (12m30s ago)", async () => {
+    const older: JobInfo = { ...job, id: "job-db-backup", createdAt: FAKE_NOW - 750_000, endedAt: FAKE_NOW - 700_000, stoppedReason: "" };
+    const src = new FakeSource({ sessions: [fakeSession(0, { clientId: "web-1" })], jobs: [job, older] });
+    h = await mount(src, { columns: 160, rows: 45 });
+    await h.press("5");
+    const lines = h.lines();
+    expect(lineWith(h.frame(), "job-web-uptime")).toContain("1m ago");
+    expect(lineWith(h.frame(), "job-db-backup")).toMatch(/12m30s ago\s+uptime/);
+    expect(h.frame()).toContain("1–2 of 2");
+    // The client table follows the list: summary, header, its 4 rows, its position line; no blank lines between.
+    const summary = lines.findIndex((l) => l.includes("job job-web-uptime running: 4 targets"));
+    const pos = lines.findIndex((l) => l.includes("1–2 of 2"));
+    expect(summary).toBe(pos + 1);
+    expect(lines[summary + 1]).toMatch(/CLIENT\s+STATE\s+EXIT/);
+    expect(lines.slice(summary + 2, summary + 6).map((l) => /web-\d/.exec(l)?.[0])).toEqual(["web-1", "web-2", "web-3", "web-4"]);
+    expect(lines[summary + 6]).toContain("1–4 of 4");
+  });
+});

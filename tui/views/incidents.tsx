@@ -24,7 +24,7 @@ export function IncidentsView(p: {
     { title: "KIND", width: 14, value: (i) => i.kind, color: (i) => (i.acknowledged ? undefined : "yellow") },
     { title: "CLIENT", width: 12, value: (i) => i.clientId || "-" },
     { title: "COMMAND", width: 10, hideBelow: 70, value: (i) => (i.uuid ? shortId(i.uuid, 10) : "-") },
-    { title: "WHEN", width: 9, value: (i) => ago(i.at, p.now) },
+    { title: "WHEN", width: 10, value: (i) => ago(i.at, p.now) },
     { title: "ACK", width: 3, value: (i) => (i.acknowledged ? "yes" : "no") },
     { title: "DETAIL", width: "flex", min: 10, value: (i) => i.detail },
   ];

@@ -8,6 +8,20 @@ import { Table, type Column } from "./table.js";
 const stateColor = (s: string): Color =>
   s === "succeeded" ? "green" : s === "failed" || s === "rejected" || s === "interrupted" ? "red" : s === "cancelled" || s === "expired" ? "yellow" : undefined;
 
+/**
+ * Lines for the job list and the selected job's client table (each with its
+ * header and position line; one line between them for the summary): both
+ * as tall as their rows when they fit, else the clients get at most half
+ * and the list what is left (at least one row each).
+ */
+export function jobsLayout(height: number, jobs: number, children: number | undefined): { list: number; children: number } {
+  if (children === undefined) return { list: height, children: 0 };
+  const room = height - 1;
+  const childWant = Math.max(3, children + 2);
+  const list = Math.max(3, Math.min(jobs + 2, room - Math.min(childWant, Math.max(3, Math.floor(room / 2)))));
+  return { list, children: Math.max(3, Math.min(childWant, room - list)) };
+}
+
 export function JobsView(p: { rows: readonly JobInfo[]; selected: number; now: number; width: number; height: number }): React.ReactElement {
   const cols: Array<Column<JobInfo>> = [
     { title: "JOB", width: "flex", min: 10, value: (j) => j.id },
@@ -17,11 +31,11 @@ export function JobsView(p: { rows: readonly JobInfo[]; selected: number; now: n
     { title: "FAILED", width: 6, align: "right", value: (j) => String(j.summary.failed), color: (j): Color => (j.summary.failed > 0 ? "red" : undefined) },
     { title: "CANCELLED", width: 9, align: "right", hideBelow: 70, value: (j) => String(j.summary.cancelled) },
     { title: "IN FLIGHT", width: 9, align: "right", value: (j) => String(j.summary.inFlight) },
-    { title: "CREATED", width: 9, hideBelow: 80, value: (j) => ago(j.createdAt, p.now) },
+    { title: "CREATED", width: 10, hideBelow: 80, value: (j) => ago(j.createdAt, p.now) },
     { title: "PROGRAM", width: "flex", min: 8, hideBelow: 90, value: (j) => j.program },
   ];
   const sel = p.rows[p.selected];
-  const listHeight = sel ? Math.max(3, Math.min(p.rows.length + 1, Math.floor(p.height / 3))) : p.height;
+  const { list: listHeight, children: childHeight } = jobsLayout(p.height, p.rows.length, sel?.children.length);
   const childCols: Array<Column<JobChildInfo>> = [
     { title: "CLIENT", width: "flex", min: 10, value: (c) => c.client },
     { title: "STATE", width: 11, value: (c) => c.state, color: (c) => stateColor(c.state) },
@@ -35,7 +49,7 @@ export function JobsView(p: { rows: readonly JobInfo[]; selected: number; now: n
       {sel ? (
         <>
           <Text dimColor>{fit(jobSummaryText(sel), p.width)}</Text>
-          <Table rows={sel.children} columns={childCols} selected={-1} width={p.width} height={Math.max(2, p.height - listHeight - 1)} empty="no clients" />
+          <Table rows={sel.children} columns={childCols} selected={-1} width={p.width} height={childHeight} empty="no clients" />
         </>
       ) : null}
     </Box>
