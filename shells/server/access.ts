@@ -31,6 +31,8 @@ type Req<K extends MethodName> = MessageShape<Methods[K]["input"]>;
 
 export interface Rule<R> {
   role: Role;
+  /** A higher role some requests of the method need (a forced cancel: admin). */
+  roleFor?: (req: R) => Role;
   /** Changes state: audited (with its result), refusals included. */
   mutating: boolean;
   /** The command or client it acts on: role operator is checked against its selector; the audit entry of a refusal names it. */
@@ -94,9 +96,11 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
   closeStdin: { role: "operator", mutating: true, target: (r) => ({ uuid: r.issueUuid }), summary: (r) => `id=${r.issueUuid}` },
   signalCommand: {
     role: "operator",
+    // Ending a command without its agent's answer (force) is an admin's call.
+    roleFor: (r) => (r.force ? "admin" : "operator"),
     mutating: true,
     target: (r) => ({ uuid: r.issueUuid }),
-    summary: (r) => `id=${r.issueUuid} signal=${SignalKind[r.signal] ?? r.signal}`,
+    summary: (r) => `id=${r.issueUuid} signal=${SignalKind[r.signal] ?? r.signal}${r.force ? " force" : ""}`,
   },
   listClients: read,
   listSessions: read,
@@ -161,6 +165,8 @@ export const rpcName = (m: MethodName): string => m.charAt(0).toUpperCase() + m.
 export function refusal(who: Identity, method: MethodName, req: unknown, st: ServerState): string | null {
   const rule = ACCESS[method] as Rule<unknown>;
   if (RANK[who.role] < RANK[rule.role]) return `${who.role} ${who.name} may not call ${rpcName(method)} (it needs role ${rule.role})`;
+  const needs = rule.roleFor && req !== undefined ? rule.roleFor(req) : rule.role;
+  if (RANK[who.role] < RANK[needs]) return `${who.role} ${who.name} may not call ${rpcName(method)} with these arguments (it needs role ${needs})`;
   if (who.role !== "operator" || req === undefined) return null;
   if (rule.targets) {
     for (const clientId of rule.targets(req, st)) {

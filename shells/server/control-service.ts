@@ -416,7 +416,13 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     },
 
     async signalCommand(req, hctx) {
-      const r = await call(hctx, { op: "signal", requestId: requestId(req.requestId, "signal"), uuid: req.issueUuid, signal: req.signal });
+      const r = await call(hctx, {
+        op: "signal",
+        requestId: requestId(req.requestId, "signal"),
+        uuid: req.issueUuid,
+        signal: req.signal,
+        ...(req.force ? { force: true } : {}),
+      });
       return { revision: BigInt(r.revision ?? 0) };
     },
 
@@ -518,7 +524,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const r = await d.control({ op: "forget_client", requestId: requestId(req.requestId, "forget-client"), clientId: req.clientId }, audited(hctx));
       // A client still in use is a failed precondition, not an existing resource.
       if (!r.ok) throw toConnectError(r.error, r.error.code === Code.CONFLICT ? ConnectCode.FailedPrecondition : undefined);
-      return {};
+      return { endedCommands: r.ended ?? 0 };
     },
 
     async *watchFleet(req, ctx) {
