@@ -34,6 +34,7 @@ import {
   MAX_LABEL_KEY_CHARS,
   MAX_LABEL_VALUE_CHARS,
   MAX_LABELS_PER_CLIENT,
+  MAX_SCRIPT_BYTES,
   closestClients,
   formatLabels,
   parseLabelEdits,
@@ -1133,6 +1134,9 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
     } catch (e) {
       throw new UsageError(`--script ${scriptFile}: ${fileProblem(e)}`);
     }
+    // The server refuses it anyway (or, past its request limit, cannot even read it): refused here, by size.
+    if (content.length > MAX_SCRIPT_BYTES)
+      throw new OperatorError(`refused: --script ${scriptFile} is ${content.length} bytes; the limit is ${MAX_SCRIPT_BYTES}`, EXIT.INVALID);
     const interpreter = str(p, "interpreter") ?? "";
     const hasShebang = content[0] === 0x23 && content[1] === 0x21;
     if (!interpreter && !hasShebang) throw new UsageError(`--script ${scriptFile} has no #! line; add one or pass --interpreter PATH (e.g. /bin/sh)`);

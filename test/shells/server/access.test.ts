@@ -102,6 +102,16 @@ describe("access table", () => {
     expect(refusal(multi, "submitCommand", { clientId: "web-1" }, st)).toContain("matching role=web,zone!=eu-1; client web-1 has labels role=web,zone=eu-1");
   });
 
+  it("a forced cancel (ending a command without its agent) is an admin's call; a plain one stays an operator's", () => {
+    const st = fleet();
+    const req = (force: boolean) => ({ issueUuid: "cmd-web", signal: 1, requestId: "", force });
+    const op = who("alice", "operator", "role=web");
+    expect(refusal(op, "signalCommand", req(false), st)).toBeNull();
+    expect(refusal(op, "signalCommand", req(true), st)).toBe("operator alice may not call SignalCommand with these arguments (it needs role admin)");
+    expect(refusal(who("root", "admin"), "signalCommand", req(true), st)).toBeNull();
+    expect(summarize("signalCommand", req(true))).toContain(" force");
+  });
+
   it("an operator starts a job only if every client it names, or its selector matches, is in its scope", () => {
     const st = fleet();
     const alice = who("alice", "operator", "role=web");
