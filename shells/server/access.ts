@@ -20,7 +20,7 @@
  * PERMISSION_DENIED naming the rule that refused it.
  */
 import type { MessageShape } from "@bufbuild/protobuf";
-import { formatLabels, matchesSelector, parseSelector, type ServerState, unmetRequirements } from "../../core/index.js";
+import { formatLabels, MAX_AUDIT_SUMMARY_CHARS, matchesSelector, parseSelector, type ServerState, unmetRequirements } from "../../core/index.js";
 import { SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { Identity, Role } from "./operators.js";
@@ -52,6 +52,16 @@ function matching(st: ServerState, selector: string): string[] {
 
 const q = (s: string): string => JSON.stringify(s);
 
+/**
+ * A list for a summary the audit log cuts to MAX_AUDIT_SUMMARY_CHARS anyway:
+ * only as much of it as can show, so a million argv items or a 10 MB one (which
+ * the submit then refuses) are never copied whole into a string.
+ */
+function cappedJson(list: readonly string[]): string {
+  const shown = list.slice(0, MAX_AUDIT_SUMMARY_CHARS).map((s) => (s.length > MAX_AUDIT_SUMMARY_CHARS ? s.slice(0, MAX_AUDIT_SUMMARY_CHARS) : s));
+  return JSON.stringify(shown);
+}
+
 /** A submit's program for the audit log (a script by its size, never its content). */
 function programSummary(
   p:
@@ -62,11 +72,11 @@ function programSummary(
 ): string {
   switch (p.case) {
     case "argv":
-      return `argv=${JSON.stringify(p.value.argv)}`;
+      return `argv=${cappedJson(p.value.argv)}`;
     case "shell":
       return `shell=${q(p.value.commandLine)}`;
     case "script":
-      return `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${JSON.stringify(p.value.args)}`;
+      return `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${cappedJson(p.value.args)}`;
     default:
       return "no program";
   }

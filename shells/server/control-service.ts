@@ -13,6 +13,7 @@ import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl, createContextKey } from "@connectrpc/connect";
 import {
   Code,
+  checkSpecLimits,
   MAX_AUDIT_PAGE_ENTRIES,
   MAX_OPEN_INCIDENTS,
   MAX_OPEN_INCIDENTS_PER_CLIENT,
@@ -100,6 +101,17 @@ function argvOrShell(
   if (p.case === "argv") return { case: "argv", value: create(ArgvProgramSchema, { argv: p.value.argv }) };
   const shell = p.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : p.value.shell;
   return { case: "shell", value: create(ShellProgramSchema, { shell, commandLine: p.value.commandLine }) };
+}
+
+/**
+ * The spec limits every agent enforces (core/dispatch/spec-limits.ts), checked
+ * here on the decoded request before it reaches the server's loop: a 10 MB
+ * argv item or a million of them costs one check, not a trip through the
+ * core. The core checks the same again (and the dispatch's envelope size).
+ */
+function refuseOverLimits(spec: ExecutionSpec): void {
+  const bad = checkSpecLimits(spec);
+  if (bad) throw toConnectError(bad);
 }
 
 function invalid(message: string): ConnectError {
@@ -276,6 +288,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
           throw invalid("no program: set argv or shell");
       }
       const spec = create(ExecutionSpecSchema, { program, cwd: req.cwd, environment: req.environment, timeoutMs: req.timeoutMs, stdinOpen: false });
+      refuseOverLimits(spec);
       const jobId = req.jobId !== "" ? req.jobId : randomUUID();
       await call(hctx, {
         op: "submit_job",
@@ -342,6 +355,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         timeoutMs: req.timeoutMs,
         stdinOpen: req.stdinOpen,
       });
+      refuseOverLimits(spec);
       const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
       const request = {
         op: "submit" as const,
