@@ -104,27 +104,36 @@ const MAX_UINT64 = 2n ** 64n - 1n;
 const LATEST = { seconds: 253_402_300_799n, nanos: 999_999_999 };
 
 /**
- * An upper bound on the encoded size of the envelope that carries a
- * CommandDispatch of command `uuid` whose spec encodes to `specBytes` bytes:
- * the envelope with every other field at its longest (fence, revision,
- * generation, timestamps, digest), plus the spec field's tag, length and
- * bytes, plus the growth of the dispatch's own length prefix.
+ * The envelope of a CommandDispatch with no uuid and no spec, every other
+ * field at its longest (fence, revision, generation, timestamps, digest).
+ * Encoded once, when the module loads.
  */
-export function dispatchEnvelopeBound(uuid: string, specBytes: number): number {
-  const fence = { sessionId: "f".repeat(64), generation: Number.MAX_SAFE_INTEGER };
-  const rest = encodeEnvelope(fence, {
+const DISPATCH_WITHOUT_UUID_OR_SPEC = encodeEnvelope(
+  { sessionId: "f".repeat(64), generation: Number.MAX_SAFE_INTEGER },
+  {
     case: "commandDispatch",
     value: create(CommandDispatchSchema, {
-      issueUuid: uuid,
       commandRevision: MAX_UINT64,
       targetSessionGeneration: MAX_UINT64,
       issueTime: LATEST,
       queueExpiryTime: LATEST,
       immutableRequestSha256: new Uint8Array(32),
     }),
-  }).length;
-  // Tag (1) + length varint (<= 5) of the spec; the dispatch's length varint grows by at most 4.
-  return rest + 1 + 5 + specBytes + 4;
+  },
+).length;
+
+/** Bytes of a length-delimited field (tag under 16) holding `n` bytes. */
+const field = (n: number): number => 1 + (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5) + n;
+
+/**
+ * An upper bound on the encoded size of the envelope that carries a
+ * CommandDispatch of command `uuid` whose spec encodes to `specBytes` bytes:
+ * the envelope with every other field at its longest, plus the uuid and spec
+ * fields, plus the growth of the dispatch's own length prefix (at most 4).
+ */
+export function dispatchEnvelopeBound(uuid: string, specBytes: number): number {
+  const u = utf8Length(uuid);
+  return DISPATCH_WITHOUT_UUID_OR_SPEC + (u > 0 ? field(u) : 0) + field(specBytes) + 4;
 }
 
 /** R-T2: the dispatch of this spec must fit one envelope, or no agent can ever receive it. */

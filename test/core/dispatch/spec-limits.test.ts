@@ -117,18 +117,21 @@ describe("the spec limits both sides check (spec-limits.ts)", () => {
 
 describe("the dispatch must fit one envelope (R-T2)", () => {
   const uuid = "u".repeat(128);
-  const fits = MAX_ENVELOPE_BYTES - dispatchEnvelopeBound(uuid, 0);
+  // The largest spec whose dispatch fits (the bound is monotonic in the spec's size).
+  let fits = MAX_ENVELOPE_BYTES - dispatchEnvelopeBound(uuid, 0);
+  while (dispatchEnvelopeBound(uuid, fits) > MAX_ENVELOPE_BYTES) fits--;
 
   it("R-T2: a spec whose dispatch is at the envelope limit is admitted; one byte more is refused, naming both figures", () => {
     expect(checkDispatchSize(uuid, fits)).toBeNull();
+    expect(dispatchEnvelopeBound(uuid, fits + 1)).toBeGreaterThan(MAX_ENVELOPE_BYTES);
     expect(checkDispatchSize(uuid, fits + 1)).toEqual({
       code: Code.VALIDATION,
-      message: `the command's dispatch would be ${MAX_ENVELOPE_BYTES + 1} bytes (its spec ${fits + 1}); the limit is ${MAX_ENVELOPE_BYTES}, one envelope (R-T2)`,
+      message: `the command's dispatch would be ${dispatchEnvelopeBound(uuid, fits + 1)} bytes (its spec ${fits + 1}); the limit is ${MAX_ENVELOPE_BYTES}, one envelope (R-T2)`,
     });
   });
 
   it("R-T2: the bound is never below a real dispatch envelope with the longest fence, revision, times and digest", () => {
-    for (const size of [0, 100, 200_000, fits - 100]) {
+    for (const [id, size] of [uuid, "j.1"].flatMap((id) => [0, 100, 127, 128, 16_383, 16_384, 200_000, fits - 100].map((n) => [id, n] as const))) {
       const s = create(ExecutionSpecSchema, { program: { case: "argv", value: { argv: ["a", x(Math.max(0, size - 8))] } } });
       const specBytes = toBinary(ExecutionSpecSchema, s).length;
       const real = encodeEnvelope(
@@ -136,7 +139,7 @@ describe("the dispatch must fit one envelope (R-T2)", () => {
         {
           case: "commandDispatch",
           value: create(CommandDispatchSchema, {
-            issueUuid: uuid,
+            issueUuid: id,
             commandRevision: 2n ** 64n - 1n,
             targetSessionGeneration: 2n ** 64n - 1n,
             issueTime: { seconds: 253_402_300_799n, nanos: 999_999_999 },
@@ -146,8 +149,8 @@ describe("the dispatch must fit one envelope (R-T2)", () => {
           }),
         },
       ).length;
-      expect(real, `spec of ${specBytes} bytes`).toBeLessThanOrEqual(dispatchEnvelopeBound(uuid, specBytes));
-      expect(dispatchEnvelopeBound(uuid, specBytes) - real, "and only a few bytes above it").toBeLessThanOrEqual(16);
+      expect(real, `spec of ${specBytes} bytes`).toBeLessThanOrEqual(dispatchEnvelopeBound(id, specBytes));
+      expect(dispatchEnvelopeBound(id, specBytes) - real, "and only a few bytes above it").toBeLessThanOrEqual(16);
     }
   });
 
