@@ -6,11 +6,11 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import type { CommandDispatch } from "../../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle as L, ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { ExecutionSpecSchema, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import type { ServerEffect } from "../../../core/index.js";
 import { Code } from "../../../core/errors.js";
 import { MAX_SPEC_STRING_BYTES, MiB } from "../../../core/limits.js";
-import { argv, lifecycle, of, ServerRig } from "../../support/server-rig.js";
+import { argv, of, ServerRig } from "../../support/server-rig.js";
 
 const TWO_MIB = "x".repeat(2 * MiB);
 const dispatched = (r: ServerRig, effects: ServerEffect[], conn?: number): string[] =>
@@ -178,6 +178,3 @@ describe("an admin ends any command and forgets any client (issue 38 item 1)", (
     expect(r.command("c1").state).toBe("dispatched");
   });
 });
-
-void L;
-void lifecycle;
