@@ -131,6 +131,9 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
     case ConnectCode.FailedPrecondition:
       return new OperatorError(`${what}refused: ${msg}`, EXIT.INVALID);
     case ConnectCode.ResourceExhausted:
+      // A request over the server's (or this client's) message size limit: trying again cannot help.
+      if (/is larger than configured (read|write)MaxBytes/.test(ce.rawMessage))
+        return new OperatorError(`${what}refused as too large: ${ce.rawMessage}`, EXIT.INVALID);
       return new OperatorError(`${what}temporarily refused: ${msg}; try again`, EXIT.TEMPORARY);
     case ConnectCode.DeadlineExceeded:
       return new OperatorError(`${what}the server${ctx.server ? ` at ${ctx.server}` : ""} did not answer in time (--request-timeout)`, EXIT.UNAVAILABLE);

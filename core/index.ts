@@ -8,6 +8,7 @@ export * from "./bytes.js";
 export * from "./codec/frame-codec.js";
 export * from "./codec/version.js";
 export * from "./dispatch/lifecycle.js";
+export { checkDispatchSize, checkSpecLimits } from "./dispatch/spec-limits.js";
 export * from "./reconcile/classify.js";
 export * from "./agent/agent-types.js";
 export { agentStep, agentInvariants, newAgent, restoreAgent, defaultAgentConfig } from "./agent/node.js";

@@ -18,7 +18,8 @@ const docPath = join(root, "docs/SPEC-COVERAGE.md");
 /** Where each requirement is enforced. Kept by hand; reviewed with the code. */
 export const CODE: Record<string, string> = {
   "R-T1": "core/codec/frame-codec.ts `decodeFrame` (text frames refused); shells' socket handlers pass `binary`",
-  "R-T2": "core/codec/frame-codec.ts `decodeFrame` (size before `fromBinary`); `ws` `maxPayload` in shells/server",
+  "R-T2":
+    "core/codec/frame-codec.ts `decodeFrame` (size before `fromBinary`); `ws` `maxPayload` in shells/server; core/dispatch/spec-limits.ts `checkDispatchSize` (at submit); core/server/dispatch.ts `sendDispatch` (never sent over the limit)",
   "R-T3":
     "core/server/ingest.ts `handleCommandEvent` (declared size, then `ports.checkCompressed`); shells/zstd/decompress.ts `decompressValidated`; core/agent/scripts.ts `handleScriptChunk`",
   "R-T4": "core/codec/version.ts `negotiate`; core/server/registration.ts `register`; agent checks the selection in `onFrame`",
@@ -41,7 +42,8 @@ export const CODE: Record<string, string> = {
   "R-D1": "core/server/submit.ts `submit` (persist, `created` only when durable); dispatch.ts `pumpCommands` (redelivery)",
   "R-D2": "core/agent/admission.ts `handleDispatch` (live record + hash; CONFLICT on another hash)",
   "R-D3": "core/agent/admission.ts `handleDispatch` (CAPACITY); core/server/dispatch.ts `handleAccepted` (requeue with jittered backoff)",
-  "R-D4": "core/agent/admission.ts `validateSpec`; core/server/dispatch.ts `handleAccepted` (permanent -> rejected)",
+  "R-D4":
+    "core/dispatch/spec-limits.ts `checkSpecLimits` (both sides); core/agent/admission.ts `validateSpec`; core/server/submit.ts `admitCommand` (refused at submit); core/server/dispatch.ts `handleAccepted` (permanent -> rejected)",
   "R-D5": "core/agent/admission.ts `handleDispatch` (tombstone -> ALREADY_EXECUTED); server `handleAccepted` (interrupted + incident)",
   "R-D6": "core/server/registration.ts `releaseWelcome`, reconcile.ts `reconcileTargets`",
   "R-D7": "core/agent/reconcile.ts `handleReconcileRequest`, `sendSnapshot`, `runSnapshotDeferred` (resend after snapshot)",

@@ -290,6 +290,8 @@ export class Operator {
     this.send(request, (r) => {
       if (r.ok) this.markAcked(s);
       // A full metadata tier refuses new work with CODE_CAPACITY: a bound, not a bug.
+      // A spec every agent would refuse is refused at submit (spec-limits.ts).
+      else if (a.prog === "bad_argv" && r.error.code === Code.VALIDATION) return;
       else if (r.error.code !== Code.CONFLICT && r.error.code !== Code.CAPACITY)
         this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
     });

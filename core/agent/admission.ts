@@ -16,47 +16,24 @@ import { CommandAcceptedSchema, type CommandDispatch } from "../../protos/gen/rv
 import { CommandLifecycle, ControlErrorSchema, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
-import { Code, codeName, unreachable } from "../errors.js";
-import { MAX_ARGV_ITEMS, MAX_ENV_ITEMS, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES } from "../limits.js";
+import { checkSpecLimits } from "../dispatch/spec-limits.js";
+import { Code, codeName } from "../errors.js";
 import { newCommandOutbox, outboxHeader } from "../window/outbox.js";
 import type { AdmissionDeferred, AgentCommand, AgentState } from "./agent-types.js";
 import { countCapacity } from "./capacity.js";
 import { send, trace, type AgentCtx, type Fail } from "./io.js";
 import { commandRecord } from "./store.js";
 
+/**
+ * The spec limits (core/dispatch/spec-limits.ts, the same check the server
+ * makes at submit), then what only this agent knows: the shells it supports.
+ */
 export function validateSpec(st: AgentState, spec: ExecutionSpec | undefined): { code: Code; message: string } | null {
-  if (!spec) return { code: Code.VALIDATION, message: "dispatch has no execution spec" };
-  const tooLong = (s: string): boolean => s.length > MAX_SPEC_STRING_BYTES || s.includes("\0");
-  const p = spec.program;
-  switch (p.case) {
-    case "argv":
-      if (p.value.argv.length === 0 || p.value.argv[0] === "") return { code: Code.VALIDATION, message: "argv is empty" };
-      if (p.value.argv.length > MAX_ARGV_ITEMS) return { code: Code.VALIDATION, message: "argv has too many items" };
-      if (p.value.argv.some(tooLong)) return { code: Code.VALIDATION, message: "argv item too long or contains NUL" };
-      break;
-    case "shell":
-      if (!st.config.supportedShells.includes(p.value.shell))
-        return { code: Code.UNSUPPORTED_PLATFORM, message: `shell ${p.value.shell} is not supported on this agent` };
-      if (p.value.commandLine === "" || tooLong(p.value.commandLine)) return { code: Code.VALIDATION, message: "command line empty, too long or contains NUL" };
-      break;
-    case "script": {
-      const size = safeNumber(p.value.sizeBytes);
-      if (size === null || size === 0 || size > MAX_SCRIPT_BYTES) return { code: Code.VALIDATION, message: `script size must be 1..${MAX_SCRIPT_BYTES} bytes` };
-      if (p.value.sha256.length !== 32) return { code: Code.VALIDATION, message: "script sha256 must be 32 bytes" };
-      if (tooLong(p.value.interpreter) || p.value.args.some(tooLong)) return { code: Code.VALIDATION, message: "script interpreter/args invalid" };
-      break;
-    }
-    case undefined:
-      return { code: Code.VALIDATION, message: "execution spec names no program" };
-    default:
-      return unreachable(p, "execution spec program");
-  }
-  if (tooLong(spec.cwd)) return { code: Code.VALIDATION, message: "cwd too long or contains NUL" };
-  if (spec.environment.length > MAX_ENV_ITEMS) return { code: Code.VALIDATION, message: "too many environment variables" };
-  for (const e of spec.environment) {
-    if (e.name === "" || e.name.includes("=") || tooLong(e.name) || tooLong(e.value))
-      return { code: Code.VALIDATION, message: `invalid environment variable ${JSON.stringify(e.name.slice(0, 64))}` };
-  }
+  const bad = checkSpecLimits(spec);
+  if (bad) return bad;
+  const p = spec!.program;
+  if (p.case === "shell" && !st.config.supportedShells.includes(p.value.shell))
+    return { code: Code.UNSUPPORTED_PLATFORM, message: `shell ${p.value.shell} is not supported on this agent` };
   return null;
 }
 

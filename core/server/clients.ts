@@ -9,7 +9,10 @@ import { applyLabelChanges, formatLabels, sameLabels } from "./labels.js";
 import type { ClientRecord, ControlRequest, ServerState } from "./server-types.js";
 import { clientDelete, clientRecord, generationFloorRecord, incidentDropRecord, reconcileDelete } from "./store.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
-import { activeCount, unpark } from "./active.js";
+import { activeSeq, unpark } from "./active.js";
+import { setState } from "./commands.js";
+import { forceEnd } from "./signals.js";
+import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 
 /** A submit, authorize or revoke named a client id the server has no record of. */
 export function unknownClientMessage(st: ServerState, clientId: string): string {
@@ -81,30 +84,41 @@ export function dismissClaim(st: ServerState, ctx: ServerCtx, r: Extract<Control
 }
 
 /**
- * An operator forgets a client record (its commands' history stays). Refused
- * while the client has a live session or non-terminal commands. The highest
- * generation forgotten becomes the floor of every new record, so the id, seen
- * again, never reuses a generation.
+ * An admin forgets a client record (its commands' history stays). Refused
+ * while the client has a live session. Its non-terminal commands are ended
+ * first, oldest first (`endForgotten`), so a command stuck in any state never
+ * keeps a client from being forgotten. The highest generation forgotten
+ * becomes the floor of every new record, so the id, seen again, never reuses
+ * a generation.
  */
 export function forgetClient(st: ServerState, ctx: ServerCtx, requestId: string, clientId: string): void {
   const client = st.clients.get(clientId);
   if (!client) return replyError(ctx, requestId, Code.NOT_FOUND, `unknown client ${clientId}`);
   if (client.conn !== 0)
     return replyError(ctx, requestId, Code.CONFLICT, `client ${clientId} has a live session (connection ${client.conn}); stop its agent first`);
-  const active = activeCount(st, clientId);
-  if (active > 0)
-    return replyError(
-      ctx,
-      requestId,
-      Code.CONFLICT,
-      `client ${clientId} has ${active} non-terminal command${active === 1 ? "" : "s"}; cancel them or let them finish first`,
-    );
+  const ended = endForgotten(st, ctx, clientId);
   st.clients.delete(clientId);
   st.generationFloor = Math.max(st.generationFloor, client.generation);
   ctx.persist(clientDelete(clientId), reconcileDelete(clientId), generationFloorRecord(st.generationFloor));
   if (st.incidentDrops.delete(clientId)) ctx.persist(incidentDropRecord(clientId, undefined));
-  ctx.emit({ type: "trace", event: "client_forgotten", detail: { client: clientId, generation: client.generation } });
-  reply(ctx, requestId, { ok: true });
+  ctx.emit({ type: "trace", event: "client_forgotten", detail: { client: clientId, generation: client.generation, ...(ended > 0 ? { ended } : {}) } });
+  reply(ctx, requestId, ended > 0 ? { ok: true, ended } : { ok: true });
+}
+
+/**
+ * End every non-terminal command of a client being forgotten: a queued one
+ * never left the server (cancelled); one that may have reached the agent is
+ * force-ended (signals.ts `forceEnd`: cancelled with an incident; terminal,
+ * so never dispatched again). At most `maxActivePerClient` of them.
+ */
+function endForgotten(st: ServerState, ctx: ServerCtx, clientId: string): number {
+  const uuids = [...(st.activeIndex.byClient.get(clientId) ?? [])];
+  const cmds = uuids.map((u) => st.commands.get(u)!).sort((a, b) => activeSeq(st, a) - activeSeq(st, b));
+  for (const c of cmds) {
+    if (c.state === L.QUEUED) setState(st, ctx, c, L.CANCELLED, "server", `client ${clientId} was forgotten before it was dispatched`);
+    else forceEnd(st, ctx, c, `client ${clientId} was forgotten by an admin`);
+  }
+  return cmds.length;
 }
 
 /** Drain (cordon) a client or end its drain (rvbox drain). */

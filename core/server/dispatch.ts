@@ -19,14 +19,15 @@ import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { fromHex } from "../bytes.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { Code, codeName, isPermanentRejection, isTransientRejection } from "../errors.js";
-import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS } from "../limits.js";
+import { CAPACITY_RETRY_CAP_MS, CAPACITY_RETRY_INITIAL_MS, MAX_ENVELOPE_BYTES } from "../limits.js";
+import type { Payload } from "../codec/frame-codec.js";
 import { nextFloat } from "../rng.js";
 import type { ConnState, ServerCommand, ServerDeferred, ServerEnv, ServerState } from "./server-types.js";
 import { persistCommand, readyConn, setState } from "./commands.js";
 import { activeSeq, blocked, markQuiet, nextQueueExpiry, park, places, quietOn, quietUnanswered, release, takeExpired, touch } from "./active.js";
 import { prunedFor } from "./history.js";
 import { openIncident } from "./incidents.js";
-import { type Fail, type ServerCtx, send } from "./io.js";
+import { type Fail, type ServerCtx, encodeFor, sendEncoded } from "./io.js";
 import { pumpScript } from "./scripts.js";
 import { pumpSignals } from "./signals.js";
 import { pumpStdin } from "./stdin.js";
@@ -156,7 +157,7 @@ export function dispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: Se
     ctx.afterDurable({ kind: "dispatch", uuid: c.uuid, conn: conn.conn, generation: conn.generation });
     return;
   }
-  sendDispatch(ctx, conn, c);
+  sendDispatch(st, ctx, conn, c);
 }
 
 /** The first dispatch, once its `dispatched` record is durable (the after-durable half of dispatch). */
@@ -168,11 +169,33 @@ export function releaseDispatch(st: ServerState, ctx: ServerCtx, a: Extract<Serv
   if (conn.phase !== "ready" || conn.generation !== generation) return; // redelivery or reconciliation takes over
   c.dispatch.dispatchedAt = ctx.now;
   touch(st, c);
-  sendDispatch(ctx, conn, c);
+  sendDispatch(st, ctx, conn, c);
 }
 
-function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
-  send(ctx, conn, {
+/**
+ * Send (or resend) the dispatch of `c`. One that does not fit an envelope
+ * (R-T2) can never reach the agent: sent, it would only close the session,
+ * and every new session would send it again. Submit refuses such a spec
+ * (spec-limits.ts); one that still gets here (a record from before that
+ * check) ends `rejected` with an incident instead. It never launched: no
+ * agent can have decoded it.
+ */
+function sendDispatch(st: ServerState, ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
+  const payload = dispatchPayload(ctx, conn, c);
+  const data = encodeFor(conn, payload);
+  if (data.length > MAX_ENVELOPE_BYTES) return undeliverable(st, ctx, c, data.length);
+  sendEncoded(ctx, conn, "commandDispatch", data);
+  ctx.emit({ type: "trace", event: "dispatch", detail: { uuid: c.uuid, conn: conn.conn, generation: conn.generation, attempt: c.dispatch.attempts } });
+}
+
+function undeliverable(st: ServerState, ctx: ServerCtx, c: ServerCommand, bytes: number): void {
+  const why = `its dispatch is ${bytes} bytes; the limit is ${MAX_ENVELOPE_BYTES}, one envelope (R-T2): no agent can receive it`;
+  setState(st, ctx, c, L.REJECTED, "server", why);
+  openIncident(st, ctx, c.clientId, c.uuid, "dispatch_undeliverable", why);
+}
+
+function dispatchPayload(ctx: ServerCtx, conn: ConnState, c: ServerCommand): Payload {
+  return {
     case: "commandDispatch",
     value: create(CommandDispatchSchema, {
       issueUuid: c.uuid,
@@ -183,8 +206,7 @@ function sendDispatch(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {
       queueExpiryTime: timestampFromMsLocal(ctx.toWall(c.queueExpiry)),
       immutableRequestSha256: fromHex(c.hash),
     }),
-  });
-  ctx.emit({ type: "trace", event: "dispatch", detail: { uuid: c.uuid, conn: conn.conn, generation: conn.generation, attempt: c.dispatch.attempts } });
+  };
 }
 
 function timestampFromMsLocal(ms: number): ReturnType<typeof timestampFromMs> {
@@ -213,6 +235,9 @@ export function handleAccepted(st: ServerState, ctx: ServerCtx, conn: ConnState,
   }
   if (isPermanentRejection(code)) {
     setState(st, ctx, c, L.REJECTED, "server", `${codeName(code)}: ${message}`);
+    // Submit checks the same spec limits (spec-limits.ts): an agent refusing one
+    // means the two disagree (another version), which an operator should hear of.
+    if (code === Code.VALIDATION) openIncident(st, ctx, c.clientId, c.uuid, "dispatch_refused", `the agent refused a spec the server admitted: ${message}`);
     return;
   }
   if (isTransientRejection(code) || code === Code.STALE_GENERATION) {

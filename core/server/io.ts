@@ -5,7 +5,7 @@
 import { create } from "@bufbuild/protobuf";
 import { AgentErrorSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
 import { ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
-import { type Payload, encodeEnvelope } from "../codec/frame-codec.js";
+import { type Payload, type PayloadCase, encodeEnvelope } from "../codec/frame-codec.js";
 import { type Code, codeName, coreError } from "../errors.js";
 import type { StepContext } from "../step-context.js";
 import type { ConnState, ControlResult, ServerDeferred, ServerEffect, ServerState } from "./server-types.js";
@@ -16,13 +16,17 @@ export type Fail = (code: Code, message: string, close: boolean, uuid?: string) 
 
 export function send(ctx: ServerCtx, conn: ConnState, payload: Payload, lane: "priority" | "data" = "data"): void {
   if (payload.case === undefined) return;
-  ctx.emit({
-    type: "send",
-    conn: conn.conn,
-    lane,
-    kind: payload.case,
-    data: encodeEnvelope(conn.sessionId ? { sessionId: conn.sessionId, generation: conn.generation } : null, payload),
-  });
+  sendEncoded(ctx, conn, payload.case, encodeFor(conn, payload), lane);
+}
+
+/** The envelope `send` would emit to `conn` (to check its size first). */
+export function encodeFor(conn: ConnState, payload: Payload): Uint8Array {
+  return encodeEnvelope(conn.sessionId ? { sessionId: conn.sessionId, generation: conn.generation } : null, payload);
+}
+
+/** Send an envelope made by `encodeFor` for the same connection. */
+export function sendEncoded(ctx: ServerCtx, conn: ConnState, kind: PayloadCase, data: Uint8Array, lane: "priority" | "data" = "data"): void {
+  ctx.emit({ type: "send", conn: conn.conn, lane, kind, data });
 }
 
 export function sendError(ctx: ServerCtx, conn: ConnState, code: Code, message: string, close: boolean, uuid?: string): void {

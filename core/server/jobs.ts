@@ -38,6 +38,7 @@ import { toBinary } from "@bufbuild/protobuf";
 import { ExecutionSpecSchema, CommandLifecycle as L, SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { concatBytes, toHex } from "../bytes.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
+import { checkDispatchSize, checkSpecLimits } from "../dispatch/spec-limits.js";
 import { Code, assert, type CoreError, coreError } from "../errors.js";
 import { MAX_JOBS, MAX_JOB_ID_CHARS, MAX_JOB_TARGETS } from "../limits.js";
 import type { ControlRequest, JobChild, JobView, ServerDeferred, ServerEnv, ServerJob, ServerState } from "./server-types.js";
@@ -133,7 +134,13 @@ export function submitJob(st: ServerState, ctx: ServerCtx, r: SubmitJob, env: Se
   const p = r.spec.program;
   if (p.case === undefined) return fail(coreError(Code.VALIDATION, "no program (argv or shell)"));
   if (p.case === "script") return fail(coreError(Code.VALIDATION, "script jobs are not supported: run argv or a shell command line"));
+  // What any agent would refuse is refused here, before a child exists (spec-limits.ts).
+  const bad = checkSpecLimits(r.spec);
+  if (bad) return fail(bad);
   const specBytes = toBinary(ExecutionSpecSchema, r.spec);
+  // A child's uuid is `JOB.N`: sized with the longest id a child can have.
+  const tooBig = checkDispatchSize(`${r.jobId}.${MAX_JOB_TARGETS}`, specBytes.length);
+  if (tooBig) return fail(tooBig);
   const hash = jobDigest(env, r, specBytes);
   // A retry is answered before the targets are resolved again: they were resolved once.
   const existing = st.jobs.get(r.jobId);

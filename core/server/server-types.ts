@@ -639,7 +639,11 @@ export type ControlRequest =
     }
   | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean; afterRequestId?: string }
   | { op: "close_stdin"; requestId: string; uuid: string }
-  | { op: "signal"; requestId: string; uuid: string; signal: SignalKind }
+  /**
+   * `force` (an admin's): end the command at the server now, whatever its
+   * state, instead of waiting for the agent to answer (signals.ts `forceEnd`).
+   */
+  | { op: "signal"; requestId: string; uuid: string; signal: SignalKind; force?: boolean }
   /** `instanceNotYetSeen`: an instance that is neither the pending claimant nor the replaced one. */
   | { op: "authorize"; requestId: string; clientId: string; instanceId: string; instanceNotYetSeen?: boolean }
   | { op: "revoke_authorization"; requestId: string; clientId: string }
@@ -693,6 +697,8 @@ export type ControlResult =
       notStarted?: number;
       cancelledRunning?: number;
       refused?: string[];
+      /** forget_client: the client's non-terminal commands it ended. */
+      ended?: number;
     }
   | { ok: false; error: CoreError };
 

@@ -12,13 +12,14 @@ import type { ConnState, ControlRequest, ServerCommand, ServerState } from "./se
 import { persistCommand, remember, setState } from "./commands.js";
 import { touch } from "./active.js";
 import { missingMessage } from "./history.js";
-import { type ServerCtx, reply, replyError, send } from "./io.js";
+import { type ServerCtx, closeConn, reply, replyError, send } from "./io.js";
+import { openIncident } from "./incidents.js";
 
 /** R-S4, R-S5: a signal takes a new revision (a retry of its request_id gets the same one). */
 export function controlSignal(st: ServerState, ctx: ServerCtx, r: Extract<ControlRequest, { op: "signal" }>): void {
   const c = st.commands.get(r.uuid);
   if (!c) return replyError(ctx, r.requestId, Code.NOT_FOUND, missingMessage(st, r.uuid), r.uuid);
-  const res = signalCommand(st, ctx, c, r.requestId, r.signal);
+  const res = signalCommand(st, ctx, c, r.requestId, r.signal, r.force === true);
   if ("code" in res) return replyError(ctx, r.requestId, res.code, res.message, r.uuid);
   return reply(ctx, r.requestId, { ok: true, uuid: c.uuid, revision: res.revision });
 }
@@ -28,7 +29,14 @@ export function controlSignal(st: ServerState, ctx: ServerCtx, r: Extract<Contro
  * one already given if the request id was seen), or why it is refused. Used
  * by SignalCommand and by a job's cancel (one request per child).
  */
-export function signalCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand, requestId: string, signal: SignalKind): { revision: number } | CoreError {
+export function signalCommand(
+  st: ServerState,
+  ctx: ServerCtx,
+  c: ServerCommand,
+  requestId: string,
+  signal: SignalKind,
+  force = false,
+): { revision: number } | CoreError {
   const prior = c.requests[requestId];
   if (prior !== undefined) return { revision: prior };
   if (SignalKind[signal] === undefined || signal === SignalKind.UNSPECIFIED) return coreError(Code.VALIDATION, "unknown signal");
@@ -38,8 +46,13 @@ export function signalCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand,
   // Refused before anything is remembered: a refusal must not evict the
   // remembered answer of an earlier request (R-S5).
   if (c.state === L.QUEUED && !ending) return coreError(Code.VALIDATION, "the command is not running yet");
+  if (force && !ending) return coreError(Code.VALIDATION, "only an ending signal (cancel, terminate, kill) can be forced");
   c.revision++;
   remember(c, requestId, c.revision);
+  if (force && c.state !== L.QUEUED) {
+    forceEnd(st, ctx, c, `force-cancelled (${SignalKind[signal]?.toLowerCase()}) by an admin`);
+    return { revision: c.revision };
+  }
   if (c.state === L.QUEUED) {
     // Never reached an agent: the server ends it itself.
     setState(st, ctx, c, L.CANCELLED, "server", `${SignalKind[signal]?.toLowerCase()} before dispatch`);
@@ -49,6 +62,25 @@ export function signalCommand(st: ServerState, ctx: ServerCtx, c: ServerCommand,
   touch(st, c);
   persistCommand(st, ctx, c);
   return { revision: c.revision };
+}
+
+/**
+ * End a dispatched, accepted or running command at the server without waiting
+ * for its agent (an admin's forced cancel; forgetting its client): `cancelled`,
+ * ended by the server, with an incident, since the agent may have launched it
+ * and its outcome there is unknown. Being terminal it is never dispatched
+ * again (at most once); the agent's copy, if any, is terminated at its next
+ * reconciliation (R-D11), so a live session holding it is closed now.
+ */
+export function forceEnd(st: ServerState, ctx: ServerCtx, c: ServerCommand, why: string): void {
+  const was = L[c.state]?.toLowerCase();
+  const reason = `${why} while ${was}; the server stopped waiting for the agent, whose outcome is unknown`;
+  const conn = st.clients.get(c.clientId)?.conn ?? 0;
+  const holds = conn !== 0 && st.conns.get(conn)?.generation === c.dispatch.dispatchedOn && c.dispatch.dispatchedOn !== 0;
+  setState(st, ctx, c, L.CANCELLED, "server", reason);
+  openIncident(st, ctx, c.clientId, c.uuid, "force_cancelled", reason);
+  // The session's reconciliation is what stops a copy still running there.
+  if (holds) closeConn(st, ctx, conn, Code.CONFLICT, `command ${c.uuid} was ended by the server; reconnect to reconcile`, false);
 }
 
 export function pumpSignals(ctx: ServerCtx, conn: ConnState, c: ServerCommand): void {

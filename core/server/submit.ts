@@ -6,6 +6,7 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { ExecutionSpecSchema, CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { concatBytes, toHex } from "../bytes.js";
+import { checkDispatchSize, checkSpecLimits } from "../dispatch/spec-limits.js";
 import { Code, type CoreError, coreError } from "../errors.js";
 import { DEFAULT_QUEUE_EXPIRY_MS, MAX_SCRIPT_BYTES, SERVER_ACTIVE_METADATA_SHARE, SERVER_RECORD_BASE_BYTES } from "../limits.js";
 import { clientsNamedBy } from "./client-names.js";
@@ -68,6 +69,9 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
   if (r.clientId === "") return refuse(Code.VALIDATION, "client id is required");
   const p = r.spec.program;
   if (p.case === undefined) return refuse(Code.VALIDATION, "no program (argv, shell or script)");
+  // Everything an agent would refuse is refused now, not after a dispatch (spec-limits.ts).
+  const bad = checkSpecLimits(r.spec);
+  if (bad) return { ok: false, error: bad };
   if (p.case === "script") {
     const bytes = r.script;
     if (!bytes || bytes.length === 0 || bytes.length > MAX_SCRIPT_BYTES) return refuse(Code.VALIDATION, `script of 1..${MAX_SCRIPT_BYTES} bytes required`);
@@ -77,6 +81,9 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
   // The operator's expiry is a wall-clock instant; it is kept on the deadline clock.
   const queueExpiry = r.queueExpiry && r.queueExpiry > 0 ? Math.max(1, ctx.toDeadline(r.queueExpiry)) : ctx.now + DEFAULT_QUEUE_EXPIRY_MS;
   const specBytes = toBinary(ExecutionSpecSchema, r.spec);
+  // R-T2: a dispatch over one envelope could never reach the agent.
+  const tooBig = checkDispatchSize(r.uuid, specBytes.length);
+  if (tooBig) return { ok: false, error: tooBig };
   const hash = toHex(requestDigest(env, r.uuid, r.clientId, specBytes, r.queueExpiry ?? 0));
   const existing = st.commands.get(r.uuid);
   if (existing) {

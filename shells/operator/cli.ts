@@ -34,6 +34,7 @@ import {
   MAX_LABEL_KEY_CHARS,
   MAX_LABEL_VALUE_CHARS,
   MAX_LABELS_PER_CLIENT,
+  MAX_SCRIPT_BYTES,
   closestClients,
   formatLabels,
   parseLabelEdits,
@@ -315,15 +316,16 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     },
   },
   cancel: {
-    usage: `usage: rvbox cancel ID\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.\nGiven a job's id (rvbox run --clients): cancels the job: no further client starts, the\nclients not started end cancelled, and every running command of the job is cancelled.`,
-    flags: {},
+    usage: `usage: rvbox cancel ID [--force]\n\nCancels a command: before launch it ends cancelled without starting; after launch the agent\nsends TERM, then KILL after its grace period.\nGiven a job's id (rvbox run --clients): cancels the job: no further client starts, the\nclients not started end cancelled, and every running command of the job is cancelled.\n  --force   (role admin) end it at the server now, whatever its state, without waiting for\n            its agent (one that is gone, or never answers): cancelled, with an incident; never\n            dispatched again, and a copy the agent still runs is ended when it next reconnects`,
+    flags: { force: { type: "boolean" } },
     args: [ID],
     run: async (ctx, p) => {
       const typed = onePositional(p, "ID");
-      if ((await findJob(ctx, typed)) !== null) return cmdCancelJob(ctx, typed);
+      const force = bool(p, "force");
+      if (!force && (await findJob(ctx, typed)) !== null) return cmdCancelJob(ctx, typed);
       const id = await resolveId(ctx, typed);
-      const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind("CANCEL"), requestId: randomUUID() }));
-      ctx.out(`cancel requested for ${id} (revision ${r.revision})`);
+      const r = await call(ctx, `command ${id}`, (c) => c.signalCommand({ issueUuid: id, signal: signalKind("CANCEL"), requestId: randomUUID(), force }));
+      ctx.out(force ? `${id} ended cancelled (revision ${r.revision})` : `cancel requested for ${id} (revision ${r.revision})`);
       return EXIT.OK;
     },
   },
@@ -374,13 +376,14 @@ labels, and how many client records the server holds of the most it keeps
     },
   },
   "forget-client": {
-    usage: `usage: rvbox forget-client ID\n\nForgets a client record, freeing its place under the server's client bound. Refused while\nthe client has a live session or non-terminal commands. Its commands' history stays; the\nid may register again later.`,
+    usage: `usage: rvbox forget-client ID\n\nForgets a client record, freeing its place under the server's client bound (role admin).\nRefused while the client has a live session. Its non-terminal commands are ended first\n(cancelled; those that may have reached the agent with an incident) and never dispatched\nagain. Its commands' history stays; the id may register again later.`,
     flags: {},
     args: [CLIENT],
     run: async (ctx, p) => {
       const id = onePositional(p, "ID");
-      await call(ctx, `client ${id}`, (c) => c.forgetClient({ clientId: id, requestId: randomUUID() }));
-      ctx.out(`client ${id} forgotten`);
+      const r = await call(ctx, `client ${id}`, (c) => c.forgetClient({ clientId: id, requestId: randomUUID() }));
+      const n = r.endedCommands;
+      ctx.out(`client ${id} forgotten${n > 0 ? ` (${n} non-terminal command${n === 1 ? "" : "s"} ended cancelled)` : ""}`);
       return EXIT.OK;
     },
   },
@@ -1169,6 +1172,9 @@ export function buildSubmit(p: Parsed, now = Date.now(), readFile: (f: string) =
     } catch (e) {
       throw new UsageError(`--script ${scriptFile}: ${fileProblem(e)}`);
     }
+    // The server refuses it anyway (or, past its request limit, cannot even read it): refused here, by size.
+    if (content.length > MAX_SCRIPT_BYTES)
+      throw new OperatorError(`refused: --script ${scriptFile} is ${content.length} bytes; the limit is ${MAX_SCRIPT_BYTES}`, EXIT.INVALID);
     const interpreter = str(p, "interpreter") ?? "";
     const hasShebang = content[0] === 0x23 && content[1] === 0x21;
     if (!interpreter && !hasShebang) throw new UsageError(`--script ${scriptFile} has no #! line; add one or pass --interpreter PATH (e.g. /bin/sh)`);

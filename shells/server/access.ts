@@ -20,7 +20,7 @@
  * PERMISSION_DENIED naming the rule that refused it.
  */
 import type { MessageShape } from "@bufbuild/protobuf";
-import { formatLabels, matchesSelector, parseSelector, type ServerState, unmetRequirements } from "../../core/index.js";
+import { formatLabels, MAX_AUDIT_SUMMARY_CHARS, matchesSelector, parseSelector, type ServerState, unmetRequirements } from "../../core/index.js";
 import { SignalKind } from "../../protos/gen/rvbox/v1/common_pb.js";
 import type { ControlService } from "../../protos/gen/rvbox/v1/control_pb.js";
 import type { Identity, Role } from "./operators.js";
@@ -31,6 +31,8 @@ type Req<K extends MethodName> = MessageShape<Methods[K]["input"]>;
 
 export interface Rule<R> {
   role: Role;
+  /** A higher role some requests of the method need (a forced cancel: admin). */
+  roleFor?: (req: R) => Role;
   /** Changes state: audited (with its result), refusals included. */
   mutating: boolean;
   /** The command or client it acts on: role operator is checked against its selector; the audit entry of a refusal names it. */
@@ -50,6 +52,16 @@ function matching(st: ServerState, selector: string): string[] {
 
 const q = (s: string): string => JSON.stringify(s);
 
+/**
+ * A list for a summary the audit log cuts to MAX_AUDIT_SUMMARY_CHARS anyway:
+ * only as much of it as can show, so a million argv items or a 10 MB one (which
+ * the submit then refuses) are never copied whole into a string.
+ */
+function cappedJson(list: readonly string[]): string {
+  const shown = list.slice(0, MAX_AUDIT_SUMMARY_CHARS).map((s) => (s.length > MAX_AUDIT_SUMMARY_CHARS ? s.slice(0, MAX_AUDIT_SUMMARY_CHARS) : s));
+  return JSON.stringify(shown);
+}
+
 /** A submit's program for the audit log (a script by its size, never its content). */
 function programSummary(
   p:
@@ -60,11 +72,11 @@ function programSummary(
 ): string {
   switch (p.case) {
     case "argv":
-      return `argv=${JSON.stringify(p.value.argv)}`;
+      return `argv=${cappedJson(p.value.argv)}`;
     case "shell":
       return `shell=${q(p.value.commandLine)}`;
     case "script":
-      return `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${JSON.stringify(p.value.args)}`;
+      return `script=${p.value.content.length}B${p.value.interpreter ? ` interpreter=${q(p.value.interpreter)}` : ""} args=${cappedJson(p.value.args)}`;
     default:
       return "no program";
   }
@@ -94,9 +106,11 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
   closeStdin: { role: "operator", mutating: true, target: (r) => ({ uuid: r.issueUuid }), summary: (r) => `id=${r.issueUuid}` },
   signalCommand: {
     role: "operator",
+    // Ending a command without its agent's answer (force) is an admin's call.
+    roleFor: (r) => (r.force ? "admin" : "operator"),
     mutating: true,
     target: (r) => ({ uuid: r.issueUuid }),
-    summary: (r) => `id=${r.issueUuid} signal=${SignalKind[r.signal] ?? r.signal}`,
+    summary: (r) => `id=${r.issueUuid} signal=${SignalKind[r.signal] ?? r.signal}${r.force ? " force" : ""}`,
   },
   listClients: read,
   listSessions: read,
@@ -161,6 +175,8 @@ export const rpcName = (m: MethodName): string => m.charAt(0).toUpperCase() + m.
 export function refusal(who: Identity, method: MethodName, req: unknown, st: ServerState): string | null {
   const rule = ACCESS[method] as Rule<unknown>;
   if (RANK[who.role] < RANK[rule.role]) return `${who.role} ${who.name} may not call ${rpcName(method)} (it needs role ${rule.role})`;
+  const needs = rule.roleFor && req !== undefined ? rule.roleFor(req) : rule.role;
+  if (RANK[who.role] < RANK[needs]) return `${who.role} ${who.name} may not call ${rpcName(method)} with these arguments (it needs role ${needs})`;
   if (who.role !== "operator" || req === undefined) return null;
   if (rule.targets) {
     for (const clientId of rule.targets(req, st)) {

@@ -13,6 +13,7 @@ import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl, createContextKey } from "@connectrpc/connect";
 import {
   Code,
+  checkSpecLimits,
   MAX_AUDIT_PAGE_ENTRIES,
   MAX_OPEN_INCIDENTS,
   MAX_OPEN_INCIDENTS_PER_CLIENT,
@@ -108,6 +109,17 @@ function argvOrShell(
   if (p.case === "argv") return { case: "argv", value: create(ArgvProgramSchema, { argv: p.value.argv }) };
   const shell = p.value.shell === ShellType.UNSPECIFIED ? ShellType.SH : p.value.shell;
   return { case: "shell", value: create(ShellProgramSchema, { shell, commandLine: p.value.commandLine }) };
+}
+
+/**
+ * The spec limits every agent enforces (core/dispatch/spec-limits.ts), checked
+ * here on the decoded request before it reaches the server's loop: a 10 MB
+ * argv item or a million of them costs one check, not a trip through the
+ * core. The core checks the same again (and the dispatch's envelope size).
+ */
+function refuseOverLimits(spec: ExecutionSpec): void {
+  const bad = checkSpecLimits(spec);
+  if (bad) throw toConnectError(bad);
 }
 
 function invalid(message: string): ConnectError {
@@ -284,6 +296,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
           throw invalid("no program: set argv or shell");
       }
       const spec = create(ExecutionSpecSchema, { program, cwd: req.cwd, environment: req.environment, timeoutMs: req.timeoutMs, stdinOpen: false });
+      refuseOverLimits(spec);
       const jobId = req.jobId !== "" ? req.jobId : randomUUID();
       await call(hctx, {
         op: "submit_job",
@@ -350,6 +363,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         timeoutMs: req.timeoutMs,
         stdinOpen: req.stdinOpen,
       });
+      refuseOverLimits(spec);
       const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
       const request = {
         op: "submit" as const,
@@ -431,7 +445,13 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
     },
 
     async signalCommand(req, hctx) {
-      const r = await call(hctx, { op: "signal", requestId: requestId(req.requestId, "signal"), uuid: req.issueUuid, signal: req.signal });
+      const r = await call(hctx, {
+        op: "signal",
+        requestId: requestId(req.requestId, "signal"),
+        uuid: req.issueUuid,
+        signal: req.signal,
+        ...(req.force ? { force: true } : {}),
+      });
       return { revision: BigInt(r.revision ?? 0) };
     },
 
@@ -538,7 +558,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const r = await d.control({ op: "forget_client", requestId: requestId(req.requestId, "forget-client"), clientId: req.clientId }, audited(hctx));
       // A client still in use is a failed precondition, not an existing resource.
       if (!r.ok) throw toConnectError(r.error, r.error.code === Code.CONFLICT ? ConnectCode.FailedPrecondition : undefined);
-      return {};
+      return { endedCommands: r.ended ?? 0 };
     },
 
     async *watchFleet(req, ctx) {

@@ -254,15 +254,20 @@ describe("execution spec validation (agent side)", () => {
 
   it("R-D4: each malformed spec gets VALIDATION (or UNSUPPORTED_PLATFORM) with its reason; the bounds are inclusive", () => {
     const cases: Array<[string, SpecInit | undefined, Code | null, string?]> = [
-      ["no spec", undefined, Code.VALIDATION, "dispatch has no execution spec"],
-      ["no program", {}, Code.VALIDATION, "execution spec names no program"],
+      ["no spec", undefined, Code.VALIDATION, "no execution spec"],
+      ["no program", {}, Code.VALIDATION, "the execution spec names no program (argv, shell or script)"],
       ["empty argv", argv(), Code.VALIDATION, "argv is empty"],
       ["empty argv[0]", argv("", "x"), Code.VALIDATION, "argv is empty"],
       ["max argv items", argv(...Array.from({ length: MAX_ARGV_ITEMS }, () => "a")), null],
-      ["too many argv items", argv(...Array.from({ length: MAX_ARGV_ITEMS + 1 }, () => "a")), Code.VALIDATION, "argv has too many items"],
+      [
+        "too many argv items",
+        argv(...Array.from({ length: MAX_ARGV_ITEMS + 1 }, () => "a")),
+        Code.VALIDATION,
+        `argv has ${MAX_ARGV_ITEMS + 1} items; the limit is ${MAX_ARGV_ITEMS}`,
+      ],
       ["longest argv item", argv("a", long), null],
-      ["argv item too long", argv("a", `${long}x`), Code.VALIDATION, "argv item too long or contains NUL"],
-      ["argv NUL", argv("a", "b\0c"), Code.VALIDATION, "argv item too long or contains NUL"],
+      ["argv item too long", argv("a", `${long}x`), Code.VALIDATION, `argv[1] is ${MAX_SPEC_STRING_BYTES + 1} bytes; the limit is ${MAX_SPEC_STRING_BYTES}`],
+      ["argv NUL", argv("a", "b\0c"), Code.VALIDATION, "argv[1] contains a NUL character"],
       [
         "unsupported shell",
         { program: { case: "shell", value: { shell: ShellType.POWERSHELL, commandLine: "dir" } } },
@@ -270,48 +275,53 @@ describe("execution spec validation (agent side)", () => {
         `shell ${ShellType.POWERSHELL} is not supported on this agent`,
       ],
       ["shell ok", { program: { case: "shell", value: { shell: ShellType.BASH, commandLine: "echo hi" } } }, null],
-      [
-        "empty command line",
-        { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "" } } },
-        Code.VALIDATION,
-        "command line empty, too long or contains NUL",
-      ],
+      ["empty command line", { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "" } } }, Code.VALIDATION, "the command line is empty"],
       [
         "command line NUL",
         { program: { case: "shell", value: { shell: ShellType.SH, commandLine: "a\0" } } },
         Code.VALIDATION,
-        "command line empty, too long or contains NUL",
+        "the command line contains a NUL character",
       ],
       ["command line too long", { program: { case: "shell", value: { shell: ShellType.SH, commandLine: `${long}x` } } }, Code.VALIDATION],
       ["script ok", script(), null],
-      ["script size 0", script({ sizeBytes: 0n }), Code.VALIDATION, `script size must be 1..${MAX_SCRIPT_BYTES} bytes`],
+      ["script size 0", script({ sizeBytes: 0n }), Code.VALIDATION, "the script is empty"],
       ["script size max", script({ sizeBytes: BigInt(MAX_SCRIPT_BYTES) }), null],
-      ["script size max+1", script({ sizeBytes: BigInt(MAX_SCRIPT_BYTES + 1) }), Code.VALIDATION],
+      [
+        "script size max+1",
+        script({ sizeBytes: BigInt(MAX_SCRIPT_BYTES + 1) }),
+        Code.VALIDATION,
+        `the script is ${MAX_SCRIPT_BYTES + 1} bytes; the limit is ${MAX_SCRIPT_BYTES}`,
+      ],
       ["script size unsafe", script({ sizeBytes: 2n ** 60n }), Code.VALIDATION],
-      ["script sha 31", script({ sha256: new Uint8Array(31) }), Code.VALIDATION, "script sha256 must be 32 bytes"],
-      ["script sha 33", script({ sha256: new Uint8Array(33) }), Code.VALIDATION, "script sha256 must be 32 bytes"],
-      ["interpreter NUL", script({ interpreter: "/bin/\0sh" }), Code.VALIDATION, "script interpreter/args invalid"],
-      ["script arg NUL", script({ args: ["ok", "b\0"] }), Code.VALIDATION, "script interpreter/args invalid"],
-      ["cwd NUL", { ...argv("a"), cwd: "/tmp\0" }, Code.VALIDATION, "cwd too long or contains NUL"],
+      ["script sha 31", script({ sha256: new Uint8Array(31) }), Code.VALIDATION, "the script's sha256 is 31 bytes; it must be 32"],
+      ["script sha 33", script({ sha256: new Uint8Array(33) }), Code.VALIDATION, "the script's sha256 is 33 bytes; it must be 32"],
+      ["interpreter NUL", script({ interpreter: "/bin/\0sh" }), Code.VALIDATION, "the script interpreter contains a NUL character"],
+      ["script arg NUL", script({ args: ["ok", "b\0"] }), Code.VALIDATION, "script args[1] contains a NUL character"],
+      ["cwd NUL", { ...argv("a"), cwd: "/tmp\0" }, Code.VALIDATION, "cwd contains a NUL character"],
       ["cwd longest", { ...argv("a"), cwd: long }, null],
-      ["cwd too long", { ...argv("a"), cwd: `${long}x` }, Code.VALIDATION, "cwd too long or contains NUL"],
+      ["cwd too long", { ...argv("a"), cwd: `${long}x` }, Code.VALIDATION, `cwd is ${MAX_SPEC_STRING_BYTES + 1} bytes; the limit is ${MAX_SPEC_STRING_BYTES}`],
       ["max env", { ...argv("a"), environment: Array.from({ length: MAX_ENV_ITEMS }, (_, i) => ({ name: `V${i}`, value: "" })) }, null],
       [
         "too many env",
         { ...argv("a"), environment: Array.from({ length: MAX_ENV_ITEMS + 1 }, (_, i) => ({ name: `V${i}`, value: "" })) },
         Code.VALIDATION,
-        "too many environment variables",
+        `the environment has ${MAX_ENV_ITEMS + 1} variables; the limit is ${MAX_ENV_ITEMS}`,
       ],
-      ["env empty name", { ...argv("a"), environment: [{ name: "", value: "x" }] }, Code.VALIDATION, 'invalid environment variable ""'],
-      ["env name with =", { ...argv("a"), environment: [{ name: "A=B", value: "x" }] }, Code.VALIDATION, 'invalid environment variable "A=B"'],
+      ["env empty name", { ...argv("a"), environment: [{ name: "", value: "x" }] }, Code.VALIDATION, "an environment variable has an empty name"],
+      ["env name with =", { ...argv("a"), environment: [{ name: "A=B", value: "x" }] }, Code.VALIDATION, 'environment variable name "A=B" contains "="'],
       ["env name NUL", { ...argv("a"), environment: [{ name: "A\0", value: "x" }] }, Code.VALIDATION],
-      ["env value NUL", { ...argv("a"), environment: [{ name: "A", value: "x\0" }] }, Code.VALIDATION, 'invalid environment variable "A"'],
+      [
+        "env value NUL",
+        { ...argv("a"), environment: [{ name: "A", value: "x\0" }] },
+        Code.VALIDATION,
+        'the value of environment variable "A" contains a NUL character',
+      ],
       ["env value too long", { ...argv("a"), environment: [{ name: "A", value: `${long}x` }] }, Code.VALIDATION],
       [
         "env long name cut in the message",
         { ...argv("a"), environment: [{ name: `${"N".repeat(100)}=`, value: "" }] },
         Code.VALIDATION,
-        `invalid environment variable "${"N".repeat(64)}"`,
+        `environment variable name "${"N".repeat(64)}" contains "="`,
       ],
     ];
     for (const [name, spec, code, message] of cases) {
@@ -332,7 +342,7 @@ describe("execution spec validation (agent side)", () => {
       expect.objectContaining({ issueUuid: "bad", accepted: false, rejection: expect.objectContaining({ code: Code.VALIDATION, message: "argv is empty" }) }),
     ]);
     const none = r.dispatch("nospec", null);
-    expect(accepts(none)[0]!.rejection?.message).toBe("dispatch has no execution spec");
+    expect(accepts(none)[0]!.rejection?.message).toBe("no execution spec");
     expect(r.retained()).toEqual([]);
     expect(r.linkUp()).toBe(true);
     expect(r.spawned()).toEqual([]);

@@ -253,7 +253,7 @@ describe("server edges found by the mutation run", () => {
         { program: { case: "script", value: { sizeBytes: BigInt(over.length), sha256: digest, interpreter: "/bin/sh" } } },
         { script: over },
       ),
-    ).toEqual({ ok: false, error: { code: Code.VALIDATION, message: `script of 1..${MAX_SCRIPT_BYTES} bytes required` } });
+    ).toEqual({ ok: false, error: { code: Code.VALIDATION, message: `the script is ${MAX_SCRIPT_BYTES + 1} bytes; the limit is ${MAX_SCRIPT_BYTES}` } });
   });
 
   it("R-D2: the request hash encodes the client id as UTF-8 at every code point width boundary", async () => {

@@ -102,6 +102,32 @@ describe("access table", () => {
     expect(refusal(multi, "submitCommand", { clientId: "web-1" }, st)).toContain("matching role=web,zone!=eu-1; client web-1 has labels role=web,zone=eu-1");
   });
 
+  it("a forced cancel (ending a command without its agent) is an admin's call; a plain one stays an operator's", () => {
+    const st = fleet();
+    const req = (force: boolean) => ({ issueUuid: "cmd-web", signal: 1, requestId: "", force });
+    const op = who("alice", "operator", "role=web");
+    expect(refusal(op, "signalCommand", req(false), st)).toBeNull();
+    expect(refusal(op, "signalCommand", req(true), st)).toBe("operator alice may not call SignalCommand with these arguments (it needs role admin)");
+    expect(refusal(who("root", "admin"), "signalCommand", req(true), st)).toBeNull();
+    expect(summarize("signalCommand", req(true))).toContain(" force");
+  });
+
+  it("a submit's audit summary copies only what the audit log can show: a million argv items or a 10 MB one stay small", () => {
+    const program = (argv: string[]) => ({
+      clientId: "web-1",
+      issueUuid: "",
+      program: { case: "argv" as const, value: { argv } },
+      stdinOpen: false,
+      timeoutMs: 0,
+    });
+    const many = summarize("submitCommand", program(Array.from({ length: 1_000_000 }, () => "a")));
+    expect(many.length).toBeLessThan(5_000);
+    expect(many.startsWith('client=web-1 id=(new) argv=["a","a"')).toBe(true);
+    const one = summarize("submitCommand", program(["echo", "x".repeat(10_000_000)]));
+    expect(one.length).toBeLessThan(1_000);
+    expect(summarize("submitCommand", program(["echo", "hi"]))).toBe('client=web-1 id=(new) argv=["echo","hi"]');
+  });
+
   it("an operator starts a job only if every client it names, or its selector matches, is in its scope", () => {
     const st = fleet();
     const alice = who("alice", "operator", "role=web");
