@@ -17,9 +17,10 @@
  */
 import pg from "pg";
 import type { PersistEffect, PersistRecord } from "../../core/index.js";
-import { eventPrefix, type OutputEventRow } from "../../core/server/store.js";
+import type { OutputEventRow } from "../../core/server/store.js";
 import { GroupCommitter } from "./group-commit.js";
-import { foldRecord, prefixEnd, type Tables } from "./kv-store.js";
+import { prefixEnd, type Tables } from "./kv-store.js";
+import { isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
 import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements } from "./pg-schema.js";
 import { type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
 import { decodeValue, encodeValue } from "./value-codec.js";
@@ -28,7 +29,6 @@ import { decodeValue, encodeValue } from "./value-codec.js";
 const RECENT_DIGESTS = 1024;
 const READ_POOL = 4;
 
-type Op = { kind: "persist"; effect: PersistEffect } | { kind: "drop"; uuid: string; throughSeq: number };
 type Query = { text: string; values: unknown[] };
 
 const tableOf = (name: string): PgTable => {
@@ -37,17 +37,12 @@ const tableOf = (name: string): PgTable => {
   return t;
 };
 
-const isOutput = (r: PersistRecord): boolean => {
-  const v = r.value as { kind?: unknown; zstd?: unknown } | null;
-  return r.table === "event" && v !== null && typeof v === "object" && v.kind === "output" && v.zstd instanceof Uint8Array;
-};
-
 export class PgServerStore implements ServerStore {
   readonly tables: Tables = new Map();
   opened: Readonly<Record<string, string | number | boolean>> = {};
   onDurable: (through: number) => void = () => {};
   onError: (err: unknown) => void = () => {};
-  private readonly writer = new GroupCommitter<Op>(
+  private readonly writer = new GroupCommitter<StoreOp>(
     (group) => this.commitGroup(group),
     (err) => this.fail(err),
   );
@@ -145,27 +140,13 @@ export class PgServerStore implements ServerStore {
     return this.writer.whenIdle();
   }
 
-  private async commitGroup(group: Op[]): Promise<void> {
-    const net = new Map<string, PersistRecord>();
-    const drops: Array<{ uuid: string; throughSeq: number }> = [];
-    let maxId = 0;
-    for (const op of group) {
-      if (op.kind === "drop") {
-        drops.push(op);
-        // Output of this group that the drop covers is never written.
-        for (const [k, r] of net) {
-          if (isOutput(r) && r.key.startsWith(eventPrefix(op.uuid)) && (r.value as OutputEventRow).seq <= op.throughSeq) net.delete(k);
-        }
-        continue;
-      }
-      for (const r of op.effect.records) foldRecord(net, r);
-      if (op.effect.id > maxId) maxId = op.effect.id;
-    }
+  private async commitGroup(group: StoreOp[]): Promise<void> {
+    const { net, drops, maxId } = netOfGroup(group);
     const queries: Query[] = [];
     const output: OutputEventRow[] = [];
     const outputUuids: string[] = [];
     for (const r of net.values()) {
-      if (isOutput(r)) {
+      if (isOutputRecord(r)) {
         output.push(r.value as OutputEventRow);
         outputUuids.push(r.key.slice(0, r.key.lastIndexOf("/")));
       } else queries.push(...recordQueries(r));

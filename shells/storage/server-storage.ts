@@ -58,12 +58,13 @@ import { GroupCommitter } from "./group-commit.js";
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
-import type { PersistEffect, PersistRecord } from "../../core/index.js";
-import { eventKey, eventPrefix, rowsOf, type EventRow, type OutputEventRow } from "../../core/server/store.js";
+import type { PersistEffect } from "../../core/index.js";
+import { eventKey, eventPrefix, rowsOf, type OutputEventRow } from "../../core/server/store.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { PRIVATE_DIR_MODE, fsyncDir, writeAllParts } from "../store/fs-util.js";
-import { KV_SCHEMA, foldRecord, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
+import { KV_SCHEMA, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
+import { isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
 import type { FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
 import { inlineRun } from "./server-store.js";
 
@@ -154,13 +155,11 @@ interface SegmentRow {
   entries: number;
 }
 
-type Op = { kind: "persist"; effect: PersistEffect } | { kind: "drop"; uuid: string; throughSeq: number };
-
 export class ServerStorage implements PersistSink, ServerStore {
   /** What restoreServer reads; cleared by the daemon after the restore. */
   readonly tables: Tables;
   private readonly segDir: string;
-  private readonly writer = new GroupCommitter<Op>(
+  private readonly writer = new GroupCommitter<StoreOp>(
     (group) => this.commitGroup(group),
     (err) => this.onError(err),
   );
@@ -308,32 +307,15 @@ export class ServerStorage implements PersistSink, ServerStore {
     return this.writer.whenIdle();
   }
 
-  private async commitGroup(group: Op[]): Promise<void> {
-    const net = new Map<string, PersistRecord>();
-    const drops: Array<{ uuid: string; throughSeq: number }> = [];
-    let maxId = 0;
-    const isOutput = (r: PersistRecord): boolean => {
-      const v = r.value as EventRow | null;
-      return r.table === "event" && v !== null && typeof v === "object" && v.kind === "output" && v.zstd instanceof Uint8Array;
-    };
-    for (const op of group) {
-      if (op.kind === "drop") {
-        drops.push(op);
-        for (const [k, r] of net) {
-          if (isOutput(r) && r.key.startsWith(eventPrefix(op.uuid)) && (r.value as OutputEventRow).seq <= op.throughSeq) net.delete(k);
-        }
-        continue;
-      }
-      for (const r of op.effect.records) foldRecord(net, r);
-      if (op.effect.id > maxId) maxId = op.effect.id;
-    }
+  private async commitGroup(group: StoreOp[]): Promise<void> {
+    const { net, drops, maxId } = netOfGroup(group);
     // 1. Output frames and index entries, one write per file, then fsync.
     const stmts: Stmt[] = [];
     const writes = new Map<OpenSegment, { at: number; entriesAt: number; parts: Uint8Array[]; index: Uint8Array[] }>();
     const toClose: OpenSegment[] = [];
     let newFiles = false;
     for (const r of net.values()) {
-      if (!isOutput(r)) {
+      if (!isOutputRecord(r)) {
         stmts.push(recordStmt(r));
         continue;
       }
