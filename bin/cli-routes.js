@@ -20,3 +20,24 @@ export const UNBUNDLED_IMPORTS = [
   "../sim/cli.js",
   "./tui-open.js",
 ];
+
+/**
+ * Bundled commands that still never start from the start-up snapshot: help and
+ * version (and no command at all) load too little to gain from it.
+ */
+export const SNAPSHOT_SKIPPED = ["", "help", "-h", "--help", "version", "-V", "--version"];
+
+/** Does `rvbox CMD …` run from the CLI bundle (bin/rvbox.js, and dist/bin/rvbox.js after `npm run build`)? */
+export function runsFromBundle(cmd, env) {
+  return !UNBUNDLED_COMMANDS.has(cmd ?? "") && env.RVBOX_BUNDLE !== "0";
+}
+
+/**
+ * The patterns of a launcher's sh `case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1"`
+ * that do NOT start the snapshot: either variable 0, the unbundled commands,
+ * SNAPSHOT_SKIPPED. bin/rvbox.js's first line spells them out (a test checks
+ * it against this); bin/cli-dist.js writes them into dist/bin/rvbox.js's.
+ */
+export function noSnapshotCases() {
+  return ["*0:*", ...[...UNBUNDLED_COMMANDS, ...SNAPSHOT_SKIPPED].map((c) => `*:${c}`)].join("|");
+}

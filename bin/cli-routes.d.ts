@@ -1,0 +1,5 @@
+export const UNBUNDLED_COMMANDS: Set<string>;
+export const UNBUNDLED_IMPORTS: string[];
+export const SNAPSHOT_SKIPPED: string[];
+export function runsFromBundle(cmd: string | undefined, env: NodeJS.ProcessEnv): boolean;
+export function noSnapshotCases(): string;
