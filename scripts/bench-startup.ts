@@ -13,9 +13,15 @@
 // Debian, which re-executes itself under node_modules/.bin/node), and after
 // also as `./bin/rvbox.js` executed (its sh line starts the project's Node). Medians of --runs=N (default 15);
 // --old=PATH (default /usr/bin/node; skipped unless older than 22.15).
+//
+// The deployed tree too (docs/DEPLOY.md, the systemd units): `npm run build` first (--no-build: dist/
+// as it is), then `node dist/bin/rvbox.js` with RVBOX_BUNDLE=0 (the compiled files, what it ran before
+// the build bundled the CLI), `node dist/bin/rvbox.js` (its CLI bundle, bin/cli-built.js) and
+// `dist/bin/rvbox.js` executed (its start-up snapshot, as DEPLOY.md's `rvbox` on PATH starts it), and
+// each one's ratio to the README's `./bin/rvbox.js` (start-up snapshot) in the same invocation.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -27,6 +33,11 @@ const RUNS = Number(args.find((a) => a.startsWith("--runs="))?.slice(7) ?? 15);
 const OLD = args.find((a) => a.startsWith("--old="))?.slice(6) ?? "/usr/bin/node";
 const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
 const BIN = path.join(ROOT, "bin/rvbox.js");
+const DIST_BIN = path.join(ROOT, "dist/bin/rvbox.js");
+
+const README = "after,  ./bin/rvbox.js (start-up snapshot)";
+const DEPLOYED = "deployed, node dist/bin/rvbox.js";
+const DEPLOYED_EXEC = "deployed, dist/bin/rvbox.js executed (snapshot)";
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
@@ -68,6 +79,9 @@ async function main(): Promise<void> {
   const [maj = 0, min = 0] = oldVersion.split(".").map(Number);
   const withOld = oldVersion !== "" && (maj < 22 || (maj === 22 && min < 15));
   const newVersion = execFileSync(PACKAGED, ["-p", "process.versions.node"], { encoding: "utf8" }).trim();
+  if (!args.includes("--no-build")) execFileSync("npm", ["run", "build"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const deployed = existsSync(DIST_BIN) && readFileSync(DIST_BIN, "utf8").startsWith("#!/bin/sh\n");
+  if (!deployed) console.log("bench:startup: dist/bin/rvbox.js is not a stamped `npm run build`: the deployed paths are left out");
 
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-startup-"));
   const operator = randomBytes(16).toString("hex");
@@ -128,7 +142,14 @@ async function main(): Promise<void> {
       [`before, node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], before],
       [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], bundled],
       [`after,  ./bin/rvbox.js, no snapshot (RVBOX_SNAPSHOT=0)`, BIN, [], bundled],
-      [`after,  ./bin/rvbox.js (start-up snapshot)`, BIN, [], cliEnv],
+      [README, BIN, [], cliEnv],
+      ...(deployed
+        ? ([
+            [`deployed, node dist/bin/rvbox.js, RVBOX_BUNDLE=0`, PACKAGED, [DIST_BIN], { ...cliEnv, RVBOX_BUNDLE: "0" }],
+            [DEPLOYED, PACKAGED, [DIST_BIN], cliEnv],
+            [DEPLOYED_EXEC, DIST_BIN, [], cliEnv],
+          ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
+        : []),
       ...(withOld
         ? ([
             [`before, node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], before],
@@ -167,6 +188,17 @@ async function main(): Promise<void> {
         console.log(`    ${way.padEnd(52)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0`);
       });
     });
+    if (deployed) {
+      // The deployed paths against the README's `rvbox` (issue 41: within 1.2x).
+      const at = (c: number, label: string) => median(t[c]![ways.findIndex(([w]) => w === label)]!);
+      console.log(`  deployed / README (${README.trim()}):`);
+      commands.forEach(([name], c) => {
+        const readme = at(c, README);
+        console.log(
+          `    ${name.padEnd(30)} node dist/bin/rvbox.js ${(at(c, DEPLOYED) / readme).toFixed(2)}x | dist/bin/rvbox.js executed ${(at(c, DEPLOYED_EXEC) / readme).toFixed(2)}x`,
+        );
+      });
+    }
     const manifest = path.join(ROOT, "node_modules/.cache/rvbox-cli");
     if (existsSync(manifest)) console.log(`  (bundle cache: ${manifest})`);
   } finally {
