@@ -33,6 +33,18 @@ export function runsFromBundle(cmd, env) {
 }
 
 /**
+ * Environment read while modules evaluate, so baked into a snapshot: the
+ * builder (bin/cli-snapshot.js) runs without them, and a restored process
+ * that sees one set runs the command the old way instead.
+ */
+export const LOAD_TIME_ENV = ["RVBOX_ZSTD", "BUF_BIGINT_DISABLE"];
+
+/** Does `rvbox CMD …` start from the start-up snapshot when there is a usable one? */
+export function runsFromSnapshot(cmd, env) {
+  return runsFromBundle(cmd, env) && env.RVBOX_SNAPSHOT !== "0" && !SNAPSHOT_SKIPPED.includes(cmd ?? "") && LOAD_TIME_ENV.every((k) => env[k] === undefined);
+}
+
+/**
  * The patterns of a launcher's sh `case "$RVBOX_BUNDLE$RVBOX_SNAPSHOT:$1"`
  * that do NOT start the snapshot: either variable 0, the unbundled commands,
  * SNAPSHOT_SKIPPED. bin/rvbox.js's first line spells them out (a test checks

@@ -47,7 +47,7 @@ import { isBuiltin } from "node:module";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { EXTERNAL_PACKAGES, LOADERS, pruneBuilds } from "./cli-bundle.js";
-import { UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
+import { LOAD_TIME_ENV, UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
 import { inputsCurrent, stamp } from "./cli-stamps.js";
 
 export const SNAPSHOT_VERSION = 1;
@@ -61,12 +61,8 @@ const LOCK_STALE_MS = 120_000;
 const FAILED_RETRY_MS = 3_600_000;
 /** The most a snapshot build may take before it is abandoned. */
 const BUILD_TIMEOUT_MS = 120_000;
-/**
- * Environment read while modules evaluate, so baked into a snapshot: the
- * builder runs without them, and a restored process that sees one set runs
- * the command the old way instead.
- */
-export const LOAD_TIME_ENV = ["RVBOX_ZSTD", "BUF_BIGINT_DISABLE"];
+/** (bin/cli-routes.js, which dist/bin/rvbox.js reads too.) */
+export { LOAD_TIME_ENV };
 const SNAPSHOT_SAFE_BUILTINS = new Set([
   "fs",
   "fs/promises",

@@ -60,7 +60,8 @@ function restored(): void {
     // The script asked for (another tree's, say), else this tree's; started as the
     // first line starts it, so that a stale snapshot is rebuilt for the next start.
     const script = process.argv[1] ?? path.join(ROOT, "bin/rvbox.js");
-    runChild(process.execPath, [script, ...process.argv.slice(2)], { ...process.env, RVBOX_LAUNCH: "sh" });
+    // A build's dist/bin/rvbox.js would start this snapshot again (bin/cli-built.js): not for this one.
+    runChild(process.execPath, [script, ...process.argv.slice(2)], { ...process.env, RVBOX_LAUNCH: "sh", ...(BUILD !== "" && { RVBOX_SNAPSHOT: "0" }) });
     return;
   }
   if (process.env.RVBOX_BUNDLE_DEBUG === "1")

@@ -95,18 +95,29 @@ afterAll(async () => {
 });
 
 describe("the deployed CLI (npm run build)", () => {
-  it("`node dist/bin/rvbox.js` runs an operator command from the build's CLI bundle, and writes nothing under the install directory", async () => {
+  it("`node dist/bin/rvbox.js` (the units' and scripts' way) runs an operator command from the build's snapshot, else its bundle, and writes nothing under the install directory", async () => {
     const before = listing(tree);
     const dist = path.join(tree, "dist");
-    const r = await rvbox(process.execPath, [path.join(dist, "bin/rvbox.js"), "clients", "--json"], { RVBOX_BUNDLE_DEBUG: "1" });
+    const bin = path.join(dist, "bin/rvbox.js");
+    const build = `${dist}/cli/b[0-9a-z]+-\\d+`;
+    // Node started without the snapshot replaces itself with one started from it (bin/cli-built.js)
+    const r = await rvbox(process.execPath, [bin, "clients", "--json"], { RVBOX_BUNDLE_DEBUG: "1" });
     expect(r.status, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(new RegExp(`^rvbox: start: bundle ${dist}/cli/b[0-9a-z]+-\\d+\\n`));
+    expect(r.stderr).toMatch(new RegExp(`^rvbox: start: snapshot ${build}/snapshot/blob\\n`));
     expect(JSON.parse(r.stdout).map((c: { clientId: string }) => c.clientId)).toContain("deployed-a");
-    // version from the bundle still finds the release's package.json two levels above dist/bin
-    const v = await rvbox(process.execPath, [path.join(dist, "bin/rvbox.js"), "version"]);
+    // RVBOX_SNAPSHOT=0, or a variable baked into the snapshot set: the bundle, in this process
+    for (const extra of [{ RVBOX_SNAPSHOT: "0" }, { RVBOX_ZSTD: "portable" }]) {
+      const b = await rvbox(process.execPath, [bin, "clients", "--json"], { RVBOX_BUNDLE_DEBUG: "1", ...extra });
+      expect(b.status, b.stderr).toBe(0);
+      expect(b.stderr).toMatch(new RegExp(`^rvbox: start: bundle ${build}\\n`));
+      expect(JSON.parse(b.stdout).map((c: { clientId: string }) => c.clientId)).toContain("deployed-a");
+    }
+    // version (never from the snapshot) from the bundle still finds the release's package.json two levels above dist/bin
+    const v = await rvbox(process.execPath, [bin, "version"], { RVBOX_BUNDLE_DEBUG: "1" });
+    expect(v.stderr).toMatch(/^rvbox: start: bundle /);
     expect(v.stdout).toMatch(/^rvbox 0\.1\.0 on Node v\d+/);
     // RVBOX_BUNDLE=0: the compiled files, as before the build bundled the CLI
-    const plain = await rvbox(process.execPath, [path.join(dist, "bin/rvbox.js"), "clients"], { RVBOX_BUNDLE: "0", RVBOX_BUNDLE_DEBUG: "1" });
+    const plain = await rvbox(process.execPath, [bin, "clients"], { RVBOX_BUNDLE: "0", RVBOX_BUNDLE_DEBUG: "1" });
     expect(plain.status, plain.stderr).toBe(0);
     expect(plain.stderr).not.toContain("rvbox: start:");
     expect(listing(tree)).toEqual(before);
