@@ -19,6 +19,7 @@
 // the build bundled the CLI), `node dist/bin/rvbox.js` (its CLI bundle, bin/cli-built.js) and
 // `dist/bin/rvbox.js` executed (its start-up snapshot, as DEPLOY.md's `rvbox` on PATH starts it), and
 // each one's ratio to the README's `./bin/rvbox.js` (start-up snapshot) in the same invocation.
+// --deployed: only those and the README's.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -30,6 +31,7 @@ import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 const ROOT = path.resolve(import.meta.dirname, "..");
 const args = process.argv.slice(2);
 const RUNS = Number(args.find((a) => a.startsWith("--runs="))?.slice(7) ?? 15);
+const ONLY_DEPLOYED = args.includes("--deployed");
 const OLD = args.find((a) => a.startsWith("--old="))?.slice(6) ?? "/usr/bin/node";
 const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
 const BIN = path.join(ROOT, "bin/rvbox.js");
@@ -138,7 +140,7 @@ async function main(): Promise<void> {
     const before = { ...cliEnv, RVBOX_BUNDLE: "0", NODE_DISABLE_COMPILE_CACHE: "1" };
     const bundled = { ...cliEnv, RVBOX_SNAPSHOT: "0" };
     // [label, program, its leading arguments, environment]
-    const ways: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
+    const all: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
       [`before, node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], before],
       [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], bundled],
       [`after,  ./bin/rvbox.js, no snapshot (RVBOX_SNAPSHOT=0)`, BIN, [], bundled],
@@ -146,6 +148,7 @@ async function main(): Promise<void> {
       ...(deployed
         ? ([
             [`deployed, node dist/bin/rvbox.js, RVBOX_BUNDLE=0`, PACKAGED, [DIST_BIN], { ...cliEnv, RVBOX_BUNDLE: "0" }],
+            [`deployed, node dist/bin/rvbox.js, RVBOX_SNAPSHOT=0 (bundle)`, PACKAGED, [DIST_BIN], bundled],
             [DEPLOYED, PACKAGED, [DIST_BIN], cliEnv],
             [DEPLOYED_EXEC, DIST_BIN, [], cliEnv],
           ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
@@ -159,6 +162,8 @@ async function main(): Promise<void> {
           ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
         : []),
     ];
+    // --deployed: the README's `rvbox` and the deployed ways only (more runs in the same time).
+    const ways = ONLY_DEPLOYED && deployed ? all.filter(([w]) => w === README || w.startsWith("deployed")) : all;
     // Warm-up: builds the bundle if it is missing or stale, fills the compile cache and the page cache.
     for (const [, argv] of commands) for (const [, cmd, pre, env] of ways) ms(cmd, [...pre, ...argv], env);
     // The start-up snapshot: the runs above start building it in the background; make sure it is there.
