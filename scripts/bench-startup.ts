@@ -43,10 +43,26 @@ const DEPLOYED_EXEC = "deployed, dist/bin/rvbox.js executed (snapshot)";
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
+/** CPU (user + system, ms) of this process's waited-for children so far: /proc/self/stat's cutime + cstime (Linux; 0 elsewhere). */
+function childrenCpu(): number {
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[13]) + Number(f[14])) * 10; // clock ticks of 10 ms (USER_HZ 100)
+  } catch {
+    return 0;
+  }
+}
+
+/** The CPU the last `ms` run took (all its processes: an exec'd or re-executed Node included). */
+let lastCpu = 0;
+
 function ms(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): number {
+  const c0 = childrenCpu();
   const t0 = process.hrtime.bigint();
   const r = spawnSync(cmd, argv, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"], env });
   const t = Number(process.hrtime.bigint() - t0) / 1e6;
+  lastCpu = childrenCpu() - c0;
   if (r.status !== 0) throw new Error(`${cmd} ${argv.join(" ")} exited ${r.status}: ${r.stderr.toString()}`);
   return t;
 }
@@ -171,10 +187,16 @@ async function main(): Promise<void> {
     const bare: number[] = [];
     const bareOld: number[] = [];
     const t = commands.map(() => ways.map(() => [] as number[]));
+    const cpu = commands.map(() => ways.map(() => 0));
     for (let i = 0; i < RUNS; i++) {
       bare.push(ms(PACKAGED, ["-e", "0"]));
       if (withOld) bareOld.push(ms(OLD, ["-e", "0"]));
-      commands.forEach(([, argv], c) => ways.forEach(([, cmd, pre, env], w) => t[c]![w]!.push(ms(cmd, [...pre, ...argv], env))));
+      commands.forEach(([, argv], c) =>
+        ways.forEach(([, cmd, pre, env], w) => {
+          t[c]![w]!.push(ms(cmd, [...pre, ...argv], env));
+          cpu[c]![w]! += lastCpu;
+        }),
+      );
     }
     const base = median(bare);
     console.log(
@@ -190,17 +212,22 @@ async function main(): Promise<void> {
       console.log(`  ${name}`);
       ways.forEach(([way], w) => {
         const m = median(t[c]![w]!);
-        console.log(`    ${way.padEnd(52)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0`);
+        const cpuMs = cpu[c]![w]! / RUNS;
+        console.log(
+          `    ${way.padEnd(60)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0   CPU ${cpuMs.toFixed(0).padStart(4)} ms (mean)`,
+        );
       });
     });
     if (deployed) {
       // The deployed paths against the README's `rvbox` (issue 41: within 1.2x).
       const at = (c: number, label: string) => median(t[c]![ways.findIndex(([w]) => w === label)]!);
+      const cpuAt = (c: number, label: string) => cpu[c]![ways.findIndex(([w]) => w === label)]!;
       console.log(`  deployed / README (${README.trim()}):`);
       commands.forEach(([name], c) => {
         const readme = at(c, README);
         console.log(
-          `    ${name.padEnd(30)} node dist/bin/rvbox.js ${(at(c, DEPLOYED) / readme).toFixed(2)}x | dist/bin/rvbox.js executed ${(at(c, DEPLOYED_EXEC) / readme).toFixed(2)}x`,
+          `    ${name.padEnd(30)} node dist/bin/rvbox.js ${(at(c, DEPLOYED) / readme).toFixed(2)}x (CPU ${(cpuAt(c, DEPLOYED) / cpuAt(c, README)).toFixed(2)}x)` +
+            ` | dist/bin/rvbox.js executed ${(at(c, DEPLOYED_EXEC) / readme).toFixed(2)}x (CPU ${(cpuAt(c, DEPLOYED_EXEC) / cpuAt(c, README)).toFixed(2)}x)`,
         );
       });
     }
