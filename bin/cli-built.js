@@ -40,7 +40,7 @@ export async function startBuilt(build, script, args, env = process.env) {
   if (runsFromSnapshot(args[0], env) && process.execArgv.length === 0 && typeof process.execve === "function") {
     const snap = path.join(dir, "snapshot");
     if (sameFile(path.join(snap, "node"), process.execPath) && existsSync(path.join(snap, "blob"))) {
-      process.execve(process.execPath, [process.execPath, "--snapshot-blob", path.join(snap, "blob"), script, ...args], { ...env, RVBOX_LAUNCH: "sh" });
+      process.execve(process.execPath, [process.execPath, "--snapshot-blob", path.join(snap, "blob"), script, ...args], env);
     }
   }
   const cache = userCacheDir(env);
