@@ -47,7 +47,7 @@ import { isBuiltin } from "node:module";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { EXTERNAL_PACKAGES, LOADERS, pruneBuilds } from "./cli-bundle.js";
-import { UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
+import { LOAD_TIME_ENV, UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
 import { inputsCurrent, stamp } from "./cli-stamps.js";
 
 export const SNAPSHOT_VERSION = 1;
@@ -61,12 +61,8 @@ const LOCK_STALE_MS = 120_000;
 const FAILED_RETRY_MS = 3_600_000;
 /** The most a snapshot build may take before it is abandoned. */
 const BUILD_TIMEOUT_MS = 120_000;
-/**
- * Environment read while modules evaluate, so baked into a snapshot: the
- * builder runs without them, and a restored process that sees one set runs
- * the command the old way instead.
- */
-export const LOAD_TIME_ENV = ["RVBOX_ZSTD", "BUF_BIGINT_DISABLE"];
+/** (bin/cli-routes.js, which dist/bin/rvbox.js reads too.) */
+export { LOAD_TIME_ENV };
 const SNAPSHOT_SAFE_BUILTINS = new Set([
   "fs",
   "fs/promises",
@@ -121,6 +117,9 @@ function sameFile(a, b) {
  * Builds a snapshot of `root`'s CLI into `dir` and makes it current; returns
  * its id, or undefined if any step failed (nothing is left behind then).
  * `node` is the binary that will load it (hard-linked beside the blob).
+ * `build` (with `link` null): the id of a `npm run build` of dist/ that this
+ * snapshot belongs to (bin/cli-dist.js); no link is made, and a restored
+ * process uses it only when started for that build's dist/bin/rvbox.js.
  */
 export async function buildSnapshot({
   root,
@@ -130,6 +129,7 @@ export async function buildSnapshot({
   commands = [...UNBUNDLED_COMMANDS],
   node = process.execPath,
   debug = false,
+  build = "",
 }) {
   root = realpathSync(root);
   let esbuild;
@@ -245,6 +245,7 @@ export async function buildSnapshot({
       RVBOX_SNAPSHOT_INPUTS: path.join(dir, id, "inputs.json"),
       RVBOX_SNAPSHOT_COMMANDS: commands.join(","),
       RVBOX_SNAPSHOT_LOAD_ENV: LOAD_TIME_ENV.join(","),
+      RVBOX_SNAPSHOT_BUILD: build,
     };
     for (const k of LOAD_TIME_ENV) delete env[k];
     delete env.NODE_OPTIONS;
@@ -260,6 +261,7 @@ export async function buildSnapshot({
     linkSync(realpathSync(node), path.join(tmp, "node"));
     writeFileSync(path.join(tmp, "inputs.json"), JSON.stringify({ version: SNAPSHOT_VERSION, id, root, inputs: [...inputs.values()] }));
     renameSync(tmp, path.join(dir, id));
+    if (link === null) return id; // a build of dist/ (bin/cli-dist.js): its launcher names it
     const next = `${link}.${process.pid}.tmp`;
     mkdirSync(path.dirname(link), { recursive: true });
     rmSync(next, { force: true });

@@ -37,10 +37,11 @@ const COMMANDS: Record<string, Subcommand> = {
       const { readFileSync } = await import("node:fs");
       const { pathToFileURL } = await import("node:url");
       // bin/rvbox.ts (through tsx) or dist/bin/rvbox.js: package.json is one or two levels up;
-      // from the CLI bundle (node_modules/.cache/rvbox-cli/...), next to the launcher bin/rvbox.js
+      // from a CLI bundle (node_modules/.cache/rvbox-cli/..., dist/cli/...), beside the launcher
+      // (bin/rvbox.js, one level up; dist/bin/rvbox.js, two)
       let version = "?";
       const here = [new URL("../package.json", import.meta.url), new URL("../../package.json", import.meta.url)];
-      const launcher = process.argv[1] ? [new URL("../package.json", pathToFileURL(process.argv[1]))] : [];
+      const launcher = process.argv[1] ? ["../package.json", "../../package.json"].map((p) => new URL(p, pathToFileURL(process.argv[1]!))) : [];
       for (const url of [...here, ...launcher]) {
         try {
           version = (JSON.parse(readFileSync(url, "utf8")) as { name?: string; version?: string }).version ?? "?";

@@ -31,6 +31,8 @@ const ROOT = process.env.RVBOX_SNAPSHOT_ROOT ?? "";
 const INPUTS = process.env.RVBOX_SNAPSHOT_INPUTS ?? "";
 const UNBUNDLED_COMMANDS = new Set((process.env.RVBOX_SNAPSHOT_COMMANDS ?? "").split(",").filter(Boolean));
 const LOAD_TIME_ENV = (process.env.RVBOX_SNAPSHOT_LOAD_ENV ?? "").split(",").filter(Boolean);
+/** A snapshot made by `npm run build` (bin/cli-dist.js): the build's id, which its dist/bin/rvbox.js names. */
+const BUILD = process.env.RVBOX_SNAPSHOT_BUILD ?? "";
 
 /** Why this run cannot use the snapshot, or null if it can. */
 function unusable(argv: string[]): string | null {
@@ -39,6 +41,8 @@ function unusable(argv: string[]): string | null {
   const set = LOAD_TIME_ENV.find((k) => process.env[k] !== undefined);
   if (set !== undefined) return `${set} is set`;
   try {
+    // dist/ is immutable once built: the launcher of that very build is all there is to check.
+    if (BUILD !== "") return argv[1] !== undefined && readFileSync(argv[1], "utf8").includes(`BUILT_CLI = "${BUILD}"`) ? null : "another build";
     if (argv[1] === undefined || realpathSync(path.join(path.dirname(path.resolve(argv[1])), "..")) !== ROOT) return "another tree";
     const m = JSON.parse(readFileSync(INPUTS, "utf8")) as { inputs?: unknown };
     if (!inputsCurrent(m.inputs)) return "sources changed";
@@ -59,9 +63,12 @@ function restored(): void {
     // The script asked for (another tree's, say), else this tree's; started as the
     // first line starts it, so that a stale snapshot is rebuilt for the next start.
     const script = process.argv[1] ?? path.join(ROOT, "bin/rvbox.js");
-    runChild(process.execPath, [script, ...process.argv.slice(2)], { ...process.env, RVBOX_LAUNCH: "sh" });
+    // A build's dist/bin/rvbox.js would start this snapshot again (bin/cli-built.js): not for this one.
+    runChild(process.execPath, [script, ...process.argv.slice(2)], { ...process.env, RVBOX_LAUNCH: "sh", ...(BUILD !== "" && { RVBOX_SNAPSHOT: "0" }) });
     return;
   }
+  if (process.env.RVBOX_BUNDLE_DEBUG === "1")
+    process.stderr.write(`rvbox: start: snapshot ${process.execArgv[process.execArgv.indexOf("--snapshot-blob") + 1] ?? ""}\n`);
   main(process.argv.slice(2)).then(
     (code) => process.exit(code),
     (err: unknown) => {

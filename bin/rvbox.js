@@ -30,7 +30,7 @@
 // (measured in docs/ARCHITECTURE.md, "Runtime"); nothing is loaded twice.
 import { existsSync, realpathSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { UNBUNDLED_COMMANDS, UNBUNDLED_IMPORTS } from "./cli-routes.js";
+import { runsFromBundle, UNBUNDLED_IMPORTS } from "./cli-routes.js";
 import { refuseNonUtf8Args } from "./argv-utf8.js";
 
 // Started by the first line (the variable is not passed on to anything this process starts).
@@ -86,7 +86,7 @@ if (tooOld(process.versions.node)) {
   const root = fileURLToPath(new URL("..", import.meta.url));
   enableCompileCache?.(fileURLToPath(new URL("../node_modules/.cache/rvbox-cli/v8", import.meta.url)));
   let entry;
-  if (!UNBUNDLED_COMMANDS.has(process.argv[2]) && process.env.RVBOX_BUNDLE !== "0") {
+  if (runsFromBundle(process.argv[2], process.env)) {
     const { buildBundle, cacheDirFor, currentBundle } = await import("./cli-bundle.js");
     const dir = cacheDirFor(root);
     entry = currentBundle(dir) ?? (await buildBundle({ root, entry: "bin/rvbox.ts", dir, unbundled: UNBUNDLED_IMPORTS }));

@@ -16,6 +16,14 @@ import { refuseNonUtf8Args } from "./argv-utf8.js";
 // dist/bin/rvbox.js is started directly (the units); bin/rvbox.js checked already, the same bytes.
 refuseNonUtf8Args();
 
+/**
+ * The CLI bundle `npm run build` made for this dist/ (bin/cli-dist.js writes its
+ * name here, in dist/bin/rvbox.js only): the operator commands, `version` and
+ * help run from dist/cli/<it>/ (bin/cli-built.js), the daemons from the compiled
+ * files. "" in the sources, in the bundle itself, and after a bare `tsc`.
+ */
+const BUILT_CLI: string = "";
+
 const MIN = [22, 15] as const;
 const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);
 
@@ -48,12 +56,17 @@ if (major < MIN[0] || (major === MIN[0] && minor < MIN[1])) {
     const { watchParent } = await import("./cli-child.js");
     await watchParent(Number(parentFd));
   }
-  const { main } = await import("./rvbox-main.js");
-  main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  // Set by the first line of a built dist/bin/rvbox.js; nothing this process starts should see it.
+  delete process.env.RVBOX_LAUNCH;
+  const built = BUILT_CLI !== "" && (await (await import("./cli-built.js")).startBuilt(BUILT_CLI, fileURLToPath(import.meta.url), process.argv.slice(2)));
+  if (!built) {
+    const { main } = await import("./rvbox-main.js");
+    main(process.argv.slice(2)).then(
+      (code) => process.exit(code),
+      (err: unknown) => {
+        console.error(err);
+        process.exit(1);
+      },
+    );
+  }
 }

@@ -13,9 +13,16 @@
 // Debian, which re-executes itself under node_modules/.bin/node), and after
 // also as `./bin/rvbox.js` executed (its sh line starts the project's Node). Medians of --runs=N (default 15);
 // --old=PATH (default /usr/bin/node; skipped unless older than 22.15).
+//
+// The deployed tree too (docs/DEPLOY.md, the systemd units): `npm run build` first (--no-build: dist/
+// as it is), then `node dist/bin/rvbox.js` with RVBOX_BUNDLE=0 (the compiled files, what it ran before
+// the build bundled the CLI), `node dist/bin/rvbox.js` (its CLI bundle, bin/cli-built.js) and
+// `dist/bin/rvbox.js` executed (its start-up snapshot, as DEPLOY.md's `rvbox` on PATH starts it), and
+// each one's ratio to the README's `./bin/rvbox.js` (start-up snapshot) in the same invocation.
+// --deployed: only those and the README's.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -24,16 +31,38 @@ import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 const ROOT = path.resolve(import.meta.dirname, "..");
 const args = process.argv.slice(2);
 const RUNS = Number(args.find((a) => a.startsWith("--runs="))?.slice(7) ?? 15);
+const ONLY_DEPLOYED = args.includes("--deployed");
 const OLD = args.find((a) => a.startsWith("--old="))?.slice(6) ?? "/usr/bin/node";
 const PACKAGED = path.join(ROOT, "node_modules/.bin/node");
 const BIN = path.join(ROOT, "bin/rvbox.js");
+const DIST_BIN = path.join(ROOT, "dist/bin/rvbox.js");
+
+const README = "after,  ./bin/rvbox.js (start-up snapshot)";
+const DEPLOYED = "deployed, node dist/bin/rvbox.js";
+const DEPLOYED_EXEC = "deployed, dist/bin/rvbox.js executed (snapshot)";
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
+/** CPU (user + system, ms) of this process's waited-for children so far: /proc/self/stat's cutime + cstime (Linux; 0 elsewhere). */
+function childrenCpu(): number {
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[13]) + Number(f[14])) * 10; // clock ticks of 10 ms (USER_HZ 100)
+  } catch {
+    return 0;
+  }
+}
+
+/** The CPU the last `ms` run took (all its processes: an exec'd or re-executed Node included). */
+let lastCpu = 0;
+
 function ms(cmd: string, argv: string[], env: NodeJS.ProcessEnv = process.env): number {
+  const c0 = childrenCpu();
   const t0 = process.hrtime.bigint();
   const r = spawnSync(cmd, argv, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"], env });
   const t = Number(process.hrtime.bigint() - t0) / 1e6;
+  lastCpu = childrenCpu() - c0;
   if (r.status !== 0) throw new Error(`${cmd} ${argv.join(" ")} exited ${r.status}: ${r.stderr.toString()}`);
   return t;
 }
@@ -68,6 +97,9 @@ async function main(): Promise<void> {
   const [maj = 0, min = 0] = oldVersion.split(".").map(Number);
   const withOld = oldVersion !== "" && (maj < 22 || (maj === 22 && min < 15));
   const newVersion = execFileSync(PACKAGED, ["-p", "process.versions.node"], { encoding: "utf8" }).trim();
+  if (!args.includes("--no-build")) execFileSync("npm", ["run", "build"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  const deployed = existsSync(DIST_BIN) && readFileSync(DIST_BIN, "utf8").startsWith("#!/bin/sh\n");
+  if (!deployed) console.log("bench:startup: dist/bin/rvbox.js is not a stamped `npm run build`: the deployed paths are left out");
 
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-startup-"));
   const operator = randomBytes(16).toString("hex");
@@ -124,11 +156,19 @@ async function main(): Promise<void> {
     const before = { ...cliEnv, RVBOX_BUNDLE: "0", NODE_DISABLE_COMPILE_CACHE: "1" };
     const bundled = { ...cliEnv, RVBOX_SNAPSHOT: "0" };
     // [label, program, its leading arguments, environment]
-    const ways: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
+    const all: Array<[string, string, string[], NodeJS.ProcessEnv]> = [
       [`before, node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], before],
       [`after,  node bin/rvbox.js (Node ${newVersion})`, PACKAGED, [BIN], bundled],
       [`after,  ./bin/rvbox.js, no snapshot (RVBOX_SNAPSHOT=0)`, BIN, [], bundled],
-      [`after,  ./bin/rvbox.js (start-up snapshot)`, BIN, [], cliEnv],
+      [README, BIN, [], cliEnv],
+      ...(deployed
+        ? ([
+            [`deployed, node dist/bin/rvbox.js, RVBOX_BUNDLE=0`, PACKAGED, [DIST_BIN], { ...cliEnv, RVBOX_BUNDLE: "0" }],
+            [`deployed, node dist/bin/rvbox.js, RVBOX_SNAPSHOT=0 (bundle)`, PACKAGED, [DIST_BIN], bundled],
+            [DEPLOYED, PACKAGED, [DIST_BIN], cliEnv],
+            [DEPLOYED_EXEC, DIST_BIN, [], cliEnv],
+          ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
+        : []),
       ...(withOld
         ? ([
             [`before, node bin/rvbox.js (Node ${oldVersion}, re-exec)`, OLD, [BIN], before],
@@ -138,6 +178,8 @@ async function main(): Promise<void> {
           ] as Array<[string, string, string[], NodeJS.ProcessEnv]>)
         : []),
     ];
+    // --deployed: the README's `rvbox` and the deployed ways only (more runs in the same time).
+    const ways = ONLY_DEPLOYED && deployed ? all.filter(([w]) => w === README || w.startsWith("deployed")) : all;
     // Warm-up: builds the bundle if it is missing or stale, fills the compile cache and the page cache.
     for (const [, argv] of commands) for (const [, cmd, pre, env] of ways) ms(cmd, [...pre, ...argv], env);
     // The start-up snapshot: the runs above start building it in the background; make sure it is there.
@@ -145,10 +187,20 @@ async function main(): Promise<void> {
     const bare: number[] = [];
     const bareOld: number[] = [];
     const t = commands.map(() => ways.map(() => [] as number[]));
+    const cpu = commands.map(() => ways.map(() => 0));
     for (let i = 0; i < RUNS; i++) {
       bare.push(ms(PACKAGED, ["-e", "0"]));
       if (withOld) bareOld.push(ms(OLD, ["-e", "0"]));
-      commands.forEach(([, argv], c) => ways.forEach(([, cmd, pre, env], w) => t[c]![w]!.push(ms(cmd, [...pre, ...argv], env))));
+      // Each round starts at the next way: a command's aftermath in the daemons (a `run`'s
+      // final writes) slows whichever way comes next, so no way may always come after the same one.
+      commands.forEach(([, argv], c) =>
+        ways.forEach((_, k) => {
+          const w = (k + i) % ways.length;
+          const [, cmd, pre, env] = ways[w]!;
+          t[c]![w]!.push(ms(cmd, [...pre, ...argv], env));
+          cpu[c]![w]! += lastCpu;
+        }),
+      );
     }
     const base = median(bare);
     console.log(
@@ -164,9 +216,25 @@ async function main(): Promise<void> {
       console.log(`  ${name}`);
       ways.forEach(([way], w) => {
         const m = median(t[c]![w]!);
-        console.log(`    ${way.padEnd(52)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0`);
+        const cpuMs = cpu[c]![w]! / RUNS;
+        console.log(
+          `    ${way.padEnd(60)} ${m.toFixed(0).padStart(5)} ms  ${(m / base).toFixed(1).padStart(5)}x node -e 0   CPU ${cpuMs.toFixed(0).padStart(4)} ms (mean)`,
+        );
       });
     });
+    if (deployed) {
+      // The deployed paths against the README's `rvbox` (issue 41: within 1.2x).
+      const at = (c: number, label: string) => median(t[c]![ways.findIndex(([w]) => w === label)]!);
+      const cpuAt = (c: number, label: string) => cpu[c]![ways.findIndex(([w]) => w === label)]!;
+      console.log(`  deployed / README (${README.trim()}):`);
+      commands.forEach(([name], c) => {
+        const readme = at(c, README);
+        console.log(
+          `    ${name.padEnd(30)} node dist/bin/rvbox.js ${(at(c, DEPLOYED) / readme).toFixed(2)}x (CPU ${(cpuAt(c, DEPLOYED) / cpuAt(c, README)).toFixed(2)}x)` +
+            ` | dist/bin/rvbox.js executed ${(at(c, DEPLOYED_EXEC) / readme).toFixed(2)}x (CPU ${(cpuAt(c, DEPLOYED_EXEC) / cpuAt(c, README)).toFixed(2)}x)`,
+        );
+      });
+    }
     const manifest = path.join(ROOT, "node_modules/.cache/rvbox-cli");
     if (existsSync(manifest)) console.log(`  (bundle cache: ${manifest})`);
   } finally {

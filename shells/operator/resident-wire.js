@@ -41,7 +41,7 @@ export const PROTOCOL_VERSION = 1;
  * Variables the CLI reads while its modules load, so fixed in a resident by
  * the command line that started it: a command line that sets any runs
  * without the resident (the start-up snapshot refuses the same ones:
- * LOAD_TIME_ENV in bin/cli-snapshot.js; a test keeps the two equal).
+ * LOAD_TIME_ENV in bin/cli-routes.js; a test keeps the two equal).
  */
 export const LOAD_TIME_VARIABLES = ["RVBOX_ZSTD", "BUF_BIGINT_DISABLE"];
 

@@ -1,0 +1,2 @@
+export function userCacheDir(env: NodeJS.ProcessEnv): string | undefined;
+export function startBuilt(build: string, script: string, args: readonly string[], env?: NodeJS.ProcessEnv): Promise<boolean>;
