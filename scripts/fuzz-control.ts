@@ -77,7 +77,7 @@ export interface FuzzReport {
   /** The well-behaved operator's own event-loop delay during the run (its latency includes it; the hostile side runs in another process). */
   fuzzerLoopDelayMs: { p99: number; max: number };
   crashes: string[];
-  audit: { adminAccepted: number; missing: string[]; dropped: number; error?: string };
+  audit: { adminAccepted: number; missing: string[]; dropped: number; full?: boolean; error?: string };
   agents: Record<string, string | null>;
   problems: string[];
 }
@@ -206,7 +206,7 @@ async function checks(fleet: Fleet, o: FuzzOptions, r: FuzzReport, accepted: str
     all: `ListClients failed: ${(err as Error).message}`,
   }));
   try {
-    const a = await missingFromAudit(admin, IDENTITIES.admin.name, accepted);
+    const a = await missingFromAudit(admin, IDENTITIES.admin.name, accepted, o.auditMax);
     r.audit = { adminAccepted: accepted.length, ...a };
   } catch (err) {
     r.audit = { adminAccepted: accepted.length, missing: [], dropped: 0, error: (err as Error).message };
@@ -214,7 +214,9 @@ async function checks(fleet: Fleet, o: FuzzOptions, r: FuzzReport, accepted: str
   if (r.crashes.length > 0) r.problems.push(`${r.crashes.length} crash(es)`);
   if (r.wellBehaved.failures.length > 0) r.problems.push(`${r.wellBehaved.failures.length} well-behaved failure(s)`);
   if (r.audit.error) r.problems.push(`audit log unreadable: ${r.audit.error}`);
-  if (r.audit.missing.length > 0) r.problems.push(`${r.audit.missing.length} admin call(s) missing from the audit log`);
+  // Missing entries are lost only if the log is not full of accepted entries, or more are missing than were dropped.
+  const lost = r.audit.missing.length > 0 && (!r.audit.full || r.audit.missing.length > r.audit.dropped);
+  if (lost) r.problems.push(`${r.audit.missing.length} admin call(s) missing from the audit log (not explained by newer accepted entries)`);
   for (const [id, why] of Object.entries(r.agents)) if (why !== null) r.problems.push(`agent ${id} does not run commands: ${why}`);
 }
 
@@ -280,7 +282,9 @@ export function formatReport(r: FuzzReport): string {
   out.push(
     row(
       "admin submits in the audit log",
-      au.error ? `unreadable: ${au.error}` : `${au.adminAccepted - au.missing.length} of ${au.adminAccepted} (${au.dropped} entries dropped)`,
+      au.error
+        ? `unreadable: ${au.error}`
+        : `${au.adminAccepted - au.missing.length} of ${au.adminAccepted} (${au.dropped} older entries dropped${au.full ? ", the log full of accepted entries" : ""})`,
     ),
   );
   for (const [id, why] of Object.entries(r.agents)) out.push(row(`agent ${id}`, why === null ? "connected, runs commands" : why));

@@ -80,8 +80,19 @@ export async function wellBehavedLoop(o: WellBehavedOptions): Promise<WellBehave
   return r;
 }
 
-/** The admin's accepted SubmitCommands missing from ListAudit (by issue UUID). */
-export async function missingFromAudit(admin: ControlClient, operator: string, uuids: string[]): Promise<{ missing: string[]; dropped: number }> {
+/**
+ * The admin's accepted SubmitCommands missing from ListAudit (by issue UUID),
+ * and whether their absence is explained: accepted entries are evicted only
+ * by newer accepted entries, so an entry may be missing only once the log
+ * holds its whole bound of accepted entries (`full`) and no more are missing
+ * than were dropped. Refused calls are kept apart and never take that room.
+ */
+export async function missingFromAudit(
+  admin: ControlClient,
+  operator: string,
+  uuids: string[],
+  auditMax: number,
+): Promise<{ missing: string[]; dropped: number; full: boolean }> {
   const res = await admin.listAudit({ operator, limit: 0 }, { timeoutMs: 30_000 });
   if (res.matched > BigInt(res.entries.length))
     throw new Error(`${res.matched} entries of ${operator}, more than one ListAudit page (${res.entries.length}): not all could be checked`);
@@ -90,7 +101,10 @@ export async function missingFromAudit(admin: ControlClient, operator: string, u
     if (e.rpc !== "SubmitCommand" || e.result !== "OK") continue;
     for (const word of e.summary.split(" ")) if (word.startsWith("id=")) seen.add(word.slice(3));
   }
-  return { missing: uuids.filter((u) => !seen.has(u)), dropped: Number(res.droppedEntries) };
+  // The log's room is taken by calls access let through (an access refusal in it, as before issue 38, is not).
+  const all = await admin.listAudit({ limit: 0 }, { timeoutMs: 30_000 });
+  const admitted = all.entries.filter((e) => e.result !== "PERMISSION_DENIED" && e.result !== "UNAUTHENTICATED").length;
+  return { missing: uuids.filter((u) => !seen.has(u)), dropped: Number(res.droppedEntries), full: admitted >= auditMax };
 }
 
 /** Per agent: null when it is connected and runs `echo`, otherwise why not. */
