@@ -62,6 +62,7 @@ import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { createContextValues } from "@connectrpc/connect";
 import { accessInterceptor } from "./access-interceptor.js";
 import { OpenStreams } from "./open-streams.js";
+import { decodeErrorsAsInvalid } from "./decode-errors.js";
 import { type AgentTokens, ANY_CLIENT, bearer, type OperatorToken } from "./auth.js";
 import { type Identity, identify, type OperatorIdentities } from "./operators.js";
 import type { AuditCall } from "../../core/index.js";
@@ -245,7 +246,12 @@ export class ServerDaemon {
         return v;
       },
       interceptors: [accessInterceptor(this)],
-      routes: (router) => router.service(ControlService, controlServiceImpl(this)),
+      routes: (router) => {
+        router.service(ControlService, controlServiceImpl(this));
+        router.handlers.forEach((h, i) => {
+          router.handlers[i] = decodeErrorsAsInvalid(h);
+        });
+      },
     });
     this.controlListener = new ControlListener((req, res) => {
       const id = identify(req.headers.authorization, this.opts.operators, this.opts.operatorToken);
