@@ -5,13 +5,16 @@ import { defaultServerConfig } from "../../core/index.js";
 import { createLogger, type Logger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
-import { ServerDaemon } from "../server/server-daemon.js";
+import { checkStoreUrl, ServerDaemon } from "../server/server-daemon.js";
+import { migrateToPostgres } from "../storage/migrate-store.js";
+import * as path from "node:path";
 import { daemonSignals, numericLimits, parseHostPort, settings } from "./config.js";
 
 export const SERVER_USAGE = `usage: rvbox server [--listen HOST:PORT] [--control HOST:PORT] [--data DIR | --store URL]
                     --agent-tokens FILE (--operator-token FILE | --identities FILE) [--config FILE]
                     [--log-level debug|info|warn|error] [--repair-store]
        rvbox server operator add NAME --role viewer|operator|admin [--selector SEL] --identities FILE
+       rvbox server migrate --from DATA_DIR --to postgres://USER@HOST:PORT/DATABASE
 
   --listen HOST:PORT       agent WebSocket endpoint, path /v1/agent (default 127.0.0.1:7400)
   --control HOST:PORT      ConnectRPC control API (default 127.0.0.1:7401)
@@ -148,8 +151,34 @@ export function operatorAdd(argv: string[], out: (line: string) => void = (l) =>
   return 0;
 }
 
+export const MIGRATE_USAGE = `usage: rvbox server migrate --from DATA_DIR --to postgres://USER@HOST:PORT/DATABASE
+
+Copies a stopped server's embedded store (its --data directory) into an empty
+PostgreSQL database, then checks the copy row by row and byte by byte against
+the source. Start the server with --store URL afterwards; the source is left
+as it was.`;
+
+/** `rvbox server migrate --from DIR --to URL`. */
+export async function migrateMain(argv: string[], out: (line: string) => void = (l) => void process.stderr.write(`${l}\n`)): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: { from: { type: "string" }, to: { type: "string" }, help: { type: "boolean", short: "h" } },
+    strict: true,
+  });
+  if (values.help) {
+    out(MIGRATE_USAGE);
+    return 0;
+  }
+  if (!values.from || !values.to) throw new Error(MIGRATE_USAGE);
+  if (!existsSync(path.join(values.from, "db"))) throw new Error(`--from ${values.from}: no server store there (no db/ directory)`);
+  const r = await migrateToPostgres(values.from, checkStoreUrl(values.to), defaultServerConfig().limits.segmentBytes, out);
+  out(`migrated ${r.commands} commands; start the server with --store ${values.to.replace(/\/\/[^@/]*@/, "//…@")}`);
+  return 0;
+}
+
 export async function serverMain(argv: string[]): Promise<number> {
   if (argv[0] === "operator") return operatorAdd(argv.slice(1));
+  if (argv[0] === "migrate") return migrateMain(argv.slice(1));
   const s = settings(argv, SERVER_OPTIONS, SERVER_USAGE);
   const tokensFile = s.get("agent-tokens");
   const operatorFile = s.get("operator-token");
