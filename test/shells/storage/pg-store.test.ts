@@ -5,6 +5,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
+import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
 import { PgServerStore } from "../../../shells/storage/pg-store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
@@ -50,6 +51,17 @@ describe("PostgreSQL store", () => {
     expect(await sql(url, "SELECT uuid, seq::int, original_size, length(zstd) AS n FROM output")).toEqual([{ uuid: "u3", seq: 1, original_size: 50, n: 50 }]);
     expect(await sql(url, "SELECT version FROM rvbox_schema")).toEqual([{ version: PG_SCHEMA_VERSION }]);
     await s.close();
+  });
+
+  it("opens over the Unix socket (postgres:///DB?host=SOCKET_DIR), the form DEPLOY.md uses with peer authentication", async () => {
+    await cluster.createDatabase("socket");
+    const url = checkStoreUrl(`postgres:///socket?host=${cluster.dir}&port=${cluster.port}&user=postgres`);
+    const s = await PgServerStore.open(url);
+    s.persist(outputEvent(1, "c", 1, 10));
+    await s.whenIdle();
+    expect(s.opened).toMatchObject({ store: "postgres", database: "socket" });
+    await s.close();
+    expect(await sql(cluster.url("socket"), "SELECT count(*)::int AS n FROM output")).toEqual([{ n: 1 }]);
   });
 
   it("refuses a database written by a newer server, saying so, and leaves it untouched", async () => {
