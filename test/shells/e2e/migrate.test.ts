@@ -27,7 +27,7 @@ describe("rvbox server migrate", () => {
       await waitFor("agent connected", () => a.connected);
       const programs = [
         ["sh", "-c", "echo hello; echo oops >&2; exit 3"],
-        ["sh", "-c", "i=0; while [ $i -lt 30000 ]; do echo \"row $i $((i * 31 % 977))\"; i=$((i+1)); done"],
+        ["sh", "-c", 'i=0; while [ $i -lt 30000 ]; do echo "row $i $((i * 31 % 977))"; i=$((i+1)); done'],
         ["true"],
       ];
       for (const argv of programs) {
