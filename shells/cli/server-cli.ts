@@ -6,7 +6,7 @@ import { createLogger, type Logger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
 import { checkStoreUrl, ServerDaemon } from "../server/server-daemon.js";
-import { migrateToPostgres } from "../storage/migrate-store.js";
+import { migrateToPostgres } from "../server/migrate-store.js";
 import * as path from "node:path";
 import { daemonSignals, numericLimits, parseHostPort, settings } from "./config.js";
 

@@ -13,10 +13,10 @@
  */
 import type { PersistRecord } from "../../core/index.js";
 import { eventKey, rowsOf } from "../../core/server/store.js";
-import type { Tables } from "./kv-store.js";
-import { PgServerStore } from "./pg-store.js";
-import type { ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
-import { ServerStorage } from "./server-storage.js";
+import type { Tables } from "../storage/kv-store.js";
+import { PgServerStore } from "../storage/pg-store.js";
+import type { ServerStore, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
+import { ServerStorage } from "../storage/server-storage.js";
 
 /** Records per persist, and persists between waits for durability: bounds what the copy holds in memory. */
 const BATCH_RECORDS = 256;
