@@ -16,11 +16,10 @@
  * restoreServer, with the digests of each command's recent output events.
  */
 import pg from "pg";
-import type { PersistEffect, PersistRecord } from "../../core/index.js";
+import type { PersistRecord } from "../../core/index.js";
 import type { OutputEventRow } from "../../core/server/store.js";
-import { GroupCommitter } from "./group-commit.js";
 import { prefixEnd, type Tables } from "./kv-store.js";
-import { isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
+import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
 import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements } from "./pg-schema.js";
 import { type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
 import { decodeValue, encodeValue } from "./value-codec.js";
@@ -37,31 +36,19 @@ const tableOf = (name: string): PgTable => {
   return t;
 };
 
-export class PgServerStore implements ServerStore {
+export class PgServerStore extends GroupCommittedStore implements ServerStore {
   readonly tables: Tables = new Map();
   opened: Readonly<Record<string, string | number | boolean>> = {};
-  onDurable: (through: number) => void = () => {};
-  onError: (err: unknown) => void = () => {};
-  private readonly writer = new GroupCommitter<StoreOp>(
-    (group) => this.commitGroup(group),
-    (err) => this.fail(err),
-  );
 
   private constructor(
     private readonly conn: pg.Client,
     private readonly pool: pg.Pool,
   ) {
+    super();
     // A connection PostgreSQL ends (restart, network) emits 'error': the writer's is a store
     // failure (fail-stop, reported once); an idle reader's is dropped by the pool.
     conn.on("error", (err) => this.fail(err));
     pool.on("error", () => {});
-  }
-
-  private failed = false;
-  private fail(err: unknown): void {
-    if (this.failed) return;
-    this.failed = true;
-    this.onError(err);
   }
 
   static async open(url: string): Promise<PgServerStore> {
@@ -124,23 +111,7 @@ export class PgServerStore implements ServerStore {
     }
   }
 
-  persist(effect: PersistEffect): void {
-    this.writer.push({ kind: "persist", effect });
-  }
-
-  dropOutput(uuid: string, throughSeq: number): void {
-    this.writer.push({ kind: "drop", uuid, throughSeq });
-  }
-
-  pruneOutput(uuid: string): void {
-    this.writer.push({ kind: "drop", uuid, throughSeq: Number.MAX_SAFE_INTEGER });
-  }
-
-  whenIdle(): Promise<void> {
-    return this.writer.whenIdle();
-  }
-
-  private async commitGroup(group: StoreOp[]): Promise<void> {
+  protected async commitGroup(group: StoreOp[]): Promise<void> {
     const { net, drops, maxId } = netOfGroup(group);
     const queries: Query[] = [];
     const output: OutputEventRow[] = [];

@@ -54,17 +54,15 @@
  * refuses to start unless told to repair. Older entries are checked when
  * read; a bad one is reported to that reader as data loss.
  */
-import { GroupCommitter } from "./group-commit.js";
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
-import type { PersistEffect } from "../../core/index.js";
 import { eventKey, eventPrefix, rowsOf, type OutputEventRow } from "../../core/server/store.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { PRIVATE_DIR_MODE, fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
-import { isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
+import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
 import type { FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
 import { inlineRun } from "./server-store.js";
 
@@ -155,19 +153,13 @@ interface SegmentRow {
   entries: number;
 }
 
-export class ServerStorage implements PersistSink, ServerStore {
+export class ServerStorage extends GroupCommittedStore implements PersistSink, ServerStore {
   /** What restoreServer reads; cleared by the daemon after the restore. */
   readonly tables: Tables;
   private readonly segDir: string;
-  private readonly writer = new GroupCommitter<StoreOp>(
-    (group) => this.commitGroup(group),
-    (err) => this.onError(err),
-  );
   private readonly open = new Map<string, OpenSegment>();
   private fileSeq = 0;
   private readonly prefix = Date.now().toString(36);
-  onDurable: (through: number) => void = () => {};
-  onError: (err: unknown) => void = () => {};
   /** Bytes of segment files written, for stats. */
   segmentBytesWritten = 0;
 
@@ -175,6 +167,7 @@ export class ServerStorage implements PersistSink, ServerStore {
     readonly db: DurableDb,
     private readonly opts: ServerStorageOptions,
   ) {
+    super();
     this.segDir = path.join(opts.dir, SEGMENT_DIR);
     this.tables = loadTables(db);
   }
@@ -276,38 +269,8 @@ export class ServerStorage implements PersistSink, ServerStore {
     }
   }
 
-  persist(effect: PersistEffect): void {
-    this.writer.push({ kind: "persist", effect });
-  }
-
-  /**
-   * The core dropped `uuid`'s output through `throughSeq` and the retention
-   * marker that records it is already durable (the core emits `drop_output`
-   * only after that persist: `afterDurable`), so the files it covers go in
-   * the next group. (They used to wait for the next persist, which a command
-   * that had gone quiet never made: fully covered segment files stayed on
-   * disk indefinitely.)
-   */
-  dropOutput(uuid: string, throughSeq: number): void {
-    this.writer.push({ kind: "drop", uuid, throughSeq });
-  }
-
-  /**
-   * The core pruned `uuid` from history and that is durable: delete every
-   * segment of it now, in a group of its own (no later persist need come).
-   * A crash first leaves rows naming a command that is gone; open deletes
-   * them (recoverSegments).
-   */
-  pruneOutput(uuid: string): void {
-    this.writer.push({ kind: "drop", uuid, throughSeq: Number.MAX_SAFE_INTEGER });
-  }
-
-  /** Resolves once everything queued so far is durable (or failed). */
-  whenIdle(): Promise<void> {
-    return this.writer.whenIdle();
-  }
-
-  private async commitGroup(group: StoreOp[]): Promise<void> {
+  /** One group: output to segment files, then one db batch; a prune drop deletes all of a command's segments (a crash before it leaves rows naming a command that is gone: recoverSegments deletes them at open). */
+  protected async commitGroup(group: StoreOp[]): Promise<void> {
     const { net, drops, maxId } = netOfGroup(group);
     // 1. Output frames and index entries, one write per file, then fsync.
     const stmts: Stmt[] = [];
