@@ -42,6 +42,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { CommandLifecycle as L, ControlErrorSchema, OutputStream, ShellType, SignalKind } from "../protos/gen/rvbox/v1/common_pb.js";
 import { ControlService, TerminalSource, type Command, type SubmitCommandRequestSchema } from "../protos/gen/rvbox/v1/control_pb.js";
 import { checkEcho, echoAwk, genAwk, genExpected, type GenParams, tickerExpected, tickerSh } from "./lib/chaos-output.js";
+import { Rng } from "./lib/rng.js";
 import { freePort, TcpProxy } from "./lib/tcp-proxy.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
@@ -158,32 +159,6 @@ export function parseChaosArgs(argv: string[]): Opts {
 // ------------------------------------------------------------------ small tools
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-class Rng {
-  private s: number;
-  constructor(seed: number) {
-    this.s = (seed ^ 0x9e3779b9) >>> 0 || 1;
-  }
-  next(): number {
-    // mulberry32
-    let t = (this.s = (this.s + 0x6d2b79f5) >>> 0);
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
-  }
-  pick<T>(xs: readonly T[]): T {
-    return xs[Math.floor(this.next() * xs.length)]!;
-  }
-  weighted<T extends string>(w: Partial<Record<T, number>>): T {
-    const es = Object.entries(w) as Array<[T, number]>;
-    let r = this.next() * es.reduce((s, [, v]) => s + v, 0);
-    for (const [k, v] of es) if ((r -= v) < 0) return k;
-    return es[es.length - 1]![0];
-  }
-}
 
 type Ctl = Client<typeof ControlService>;
 
@@ -308,7 +283,7 @@ class Chaos {
   startedAt = Date.now();
 
   constructor(readonly o: Opts) {
-    this.rng = new Rng(o.seed);
+    this.rng = new Rng((o.seed ^ 0x9e3779b9) >>> 0); // the mixing chaos always used: a seed replays as before
     this.dir = o.dir ?? mkdtempSync(path.join(os.tmpdir(), "rvbox-chaos-"));
     mkdirSync(this.dir, { recursive: true });
     this.bin = path.resolve(ROOT, o.dist, "bin/rvbox.js");

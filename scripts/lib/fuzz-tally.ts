@@ -1,40 +1,9 @@
 // What the control fuzzer (scripts/fuzz-control.ts) counts: calls sent by
-// kind, answers by code, anomalies; its seeded random choices; and a bounded
+// kind, answers by code, anomalies (its seeded random choices: rng.ts); and a bounded
 // call budget that every hostile loop draws from, so each ends by itself.
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 
-/** A small seeded PRNG (mulberry32): the same seed picks the same hostile mix. */
-export class Rng {
-  private s: number;
-  constructor(seed: number) {
-    this.s = seed >>> 0 || 1;
-  }
-  next(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let t = this.s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
-  }
-  pick<T>(xs: readonly T[]): T {
-    return xs[Math.floor(this.next() * xs.length)]!;
-  }
-  chance(p: number): boolean {
-    return this.next() < p;
-  }
-  /** Log-uniform in [lo, hi]: as many 1 KB ids as 1 MB ones. */
-  logSize(lo: number, hi: number): number {
-    return Math.round(Math.exp(Math.log(lo) + this.next() * (Math.log(hi) - Math.log(lo))));
-  }
-  bytes(n: number): Uint8Array {
-    const b = new Uint8Array(n);
-    for (let i = 0; i < n; i++) b[i] = Math.floor(this.next() * 256);
-    return b;
-  }
-}
+export { Rng } from "./rng.js";
 
 const inc = (m: Map<string, number>, k: string, by = 1): void => void m.set(k, (m.get(k) ?? 0) + by);
 

@@ -1,6 +1,6 @@
 // The CLI's link to the control API: a deadline for every unary call, and a
 // CA bundle for an https:// server with a private certificate.
-import { execFileSync } from "node:child_process";
+import { selfSignedCert } from "../support/tls.js";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTcpServer, type Server, type Socket } from "node:net";
@@ -37,40 +37,17 @@ describe("CLI transport", () => {
   });
 
   it("--ca FILE trusts a private CA for an https:// control API; without it the error names the certificate and --ca", async () => {
-    const key = join(dir, "key.pem");
-    const cert = join(dir, "cert.pem");
-    execFileSync(
-      "openssl",
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        key,
-        "-out",
-        cert,
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-      ],
-      { stdio: "ignore" },
-    );
-    const { readFileSync } = await import("node:fs");
+    const { key, cert, certFile } = selfSignedCert(dir);
     // Not an RVBox server: any answer past the TLS handshake proves the certificate was accepted.
-    const port = await listen(createHttpsServer({ key: readFileSync(key), cert: readFileSync(cert) }, (_req, res) => res.writeHead(404).end()));
+    const port = await listen(createHttpsServer({ key, cert }, (_req, res) => res.writeHead(404).end()));
     const url = `https://127.0.0.1:${port}`;
     const without = await cli(["ls", "--server", url, "--token", token]);
     expect(without.code).toBe(69);
     expect(without.stderr).toMatch(/cannot verify the TLS certificate .*--ca FILE or RVBOX_CA/);
-    const withCa = await cli(["ls", "--server", url, "--token", token, "--ca", cert]);
+    const withCa = await cli(["ls", "--server", url, "--token", token, "--ca", certFile]);
     expect(withCa.stderr).not.toMatch(/certificate/);
     expect(withCa.stderr).toMatch(/does not serve the RVBox control API/);
-    expect((await cli(["ls", "--server", url, "--token", token], { env: { RVBOX_CA: cert } })).stderr).toMatch(/does not serve the RVBox control API/);
+    expect((await cli(["ls", "--server", url, "--token", token], { env: { RVBOX_CA: certFile } })).stderr).toMatch(/does not serve the RVBox control API/);
     const missing = await cli(["ls", "--server", url, "--token", token, "--ca", join(dir, "nope.pem")]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain("--ca");

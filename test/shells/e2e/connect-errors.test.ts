@@ -3,11 +3,9 @@
  * level (info), with the hint a person needs, instead of `session_lost ...
  * websocket closed (1006)` or a bare status.
  */
-import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { selfSignedCert } from "../../support/tls.js";
 import { createServer as createHttpsServer } from "node:https";
 import { createServer as createTcpServer, type Server } from "node:net";
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
 import { createLogger } from "../../../shells/runtime/log.js";
@@ -69,32 +67,8 @@ describe("an agent that cannot connect says why at the default log level (issue 
 
   it("an untrusted certificate names the TLS error and --ca", async () => {
     const dir = await tempDir("rvbox-tls-");
-    const key = path.join(dir, "key.pem");
-    const cert = path.join(dir, "cert.pem");
-    execFileSync(
-      "openssl",
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        key,
-        "-out",
-        cert,
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-      ],
-      {
-        stdio: "ignore",
-      },
-    );
-    const tls = createHttpsServer({ key: readFileSync(key), cert: readFileSync(cert) }, (_req, res) => res.writeHead(404).end());
+    const { key, cert } = selfSignedCert(dir);
+    const tls = createHttpsServer({ key, cert }, (_req, res) => res.writeHead(404).end());
     const port = await listen(tls);
     try {
       const lines = await firstWarning(`wss://127.0.0.1:${port}/v1/agent`);

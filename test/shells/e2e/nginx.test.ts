@@ -1,6 +1,7 @@
 // R-T6: the shipped deploy/nginx/rvbox.conf, run by a real nginx with a
 // self-signed certificate, terminates TLS in front of the server: an agent's
 // session runs over wss:// and operators use the control API over https://.
+import { selfSignedCert } from "../../support/tls.js";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import * as path from "node:path";
@@ -37,28 +38,7 @@ describe.skipIf(!NGINX)("e2e: behind nginx (TLS termination)", () => {
   beforeAll(async () => {
     const dir = await tempDir("rvbox-nginx-");
     s = await startServer();
-    execFileSync(
-      "openssl",
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-keyout",
-        path.join(dir, "privkey.pem"),
-        "-out",
-        path.join(dir, "fullchain.pem"),
-        "-subj",
-        "/CN=localhost",
-        "-addext",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1",
-      ],
-      { stdio: "ignore" },
-    );
-    cert = readFileSync(path.join(dir, "fullchain.pem"));
+    cert = selfSignedCert(dir, { cn: "localhost", san: "DNS:localhost,IP:127.0.0.1", keyName: "privkey.pem", certName: "fullchain.pem" }).cert;
     port = await freePort();
     // The shipped site file, with this test's ports and paths.
     const site = readFileSync(path.join(ROOT, "deploy/nginx/rvbox.conf"), "utf8")
