@@ -89,6 +89,12 @@ export const SERVER_ACTIVE_METADATA_SHARE = 0.75;
 export const SERVER_HISTORY_MS = 30 * 24 * 60 * 60_000;
 /** Compact records of pruned commands kept, oldest forgotten first (~300 bytes each). */
 export const SERVER_PRUNED_LEDGER_MAX = 100_000;
+/**
+ * With the history in the store (limits.historyInStore, issue 39): ended
+ * commands held in memory at most, newest kept; older ones are read back from
+ * the store. Memory then grows with live commands, not with history.
+ */
+export const SERVER_HISTORY_HELD = 1_000;
 /** Commands pruned in one step at most (the rest wait for the next wake). */
 export const SERVER_PRUNES_PER_STEP = 256;
 export const SERVER_OUTPUT_PER_COMMAND_BYTES = 256 * MiB;
@@ -251,8 +257,8 @@ export const MAX_ISSUE_UUID_CHARS = 128;
 export const MAX_REQUEST_ID_CHARS = 256;
 /** An incident id (the server mints short ones). */
 export const MAX_INCIDENT_ID_CHARS = 128;
-/** A listing's page token (the server's are decimal offsets). */
-export const MAX_PAGE_TOKEN_CHARS = 32;
+/** A listing's page token (the server's: a decimal offset, or ListCommands' `created_at:uuid`). */
+export const MAX_PAGE_TOKEN_CHARS = 24 + MAX_ISSUE_UUID_CHARS;
 /** An operator name (--identities: 1..64 characters). */
 export const MAX_OPERATOR_NAME_CHARS = 64;
 /**

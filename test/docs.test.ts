@@ -74,7 +74,8 @@ describe("docs/CONFIG.md", () => {
   it("lists every configurable limit of both daemons with its actual default", async () => {
     const { defaultServerConfig, defaultAgentConfig } = await import("../core/index.js");
     for (const [heading, limits] of [
-      ['### Server limits (`"limits": {…}`)', defaultServerConfig().limits],
+      // historyInStore is the store's to set, not a configurable limit.
+      ['### Server limits (`"limits": {…}`)', (({ historyInStore: _, ...rest }) => rest)(defaultServerConfig().limits)],
       ['### Agent limits (`"limits": {…}`)', defaultAgentConfig("x").limits],
     ] as const) {
       const rows = table(heading);

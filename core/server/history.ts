@@ -30,6 +30,15 @@
 // New submits are refused with CODE_CAPACITY while active commands alone take
 // more than SERVER_ACTIVE_METADATA_SHARE of the tier, so history, final states
 // and event rows always have room (submit.ts).
+//
+// History in the store (`limits.historyInStore`, the shells' stores): the
+// database keeps the history, memory keeps what is live. Pruning then only
+// drops a settled command from memory: nothing is persisted or deleted (its
+// rows are durable already, and readers read them from the store), and it
+// also happens once more than `historyHeld` ended commands are held. The
+// ledger entry is kept in memory only; a restore builds the ledger from the
+// newest ended command rows instead of holding them (restore.ts). The
+// store's own retention deletes rows past `historyMs`.
 
 import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
@@ -65,7 +74,7 @@ export function pruneHistory(st: ServerState, ctx: ServerCtx): boolean {
   const lim = st.config.limits;
   let n = 0;
   for (const [uuid, endedAt] of st.history) {
-    const over = st.metaBytes > lim.metadataBudget;
+    const over = st.metaBytes > lim.metadataBudget || (lim.historyInStore && st.history.size > lim.historyHeld);
     const old = lim.historyMs > 0 && ctx.now - endedAt >= lim.historyMs;
     if (!over && !old) break;
     const c = st.commands.get(uuid)!;
@@ -84,24 +93,16 @@ function prune(st: ServerState, ctx: ServerCtx, c: ServerCommand): void {
     c.committed.storedThrough === c.ingest.receivedThrough && c.ingest.storedThrough === c.ingest.receivedThrough,
     `${c.uuid}: pruned with events not yet durable`,
   );
-  const entry: PrunedCommand = {
-    uuid: c.uuid,
-    clientId: c.clientId,
-    hash: c.hash,
-    state: c.state,
-    terminalSource: c.exit.terminalSource,
-    storedThrough: c.ingest.storedThrough,
-    exitCode: c.exit.exitCode,
-    endedAt: c.endedAt,
-    at: ctx.now,
-  };
-  ctx.persist(commandDelete(c.uuid));
-  ctx.persist(eventsDelete(c.uuid));
-  if (c.output.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
-  ctx.persist(prunedRecord(entry));
-  // Output files go once the batch that forgets the command is durable.
-  // (Retention never drops a command's last segment: no segments, no files.)
-  if (c.output.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
+  const entry = ledgerEntry(c, ctx.now);
+  if (!st.config.limits.historyInStore) {
+    ctx.persist(commandDelete(c.uuid));
+    ctx.persist(eventsDelete(c.uuid));
+    if (c.output.retention.length > 0) ctx.persist(retentionDelete(c.uuid));
+    ctx.persist(prunedRecord(entry));
+    // Output files go once the batch that forgets the command is durable.
+    // (Retention never drops a command's last segment: no segments, no files.)
+    if (c.output.segments.length > 0) ctx.afterDurable({ kind: "prune", uuid: c.uuid });
+  }
   if (c.output.storedOutputBytes > 0) {
     const bytes = c.output.storedOutputBytes;
     c.output.storedOutputBytes = 0;
@@ -119,7 +120,9 @@ function forgetPruned(st: ServerState, ctx: ServerCtx): void {
   for (const uuid of st.pruned.keys()) {
     if (st.pruned.size <= st.config.limits.prunedMax) break;
     st.pruned.delete(uuid);
-    ctx.persist(prunedDelete(uuid));
+    // (With the history in the store the entry has no row, unless a store
+    // without it wrote one: that row stays, and a restore bounds the ledger.)
+    if (!st.config.limits.historyInStore) ctx.persist(prunedDelete(uuid));
   }
 }
 
@@ -137,13 +140,35 @@ export function missingMessage(st: ServerState, uuid: string): string {
   return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state}${exit} and was pruned from history`;
 }
 
-export function restoreHistory(st: ServerState, pruned: Iterable<[string, PrunedRow]>): void {
+/**
+ * The history index and the ledger from what a restore loaded. `archived`:
+ * ended commands the store keeps but memory does not hold (history in the
+ * store): they join the ledger as if pruned when they ended, and the ledger
+ * keeps its newest prunedMax.
+ */
+export function restoreHistory(st: ServerState, pruned: Iterable<[string, PrunedRow]>, archived: PrunedCommand[] = []): void {
   const ended = [...st.commands.values()].filter((c) => isTerminal(c.state));
   ended.sort((a, b) => a.endedAt - b.endedAt || a.createdAt - b.createdAt);
   for (const c of ended) st.history.set(c.uuid, c.endedAt);
-  const ledger = [...pruned].map(([, v]) => v);
+  const ledger = [...[...pruned].map(([, v]) => v), ...archived];
   ledger.sort((a, b) => a.at - b.at || a.endedAt - b.endedAt);
-  for (const p of ledger) if (!st.commands.has(p.uuid)) st.pruned.set(p.uuid, { ...p });
+  const skip = Math.max(0, ledger.length - (archived.length > 0 ? st.config.limits.prunedMax : ledger.length));
+  for (const p of ledger.slice(skip)) if (!st.commands.has(p.uuid)) st.pruned.set(p.uuid, { ...p });
+}
+
+/** What the ledger keeps of an ended command (prune). */
+export function ledgerEntry(c: ServerCommand, at: number): PrunedCommand {
+  return {
+    uuid: c.uuid,
+    clientId: c.clientId,
+    hash: c.hash,
+    state: c.state,
+    terminalSource: c.exit.terminalSource,
+    storedThrough: c.ingest.storedThrough,
+    exitCode: c.exit.exitCode,
+    endedAt: c.endedAt,
+    at,
+  };
 }
 
 export function historyInvariants(st: ServerState): void {

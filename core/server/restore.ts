@@ -7,10 +7,10 @@ import * as LIM from "../limits.js";
 import { SERVER_RECENT_DIGESTS } from "../limits.js";
 import { rngFromSeed } from "../rng.js";
 import { newGate } from "../step-context.js";
-import type { ServerCommand, ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
-import { type ScriptRow, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
+import type { PrunedCommand, ServerCommand, ServerConfig, ServerDeferred, ServerState } from "./server-types.js";
+import { type CommandRow, type ScriptRow, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
 import { restoreAudit } from "./audit.js";
-import { restoreHistory } from "./history.js";
+import { ledgerEntry, restoreHistory } from "./history.js";
 import { restoreIncidentIndex } from "./incidents.js";
 import { restoreJobs } from "./jobs.js";
 import { recharge } from "./metadata.js";
@@ -37,6 +37,8 @@ export function defaultServerConfig(): ServerConfig {
       metadataBudget: LIM.SERVER_METADATA_BUDGET_BYTES,
       historyMs: LIM.SERVER_HISTORY_MS,
       prunedMax: LIM.SERVER_PRUNED_LEDGER_MAX,
+      historyInStore: false,
+      historyHeld: LIM.SERVER_HISTORY_HELD,
       maxClients: LIM.MAX_CLIENTS,
       auditMax: LIM.MAX_AUDIT_ENTRIES,
       maxFollowStreams: LIM.MAX_FOLLOW_STREAMS,
@@ -116,8 +118,23 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
 }
 
 export function restoreCommands(st: ServerState, tables: ServerTables): void {
-  loadCommands(st, tables);
-  restoreHistory(st, rowsOf(tables, "pruned"));
+  if (!st.config.limits.historyInStore) {
+    loadCommands(st, tables);
+    restoreHistory(st, rowsOf(tables, "pruned"));
+    return;
+  }
+  // History in the store: no ended command is held, each is a ledger entry.
+  // (No job waits for one: a job records its child's end in the step that
+  // ends it, so their rows share a batch; jobInvariants checks it.)
+  const archived: PrunedCommand[] = [];
+  const live = (_: string, r: CommandRow): boolean => !isTerminal(r.state);
+  for (const [, r] of rowsOf(tables, "command")) {
+    if (live("", r)) continue;
+    const c = restoreCommand(r, undefined);
+    archived.push(ledgerEntry(c, c.endedAt));
+  }
+  loadCommands(st, tables, live);
+  restoreHistory(st, rowsOf(tables, "pruned"), archived);
 }
 
 /**
@@ -125,10 +142,11 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
  * recent digests, the active and output indexes and the metadata charge
  * (not the history index or the pruned ledger). Returns them, in row order.
  */
-export function loadCommands(st: ServerState, tables: ServerTables): ServerCommand[] {
+export function loadCommands(st: ServerState, tables: ServerTables, hold: (uuid: string, r: CommandRow) => boolean = () => true): ServerCommand[] {
   const scripts = tables.get("script");
   const added: ServerCommand[] = [];
   for (const [uuid, r] of rowsOf(tables, "command")) {
+    if (!hold(uuid, r)) continue;
     const c = restoreCommand(r, scripts?.get(uuid) as ScriptRow | undefined);
     st.commands.set(uuid, c);
     added.push(c);

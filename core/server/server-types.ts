@@ -37,6 +37,15 @@ export interface ServerLimits {
   historyMs: number;
   /** Compact records of pruned commands kept (oldest forgotten first). */
   prunedMax: number;
+  /**
+   * The store keeps the history (history.ts): pruning a command only drops it
+   * from memory, its rows stay (the store's own retention deletes them by
+   * historyMs), and a restore holds no ended command but as a ledger entry.
+   * False: pruning deletes the rows (the store holds only what memory does).
+   */
+  historyInStore: boolean;
+  /** With historyInStore: ended commands held in memory at most (the newest). */
+  historyHeld: number;
   /** Client records kept; a hello naming a new client id past it is refused (CODE_CAPACITY). */
   maxClients: number;
   /** Audit entries kept (audit.ts); past it the oldest go first and are counted as dropped. */

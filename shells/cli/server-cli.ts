@@ -1,7 +1,7 @@
 /** `rvbox server`: flags/config -> ServerDaemon, until SIGINT/SIGTERM. */
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { type ParseArgsConfig, parseArgs } from "node:util";
-import { defaultServerConfig } from "../../core/index.js";
+import { defaultServerConfig, type ServerLimits } from "../../core/index.js";
 import { createLogger, type Logger, parseLogLevel } from "../runtime/log.js";
 import { AgentTokens, OperatorToken } from "../server/auth.js";
 import { identityError, mintToken, OperatorIdentities, operatorLine, type Role } from "../server/operators.js";
@@ -48,6 +48,12 @@ export const SERVER_OPTIONS = {
 // A token or identities file with nothing in it is refused, at start and on a
 // reload (which then keeps the previous set): caught empty mid-write, or
 // emptied by mistake, it would lock every agent or every operator out.
+
+/** The limits a config file may set: every numeric one (the store decides historyInStore). */
+function settableLimits(): Omit<ServerLimits, "historyInStore"> {
+  const { historyInStore: _, ...rest } = defaultServerConfig().limits;
+  return rest;
+}
 
 function loadAgentTokens(file: string): AgentTokens {
   let t: AgentTokens;
@@ -206,7 +212,7 @@ export async function serverMain(argv: string[]): Promise<number> {
     agentTokens,
     ...(operatorToken ? { operatorToken } : {}),
     ...(operators ? { operators } : {}),
-    limits: numericLimits(s.object("limits"), defaultServerConfig().limits, "limits", ["historyMs", "followStreamsAdminReserve"]),
+    limits: numericLimits(s.object("limits"), settableLimits(), "limits", ["historyMs", "followStreamsAdminReserve"]),
     repairStore: s.bool("repair-store"),
     log,
   });

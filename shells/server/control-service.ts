@@ -67,10 +67,13 @@ import {
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { decompressRun } from "../zstd/index.js";
-import type { FrameReader, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
+import type { FrameReader, ListPosition, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
 import type { ServerDaemon } from "./server-daemon.js";
 import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
 import type { Identity } from "./operators.js";
+import { readRefusal } from "./access.js";
+import { MAX_ISSUE_UUID_CHARS } from "../../core/limits.js";
+import { restoreCommand } from "../../core/server/store.js";
 import type { OpenStream, StreamMethod } from "./open-streams.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
@@ -259,6 +262,38 @@ function audited(hctx: HandlerContext): AuditCall | undefined {
   return a.call;
 }
 
+/** A ListCommands page token: where the page ended (`createdAt:uuid`; the listing's order is created_at, then uuid). */
+function pageToken(c: ServerCommand): string {
+  return `${c.createdAt}:${c.uuid}`;
+}
+
+/** The position a page token names; undefined: not one of ours. */
+function parsePageToken(t: string): ListPosition | undefined {
+  const at = t.indexOf(":");
+  const createdAt = Number(t.slice(0, at));
+  const uuid = t.slice(at + 1);
+  if (at <= 0 || !Number.isFinite(createdAt) || uuid === "" || uuid.length > MAX_ISSUE_UUID_CHARS) return undefined;
+  return { createdAt, uuid };
+}
+
+/**
+ * A command as readers see it: held in memory, else its stored row (the
+ * history in the store: the committed view of a command memory let go of),
+ * else NOT_FOUND. A row read from the store is checked against the caller's
+ * selector as the access rules check a held command.
+ */
+export async function readCommand(d: ServerDaemon, uuid: string, who: Identity | null | undefined): Promise<ServerCommand> {
+  const held = d.state.commands.get(uuid);
+  if (held) return held;
+  const row = await d.storage.readCommand(uuid);
+  const now = d.state.commands.get(uuid);
+  if (now) return now;
+  if (!row) throw toConnectError({ code: Code.NOT_FOUND, message: missingMessage(d.state, uuid) });
+  const why = readRefusal(who, row.clientId, d.state);
+  if (why) throw new ConnectError(why, ConnectCode.PermissionDenied);
+  return restoreCommand(row, undefined);
+}
+
 export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlService> {
   const command = (uuid: string): ServerCommand => {
     const c = d.state.commands.get(uuid);
@@ -378,27 +413,27 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       return { command: toCommand(command(uuid), d) };
     },
 
-    async getCommand(req) {
-      return { command: toCommand(command(req.issueUuid), d) };
+    async getCommand(req, hctx) {
+      return { command: toCommand(await readCommand(d, req.issueUuid, hctx.values.get(IDENTITY_KEY)), d) };
     },
 
     async listCommands(req) {
-      const states = new Set(req.states);
-      let list = [...d.state.commands.values()].filter(
-        (c) =>
-          c.committed.state !== CommandLifecycle.UNSPECIFIED &&
-          (req.clientId === "" || c.clientId === req.clientId) &&
-          (states.size === 0 || states.has(c.committed.state)),
-      );
-      list.sort((a, b) => b.createdAt - a.createdAt || (a.uuid < b.uuid ? -1 : 1));
-      const start = req.pageToken === "" ? 0 : Number.parseInt(req.pageToken, 10);
-      if (!Number.isSafeInteger(start) || start < 0) throw invalid("bad page_token");
       const size = req.pageSize === 0 ? 1000 : Math.min(req.pageSize, 10_000);
-      const page = list.slice(start, start + size);
-      list = [];
+      const after = req.pageToken === "" ? null : parsePageToken(req.pageToken);
+      if (after === undefined) throw invalid("bad page_token: pass the next_page_token of the previous page");
+      const rows = await d.storage.listCommands({
+        clientIds: req.clientId === "" ? null : [req.clientId],
+        states: req.states,
+        createdFrom: 0,
+        createdBefore: 0,
+        after,
+        limit: size,
+      });
+      const page = rows.map((r) => restoreCommand(r, undefined));
+      const last = page.at(-1);
       return {
         commands: page.map((c) => toCommand(c, d)),
-        nextPageToken: start + size < d.state.commands.size && page.length === size ? String(start + size) : "",
+        nextPageToken: page.length === size && last ? pageToken(last) : "",
       };
     },
 
@@ -412,7 +447,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         const batched = req.maxBatchBytes > 0;
         const budget = batched ? Math.min(req.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
         const zstd = batched && req.acceptZstd;
-        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, { signal }, budget, zstd)) {
+        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, { signal }, budget, zstd, ctx.values.get(IDENTITY_KEY))) {
           if (s.ended) break;
           if (!batched || batch.length === 1) yield* batch;
           else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
@@ -805,6 +840,7 @@ export async function* follow(
   ctx: { signal: AbortSignal },
   budget: number,
   zstd = false,
+  who?: Identity | null,
 ): AsyncGenerator<FollowItem[]> {
   let next = Math.max(1, from);
   let markerThrough = 0;
@@ -861,15 +897,21 @@ export async function* follow(
   };
   // History pruning may remove a finished command between two reads (its
   // segments go with it): the reader is told so, never shown a short stream.
-  const current = (): ServerCommand => {
+  // A command memory let go of is read from the store (its row no longer
+  // changes: it is read once).
+  let stored: ServerCommand | null = null;
+  const current = async (): Promise<ServerCommand> => {
     const c = d.state.commands.get(uuid);
     if (c) return c;
-    throw toConnectError({
-      code: Code.NOT_FOUND,
-      message: next > 1 ? `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` : missingMessage(d.state, uuid),
-    });
+    try {
+      stored ??= await readCommand(d, uuid, who);
+      return stored;
+    } catch (err) {
+      if (next <= 1 || ConnectError.from(err).code !== ConnectCode.NotFound) throw err;
+      throw toConnectError({ code: Code.NOT_FOUND, message: `${missingMessage(d.state, uuid)} while being read (through event ${next - 1})` });
+    }
   };
-  current();
+  await current();
   // A reader resuming from a later event has had everything before it: start each stream
   // where those events left it, so retention ranges are clipped to what it has not seen and
   // are not held back for bytes it already has.
@@ -890,7 +932,7 @@ export async function* follow(
   try {
     for (;;) {
       if (ctx.signal.aborted) return;
-      let c = current();
+      let c = await current();
       const through = c.committed.storedThrough;
       while (next <= through) {
         const rows = await d.storage.readEvents(uuid, next, through, FOLLOW_ROWS);
@@ -927,7 +969,7 @@ export async function* follow(
             const item = eventItem(uuid, v, data.get(seq), zstd);
             if (item === "gone") {
               // Retention removed it while we were reading: the marker says so.
-              c = current();
+              c = await current();
               if (!covered(c, seq)) throw new ConnectError(`output ${uuid}/${seq} is missing from the segment store`, ConnectCode.DataLoss);
               const m2 = due(c, seq);
               if (m2) batch.push(m2);
@@ -955,7 +997,7 @@ export async function* follow(
           next = through + 1;
         }
       }
-      c = current();
+      c = await current();
       const settled = isTerminal(c.committed.state) && next > c.committed.storedThrough;
       if (settled || !keepFollowing) {
         // Nothing is left to continue the stream up to a held range: send it as it is.

@@ -57,6 +57,7 @@ import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
 import type { ServerStore } from "../storage/server-store.js";
+import { HistorySweep } from "./history-sweep.js";
 import { PgServerStore } from "../storage/pg-store.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { createContextValues } from "@connectrpc/connect";
@@ -104,6 +105,8 @@ export interface ServerDaemonOptions {
   /** Named operator identities with roles (--identities FILE, operators.ts). */
   operators?: OperatorIdentities;
   limits?: Partial<ServerLimits>;
+  /** How often the history sweep runs (ms; HISTORY_SWEEP_EVERY_MS). */
+  historySweepMs?: number;
   staging?: StagingLimits;
   writer?: WriterLimits;
   log?: Logger;
@@ -180,6 +183,8 @@ export class ServerDaemon {
   private readonly controlListener: ControlListener;
   private readonly wss: WebSocketServer;
   private readonly deadlineTimer: NodeJS.Timeout;
+  /** Deletes history past limits.historyMs from a store that keeps it. */
+  readonly historySweep: HistorySweep;
   private closing = false;
   /** Last inbound activity per client id (for ListClients), deadline clock. */
   readonly lastActivity = new Map<string, number>();
@@ -197,7 +202,8 @@ export class ServerDaemon {
     this.peerLog = new RateLimitedLog(this.log);
     this.ports = realPorts();
     const config = defaultServerConfig();
-    config.limits = { ...config.limits, ...opts.limits };
+    // Where the history lives is the store's: a store that keeps it leaves rows in place at prune.
+    config.limits = { ...config.limits, ...opts.limits, historyInStore: storage.keepsHistory };
     this.state = restoreServer(config, tablesView(storage.tables), opts.seed ?? Math.floor(Math.random() * 2 ** 31));
     // The loaded rows are only needed for the restore.
     storage.tables.clear();
@@ -274,6 +280,13 @@ export class ServerDaemon {
       for (const c of this.conns.values()) c.writer.checkDeadline(now);
     }, 1000);
     this.deadlineTimer.unref();
+    this.historySweep = new HistorySweep(
+      storage,
+      () => this.state.config.limits.historyMs,
+      () => this.loop.now(),
+      this.log,
+      opts.historySweepMs,
+    );
   }
 
   static async start(opts: ServerDaemonOptions): Promise<ServerDaemon> {
@@ -285,7 +298,7 @@ export class ServerDaemon {
         `limits: followStreamsAdminReserve (${limits.followStreamsAdminReserve}) must be less than maxFollowStreams (${limits.maxFollowStreams})`,
       );
     const storage: ServerStore = opts.store
-      ? await PgServerStore.open(checkStoreUrl(opts.store))
+      ? await PgServerStore.open(checkStoreUrl(opts.store), { ledgerRows: limits.prunedMax })
       : await ServerStorage.open({
           dir: opts.dataDir,
           segmentBytes: limits.segmentBytes,
@@ -620,6 +633,7 @@ export class ServerDaemon {
     if (this.closing) return;
     this.closing = true;
     clearInterval(this.deadlineTimer);
+    await this.historySweep.close();
     for (const c of this.conns.values()) c.ws.terminate();
     this.controlListener.destroyAll();
     await Promise.all([closeServer(this.agentHttp), closeServer(this.controlHttp)]);

@@ -9,6 +9,10 @@
  * arrived, so any server can read them.
  */
 import type { ServerTableName } from "../../core/server/store.js";
+import { TERMINAL } from "../../core/dispatch/lifecycle.js";
+
+/** The lifecycle states that end a command, as stored in commands.state (ascending). */
+export const TERMINAL_STATES: number[] = [...TERMINAL].sort((a, b) => a - b);
 
 /** The schema version this server writes; a database at a newer one is refused. */
 export const PG_SCHEMA_VERSION = 1;
@@ -106,6 +110,9 @@ export function schemaStatements(): string[] {
   }
   out.push("CREATE INDEX IF NOT EXISTS commands_client ON commands (client_id, created_at)");
   out.push("CREATE INDEX IF NOT EXISTS commands_state ON commands (state)");
+  // ListCommands pages (newest first) and the history's retention sweep.
+  out.push('CREATE INDEX IF NOT EXISTS commands_created ON commands (created_at DESC, key COLLATE "C")');
+  out.push(`CREATE INDEX IF NOT EXISTS commands_ended ON commands (ended_at) WHERE state IN (${TERMINAL_STATES.join(", ")})`);
   out.push("CREATE INDEX IF NOT EXISTS events_uuid_seq ON events (uuid, seq)");
   return out;
 }

@@ -10,23 +10,39 @@
  * transaction stops the writer for good (fail-stop, like the embedded
  * store): nothing after it is acknowledged.
  *
- * Reads (readEvents, frames) go through a small pool and see committed rows
- * only. At open the schema is created or checked (a database written by a
- * newer server is refused), and every row is loaded in first-write order for
- * restoreServer, with the digests of each command's recent output events.
+ * Reads (readEvents, frames, command rows) go through a small pool and see
+ * committed rows only. At open the schema is created or checked (a database
+ * written by a newer server is refused), and the rows restoreServer needs
+ * are loaded in first-write order, with the digests of each command's recent
+ * output events. The store keeps the history (keepsHistory): a server loads
+ * its live commands' rows and only the newest ended command rows (its
+ * ledger, `ledgerRows`), and reads older ones on demand; `sweepHistory`
+ * deletes what is past the retention.
  */
 import pg from "pg";
 import type { PersistRecord } from "../../core/index.js";
-import type { OutputEventRow } from "../../core/server/store.js";
+import type { CommandRow, OutputEventRow } from "../../core/server/store.js";
 import { prefixEnd, type Tables } from "./kv-store.js";
 import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
-import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements } from "./pg-schema.js";
-import { type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
+import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements, TERMINAL_STATES } from "./pg-schema.js";
+import { type CommandQuery, type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
 import { decodeValue, encodeValue } from "./value-codec.js";
 
 /** Recent event digests the core keeps per command for resend checks (core SERVER_RECENT_DIGESTS), as the embedded store loads them. */
 const RECENT_DIGESTS = 1024;
 const READ_POOL = 4;
+
+/** Per-command tables: their rows are loaded only for live commands when history is not loaded whole. */
+const PER_COMMAND: Record<string, string> = { event: "uuid", stdin: "uuid", retention: "uuid", script: "key" };
+
+export interface PgOpenOptions {
+  /**
+   * Load every row (undefined: what `rvbox server migrate` verifies), or the
+   * live commands' rows and the newest `ledgerRows` ended command rows (what
+   * a server restores: its ledger).
+   */
+  ledgerRows?: number;
+}
 
 type Query = { text: string; values: unknown[] };
 
@@ -51,14 +67,16 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     pool.on("error", () => {});
   }
 
-  static async open(url: string): Promise<PgServerStore> {
+  readonly keepsHistory = true;
+
+  static async open(url: string, opts: PgOpenOptions = {}): Promise<PgServerStore> {
     const conn = new pg.Client({ connectionString: url });
     await conn.connect();
     const pool = new pg.Pool({ connectionString: url, max: READ_POOL });
     const s = new PgServerStore(conn, pool);
     try {
       const version = await s.migrate();
-      await s.load();
+      await s.load(opts.ledgerRows);
       const u = new URL(url);
       s.opened = { store: "postgres", host: u.host, database: u.pathname.slice(1), schema: version };
     } catch (err) {
@@ -89,10 +107,11 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     }
   }
 
-  /** Every row for restoreServer, per table in first-write order; recent output digests as event rows. */
-  private async load(): Promise<void> {
+  /** The rows for restoreServer, per table in first-write order; recent output digests as event rows. */
+  private async load(ledgerRows: number | undefined): Promise<void> {
+    const all = ledgerRows === undefined;
     for (const [core, t] of Object.entries(PG_TABLES) as Array<[string, PgTable]>) {
-      const r = await this.conn.query<{ key: string; row: Buffer }>(`SELECT key, row FROM ${t.name} ORDER BY ord`);
+      const r = await this.conn.query<{ key: string; row: Buffer }>(loadQuery(core, t, all), loadParams(core, all, ledgerRows));
       if (r.rows.length === 0) continue;
       const m = new Map<string, unknown>();
       for (const x of r.rows) m.set(x.key, decodeValue(x.row));
@@ -100,8 +119,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     }
     const recent = await this.conn.query<{ uuid: string; seq: string; digest: number }>(
       `SELECT o.uuid, o.seq, o.digest FROM ${OUTPUT_TABLE} o JOIN commands c ON c.key = o.uuid
-       WHERE o.seq > c.stored_through - $1 ORDER BY o.uuid, o.seq`,
-      [RECENT_DIGESTS],
+       WHERE o.seq > c.stored_through - $1 ${all ? "" : "AND NOT (c.state = ANY($2))"} ORDER BY o.uuid, o.seq`,
+      all ? [RECENT_DIGESTS] : [RECENT_DIGESTS, TERMINAL_STATES],
     );
     let events = this.tables.get("event");
     if (!events && recent.rows.length > 0) this.tables.set("event", (events = new Map()));
@@ -166,6 +185,52 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     return new PgFrameReader(this.pool);
   }
 
+  async readCommand(uuid: string): Promise<CommandRow | undefined> {
+    const r = await this.pool.query<{ row: Buffer }>("SELECT row FROM commands WHERE key = $1", [uuid]);
+    return r.rows[0] ? (decodeValue(r.rows[0].row) as CommandRow) : undefined;
+  }
+
+  async listCommands(q: CommandQuery): Promise<CommandRow[]> {
+    const where: string[] = [];
+    const values: unknown[] = [];
+    const arg = (v: unknown): string => `$${values.push(v)}`;
+    if (q.clientIds !== null) where.push(`client_id = ANY(${arg(q.clientIds)}::text[])`);
+    if (q.states.length > 0) where.push(`state = ANY(${arg(q.states)}::smallint[])`);
+    if (q.createdFrom > 0) where.push(`created_at >= ${arg(q.createdFrom)}`);
+    if (q.createdBefore > 0) where.push(`created_at < ${arg(q.createdBefore)}`);
+    if (q.after) {
+      const t = arg(q.after.createdAt);
+      where.push(`(created_at < ${t} OR (created_at = ${t} AND key > ${arg(q.after.uuid)}))`);
+    }
+    const text = `SELECT row FROM commands ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, key LIMIT ${arg(q.limit)}`;
+    const r = await this.pool.query<{ row: Buffer }>(text, values);
+    return r.rows.map((x) => decodeValue(x.row) as CommandRow);
+  }
+
+  /** Ended commands past the retention, oldest first, with every row of theirs, in one transaction. */
+  async sweepHistory(endedBefore: number, limit: number): Promise<number> {
+    const c = await this.pool.connect();
+    try {
+      await c.query("BEGIN");
+      const gone = await c.query<{ key: string }>(
+        "DELETE FROM commands WHERE key IN (SELECT key FROM commands WHERE state = ANY($1) AND ended_at < $2 ORDER BY ended_at LIMIT $3) RETURNING key",
+        [TERMINAL_STATES, endedBefore, limit],
+      );
+      const uuids = gone.rows.map((x) => x.key);
+      if (uuids.length > 0) {
+        for (const [core, col] of Object.entries(PER_COMMAND)) await c.query(`DELETE FROM ${tableOf(core).name} WHERE ${col} = ANY($1::text[])`, [uuids]);
+        await c.query(`DELETE FROM ${OUTPUT_TABLE} WHERE uuid = ANY($1::text[])`, [uuids]);
+      }
+      await c.query("COMMIT");
+      return uuids.length;
+    } catch (err) {
+      await c.query("ROLLBACK").catch(() => {});
+      throw err;
+    } finally {
+      c.release();
+    }
+  }
+
   async close(): Promise<void> {
     await this.writer.close();
     await this.end();
@@ -175,6 +240,23 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     await this.conn.end().catch(() => {});
     await this.pool.end().catch(() => {});
   }
+}
+
+/** The load of one table: every row, or (history not loaded whole) live commands and the newest ended ones. */
+function loadQuery(core: string, t: PgTable, all: boolean): string {
+  if (all) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
+  if (core === "command")
+    return `SELECT key, row FROM commands WHERE NOT (state = ANY($1)) OR key IN
+      (SELECT key FROM commands WHERE state = ANY($1) ORDER BY ended_at DESC LIMIT $2) ORDER BY ord`;
+  const col = PER_COMMAND[core];
+  if (col === undefined) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
+  return `SELECT x.key, x.row FROM ${t.name} x JOIN commands c ON c.key = x.${col} WHERE NOT (c.state = ANY($1)) ORDER BY x.ord`;
+}
+
+function loadParams(core: string, all: boolean, ledgerRows: number | undefined): unknown[] {
+  if (all) return [];
+  if (core === "command") return [TERMINAL_STATES, ledgerRows];
+  return PER_COMMAND[core] === undefined ? [] : [TERMINAL_STATES];
 }
 
 /** The statements that apply one net record to its table (output events excepted). */

@@ -57,14 +57,15 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
-import { eventKey, eventPrefix, rowsOf, type OutputEventRow } from "../../core/server/store.js";
+import { type CommandRow, eventKey, eventPrefix, rowsOf, type OutputEventRow } from "../../core/server/store.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { PRIVATE_DIR_MODE, fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
-import type { FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
-import { inlineRun } from "./server-store.js";
+import type { CommandQuery, FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
+import { inlineRun, pageOf } from "./server-store.js";
+import { decodeValue } from "./value-codec.js";
 
 export const SEGMENT_DIR = "segments";
 export const INDEX_ENTRY_BYTES = 64;
@@ -398,6 +399,24 @@ export class ServerStorage extends GroupCommittedStore implements PersistSink, S
   }
 
   // ------------------------------------------------------------------ reads
+
+  /** The embedded store holds what memory holds: pruning deletes a command's rows (history.ts). */
+  readonly keepsHistory = false;
+
+  async sweepHistory(): Promise<number> {
+    return 0;
+  }
+
+  async readCommand(uuid: string): Promise<CommandRow | undefined> {
+    const r = this.db.query<{ v: Uint8Array }>("SELECT v FROM kv WHERE t = 'command' AND k = ?", [uuid]);
+    return r[0] ? (decodeValue(r[0].v) as CommandRow) : undefined;
+  }
+
+  /** Every command row decoded and filtered: the embedded store holds at most the metadata tier's worth. */
+  async listCommands(q: CommandQuery): Promise<CommandRow[]> {
+    const rows = this.db.query<{ v: Uint8Array }>("SELECT v FROM kv WHERE t = 'command'").map((r) => decodeValue(r.v) as CommandRow);
+    return pageOf(rows, q);
+  }
 
   /**
    * Stored events of `uuid` with fromSeq <= seq <= toSeq, in order, at most

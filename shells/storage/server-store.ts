@@ -13,10 +13,12 @@
  * that records it is durable) and `pruneOutput` (history, after the batch
  * that forgets the command is durable). Reads are of committed rows only:
  * `readEvents` for a command's stored events and a `FrameReader` for the
- * stored zstd frames of its output events.
+ * stored zstd frames of its output events; `readCommand` and `listCommands`
+ * for command rows (the committed view of each: with the history in the
+ * store, memory holds only what is live).
  */
 import type { PersistEffect } from "../../core/index.js";
-import type { EventRow, OutputEventRow } from "../../core/server/store.js";
+import type { CommandRow, EventRow, OutputEventRow } from "../../core/server/store.js";
 import type { Tables } from "./kv-store.js";
 
 /**
@@ -49,6 +51,51 @@ export interface FrameReader {
   close(): Promise<void>;
 }
 
+/**
+ * A page of ListCommands: newest first (created_at descending, then uuid
+ * ascending), the rows strictly after `after` in that order.
+ */
+export interface CommandQuery {
+  /** Only these clients (null: every client). */
+  clientIds: readonly string[] | null;
+  /** Only these lifecycle states (empty: every state). */
+  states: readonly number[];
+  /** Created at or after / before (wall clock ms; 0: no bound). */
+  createdFrom: number;
+  createdBefore: number;
+  after: ListPosition | null;
+  limit: number;
+}
+
+/** Where a page of ListCommands ended: its last row's creation time and uuid. */
+export interface ListPosition {
+  createdAt: number;
+  uuid: string;
+}
+
+/** Whether a command row belongs in a query's listing (the stores that filter in JavaScript use it). */
+export function inQuery(r: Pick<CommandRow, "clientId" | "state" | "createdAt">, q: CommandQuery): boolean {
+  return (
+    (q.clientIds === null || q.clientIds.includes(r.clientId)) &&
+    (q.states.length === 0 || q.states.includes(r.state)) &&
+    (q.createdFrom === 0 || r.createdAt >= q.createdFrom) &&
+    (q.createdBefore === 0 || r.createdAt < q.createdBefore)
+  );
+}
+
+/** The listing's order: newest first, then by uuid. */
+export function listOrder(a: ListPosition, b: ListPosition): number {
+  return b.createdAt - a.createdAt || (a.uuid < b.uuid ? -1 : a.uuid > b.uuid ? 1 : 0);
+}
+
+/** One page of `rows` (any order) for `q`, in listing order. */
+export function pageOf<T extends Pick<CommandRow, "clientId" | "state" | "createdAt" | "uuid">>(rows: Iterable<T>, q: CommandQuery): T[] {
+  const out: T[] = [];
+  for (const r of rows) if (inQuery(r, q) && (q.after === null || listOrder(q.after, r) < 0)) out.push(r);
+  out.sort(listOrder);
+  return out.length > q.limit ? out.slice(0, q.limit) : out;
+}
+
 export interface ServerStore {
   /** The rows restoreServer reads at start; the daemon clears them once restored. */
   readonly tables: Tables;
@@ -64,6 +111,22 @@ export interface ServerStore {
   /** Stored events of `uuid` with fromSeq <= seq <= toSeq, in seq order, at most `limit`. */
   readEvents(uuid: string, fromSeq: number, toSeq: number, limit: number): Promise<StoredEventRow[]>;
   frameReader(): FrameReader;
+  /** The stored row of command `uuid` (undefined: none). */
+  readCommand(uuid: string): Promise<CommandRow | undefined>;
+  /** One page of stored command rows (CommandQuery). */
+  listCommands(q: CommandQuery): Promise<CommandRow[]>;
+  /**
+   * Whether pruning leaves a command's rows in the store (the core's
+   * limits.historyInStore): the store keeps the history and deletes it by
+   * age itself (`sweepHistory`).
+   */
+  readonly keepsHistory: boolean;
+  /**
+   * Delete ended commands (with their events, output and markers) that ended
+   * before `endedBefore` (deadline clock ms), at most `limit`; returns how
+   * many. Only a store that keepsHistory does anything.
+   */
+  sweepHistory(endedBefore: number, limit: number): Promise<number>;
   close(): Promise<void>;
 }
 

@@ -71,6 +71,7 @@ import {
   type ServerConfig,
   type ServerEffect,
   type ServerInput,
+  type ServerCommand,
   type ServerState,
 } from "../../core/index.js";
 import { handleReconcileRequest, sendSnapshot } from "../../core/agent/reconcile.js";
@@ -79,7 +80,7 @@ import { commandView, lifecycleName, type CommandInfo } from "../../core/reader/
 import { newCursor, step as cursorStep, type FollowCursor } from "../../core/reader/follow-cursor.js";
 import type { OutputItem, StreamName } from "../../core/reader/items.js";
 import { missingMessage } from "../../core/server/history.js";
-import type { EventRow, RetentionRow } from "../../core/server/store.js";
+import { type EventRow, type RetentionRow, type ServerTables, restoreCommand, rowOf, rowsOf } from "../../core/server/store.js";
 import { activeCounts, auditView, claimView, clientView, incidentView, sessionView, toJob, type FleetReader } from "../../shells/server/control-service.js";
 import { decompressValidated } from "../../shells/zstd/decompress.js";
 import { testPorts } from "./ports.js";
@@ -102,6 +103,10 @@ export class Disk {
   tables(): { get(t: string): ReadonlyMap<string, unknown> | undefined } {
     const snap = structuredClone(this.durable);
     return { get: (t) => snap.get(t) };
+  }
+  /** The durable tables as they are now, uncopied (for reads that change nothing). */
+  view(): { get(t: string): ReadonlyMap<string, unknown> | undefined } {
+    return { get: (t) => this.durable.get(t) };
   }
 }
 
@@ -153,15 +158,32 @@ export function fleetOf(st: ServerState, wallStep = 0): FleetReader {
   return { state: st, lastActivity: new Map(), sessionInfo: () => undefined, toWall: (t) => t + wallStep };
 }
 
-/** GetCommand: the operator's view of a command (the committed view only); undefined: NOT_FOUND. */
-export function commandOf(st: ServerState, uuid: string, wallStep = 0): CommandInfo | undefined {
-  const c = st.commands.get(uuid);
+/**
+ * GetCommand: the operator's view of a command (the committed view only);
+ * undefined: NOT_FOUND. With the history in the store, a command memory no
+ * longer holds is read from its durable row (`durable`: the disk's tables),
+ * as the daemon reads it from its store.
+ */
+export function commandOf(st: ServerState, uuid: string, wallStep = 0, durable?: ServerTables): CommandInfo | undefined {
+  const c = st.commands.get(uuid) ?? storedCommand(st, uuid, durable);
   return c ? commandView(c, (t) => t + wallStep) : undefined;
 }
 
-/** ListCommands (all pages): the commands with a committed state, newest first. */
-export function listCommandsOf(st: ServerState, wallStep = 0): CommandInfo[] {
-  return [...st.commands.values()]
+function storedCommand(st: ServerState, uuid: string, durable: ServerTables | undefined): ServerCommand | undefined {
+  if (!st.config.limits.historyInStore || !durable) return undefined;
+  const row = rowOf(durable, "command", uuid);
+  return row ? restoreCommand(row, undefined) : undefined;
+}
+
+/**
+ * ListCommands (all pages): the commands with a committed state, newest
+ * first; with the history in the store, every durable command row (the
+ * committed view of each), as the daemon lists them from its store.
+ */
+export function listCommandsOf(st: ServerState, wallStep = 0, durable?: ServerTables): CommandInfo[] {
+  const all =
+    st.config.limits.historyInStore && durable ? [...rowsOf(durable, "command")].map(([, r]) => restoreCommand(r, undefined)) : [...st.commands.values()];
+  return all
     .filter((c) => c.committed.state !== CommandLifecycle.UNSPECIFIED)
     .sort((a, b) => b.createdAt - a.createdAt || (a.uuid < b.uuid ? -1 : 1))
     .map((c) => commandView(c, (t) => t + wallStep));
@@ -768,19 +790,19 @@ export class Pair {
 
   /** GetCommand: the operator's view (committed state, exit code, …); throws if the server does not know it. */
   command(uuid: string): CommandInfo {
-    const c = commandOf(this.server, uuid, this.wallStep);
+    const c = commandOf(this.server, uuid, this.wallStep, this.serverDisk.view());
     if (!c) throw new Error(`GetCommand ${uuid}: NOT_FOUND`);
     return c;
   }
 
   /** GetCommand's NOT_FOUND message (`no command …`, or how a pruned command ended); undefined when it is found. */
   notFound(uuid: string): string | undefined {
-    return this.server.commands.has(uuid) ? undefined : missingMessage(this.server, uuid);
+    return this.findCommand(uuid) ? undefined : missingMessage(this.server, uuid);
   }
 
   /** GetCommand, undefined for NOT_FOUND. */
   findCommand(uuid: string): CommandInfo | undefined {
-    return commandOf(this.server, uuid, this.wallStep);
+    return commandOf(this.server, uuid, this.wallStep, this.serverDisk.view());
   }
 
   /** What `rvbox logs <uuid>` prints: the durable stored events through the follow cursor. */
@@ -866,7 +888,7 @@ export class Pair {
 
   /** ListCommands: every command with a committed state (what `rvbox ls` lists). */
   listCommands(): CommandInfo[] {
-    return listCommandsOf(this.server, this.wallStep);
+    return listCommandsOf(this.server, this.wallStep, this.serverDisk.view());
   }
 
   /** Frames of a kind on the wire, optionally only those to (or, with `from`, from) one node. */

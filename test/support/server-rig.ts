@@ -223,19 +223,19 @@ export class ServerRig {
 
   /** GetCommand: the operator's view (committed state, exit code, …); throws if the server does not know it. */
   command(uuid: string): CommandInfo {
-    const c = commandOf(this.st, uuid, this.wallStep);
+    const c = commandOf(this.st, uuid, this.wallStep, this.disk.view());
     if (!c) throw new Error(`GetCommand ${uuid}: NOT_FOUND`);
     return c;
   }
 
   /** GetCommand's NOT_FOUND message (`no command …`, or how a pruned command ended); undefined when it is found. */
   notFound(uuid: string): string | undefined {
-    return this.st.commands.has(uuid) ? undefined : missingMessage(this.st, uuid);
+    return this.findCommand(uuid) ? undefined : missingMessage(this.st, uuid);
   }
 
   /** GetCommand, undefined for NOT_FOUND. */
   findCommand(uuid: string): CommandInfo | undefined {
-    return commandOf(this.st, uuid, this.wallStep);
+    return commandOf(this.st, uuid, this.wallStep, this.disk.view());
   }
 
   /** What a follower is shown of a command's durable events (needs `store`). */
@@ -311,7 +311,7 @@ export class ServerRig {
 
   /** ListCommands: every command with a committed state. */
   listCommands(): CommandInfo[] {
-    return listCommandsOf(this.st, this.wallStep);
+    return listCommandsOf(this.st, this.wallStep, this.disk.view());
   }
 
   sent(effects: ServerEffect[], conn?: number, kind?: string) {

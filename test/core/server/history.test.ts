@@ -489,3 +489,56 @@ describe("history invariants catch their corruptions", () => {
     });
   }
 });
+
+describe("history in the store (issue 39: memory holds what is live)", () => {
+  const inStore = (over: Partial<ServerRig["cfg"]["limits"]> = {}) => new ServerRig({ historyInStore: true, historyHeld: 2, ...over });
+
+  it("holds at most historyHeld ended commands, tested at n and n+1; the rest stay in the store, read back by GetCommand", () => {
+    const r = inStore();
+    const c = r.connect();
+    finish(r, c, "h1", "one");
+    finish(r, c, "h2");
+    // n = historyHeld: both held.
+    expect([...r.st.history.keys()]).toEqual(["h1", "h2"]); // internal: what memory holds is the point of the bound
+    r.now += 10;
+    finish(r, c, "h3");
+    // n + 1: the oldest leaves memory; nothing is deleted and no output is dropped.
+    expect([...r.st.history.keys()]).toEqual(["h2", "h3"]);
+    expect(r.log.some((e) => e.type === "prune_output")).toBe(false);
+    expect(durable(r, "command").sort()).toEqual(["h1", "h2", "h3"]);
+    expect(durable(r, "pruned")).toEqual([]);
+    // The operator still sees it whole, from its durable rows.
+    expect(r.command("h1")).toMatchObject({ state: "succeeded", exitCode: 0 });
+    expect(r.outputOf("h1").stdout).toBe("one");
+    expect(
+      r
+        .listCommands()
+        .map((x) => x.uuid)
+        .sort(),
+    ).toEqual(["h1", "h2", "h3"]);
+    // And the protocol answers as for any pruned command: a repeated submit never runs it again.
+    expect(r.submit("a", "h1", argv("true"))).toMatchObject({ ok: false, error: { code: Code.ALREADY_EXECUTED } });
+    expect(r.submit("a", "h1", argv("false"))).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+  });
+
+  it("a restart holds no ended command: each becomes a ledger entry (newest prunedMax) and answers as before", () => {
+    const r = inStore({ historyHeld: 10, prunedMax: 2 });
+    const c = r.connect();
+    for (const u of ["e1", "e2", "e3"]) {
+      finish(r, c, u);
+      r.now += 10;
+    }
+    r.submit("a", "live", argv("sleep", "9"));
+    const back = new ServerRig({ historyInStore: true, historyHeld: 10, prunedMax: 2 });
+    back.disk = r.disk;
+    back.st = restoreServer(back.cfg, r.disk.tables(), 2);
+    serverInvariants(back.st);
+    // internal: memory after the restart is the live command and the ledger, nothing of the history
+    expect([...back.st.commands.keys()]).toEqual(["live"]);
+    expect([...back.st.pruned.keys()]).toEqual(["e2", "e3"]);
+    // What the operator sees is the same: every command, read from the store.
+    expect(back.listCommands()).toEqual(r.listCommands());
+    expect(back.command("e1")).toEqual(r.command("e1"));
+    expect(back.submit("a", "e3", argv("true"))).toMatchObject({ ok: false, error: { code: Code.ALREADY_EXECUTED } });
+  });
+});

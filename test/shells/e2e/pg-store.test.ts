@@ -52,6 +52,57 @@ describe("server on PostgreSQL", () => {
     }
   });
 
+  it("the history lives in PostgreSQL: the server holds at most historyHeld ended commands, reads the rest back (GetCommand, ListCommands pages, logs), holds none after a restart, and deletes what is past historyMs", async () => {
+    const store = await cluster.createDatabase("e2e_history");
+    let s = await startServer({ store, limits: { historyHeld: 2 } });
+    const a = await startAgent(s.url, "pg-h");
+    const uuids: string[] = [];
+    try {
+      await waitFor("agent connected", () => a.connected);
+      for (let i = 1; i <= 5; i++) {
+        const r = await s.client.submitCommand({ clientId: "pg-h", program: { case: "argv", value: { argv: ["echo", `run ${i}`] } } });
+        uuids.push(r.command!.issueUuid);
+        expect((await collect(s.client, uuids.at(-1)!)).finished?.state).toBe(L.SUCCEEDED);
+      }
+      // internal: what memory holds is what this issue bounds (the operator sees no difference, below)
+      await waitFor("history bounded", () => s.daemon.state.history.size <= 2);
+      expect(s.daemon.state.commands.has(uuids[0]!)).toBe(false);
+      const check = async () => {
+        for (const [i, u] of uuids.entries()) {
+          expect((await s.client.getCommand({ issueUuid: u })).command?.state).toBe(L.SUCCEEDED);
+          expect((await collect(s.client, u)).stdout.toString()).toBe(`run ${i + 1}\n`);
+        }
+        const pages: string[][] = [];
+        let token = "";
+        do {
+          const p = await s.client.listCommands({ clientId: "pg-h", pageSize: 2, pageToken: token });
+          pages.push(p.commands.map((c) => c.issueUuid));
+          token = p.nextPageToken;
+        } while (token !== "");
+        expect(pages.flat()).toEqual([...uuids].reverse());
+        expect(pages.map((p) => p.length)).toEqual([2, 2, 1]);
+      };
+      await check();
+      await a.close();
+      await s.close();
+      s = await startServer({ store, limits: { historyHeld: 2 } });
+      // internal: a restart holds no ended command (each is a ledger entry), yet every one reads back.
+      expect(s.daemon.state.history.size).toBe(0);
+      await check();
+      // A repeated submit of a command memory let go of is refused: it never runs twice.
+      await expect(
+        s.client.submitCommand({ issueUuid: uuids[0]!, clientId: "pg-h", program: { case: "argv", value: { argv: ["echo", "run 1"] } } }),
+      ).rejects.toThrow(/already/i);
+      await s.close();
+      s = await startServer({ store, limits: { historyMs: 1 }, historySweepMs: 50 });
+      await waitFor("history swept", async () => (await s.client.listCommands({ clientId: "pg-h" })).commands.length === 0);
+      await expect(s.client.getCommand({ issueUuid: uuids[0]! })).rejects.toThrow(/NOT_FOUND|not_found|no command/i);
+    } finally {
+      await a.close().catch(() => {});
+      await s.close();
+    }
+  });
+
   it("a --store that is not a PostgreSQL URL is refused with a clear error", () => {
     expect(() => checkStoreUrl("mysql://x/db")).toThrow("expected a postgres:// URL");
     expect(() => checkStoreUrl("not a url")).toThrow("expected a PostgreSQL URL");

@@ -4,7 +4,7 @@
 // passes it before the daemon may open it.
 import { afterAll, describe, expect, it } from "vitest";
 import type { PersistEffect, PersistRecord } from "../../../core/index.js";
-import type { ServerStore, StoredEventRow, StoredOutputRow } from "../../../shells/storage/server-store.js";
+import type { CommandQuery, ServerStore, StoredEventRow, StoredOutputRow } from "../../../shells/storage/server-store.js";
 
 /** How a suite gets stores: a fresh location, and a store opened (or reopened) on one. */
 export interface StoreFactory<L> {
@@ -156,5 +156,58 @@ export function describeStoreContract<L>(name: string, f: StoreFactory<L>): void
       ]);
       await s2.close();
     });
+
+    it("readCommand and listCommands: the committed rows, newest first (then by uuid), by client, state and creation time, paged after a position", async () => {
+      const s = await f.open(await f.location());
+      const rows = [cmd("c1", "web-1", 5, 100), cmd("c2", "web-2", 6, 200), cmd("c3", "web-1", 2, 300), cmd("c4", "web-1", 5, 300), cmd("c0", "web-1", 5, 300)];
+      s.persist({ type: "persist", id: 1, records: rows.map((v) => ({ table: "command", key: v.uuid, value: v })) });
+      await s.whenIdle();
+      expect(await s.readCommand("c2")).toEqual(rows[1]);
+      expect(await s.readCommand("nope")).toBeUndefined();
+      const q = { clientIds: null, states: [], createdFrom: 0, createdBefore: 0, after: null, limit: 100 };
+      const ids = async (over: Partial<CommandQuery>) => (await s.listCommands({ ...q, ...over })).map((r) => r.uuid);
+      expect(await ids({})).toEqual(["c0", "c3", "c4", "c2", "c1"]);
+      expect(await ids({ clientIds: ["web-1"] })).toEqual(["c0", "c3", "c4", "c1"]);
+      expect(await ids({ clientIds: ["web-1"], states: [5] })).toEqual(["c0", "c4", "c1"]);
+      expect(await ids({ createdFrom: 200, createdBefore: 300 })).toEqual(["c2"]);
+      // Pages: each after the last row of the one before, none lost or repeated across equal times.
+      expect(await ids({ limit: 2 })).toEqual(["c0", "c3"]);
+      expect(await ids({ limit: 2, after: { createdAt: 300, uuid: "c3" } })).toEqual(["c4", "c2"]);
+      expect(await ids({ limit: 2, after: { createdAt: 200, uuid: "c2" } })).toEqual(["c1"]);
+      await s.close();
+    });
+
+    it("sweepHistory: a store that keeps the history deletes ended commands past the age, oldest first, with their events and output; live ones and younger ones stay", async () => {
+      const s = await f.open(await f.location());
+      const rows = [cmd("old1", "a", 5, 1, 10), cmd("old2", "a", 6, 2, 20), cmd("young", "a", 5, 3, 500), cmd("live", "a", 4, 4, 0)];
+      s.persist({ type: "persist", id: 1, records: rows.map((v) => ({ table: "command", key: v.uuid, value: v })) });
+      for (const [i, u] of ["old1", "old2", "young", "live"].entries())
+        s.persist({ ...outputEvent(2 + i, u, 1, 10), records: [outputRecord(u, 1, 10), lifecycle(u, 2)] });
+      await s.whenIdle();
+      if (!s.keepsHistory) {
+        expect(await s.sweepHistory(1000, 100)).toBe(0);
+        expect(await s.readCommand("old1")).toBeDefined();
+        await s.close();
+        return;
+      }
+      expect(await s.sweepHistory(100, 1)).toBe(1);
+      expect(await s.readCommand("old1")).toBeUndefined();
+      expect(await s.readCommand("old2")).toBeDefined();
+      expect(await s.sweepHistory(100, 10)).toBe(1);
+      for (const u of ["old1", "old2"]) expect(await s.readEvents(u, 1, 10, 10)).toEqual([]);
+      for (const u of ["young", "live"]) {
+        expect(await s.readCommand(u)).toBeDefined();
+        const ev = await s.readEvents(u, 1, 10, 10);
+        expect(seqs(ev)).toEqual([1, 2]);
+        expect((await framesOf(s, ev)).get(1)).toEqual(new Uint8Array(10).fill(1));
+      }
+      expect(await s.sweepHistory(100, 10)).toBe(0);
+      await s.close();
+    });
   });
+}
+
+/** A command row with what listing and retention read (the rest of a real row is opaque to a store). */
+function cmd(uuid: string, clientId: string, state: number, createdAt: number, endedAt = 0) {
+  return { uuid, clientId, state, createdAt, endedAt, storedThrough: 0 };
 }
