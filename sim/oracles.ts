@@ -120,6 +120,8 @@ export class Oracles implements ExecObserver {
   readonly dropped = new Map<string, number>();
   /** Commands durably pruned from the server's history: uuid -> {state, source}. */
   readonly prunedDurable = new Map<string, { state: number; terminalSource: string }>();
+  /** History in the store: every command whose durable row is terminal (its rows stay when memory lets go of it). */
+  readonly archived = new Map<string, { state: number; terminalSource: string }>();
   private readonly leaked = new Set<string>();
   private readonly stdinReqs = new Map<string, Uint8Array[]>();
   private readonly stdinSeen = new Map<string, { seq: number; idx: number }>();
@@ -142,6 +144,10 @@ export class Oracles implements ExecObserver {
   readonly jobs = new JobOracle((oracle, message) => this.fail(oracle, message));
 
   constructor(private readonly w: World) {}
+
+  private get historyInStore(): boolean {
+    return this.w.swarm.historyInStore;
+  }
 
   fail(oracle: string, message: string): never {
     throw new SimFailure(oracle, message, this.w.q.now);
@@ -363,7 +369,10 @@ export class Oracles implements ExecObserver {
           const v = r.value as CommandRow;
           const dt = this.durableTerminal.get(r.key);
           if (dt !== undefined && v.state !== dt) this.fail("terminal", `durable record of ${r.key} changed from terminal ${L[dt]} to ${L[v.state]}`);
-          if (isTerminal(v.state)) this.durableTerminal.set(r.key, v.state);
+          if (isTerminal(v.state)) {
+            this.durableTerminal.set(r.key, v.state);
+            if (this.historyInStore) this.archived.set(r.key, { state: v.state, terminalSource: v.terminalSource });
+          }
         }
       }
     }
@@ -374,12 +383,12 @@ export class Oracles implements ExecObserver {
     this.checkRetention();
     this.seenState = new Map();
     for (const [uuid, s] of this.acked) {
-      if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid))
+      if (!st.commands.has(uuid) && !this.prunedDurable.has(uuid) && !this.archived.has(uuid))
         this.fail("R-D1", `acknowledged submit ${uuid} (${s.clientId}) lost across a server restart`);
     }
     for (const [uuid, dt] of this.durableTerminal) {
       const c = st.commands.get(uuid);
-      const p = this.prunedDurable.get(uuid);
+      const p = this.prunedDurable.get(uuid) ?? this.archived.get(uuid);
       if (!c && p && p.state === dt && st.pruned.get(uuid)?.state === dt) continue;
       if (!c || c.state !== dt) this.fail("terminal", `${uuid} durably ${L[dt]} restored as ${c ? L[c.state] : "missing"}`);
     }
@@ -393,6 +402,8 @@ export class Oracles implements ExecObserver {
    */
   private prunedNow(st: ServerState): Map<string, { state: number; terminalSource: string }> {
     const out = new Map(this.prunedDurable);
+    // History in the store: an ended command memory let go of is still there, in its durable row.
+    for (const [uuid, p] of this.archived) out.set(uuid, p);
     for (const [uuid, p] of st.pruned) out.set(uuid, p);
     for (const uuid of st.commands.keys()) out.delete(uuid);
     return out;
@@ -401,6 +412,7 @@ export class Oracles implements ExecObserver {
   /** The server shell deletes every segment file of `uuid` now: it was pruned from history. */
   pruneOutput(uuid: string): void {
     this.stats.prunes++;
+    if (this.historyInStore) this.fail("terminal", `output of ${uuid} deleted though the store keeps the history`);
     if (!this.prunedDurable.has(uuid)) this.fail("terminal", `output of ${uuid} deleted before its pruning was durable`);
   }
 

@@ -43,6 +43,11 @@ export interface Swarm {
   downMaxMs: number;
   clockSkewMs: number;
   smallLimits: boolean;
+  /**
+   * The server's store keeps the history (PostgreSQL's way, limits.historyInStore):
+   * pruning only leaves memory, a restore holds ended commands as ledger entries.
+   */
+  historyInStore: boolean;
   maxRunning: number;
   maxQueued: number;
   mix: BehaviourMix;
@@ -109,6 +114,8 @@ export function drawSwarm(seed: number, opts: SwarmOptions = {}): Swarm {
     downMaxMs: r.range(1_000, 120_000),
     clockSkewMs: faults.clock_skew ? r.range(1_000, 10 * 60_000) : 0,
     smallLimits: small,
+    // Drawn from a stream of its own, so every other draw of a seed is what it was.
+    historyInStore: new Rng(seed).fork("history-in-store").chance(0.5),
     maxRunning: r.range(1, 4),
     maxQueued: r.range(1, 16),
     mix: {

@@ -76,7 +76,9 @@ export function agentConfigFor(client: number, sw: Swarm): AgentConfig {
 }
 
 export function serverConfigFor(sw: Swarm): ServerConfig {
-  const base = defaultServerConfig();
+  const d = defaultServerConfig();
+  // History in the store: with small limits a few ended commands are held, so eviction runs often.
+  const base = sw.historyInStore ? { ...d, limits: { ...d.limits, historyInStore: true, historyHeld: sw.smallLimits ? 4 : d.limits.historyHeld } } : d;
   if (!sw.smallLimits) return base;
   return {
     ...base,

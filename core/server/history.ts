@@ -132,9 +132,8 @@ export function prunedFor(st: ServerState, uuid: string, clientId: string): Prun
   return p && p.clientId === clientId ? p : undefined;
 }
 
-/** What an operator is told about a uuid the server no longer holds. */
-export function missingMessage(st: ServerState, uuid: string): string {
-  const p = st.pruned.get(uuid);
+/** What an operator is told about a uuid the server no longer holds (`p`: its ledger entry, or the store's record of it). */
+export function missingMessage(st: ServerState, uuid: string, p: PrunedCommand | undefined = st.pruned.get(uuid)): string {
   if (!p) return `no command ${uuid}`;
   const exit = p.exitCode !== null && p.exitCode !== 0 ? ` (exit ${p.exitCode})` : "";
   return `command ${uuid} ended ${L[p.state]?.toLowerCase() ?? p.state}${exit} and was pruned from history`;

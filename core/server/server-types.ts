@@ -645,6 +645,12 @@ export type ControlRequest =
       queueExpiry?: number;
       /** Queue it for a client id the server does not know (never registered, or forgotten). */
       allowUnknownClient?: boolean;
+      /**
+       * History in the store: the store's record of this uuid, an ended
+       * command memory and the ledger no longer hold (the shell reads it
+       * first), so a repeated submit is answered as for a pruned one.
+       */
+      stored?: PrunedCommand;
     }
   | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean; afterRequestId?: string }
   | { op: "close_stdin"; requestId: string; uuid: string }

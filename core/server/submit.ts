@@ -90,10 +90,12 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     if (existing.hash === hash) return { ok: true, command: existing, created: false };
     return refuse(Code.CONFLICT, "issue uuid already used by a different request", r.uuid);
   }
-  const gone = st.pruned.get(r.uuid);
+  // The ledger, or (history in the store) the store's record of an ended
+  // command the ledger has forgotten, which the shell looked up (r.stored).
+  const gone = st.pruned.get(r.uuid) ?? (st.config.limits.historyInStore ? r.stored : undefined);
   if (gone) {
     // Never run a pruned command again: the same request already ran.
-    if (gone.hash === hash) return refuse(Code.ALREADY_EXECUTED, missingMessage(st, r.uuid), r.uuid);
+    if (gone.hash === hash) return refuse(Code.ALREADY_EXECUTED, missingMessage(st, r.uuid, gone), r.uuid);
     return refuse(Code.CONFLICT, "issue uuid already used by a different request (since pruned from history)", r.uuid);
   }
   // A mistyped client id would wait silently for an agent that never comes

@@ -343,8 +343,22 @@ newline (unless --no-newline) follows the last one. Use --file - for this CLI's 
     },
   },
   ls: {
-    usage: `usage: rvbox ls [--client CLIENT] [--state STATE[,STATE...]] [--limit N] [--json | -o json|wide]\n\nLists commands, newest first. States: ${LIFECYCLES.join(", ")}, or "active" / "terminal".`,
-    flags: { ...JSON_FLAG, client: { type: "string" }, state: { type: "string", multiple: true }, limit: { type: "string" } },
+    usage: `usage: rvbox ls [--client CLIENT] [-l SELECTOR] [--state STATE[,STATE...]] [--since T] [--until T] [--limit N] [--json | -o json|wide]
+
+Lists commands, newest first, from the server's whole history. States: ${LIFECYCLES.join(", ")}, or "active" / "terminal".
+
+  -l, --selector SEL   only commands of clients whose labels match SEL (as rvbox clients -l)
+  --since T, --until T only commands created at or after / before T: RFC 3339
+                       (2026-12-01T10:00:00Z) or a duration ago (10m, 2h, 7d)`,
+    flags: {
+      ...JSON_FLAG,
+      client: { type: "string" },
+      selector: { type: "string", short: "l" },
+      state: { type: "string", multiple: true },
+      since: { type: "string" },
+      until: { type: "string" },
+      limit: { type: "string" },
+    },
     values: { state: choices([...LIFECYCLES, "active", "terminal"]) },
     run: cmdLs,
   },
@@ -1414,17 +1428,21 @@ function lineOptions(p: Parsed): LineOptions | undefined {
     if (n > MAX_TAIL_LINES) throw new UsageError(`--tail: at most ${MAX_TAIL_LINES} lines`);
     o.tail = n;
   }
-  const since = str(p, "since");
-  if (since !== undefined) {
-    if (/^\d{4}-\d\d-\d\d/.test(since)) {
-      const t = Date.parse(since);
-      if (Number.isNaN(t))
-        throw new UsageError(`--since: not a time: ${JSON.stringify(since)} (use RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 10m)`);
-      o.since = t;
-    } else o.since = Date.now() - parseDuration(since, "--since");
-  }
+  const since = instantFlag(p, "since");
+  if (since !== undefined) o.since = since;
   if (bool(p, "timestamps")) o.timestamps = true;
   return Object.keys(o).length > 0 ? o : undefined;
+}
+
+/** A time flag (`--since`, `--until`): an RFC 3339 instant, or a duration ago (10m). */
+function instantFlag(p: Parsed, flag: string): number | undefined {
+  const text = str(p, flag);
+  if (text === undefined) return undefined;
+  if (!/^\d{4}-\d\d-\d\d/.test(text)) return Date.now() - parseDuration(text, `--${flag}`);
+  const t = Date.parse(text);
+  if (Number.isNaN(t))
+    throw new UsageError(`--${flag}: not a time: ${JSON.stringify(text)} (use RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 10m)`);
+  return t;
 }
 
 /** --tail keeps this many lines in memory at most. */
@@ -1498,7 +1516,18 @@ async function cmdLs(ctx: Ctx, p: Parsed): Promise<number> {
   const limitText = str(p, "limit");
   const limit = limitText === undefined ? 100 : Number(limitText);
   if (!Number.isSafeInteger(limit) || limit <= 0) throw new UsageError(`--limit: expected a positive number, got ${JSON.stringify(limitText)}`);
-  const r = await call(ctx, "", (c) => c.listCommands({ clientId: str(p, "client") ?? "", states: [...states], pageSize: Math.min(limit, 10_000) }));
+  const since = instantFlag(p, "since");
+  const until = instantFlag(p, "until");
+  const r = await call(ctx, "", (c) =>
+    c.listCommands({
+      clientId: str(p, "client") ?? "",
+      selector: str(p, "selector") ?? "",
+      states: [...states],
+      pageSize: Math.min(limit, 10_000),
+      ...(since !== undefined ? { createdAfter: timestampFromMs(since) } : {}),
+      ...(until !== undefined ? { createdBefore: timestampFromMs(until) } : {}),
+    }),
+  );
   const rows = r.commands.map(commandInfo).slice(0, limit);
   if (outputMode(p) === "json") {
     ctx.out(JSON.stringify(rows, null, 2));

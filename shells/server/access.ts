@@ -197,15 +197,6 @@ export function refusal(who: Identity, method: MethodName, req: unknown, st: Ser
   return outOfScope(who, clientId, st);
 }
 
-/**
- * Why a caller may not read a command of `clientId` that only the store
- * holds (null: it may): the check the access rules make for a command held
- * in memory, made once its row is read.
- */
-export function readRefusal(who: Identity | null | undefined, clientId: string, st: ServerState): string | null {
-  return who && who.role === "operator" ? outOfScope(who, clientId, st) : null;
-}
-
 /** Why `clientId` is outside an operator's selector (null: inside it). */
 function outOfScope(who: Identity, clientId: string, st: ServerState): string | null {
   const labels = st.clients.get(clientId)?.labels;

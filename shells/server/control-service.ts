@@ -30,6 +30,7 @@ import {
   type ConnState,
   type CoreError,
   type Incident as ServerIncident,
+  type PrunedCommand,
   type ServerCommand,
   type ServerJob,
   type ServerState,
@@ -71,9 +72,9 @@ import type { FrameReader, ListPosition, StoredEventRow, StoredOutputRow } from 
 import type { ServerDaemon } from "./server-daemon.js";
 import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
 import type { Identity } from "./operators.js";
-import { readRefusal } from "./access.js";
 import { MAX_ISSUE_UUID_CHARS } from "../../core/limits.js";
 import { restoreCommand } from "../../core/server/store.js";
+import { ledgerEntry } from "../../core/server/history.js";
 import type { OpenStream, StreamMethod } from "./open-streams.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
@@ -262,6 +263,33 @@ function audited(hctx: HandlerContext): AuditCall | undefined {
   return a.call;
 }
 
+/**
+ * The clients a listing is about: `clientId` (empty: any), narrowed to those
+ * whose labels match `selector` (a client the server holds no record of
+ * matches no selector). null: every client.
+ */
+function listedClients(d: ServerDaemon, clientId: string, selector: string): string[] | null {
+  if (selector === "") return clientId === "" ? null : [clientId];
+  const sel = parseSelector(selector);
+  if (!sel.ok) throw toConnectError(sel.error);
+  const ids: string[] = [];
+  for (const c of d.state.clients.values()) if ((clientId === "" || c.clientId === clientId) && matchesSelector(c.labels, sel.value)) ids.push(c.clientId);
+  return ids;
+}
+
+/**
+ * The store's record of an ended command that memory and the ledger no
+ * longer hold (history in the store), for a repeated submit of its uuid; the
+ * core decides what it means (submit.ts).
+ */
+async function storedEnded(d: ServerDaemon, uuid: string): Promise<PrunedCommand | undefined> {
+  if (!d.storage.keepsHistory || d.state.commands.has(uuid) || d.state.pruned.has(uuid)) return undefined;
+  const row = await d.storage.readCommand(uuid);
+  if (!row || !isTerminal(row.state)) return undefined;
+  const c = restoreCommand(row, undefined);
+  return ledgerEntry(c, c.endedAt);
+}
+
 /** A ListCommands page token: where the page ended (`createdAt:uuid`; the listing's order is created_at, then uuid). */
 function pageToken(c: ServerCommand): string {
   return `${c.createdAt}:${c.uuid}`;
@@ -279,18 +307,16 @@ function parsePageToken(t: string): ListPosition | undefined {
 /**
  * A command as readers see it: held in memory, else its stored row (the
  * history in the store: the committed view of a command memory let go of),
- * else NOT_FOUND. A row read from the store is checked against the caller's
- * selector as the access rules check a held command.
+ * else NOT_FOUND. (Reads are not scoped by an operator's selector: the
+ * access table lets every role read every command.)
  */
-export async function readCommand(d: ServerDaemon, uuid: string, who: Identity | null | undefined): Promise<ServerCommand> {
+export async function readCommand(d: ServerDaemon, uuid: string): Promise<ServerCommand> {
   const held = d.state.commands.get(uuid);
   if (held) return held;
   const row = await d.storage.readCommand(uuid);
   const now = d.state.commands.get(uuid);
   if (now) return now;
   if (!row) throw toConnectError({ code: Code.NOT_FOUND, message: missingMessage(d.state, uuid) });
-  const why = readRefusal(who, row.clientId, d.state);
-  if (why) throw new ConnectError(why, ConnectCode.PermissionDenied);
   return restoreCommand(row, undefined);
 }
 
@@ -409,12 +435,13 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         queueExpiry,
         allowUnknownClient: req.allowUnknownClient,
       };
-      await call(hctx, script ? { ...request, script } : request);
+      const stored = req.issueUuid !== "" ? await storedEnded(d, uuid) : undefined;
+      await call(hctx, { ...request, ...(script ? { script } : {}), ...(stored ? { stored } : {}) });
       return { command: toCommand(command(uuid), d) };
     },
 
-    async getCommand(req, hctx) {
-      return { command: toCommand(await readCommand(d, req.issueUuid, hctx.values.get(IDENTITY_KEY)), d) };
+    async getCommand(req) {
+      return { command: toCommand(await readCommand(d, req.issueUuid), d) };
     },
 
     async listCommands(req) {
@@ -422,10 +449,10 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const after = req.pageToken === "" ? null : parsePageToken(req.pageToken);
       if (after === undefined) throw invalid("bad page_token: pass the next_page_token of the previous page");
       const rows = await d.storage.listCommands({
-        clientIds: req.clientId === "" ? null : [req.clientId],
+        clientIds: listedClients(d, req.clientId, req.selector),
         states: req.states,
-        createdFrom: 0,
-        createdBefore: 0,
+        createdFrom: req.createdAfter ? timestampMs(req.createdAfter) : 0,
+        createdBefore: req.createdBefore ? timestampMs(req.createdBefore) : 0,
         after,
         limit: size,
       });
@@ -447,7 +474,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         const batched = req.maxBatchBytes > 0;
         const budget = batched ? Math.min(req.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
         const zstd = batched && req.acceptZstd;
-        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, { signal }, budget, zstd, ctx.values.get(IDENTITY_KEY))) {
+        for await (const batch of follow(d, req.issueUuid, Number(req.fromEventSeq), req.follow, { signal }, budget, zstd)) {
           if (s.ended) break;
           if (!batched || batch.length === 1) yield* batch;
           else yield { issueUuid: req.issueUuid, eventSeq: batch[batch.length - 1]!.eventSeq, events: batch };
@@ -840,7 +867,6 @@ export async function* follow(
   ctx: { signal: AbortSignal },
   budget: number,
   zstd = false,
-  who?: Identity | null,
 ): AsyncGenerator<FollowItem[]> {
   let next = Math.max(1, from);
   let markerThrough = 0;
@@ -904,7 +930,7 @@ export async function* follow(
     const c = d.state.commands.get(uuid);
     if (c) return c;
     try {
-      stored ??= await readCommand(d, uuid, who);
+      stored ??= await readCommand(d, uuid);
       return stored;
     } catch (err) {
       if (next <= 1 || ConnectError.from(err).code !== ConnectCode.NotFound) throw err;

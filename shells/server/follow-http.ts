@@ -83,7 +83,7 @@ async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.Serve
       uuid = r.issueUuid.slice(0, 128);
       const s = openStream(d, "followOutput", who, req.headers.authorization ?? "", r);
       try {
-        await stream(d, r, res, AbortSignal.any([abort.signal, s.signal]), who);
+        await stream(d, r, res, AbortSignal.any([abort.signal, s.signal]));
         if (s.ended) throw s.ended;
       } finally {
         d.streams.close(s);
@@ -105,10 +105,10 @@ async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.Serve
 }
 
 /** The follow loop's batches to the response, each written once the socket has taken the one before. */
-async function stream(d: ServerDaemon, r: FollowOutputRequest, res: http.ServerResponse, signal: AbortSignal, who: Identity): Promise<void> {
+async function stream(d: ServerDaemon, r: FollowOutputRequest, res: http.ServerResponse, signal: AbortSignal): Promise<void> {
   const batched = r.maxBatchBytes > 0;
   const budget = batched ? Math.min(r.maxBatchBytes, FOLLOW_BATCH_BYTES) : FOLLOW_BATCH_BYTES;
-  for await (const batch of follow(d, r.issueUuid, Number(r.fromEventSeq), r.follow, { signal }, budget, batched && r.acceptZstd, who)) {
+  for await (const batch of follow(d, r.issueUuid, Number(r.fromEventSeq), r.follow, { signal }, budget, batched && r.acceptZstd)) {
     if (signal.aborted) return;
     if (batched && batch.length > 1) await write(res, batchEnvelope(r.issueUuid, batch), signal);
     else for (const it of batch) await write(res, singleEnvelope(it), signal);

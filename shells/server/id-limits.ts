@@ -63,7 +63,7 @@ const labels = (set: Record<string, string>, remove: readonly string[]): IdList[
 export const ID_FIELDS: { [K in MethodName]: IdRule<Req<K>> } = {
   submitCommand: { ids: (r) => [client(r.clientId), uuid(r.issueUuid), request(r.requestId)] },
   getCommand: byUuid,
-  listCommands: { ids: (r) => [client(r.clientId), ["page_token", r.pageToken, MAX_PAGE_TOKEN_CHARS]] },
+  listCommands: { ids: (r) => [client(r.clientId), ["page_token", r.pageToken, MAX_PAGE_TOKEN_CHARS], selector(r.selector)] },
   followOutput: byUuid,
   writeStdin: { ids: (r) => [uuid(r.issueUuid), request(r.requestId), ["after_request_id", r.afterRequestId, MAX_REQUEST_ID_CHARS]] },
   closeStdin: byUuid,

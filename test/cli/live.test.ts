@@ -67,6 +67,15 @@ describe("rvbox run", () => {
     expect(typo.stderr).toContain("rvbox ls: no client host-b has registered with this server; did you mean host-a?");
     const none = await cli(["ls", "--client", "host-a", "--state", "expired"], { env });
     expect([none.stdout.trim(), none.stderr]).toEqual(["no commands", ""]);
+    // By labels (-l) and creation time (--since/--until: an instant or a duration ago).
+    await s.client.setClientLabels({ clientId: "host-a", set: { tier: "front" } });
+    expect((await cli(["ls", "-l", "tier=front"], { env })).stdout).toContain(id);
+    expect((await cli(["ls", "-l", "tier=back"], { env })).stdout.trim()).toBe("no commands");
+    expect((await cli(["ls", "--since", "1h"], { env })).stdout).toContain(id);
+    expect((await cli(["ls", "--until", "2000-01-01T00:00:00Z"], { env })).stdout.trim()).toBe("no commands");
+    const bad = await cli(["ls", "--since", "2026-13-45T99:00:00Z"], { env });
+    expect([bad.code, bad.stderr]).toEqual([2, expect.stringContaining("--since: not a time")]);
+    await s.client.setClientLabels({ clientId: "host-a", remove: ["tier"] });
   });
 
   it("get says whether stdin was never opened, is open, was closed by an operator, or ended with the command", async () => {

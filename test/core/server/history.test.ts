@@ -6,6 +6,8 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ExecutionSpecSchema, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from "../../../core/index.js";
+import { ledgerEntry } from "../../../core/server/history.js";
+import { type CommandRow, restoreCommand } from "../../../core/server/store.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
 import { SERVER_ACTIVE_METADATA_SHARE, SERVER_PRUNES_PER_STEP } from "../../../core/limits.js";
 import { argv, enc, lifecycle, of, output, sha, ServerRig, T0 } from "../../support/server-rig.js";
@@ -519,6 +521,24 @@ describe("history in the store (issue 39: memory holds what is live)", () => {
     // And the protocol answers as for any pruned command: a repeated submit never runs it again.
     expect(r.submit("a", "h1", argv("true"))).toMatchObject({ ok: false, error: { code: Code.ALREADY_EXECUTED } });
     expect(r.submit("a", "h1", argv("false"))).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+  });
+
+  it("a repeated submit of a command the ledger forgot is answered from the store's record (stored): never run twice", () => {
+    const r = inStore({ historyHeld: 1, prunedMax: 1 });
+    const c = r.connect();
+    for (const u of ["f1", "f2", "f3"]) finish(r, c, u);
+    // internal: f1 is neither held nor in the ledger; only its durable row knows it
+    expect([r.st.commands.has("f1"), r.st.pruned.has("f1")]).toEqual([false, false]);
+    const row = r.disk.durable.get("command")!.get("f1") as CommandRow;
+    const back = restoreCommand(row, undefined);
+    const stored = ledgerEntry(back, back.endedAt);
+    expect(r.submit("a", "f1", argv("true"), { stored })).toMatchObject({
+      ok: false,
+      error: { code: Code.ALREADY_EXECUTED, message: "command f1 ended succeeded and was pruned from history" },
+    });
+    expect(r.submit("a", "f1", argv("false"), { stored })).toMatchObject({ ok: false, error: { code: Code.CONFLICT } });
+    // Dispatched once, when it first ran; never again.
+    expect(r.sent(r.log, c, "commandDispatch").filter((x) => (x.env.payload.value as { issueUuid: string }).issueUuid === "f1")).toHaveLength(1);
   });
 
   it("a restart holds no ended command: each becomes a ledger entry (newest prunedMax) and answers as before", () => {

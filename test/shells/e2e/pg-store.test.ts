@@ -81,15 +81,25 @@ describe("server on PostgreSQL", () => {
         } while (token !== "");
         expect(pages.flat()).toEqual([...uuids].reverse());
         expect(pages.map((p) => p.length)).toEqual([2, 2, 1]);
+        // By the client's labels and by creation time, still from the database.
+        const ids = async (q: Parameters<typeof s.client.listCommands>[0]) => (await s.client.listCommands(q)).commands.map((c) => c.issueUuid);
+        expect(await ids({ selector: "role=web" })).toEqual([...uuids].reverse());
+        expect(await ids({ selector: "role=db" })).toEqual([]);
+        const third = (await s.client.getCommand({ issueUuid: uuids[2]! })).command!.createdTime!;
+        expect(await ids({ clientId: "pg-h", createdAfter: third })).toEqual(uuids.slice(2).reverse());
+        expect(await ids({ clientId: "pg-h", createdBefore: third })).toEqual(uuids.slice(0, 2).reverse());
+        await expect(s.client.listCommands({ selector: "role==" })).rejects.toThrow(/invalid_argument|selector/i);
       };
+      await s.client.setClientLabels({ clientId: "pg-h", set: { role: "web" } });
       await check();
       await a.close();
       await s.close();
-      s = await startServer({ store, limits: { historyHeld: 2 } });
-      // internal: a restart holds no ended command (each is a ledger entry), yet every one reads back.
+      s = await startServer({ store, limits: { historyHeld: 2, prunedMax: 1 } });
+      // internal: a restart holds no ended command (the newest prunedMax are ledger entries), yet every one reads back.
       expect(s.daemon.state.history.size).toBe(0);
+      expect([...s.daemon.state.pruned.keys()]).toEqual([uuids[4]]);
       await check();
-      // A repeated submit of a command memory let go of is refused: it never runs twice.
+      // A repeated submit of a command memory and the ledger let go of is refused (from its row): it never runs twice.
       await expect(
         s.client.submitCommand({ issueUuid: uuids[0]!, clientId: "pg-h", program: { case: "argv", value: { argv: ["echo", "run 1"] } } }),
       ).rejects.toThrow(/already/i);
