@@ -83,12 +83,18 @@ function entryOf(seq: number, at: number, call: AuditCall, clients: readonly str
   };
 }
 
-/** Append one audit entry (and drop the oldest past the bound); persisted with this step's batch. */
+/**
+ * Append one audit entry (and drop the oldest past the bound); persisted with
+ * this step's batch. With the history in the store the entry is only
+ * persisted: the store keeps the log, bounds it (limits.auditMax, its own
+ * sweep) and answers ListAudit; memory holds none of it.
+ */
 export function appendAudit(st: ServerState, ctx: ServerCtx, call: AuditCall, clients: readonly string[], result: string, message: string): AuditEntry {
   st.auditSeq++;
   const e = entryOf(st.auditSeq, ctx.wall, call, clients, result, message);
-  st.audit.set(e.seq, e);
   ctx.persist(auditRecord(e));
+  if (st.config.limits.historyInStore) return e;
+  st.audit.set(e.seq, e);
   let dropped = 0;
   let through = 0;
   for (const seq of st.audit.keys()) {
@@ -163,7 +169,8 @@ export function auditResult(result: ControlResult): { result: string; message: s
 /** Rebuild the audit log (after restore). */
 export function restoreAudit(st: ServerState, tables: ServerTables): void {
   const rows = [...rowsOf(tables, "audit")].map(([, r]) => r).sort((a, b) => a.seq - b.seq);
-  for (const r of rows) st.audit.set(r.seq, { ...r, clients: [...r.clients] });
+  // History in the store: the rows only say where the sequence is (a store may hand over just the newest).
+  if (!st.config.limits.historyInStore) for (const r of rows) st.audit.set(r.seq, { ...r, clients: [...r.clients] });
   const d = auditDroppedOf(tables);
   st.auditDropped = d.count;
   st.auditSeq = Math.max(d.throughSeq, rows.at(-1)?.seq ?? 0);

@@ -31,7 +31,8 @@ import { isTerminal } from "../dispatch/lifecycle.js";
 import { Code, type CoreError, coreError } from "../errors.js";
 import { MAX_OPEN_INCIDENTS_PER_CLIENT } from "../limits.js";
 import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
-import { type PrunedRow, type ServerTableName, type ServerTables, parseIncidentKey, restoreClient, rowsOf } from "./store.js";
+import { type PrunedRow, type ServerTableName, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
+import { ledgerEntry } from "./history.js";
 import { loadCommands } from "./restore.js";
 import { deactivate } from "./active.js";
 
@@ -157,9 +158,18 @@ export function restoreClientPart(st: ServerState, clientId: string, part: Serve
     if (open > MAX_OPEN_INCIDENTS_PER_CLIENT) st.openOverByClient.set(clientId, open);
   }
   for (const [id, d] of rowsOf(part, "incident_drop")) st.incidentDrops.set(id, { ...d });
-  const added = loadCommands(st, part);
+  // History in the store: ended commands are ledger entries, as a whole restore makes them (restore.ts).
+  const archive = st.config.limits.historyInStore;
+  const added = loadCommands(st, part, (_, r) => !archive || !isTerminal(r.state));
   mergeHistory(st, added);
-  mergePruned(st, rowsOf(part, "pruned"));
+  const ledger = [...rowsOf(part, "pruned")].map(([, v]) => v);
+  if (archive)
+    for (const [, r] of rowsOf(part, "command")) {
+      if (!isTerminal(r.state)) continue;
+      const c = restoreCommand(r, undefined);
+      ledger.push(ledgerEntry(c, c.endedAt));
+    }
+  mergePruned(st, ledger);
   return { ok: true };
 }
 
@@ -179,8 +189,8 @@ function mergeHistory(st: ServerState, added: ServerCommand[]): void {
 }
 
 /** The part's pruned records into the ledger, by prune time (as restoreHistory orders them), after equal ones held. */
-function mergePruned(st: ServerState, rows: Iterable<[string, PrunedRow]>): void {
-  const added = [...rows].map(([, v]) => ({ ...v }));
+function mergePruned(st: ServerState, rows: readonly PrunedRow[]): void {
+  const added = rows.map((v) => ({ ...v }));
   if (added.length === 0) return;
   const order = (a: PrunedCommand, b: PrunedCommand): number => a.at - b.at || a.endedAt - b.endedAt;
   added.sort(order);

@@ -68,7 +68,7 @@ import {
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { decompressRun } from "../zstd/index.js";
-import type { FrameReader, ListPosition, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
+import type { AuditPage, FrameReader, ListPosition, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
 import type { ServerDaemon } from "./server-daemon.js";
 import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
 import type { Identity } from "./operators.js";
@@ -288,6 +288,12 @@ async function storedEnded(d: ServerDaemon, uuid: string): Promise<PrunedCommand
   if (!row || !isTerminal(row.state)) return undefined;
   const c = restoreCommand(row, undefined);
   return ledgerEntry(c, c.endedAt);
+}
+
+/** The audit log as memory holds it (a store that does not keep the history). */
+function memoryAudit(d: ServerDaemon, matches: (e: ServerAuditEntry) => boolean, limit: number): AuditPage {
+  const all = [...d.state.audit.values()].filter(matches);
+  return { entries: all.slice(Math.max(0, all.length - limit)), matched: all.length, swept: 0 };
 }
 
 /** A ListCommands page token: where the page ended (`createdAt:uuid`; the listing's order is created_at, then uuid). */
@@ -580,14 +586,17 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const since = req.sinceTime ? timestampMs(req.sinceTime) : 0;
       const matches = (e: ServerAuditEntry & { lastAt?: number }): boolean =>
         (e.lastAt ?? e.at) >= since && (req.operator === "" || e.operator === req.operator) && (req.clientId === "" || e.clients.includes(req.clientId));
-      const all = [...d.state.audit.values()].filter(matches);
       const refused = [...d.state.refusals.values()].filter(matches);
       const limit = req.limit === 0 ? MAX_AUDIT_PAGE_ENTRIES : Math.min(req.limit, MAX_AUDIT_PAGE_ENTRIES);
+      // A store that keeps the history keeps the audit log (the core holds none of it).
+      const page = d.storage.keepsHistory
+        ? await d.storage.listAudit({ since, operator: req.operator, clientId: req.clientId, limit })
+        : memoryAudit(d, matches, limit);
       return {
-        entries: all.slice(Math.max(0, all.length - limit)).map(auditView),
-        droppedEntries: BigInt(d.state.auditDropped),
+        entries: page.entries.map(auditView),
+        droppedEntries: BigInt(d.state.auditDropped + page.swept),
         maxEntries: d.state.config.limits.auditMax,
-        matched: BigInt(all.length),
+        matched: BigInt(page.matched),
         refusals: refused.slice(Math.max(0, refused.length - limit)).map(auditView),
         droppedRefusals: BigInt(d.state.refusalsDropped),
         maxRefusals: d.state.config.limits.auditRefusalMax,

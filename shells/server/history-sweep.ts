@@ -2,10 +2,12 @@
  * The history's retention in a store that keeps it (ServerStore.keepsHistory):
  * every `everyMs`, ended commands that ended more than `limits.historyMs`
  * ago are deleted with their events and output, oldest first, in batches of
- * HISTORY_SWEEP_BATCH until none is left. The core has long let go of them
- * (it holds at most `historyHeld` ended commands, and prunes by the same
- * age); historyMs 0 keeps every command. A failed sweep is logged and tried
- * again at the next turn: retention never stops the server.
+ * HISTORY_SWEEP_BATCH until none is left, and audit entries past the newest
+ * `limits.auditMax` likewise (counted: ListAudit says how many). The core
+ * has long let go of them (it holds at most `historyHeld` ended commands,
+ * prunes by the same age, and holds no audit entry); historyMs 0 keeps
+ * every command. A failed sweep is logged and tried again at the next turn:
+ * retention never stops the server.
  */
 import type { ServerStore } from "../storage/server-store.js";
 import type { Logger } from "../runtime/log.js";
@@ -15,6 +17,13 @@ export const HISTORY_SWEEP_BATCH = 1_000;
 /** How often the sweep runs (ms). */
 export const HISTORY_SWEEP_EVERY_MS = 60_000;
 
+/** Run one batch after another until a batch finds less than a full one; the total. */
+async function drain(batch: (limit: number) => Promise<number>): Promise<number> {
+  let total = 0;
+  for (let n = HISTORY_SWEEP_BATCH; n === HISTORY_SWEEP_BATCH; total += n) n = await batch(HISTORY_SWEEP_BATCH);
+  return total;
+}
+
 export class HistorySweep {
   private readonly timer: NodeJS.Timeout | null;
   private running: Promise<void> | null = null;
@@ -23,7 +32,7 @@ export class HistorySweep {
 
   constructor(
     private readonly store: ServerStore,
-    private readonly historyMs: () => number,
+    private readonly limits: () => { historyMs: number; auditMax: number },
     private readonly now: () => number,
     private readonly log: Logger,
     everyMs = HISTORY_SWEEP_EVERY_MS,
@@ -41,18 +50,14 @@ export class HistorySweep {
   }
 
   private async sweep(): Promise<void> {
-    const age = this.historyMs();
-    if (!this.store.keepsHistory || age <= 0) return;
-    const before = this.now() - age;
+    if (!this.store.keepsHistory) return;
+    const { historyMs, auditMax } = this.limits();
+    const before = this.now() - historyMs;
     try {
-      let n = HISTORY_SWEEP_BATCH;
-      let total = 0;
-      while (n === HISTORY_SWEEP_BATCH) {
-        n = await this.store.sweepHistory(before, HISTORY_SWEEP_BATCH);
-        total += n;
-      }
-      this.deleted += total;
-      if (total > 0) this.log.info("history swept", { deleted: total, olderThanMs: age });
+      const commands = historyMs > 0 ? await drain((n) => this.store.sweepHistory(before, n)) : 0;
+      const audit = await drain((n) => this.store.sweepAudit(auditMax, n));
+      this.deleted += commands;
+      if (commands > 0 || audit > 0) this.log.info("history swept", { commands, auditEntries: audit, olderThanMs: historyMs, auditMax });
     } catch (err) {
       this.log.warn("history sweep failed; trying again later", { error: String((err as Error)?.message ?? err) });
     }

@@ -282,7 +282,7 @@ export class ServerDaemon {
     this.deadlineTimer.unref();
     this.historySweep = new HistorySweep(
       storage,
-      () => this.state.config.limits.historyMs,
+      () => this.state.config.limits,
       () => this.loop.now(),
       this.log,
       opts.historySweepMs,

@@ -14,8 +14,12 @@ import { TERMINAL } from "../../core/dispatch/lifecycle.js";
 /** The lifecycle states that end a command, as stored in commands.state (ascending). */
 export const TERMINAL_STATES: number[] = [...TERMINAL].sort((a, b) => a - b);
 
-/** The schema version this server writes; a database at a newer one is refused. */
-export const PG_SCHEMA_VERSION = 1;
+/**
+ * The schema version this server writes; a database at a newer one is
+ * refused, an older one is brought up to it at start (`UPGRADES`).
+ * 2: audit.clients (ListAudit by client in SQL), rvbox_swept.
+ */
+export const PG_SCHEMA_VERSION = 2;
 
 type Extract = (key: string, row: Record<string, unknown>) => unknown;
 
@@ -77,6 +81,7 @@ export const PG_TABLES = {
       col("rpc", "text", (_, r) => str(r.rpc)),
       col("result", "text", (_, r) => str(r.result)),
       col("at", "double precision", (_, r) => num(r.at)),
+      col("clients", "text[]", (_, r) => (Array.isArray(r.clients) ? r.clients : null)),
     ],
   },
   refusal: {
@@ -114,5 +119,17 @@ export function schemaStatements(): string[] {
   out.push('CREATE INDEX IF NOT EXISTS commands_created ON commands (created_at DESC, key COLLATE "C")');
   out.push(`CREATE INDEX IF NOT EXISTS commands_ended ON commands (ended_at) WHERE state IN (${TERMINAL_STATES.join(", ")})`);
   out.push("CREATE INDEX IF NOT EXISTS events_uuid_seq ON events (uuid, seq)");
+  out.push("CREATE INDEX IF NOT EXISTS audit_seq ON audit (seq)");
+  // What the store's own retention deleted, per kind (the audit log says "N older entries dropped").
+  out.push("CREATE TABLE IF NOT EXISTS rvbox_swept (what text PRIMARY KEY, n bigint NOT NULL)");
   return out;
 }
+
+/**
+ * Statements that bring a database written at version `from` up to the next
+ * one, run in the schema transaction before schemaStatements; a typed column
+ * added to a table that has rows is filled from the rows (`backfill`).
+ */
+export const UPGRADES: Record<number, { sql: string[]; backfill?: { table: string; column: string } }> = {
+  1: { sql: ["ALTER TABLE audit ADD COLUMN IF NOT EXISTS clients text[]"], backfill: { table: "audit", column: "clients" } },
+};

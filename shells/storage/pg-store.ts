@@ -21,11 +21,21 @@
  */
 import pg from "pg";
 import type { PersistRecord } from "../../core/index.js";
-import type { CommandRow, OutputEventRow } from "../../core/server/store.js";
+import type { AuditRow, CommandRow, OutputEventRow } from "../../core/server/store.js";
 import { prefixEnd, type Tables } from "./kv-store.js";
 import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
-import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements, TERMINAL_STATES } from "./pg-schema.js";
-import { type CommandQuery, type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
+import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements, TERMINAL_STATES, UPGRADES } from "./pg-schema.js";
+import {
+  type AuditPage,
+  type AuditQuery,
+  type CommandQuery,
+  type FrameReader,
+  type FrameRun,
+  inlineRun,
+  type ServerStore,
+  type StoredEventRow,
+  type StoredOutputRow,
+} from "./server-store.js";
 import { decodeValue, encodeValue } from "./value-codec.js";
 
 /** Recent event digests the core keeps per command for resend checks (core SERVER_RECENT_DIGESTS), as the embedded store loads them. */
@@ -97,14 +107,29 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
       const found = r.rows[0]?.version;
       if (found !== undefined && found > PG_SCHEMA_VERSION)
         throw new Error(`the database's RVBox schema is version ${found}, newer than this server's ${PG_SCHEMA_VERSION}: run a newer rvbox server`);
+      for (let v = found ?? PG_SCHEMA_VERSION; v < PG_SCHEMA_VERSION; v++) await this.upgrade(v);
       for (const sql of schemaStatements()) await this.conn.query(sql);
       if (found === undefined) await this.conn.query("INSERT INTO rvbox_schema (version) VALUES ($1)", [PG_SCHEMA_VERSION]);
+      else if (found < PG_SCHEMA_VERSION) await this.conn.query("UPDATE rvbox_schema SET version = $1", [PG_SCHEMA_VERSION]);
       await this.conn.query("COMMIT");
       return PG_SCHEMA_VERSION;
     } catch (err) {
       await this.conn.query("ROLLBACK").catch(() => {});
       throw err;
     }
+  }
+
+  /** One step of UPGRADES (inside the schema transaction): its statements, then the new column filled from each row. */
+  private async upgrade(from: number): Promise<void> {
+    const u = UPGRADES[from];
+    if (!u) throw new Error(`no upgrade of the RVBox schema from version ${from}`);
+    for (const sql of u.sql) await this.conn.query(sql);
+    if (!u.backfill) return;
+    const t = tableOf(u.backfill.table);
+    const col = t.columns.find((c) => c.name === u.backfill!.column)!;
+    const rows = await this.conn.query<{ key: string; row: Buffer }>(`SELECT key, row FROM ${t.name}`);
+    for (const r of rows.rows)
+      await this.conn.query(`UPDATE ${t.name} SET ${col.name} = $2 WHERE key = $1`, [r.key, col.of(r.key, decodeValue(r.row) as Record<string, unknown>)]);
   }
 
   /** The rows for restoreServer, per table in first-write order; recent output digests as event rows. */
@@ -207,11 +232,49 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     return r.rows.map((x) => decodeValue(x.row) as CommandRow);
   }
 
-  /** Ended commands past the retention, oldest first, with every row of theirs, in one transaction. */
-  async sweepHistory(endedBefore: number, limit: number): Promise<number> {
+  async listAudit(q: AuditQuery): Promise<AuditPage> {
+    const where = "at >= $1 AND ($2 = '' OR operator = $2) AND ($3 = '' OR $3 = ANY(clients))";
+    const args = [q.since, q.operator, q.clientId];
+    const [rows, n, swept] = await Promise.all([
+      this.pool.query<{ row: Buffer }>(`SELECT row FROM audit WHERE ${where} ORDER BY seq DESC LIMIT $4`, [...args, q.limit]),
+      this.pool.query<{ n: string }>(`SELECT count(*) AS n FROM audit WHERE ${where}`, args),
+      this.pool.query<{ n: string }>("SELECT n FROM rvbox_swept WHERE what = 'audit'"),
+    ]);
+    return {
+      entries: rows.rows.map((r) => decodeValue(r.row) as AuditRow).reverse(),
+      matched: Number(n.rows[0]?.n ?? 0),
+      swept: Number(swept.rows[0]?.n ?? 0),
+    };
+  }
+
+  /** The oldest audit entries past the newest `keep`, counted in rvbox_swept in the same transaction. */
+  async sweepAudit(keep: number, limit: number): Promise<number> {
+    return this.inTransaction(async (c) => {
+      const gone = await c.query("DELETE FROM audit WHERE key IN (SELECT key FROM audit ORDER BY seq DESC OFFSET $1 LIMIT $2)", [keep, limit]);
+      const n = gone.rowCount ?? 0;
+      if (n > 0) await c.query("INSERT INTO rvbox_swept (what, n) VALUES ('audit', $1) ON CONFLICT (what) DO UPDATE SET n = rvbox_swept.n + $1", [n]);
+      return n;
+    });
+  }
+
+  private async inTransaction<T>(body: (c: pg.PoolClient) => Promise<T>): Promise<T> {
     const c = await this.pool.connect();
     try {
       await c.query("BEGIN");
+      const out = await body(c);
+      await c.query("COMMIT");
+      return out;
+    } catch (err) {
+      await c.query("ROLLBACK").catch(() => {});
+      throw err;
+    } finally {
+      c.release();
+    }
+  }
+
+  /** Ended commands past the retention, oldest first, with every row of theirs, in one transaction. */
+  async sweepHistory(endedBefore: number, limit: number): Promise<number> {
+    return this.inTransaction(async (c) => {
       const gone = await c.query<{ key: string }>(
         "DELETE FROM commands WHERE key IN (SELECT key FROM commands WHERE state = ANY($1) AND ended_at < $2 ORDER BY ended_at LIMIT $3) RETURNING key",
         [TERMINAL_STATES, endedBefore, limit],
@@ -221,14 +284,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
         for (const [core, col] of Object.entries(PER_COMMAND)) await c.query(`DELETE FROM ${tableOf(core).name} WHERE ${col} = ANY($1::text[])`, [uuids]);
         await c.query(`DELETE FROM ${OUTPUT_TABLE} WHERE uuid = ANY($1::text[])`, [uuids]);
       }
-      await c.query("COMMIT");
       return uuids.length;
-    } catch (err) {
-      await c.query("ROLLBACK").catch(() => {});
-      throw err;
-    } finally {
-      c.release();
-    }
+    });
   }
 
   async close(): Promise<void> {
@@ -245,6 +302,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
 /** The load of one table: every row, or (history not loaded whole) live commands and the newest ended ones. */
 function loadQuery(core: string, t: PgTable, all: boolean): string {
   if (all) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
+  // The store keeps the audit log: a restore needs only where its sequence is.
+  if (core === "audit") return "SELECT key, row FROM audit ORDER BY seq DESC LIMIT 1";
   if (core === "command")
     return `SELECT key, row FROM commands WHERE NOT (state = ANY($1)) OR key IN
       (SELECT key FROM commands WHERE state = ANY($1) ORDER BY ended_at DESC LIMIT $2) ORDER BY ord`;

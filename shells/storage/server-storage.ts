@@ -57,14 +57,24 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
-import { type CommandRow, eventKey, eventPrefix, rowsOf, type OutputEventRow } from "../../core/server/store.js";
+import { type AuditRow, type CommandRow, eventKey, eventPrefix, rowsOf, type OutputEventRow } from "../../core/server/store.js";
 import { openDurableDb, type DurableDb, type Stmt } from "../store/index.js";
 import { crc32 } from "../store/crc32.js";
 import { PRIVATE_DIR_MODE, fsyncDir, writeAllParts } from "../store/fs-util.js";
 import { KV_SCHEMA, loadTables, queryPrefix, recordStmt, type PersistSink, type Tables } from "./kv-store.js";
 import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
-import type { CommandQuery, FrameLocation, FrameReader, FrameRun, ServerStore, StoredEventRow, StoredOutputRow } from "./server-store.js";
-import { inlineRun, pageOf } from "./server-store.js";
+import type {
+  AuditPage,
+  AuditQuery,
+  CommandQuery,
+  FrameLocation,
+  FrameReader,
+  FrameRun,
+  ServerStore,
+  StoredEventRow,
+  StoredOutputRow,
+} from "./server-store.js";
+import { inAuditQuery, inlineRun, pageOf } from "./server-store.js";
 import { decodeValue } from "./value-codec.js";
 
 export const SEGMENT_DIR = "segments";
@@ -404,6 +414,19 @@ export class ServerStorage extends GroupCommittedStore implements PersistSink, S
   readonly keepsHistory = false;
 
   async sweepHistory(): Promise<number> {
+    return 0;
+  }
+
+  /** Every audit row decoded and filtered (the core bounds the embedded log by limits.auditMax and counts its drops). */
+  async listAudit(q: AuditQuery): Promise<AuditPage> {
+    const all = this.db
+      .query<{ v: Uint8Array }>("SELECT v FROM kv WHERE t = 'audit' ORDER BY k")
+      .map((r) => decodeValue(r.v) as AuditRow)
+      .filter((e) => inAuditQuery(e, q));
+    return { entries: all.slice(Math.max(0, all.length - q.limit)), matched: all.length, swept: 0 };
+  }
+
+  async sweepAudit(): Promise<number> {
     return 0;
   }
 

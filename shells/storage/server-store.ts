@@ -18,7 +18,7 @@
  * store, memory holds only what is live).
  */
 import type { PersistEffect } from "../../core/index.js";
-import type { CommandRow, EventRow, OutputEventRow } from "../../core/server/store.js";
+import type { AuditRow, CommandRow, EventRow, OutputEventRow } from "../../core/server/store.js";
 import type { Tables } from "./kv-store.js";
 
 /**
@@ -96,6 +96,26 @@ export function pageOf<T extends Pick<CommandRow, "clientId" | "state" | "create
   return out.length > q.limit ? out.slice(0, q.limit) : out;
 }
 
+/** ListAudit's filter: entries at or after `since` (wall ms), of one operator, naming one client ("": any); the newest `limit`. */
+export interface AuditQuery {
+  since: number;
+  operator: string;
+  clientId: string;
+  limit: number;
+}
+
+/** A page of the stored audit log: the newest `limit` matching entries, oldest first; how many matched; how many the store's retention deleted. */
+export interface AuditPage {
+  entries: AuditRow[];
+  matched: number;
+  swept: number;
+}
+
+/** Whether an audit entry is one a query asks for. */
+export function inAuditQuery(e: AuditRow, q: AuditQuery): boolean {
+  return e.at >= q.since && (q.operator === "" || e.operator === q.operator) && (q.clientId === "" || e.clients.includes(q.clientId));
+}
+
 export interface ServerStore {
   /** The rows restoreServer reads at start; the daemon clears them once restored. */
   readonly tables: Tables;
@@ -127,6 +147,10 @@ export interface ServerStore {
    * many. Only a store that keepsHistory does anything.
    */
   sweepHistory(endedBefore: number, limit: number): Promise<number>;
+  /** The audit log as stored (a store that keepsHistory keeps it; the core holds none of it then). */
+  listAudit(q: AuditQuery): Promise<AuditPage>;
+  /** Delete the oldest audit entries past the newest `keep`, at most `limit`; returns how many (counted in `swept`). */
+  sweepAudit(keep: number, limit: number): Promise<number>;
   close(): Promise<void>;
 }
 

@@ -217,8 +217,11 @@ export function jobsOf(st: ServerState, wallStep = 0): Job[] {
 export const jobPhases = (j: Job | undefined): string[] => (j ? j.children.map((c) => (JobChildPhase[c.phase] ?? String(c.phase)).toLowerCase()) : []);
 
 /** ListAudit (everything kept, oldest first, as control-service.ts `auditView` shows it) and its dropped_entries count. */
-export function auditOf(st: ServerState): { entries: AuditEntry[]; dropped: number } {
-  return { entries: [...st.audit.values()].map(auditView), dropped: st.auditDropped };
+export function auditOf(st: ServerState, durable?: ServerTables): { entries: AuditEntry[]; dropped: number } {
+  // With the history in the store the log is the store's (its durable rows), as the daemon reads it.
+  const kept =
+    st.config.limits.historyInStore && durable ? [...rowsOf(durable, "audit")].map(([, e]) => e).sort((a, b) => a.seq - b.seq) : [...st.audit.values()];
+  return { entries: kept.map(auditView), dropped: st.auditDropped };
 }
 
 /** ListAudit's refusals (kept apart from the entries, oldest first) and its dropped_refusals count. */
@@ -878,7 +881,7 @@ export class Pair {
 
   /** ListAudit: the entries kept and how many were dropped. */
   listAudit() {
-    return auditOf(this.server);
+    return auditOf(this.server, this.serverDisk.view());
   }
 
   /** ListJobs. */

@@ -296,7 +296,7 @@ export class ServerRig {
 
   /** ListAudit: the entries kept and how many were dropped. */
   listAudit() {
-    return auditOf(this.st);
+    return auditOf(this.st, this.disk.view());
   }
 
   /** ListAudit's refusals: the aggregated refusal entries kept and how many were dropped. */

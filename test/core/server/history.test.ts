@@ -541,6 +541,23 @@ describe("history in the store (issue 39: memory holds what is live)", () => {
     expect(r.sent(r.log, c, "commandDispatch").filter((x) => (x.env.payload.value as { issueUuid: string }).issueUuid === "f1")).toHaveLength(1);
   });
 
+  it("the audit log is the store's: entries are persisted, none held, and a restart goes on numbering after the newest", () => {
+    const r = inStore();
+    const call = { operator: "ann", role: "admin", rpc: "SubmitCommand", summary: "x" };
+    r.step({ type: "control", request: { op: "submit", requestId: "q1", uuid: "a1", clientId: "a", spec: specOf(argv("true")) }, audit: call });
+    r.step({ type: "control", request: { op: "submit", requestId: "q2", uuid: "a2", clientId: "a", spec: specOf(argv("true")) }, audit: call });
+    expect(r.listAudit().entries.map((e) => Number(e.seq))).toEqual([1, 2]);
+    expect(r.st.audit.size).toBe(0); // internal: memory holds none of the log
+    // A store hands a restore only the newest row: the sequence goes on from it.
+    const newest = new Map([...r.disk.durable.get("audit")!].slice(-1));
+    const t = r.disk.tables();
+    const back = new ServerRig({ historyInStore: true });
+    back.disk = r.disk;
+    back.st = restoreServer(back.cfg, { get: (n) => (n === "audit" ? newest : t.get(n)) }, 2);
+    back.step({ type: "control", request: { op: "submit", requestId: "q3", uuid: "a3", clientId: "a", spec: specOf(argv("true")) }, audit: call });
+    expect(back.listAudit().entries.map((e) => Number(e.seq))).toEqual([1, 2, 3]);
+  });
+
   it("a restart holds no ended command: each becomes a ledger entry (newest prunedMax) and answers as before", () => {
     const r = inStore({ historyHeld: 10, prunedMax: 2 });
     const c = r.connect();

@@ -103,9 +103,19 @@ describe("server on PostgreSQL", () => {
       await expect(
         s.client.submitCommand({ issueUuid: uuids[0]!, clientId: "pg-h", program: { case: "argv", value: { argv: ["echo", "run 1"] } } }),
       ).rejects.toThrow(/already/i);
+      // The audit log is the database's too: every call since the first server is there after a restart.
+      const audited = await s.client.listAudit({});
+      expect(audited.entries.filter((e) => e.rpc === "SubmitCommand").length).toBeGreaterThanOrEqual(6);
+      expect(s.daemon.state.audit.size).toBe(0); // internal: memory holds none of it
       await s.close();
-      s = await startServer({ store, limits: { historyMs: 1 }, historySweepMs: 50 });
+      s = await startServer({ store, limits: { historyMs: 1, auditMax: 2 }, historySweepMs: 50 });
       await waitFor("history swept", async () => (await s.client.listCommands({ clientId: "pg-h" })).commands.length === 0);
+      const trimmed = await waitFor("audit trimmed", async () => {
+        const a = await s.client.listAudit({});
+        return a.entries.length === 2 ? a : null;
+      });
+      expect(Number(trimmed.droppedEntries)).toBe(audited.entries.length - 2);
+      expect(trimmed.entries.map((e) => e.seq)).toEqual(audited.entries.slice(-2).map((e) => e.seq));
       await expect(s.client.getCommand({ issueUuid: uuids[0]! })).rejects.toThrow(/NOT_FOUND|not_found|no command/i);
     } finally {
       await a.close().catch(() => {});

@@ -72,6 +72,36 @@ describe("PostgreSQL store", () => {
     expect(await sql(url, "SELECT version FROM rvbox_schema")).toEqual([{ version: PG_SCHEMA_VERSION + 1 }]);
   });
 
+  it("brings a database of schema version 1 up to the current one at start, filling the new typed column from the rows", async () => {
+    const url = await cluster.createDatabase("upgrade");
+    const s = await PgServerStore.open(url);
+    const e = {
+      seq: 7,
+      at: 1,
+      operator: "ann",
+      role: "admin",
+      rpc: "SetClientLabels",
+      summary: "",
+      clients: ["web-9"],
+      clientsOmitted: 0,
+      result: "OK",
+      message: "",
+    };
+    s.persist({ type: "persist", id: 1, records: [{ table: "audit", key: "000000000007", value: e }] });
+    await s.whenIdle();
+    await s.close();
+    // What a version-1 server left: no audit.clients, no rvbox_swept.
+    await sql(url, "ALTER TABLE audit DROP COLUMN clients");
+    await sql(url, "DROP TABLE rvbox_swept");
+    await sql(url, "UPDATE rvbox_schema SET version = 1");
+    const again = await PgServerStore.open(url);
+    expect(again.opened.schema).toBe(PG_SCHEMA_VERSION);
+    expect(await sql(url, "SELECT version FROM rvbox_schema")).toEqual([{ version: PG_SCHEMA_VERSION }]);
+    expect(await sql(url, "SELECT clients FROM audit")).toEqual([{ clients: ["web-9"] }]);
+    expect((await again.listAudit({ since: 0, operator: "", clientId: "web-9", limit: 10 })).entries).toEqual([e]);
+    await again.close();
+  });
+
   it("R-D1: what was reported durable survives kill -9 of PostgreSQL, byte for byte", async () => {
     const url = await cluster.createDatabase("crash");
     const s = await PgServerStore.open(url);

@@ -4,7 +4,7 @@
 // passes it before the daemon may open it.
 import { afterAll, describe, expect, it } from "vitest";
 import type { PersistEffect, PersistRecord } from "../../../core/index.js";
-import type { CommandQuery, ServerStore, StoredEventRow, StoredOutputRow } from "../../../shells/storage/server-store.js";
+import type { AuditQuery, CommandQuery, ServerStore, StoredEventRow, StoredOutputRow } from "../../../shells/storage/server-store.js";
 
 /** How a suite gets stores: a fresh location, and a store opened (or reopened) on one. */
 export interface StoreFactory<L> {
@@ -204,7 +204,42 @@ export function describeStoreContract<L>(name: string, f: StoreFactory<L>): void
       expect(await s.sweepHistory(100, 10)).toBe(0);
       await s.close();
     });
+
+    it("listAudit: the newest `limit` matching entries oldest first, by time, operator and client, with how many matched; sweepAudit keeps the newest and counts what it deleted", async () => {
+      const s = await f.open(await f.location());
+      const rows = [
+        auditRow(1, "ann", ["web-1"], 10),
+        auditRow(2, "bob", ["web-2"], 20),
+        auditRow(3, "ann", ["web-1", "web-2"], 30),
+        auditRow(4, "ann", [], 40),
+      ];
+      s.persist({ type: "persist", id: 1, records: rows.map((v) => ({ table: "audit", key: String(v.seq).padStart(12, "0"), value: v })) });
+      await s.whenIdle();
+      const q = { since: 0, operator: "", clientId: "", limit: 100 };
+      const seqsOf = async (over: Partial<AuditQuery>) => {
+        const p = await s.listAudit({ ...q, ...over });
+        return [p.entries.map((e) => e.seq), p.matched];
+      };
+      expect(await seqsOf({})).toEqual([[1, 2, 3, 4], 4]);
+      expect(await seqsOf({ limit: 2 })).toEqual([[3, 4], 4]);
+      expect(await seqsOf({ operator: "ann" })).toEqual([[1, 3, 4], 3]);
+      expect(await seqsOf({ clientId: "web-2" })).toEqual([[2, 3], 2]);
+      expect(await seqsOf({ since: 25, operator: "ann", clientId: "web-1" })).toEqual([[3], 1]);
+      expect((await s.listAudit(q)).entries[2]).toEqual(rows[2]);
+      if (s.keepsHistory) {
+        expect(await s.sweepAudit(3, 10)).toBe(1);
+        expect(await s.sweepAudit(3, 10)).toBe(0);
+        const p = await s.listAudit(q);
+        expect([p.entries.map((e) => e.seq), p.swept]).toEqual([[2, 3, 4], 1]);
+      } else expect(await s.sweepAudit(0, 10)).toBe(0);
+      await s.close();
+    });
   });
+}
+
+/** An audit row as the core writes it (audit.ts). */
+function auditRow(seq: number, operator: string, clients: string[], at: number) {
+  return { seq, at, operator, role: "admin", rpc: "SubmitCommand", summary: `call ${seq}`, clients, clientsOmitted: 0, result: "OK", message: "" };
 }
 
 /** A command row with what listing and retention read (the rest of a real row is opaque to a store). */
