@@ -53,7 +53,7 @@ import {
 import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
   killProcessGroup,
-  startProcess,
+  startCommand,
   writeScriptFile,
   type ProcessHandle,
   type ProcessHooks,
@@ -363,6 +363,8 @@ export class AgentDaemon {
           this.loop.feed({ type: "stdin_written", uuid: e.uuid, seq: e.seq, failure: "process is not running" });
           break;
         }
+        // A terminal's resize first: the size changes before the keystrokes of this write.
+        if (e.resize) h.resize?.(e.resize.rows, e.resize.cols);
         h.writeStdin(e.data).then(
           () => this.loop.feed({ type: "stdin_written", uuid: e.uuid, seq: e.seq }),
           (err: Error) => this.loop.feed({ type: "stdin_written", uuid: e.uuid, seq: e.seq, failure: err.message }),
@@ -518,6 +520,8 @@ export class AgentDaemon {
       timeoutMs: Number(spec.timeoutMs),
       stdinOpen: spec.stdinOpen,
       killGraceMs: this.opts.killGraceMs ?? CANCEL_GRACE_MS,
+      // Protocol 1.1 (`rvbox run -t`): a pseudo-terminal (shells/exec/pty-runner.ts).
+      ...(spec.terminal?.size ? { terminal: { rows: spec.terminal.size.rows, cols: spec.terminal.size.cols, term: spec.terminal.term } } : {}),
     };
     let ps: ProcessSpec;
     const p = spec.program;
@@ -575,7 +579,7 @@ export class AgentDaemon {
           },
           { dir: this.procsDir, uuid },
         )
-      : startProcess(ps, hooks);
+      : startCommand(ps, hooks);
     this.procs.set(uuid, h);
     if (this.paused) h.pauseOutput();
   }
