@@ -50,6 +50,7 @@ import {
   type AgentState,
   type CorePorts,
 } from "../../core/index.js";
+import type { VersionRange } from "../../core/codec/version.js";
 import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
   killProcessGroup,
@@ -86,6 +87,8 @@ export interface AgentDaemonOptions {
   clientId: string;
   stateDir: string;
   token: string;
+  /** The protocol range it announces (default SUPPORTED_PROTOCOL); tests use 1.0 for an agent of the spec's first version. */
+  protocol?: VersionRange;
   maxRunning?: number;
   maxQueued?: number;
   /** Working directory for commands that name none. Default: the daemon's current directory. */
@@ -249,6 +252,7 @@ export class AgentDaemon {
       daemonCwd: opts.cwd ?? process.cwd(),
       maxRunning: opts.maxRunning ?? 4,
       maxQueued: opts.maxQueued ?? 16,
+      ...(opts.protocol ? { protocol: opts.protocol } : {}),
     });
     config.limits = { ...config.limits, ...opts.limits };
     const d = new AgentDaemon(opts, store, config);
