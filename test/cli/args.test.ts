@@ -288,3 +288,24 @@ describe("CLI front door (no server needed)", () => {
     expect(r.tuiLaunch).toEqual({ demo: true, refreshMs: 500 });
   });
 });
+
+describe("bundled short flags (run -it)", () => {
+  const FLAGS = {
+    stdin: { type: "boolean", short: "i" },
+    tty: { type: "boolean", short: "t" },
+    follow: { type: "boolean", short: "f" },
+    selector: { type: "string", short: "l" },
+  } as const;
+  it("-it sets each boolean flag, as docker and kubectl take it; the command after -- keeps its own flags", () => {
+    const p = parseFlags(["-it", "web-1", "--", "ls", "-la"], FLAGS);
+    expect(p.flags.get("stdin")).toBe(true);
+    expect(p.flags.get("tty")).toBe(true);
+    expect(p.positionals).toEqual(["web-1"]);
+    expect(p.rest).toEqual(["ls", "-la"]);
+    expect(parseFlags(["-tif", "web-1"], FLAGS).flags.get("follow")).toBe(true);
+  });
+  it("a bundle with a flag that takes a value, or an unknown letter, is not expanded", () => {
+    expect(parseFlags(["-il", "web-1"], FLAGS).flags.has("stdin")).toBe(false);
+    expect(parseFlags(["-ix", "web-1"], FLAGS).flags.has("stdin")).toBe(false);
+  });
+});
