@@ -309,3 +309,14 @@ describe("bundled short flags (run -it)", () => {
     expect(parseFlags(["-ix", "web-1"], FLAGS).flags.has("stdin")).toBe(false);
   });
 });
+
+describe("run -t refusals before anything is sent", () => {
+  it("-t needs this process's own terminal (not the resident client's copy of the bytes), and does not go with --open-stdin", async () => {
+    const r = await cli(["run", "-t", "web-1", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(r.code).toBe(EXIT.USAGE);
+    expect(r.stderr).toContain("-t needs the terminal itself, not the resident client: run it with RVBOX_PERSIST unset");
+    const both = await cli(["run", "-t", "--open-stdin", "web-1", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(both.code).toBe(EXIT.USAGE);
+    expect(both.stderr).toContain("-t and --open-stdin do not go together");
+  });
+});

@@ -148,6 +148,11 @@ describe.runIf(hasTmux && tools.length === 0 && process.platform === "linux")("r
     expect(rec.finished?.exitCode).toBe(7);
     expect(rec.stdout.toString()).toContain("tty-ok");
     expect(rec.stdout.toString()).toContain("rc=130");
+    // The audit log names who opened the terminal, and its size; resizes and keys are counted, never recorded.
+    const audit = (await s.client.listAudit({})).entries.filter((e) => e.rpc === "SubmitCommand" && e.summary.includes(`id=${id}`));
+    expect(audit).toHaveLength(1);
+    expect(audit[0]!.operator).toBe("admin"); // the e2e server's legacy --operator-token identity
+    expect(audit[0]!.summary).toContain("tty=100x30");
   }, 60_000);
 
   it("Ctrl-Z stops the remote foreground job and Ctrl-D ends the remote shell, as bytes through the terminal", async () => {
