@@ -28,7 +28,7 @@ import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob, multiClientHint } from "./jobs-cli.js";
 import { pendingBeforeOutputExit, watchLeaving } from "./leaving.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
-import { enterRawMode, onWindowChange, rawLines, TerminalInput, windowSize } from "./terminal.js";
+import { enterRawMode, onWindowChange, rawLines, rawTextStream, TerminalInput, windowSize } from "./terminal.js";
 
 /** TERM sent with `run -t` when this CLI's environment has none. */
 const DEFAULT_TERM_NAME = "xterm-256color";
@@ -1339,7 +1339,8 @@ async function cmdRunTerminal(ctx: Ctx, p: Parsed): Promise<number> {
   const onData = (b: Buffer | string): void => input.data(typeof b === "string" ? Buffer.from(b) : b);
   ctx.io.stdin.on("data", onData);
   const offResize = onWindowChange(ttys, (s) => input.resize(s));
-  const rctx: Ctx = { ...ctx, err: (line) => ctx.err(raw ? rawLines(line) : line) };
+  // The CLI's own lines (ctx.err, and what followOutput writes to stderr) return the carriage while raw.
+  const rctx: Ctx = { ...ctx, io: { ...ctx.io, stderr: rawTextStream(ctx.io.stderr, () => raw) }, err: (line) => ctx.err(raw ? rawLines(line) : line) };
   try {
     // A closed terminal (SIGHUP) or SIGTERM cancels it, as ssh's hang-up ends the remote session.
     return await followToEnd(rctx, cmd.uuid, { cancelOnInterrupt: true, known: { state: r.command!.state, waitingReason: r.command!.waitingReason } });

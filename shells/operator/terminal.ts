@@ -20,6 +20,7 @@
 // the agent, as after any detach: `rvbox logs -f ID`, `rvbox cancel ID`.
 
 import { randomUUID } from "node:crypto";
+import { Writable } from "node:stream";
 import { ConnectError } from "@connectrpc/connect";
 import { isTransient } from "../../client/control-client.js";
 import { Code as RvCode, ControlErrorSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
@@ -172,3 +173,16 @@ export function enterRawMode(stdin: NodeJS.ReadableStream): () => void {
 
 /** Text for a terminal in raw mode, where a newline does not return the carriage. */
 export const rawLines = (s: string): string => s.replace(/\r?\n/g, "\r\n");
+
+/**
+ * `to`, with each newline written as CR LF while `raw()`: the CLI's own
+ * messages (waiting reasons, markers) on a terminal in raw mode. The
+ * command's output needs none of it: its terminal already did that.
+ */
+export function rawTextStream(to: NodeJS.WritableStream, raw: () => boolean): NodeJS.WritableStream {
+  return new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      to.write(raw() ? rawLines(chunk.toString()) : chunk, (e?: Error | null) => cb(e ?? null));
+    },
+  });
+}

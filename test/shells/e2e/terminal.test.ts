@@ -213,6 +213,20 @@ describe.runIf(hasTmux && tools.length === 0 && process.platform === "linux")("r
     expect(() => readFileSync(`${dir}/ran-without-tty`)).toThrow();
   }, 60_000);
 
+  it("R-T4 R-T5 R-D4: a terminal queued for a client that then registers at 1.0 ends rejected with the reason; the CLI says so and restores the terminal", async () => {
+    const p = pane();
+    await p.see(/op\$ $/m);
+    p.type(`${rvbox} run -t late-1 --allow-unknown-client -- touch ${dir}/ran-late; echo "cli=$?"`);
+    await p.see(/submitted to late-1/);
+    agents.push(await startAgent(s.url, "late-1", { protocol: PROTOCOL_1_0 }));
+    const screen = await p.see(/cli=\d+/);
+    expect(screen).toMatch(/rejected.*INCOMPATIBLE_VERSION: the agent of late-1 speaks protocol 1\.0/);
+    expect(screen).not.toMatch(/cli=0/);
+    expect(() => readFileSync(`${dir}/ran-late`)).toThrow();
+    const modes = await p.sttyLine();
+    expect(modes).toMatch(/^icanon\s*$/m);
+  }, 60_000);
+
   it("R-T4 R-T5: behind a 1.0 server, a 1.1 agent negotiates 1.0: -t is rejected with the reason, plain commands run", async () => {
     const p = pane(100, 30, { ...env, RVBOX_SERVER: old.controlUrl });
     await p.see(/op\$ $/m);
@@ -233,7 +247,13 @@ describe.runIf(hasTmux && tools.length === 0 && process.platform === "linux")("r
     p.type("PS1='remote$ '; echo in-remote");
     await p.see(/^in-remote/m);
     const id = /command (\S+) submitted/.exec(p.screen())![1]!;
-    const pids = execFileSync("pgrep", ["-f", `rvbox.js run -t web-1`], { encoding: "utf8" }).trim().split("\n").map(Number);
+    // Every process of this CLI (with an older system node, bin/rvbox.js re-executes itself under the
+    // project's: both go, so nothing of the CLI survives to clean up).
+    const pids = execFileSync("pgrep", ["-f", `${BIN} run -t web-1 -- bash`], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .map(Number);
+    expect(pids.length).toBeGreaterThan(0);
     for (const pid of pids) process.kill(pid, "SIGKILL");
     await p.see(/^cli=137/m);
     const modes = await p.sttyLine();
