@@ -947,6 +947,7 @@ export function describeCommand(c: CommandInfo): string {
     ["program", c.program],
     ["cwd", c.cwd || "(agent default)"],
     ["stdin", stdinText(c)],
+    ...(c.terminal ? [["terminal", `${c.terminal} (run -t)`] as [string, string]] : []),
     ["timeout", c.timeoutMs ? `${c.timeoutMs} ms` : "none"],
     ["created", iso(c.createdAt)],
     ["started", c.startedAt !== null ? iso(c.startedAt) : "-"],

@@ -153,6 +153,9 @@ describe.runIf(hasTmux && tools.length === 0 && process.platform === "linux")("r
     expect(audit).toHaveLength(1);
     expect(audit[0]!.operator).toBe("admin"); // the e2e server's legacy --operator-token identity
     expect(audit[0]!.summary).toContain("tty=100x30");
+    // `rvbox get` shows the terminal.
+    p.type(`${rvbox} get ${id} | grep terminal`);
+    await p.see(/^terminal\s+100x30 xterm-256color \(run -t\)/m);
   }, 60_000);
 
   it("Ctrl-Z stops the remote foreground job and Ctrl-D ends the remote shell, as bytes through the terminal", async () => {
