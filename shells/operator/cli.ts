@@ -1334,6 +1334,8 @@ async function cmdRunTerminal(ctx: Ctx, p: Parsed): Promise<number> {
         { signal: abort.signal },
       ),
     abort.signal,
+    // A paste or a pipe faster than the server takes it: stop reading until the queue halves.
+    (full) => (full ? ctx.io.stdin.pause() : ctx.io.stdin.resume()),
   );
   const leave = enterRawMode(ctx.io.stdin);
   let raw = true;

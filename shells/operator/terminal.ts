@@ -33,10 +33,11 @@ export interface WindowSize {
 
 /** The size when no terminal says (stdout and stderr both redirected). */
 export const DEFAULT_WINDOW: WindowSize = { rows: 24, cols: 80 };
-/** Attempts of one write that fail for connection trouble before the input gives up. */
-export const TERMINAL_TRANSIENT_TRIES = 4;
-/** Pause after a CAPACITY refusal (the remote program reads slower than keys come), ms. */
-export const TERMINAL_BACKOFF_MS = 20;
+/** Pause before resending a write refused for connection trouble or CAPACITY: doubles from the first to the most (ms). */
+export const TERMINAL_BACKOFF_FIRST_MS = 20;
+export const TERMINAL_BACKOFF_MAX_MS = 1_000;
+/** Bytes queued here (a paste, a pipe, a server away) above which the caller stops reading its input; it reads again below half. */
+export const TERMINAL_QUEUE_MAX = 4 * CONTROL_STDIN_WRITE_BYTES;
 
 /** What a terminal write calls: WriteStdin with the command's uuid bound in. */
 export type TerminalWrite = (data: Uint8Array, resize: WindowSize | undefined, requestId: string, after: string | undefined) => Promise<unknown>;
@@ -55,14 +56,20 @@ export class TerminalInput {
   private last: string | undefined;
   stopped: string | null = null;
   writes = 0;
+  /** Data bytes queued and not yet written. */
+  queuedBytes = 0;
 
+  /** `onBacklog(true)`: past TERMINAL_QUEUE_MAX, stop reading; `(false)`: below half of it again. */
   constructor(
     private readonly write: TerminalWrite,
     private readonly signal: AbortSignal,
+    private readonly onBacklog: (full: boolean) => void = () => {},
   ) {}
 
   data(b: Uint8Array): void {
-    if (b.length > 0) this.push({ data: b });
+    // One write takes at most CONTROL_STDIN_WRITE_BYTES: a larger read is queued in pieces.
+    for (let o = 0; o < b.length; o += CONTROL_STDIN_WRITE_BYTES) this.push({ data: b.subarray(o, Math.min(b.length, o + CONTROL_STDIN_WRITE_BYTES)) });
+    if (this.queuedBytes > TERMINAL_QUEUE_MAX) this.onBacklog(true);
   }
 
   resize(size: WindowSize): void {
@@ -77,6 +84,7 @@ export class TerminalInput {
   private push(item: Item): void {
     if (this.stopped !== null) return;
     this.queue.push(item);
+    if ("data" in item) this.queuedBytes += item.data.length;
     if (!this.running) void this.pump();
   }
 
@@ -91,6 +99,9 @@ export class TerminalInput {
       parts.push(d);
       n += d.length;
     }
+    const before = this.queuedBytes;
+    this.queuedBytes -= n;
+    if (before > TERMINAL_QUEUE_MAX / 2 && this.queuedBytes <= TERMINAL_QUEUE_MAX / 2) this.onBacklog(false);
     return { data: Buffer.concat(parts, n), resize };
   }
 
@@ -108,7 +119,8 @@ export class TerminalInput {
 
   private async send(data: Uint8Array, resize: WindowSize | undefined): Promise<void> {
     const requestId = randomUUID();
-    for (let attempt = 1; !this.signal.aborted; attempt++) {
+    let pause = TERMINAL_BACKOFF_FIRST_MS;
+    while (!this.signal.aborted) {
       try {
         await this.write(data, resize, requestId, this.last);
         this.last = requestId;
@@ -116,13 +128,17 @@ export class TerminalInput {
         return;
       } catch (e) {
         const code = controlCode(e);
-        if (code === RvCode.CAPACITY || (isTransient(e) && attempt < TERMINAL_TRANSIENT_TRIES)) {
-          await new Promise((r) => setTimeout(r, TERMINAL_BACKOFF_MS * Math.min(attempt, 10)));
-          continue;
+        // Another writer (rvbox stdin ID) took a write after ours: keys still go, in the order typed.
+        if (code === RvCode.SEQUENCE_VIOLATION) this.last = undefined;
+        // The remote program reads slower than keys come (CAPACITY), or the server is away for a
+        // while (a restart): the same request again, idempotent, until it is taken or the session ends.
+        else if (code !== RvCode.CAPACITY && !isTransient(e)) {
+          // The command ended (its stdin is gone) or the server refused for good: the rest has nowhere to go.
+          this.stopped = e instanceof Error ? e.message : String(e);
+          return;
         }
-        // The command ended (its stdin is gone) or the server refused for good: the rest has nowhere to go.
-        this.stopped = e instanceof Error ? e.message : String(e);
-        return;
+        await new Promise((r) => setTimeout(r, pause));
+        pause = Math.min(TERMINAL_BACKOFF_MAX_MS, pause * 2);
       }
     }
   }
