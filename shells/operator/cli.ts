@@ -1269,6 +1269,8 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
 }
 
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
+  // A job never runs on terminals: refused rather than run without one.
+  if (bool(p, "tty") && (p.flags.has("clients") || p.flags.has("selector"))) throw new UsageError("-t runs on one client: it does not go with --clients or -l");
   if (p.flags.has("clients") || p.flags.has("selector")) return cmdRunJob(ctx, p, outputMode(p) === "json");
   for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients or -l (a job)`);
   if (bool(p, "tty")) return cmdRunTerminal(ctx, p);

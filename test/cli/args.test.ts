@@ -318,5 +318,9 @@ describe("run -t refusals before anything is sent", () => {
     const both = await cli(["run", "-t", "--open-stdin", "web-1", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
     expect(both.code).toBe(EXIT.USAGE);
     expect(both.stderr).toContain("-t and --open-stdin do not go together");
+    // A job has no terminals: refused, never run without one.
+    const job = await cli(["run", "-t", "--clients", "a,b", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(job.code).toBe(EXIT.USAGE);
+    expect(job.stderr).toContain("-t runs on one client: it does not go with --clients or -l");
   });
 });
