@@ -8,7 +8,7 @@
  */
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { CommandLifecycle, OutputStream, SignalKind, TruncationCause } from "../protos/gen/rvbox/v1/common_pb.js";
-import { lifecycleName, programSummary, times, type CommandInfo } from "../core/reader/command-view.js";
+import { lifecycleName, programSummary, terminalText, times, type CommandInfo } from "../core/reader/command-view.js";
 import type { Lifecycle, OutputItem, StreamName, TruncationSource } from "../core/reader/items.js";
 import {
   JobChildPhase,
@@ -182,6 +182,7 @@ export function commandInfo(c: Command): CommandInfo {
     attempts: c.dispatchAttempts,
     stdinAckedThrough: Number(c.stdinAckedThrough),
     stdinCloseRequested: c.stdinCloseRequested,
+    ...(c.spec?.terminal ? { terminal: terminalText(c.spec) } : {}),
   };
 }
 

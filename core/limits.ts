@@ -271,3 +271,7 @@ export const MAX_FOLLOW_STREAMS = 128;
 export const MAX_FOLLOW_STREAMS_PER_IDENTITY = 64;
 /** Of `maxFollowStreams`, the share only admins may open (`limits.followStreamsAdminReserve`), so an admin always gets in. */
 export const FOLLOW_STREAMS_ADMIN_RESERVE = 16;
+/** A terminal's window size (`rvbox run -t`, protocol 1.1): rows and columns are each 1..MAX_TERMINAL_CELLS. */
+export const MAX_TERMINAL_CELLS = 1_000;
+/** A terminal's TERM name: at most this many characters of [A-Za-z0-9._+-]. */
+export const MAX_TERM_NAME_CHARS = 64;

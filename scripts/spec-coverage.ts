@@ -22,8 +22,10 @@ export const CODE: Record<string, string> = {
     "core/codec/frame-codec.ts `decodeFrame` (size before `fromBinary`); `ws` `maxPayload` in shells/server; core/dispatch/spec-limits.ts `checkDispatchSize` (at submit); core/server/dispatch.ts `sendDispatch` (never sent over the limit)",
   "R-T3":
     "core/server/ingest.ts `handleCommandEvent` (declared size, then `ports.checkCompressed`); shells/zstd/decompress.ts `decompressValidated`; core/agent/scripts.ts `handleScriptChunk`",
-  "R-T4": "core/codec/version.ts `negotiate`; core/server/registration.ts `register`; agent checks the selection in `onFrame`",
-  "R-T5": "core/codec/frame-codec.ts `decodeFrame` (no payload case -> PROTOCOL_ERROR; unknown fields kept aside, never acted on)",
+  "R-T4":
+    "core/codec/version.ts `negotiate`, `SUPPORTED_PROTOCOL` (1.0-1.1), `speaksTerminal`; core/server/registration.ts `register`; agent checks the selection in `onFrame`; core/server/terminal.ts (a 1.1 feature never reaches a 1.0 session: submit refused, dispatch rejected); core/agent/admission.ts `validateSpec`",
+  "R-T5":
+    "core/codec/frame-codec.ts `decodeFrame` (no payload case -> PROTOCOL_ERROR; unknown fields kept aside, never acted on); agent.proto additions append-only under a minor (test/protos/protos.test.ts `ADDED`); core/server/terminal.ts, core/server/stdin.ts (fields an older peer would ignore are never sent to it)",
   "R-T6": "deploy/nginx/rvbox.conf; shells/server (plain ws behind TLS termination)",
   "R-H1": "core/session/heartbeat.ts `heartbeatDue`; used by agent-session.ts `sessionTick` and server node.ts `tick`",
   "R-H2": "core/session/heartbeat.ts; agent `sessionFail`, server `closeConn` on `dead`",

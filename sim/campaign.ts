@@ -188,6 +188,8 @@ export function printCampaign(s: CampaignSummary, out: (line: string) => void): 
     "coverageChecked",
     "bytesVerified",
     "stdinWritesChecked",
+    "terminalsRun",
+    "resizesApplied",
     "retentionDrops",
     "prunes",
     "splitBrainLaunches",

@@ -62,6 +62,8 @@ interface Proc {
   timers: SimEvent[];
   signalled: boolean;
   orphan: boolean;
+  /** On a terminal (protocol 1.1): everything it writes is one stream, stdout, as a terminal merges them. */
+  tty: boolean;
 }
 
 export class Executor {
@@ -143,6 +145,7 @@ export class Executor {
       timers: [],
       signalled: false,
       orphan: false,
+      tty: spec.terminal !== undefined,
     };
     const old = this.table(host).get(uuid);
     if (old && old.alive) this.obs.exited(host, uuid, { exitCode: null, signal: "DUPLICATE", timedOut: false, signalled: false });
@@ -177,7 +180,8 @@ export class Executor {
     this.later(p, Math.floor(n / b.rate) + p.rng.range(0, 2), () => this.writeNext(p));
   }
 
-  private emitOutput(p: Proc, stream: "stdout" | "stderr", data: Uint8Array): void {
+  private emitOutput(p: Proc, own: "stdout" | "stderr", data: Uint8Array): void {
+    const stream = p.tty ? "stdout" : own;
     for (let o = 0; o < data.length; o += MAX_CHUNK_BYTES) {
       const part = data.subarray(o, Math.min(data.length, o + MAX_CHUNK_BYTES));
       this.stats.outputBytes += part.length;

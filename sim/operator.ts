@@ -16,6 +16,8 @@ import {
   ShellProgramSchema,
   ShellType,
   SignalKind,
+  TerminalSizeSchema,
+  TerminalSpecSchema,
   type ExecutionSpec,
 } from "../protos/gen/rvbox/v1/common_pb.js";
 import { Code } from "../core/errors.js";
@@ -139,7 +141,7 @@ export class Operator {
         if (!s) return;
         const data = new Rng(a.s).bytes(a.n);
         this.w.oracles.stdinRequested(s.uuid, data, a.nl);
-        this.send({ op: "stdin", requestId: this.nextId(), uuid: s.uuid, data, appendNewline: a.nl }, undefined, 0);
+        this.send({ op: "stdin", requestId: this.nextId(), uuid: s.uuid, data, appendNewline: a.nl, ...(a.resize ? { resize: a.resize } : {}) }, undefined, 0);
         return;
       }
       case "close_stdin": {
@@ -271,6 +273,8 @@ export class Operator {
 
   private submit(a: SubmitAction): void {
     const { spec, script } = this.buildSpec(a);
+    // `run -t`: a terminal of the planned size (protocol 1.1).
+    if (a.tty) spec.terminal = create(TerminalSpecSchema, { size: create(TerminalSizeSchema, a.tty), term: "xterm-256color" });
     // The operator names a wall-clock instant (queue_expiry_time).
     const expiry = a.expiryMs > 0 ? this.w.server.wall() + a.expiryMs : 0;
     const request: Extract<ControlRequest, { op: "submit" }> = {
@@ -292,6 +296,8 @@ export class Operator {
       // A full metadata tier refuses new work with CODE_CAPACITY: a bound, not a bug.
       // A spec every agent would refuse is refused at submit (spec-limits.ts).
       else if (a.prog === "bad_argv" && r.error.code === Code.VALIDATION) return;
+      // A terminal for a client connected at protocol 1.0 is refused at submit (R-T4/R-T5).
+      else if (a.tty && r.error.code === Code.INCOMPATIBLE_VERSION) return;
       else if (r.error.code !== Code.CONFLICT && r.error.code !== Code.CAPACITY)
         this.w.oracles.unexpected("submit-refused", `submit of ${a.uuid} refused: ${r.error.message}`);
     });

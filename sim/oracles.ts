@@ -60,6 +60,7 @@ import type { ControlRequest, ControlResult } from "../core/server/server-types.
 import { MAX_CHUNK_BYTES } from "../core/limits.js";
 import { bytesEqual, concatBytes } from "../core/bytes.js";
 import type { PayloadCase } from "../core/codec/frame-codec.js";
+import { speaksTerminal } from "../core/codec/version.js";
 import { ENVELOPES, isReconcileGatedWork, isSentBy, type Lane, type Sender } from "../core/protocol/envelopes.js";
 
 export class SimFailure extends Error {
@@ -87,7 +88,7 @@ interface Pre {
   eventKey: string | null;
 }
 
-const DECODED_KINDS = new Set(["eventAck", "reconcileRequest", "serverWelcome", "reconcileResult"]);
+const DECODED_KINDS = new Set(["eventAck", "reconcileRequest", "serverWelcome", "reconcileResult", "commandDispatch", "stdinWrite"]);
 const pad12 = (n: number): string => n.toString().padStart(12, "0");
 
 export class Oracles implements ExecObserver {
@@ -136,6 +137,8 @@ export class Oracles implements ExecObserver {
     bytesVerified: 0,
     orphansLeaked: 0,
     stdinWritesChecked: 0,
+    terminalsRun: 0,
+    resizesApplied: 0,
     retentionDrops: 0,
     prunes: 0,
   };
@@ -246,6 +249,17 @@ export class Oracles implements ExecObserver {
     if (!env) this.fail("R-W10", `server sent an undecodable ${kind} frame`);
     const p = env.payload;
     switch (p.case) {
+      case "commandDispatch":
+      case "stdinWrite": {
+        // R-T4/R-T5: a terminal and its resizes go only to a session that negotiated 1.1.
+        const carries = p.case === "commandDispatch" ? p.value.spec?.terminal !== undefined : p.value.resize !== undefined;
+        const v = this.w.server.state!.conns.get(conn)?.version;
+        if (carries && !speaksTerminal(v))
+          this.fail("R-T5", `server sent a ${p.case} with a terminal field on connection ${conn}, protocol ${JSON.stringify(v)}`);
+        if (isReconcileGatedWork(p.case) && !this.reconciledConns.has(conn))
+          this.fail("R-D8", `${p.case} on connection ${conn} before its ReconcileResult was sent`);
+        break;
+      }
       case "eventAck": {
         const uuid = p.value.issueUuid;
         const through = Number(p.value.throughEventSeq);
@@ -504,6 +518,15 @@ export class Oracles implements ExecObserver {
         const rec = agentRow(h.disk.tables, "command", e.uuid);
         if (rec?.phase !== "launching")
           this.fail("at-most-once", `${h.label} spawned ${e.uuid} without a durable launch authorization (disk phase ${rec?.phase})`);
+        // Never a terminal on an agent of 1.0 (R-T4/R-T5; admission, on a session that negotiated 1.1,
+        // is checked with the server's sends below: the launch itself may come with no session up).
+        if (e.spec.terminal && !speaksTerminal(h.config.protocol.max))
+          this.fail("R-T5", `${h.label} spawned terminal command ${e.uuid} though it speaks only ${JSON.stringify(h.config.protocol)}`);
+        if (e.spec.terminal) this.stats.terminalsRun++;
+      }
+      if (e.type === "write_stdin" && e.resize) {
+        if (!st.commands.get(e.uuid)?.spec.terminal) this.fail("R-T5", `${h.label} resized ${e.uuid}, which has no terminal`);
+        this.stats.resizesApplied++;
       }
       if (e.type !== "send") continue;
       this.checkEnvelopeRow("agent", e.kind, e.lane);

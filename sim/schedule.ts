@@ -25,11 +25,13 @@ export type Action =
       expiryMs: number;
       /** Extra script bytes after the behaviour line. */
       pad: number;
+      /** Run on a terminal of this size (`run -t`, protocol 1.1); absent for the rest. */
+      tty?: { rows: number; cols: number };
     }
   | { at: number; k: "resubmit"; i: number; conflict: boolean }
   /** A job (core/server/jobs.ts) over these clients, in this order; `conc` / `errs` as an operator types them. */
   | { at: number; k: "job"; j: number; jobId: string; clients: number[]; prog: "argv" | "shell"; b: Behaviour; conc: string; errs: string }
-  | { at: number; k: "stdin"; i: number; n: number; nl: boolean; s: number }
+  | { at: number; k: "stdin"; i: number; n: number; nl: boolean; s: number; resize?: { rows: number; cols: number } }
   | { at: number; k: "close_stdin"; i: number }
   | { at: number; k: "signal"; i: number; sig: SignalKind }
   | { at: number; k: "authorize"; client: number }
@@ -84,6 +86,7 @@ export function planSchedule(seed: number, sw: Swarm): Schedule {
     }
   }
   planJobs(root, sw, actions);
+  planTerminals(root, sw, actions);
   for (const f of FAULT_KINDS) {
     const n = sw.faults[f] ?? 0;
     if (n <= 0 || f === "clock_skew") continue;
@@ -111,6 +114,30 @@ export function planSchedule(seed: number, sw: Swarm): Schedule {
   }
   actions.sort((a, b) => a.at - b.at);
   return { actions };
+}
+
+/**
+ * Terminals (`run -t`, protocol 1.1), from their own stream (fork
+ * "terminals"): some argv or shell submits ask for one (stdin open, as the
+ * CLI has it), and get keystrokes and resizes; on a 1.0 agent they must end
+ * without running. Seeds with pTerminal 0 are planned exactly as before.
+ */
+function planTerminals(root: Rng, sw: Swarm, actions: Action[]): void {
+  if (sw.pTerminal <= 0) return;
+  const tr = root.fork("terminals");
+  const size = () => ({ rows: tr.range(1, 120), cols: tr.range(1, 300) });
+  const submits = actions.filter((a): a is Extract<Action, { k: "submit" }> => a.k === "submit" && (a.prog === "argv" || a.prog === "shell"));
+  for (const a of submits) {
+    if (!tr.chance(sw.pTerminal)) continue;
+    a.tty = size();
+    a.stdinOpen = true;
+    let t = a.at;
+    for (let w = tr.range(1, 4); w > 0; w--) {
+      t += tr.range(0, 20_000);
+      const keys = tr.chance(0.5);
+      actions.push({ at: t, k: "stdin", i: a.i, n: keys ? tr.range(1, 64) : 0, nl: false, s: tr.u32(), ...(keys && tr.chance(0.5) ? {} : { resize: size() }) });
+    }
+  }
 }
 
 /**
@@ -152,7 +179,7 @@ export function describeAction(a: Action): string {
     case "job":
       return `job ${a.jobId} -> ${a.clients.map((c) => `agent-${c}`).join(",")} conc=${a.conc || "all"} errs=${a.errs || "none"} code=${a.b.code}${a.b.codeOn ? ` codeOn=${JSON.stringify(a.b.codeOn)}` : ""}${a.b.hang ? " hang" : ""}`;
     case "submit":
-      return `submit #${a.i} ${a.uuid.slice(0, 8)} -> agent-${a.client} ${a.prog} out=${a.b.out} err=${a.b.err} code=${a.b.code}${a.b.sig ? ` sig=${a.b.sig}` : ""}${a.b.hang ? " hang" : ""}${a.b.echo ? " echo" : ""}${a.b.ignTerm ? " ignTERM" : ""}${a.b.inc ? " incomplete" : ""}${a.b.nostart ? " nostart" : ""}${a.stdinOpen ? " stdin" : ""}${a.timeoutMs ? ` timeout=${a.timeoutMs}` : ""}${a.expiryMs ? ` expiry=${a.expiryMs}` : ""}`;
+      return `submit #${a.i} ${a.uuid.slice(0, 8)} -> agent-${a.client} ${a.prog} out=${a.b.out} err=${a.b.err} code=${a.b.code}${a.b.sig ? ` sig=${a.b.sig}` : ""}${a.b.hang ? " hang" : ""}${a.b.echo ? " echo" : ""}${a.b.ignTerm ? " ignTERM" : ""}${a.b.inc ? " incomplete" : ""}${a.b.nostart ? " nostart" : ""}${a.stdinOpen ? " stdin" : ""}${a.tty ? ` tty=${a.tty.cols}x${a.tty.rows}` : ""}${a.timeoutMs ? ` timeout=${a.timeoutMs}` : ""}${a.expiryMs ? ` expiry=${a.expiryMs}` : ""}`;
     case "resubmit":
       return `resubmit #${a.i}${a.conflict ? " (conflicting)" : ""}`;
     case "stdin":

@@ -61,6 +61,10 @@ export interface Swarm {
   pShell: number;
   pInvalid: number;
   pShortExpiry: number;
+  /** Agents that speak only protocol 1.0 (the spec's first version): a terminal never runs on them (R-T4/R-T5). */
+  agents10: number[];
+  /** Chance that a submit asks for a terminal (`run -t`, protocol 1.1), with resizes on its stdin. */
+  pTerminal: number;
 }
 
 export interface SwarmOptions {
@@ -137,7 +141,16 @@ export function drawSwarm(seed: number, opts: SwarmOptions = {}): Swarm {
     pShell: r.pick([0, 0.3]),
     pInvalid: r.pick([0, 0.05, 0.15]),
     pShortExpiry: r.pick([0, 0.1]),
+    // From a stream of their own, so every other draw of a seed is as before.
+    ...drawTerminals(seed, agents),
   };
+}
+
+/** Protocol minors and terminals (1.1): about a third of the seeds have one 1.0 agent, and about half ask for terminals. */
+function drawTerminals(seed: number, agents: number): Pick<Swarm, "agents10" | "pTerminal"> {
+  const t = new Rng(seed).fork("terminals");
+  const agents10 = t.chance(0.35) ? [t.int(agents)] : [];
+  return { agents10, pTerminal: t.chance(0.5) ? t.pick([0.1, 0.3]) : 0 };
 }
 
 export function enabledFaults(s: Swarm): FaultKind[] {

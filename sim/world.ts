@@ -12,6 +12,7 @@
 // No effect re-enters a core synchronously, so a step is always atomic.
 
 import { agentInvariants, agentStep, defaultAgentConfig, restoreAgent } from "../core/agent/node.js";
+import { PROTOCOL_1_0 } from "../core/codec/version.js";
 import { unreachable } from "../core/errors.js";
 import type { AgentConfig, AgentEffect, AgentInput } from "../core/agent/agent-types.js";
 import type { PersistEffect } from "../core/effects.js";
@@ -53,7 +54,11 @@ const env = { ports: simPorts };
 export const CHECK_EVERY = 32;
 
 export function agentConfigFor(client: number, sw: Swarm): AgentConfig {
-  const base = defaultAgentConfig(`agent-${client}`, { maxRunning: sw.maxRunning, maxQueued: sw.maxQueued });
+  const base = defaultAgentConfig(`agent-${client}`, {
+    maxRunning: sw.maxRunning,
+    maxQueued: sw.maxQueued,
+    ...(sw.agents10.includes(client) ? { protocol: PROTOCOL_1_0 } : {}),
+  });
   if (!sw.smallLimits) return base;
   return {
     ...base,

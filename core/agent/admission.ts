@@ -16,6 +16,7 @@ import { CommandAcceptedSchema, type CommandDispatch } from "../../protos/gen/rv
 import { CommandLifecycle, ControlErrorSchema, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { toHex } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
+import { speaksTerminal, TERMINAL_VERSION, versionText } from "../codec/version.js";
 import { checkSpecLimits } from "../dispatch/spec-limits.js";
 import { Code, codeName } from "../errors.js";
 import { newCommandOutbox, outboxHeader } from "../window/outbox.js";
@@ -34,6 +35,13 @@ export function validateSpec(st: AgentState, spec: ExecutionSpec | undefined): {
   const p = spec!.program;
   if (p.case === "shell" && !st.config.supportedShells.includes(p.value.shell))
     return { code: Code.UNSUPPORTED_PLATFORM, message: `shell ${p.value.shell} is not supported on this agent` };
+  // R-T4/R-T5: a terminal only on a session that negotiated it (a server never sends one to an older session).
+  const v = st.session.selected;
+  if (spec!.terminal && !speaksTerminal(v))
+    return {
+      code: Code.UNSUPPORTED_PLATFORM,
+      message: `a terminal needs protocol ${versionText(TERMINAL_VERSION)}; this session negotiated ${v ? versionText(v) : "none"}`,
+    };
   return null;
 }
 

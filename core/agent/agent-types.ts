@@ -40,6 +40,8 @@ export interface StdinItem {
   seq: number;
   data: Uint8Array;
   close: boolean;
+  /** Protocol 1.1, a terminal's command only: set the window size before writing data. Absent otherwise. */
+  resize?: { rows: number; cols: number };
 }
 
 export interface AgentScript {
@@ -161,7 +163,7 @@ export type AgentEffect =
   | { type: "write_script"; uuid: string; data: Uint8Array; sha256: Uint8Array }
   | { type: "discard_script"; uuid: string; path: string }
   | { type: "spawn"; uuid: string; spec: ExecutionSpec; scriptPath: string }
-  | { type: "write_stdin"; uuid: string; seq: number; data: Uint8Array }
+  | { type: "write_stdin"; uuid: string; seq: number; data: Uint8Array; resize?: { rows: number; cols: number } }
   | { type: "close_stdin"; uuid: string; seq: number }
   | { type: "signal"; uuid: string; signal: SignalKind; revision: number }
   /**

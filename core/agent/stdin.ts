@@ -12,7 +12,8 @@ import { concatBytes } from "../bytes.js";
 import { safeNumber } from "../codec/frame-codec.js";
 import { Code } from "../errors.js";
 import { STDIN_WRITES_IN_FLIGHT } from "../limits.js";
-import type { AgentCommand, AgentState, StdinDeferred } from "./agent-types.js";
+import { checkTerminalSize } from "../dispatch/spec-limits.js";
+import type { AgentCommand, AgentState, StdinDeferred, StdinItem } from "./agent-types.js";
 import { appendEvent, liveCommand, type AgentCtx, type Fail } from "./io.js";
 import { commandRecord, deleteRecord, stdinKey, stdinRecord } from "./store.js";
 
@@ -37,12 +38,16 @@ export function handleStdinWrite(st: AgentState, ctx: AgentCtx, w: StdinWrite, f
     return;
   }
   const data = w.appendNewline ? concatBytes([w.data, new Uint8Array([10])]) : w.data;
+  // A resize (protocol 1.1) means something only to a terminal; for any other command it is ignored.
+  const resize = w.resize && c.spec.terminal ? { rows: w.resize.rows, cols: w.resize.cols } : undefined;
+  if (resize && checkTerminalSize(resize)) return fail(Code.VALIDATION, `stdin write ${seq} resizes the terminal to ${resize.cols}x${resize.rows}`, false);
   if (c.stdin.pendingBytes + data.length > st.config.limits.stdinPendingPerCommand || c.stdin.pending.length >= STDIN_WRITES_IN_FLIGHT)
     return fail(Code.CAPACITY, `stdin buffer for ${c.uuid} is full; resend later`, false);
   c.stdin.next++;
-  c.stdin.pending.push({ seq, data, close: false });
+  const item: StdinItem = resize ? { seq, data, close: false, resize } : { seq, data, close: false };
+  c.stdin.pending.push(item);
   c.stdin.pendingBytes += data.length;
-  ctx.persist(commandRecord(c), stdinRecord(c.uuid, { seq, data, close: false }));
+  ctx.persist(commandRecord(c), stdinRecord(c.uuid, item));
   ctx.afterDurable({ kind: "stdin", uuid: c.uuid });
 }
 
@@ -76,6 +81,7 @@ export function flushStdin(ctx: AgentCtx, c: AgentCommand): void {
   if (!item) return;
   c.stdin.inFlight = true;
   if (item.close) ctx.emit({ type: "close_stdin", uuid: c.uuid, seq: item.seq });
+  else if (item.resize) ctx.emit({ type: "write_stdin", uuid: c.uuid, seq: item.seq, data: item.data, resize: item.resize });
   else ctx.emit({ type: "write_stdin", uuid: c.uuid, seq: item.seq, data: item.data });
 }
 

@@ -137,6 +137,7 @@ export function chunkRecord(uuid: string, offset: number, data: Uint8Array): Per
 
 export function stdinRecord(uuid: string, item: StdinRow): PersistRecord {
   const value: StdinRow = { seq: item.seq, data: item.data, close: item.close };
+  if (item.resize) value.resize = { rows: item.resize.rows, cols: item.resize.cols };
   return { table: "stdin", key: stdinKey(uuid, item.seq), value };
 }
 

@@ -17,8 +17,28 @@ export interface VersionRange {
   max: Version;
 }
 
-/** The range this build speaks. 1.0 is the spec's first version. */
-export const SUPPORTED_PROTOCOL: VersionRange = { min: { major: 1, minor: 0 }, max: { major: 1, minor: 0 } };
+/**
+ * The range this build speaks. 1.0 is the spec's first version; 1.1 adds
+ * terminals (`rvbox run -t`): ExecutionSpec.terminal and StdinWrite.resize,
+ * which a peer sends only on a session that negotiated 1.1 (TERMINAL_VERSION).
+ */
+export const SUPPORTED_PROTOCOL: VersionRange = { min: { major: 1, minor: 0 }, max: { major: 1, minor: 1 } };
+
+/** The spec's first version, the range an older peer states. */
+export const PROTOCOL_1_0: VersionRange = { min: { major: 1, minor: 0 }, max: { major: 1, minor: 0 } };
+
+/** The first version with terminals: ExecutionSpec.terminal and StdinWrite.resize (R-T4/R-T5). */
+export const TERMINAL_VERSION: Version = { major: 1, minor: 1 };
+
+/** Whether a session that negotiated `v` may carry a terminal command and its resizes. */
+export function speaksTerminal(v: Version | null | undefined): boolean {
+  return v !== null && v !== undefined && v.major === TERMINAL_VERSION.major && v.minor >= TERMINAL_VERSION.minor;
+}
+
+/** "1.0" */
+export function versionText(v: Version): string {
+  return `${v.major}.${v.minor}`;
+}
 
 export function compareVersion(a: Version, b: Version): number {
   return a.major !== b.major ? a.major - b.major : a.minor - b.minor;

@@ -11,10 +11,18 @@
 
 import { create } from "@bufbuild/protobuf";
 import { CommandDispatchSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import type { ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
+import type { ExecutionSpec, TerminalSize, TerminalSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import { encodeEnvelope } from "../codec/frame-codec.js";
 import { Code, type CoreError, coreError, unreachable } from "../errors.js";
-import { MAX_ARGV_ITEMS, MAX_ENV_ITEMS, MAX_ENVELOPE_BYTES, MAX_SCRIPT_BYTES, MAX_SPEC_STRING_BYTES } from "../limits.js";
+import {
+  MAX_ARGV_ITEMS,
+  MAX_ENV_ITEMS,
+  MAX_ENVELOPE_BYTES,
+  MAX_SCRIPT_BYTES,
+  MAX_SPEC_STRING_BYTES,
+  MAX_TERM_NAME_CHARS,
+  MAX_TERMINAL_CELLS,
+} from "../limits.js";
 
 /** UTF-8 bytes of `s` (a lone surrogate counts 3, as TextEncoder writes U+FFFD). */
 export function utf8Length(s: string): number {
@@ -96,7 +104,26 @@ export function checkSpecLimits(spec: ExecutionSpec | undefined): CoreError | nu
     const why = checkString(`environment variable name ${name}`, e.name) ?? checkString(`the value of environment variable ${name}`, e.value);
     if (why) return why;
   }
+  return spec.terminal ? checkTerminal(spec.terminal, spec.stdinOpen) : null;
+}
+
+/** A window size: rows and columns each 1..MAX_TERMINAL_CELLS. */
+export function checkTerminalSize(size: Pick<TerminalSize, "rows" | "cols"> | undefined): CoreError | null {
+  if (!size) return invalid("the terminal has no window size");
+  const { rows, cols } = size;
+  if (rows < 1 || cols < 1 || rows > MAX_TERMINAL_CELLS || cols > MAX_TERMINAL_CELLS)
+    return invalid(`the terminal is ${cols}x${rows}; columns and rows must each be 1..${MAX_TERMINAL_CELLS}`);
   return null;
+}
+
+const TERM_NAME = /^[A-Za-z0-9._+-]*$/;
+
+/** A terminal (protocol 1.1): a valid size, a plain TERM name, and open stdin (its keystrokes and resizes travel there). */
+function checkTerminal(t: TerminalSpec, stdinOpen: boolean): CoreError | null {
+  if (!stdinOpen) return invalid("a terminal needs open stdin (its keystrokes and window size travel there)");
+  if (t.term.length > MAX_TERM_NAME_CHARS || !TERM_NAME.test(t.term))
+    return invalid(`TERM must be at most ${MAX_TERM_NAME_CHARS} characters of [A-Za-z0-9._+-]`);
+  return checkTerminalSize(t.size);
 }
 
 const MAX_UINT64 = 2n ** 64n - 1n;

@@ -42,6 +42,15 @@ export interface CommandInfo {
   stdinAckedThrough: number;
   /** An operator closed its stdin (CloseStdin taken). */
   stdinCloseRequested: boolean;
+  /** `run -t` (protocol 1.1): the terminal it was submitted with, "COLSxROWS TERM"; absent for every other command. */
+  terminal?: string;
+}
+
+/** "120x40 xterm-256color": a command's terminal as the CLI shows it. */
+export function terminalText(spec: ExecutionSpec | undefined): string | undefined {
+  const t = spec?.terminal;
+  if (!t) return undefined;
+  return `${t.size ? `${t.size.cols}x${t.size.rows}` : "?"}${t.term ? ` ${t.term}` : ""}`;
 }
 
 /**
@@ -133,5 +142,6 @@ export function commandView(c: CommittedCommand, toWall: (deadline: number) => n
     attempts: c.dispatch.attempts,
     stdinAckedThrough: c.stdin.ackedThrough,
     stdinCloseRequested: c.stdin.closeRequested,
+    ...(c.spec.terminal ? { terminal: terminalText(c.spec) } : {}),
   };
 }

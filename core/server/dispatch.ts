@@ -31,6 +31,7 @@ import { type Fail, type ServerCtx, encodeFor, sendEncoded } from "./io.js";
 import { pumpScript } from "./scripts.js";
 import { pumpSignals } from "./signals.js";
 import { pumpStdin } from "./stdin.js";
+import { refuseTerminalDispatch } from "./terminal.js";
 
 export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): void {
   // Queue expiry passes at the server only for commands no agent can hold; looked for only once one can be due.
@@ -66,6 +67,8 @@ export function pumpCommands(st: ServerState, ctx: ServerCtx, env: ServerEnv): v
     const conn = readyConn(st, c.clientId);
     if (!conn) continue;
     if (c.state === L.QUEUED) {
+      // A terminal never goes to a session of an older minor (R-T4/R-T5, terminal.ts).
+      if (refuseTerminalDispatch(st, ctx, conn, c)) continue;
       // No room (drained, no free capacity, too many in flight): parked until
       // the room can have grown (active.ts `unpark`); a later command of this
       // client finds no more room in this pass, so it is parked too.

@@ -74,6 +74,14 @@ export interface StdinOp {
   appendNewline: boolean;
   close: boolean;
   requestId: string;
+  /** Protocol 1.1, a terminal's command only: its new window size, applied before data. Absent on every other write. */
+  resize?: WindowSize;
+}
+
+/** A terminal's window size in character cells. */
+export interface WindowSize {
+  rows: number;
+  cols: number;
 }
 
 export interface PendingSignal {
@@ -652,7 +660,7 @@ export type ControlRequest =
        */
       stored?: PrunedCommand;
     }
-  | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean; afterRequestId?: string }
+  | { op: "stdin"; requestId: string; uuid: string; data: Uint8Array; appendNewline: boolean; afterRequestId?: string; resize?: WindowSize }
   | { op: "close_stdin"; requestId: string; uuid: string }
   /**
    * `force` (an admin's): end the command at the server now, whatever its

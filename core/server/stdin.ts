@@ -4,11 +4,12 @@
 
 import { create } from "@bufbuild/protobuf";
 import { CloseStdinSchema, StdinWriteSchema } from "../../protos/gen/rvbox/v1/agent_pb.js";
-import { CommandLifecycle as L } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { CommandLifecycle as L, TerminalSizeSchema } from "../../protos/gen/rvbox/v1/common_pb.js";
+import { checkTerminalSize } from "../dispatch/spec-limits.js";
 import { isTerminal } from "../dispatch/lifecycle.js";
 import { Code } from "../errors.js";
 import { CONTROL_STDIN_WRITE_BYTES, MAX_CHUNK_BYTES, STDIN_WRITES_IN_FLIGHT } from "../limits.js";
-import type { ConnState, ControlRequest, ServerCommand, ServerState } from "./server-types.js";
+import type { ConnState, ControlRequest, ServerCommand, ServerState, StdinOp } from "./server-types.js";
 import { persistCommand, remember } from "./commands.js";
 import { touch } from "./active.js";
 import { missingMessage } from "./history.js";
@@ -32,6 +33,12 @@ export function controlStdin(st: ServerState, ctx: ServerCtx, r: Extract<Control
   if (!c.spec.stdinOpen) return replyError(ctx, r.requestId, Code.VALIDATION, "the command was submitted without open stdin", r.uuid);
   if (c.stdin.closeRequested) return replyError(ctx, r.requestId, Code.VALIDATION, "stdin is already closed", r.uuid);
   const data = r.op === "stdin" ? r.data : new Uint8Array(0);
+  const resize = r.op === "stdin" ? r.resize : undefined;
+  if (resize) {
+    if (!c.spec.terminal) return replyError(ctx, r.requestId, Code.VALIDATION, "the command has no terminal to resize (submitted without -t)", r.uuid);
+    const bad = checkTerminalSize(resize);
+    if (bad) return replyError(ctx, r.requestId, bad.code, bad.message, r.uuid);
+  }
   if (data.length > CONTROL_STDIN_WRITE_BYTES)
     return replyError(ctx, r.requestId, Code.PAYLOAD_TOO_LARGE, `stdin writes are at most ${CONTROL_STDIN_WRITE_BYTES} bytes`, r.uuid);
   if (c.stdin.queuedBytes + data.length > st.config.limits.stdinQueue)
@@ -53,13 +60,15 @@ export function controlStdin(st: ServerState, ctx: ServerCtx, r: Extract<Control
   for (let i = 0; i < pieces; i++) {
     seq = c.stdin.nextSeq++;
     const last = i === pieces - 1;
-    const op = {
+    const op: StdinOp = {
       seq,
       data: pieces === 1 ? data : data.subarray(i * MAX_CHUNK_BYTES, Math.min(data.length, (i + 1) * MAX_CHUNK_BYTES)),
       appendNewline: last && r.op === "stdin" && r.appendNewline,
       close: r.op === "close_stdin",
       requestId: r.requestId,
     };
+    // The resize rides on the first piece: the size changes before the keystrokes that follow it.
+    if (resize && i === 0) op.resize = { rows: resize.rows, cols: resize.cols };
     c.stdin.queue.push(op);
     touch(st, c);
     c.stdin.queuedBytes += op.data.length;
@@ -104,7 +113,14 @@ export function pumpStdin(st: ServerState, ctx: ServerCtx, conn: ConnState, c: S
     } else {
       send(ctx, conn, {
         case: "stdinWrite",
-        value: create(StdinWriteSchema, { issueUuid: c.uuid, writeSeq: BigInt(op.seq), data: op.data, appendNewline: op.appendNewline }),
+        value: create(StdinWriteSchema, {
+          issueUuid: c.uuid,
+          writeSeq: BigInt(op.seq),
+          data: op.data,
+          appendNewline: op.appendNewline,
+          // Only a terminal's command has resizes, and it runs only on a 1.1 session (terminal.ts).
+          ...(op.resize ? { resize: create(TerminalSizeSchema, op.resize) } : {}),
+        }),
       });
     }
     c.stdin.sentThrough = op.seq;

@@ -16,6 +16,7 @@ import { unknownClientMessage } from "./clients.js";
 import { persistCommand } from "./commands.js";
 import { activate, activeCount } from "./active.js";
 import { missingMessage } from "./history.js";
+import { terminalSubmitRefusal } from "./terminal.js";
 import { type ServerCtx, reply, replyError } from "./io.js";
 
 /** The immutable request digest: what the agent deduplicates on (with the UUID). */
@@ -115,6 +116,9 @@ export function admitCommand(st: ServerState, ctx: ServerCtx, r: Extract<Control
     if (!r.allowUnknownClient)
       return refuse(Code.NOT_FOUND, `${unknownClientMessage(st, r.clientId)} (allow_unknown_client queues it for an id that has not registered yet)`);
   }
+  // R-T4/R-T5: a terminal for a client connected at an older minor could never run (terminal.ts).
+  const oldAgent = r.spec.terminal ? terminalSubmitRefusal(st, r.clientId) : null;
+  if (oldAgent) return refuse(Code.INCOMPATIBLE_VERSION, oldAgent);
   // This client's active commands, and the metadata all active ones hold (both kept by the active index).
   const active = activeCount(st, r.clientId);
   const activeBytes = st.activeIndex.charged;

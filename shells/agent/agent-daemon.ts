@@ -50,10 +50,11 @@ import {
   type AgentState,
   type CorePorts,
 } from "../../core/index.js";
+import type { VersionRange } from "../../core/codec/version.js";
 import { ShellType, SignalKind, type ExecutionSpec } from "../../protos/gen/rvbox/v1/common_pb.js";
 import {
   killProcessGroup,
-  startProcess,
+  startCommand,
   writeScriptFile,
   type ProcessHandle,
   type ProcessHooks,
@@ -86,6 +87,8 @@ export interface AgentDaemonOptions {
   clientId: string;
   stateDir: string;
   token: string;
+  /** The protocol range it announces (default SUPPORTED_PROTOCOL); tests use 1.0 for an agent of the spec's first version. */
+  protocol?: VersionRange;
   maxRunning?: number;
   maxQueued?: number;
   /** Working directory for commands that name none. Default: the daemon's current directory. */
@@ -249,6 +252,7 @@ export class AgentDaemon {
       daemonCwd: opts.cwd ?? process.cwd(),
       maxRunning: opts.maxRunning ?? 4,
       maxQueued: opts.maxQueued ?? 16,
+      ...(opts.protocol ? { protocol: opts.protocol } : {}),
     });
     config.limits = { ...config.limits, ...opts.limits };
     const d = new AgentDaemon(opts, store, config);
@@ -363,6 +367,8 @@ export class AgentDaemon {
           this.loop.feed({ type: "stdin_written", uuid: e.uuid, seq: e.seq, failure: "process is not running" });
           break;
         }
+        // A terminal's resize first: the size changes before the keystrokes of this write.
+        if (e.resize) h.resize?.(e.resize.rows, e.resize.cols);
         h.writeStdin(e.data).then(
           () => this.loop.feed({ type: "stdin_written", uuid: e.uuid, seq: e.seq }),
           (err: Error) => this.loop.feed({ type: "stdin_written", uuid: e.uuid, seq: e.seq, failure: err.message }),
@@ -518,6 +524,8 @@ export class AgentDaemon {
       timeoutMs: Number(spec.timeoutMs),
       stdinOpen: spec.stdinOpen,
       killGraceMs: this.opts.killGraceMs ?? CANCEL_GRACE_MS,
+      // Protocol 1.1 (`rvbox run -t`): a pseudo-terminal (shells/exec/pty-runner.ts).
+      ...(spec.terminal?.size ? { terminal: { rows: spec.terminal.size.rows, cols: spec.terminal.size.cols, term: spec.terminal.term } } : {}),
     };
     let ps: ProcessSpec;
     const p = spec.program;
@@ -575,7 +583,7 @@ export class AgentDaemon {
           },
           { dir: this.procsDir, uuid },
         )
-      : startProcess(ps, hooks);
+      : startCommand(ps, hooks);
     this.procs.set(uuid, h);
     if (this.paused) h.pauseOutput();
   }

@@ -26,5 +26,7 @@ export type {
   ProcessState,
   ProcessHandle,
 } from "./process-runner.js";
+export { startCommand, startPtyProcess, DEFAULT_TERM } from "./pty-runner.js";
+export type { TerminalOptions } from "./process-runner.js";
 export { writeScriptFile, isSafeScriptName, SCRIPT_FILE_MODE, SCRIPT_DIR_MODE } from "./script-file.js";
 export type { WriteScriptResult, ScriptFileErrorCode } from "./script-file.js";

@@ -67,7 +67,14 @@ export interface ProcessOptions {
   drainTimeoutMs?: number;
 }
 
-export type ProcessSpec = CommandSpec & ProcessOptions;
+/** A pseudo-terminal for the command (`rvbox run -t`): its window size, and TERM. */
+export interface TerminalOptions {
+  rows: number;
+  cols: number;
+  term?: string;
+}
+
+export type ProcessSpec = CommandSpec & ProcessOptions & { terminal?: TerminalOptions };
 
 export interface ExitInfo {
   exitCode: number | null;
@@ -101,6 +108,8 @@ export interface ProcessHandle {
   terminate(): void;
   pauseOutput(): void;
   resumeOutput(): void;
+  /** A terminal's command only: set the window size (the foreground process group gets SIGWINCH). */
+  resize?(rows: number, cols: number): void;
 }
 
 export const MAX_OUTPUT_CHUNK_BYTES = 64 * 1024;
@@ -162,7 +171,7 @@ export function buildChildEnv(
   return env;
 }
 
-function failure(code: string, message: string, cause?: unknown): SpawnFailure {
+export function failure(code: string, message: string, cause?: unknown): SpawnFailure {
   const err = new Error(message, cause === undefined ? undefined : { cause }) as SpawnFailure;
   err.code = code;
   return err;
@@ -228,7 +237,7 @@ export function resolveCommand(spec: CommandSpec, platform: NodeJS.Platform = pr
   }
 }
 
-function checkCwd(cwd: string): SpawnFailure | null {
+export function checkCwd(cwd: string): SpawnFailure | null {
   try {
     if (!statSync(cwd).isDirectory()) return failure("ENOTDIR", `cwd is not a directory: ${cwd}`);
     return null;
@@ -238,7 +247,7 @@ function checkCwd(cwd: string): SpawnFailure | null {
   }
 }
 
-function nonNegativeMs(value: number | undefined, fallback: number, name: string): number | SpawnFailure {
+export function nonNegativeMs(value: number | undefined, fallback: number, name: string): number | SpawnFailure {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
     return failure("EINVAL", `${name} must be a finite number >= 0, got ${String(value)}`);
@@ -246,14 +255,14 @@ function nonNegativeMs(value: number | undefined, fallback: number, name: string
   return value;
 }
 
-function epipe(message: string, cause?: unknown): Error & { code: "EPIPE" } {
+export function epipe(message: string, cause?: unknown): Error & { code: "EPIPE" } {
   const err = new Error(message, cause === undefined ? undefined : { cause }) as Error & { code: "EPIPE" };
   err.code = "EPIPE";
   return err;
 }
 
 /** Send `sig` to process group `pgid`; true if sent, false on ESRCH/EPERM. */
-function killGroupQuiet(pgid: number, sig: NodeJS.Signals): boolean {
+export function killGroupQuiet(pgid: number, sig: NodeJS.Signals): boolean {
   try {
     process.kill(-pgid, sig);
     return true;

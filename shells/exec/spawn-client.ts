@@ -241,6 +241,10 @@ export class SpawnHelper {
       },
       pauseOutput: (): void => this.post({ t: "pause", id }),
       resumeOutput: (): void => this.post({ t: "resume", id }),
+      // Posted before any later stdin write, so the helper applies it in order with the keystrokes.
+      resize: (rows: number, cols: number): void => {
+        if (running()) this.post({ t: "resize", id, rows, cols });
+      },
     };
     this.ids.set(handle, id);
     return handle;

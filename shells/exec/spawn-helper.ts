@@ -18,7 +18,8 @@
  * here before each pid is reported (shells/agent/proc-identity.ts).
  */
 import { ProcRegistry } from "../agent/proc-identity.js";
-import { startProcess, type ProcessHandle } from "./process-runner.js";
+import type { ProcessHandle, ProcessHooks } from "./process-runner.js";
+import { startCommand } from "./pty-runner.js";
 import type { FromHelper, ToHelper } from "./spawn-protocol.js";
 
 /** Unsent output above which every command's pipes stop being read, and the level at which they resume. */
@@ -74,24 +75,23 @@ function onSpawnRequest(m: Extract<ToHelper, { t: "spawn" }>): void {
     registry = registries.get(m.record.dir);
     if (!registry) registries.set(m.record.dir, (registry = new ProcRegistry(m.record.dir)));
   }
-  const entry: Entry = {
-    pausedByAgent: false,
-    h: startProcess(m.spec, {
-      onSpawn: (pid) => {
-        registry?.record(m.record!.uuid, pid);
-        post({ t: "spawned", id, pid });
-      },
-      onSpawnError: (err) => {
-        procs.delete(id);
-        post({ t: "spawnError", id, code: err.code, message: err.message });
-      },
-      onOutput: (stream, chunk) => post({ t: "out", id, s: stream === "stdout" ? 0 : 1, data: chunk }, chunk.length),
-      onExit: (info) => {
-        procs.delete(id);
-        post({ t: "exit", id, info });
-      },
-    }),
+  const hooks: ProcessHooks = {
+    onSpawn: (pid) => {
+      registry?.record(m.record!.uuid, pid);
+      post({ t: "spawned", id, pid });
+    },
+    onSpawnError: (err) => {
+      procs.delete(id);
+      post({ t: "spawnError", id, code: err.code, message: err.message });
+    },
+    onOutput: (stream, chunk) => post({ t: "out", id, s: stream === "stdout" ? 0 : 1, data: chunk }, chunk.length),
+    onExit: (info) => {
+      procs.delete(id);
+      post({ t: "exit", id, info });
+    },
   };
+  // A terminal's command runs on a pseudo-terminal this process holds (pty-runner.ts).
+  const entry: Entry = { pausedByAgent: false, h: startCommand(m.spec, hooks) };
   procs.set(id, entry);
   if (backlogged) apply(entry);
 }
@@ -123,6 +123,9 @@ process.on("message", (m: ToHelper) => {
     case "resume":
       e.pausedByAgent = false;
       apply(e);
+      break;
+    case "resize":
+      e.h.resize?.(m.rows, m.cols);
       break;
   }
 });

@@ -13,7 +13,9 @@ export type ToHelper =
   | { t: "closeStdin"; id: number }
   | { t: "terminate"; id: number }
   | { t: "pause"; id: number }
-  | { t: "resume"; id: number };
+  | { t: "resume"; id: number }
+  /** A terminal's command: set its window size. */
+  | { t: "resize"; id: number; rows: number; cols: number };
 
 export type FromHelper =
   | { t: "ready"; pid: number }

@@ -56,6 +56,12 @@ export function parseFlags(argv: readonly string[], specs: FlagSpecs): Parsed {
       rest = argv.slice(i + 1);
       break;
     }
+    // Boolean short flags together (`-it`, as docker and kubectl take them): each one set.
+    const bundled = /^-[A-Za-z]{2,}$/.test(a) ? [...a.slice(1)].map((c) => byShort.get(c)) : [];
+    if (bundled.length > 0 && bundled.every((n) => n !== undefined && specs[n]?.type === "boolean")) {
+      for (const n of bundled) set(n!, specs[n!]!, true);
+      continue;
+    }
     if (a.startsWith("--") || (a.startsWith("-") && a.length === 2 && a !== "-")) {
       let name: string;
       let inline: string | undefined;

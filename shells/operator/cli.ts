@@ -28,6 +28,10 @@ import { EXIT, EXIT_CODE_HELP, exitCodeFor } from "../../client/exit-codes.js";
 import { cmdCancelJob, cmdJob, cmdJobs, cmdRunJob, findJob, multiClientHint } from "./jobs-cli.js";
 import { pendingBeforeOutputExit, watchLeaving } from "./leaving.js";
 import { type PumpStats, pumpStdin as pumpStdinInto, STDIN_PIECE } from "./stdin-pump.js";
+import { enterRawMode, onWindowChange, rawLines, rawTextStream, TerminalInput, windowSize } from "./terminal.js";
+
+/** TERM sent with `run -t` when this CLI's environment has none. */
+const DEFAULT_TERM_NAME = "xterm-256color";
 import { flushed, followOutput, isClosedOutput, OutputClosedError, type FollowOptions, type LineOptions } from "./follow.js";
 import { humanBytes } from "../../client/markers.js";
 import {
@@ -188,6 +192,10 @@ client failed (or was not started), else 0.
   --timeout DURATION      kill it after DURATION (30s, 5m, 1h30m); it ends failed
   --expire-after DURATION end it expired if not launched by then (default: server's, 24h)
   -i, --stdin             stream this CLI's stdin to the command as it arrives; EOF closes it
+  -t, --tty               run it on a terminal (a pseudo-terminal on the agent), interactively:
+                          this terminal in raw mode, keys (Ctrl-C, Ctrl-Z, Ctrl-D too) go to
+                          the command, window size follows; implies --follow and -i (-it
+                          works too); the agent must speak protocol 1.1, else it is refused
   --open-stdin            keep the command's stdin open for later \`rvbox stdin\` / \`close-stdin\`
   --id UUID               the command's issue UUID (resubmitting it is idempotent)
   --allow-unknown-client  queue it for a client id that has not registered yet (else refused, exit 66)
@@ -217,6 +225,7 @@ ${EXIT_CODE_HELP}`,
       timeout: { type: "string" },
       "expire-after": { type: "string" },
       stdin: { type: "boolean", short: "i" },
+      tty: { type: "boolean", short: "t" },
       "open-stdin": { type: "boolean" },
       id: { type: "string" },
       events: { type: "boolean" },
@@ -952,6 +961,7 @@ export function describeCommand(c: CommandInfo): string {
     ["program", c.program],
     ["cwd", c.cwd || "(agent default)"],
     ["stdin", stdinText(c)],
+    ...(c.terminal ? [["terminal", `${c.terminal} (run -t)`] as [string, string]] : []),
     ["timeout", c.timeoutMs ? `${c.timeoutMs} ms` : "none"],
     ["created", iso(c.createdAt)],
     ["started", c.startedAt !== null ? iso(c.startedAt) : "-"],
@@ -1273,8 +1283,11 @@ async function pumpStdin(ctx: Ctx, uuid: string, signal: AbortSignal): Promise<v
 }
 
 async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
+  // A job never runs on terminals: refused rather than run without one.
+  if (bool(p, "tty") && (p.flags.has("clients") || p.flags.has("selector"))) throw new UsageError("-t runs on one client: it does not go with --clients or -l");
   if (p.flags.has("clients") || p.flags.has("selector")) return cmdRunJob(ctx, p, outputMode(p) === "json");
   for (const f of ["max-concurrency", "max-errors"]) if (p.flags.has(f)) throw new UsageError(`--${f} needs --clients or -l (a job)`);
+  if (bool(p, "tty")) return cmdRunTerminal(ctx, p);
   const req = buildSubmit(p, Date.now(), (f) => readFileSync(inCwd(ctx.io, f)));
   const follow = bool(p, "follow");
   if (bool(p, "stdin")) checkStdin(ctx, "-i");
@@ -1303,6 +1316,62 @@ async function cmdRun(ctx: Ctx, p: Parsed): Promise<number> {
   // The reply says whether it waits and why: no GetCommand for a command that starts at once.
   const known = { state: r.command!.state, waitingReason: r.command!.waitingReason };
   return followToEnd(ctx, uuid, { stdin: bool(p, "stdin"), events: bool(p, "events"), notFoundHint, cancelOnInterrupt: bool(p, "cancel-on-interrupt"), known });
+}
+
+/**
+ * `run -t`: submit with a terminal of this window's size, then follow it with
+ * this terminal in raw mode, keys and resizes going to the command
+ * (shells/operator/terminal.ts), until it ends; its exit code is ours.
+ */
+async function cmdRunTerminal(ctx: Ctx, p: Parsed): Promise<number> {
+  for (const f of ["open-stdin", "json", "output"]) if (p.flags.has(f)) throw new UsageError(`-t and --${f} do not go together`);
+  // Raw mode is this process's terminal: a resident client (RVBOX_PERSIST) has only a copy of the bytes.
+  if (ctx.io.stdin !== process.stdin) throw new UsageError("-t needs the terminal itself, not the resident client: run it with RVBOX_PERSIST unset");
+  const ttys = [ctx.io.stdout, ctx.io.stderr];
+  const size = windowSize(ttys);
+  const req = buildSubmit(p, Date.now(), (f) => readFileSync(inCwd(ctx.io, f)));
+  req.stdinOpen = true;
+  req.terminal = { size, term: ctx.io.env.TERM || DEFAULT_TERM_NAME };
+  const r = await callIdempotent(ctx, `submit to ${req.clientId}`, (c) => c.submitCommand(req as SubmitCommandRequest));
+  const cmd = commandInfo(r.command!);
+  // A server that predates terminals drops the field it does not know (R-T5) and would run the
+  // command without one: it is cancelled at once and said so.
+  if (!r.command!.spec?.terminal) {
+    await callIdempotent(ctx, `cancel of ${cmd.uuid}`, (c) => c.signalCommand({ issueUuid: cmd.uuid, signal: signalKind("CANCEL"), requestId: randomUUID() }));
+    throw new OperatorError(`the server at ${ctx.server} does not know terminals (-t needs a server of protocol 1.1); ${cmd.uuid} was cancelled`, EXIT.INVALID);
+  }
+  ctx.err(`rvbox: command ${cmd.uuid} submitted to ${cmd.clientId} on a ${size.cols}x${size.rows} terminal`);
+  const abort = new AbortController();
+  const k = timed(ctx);
+  const input = new TerminalInput(
+    (data, resize, requestId, after) =>
+      k.writeStdin(
+        { issueUuid: cmd.uuid, data, appendNewline: false, requestId, afterRequestId: after ?? "", ...(resize ? { resize } : {}) },
+        { signal: abort.signal },
+      ),
+    abort.signal,
+    // A paste or a pipe faster than the server takes it: stop reading until the queue halves.
+    (full) => (full ? ctx.io.stdin.pause() : ctx.io.stdin.resume()),
+  );
+  const leave = enterRawMode(ctx.io.stdin);
+  let raw = true;
+  const onData = (b: Buffer | string): void => input.data(typeof b === "string" ? Buffer.from(b) : b);
+  ctx.io.stdin.on("data", onData);
+  const offResize = onWindowChange(ttys, (s) => input.resize(s));
+  // The CLI's own lines (ctx.err, and what followOutput writes to stderr) return the carriage while raw.
+  const rctx: Ctx = { ...ctx, io: { ...ctx.io, stderr: rawTextStream(ctx.io.stderr, () => raw) }, err: (line) => ctx.err(raw ? rawLines(line) : line) };
+  try {
+    // A closed terminal (SIGHUP) or SIGTERM cancels it, as ssh's hang-up ends the remote session.
+    return await followToEnd(rctx, cmd.uuid, { cancelOnInterrupt: true, known: { state: r.command!.state, waitingReason: r.command!.waitingReason } });
+  } finally {
+    offResize();
+    ctx.io.stdin.off("data", onData);
+    ctx.io.stdin.pause();
+    abort.abort();
+    leave();
+    raw = false;
+    if (input.stopped !== null && ctx.io.env.RVBOX_DEBUG) ctx.err(`rvbox: terminal input stopped: ${input.stopped}`);
+  }
 }
 
 /** Stream to the end and turn the outcome into the exit code contract. */

@@ -90,7 +90,10 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
     target: (r) => ({ clientId: r.clientId }),
     summary: (r) => {
       const what = programSummary(r.program);
-      return `client=${r.clientId} id=${r.issueUuid || "(new)"} ${what}${r.stdinOpen ? " stdin-open" : ""}${r.timeoutMs ? ` timeout=${r.timeoutMs}ms` : ""}`;
+      // A terminal session (run -t) says so before the program, which the summary's bound may cut.
+      const size = r.terminal?.size;
+      const tty = r.terminal ? ` tty=${size ? `${size.cols}x${size.rows}` : "?"}` : "";
+      return `client=${r.clientId} id=${r.issueUuid || "(new)"}${tty} ${what}${r.stdinOpen ? " stdin-open" : ""}${r.timeoutMs ? ` timeout=${r.timeoutMs}ms` : ""}`;
     },
   },
   getCommand: read,
@@ -101,7 +104,8 @@ export const ACCESS: { [K in MethodName]: Rule<Req<K>> } = {
     mutating: true,
     target: (r) => ({ uuid: r.issueUuid }),
     // The bytes are not recorded (they may be secrets), only their size.
-    summary: (r) => `id=${r.issueUuid} bytes=${r.data.length}${r.appendNewline ? " +newline" : ""}`,
+    summary: (r) =>
+      `id=${r.issueUuid} bytes=${r.data.length}${r.appendNewline ? " +newline" : ""}${r.resize ? ` resize=${r.resize.cols}x${r.resize.rows}` : ""}`,
   },
   closeStdin: { role: "operator", mutating: true, target: (r) => ({ uuid: r.issueUuid }), summary: (r) => `id=${r.issueUuid}` },
   signalCommand: {

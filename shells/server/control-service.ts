@@ -96,6 +96,8 @@ const CODE_MAP: Partial<Record<Code, ConnectCode>> = {
   [Code.ALREADY_EXECUTED]: ConnectCode.AlreadyExists,
   [Code.UNAUTHENTICATED]: ConnectCode.Unauthenticated,
   [Code.UNSUPPORTED_PLATFORM]: ConnectCode.FailedPrecondition,
+  // A terminal (run -t) for a client whose agent negotiated protocol 1.0.
+  [Code.INCOMPATIBLE_VERSION]: ConnectCode.FailedPrecondition,
   // A chained stdin write ahead of its predecessor: the writer resends it in order.
   [Code.SEQUENCE_VIOLATION]: ConnectCode.Aborted,
 };
@@ -429,6 +431,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         environment: req.environment,
         timeoutMs: req.timeoutMs,
         stdinOpen: req.stdinOpen,
+        ...(req.terminal ? { terminal: req.terminal } : {}),
       });
       refuseOverLimits(spec);
       const queueExpiry = req.queueExpiryTime ? timestampMs(req.queueExpiryTime) : 0;
@@ -503,6 +506,7 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         data: req.data,
         appendNewline: req.appendNewline,
         ...(req.afterRequestId !== "" ? { afterRequestId: req.afterRequestId } : {}),
+        ...(req.resize ? { resize: { rows: req.resize.rows, cols: req.resize.cols } } : {}),
       });
       return { writeSeq: BigInt(r.writeSeq ?? 0), afterChecked: req.afterRequestId !== "" };
     },

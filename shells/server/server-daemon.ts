@@ -67,6 +67,7 @@ import { decodeErrorsAsInvalid } from "./decode-errors.js";
 import { type AgentTokens, ANY_CLIENT, bearer, type OperatorToken } from "./auth.js";
 import { type Identity, identify, type OperatorIdentities } from "./operators.js";
 import type { AuditCall } from "../../core/index.js";
+import type { VersionRange } from "../../core/codec/version.js";
 import { AUTH_KEY, controlServiceImpl, IDENTITY_KEY } from "./control-service.js";
 import { FleetWatch, type WatchOptions } from "./fleet-watch.js";
 
@@ -97,6 +98,8 @@ export interface ServerDaemonOptions {
   listen: HostPort;
   control: HostPort;
   dataDir: string;
+  /** The protocol range it accepts (default SUPPORTED_PROTOCOL); tests use 1.0 for a server of the spec's first version. */
+  protocol?: VersionRange;
   /** `postgres://…`: the state in PostgreSQL (pg-store.ts) instead of the embedded store in dataDir. */
   store?: string;
   agentTokens: AgentTokens;
@@ -204,6 +207,7 @@ export class ServerDaemon {
     const config = defaultServerConfig();
     // Where the history lives is the store's: a store that keeps it leaves rows in place at prune.
     config.limits = { ...config.limits, ...opts.limits, historyInStore: storage.keepsHistory };
+    if (opts.protocol) config.protocol = opts.protocol;
     this.state = restoreServer(config, tablesView(storage.tables), opts.seed ?? Math.floor(Math.random() * 2 ** 31));
     // The loaded rows are only needed for the restore.
     storage.tables.clear();

@@ -288,3 +288,39 @@ describe("CLI front door (no server needed)", () => {
     expect(r.tuiLaunch).toEqual({ demo: true, refreshMs: 500 });
   });
 });
+
+describe("bundled short flags (run -it)", () => {
+  const FLAGS = {
+    stdin: { type: "boolean", short: "i" },
+    tty: { type: "boolean", short: "t" },
+    follow: { type: "boolean", short: "f" },
+    selector: { type: "string", short: "l" },
+  } as const;
+  it("-it sets each boolean flag, as docker and kubectl take it; the command after -- keeps its own flags", () => {
+    const p = parseFlags(["-it", "web-1", "--", "ls", "-la"], FLAGS);
+    expect(p.flags.get("stdin")).toBe(true);
+    expect(p.flags.get("tty")).toBe(true);
+    expect(p.positionals).toEqual(["web-1"]);
+    expect(p.rest).toEqual(["ls", "-la"]);
+    expect(parseFlags(["-tif", "web-1"], FLAGS).flags.get("follow")).toBe(true);
+  });
+  it("a bundle with a flag that takes a value, or an unknown letter, is not expanded", () => {
+    expect(parseFlags(["-il", "web-1"], FLAGS).flags.has("stdin")).toBe(false);
+    expect(parseFlags(["-ix", "web-1"], FLAGS).flags.has("stdin")).toBe(false);
+  });
+});
+
+describe("run -t refusals before anything is sent", () => {
+  it("-t needs this process's own terminal (not the resident client's copy of the bytes), and does not go with --open-stdin", async () => {
+    const r = await cli(["run", "-t", "web-1", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(r.code).toBe(EXIT.USAGE);
+    expect(r.stderr).toContain("-t needs the terminal itself, not the resident client: run it with RVBOX_PERSIST unset");
+    const both = await cli(["run", "-t", "--open-stdin", "web-1", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(both.code).toBe(EXIT.USAGE);
+    expect(both.stderr).toContain("-t and --open-stdin do not go together");
+    // A job has no terminals: refused, never run without one.
+    const job = await cli(["run", "-t", "--clients", "a,b", "--", "bash"], { env: { RVBOX_TOKEN_FILE: "/nonexistent" } });
+    expect(job.code).toBe(EXIT.USAGE);
+    expect(job.stderr).toContain("-t runs on one client: it does not go with --clients or -l");
+  });
+});

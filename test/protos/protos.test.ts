@@ -1,5 +1,7 @@
-// The wire schema is the contract: names and field numbers must be exactly the
-// spec's, and the checked-in generated code must be what buf generates now.
+// The wire schema is the contract: the spec's names and field numbers must be
+// there unchanged, and the checked-in generated code must be what buf
+// generates now. Anything beyond the spec is an append-only addition of a
+// negotiated minor version (R-T4/R-T5), listed in ADDED with its minor.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, cpSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -31,12 +33,27 @@ function fields(src: string): Map<string, Map<string, number>> {
   return out;
 }
 
+/** Fields agent.proto adds to the spec's messages: message -> field -> [number, protocol minor that added it]. */
+const ADDED: Record<string, Record<string, [number, number]>> = {
+  StdinWrite: { resize: [5, 1] },
+};
+
 describe("protos", () => {
-  it.skipIf(!existsSync(specProto))("agent.proto has exactly the spec's messages, field names and numbers", () => {
+  it.skipIf(!existsSync(specProto))("R-T5: agent.proto has the spec's messages, field names and numbers; additions are append-only and listed", () => {
     const spec = fields(readFileSync(specProto, "utf8"));
     const ours = fields(readFileSync(join(root, "protos/rvbox/v1/agent.proto"), "utf8"));
     expect([...ours.keys()].sort()).toEqual([...spec.keys()].sort());
-    for (const [name, f] of spec) expect(Object.fromEntries(ours.get(name)!), name).toEqual(Object.fromEntries(f));
+    for (const [name, f] of spec) {
+      const added = ADDED[name] ?? {};
+      const want = { ...Object.fromEntries(f), ...Object.fromEntries(Object.entries(added).map(([k, [n]]) => [k, n])) };
+      expect(Object.fromEntries(ours.get(name)!), name).toEqual(want);
+      // Append-only: a new field takes a number above every one the spec gave that message.
+      const specMax = Math.max(0, ...f.values());
+      for (const [field, [n, minor]] of Object.entries(added)) {
+        expect(n, `${name}.${field}`).toBeGreaterThan(specMax);
+        expect(minor, `${name}.${field}`).toBeGreaterThan(0);
+      }
+    }
   });
 
   it("buf lint passes and regenerating the code changes nothing", () => {

@@ -36,7 +36,7 @@ describe("agent registration", () => {
   });
 
   it("R-T4: a welcome without a selected version, or with one outside our range, is INCOMPATIBLE_VERSION and closes", () => {
-    for (const sel of [null, { major: 2, minor: 0 }, { major: 1, minor: 1 }, { major: 0, minor: 9 }]) {
+    for (const sel of [null, { major: 2, minor: 0 }, { major: 1, minor: 2 }, { major: 0, minor: 9 }]) {
       const r = new AgentRig();
       r.register();
       const out = r.welcome(1, "s", sel);

@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ClientHelloSchema } from "../../../protos/gen/rvbox/v1/agent_pb.js";
 import { encodeEnvelope } from "../../../core/codec/frame-codec.js";
-import { negotiate, SUPPORTED_PROTOCOL, type VersionRange } from "../../../core/codec/version.js";
+import { negotiate, PROTOCOL_1_0, SUPPORTED_PROTOCOL, speaksTerminal, type VersionRange } from "../../../core/codec/version.js";
 import { Code } from "../../../core/errors.js";
 
 encodeEnvelope(null, { case: "clientHello", value: create(ClientHelloSchema, { clientId: "host-a", clientInstanceId: "i1" }) });
@@ -14,7 +14,14 @@ describe("version negotiation", () => {
   it("R-T4: the highest shared minor is chosen", () => {
     const v = negotiate(r(1, 0, 1, 5), r(1, 2, 1, 3));
     expect(v).toEqual({ ok: true, value: { major: 1, minor: 3 } });
-    expect(negotiate(SUPPORTED_PROTOCOL, SUPPORTED_PROTOCOL)).toEqual({ ok: true, value: { major: 1, minor: 0 } });
+    expect(negotiate(SUPPORTED_PROTOCOL, SUPPORTED_PROTOCOL)).toEqual({ ok: true, value: { major: 1, minor: 1 } });
+    // A 1.0 peer (either side) and this build meet at 1.0, where no terminal is sent.
+    expect(negotiate(SUPPORTED_PROTOCOL, PROTOCOL_1_0)).toEqual({ ok: true, value: { major: 1, minor: 0 } });
+    expect(negotiate(PROTOCOL_1_0, SUPPORTED_PROTOCOL)).toEqual({ ok: true, value: { major: 1, minor: 0 } });
+    expect(speaksTerminal({ major: 1, minor: 0 })).toBe(false);
+    expect(speaksTerminal({ major: 1, minor: 1 })).toBe(true);
+    expect(speaksTerminal({ major: 2, minor: 1 })).toBe(false);
+    expect(speaksTerminal(null)).toBe(false);
   });
 
   it("R-T4: incompatible majors are rejected", () => {

@@ -175,7 +175,7 @@ describe("frames before and around registration", () => {
       [undefined, "protocol range missing"],
       [create(ProtocolRangeSchema, { min: v(1, 0) }), "protocol range missing"],
       [create(ProtocolRangeSchema, { min: v(1, 2), max: v(1, 0) }), "protocol range min > max"],
-      [create(ProtocolRangeSchema, { min: v(2, 0), max: v(2, 5) }), "no shared protocol version: ours 1.0-1.0, theirs 2.0-2.5"],
+      [create(ProtocolRangeSchema, { min: v(2, 0), max: v(2, 5) }), "no shared protocol version: ours 1.0-1.1, theirs 2.0-2.5"],
     ];
     for (const [range, msg] of cases) {
       const r = new ServerRig();
@@ -208,7 +208,7 @@ describe("frames before and around registration", () => {
     expect(welcome[0]!.env.sessionGeneration).toBe(2n);
     expect(welcome[0]!.env.sessionId).toMatch(/^[0-9a-f]{32}$/);
     expect(welcome[0]!.env.sessionId).not.toBe(r.sent(r.log, a, "serverWelcome")[0]!.env.sessionId);
-    expect(welcome[0]!.env.payload.value).toMatchObject({ selectedProtocol: { major: 1, minor: 0 }, serverTime: expect.anything() });
+    expect(welcome[0]!.env.payload.value).toMatchObject({ selectedProtocol: { major: 1, minor: 1 }, serverTime: expect.anything() });
     const req = r.sent(out, c, "reconcileRequest")[0]!;
     expect(req.lane).toBe("data");
     const targets = (req.env.payload.value as ReconcileRequest).targets;

@@ -82,6 +82,32 @@ const alive = processAlive;
 const ppid = (pid: number): number => Number(readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")[1]);
 
 describe.runIf(process.platform === "linux")("spawn helper", () => {
+  it("a terminal's command (run -t) runs on a terminal the helper holds: one stream, keys and resizes in order, its exit code back", async () => {
+    const helper = new SpawnHelper();
+    try {
+      const t = run(helper, {
+        kind: "shell",
+        shell: "sh",
+        commandLine: "stty size; read x; stty size; echo got=$x; exit 4",
+        stdinOpen: true,
+        terminal: { rows: 20, cols: 70 },
+      });
+      await waitFor("spawned", () => t.events.includes("spawn"));
+      expect(ppid(t.h.pid!)).toBe(helper.pid);
+      await waitFor("first size", () => Buffer.concat(t.out.stdout).toString().includes("20 70"));
+      t.h.resize?.(33, 99); // posted before the write below, so applied first
+      await t.h.writeStdin(Buffer.from("hi\r"));
+      const info = await t.exit;
+      expect(info).toMatchObject({ exitCode: 4, signal: null });
+      const text = Buffer.concat(t.out.stdout).toString();
+      expect(text).toContain("33 99");
+      expect(text).toContain("got=hi");
+      expect(t.out.stderr).toEqual([]);
+    } finally {
+      helper.close();
+    }
+  });
+
   it("R-O8: output in order and complete to EOF, exit codes, stdin, spawn errors: what process-runner reports, from the helper's child", async () => {
     const helper = new SpawnHelper();
     try {

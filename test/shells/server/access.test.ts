@@ -128,6 +128,21 @@ describe("access table", () => {
     expect(summarize("submitCommand", program(["echo", "hi"]))).toBe('client=web-1 id=(new) argv=["echo","hi"]');
   });
 
+  it("the audit log names a terminal session (run -t) and its size, and a resize, never the keystrokes", () => {
+    const tty = {
+      clientId: "web-1",
+      issueUuid: "s1",
+      program: { case: "argv" as const, value: { argv: ["bash"] } },
+      stdinOpen: true,
+      timeoutMs: 0,
+      terminal: { size: { rows: 24, cols: 80 }, term: "xterm" },
+    };
+    expect(summarize("submitCommand", tty)).toBe('client=web-1 id=s1 tty=80x24 argv=["bash"] stdin-open');
+    expect(summarize("writeStdin", { issueUuid: "s1", data: new Uint8Array(3), appendNewline: false, resize: { rows: 50, cols: 132 } })).toBe(
+      "id=s1 bytes=3 resize=132x50",
+    );
+  });
+
   it("an operator starts a job only if every client it names, or its selector matches, is in its scope", () => {
     const st = fleet();
     const alice = who("alice", "operator", "role=web");

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rvbox/v1/common.proto.
  */
 export const file_rvbox_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChVydmJveC92MS9jb21tb24ucHJvdG8SCHJ2Ym94LnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSJfCg1Qcm90b2NvbFJhbmdlEiYKA21pbhgBIAEoCzIZLnJ2Ym94LnYxLlByb3RvY29sVmVyc2lvbhImCgNtYXgYAiABKAsyGS5ydmJveC52MS5Qcm90b2NvbFZlcnNpb24iUQoMQ29udHJvbEVycm9yEhwKBGNvZGUYASABKA4yDi5ydmJveC52MS5Db2RlEg8KB21lc3NhZ2UYAiABKAkSEgoKaXNzdWVfdXVpZBgDIAEoCSIbCgtBcmd2UHJvZ3JhbRIMCgRhcmd2GAEgAygJIkgKDFNoZWxsUHJvZ3JhbRIiCgVzaGVsbBgBIAEoDjITLnJ2Ym94LnYxLlNoZWxsVHlwZRIUCgxjb21tYW5kX2xpbmUYAiABKAkiWQoQU2NyaXB0RGVzY3JpcHRvchISCgpzaXplX2J5dGVzGAEgASgEEg4KBnNoYTI1NhgCIAEoDBITCgtpbnRlcnByZXRlchgDIAEoCRIMCgRhcmdzGAQgAygJIjIKE0Vudmlyb25tZW50VmFyaWFibGUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSKBAgoNRXhlY3V0aW9uU3BlYxIlCgRhcmd2GAEgASgLMhUucnZib3gudjEuQXJndlByb2dyYW1IABInCgVzaGVsbBgCIAEoCzIWLnJ2Ym94LnYxLlNoZWxsUHJvZ3JhbUgAEiwKBnNjcmlwdBgDIAEoCzIaLnJ2Ym94LnYxLlNjcmlwdERlc2NyaXB0b3JIABILCgNjd2QYBCABKAkSMgoLZW52aXJvbm1lbnQYBSADKAsyHS5ydmJveC52MS5FbnZpcm9ubWVudFZhcmlhYmxlEhIKCnRpbWVvdXRfbXMYBiABKAQSEgoKc3RkaW5fb3BlbhgHIAEoCEIJCgdwcm9ncmFtInYKC091dHB1dENodW5rEiYKBnN0cmVhbRgBIAEoDjIWLnJ2Ym94LnYxLk91dHB1dFN0cmVhbRIVCg1zdHJlYW1fb2Zmc2V0GAIgASgEEhUKDW9yaWdpbmFsX3NpemUYAyABKA0SEQoJenN0ZF9kYXRhGAQgASgMIrIBChNMaWZlY3ljbGVUcmFuc2l0aW9uEikKBXN0YXRlGAEgASgOMhoucnZib3gudjEuQ29tbWFuZExpZmVjeWNsZRIWCglleGl0X2NvZGUYAiABKAVIAIgBARITCgtzaWduYWxfbmFtZRgDIAEoCRIOCgZyZWFzb24YBCABKAkSJQoFZXJyb3IYBSABKAsyFi5ydmJveC52MS5Db250cm9sRXJyb3JCDAoKX2V4aXRfY29kZSI+CghTdGRpbkFjaxIRCgl3cml0ZV9zZXEYASABKAQSDgoGY2xvc2VkGAIgASgIEg8KB2ZhaWx1cmUYAyABKAkiVwoMU2lnbmFsUmVzdWx0EiQKBnNpZ25hbBgBIAEoDjIULnJ2Ym94LnYxLlNpZ25hbEtpbmQSEQoJZGVsaXZlcmVkGAIgASgIEg4KBmRldGFpbBgDIAEoCSI+ChJTY3JpcHRVcGxvYWRTdGF0dXMSFgoOcmVjZWl2ZWRfYnl0ZXMYASABKAQSEAoIY29tcGxldGUYAiABKAgiPQoKRXZlbnRSYW5nZRIXCg9maXJzdF9ldmVudF9zZXEYASABKAQSFgoObGFzdF9ldmVudF9zZXEYAiABKAQiUwoJQnl0ZVJhbmdlEiYKBnN0cmVhbRgBIAEoDjIWLnJ2Ym94LnYxLk91dHB1dFN0cmVhbRIOCgZvZmZzZXQYAiABKAQSDgoGbGVuZ3RoGAMgASgEIq4BChBPdXRwdXRUcnVuY2F0aW9uEjEKDnJlbW92ZWRfZXZlbnRzGAEgASgLMhQucnZib3gudjEuRXZlbnRSYW5nZUgAiAEBEioKDXJlbW92ZWRfYnl0ZXMYAiADKAsyEy5ydmJveC52MS5CeXRlUmFuZ2USKAoFY2F1c2UYAyABKA4yGS5ydmJveC52MS5UcnVuY2F0aW9uQ2F1c2VCEQoPX3JlbW92ZWRfZXZlbnRzIksKEE91dHB1dEluY29tcGxldGUSJwoHc3RyZWFtcxgBIAMoDjIWLnJ2Ym94LnYxLk91dHB1dFN0cmVhbRIOCgZyZWFzb24YAiABKAki1AMKDENvbW1hbmRFdmVudBISCgppc3N1ZV91dWlkGAEgASgJEhEKCWV2ZW50X3NlcRgCIAEoBBIYChBjb21tYW5kX3JldmlzaW9uGAMgASgEEigKBHRpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBm91dHB1dBgFIAEoCzIVLnJ2Ym94LnYxLk91dHB1dENodW5rSAASMgoJbGlmZWN5Y2xlGAYgASgLMh0ucnZib3gudjEuTGlmZWN5Y2xlVHJhbnNpdGlvbkgAEicKCXN0ZGluX2FjaxgHIAEoCzISLnJ2Ym94LnYxLlN0ZGluQWNrSAASLwoNc2lnbmFsX3Jlc3VsdBgIIAEoCzIWLnJ2Ym94LnYxLlNpZ25hbFJlc3VsdEgAEjUKDXNjcmlwdF91cGxvYWQYCSABKAsyHC5ydmJveC52MS5TY3JpcHRVcGxvYWRTdGF0dXNIABIwCgp0cnVuY2F0aW9uGAogASgLMhoucnZib3gudjEuT3V0cHV0VHJ1bmNhdGlvbkgAEjAKCmluY29tcGxldGUYCyABKAsyGi5ydmJveC52MS5PdXRwdXRJbmNvbXBsZXRlSABCBwoFZXZlbnQqeQoIUGxhdGZvcm0SGAoUUExBVEZPUk1fVU5TUEVDSUZJRUQQABISCg5QTEFURk9STV9MSU5VWBABEhMKD1BMQVRGT1JNX0RBUldJThACEhQKEFBMQVRGT1JNX1dJTkRPV1MQAxIUChBQTEFURk9STV9GUkVFQlNEEAQqkgEKCVNoZWxsVHlwZRIaChZTSEVMTF9UWVBFX1VOU1BFQ0lGSUVEEAASEQoNU0hFTExfVFlQRV9TSBABEhMKD1NIRUxMX1RZUEVfQkFTSBACEhIKDlNIRUxMX1RZUEVfWlNIEAMSGQoVU0hFTExfVFlQRV9QT1dFUlNIRUxMEAQSEgoOU0hFTExfVFlQRV9DTUQQBSr2AgoQQ29tbWFuZExpZmVjeWNsZRIhCh1DT01NQU5EX0xJRkVDWUNMRV9VTlNQRUNJRklFRBAAEhwKGENPTU1BTkRfTElGRUNZQ0xFX1FVRVVFRBABEiAKHENPTU1BTkRfTElGRUNZQ0xFX0RJU1BBVENIRUQQAhIeChpDT01NQU5EX0xJRkVDWUNMRV9BQ0NFUFRFRBADEh0KGUNPTU1BTkRfTElGRUNZQ0xFX1JVTk5JTkcQBBIfChtDT01NQU5EX0xJRkVDWUNMRV9TVUNDRUVERUQQBRIcChhDT01NQU5EX0xJRkVDWUNMRV9GQUlMRUQQBhIeChpDT01NQU5EX0xJRkVDWUNMRV9SRUpFQ1RFRBAHEh8KG0NPTU1BTkRfTElGRUNZQ0xFX0NBTkNFTExFRBAIEiEKHUNPTU1BTkRfTElGRUNZQ0xFX0lOVEVSUlVQVEVEEAkSHQoZQ09NTUFORF9MSUZFQ1lDTEVfRVhQSVJFRBAKKukBCgpTaWduYWxLaW5kEhsKF1NJR05BTF9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVU0lHTkFMX0tJTkRfSU5URVJSVVBUEAESGQoVU0lHTkFMX0tJTkRfVEVSTUlOQVRFEAISFAoQU0lHTkFMX0tJTkRfS0lMTBADEhYKElNJR05BTF9LSU5EX0hBTkdVUBAEEhQKEFNJR05BTF9LSU5EX1FVSVQQBRIVChFTSUdOQUxfS0lORF9VU0VSMRAGEhUKEVNJR05BTF9LSU5EX1VTRVIyEAcSFgoSU0lHTkFMX0tJTkRfQ0FOQ0VMEAgqwAMKBENvZGUSFAoQQ09ERV9VTlNQRUNJRklFRBAAEhcKE0NPREVfUFJPVE9DT0xfRVJST1IQARIdChlDT0RFX0lOQ09NUEFUSUJMRV9WRVJTSU9OEAISGQoVQ09ERV9TVEFMRV9HRU5FUkFUSU9OEAMSGgoWQ09ERV9JREVOVElUWV9DT05GTElDVBAEEhgKFENPREVfVU5BVVRIRU5USUNBVEVEEAUSGgoWQ09ERV9QQVlMT0FEX1RPT19MQVJHRRAGEhgKFENPREVfQkFEX0NPTVBSRVNTSU9OEAcSGwoXQ09ERV9TRVFVRU5DRV9WSU9MQVRJT04QCBIRCg1DT0RFX0NBUEFDSVRZEAkSEwoPQ09ERV9WQUxJREFUSU9OEAoSHQoZQ09ERV9VTlNVUFBPUlRFRF9QTEFURk9STRALEhkKFUNPREVfQUxSRUFEWV9FWEVDVVRFRBAMEhcKE0NPREVfU1RPUkVfSU5DSURFTlQQDRISCg5DT0RFX05PVF9GT1VORBAOEhEKDUNPREVfSU5URVJOQUwQDxIRCg1DT0RFX0NPTkZMSUNUEBASEQoNQ09ERV9SRVBMQUNFRBARKmEKDE91dHB1dFN0cmVhbRIdChlPVVRQVVRfU1RSRUFNX1VOU1BFQ0lGSUVEEAASGAoUT1VUUFVUX1NUUkVBTV9TVERPVVQQARIYChRPVVRQVVRfU1RSRUFNX1NUREVSUhACKqMBCg9UcnVuY2F0aW9uQ2F1c2USIAocVFJVTkNBVElPTl9DQVVTRV9VTlNQRUNJRklFRBAAEiQKIFRSVU5DQVRJT05fQ0FVU0VfQUdFTlRfV0FURVJNQVJLEAESIQodVFJVTkNBVElPTl9DQVVTRV9BR0VOVF9CVURHRVQQAhIlCiFUUlVOQ0FUSU9OX0NBVVNFX1NFUlZFUl9SRVRFTlRJT04QA0IwWi5naXRodWIuY29tL3J2Ym94L3J2Ym94L2dlbi9nby9ydmJveC92MTtydmJveHYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChVydmJveC92MS9jb21tb24ucHJvdG8SCHJ2Ym94LnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSJfCg1Qcm90b2NvbFJhbmdlEiYKA21pbhgBIAEoCzIZLnJ2Ym94LnYxLlByb3RvY29sVmVyc2lvbhImCgNtYXgYAiABKAsyGS5ydmJveC52MS5Qcm90b2NvbFZlcnNpb24iUQoMQ29udHJvbEVycm9yEhwKBGNvZGUYASABKA4yDi5ydmJveC52MS5Db2RlEg8KB21lc3NhZ2UYAiABKAkSEgoKaXNzdWVfdXVpZBgDIAEoCSIbCgtBcmd2UHJvZ3JhbRIMCgRhcmd2GAEgAygJIkgKDFNoZWxsUHJvZ3JhbRIiCgVzaGVsbBgBIAEoDjITLnJ2Ym94LnYxLlNoZWxsVHlwZRIUCgxjb21tYW5kX2xpbmUYAiABKAkiWQoQU2NyaXB0RGVzY3JpcHRvchISCgpzaXplX2J5dGVzGAEgASgEEg4KBnNoYTI1NhgCIAEoDBITCgtpbnRlcnByZXRlchgDIAEoCRIMCgRhcmdzGAQgAygJIjIKE0Vudmlyb25tZW50VmFyaWFibGUSDAoEbmFtZRgBIAEoCRINCgV2YWx1ZRgCIAEoCSKrAgoNRXhlY3V0aW9uU3BlYxIlCgRhcmd2GAEgASgLMhUucnZib3gudjEuQXJndlByb2dyYW1IABInCgVzaGVsbBgCIAEoCzIWLnJ2Ym94LnYxLlNoZWxsUHJvZ3JhbUgAEiwKBnNjcmlwdBgDIAEoCzIaLnJ2Ym94LnYxLlNjcmlwdERlc2NyaXB0b3JIABILCgNjd2QYBCABKAkSMgoLZW52aXJvbm1lbnQYBSADKAsyHS5ydmJveC52MS5FbnZpcm9ubWVudFZhcmlhYmxlEhIKCnRpbWVvdXRfbXMYBiABKAQSEgoKc3RkaW5fb3BlbhgHIAEoCBIoCgh0ZXJtaW5hbBgIIAEoCzIWLnJ2Ym94LnYxLlRlcm1pbmFsU3BlY0IJCgdwcm9ncmFtIioKDFRlcm1pbmFsU2l6ZRIMCgRyb3dzGAEgASgNEgwKBGNvbHMYAiABKA0iQgoMVGVybWluYWxTcGVjEiQKBHNpemUYASABKAsyFi5ydmJveC52MS5UZXJtaW5hbFNpemUSDAoEdGVybRgCIAEoCSJ2CgtPdXRwdXRDaHVuaxImCgZzdHJlYW0YASABKA4yFi5ydmJveC52MS5PdXRwdXRTdHJlYW0SFQoNc3RyZWFtX29mZnNldBgCIAEoBBIVCg1vcmlnaW5hbF9zaXplGAMgASgNEhEKCXpzdGRfZGF0YRgEIAEoDCKyAQoTTGlmZWN5Y2xlVHJhbnNpdGlvbhIpCgVzdGF0ZRgBIAEoDjIaLnJ2Ym94LnYxLkNvbW1hbmRMaWZlY3ljbGUSFgoJZXhpdF9jb2RlGAIgASgFSACIAQESEwoLc2lnbmFsX25hbWUYAyABKAkSDgoGcmVhc29uGAQgASgJEiUKBWVycm9yGAUgASgLMhYucnZib3gudjEuQ29udHJvbEVycm9yQgwKCl9leGl0X2NvZGUiPgoIU3RkaW5BY2sSEQoJd3JpdGVfc2VxGAEgASgEEg4KBmNsb3NlZBgCIAEoCBIPCgdmYWlsdXJlGAMgASgJIlcKDFNpZ25hbFJlc3VsdBIkCgZzaWduYWwYASABKA4yFC5ydmJveC52MS5TaWduYWxLaW5kEhEKCWRlbGl2ZXJlZBgCIAEoCBIOCgZkZXRhaWwYAyABKAkiPgoSU2NyaXB0VXBsb2FkU3RhdHVzEhYKDnJlY2VpdmVkX2J5dGVzGAEgASgEEhAKCGNvbXBsZXRlGAIgASgIIj0KCkV2ZW50UmFuZ2USFwoPZmlyc3RfZXZlbnRfc2VxGAEgASgEEhYKDmxhc3RfZXZlbnRfc2VxGAIgASgEIlMKCUJ5dGVSYW5nZRImCgZzdHJlYW0YASABKA4yFi5ydmJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEg4KBmxlbmd0aBgDIAEoBCKuAQoQT3V0cHV0VHJ1bmNhdGlvbhIxCg5yZW1vdmVkX2V2ZW50cxgBIAEoCzIULnJ2Ym94LnYxLkV2ZW50UmFuZ2VIAIgBARIqCg1yZW1vdmVkX2J5dGVzGAIgAygLMhMucnZib3gudjEuQnl0ZVJhbmdlEigKBWNhdXNlGAMgASgOMhkucnZib3gudjEuVHJ1bmNhdGlvbkNhdXNlQhEKD19yZW1vdmVkX2V2ZW50cyJLChBPdXRwdXRJbmNvbXBsZXRlEicKB3N0cmVhbXMYASADKA4yFi5ydmJveC52MS5PdXRwdXRTdHJlYW0SDgoGcmVhc29uGAIgASgJItQDCgxDb21tYW5kRXZlbnQSEgoKaXNzdWVfdXVpZBgBIAEoCRIRCglldmVudF9zZXEYAiABKAQSGAoQY29tbWFuZF9yZXZpc2lvbhgDIAEoBBIoCgR0aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgZvdXRwdXQYBSABKAsyFS5ydmJveC52MS5PdXRwdXRDaHVua0gAEjIKCWxpZmVjeWNsZRgGIAEoCzIdLnJ2Ym94LnYxLkxpZmVjeWNsZVRyYW5zaXRpb25IABInCglzdGRpbl9hY2sYByABKAsyEi5ydmJveC52MS5TdGRpbkFja0gAEi8KDXNpZ25hbF9yZXN1bHQYCCABKAsyFi5ydmJveC52MS5TaWduYWxSZXN1bHRIABI1Cg1zY3JpcHRfdXBsb2FkGAkgASgLMhwucnZib3gudjEuU2NyaXB0VXBsb2FkU3RhdHVzSAASMAoKdHJ1bmNhdGlvbhgKIAEoCzIaLnJ2Ym94LnYxLk91dHB1dFRydW5jYXRpb25IABIwCgppbmNvbXBsZXRlGAsgASgLMhoucnZib3gudjEuT3V0cHV0SW5jb21wbGV0ZUgAQgcKBWV2ZW50KnkKCFBsYXRmb3JtEhgKFFBMQVRGT1JNX1VOU1BFQ0lGSUVEEAASEgoOUExBVEZPUk1fTElOVVgQARITCg9QTEFURk9STV9EQVJXSU4QAhIUChBQTEFURk9STV9XSU5ET1dTEAMSFAoQUExBVEZPUk1fRlJFRUJTRBAEKpIBCglTaGVsbFR5cGUSGgoWU0hFTExfVFlQRV9VTlNQRUNJRklFRBAAEhEKDVNIRUxMX1RZUEVfU0gQARITCg9TSEVMTF9UWVBFX0JBU0gQAhISCg5TSEVMTF9UWVBFX1pTSBADEhkKFVNIRUxMX1RZUEVfUE9XRVJTSEVMTBAEEhIKDlNIRUxMX1RZUEVfQ01EEAUq9gIKEENvbW1hbmRMaWZlY3ljbGUSIQodQ09NTUFORF9MSUZFQ1lDTEVfVU5TUEVDSUZJRUQQABIcChhDT01NQU5EX0xJRkVDWUNMRV9RVUVVRUQQARIgChxDT01NQU5EX0xJRkVDWUNMRV9ESVNQQVRDSEVEEAISHgoaQ09NTUFORF9MSUZFQ1lDTEVfQUNDRVBURUQQAxIdChlDT01NQU5EX0xJRkVDWUNMRV9SVU5OSU5HEAQSHwobQ09NTUFORF9MSUZFQ1lDTEVfU1VDQ0VFREVEEAUSHAoYQ09NTUFORF9MSUZFQ1lDTEVfRkFJTEVEEAYSHgoaQ09NTUFORF9MSUZFQ1lDTEVfUkVKRUNURUQQBxIfChtDT01NQU5EX0xJRkVDWUNMRV9DQU5DRUxMRUQQCBIhCh1DT01NQU5EX0xJRkVDWUNMRV9JTlRFUlJVUFRFRBAJEh0KGUNPTU1BTkRfTElGRUNZQ0xFX0VYUElSRUQQCirpAQoKU2lnbmFsS2luZBIbChdTSUdOQUxfS0lORF9VTlNQRUNJRklFRBAAEhkKFVNJR05BTF9LSU5EX0lOVEVSUlVQVBABEhkKFVNJR05BTF9LSU5EX1RFUk1JTkFURRACEhQKEFNJR05BTF9LSU5EX0tJTEwQAxIWChJTSUdOQUxfS0lORF9IQU5HVVAQBBIUChBTSUdOQUxfS0lORF9RVUlUEAUSFQoRU0lHTkFMX0tJTkRfVVNFUjEQBhIVChFTSUdOQUxfS0lORF9VU0VSMhAHEhYKElNJR05BTF9LSU5EX0NBTkNFTBAIKsADCgRDb2RlEhQKEENPREVfVU5TUEVDSUZJRUQQABIXChNDT0RFX1BST1RPQ09MX0VSUk9SEAESHQoZQ09ERV9JTkNPTVBBVElCTEVfVkVSU0lPThACEhkKFUNPREVfU1RBTEVfR0VORVJBVElPThADEhoKFkNPREVfSURFTlRJVFlfQ09ORkxJQ1QQBBIYChRDT0RFX1VOQVVUSEVOVElDQVRFRBAFEhoKFkNPREVfUEFZTE9BRF9UT09fTEFSR0UQBhIYChRDT0RFX0JBRF9DT01QUkVTU0lPThAHEhsKF0NPREVfU0VRVUVOQ0VfVklPTEFUSU9OEAgSEQoNQ09ERV9DQVBBQ0lUWRAJEhMKD0NPREVfVkFMSURBVElPThAKEh0KGUNPREVfVU5TVVBQT1JURURfUExBVEZPUk0QCxIZChVDT0RFX0FMUkVBRFlfRVhFQ1VURUQQDBIXChNDT0RFX1NUT1JFX0lOQ0lERU5UEA0SEgoOQ09ERV9OT1RfRk9VTkQQDhIRCg1DT0RFX0lOVEVSTkFMEA8SEQoNQ09ERV9DT05GTElDVBAQEhEKDUNPREVfUkVQTEFDRUQQESphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAiqjAQoPVHJ1bmNhdGlvbkNhdXNlEiAKHFRSVU5DQVRJT05fQ0FVU0VfVU5TUEVDSUZJRUQQABIkCiBUUlVOQ0FUSU9OX0NBVVNFX0FHRU5UX1dBVEVSTUFSSxABEiEKHVRSVU5DQVRJT05fQ0FVU0VfQUdFTlRfQlVER0VUEAISJQohVFJVTkNBVElPTl9DQVVTRV9TRVJWRVJfUkVURU5USU9OEANCMFouZ2l0aHViLmNvbS9ydmJveC9ydmJveC9nZW4vZ28vcnZib3gvdjE7cnZib3h2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * A protocol version. Majors are incompatible with each other; within one
@@ -250,6 +250,16 @@ export type ExecutionSpec = Message<"rvbox.v1.ExecutionSpec"> & {
    * @generated from field: bool stdin_open = 7;
    */
   stdinOpen: boolean;
+
+  /**
+   * Protocol 1.1: run the process on a pseudo-terminal of this size (`rvbox
+   * run -t`); stdin_open must be true. Output is one stream (stdout). A
+   * server never sends it to a session that negotiated 1.0, whose agent
+   * would ignore the field and run the process without a terminal.
+   *
+   * @generated from field: rvbox.v1.TerminalSpec terminal = 8;
+   */
+  terminal?: TerminalSpec | undefined;
 };
 
 /**
@@ -258,6 +268,56 @@ export type ExecutionSpec = Message<"rvbox.v1.ExecutionSpec"> & {
  */
 export const ExecutionSpecSchema: GenMessage<ExecutionSpec> = /*@__PURE__*/
   messageDesc(file_rvbox_v1_common, 7);
+
+/**
+ * A terminal's window size in character cells, both 1..1000.
+ *
+ * @generated from message rvbox.v1.TerminalSize
+ */
+export type TerminalSize = Message<"rvbox.v1.TerminalSize"> & {
+  /**
+   * @generated from field: uint32 rows = 1;
+   */
+  rows: number;
+
+  /**
+   * @generated from field: uint32 cols = 2;
+   */
+  cols: number;
+};
+
+/**
+ * Describes the message rvbox.v1.TerminalSize.
+ * Use `create(TerminalSizeSchema)` to create a new message.
+ */
+export const TerminalSizeSchema: GenMessage<TerminalSize> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_common, 8);
+
+/**
+ * A pseudo-terminal for a command (protocol 1.1).
+ *
+ * @generated from message rvbox.v1.TerminalSpec
+ */
+export type TerminalSpec = Message<"rvbox.v1.TerminalSpec"> & {
+  /**
+   * @generated from field: rvbox.v1.TerminalSize size = 1;
+   */
+  size?: TerminalSize | undefined;
+
+  /**
+   * TERM of the process; empty: "xterm-256color".
+   *
+   * @generated from field: string term = 2;
+   */
+  term: string;
+};
+
+/**
+ * Describes the message rvbox.v1.TerminalSpec.
+ * Use `create(TerminalSpecSchema)` to create a new message.
+ */
+export const TerminalSpecSchema: GenMessage<TerminalSpec> = /*@__PURE__*/
+  messageDesc(file_rvbox_v1_common, 9);
 
 /**
  * One chunk of captured output, Zstandard compressed as one frame.
@@ -295,7 +355,7 @@ export type OutputChunk = Message<"rvbox.v1.OutputChunk"> & {
  * Use `create(OutputChunkSchema)` to create a new message.
  */
 export const OutputChunkSchema: GenMessage<OutputChunk> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 8);
+  messageDesc(file_rvbox_v1_common, 10);
 
 /**
  * @generated from message rvbox.v1.LifecycleTransition
@@ -338,7 +398,7 @@ export type LifecycleTransition = Message<"rvbox.v1.LifecycleTransition"> & {
  * Use `create(LifecycleTransitionSchema)` to create a new message.
  */
 export const LifecycleTransitionSchema: GenMessage<LifecycleTransition> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 9);
+  messageDesc(file_rvbox_v1_common, 11);
 
 /**
  * The agent durably applied StdinWrite/CloseStdin through write_seq.
@@ -369,7 +429,7 @@ export type StdinAck = Message<"rvbox.v1.StdinAck"> & {
  * Use `create(StdinAckSchema)` to create a new message.
  */
 export const StdinAckSchema: GenMessage<StdinAck> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 10);
+  messageDesc(file_rvbox_v1_common, 12);
 
 /**
  * @generated from message rvbox.v1.SignalResult
@@ -396,7 +456,7 @@ export type SignalResult = Message<"rvbox.v1.SignalResult"> & {
  * Use `create(SignalResultSchema)` to create a new message.
  */
 export const SignalResultSchema: GenMessage<SignalResult> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 11);
+  messageDesc(file_rvbox_v1_common, 13);
 
 /**
  * Cumulative durable progress of a script upload.
@@ -420,7 +480,7 @@ export type ScriptUploadStatus = Message<"rvbox.v1.ScriptUploadStatus"> & {
  * Use `create(ScriptUploadStatusSchema)` to create a new message.
  */
 export const ScriptUploadStatusSchema: GenMessage<ScriptUploadStatus> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 12);
+  messageDesc(file_rvbox_v1_common, 14);
 
 /**
  * @generated from message rvbox.v1.EventRange
@@ -442,7 +502,7 @@ export type EventRange = Message<"rvbox.v1.EventRange"> & {
  * Use `create(EventRangeSchema)` to create a new message.
  */
 export const EventRangeSchema: GenMessage<EventRange> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 13);
+  messageDesc(file_rvbox_v1_common, 15);
 
 /**
  * @generated from message rvbox.v1.ByteRange
@@ -469,7 +529,7 @@ export type ByteRange = Message<"rvbox.v1.ByteRange"> & {
  * Use `create(ByteRangeSchema)` to create a new message.
  */
 export const ByteRangeSchema: GenMessage<ByteRange> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 14);
+  messageDesc(file_rvbox_v1_common, 16);
 
 /**
  * Output that is gone. Agent markers have no removed_events: the bytes never
@@ -499,7 +559,7 @@ export type OutputTruncation = Message<"rvbox.v1.OutputTruncation"> & {
  * Use `create(OutputTruncationSchema)` to create a new message.
  */
 export const OutputTruncationSchema: GenMessage<OutputTruncation> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 15);
+  messageDesc(file_rvbox_v1_common, 17);
 
 /**
  * A capture pipe was not drained to a provable EOF. Nothing is invented:
@@ -524,7 +584,7 @@ export type OutputIncomplete = Message<"rvbox.v1.OutputIncomplete"> & {
  * Use `create(OutputIncompleteSchema)` to create a new message.
  */
 export const OutputIncompleteSchema: GenMessage<OutputIncomplete> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 16);
+  messageDesc(file_rvbox_v1_common, 18);
 
 /**
  * One sequenced agent-to-server event of one command.
@@ -607,7 +667,7 @@ export type CommandEvent = Message<"rvbox.v1.CommandEvent"> & {
  * Use `create(CommandEventSchema)` to create a new message.
  */
 export const CommandEventSchema: GenMessage<CommandEvent> = /*@__PURE__*/
-  messageDesc(file_rvbox_v1_common, 17);
+  messageDesc(file_rvbox_v1_common, 19);
 
 /**
  * @generated from enum rvbox.v1.Platform
