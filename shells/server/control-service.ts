@@ -68,7 +68,15 @@ import {
   type Session,
 } from "../../protos/gen/rvbox/v1/control_pb.js";
 import { decompressRun } from "../zstd/index.js";
-import type { AuditPage, FrameReader, ListPosition, StoredEventRow, StoredOutputRow } from "../storage/server-store.js";
+import {
+  type AuditPage,
+  type CommandQuery,
+  type FrameReader,
+  type ListPosition,
+  pageOf,
+  type StoredEventRow,
+  type StoredOutputRow,
+} from "../storage/server-store.js";
 import type { ServerDaemon } from "./server-daemon.js";
 import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
 import type { Identity } from "./operators.js";
@@ -292,6 +300,15 @@ async function storedEnded(d: ServerDaemon, uuid: string): Promise<PrunedCommand
   return ledgerEntry(c, c.endedAt);
 }
 
+/** A page of the commands memory holds, by their committed view (what the store holds of them), in listing order. */
+function memoryCommands(d: ServerDaemon, q: CommandQuery): ServerCommand[] {
+  const views = [];
+  for (const c of d.state.commands.values())
+    if (c.committed.state !== CommandLifecycle.UNSPECIFIED)
+      views.push({ uuid: c.uuid, clientId: c.clientId, createdAt: c.createdAt, state: c.committed.state, c });
+  return pageOf(views, q).map((v) => v.c);
+}
+
 /** The audit log as memory holds it (a store that does not keep the history). */
 function memoryAudit(d: ServerDaemon, matches: (e: ServerAuditEntry) => boolean, limit: number): AuditPage {
   const all = [...d.state.audit.values()].filter(matches);
@@ -457,15 +474,16 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const size = req.pageSize === 0 ? 1000 : Math.min(req.pageSize, 10_000);
       const after = req.pageToken === "" ? null : parsePageToken(req.pageToken);
       if (after === undefined) throw invalid("bad page_token: pass the next_page_token of the previous page");
-      const rows = await d.storage.listCommands({
+      const q: CommandQuery = {
         clientIds: listedClients(d, req.clientId, req.selector),
         states: req.states,
         createdFrom: req.createdAfter ? timestampMs(req.createdAfter) : 0,
         createdBefore: req.createdBefore ? timestampMs(req.createdBefore) : 0,
         after,
         limit: size,
-      });
-      const page = rows.map((r) => restoreCommand(r, undefined));
+      };
+      // A store that keeps the history answers from it; otherwise memory holds every stored command.
+      const page = d.storage.keepsHistory ? (await d.storage.listCommands(q)).map((r) => restoreCommand(r, undefined)) : memoryCommands(d, q);
       const last = page.at(-1);
       return {
         commands: page.map((c) => toCommand(c, d)),
