@@ -118,6 +118,10 @@ export function schemaStatements(): string[] {
   // ListCommands pages (newest first) and the history's retention sweep.
   out.push('CREATE INDEX IF NOT EXISTS commands_created ON commands (created_at DESC, key COLLATE "C")');
   out.push(`CREATE INDEX IF NOT EXISTS commands_ended ON commands (ended_at) WHERE state IN (${TERMINAL_STATES.join(", ")})`);
+  // A restart loads the live commands and their rows by key, never scanning the history.
+  out.push(`CREATE INDEX IF NOT EXISTS commands_live ON commands (key) WHERE state NOT IN (${TERMINAL_STATES.join(", ")})`);
+  out.push("CREATE INDEX IF NOT EXISTS stdin_writes_uuid ON stdin_writes (uuid)");
+  out.push("CREATE INDEX IF NOT EXISTS retention_markers_uuid ON retention_markers (uuid)");
   out.push("CREATE INDEX IF NOT EXISTS events_uuid_seq ON events (uuid, seq)");
   out.push("CREATE INDEX IF NOT EXISTS audit_seq ON audit (seq)");
   // What the store's own retention deleted, per kind (the audit log says "N older entries dropped").

@@ -135,8 +135,11 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   /** The rows for restoreServer, per table in first-write order; recent output digests as event rows. */
   private async load(ledgerRows: number | undefined): Promise<void> {
     const all = ledgerRows === undefined;
+    // The live commands (not ended): every per-command row is loaded for them only (index lookups, not a scan of the history).
+    const live = all ? [] : (await this.conn.query<{ key: string }>(LIVE_KEYS)).rows.map((r) => r.key);
     for (const [core, t] of Object.entries(PG_TABLES) as Array<[string, PgTable]>) {
-      const r = await this.conn.query<{ key: string; row: Buffer }>(loadQuery(core, t, all), loadParams(core, all, ledgerRows));
+      const q = all ? { text: `SELECT key, row FROM ${t.name} ORDER BY ord`, values: [] } : partialLoad(core, t, live, ledgerRows);
+      const r = await this.conn.query<{ key: string; row: Buffer }>(q.text, q.values);
       if (r.rows.length === 0) continue;
       const m = new Map<string, unknown>();
       for (const x of r.rows) m.set(x.key, decodeValue(x.row));
@@ -144,8 +147,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     }
     const recent = await this.conn.query<{ uuid: string; seq: string; digest: number }>(
       `SELECT o.uuid, o.seq, o.digest FROM ${OUTPUT_TABLE} o JOIN commands c ON c.key = o.uuid
-       WHERE o.seq > c.stored_through - $1 ${all ? "" : "AND NOT (c.state = ANY($2))"} ORDER BY o.uuid, o.seq`,
-      all ? [RECENT_DIGESTS] : [RECENT_DIGESTS, TERMINAL_STATES],
+       WHERE o.seq > c.stored_through - $1 ${all ? "" : "AND o.uuid = ANY($2::text[])"} ORDER BY o.uuid, o.seq`,
+      all ? [RECENT_DIGESTS] : [RECENT_DIGESTS, live],
     );
     let events = this.tables.get("event");
     if (!events && recent.rows.length > 0) this.tables.set("event", (events = new Map()));
@@ -276,8 +279,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   async sweepHistory(endedBefore: number, limit: number): Promise<number> {
     return this.inTransaction(async (c) => {
       const gone = await c.query<{ key: string }>(
-        "DELETE FROM commands WHERE key IN (SELECT key FROM commands WHERE state = ANY($1) AND ended_at < $2 ORDER BY ended_at LIMIT $3) RETURNING key",
-        [TERMINAL_STATES, endedBefore, limit],
+        `DELETE FROM commands WHERE key IN (SELECT key FROM commands WHERE state IN ${ENDED} AND ended_at < $1 ORDER BY ended_at LIMIT $2) RETURNING key`,
+        [endedBefore, limit],
       );
       const uuids = gone.rows.map((x) => x.key);
       if (uuids.length > 0) {
@@ -299,23 +302,28 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   }
 }
 
-/** The load of one table: every row, or (history not loaded whole) live commands and the newest ended ones. */
-function loadQuery(core: string, t: PgTable, all: boolean): string {
-  if (all) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
-  // The store keeps the audit log: a restore needs only where its sequence is.
-  if (core === "audit") return "SELECT key, row FROM audit ORDER BY seq DESC LIMIT 1";
-  if (core === "command")
-    return `SELECT key, row FROM commands WHERE NOT (state = ANY($1)) OR key IN
-      (SELECT key FROM commands WHERE state = ANY($1) ORDER BY ended_at DESC LIMIT $2) ORDER BY ord`;
-  const col = PER_COMMAND[core];
-  if (col === undefined) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
-  return `SELECT x.key, x.row FROM ${t.name} x JOIN commands c ON c.key = x.${col} WHERE NOT (c.state = ANY($1)) ORDER BY x.ord`;
-}
+/** The terminal states as an SQL list (constants), so the planner matches the partial indexes commands_live and commands_ended. */
+const ENDED = `(${TERMINAL_STATES.join(", ")})`;
+/** The keys of the commands not ended. */
+const LIVE_KEYS = `SELECT key FROM commands WHERE state NOT IN ${ENDED}`;
 
-function loadParams(core: string, all: boolean, ledgerRows: number | undefined): unknown[] {
-  if (all) return [];
-  if (core === "command") return [TERMINAL_STATES, ledgerRows];
-  return PER_COMMAND[core] === undefined ? [] : [TERMINAL_STATES];
+/**
+ * What a server loads of one table when the history stays in the database:
+ * the live commands and the newest `ledgerRows` ended ones (its ledger), the
+ * per-command rows of the live ones, the newest audit row (where its
+ * sequence is), and every row of the other tables.
+ */
+function partialLoad(core: string, t: PgTable, live: string[], ledgerRows: number | undefined): Query {
+  if (core === "audit") return { text: "SELECT key, row FROM audit ORDER BY seq DESC LIMIT 1", values: [] };
+  if (core === "command")
+    return {
+      text: `SELECT key, row FROM commands WHERE key = ANY($1::text[]) OR key IN
+        (SELECT key FROM commands WHERE state IN ${ENDED} ORDER BY ended_at DESC LIMIT $2) ORDER BY ord`,
+      values: [live, ledgerRows],
+    };
+  const col = PER_COMMAND[core];
+  if (col === undefined) return { text: `SELECT key, row FROM ${t.name} ORDER BY ord`, values: [] };
+  return { text: `SELECT key, row FROM ${t.name} WHERE ${col} = ANY($1::text[]) ORDER BY ord`, values: [live] };
 }
 
 /** The statements that apply one net record to its table (output events excepted). */
