@@ -95,6 +95,13 @@ export const SERVER_PRUNED_LEDGER_MAX = 100_000;
  * the store. Memory then grows with live commands, not with history.
  */
 export const SERVER_HISTORY_HELD = 1_000;
+/**
+ * The ledger's default when the store keeps the history: it then only has to
+ * answer late frames and reconcile snapshots about recently pruned commands
+ * (a repeated submit is answered from the store), and 100,000 entries of
+ * about 700 bytes would be most of a server's memory.
+ */
+export const SERVER_PRUNED_LEDGER_IN_STORE = 10_000;
 /** Commands pruned in one step at most (the rest wait for the next wake). */
 export const SERVER_PRUNES_PER_STEP = 256;
 export const SERVER_OUTPUT_PER_COMMAND_BYTES = 256 * MiB;

@@ -25,6 +25,7 @@
  */
 import * as http from "node:http";
 import { unreachable } from "../../core/errors.js";
+import { SERVER_PRUNED_LEDGER_IN_STORE } from "../../core/limits.js";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
@@ -206,7 +207,7 @@ export class ServerDaemon {
     this.ports = realPorts();
     const config = defaultServerConfig();
     // Where the history lives is the store's: a store that keeps it leaves rows in place at prune.
-    config.limits = { ...config.limits, ...opts.limits, historyInStore: storage.keepsHistory };
+    config.limits = { ...config.limits, ...storeDefaults(storage.keepsHistory), ...opts.limits, historyInStore: storage.keepsHistory };
     if (opts.protocol) config.protocol = opts.protocol;
     this.state = restoreServer(config, tablesView(storage.tables), opts.seed ?? Math.floor(Math.random() * 2 ** 31));
     // The loaded rows are only needed for the restore.
@@ -295,7 +296,7 @@ export class ServerDaemon {
 
   static async start(opts: ServerDaemonOptions): Promise<ServerDaemon> {
     await initZstd();
-    const limits = { ...defaultServerConfig().limits, ...opts.limits };
+    const limits = { ...defaultServerConfig().limits, ...storeDefaults(opts.store !== undefined), ...opts.limits };
     // A reserve as large as the total would leave non-admins no FollowOutput at all.
     if (limits.followStreamsAdminReserve >= limits.maxFollowStreams)
       throw new Error(
@@ -646,6 +647,11 @@ export class ServerDaemon {
     for (const w of [...this.waiters]) w.done();
     await this.storage.close();
   }
+}
+
+/** Limits whose default depends on where the history lives (the store keeps it: a smaller ledger). */
+function storeDefaults(keepsHistory: boolean): Partial<ServerLimits> {
+  return keepsHistory ? { prunedMax: SERVER_PRUNED_LEDGER_IN_STORE } : {};
 }
 
 function refuse(socket: import("node:net").Socket, status: number, text: string): void {

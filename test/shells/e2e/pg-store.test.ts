@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
+import { SERVER_PRUNED_LEDGER_IN_STORE } from "../../../core/limits.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import { cleanupTemp, collect, startAgent, startServer, waitFor } from "./helpers.js";
 
@@ -55,6 +56,8 @@ describe("server on PostgreSQL", () => {
   it("the history lives in PostgreSQL: the server holds at most historyHeld ended commands, reads the rest back (GetCommand, ListCommands pages, logs), holds none after a restart, and deletes what is past historyMs", async () => {
     const store = await cluster.createDatabase("e2e_history");
     let s = await startServer({ store, limits: { historyHeld: 2 } });
+    // The ledger's default is smaller when the database keeps the history (a repeated submit is answered from it).
+    expect(s.daemon.state.config.limits.prunedMax).toBe(SERVER_PRUNED_LEDGER_IN_STORE);
     const a = await startAgent(s.url, "pg-h");
     const uuids: string[] = [];
     try {
