@@ -18,6 +18,7 @@ import type { AgentConfig, AgentEffect, AgentInput } from "../core/agent/agent-t
 import type { PersistEffect } from "../core/effects.js";
 import { MiB, KiB } from "../core/limits.js";
 import { defaultServerConfig, restoreServer, serverInvariants, serverStep } from "../core/index.js";
+import { restoreServerByParts } from "../core/server/client-part.js";
 import type { ServerConfig, ServerEffect, ServerInput } from "../core/server/server-types.js";
 import { SimDisk, type PendingBatch } from "./disk.js";
 import { EventQueue } from "./event-queue.js";
@@ -241,7 +242,9 @@ export class World {
     if (h.up) throw new Error("server started twice");
     h.up = true;
     if (h.inc > 0) h.clock.reanchor();
-    h.state = restoreServer(h.config, h.disk.snapshot(), hashLabel(this.seed, `server#${h.inc}`));
+    // With the history in the store, the disk is restored client by client, as a server that owns clients would load them.
+    const restore = h.config.limits.historyInStore ? restoreServerByParts : restoreServer;
+    h.state = restore(h.config, h.disk.snapshot(), hashLabel(this.seed, `server#${h.inc}`));
     this.oracles.serverRestored();
     this.timeline?.add(this.q.now, h.label, "START (restored from disk)");
     this.serverInput({ type: "tick" });

@@ -28,12 +28,13 @@
 // there. A server adopting parts of others must check them first.
 
 import { isTerminal } from "../dispatch/lifecycle.js";
-import { Code, type CoreError, coreError } from "../errors.js";
+import { assert, Code, type CoreError, coreError } from "../errors.js";
 import { MAX_OPEN_INCIDENTS_PER_CLIENT } from "../limits.js";
-import type { PrunedCommand, ServerCommand, ServerState } from "./server-types.js";
+import type { PrunedCommand, ServerCommand, ServerConfig, ServerState } from "./server-types.js";
 import { type PrunedRow, type ServerTableName, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
 import { ledgerEntry } from "./history.js";
-import { loadCommands } from "./restore.js";
+import { loadCommands, restoreServer } from "./restore.js";
+import { restoreJobs } from "./jobs.js";
 import { deactivate } from "./active.js";
 
 /** How each table's rows are assigned to a client: by key, by the row's clientId, or by its command's client. */
@@ -106,6 +107,22 @@ export function clientTables(tables: ServerTables, clientId: string): ServerTabl
 /** Only the global tables of `tables` (counters, audit, jobs). */
 export function globalTables(tables: ServerTables, without: ServerTableName[] = []): ServerTables {
   return { get: (t) => (TABLE_OWNERS[t as ServerTableName] === "global" && !without.includes(t as ServerTableName) ? tables.get(t) : undefined) };
+}
+
+/**
+ * A whole server restored the way a server that owns clients one by one
+ * would build it: the global tables (jobs last, as they name commands of
+ * several clients), then each client's part in client id order. Equal to
+ * restoreServer up to the order of entries across clients (client-part.test.ts).
+ */
+export function restoreServerByParts(config: ServerConfig, tables: ServerTables, seed: number): ServerState {
+  const st = restoreServer(config, globalTables(tables, ["job"]), seed);
+  for (const id of clientIdsOf(tables)) {
+    const r = restoreClientPart(st, id, clientTables(tables, id));
+    assert(r.ok, `client ${id}: its part would not restore: ${r.ok ? "" : r.error.message}`);
+  }
+  restoreJobs(st, rowsOf(tables, "job"));
+  return st;
 }
 
 export type PartResult = { ok: true } | { ok: false; error: CoreError };
