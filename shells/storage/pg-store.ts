@@ -6,20 +6,25 @@
  * foldRecord's net effect per row): every persist queued since the last
  * commit becomes one transaction on one connection, output frames in one
  * multi-row INSERT, and `onDurable(through)` is reported only after COMMIT
- * returned (synchronous_commit on: the WAL is flushed). A failed
- * transaction stops the writer for good (fail-stop, like the embedded
- * store): nothing after it is acknowledged.
+ * returned (synchronous_commit on: the WAL is flushed). The writer
+ * connection (pg-writer.ts) waits out a database that is restarting,
+ * unreachable or refusing writes: it reports the store unavailable and
+ * retries the same transaction, exactly once, after reconnecting; only a
+ * failure waiting cannot mend stops the writer for good (fail-stop):
+ * nothing after it is acknowledged.
  *
  * Reads (readEvents, frames) go through a small pool and see committed rows
  * only. At open the schema is created or checked (a database written by a
  * newer server is refused), and every row is loaded in first-write order for
  * restoreServer, with the digests of each command's recent output events.
  */
+import { randomUUID } from "node:crypto";
 import pg from "pg";
 import type { PersistRecord } from "../../core/index.js";
 import type { OutputEventRow } from "../../core/server/store.js";
 import { prefixEnd, type Tables } from "./kv-store.js";
-import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
+import { PgWriter, type Query, type WriterConn } from "./pg-writer.js";
+import { DEFAULT_STORE_WRITE_LIMITS, GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
 import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements } from "./pg-schema.js";
 import { type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
 import { decodeValue, encodeValue } from "./value-codec.js";
@@ -27,8 +32,6 @@ import { decodeValue, encodeValue } from "./value-codec.js";
 /** Recent event digests the core keeps per command for resend checks (core SERVER_RECENT_DIGESTS), as the embedded store loads them. */
 const RECENT_DIGESTS = 1024;
 const READ_POOL = 4;
-
-type Query = { text: string; values: unknown[] };
 
 const tableOf = (name: string): PgTable => {
   const t = (PG_TABLES as Record<string, PgTable>)[name];
@@ -40,25 +43,37 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   readonly tables: Tables = new Map();
   opened: Readonly<Record<string, string | number | boolean>> = {};
 
+  /** Set once the store is open: the writer connection, from then on its own. */
+  private pgWriter: PgWriter | null = null;
+
   private constructor(
     private readonly conn: pg.Client,
     private readonly pool: pg.Pool,
   ) {
     super();
-    // A connection PostgreSQL ends (restart, network) emits 'error': the writer's is a store
-    // failure (fail-stop, reported once); an idle reader's is dropped by the pool.
-    conn.on("error", (err) => this.fail(err));
+    // A connection PostgreSQL ends (restart, network) emits 'error'. While the store opens, the query
+    // in progress fails with it; then the writer (pg-writer.ts) waits it out. An idle reader's is dropped by the pool.
+    conn.on("error", () => {});
     pool.on("error", () => {});
   }
 
   static async open(url: string): Promise<PgServerStore> {
-    const conn = new pg.Client({ connectionString: url });
-    await conn.connect();
+    const conn = await connectWriter(url, DEFAULT_STORE_WRITE_LIMITS.connectTimeoutMs);
     const pool = new pg.Pool({ connectionString: url, max: READ_POOL });
     const s = new PgServerStore(conn, pool);
     try {
       const version = await s.migrate();
       await s.load();
+      const epoch = randomUUID();
+      await PgWriter.register(conn, epoch);
+      s.pgWriter = new PgWriter(epoch, conn, {
+        connect: () => connectWriter(url, s.writeLimits.connectTimeoutMs),
+        down: (reason) => s.markDown(`PostgreSQL is not taking writes: ${reason}`),
+        up: () => s.markUp(),
+        fail: (err) => s.fail(err),
+        limits: () => s.writeLimits,
+        sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      });
       const u = new URL(url);
       s.opened = { store: "postgres", host: u.host, database: u.pathname.slice(1), schema: version };
     } catch (err) {
@@ -124,11 +139,7 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     }
     if (output.length > 0) queries.push(outputInsert(outputUuids, output));
     for (const d of drops) queries.push({ text: `DELETE FROM ${OUTPUT_TABLE} WHERE uuid = $1 AND seq <= $2`, values: [d.uuid, d.throughSeq] });
-    if (queries.length > 0) {
-      await this.conn.query("BEGIN");
-      for (const q of queries) await this.conn.query(q.text, q.values);
-      await this.conn.query("COMMIT");
-    }
+    if (queries.length > 0) await this.pgWriter!.commit(queries);
     if (maxId > 0) this.onDurable(maxId);
   }
 
@@ -166,15 +177,31 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     return new PgFrameReader(this.pool);
   }
 
+  /** Waits for queued writes while PostgreSQL takes them; while it does not, what is queued is dropped (never acknowledged) and reported through onError. */
   async close(): Promise<void> {
+    if (!this.health.ok) this.pgWriter?.abort();
     await this.writer.close();
     await this.end();
   }
 
   private async end(): Promise<void> {
-    await this.conn.end().catch(() => {});
+    if (this.pgWriter) await this.pgWriter.end();
+    else await this.conn.end().catch(() => {});
     await this.pool.end().catch(() => {});
   }
+}
+
+/** A writer connection: keepalive on, so a peer that vanished without a word is noticed; a connect that hangs is given up. */
+async function connectWriter(url: string, timeoutMs: number): Promise<pg.Client & WriterConn> {
+  const c = new pg.Client({ connectionString: url, keepAlive: true, connectionTimeoutMillis: timeoutMs });
+  c.on("error", () => {}); // reported through the failing query, or by the writer's own listener once it has it
+  try {
+    await c.connect();
+  } catch (err) {
+    await c.end().catch(() => {});
+    throw err;
+  }
+  return c as pg.Client & WriterConn;
 }
 
 /** The statements that apply one net record to its table (output events excepted). */
