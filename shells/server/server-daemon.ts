@@ -57,9 +57,10 @@ import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports
 import { tablesView } from "../storage/kv-store.js";
 import { ServerStorage } from "../storage/server-storage.js";
 import type { ServerStore } from "../storage/server-store.js";
+import type { StoreHealth, StoreWriteLimits } from "../storage/store-group.js";
 import { PgServerStore } from "../storage/pg-store.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
-import { createContextValues } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, createContextValues } from "@connectrpc/connect";
 import { accessInterceptor } from "./access-interceptor.js";
 import { OpenStreams } from "./open-streams.js";
 import { decodeErrorsAsInvalid } from "./decode-errors.js";
@@ -114,6 +115,8 @@ export interface ServerDaemonOptions {
   checkInvariants?: boolean;
   /** WatchFleet: per-watcher queue bound and flush interval (defaults in fleet-watch.ts). */
   watch?: WatchOptions;
+  /** The store's write-side bounds (store-group.ts DEFAULT_STORE_WRITE_LIMITS): backlog, slow commit, reconnect backoff. */
+  storeLimits?: Partial<StoreWriteLimits>;
   /** A broken invariant or a storage failure: the daemon cannot go on. Default: log and exit(70). */
   onFatal?: (err: unknown) => void;
 }
@@ -163,7 +166,11 @@ export class ServerDaemon {
   private readonly conns = new Map<number, ConnInfo>();
   private connSeq = 0;
   /** Callers waiting for a control reply, by call id (a request id may be shared by calls in flight). */
-  private readonly pending = new Map<string, (r: ControlResult) => void>();
+  private readonly pending = new Map<string, { resolve: (r: ControlResult) => void; reject: (err: ConnectError) => void }>();
+  /** The store's backlog is past its bound (store-group.ts). */
+  private backlogOver = false;
+  /** Past the bound while the store takes no writes: agents' sessions were closed and new ones are refused until it takes writes again. */
+  private shedding = false;
   private callSeq = 0;
   /**
    * Readers waiting for a command's committed view to move (FollowOutput).
@@ -218,13 +225,13 @@ export class ServerDaemon {
     );
     storage.onDurable = (through) => this.loop.feedDurable(through);
     storage.onError = (err) => this.die(err);
+    storage.writeLimits = { ...storage.writeLimits, ...opts.storeLimits };
+    storage.onHealth = (now, was) => this.storeHealthChanged(now, was);
+    storage.onBacklog = (over) => this.storeBacklogChanged(over);
 
     this.wss = new WebSocketServer({ noServer: true, maxPayload: TRANSPORT_MAX_PAYLOAD, perMessageDeflate: false, clientTracking: false });
     this.agentHttp = http.createServer((req, res) => {
-      if (req.url === "/healthz") {
-        res.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
-        return;
-      }
+      if (serveProbe(this, req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("agents connect with a WebSocket upgrade on /v1/agent\n");
     });
     this.agentHttp.on("upgrade", (req, socket, head) => this.onUpgrade(req, socket as import("node:net").Socket, head));
@@ -255,6 +262,7 @@ export class ServerDaemon {
     });
     this.controlListener = new ControlListener((req, res) => {
       const id = identify(req.headers.authorization, this.opts.operators, this.opts.operatorToken);
+      if (serveProbe(this, req, res)) return;
       if (!id) {
         // HTTP 401: Connect's unauthenticated; gRPC clients map it to UNAUTHENTICATED too.
         res.statusCode = 401;
@@ -325,6 +333,7 @@ export class ServerDaemon {
   private onUpgrade(req: http.IncomingMessage, socket: import("node:net").Socket, head: Buffer): void {
     socket.on("error", () => socket.destroy());
     if (this.closing) return refuse(socket, 503, "shutting down");
+    if (this.shedding) return refuse(socket, 503, "the server's store is not taking writes: try again later");
     const path = (req.url ?? "/").split("?")[0];
     if (path !== AGENT_PATH) return refuse(socket, 404, "not found");
     const token = bearer(req.headers.authorization);
@@ -473,7 +482,7 @@ export class ServerDaemon {
         const waiting = this.pending.get(e.requestId);
         if (waiting) {
           this.pending.delete(e.requestId);
-          waiting(e.result);
+          waiting.resolve(e.result);
         }
         break;
       }
@@ -539,6 +548,11 @@ export class ServerDaemon {
 
   private die(err: unknown): void {
     if (this.fatal) return;
+    if (this.closing) {
+      // A store closing while its database takes no writes drops what it holds: never acknowledged.
+      this.log.warn("store closed with writes it could not commit (never acknowledged)", { err: err instanceof Error ? err.message : String(err) });
+      return;
+    }
     this.fatal = err;
     this.log.error("fatal", { err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
     if (this.opts.onFatal) this.opts.onFatal(err);
@@ -557,12 +571,75 @@ export class ServerDaemon {
    * another request).
    */
   control(request: ControlRequest, audit?: AuditCall): Promise<ControlResult> {
-    return new Promise((resolve) => {
+    return new Promise((resolve, reject) => {
+      const health = this.storage.health;
+      if (!health.ok) return reject(storeUnavailable(health, "this call was not made"));
       const callId = `call-${++this.callSeq}`;
-      this.pending.set(callId, resolve);
+      this.pending.set(callId, { resolve, reject });
       if (!audit) this.loop.feed({ type: "control", request, callId });
       else this.loop.feed({ type: "control", request: ownRequestIds(request, audit.operator), audit, callId });
     });
+  }
+
+  /**
+   * The store stopped taking writes, or takes them again: logged once per
+   * change. While it takes none nothing is acknowledged (the core releases
+   * replies, acks and dispatches only on `durable`), so the calls waiting
+   * for a reply are answered UNAVAILABLE now rather than left hanging; the
+   * core may still carry them out once the store is back, and the same call
+   * repeated with the same ids (a submit's issue uuid, a request id) returns
+   * that outcome instead of acting twice (R-S5).
+   */
+  private storeHealthChanged(now: StoreHealth, was: StoreHealth): void {
+    if (!now.ok) {
+      this.log.warn("store unavailable: acknowledging nothing until it is back", { reason: now.reason });
+      const waiting = [...this.pending.values()];
+      this.pending.clear();
+      for (const w of waiting)
+        w.reject(
+          storeUnavailable(now, "this call may still take effect once it is back: repeat it with the same ids (issue uuid, request id) to learn its outcome"),
+        );
+    } else if (!was.ok) this.log.info("store available again", { after_s: Math.round((Date.now() - was.since) / 100) / 10, reason_was: was.reason });
+    this.shed();
+  }
+
+  /**
+   * Writes queued for the store passed its backlog bound while it takes
+   * none: agents' sessions are closed, with a reason they log, and new ones
+   * refused (HTTP 503), so that no more output piles up in memory; agents
+   * keep what they have not had acknowledged and send it again once they
+   * are back. Taken back as soon as the store takes writes again (its
+   * backlog then drains; agents resending their windows at once may pass the
+   * bound meanwhile, which is load, not an outage).
+   */
+  private storeBacklogChanged(over: boolean): void {
+    this.backlogOver = over;
+    this.shed();
+  }
+
+  private shed(): void {
+    const shed = this.backlogOver && !this.storage.health.ok;
+    if (shed === this.shedding) return;
+    this.shedding = shed;
+    if (!shed) {
+      this.log.info("store takes writes again: accepting agents", { backlogBytes: this.storage.backlogBytes });
+      return;
+    }
+    this.log.warn("store backlog past its bound while the store takes no writes: closing agents' sessions until it does", {
+      backlogBytes: this.storage.backlogBytes,
+      bound: this.storage.writeLimits.backlogMaxBytes,
+      sessions: this.conns.size,
+    });
+    for (const c of this.conns.values()) c.ws.close(1013, "server store unavailable: try again later");
+  }
+
+  /** Why the server is not ready (for /readyz), or null when it is. */
+  notReady(): string | null {
+    if (this.closing) return "shutting down";
+    const h = this.storage.health;
+    if (!h.ok) return `store unavailable for ${Math.round((Date.now() - h.since) / 1000)} s: ${h.reason}`;
+    if (this.shedding) return "store backlog past its bound: agents refused";
+    return null;
   }
 
   /**
@@ -628,6 +705,29 @@ export class ServerDaemon {
     for (const w of [...this.waiters]) w.done();
     await this.storage.close();
   }
+}
+
+/** UNAVAILABLE for a control call while the store takes no writes: why, since when, and what became of the call. */
+function storeUnavailable(h: Exclude<StoreHealth, { ok: true }>, outcome: string): ConnectError {
+  const secs = Math.round((Date.now() - h.since) / 1000);
+  return new ConnectError(`the server's store is not taking writes (for ${secs} s: ${h.reason}); ${outcome}`, ConnectCode.Unavailable);
+}
+
+/**
+ * /healthz and /readyz on the control port (and the agent port), without a token (load balancers
+ * and systemd probes carry none): healthz answers 200 while the process
+ * serves HTTP at all; readyz 200 "ready" only while the store takes writes,
+ * 503 with the reason otherwise. Returns whether it answered.
+ */
+function serveProbe(d: ServerDaemon, req: ControlHttpRequest, res: import("./control-listener.js").ControlResponse): boolean {
+  const path = (req.url ?? "").split("?")[0];
+  if (path !== "/healthz" && path !== "/readyz") return false;
+  const why = path === "/readyz" ? d.notReady() : null;
+  res.statusCode = why === null ? 200 : 503;
+  res.setHeader("content-type", "text/plain");
+  res.setHeader("cache-control", "no-store");
+  res.end(why === null ? (path === "/readyz" ? "ready\n" : "ok\n") : `not ready: ${why}\n`);
+  return true;
 }
 
 function refuse(socket: import("node:net").Socket, status: number, text: string): void {
