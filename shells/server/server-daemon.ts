@@ -29,7 +29,9 @@ import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { serveFollowFast } from "./follow-http.js";
-import { ControlListener, type ControlRequest as ControlHttpRequest } from "./control-listener.js";
+import { type ControlHandler, ControlListener, type ControlRequest as ControlHttpRequest } from "./control-listener.js";
+import { openServerStore } from "./open-store.js";
+import { serveProbe, startingHandler } from "./probes.js";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   Code,
@@ -55,10 +57,8 @@ import { createLogger, RateLimitedLog, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { tablesView } from "../storage/kv-store.js";
-import { ServerStorage } from "../storage/server-storage.js";
 import type { ServerStore } from "../storage/server-store.js";
 import type { StoreHealth, StoreWriteLimits } from "../storage/store-group.js";
-import { PgServerStore } from "../storage/pg-store.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
 import { Code as ConnectCode, ConnectError, createContextValues } from "@connectrpc/connect";
 import { accessInterceptor } from "./access-interceptor.js";
@@ -99,6 +99,8 @@ export interface ServerDaemonOptions {
   dataDir: string;
   /** `postgres://…`: the state in PostgreSQL (pg-store.ts) instead of the embedded store in dataDir. */
   store?: string;
+  /** Aborting it while the start waits for the store (open-store.ts) ends the wait: start rejects. */
+  signal?: AbortSignal;
   agentTokens: AgentTokens;
   /** The legacy shared operator token(s): the identity `admin` (role admin). Absent: only `operators`. */
   operatorToken?: OperatorToken;
@@ -199,6 +201,8 @@ export class ServerDaemon {
   private constructor(
     readonly opts: ServerDaemonOptions,
     readonly storage: ServerStore,
+    controlListener: ControlListener,
+    route: { handler: ControlHandler },
   ) {
     this.log = opts.log ?? createLogger("server");
     this.peerLog = new RateLimitedLog(this.log);
@@ -231,7 +235,7 @@ export class ServerDaemon {
 
     this.wss = new WebSocketServer({ noServer: true, maxPayload: TRANSPORT_MAX_PAYLOAD, perMessageDeflate: false, clientTracking: false });
     this.agentHttp = http.createServer((req, res) => {
-      if (serveProbe(this, req, res)) return;
+      if (serveProbe(() => this.notReady(), req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("agents connect with a WebSocket upgrade on /v1/agent\n");
     });
     this.agentHttp.on("upgrade", (req, socket, head) => this.onUpgrade(req, socket as import("node:net").Socket, head));
@@ -260,9 +264,10 @@ export class ServerDaemon {
         });
       },
     });
-    this.controlListener = new ControlListener((req, res) => {
+    this.controlListener = controlListener;
+    route.handler = (req, res) => {
       const id = identify(req.headers.authorization, this.opts.operators, this.opts.operatorToken);
-      if (serveProbe(this, req, res)) return;
+      if (serveProbe(() => this.notReady(), req, res)) return;
       if (!id) {
         // HTTP 401: Connect's unauthenticated; gRPC clients map it to UNAUTHENTICATED too.
         res.statusCode = 401;
@@ -275,7 +280,7 @@ export class ServerDaemon {
       if (serveFollowFast(this, req, res, id)) return;
       identities.set(req, { id, auth: req.headers.authorization ?? "" });
       handler(req, res);
-    });
+    };
     this.controlHttp = this.controlListener.h1;
     this.deadlineTimer = setInterval(() => {
       const now = this.loop.now();
@@ -292,18 +297,25 @@ export class ServerDaemon {
       throw new Error(
         `limits: followStreamsAdminReserve (${limits.followStreamsAdminReserve}) must be less than maxFollowStreams (${limits.maxFollowStreams})`,
       );
-    const storage: ServerStore = opts.store
-      ? await PgServerStore.open(checkStoreUrl(opts.store))
-      : await ServerStorage.open({
-          dir: opts.dataDir,
-          segmentBytes: limits.segmentBytes,
-          repair: opts.repairStore,
-          checkpointEveryBytes: opts.checkpointEveryBytes,
-        });
-    const d = new ServerDaemon(opts, storage);
-    d.log.info("store opened", storage.opened);
+    // The control port listens from the start: /readyz says what the start waits for, every call is UNAVAILABLE until then.
+    let starting = "restoring";
+    const route: { handler: ControlHandler } = { handler: startingHandler(() => starting) };
+    const listener = new ControlListener((req, res) => route.handler(req, res));
+    await listen(listener.h1, opts.control);
+    let d: ServerDaemon;
+    try {
+      const log = opts.log ?? createLogger("server");
+      const store = opts.store === undefined ? undefined : checkStoreUrl(opts.store);
+      const storage = await openServerStore({ ...opts, store }, limits, log, (why) => (starting = why));
+      starting = "restoring: rebuilding the state from the store";
+      d = new ServerDaemon(opts, storage, listener, route);
+    } catch (err) {
+      listener.destroyAll();
+      await closeServer(listener.h1);
+      throw err;
+    }
+    d.log.info("store opened", d.storage.opened);
     await listen(d.agentHttp, opts.listen);
-    await listen(d.controlHttp, opts.control);
     // First tick arms the timers (heartbeats, expiry, redelivery).
     d.loop.feed({ type: "tick" });
     d.log.info("listening", {
@@ -711,23 +723,6 @@ export class ServerDaemon {
 function storeUnavailable(h: Exclude<StoreHealth, { ok: true }>, outcome: string): ConnectError {
   const secs = Math.round((Date.now() - h.since) / 1000);
   return new ConnectError(`the server's store is not taking writes (for ${secs} s: ${h.reason}); ${outcome}`, ConnectCode.Unavailable);
-}
-
-/**
- * /healthz and /readyz on the control port (and the agent port), without a token (load balancers
- * and systemd probes carry none): healthz answers 200 while the process
- * serves HTTP at all; readyz 200 "ready" only while the store takes writes,
- * 503 with the reason otherwise. Returns whether it answered.
- */
-function serveProbe(d: ServerDaemon, req: ControlHttpRequest, res: import("./control-listener.js").ControlResponse): boolean {
-  const path = (req.url ?? "").split("?")[0];
-  if (path !== "/healthz" && path !== "/readyz") return false;
-  const why = path === "/readyz" ? d.notReady() : null;
-  res.statusCode = why === null ? 200 : 503;
-  res.setHeader("content-type", "text/plain");
-  res.setHeader("cache-control", "no-store");
-  res.end(why === null ? (path === "/readyz" ? "ready\n" : "ok\n") : `not ready: ${why}\n`);
-  return true;
 }
 
 function refuse(socket: import("node:net").Socket, status: number, text: string): void {

@@ -24,7 +24,7 @@ import type { PersistRecord } from "../../core/index.js";
 import type { OutputEventRow } from "../../core/server/store.js";
 import { prefixEnd, type Tables } from "./kv-store.js";
 import { PgWriter, type Query, type WriterConn } from "./pg-writer.js";
-import { DEFAULT_STORE_WRITE_LIMITS, GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
+import { DEFAULT_STORE_WRITE_LIMITS, GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp, type StoreWriteLimits } from "./store-group.js";
 import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements } from "./pg-schema.js";
 import { type FrameReader, type FrameRun, inlineRun, type ServerStore, type StoredEventRow, type StoredOutputRow } from "./server-store.js";
 import { decodeValue, encodeValue } from "./value-codec.js";
@@ -57,10 +57,11 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     pool.on("error", () => {});
   }
 
-  static async open(url: string): Promise<PgServerStore> {
-    const conn = await connectWriter(url, DEFAULT_STORE_WRITE_LIMITS.connectTimeoutMs);
+  static async open(url: string, writeLimits: StoreWriteLimits = DEFAULT_STORE_WRITE_LIMITS): Promise<PgServerStore> {
+    const conn = await connectWriter(url, writeLimits.connectTimeoutMs);
     const pool = new pg.Pool({ connectionString: url, max: READ_POOL });
     const s = new PgServerStore(conn, pool);
+    s.writeLimits = writeLimits;
     try {
       const version = await s.migrate();
       await s.load();
