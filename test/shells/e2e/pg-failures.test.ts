@@ -8,6 +8,7 @@
 // logic itself, with a fake database, is test/shells/storage/pg-writer.test.ts.
 import { readFileSync } from "node:fs";
 import * as http from "node:http";
+import * as net from "node:net";
 import path from "node:path";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,7 +17,7 @@ import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js
 import { createLogger } from "../../../shells/runtime/log.js";
 import type { StoreWriteLimits } from "../../../shells/storage/store-group.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
-import { cleanupTemp, collect, FLEET_TOKEN, sleep, startAgent, startServer, type TestServer, tempDir, waitFor } from "./helpers.js";
+import { cleanupTemp, collect, controlClient, FLEET_TOKEN, sleep, startAgent, startServer, type TestServer, tempDir, waitFor } from "./helpers.js";
 
 let cluster: PgCluster;
 beforeAll(async () => {
@@ -116,6 +117,17 @@ function expectOneOutage(r: Rig, reason: RegExp): void {
   expect(r.logs.filter((l) => l.includes("store available again"))).toHaveLength(1);
 }
 
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
 /** What the agent endpoint answers a WebSocket upgrade with (status and body), when it does not switch protocols. */
 function upgradeStatus(wsUrl: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
@@ -145,7 +157,46 @@ const storedThrough = (r: Rig, uuid: string) => r.s.daemon.state.commands.get(uu
 const isReady = async (r: Rig) => (await fetch(`${r.s.controlUrl}/readyz`)).status === 200;
 
 describe("PostgreSQL failures under a live server", () => {
-  it("R-D1: PostgreSQL killed and restarted mid-stream: the server waits, then stores every byte; the command ran once", async () => {
+  it("a server started while PostgreSQL is down listens on its control port, not ready and every call UNAVAILABLE, and starts once the database does", async () => {
+    const store = await cluster.createDatabase("startup");
+    await cluster.down();
+    const logs: string[] = [];
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    let upAgain = false;
+    try {
+      const starting = startServer({
+        store,
+        storeLimits: LIMITS,
+        control: { host: "127.0.0.1", port },
+        log: createLogger("server", "info", (l) => logs.push(l)),
+      });
+      const early = await waitFor("the control port answers", () => fetch(`${base}/readyz`).catch(() => null));
+      expect([early.status, await early.text()]).toEqual([503, expect.stringMatching(/^not ready: (restoring|waiting for the store: .*ECONNREFUSED)/)]);
+      await waitFor("waiting for the store", async () => /waiting for the store/.test(await (await fetch(`${base}/readyz`)).text()));
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      const call = await controlClient(base)
+        .listClients({})
+        .catch((e: unknown) => e);
+      expect((call as ConnectError).code).toBe(ConnectCode.Unavailable);
+      expect((call as ConnectError).rawMessage).toMatch(/the server is starting \(waiting for the store/);
+      await cluster.up();
+      upAgain = true;
+      const s = await starting;
+      try {
+        expect(await isReady({ s } as Rig)).toBe(true);
+        expect(logs.filter((l) => l.includes("store unavailable at start"))).toHaveLength(1);
+        expect(logs.filter((l) => l.includes("store available again"))).toHaveLength(1);
+        expect((await s.client.listClients({})).clients).toEqual([]);
+      } finally {
+        await s.close();
+      }
+    } finally {
+      if (!upAgain) await cluster.up();
+    }
+  });
+
+  it("R-D1 R-O3: PostgreSQL killed and restarted mid-stream: the server waits, then stores every byte; the command ran once", async () => {
     const r = await rig("restart");
     try {
       const uuid = await submit(r, script(r.mark, 3000, 150, 0.05));
@@ -162,7 +213,7 @@ describe("PostgreSQL failures under a live server", () => {
     }
   });
 
-  it("PostgreSQL stopped for a while: not ready, calls UNAVAILABLE at once, the agent's session kept; back when it starts", async () => {
+  it("R-D1 R-O3: PostgreSQL stopped for a while: not ready, calls UNAVAILABLE at once, the agent's session kept; back when it starts", async () => {
     const r = await rig("unreachable");
     try {
       const uuid = await submit(r, script(r.mark, 2000, 100, 0.05));
@@ -191,7 +242,7 @@ describe("PostgreSQL failures under a live server", () => {
     }
   });
 
-  it("a lock another session holds on the commands table: past slowCommitMs not ready and the waiting call UNAVAILABLE; the same submit repeated (same issue uuid) returns the one command", async () => {
+  it("R-D1: a lock another session holds on the commands table: past slowCommitMs not ready and the waiting call UNAVAILABLE; the same submit repeated (same issue uuid) returns the one command", async () => {
     const r = await rig("slow");
     const locker = await import("pg").then((m) => new m.default.Client({ connectionString: cluster.url("slow") }));
     await locker.connect();
@@ -217,7 +268,7 @@ describe("PostgreSQL failures under a live server", () => {
     }
   });
 
-  it("disk full (a trigger raising disk_full on output rows): not ready while it lasts, nothing acknowledged, every byte stored after", async () => {
+  it("R-O3: disk full (a trigger raising disk_full on output rows): not ready while it lasts, nothing acknowledged, every byte stored after", async () => {
     const r = await rig("diskfull");
     try {
       await cluster.sql(
@@ -243,7 +294,7 @@ describe("PostgreSQL failures under a live server", () => {
     }
   });
 
-  it("read-only (default_transaction_read_only and the writer's backend ended): not ready until writes are allowed again", async () => {
+  it("R-O3: read-only (default_transaction_read_only and the writer's backend ended): not ready until writes are allowed again", async () => {
     const r = await rig("readonly");
     try {
       const uuid = await submit(r, script(r.mark, 2000, 100, 0.05));
@@ -265,7 +316,7 @@ describe("PostgreSQL failures under a live server", () => {
     }
   });
 
-  it("past the backlog bound the agent's session is closed with a reason and its reconnects refused; once the database is back it returns and every byte is stored", async () => {
+  it("R-O3: past the backlog bound the agent's session is closed with a reason and its reconnects refused; once the database is back it returns and every byte is stored", async () => {
     const r = await rig("backlog", { ...LIMITS, backlogMaxBytes: 64 * 1024 });
     try {
       const uuid = await submit(r, script(r.mark, 20000, 2000, 0.05));
