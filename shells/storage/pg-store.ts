@@ -138,7 +138,7 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
         outputUuids.push(r.key.slice(0, r.key.lastIndexOf("/")));
       } else queries.push(...recordQueries(r));
     }
-    if (output.length > 0) queries.push(outputInsert(outputUuids, output));
+    queries.push(...outputInserts(outputUuids, output));
     for (const d of drops) queries.push({ text: `DELETE FROM ${OUTPUT_TABLE} WHERE uuid = $1 AND seq <= $2`, values: [d.uuid, d.throughSeq] });
     if (queries.length > 0) await this.pgWriter!.commit(queries);
     if (maxId > 0) this.onDurable(maxId);
@@ -234,7 +234,23 @@ function recordQueries(r: PersistRecord): Query[] {
   return [{ text: `INSERT INTO ${t.name} (${names.join(", ")}) VALUES (${params}) ON CONFLICT (key) DO UPDATE SET ${set}`, values }];
 }
 
-/** One multi-row INSERT of a group's output events (a rewrite of the same event keeps the first: frames never change). */
+/**
+ * Output rows per INSERT. A statement takes at most 65,535 parameters (9 per
+ * row: 7,281 rows), and the group after an outage holds everything queued
+ * meanwhile (up to the backlog bound), so a group's rows go in INSERTs of at
+ * most this many.
+ */
+export const OUTPUT_ROWS_PER_INSERT = 1000;
+
+/** A group's output events as multi-row INSERTs of at most OUTPUT_ROWS_PER_INSERT rows each. */
+export function outputInserts(uuids: string[], rows: OutputEventRow[]): Query[] {
+  const out: Query[] = [];
+  for (let i = 0; i < rows.length; i += OUTPUT_ROWS_PER_INSERT)
+    out.push(outputInsert(uuids.slice(i, i + OUTPUT_ROWS_PER_INSERT), rows.slice(i, i + OUTPUT_ROWS_PER_INSERT)));
+  return out;
+}
+
+/** One multi-row INSERT of output events (a rewrite of the same event keeps the first: frames never change). */
 function outputInsert(uuids: string[], rows: OutputEventRow[]): Query {
   const values: unknown[] = [];
   const tuples = rows.map((v, i) => {

@@ -55,6 +55,8 @@ const MARK = `INSERT INTO ${WRITER_TABLE} (epoch, through, at) VALUES ($1, $2, n
 /** SQLSTATE classes and codes a database recovers from (PostgreSQL Appendix A). */
 const TRANSIENT_CLASSES = ["08", "53", "57", "58", "40"];
 const TRANSIENT_CODES = ["25006", "55P03", "42501", "55006"];
+/** Class 08 but no outage: a statement the server cannot take (too many parameters, say) is refused the same way every time. */
+const PROTOCOL_VIOLATION = "08P01";
 
 /**
  * Whether `err` is a failure to wait out: a database error of a transient
@@ -67,7 +69,8 @@ export function transientDbError(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const e = err as Error & { code?: unknown; severity?: unknown };
   const code = typeof e.code === "string" ? e.code : "";
-  if (e.severity !== undefined && /^[0-9A-Z]{5}$/.test(code)) return TRANSIENT_CLASSES.includes(code.slice(0, 2)) || TRANSIENT_CODES.includes(code);
+  if (e.severity !== undefined && /^[0-9A-Z]{5}$/.test(code))
+    return code !== PROTOCOL_VIOLATION && (TRANSIENT_CLASSES.includes(code.slice(0, 2)) || TRANSIENT_CODES.includes(code));
   if (/^E[A-Z]+$/.test(code)) return true; // ECONNREFUSED, ECONNRESET, EPIPE, ETIMEDOUT, EHOSTUNREACH…
   return /connection|terminated|timeout|not queryable/i.test(e.message);
 }
@@ -144,9 +147,9 @@ export class PgWriter {
     if (this.committing) void this.conn?.end().catch(() => {});
   }
 
+  /** Abort, and end the connection. A connect attempt in progress ends itself when it completes (reconnect sees the abort). */
   async end(): Promise<void> {
     this.abort();
-    if (this.idleRecovery) await this.idleRecovery.catch(() => {});
     const c = this.conn;
     this.conn = null;
     await c?.end().catch(() => {});
@@ -175,6 +178,10 @@ export class PgWriter {
       let c: WriterConn | null = null;
       try {
         c = await this.hooks.connect();
+        if (this.aborted) {
+          void c.end().catch(() => {});
+          throw new Error("the store closed while PostgreSQL was not taking writes: this group was never committed");
+        }
         this.conn = c;
         this.watch(c);
         const through = await this.probe(c);

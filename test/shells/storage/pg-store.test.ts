@@ -1,14 +1,23 @@
 // The PostgreSQL store's own behaviour, beside the contract it shares with
 // the embedded store (store-contract.test.ts): typed tables an operator can
-// query, the schema version, durability across kill -9 of PostgreSQL, and
-// fail-stop when the database refuses a write.
+// query, the schema version, durability across kill -9 of PostgreSQL,
+// fail-stop when the database refuses a write for good, and the writer's
+// side of waiting out a database that is away (pg-writer.ts; the daemon's
+// side is test/shells/e2e/pg-failures.test.ts).
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
-import { PgServerStore } from "../../../shells/storage/pg-store.js";
+import { OUTPUT_ROWS_PER_INSERT, outputInserts, PgServerStore } from "../../../shells/storage/pg-store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
+import type { OutputEventRow } from "../../../core/server/store.js";
+import { DEFAULT_STORE_WRITE_LIMITS } from "../../../shells/storage/store-group.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
+
+async function waitUntil(ok: () => boolean): Promise<void> {
+  for (let i = 0; i < 400 && !ok(); i++) await new Promise((r) => setTimeout(r, 25));
+  expect(ok()).toBe(true);
+}
 
 let cluster: PgCluster;
 beforeAll(async () => {
@@ -91,7 +100,7 @@ describe("PostgreSQL store", () => {
     await again.close();
   });
 
-  it("fail-stop: a write the database refuses is reported once, never acknowledged, and nothing after it is written", async () => {
+  it("fail-stop: a write the database refuses for good (a constraint the row breaks) is reported once, never acknowledged, and nothing after it is written", async () => {
     const url = await cluster.createDatabase("refuse");
     const s = await PgServerStore.open(url);
     const errors: unknown[] = [];
@@ -110,5 +119,51 @@ describe("PostgreSQL store", () => {
     expect(String(errors[0])).toMatch(/no_more/);
     expect(await sql(url, "SELECT seq::int FROM output ORDER BY seq")).toEqual([{ seq: 1 }]);
     await s.close();
+  });
+
+  it("a group's output rows go in INSERTs of at most OUTPUT_ROWS_PER_INSERT rows: n rows one, n + 1 two", () => {
+    const rows = (n: number) => Array.from({ length: n }, (_, i) => outputRecord("u", i + 1, 1).value as OutputEventRow);
+    const uuids = (n: number) => Array.from({ length: n }, () => "u");
+    expect(outputInserts(uuids(OUTPUT_ROWS_PER_INSERT), rows(OUTPUT_ROWS_PER_INSERT))).toHaveLength(1);
+    const two = outputInserts(uuids(OUTPUT_ROWS_PER_INSERT + 1), rows(OUTPUT_ROWS_PER_INSERT + 1));
+    expect(two.map((q) => q.values.length / 9)).toEqual([OUTPUT_ROWS_PER_INSERT, 1]);
+  });
+
+  it("one group of 8,000 output events (past PostgreSQL's 65,535 parameters in one statement, as after an outage) commits whole", async () => {
+    const url = await cluster.createDatabase("biggroup");
+    const s = await PgServerStore.open(url);
+    let durable = 0;
+    s.onDurable = (n) => {
+      durable = n;
+    };
+    for (let i = 1; i <= 8000; i++) s.persist(outputEvent(i, "c", i, 8));
+    await s.whenIdle();
+    expect(durable).toBe(8000);
+    expect(await sql(url, "SELECT count(*)::int AS n FROM output")).toEqual([{ n: 8000 }]);
+    // One transaction, and the writer's row counts it.
+    expect(await sql(url, "SELECT through::int FROM rvbox_writer")).toEqual([{ through: 1 }]);
+    await s.close();
+  });
+
+  it("closing while PostgreSQL is down ends the wait at once: the group it held is reported never committed, and nothing of it is stored", async () => {
+    const url = await cluster.createDatabase("closedown");
+    const s = await PgServerStore.open(url, { ...DEFAULT_STORE_WRITE_LIMITS, retryMinMs: 50, retryMaxMs: 200 });
+    const errors: unknown[] = [];
+    const durable: number[] = [];
+    s.onError = (e) => errors.push(e);
+    s.onDurable = (n) => durable.push(n);
+    await cluster.down();
+    try {
+      s.persist(outputEvent(1, "c", 1, 10));
+      await waitUntil(() => !s.health.ok);
+      const t0 = Date.now();
+      await s.close();
+      expect(Date.now() - t0).toBeLessThan(1000);
+      expect(durable).toEqual([]);
+      expect(String(errors[0])).toMatch(/never committed/);
+    } finally {
+      await cluster.up();
+    }
+    expect(await sql(url, "SELECT count(*)::int AS n FROM output")).toEqual([{ n: 0 }]);
   });
 });

@@ -226,7 +226,7 @@ describe("PgWriter", () => {
   it("tells failures to wait out from the rest", () => {
     for (const code of ["08006", "53100", "53200", "57P01", "57P03", "57014", "58030", "40001", "40P01", "25006", "55P03", "42501"])
       expect(transientDbError(dbError(code)), code).toBe(true);
-    for (const code of ["23505", "23514", "22P02", "42P01", "42703", "XX000"]) expect(transientDbError(dbError(code)), code).toBe(false);
+    for (const code of ["23505", "23514", "22P02", "42P01", "42703", "XX000", "08P01"]) expect(transientDbError(dbError(code)), code).toBe(false);
     expect(transientDbError(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }))).toBe(true);
     expect(transientDbError(lost())).toBe(true);
     expect(transientDbError(new Error("timeout expired"))).toBe(true);
