@@ -10,14 +10,28 @@ import { readFileSync } from "node:fs";
 import * as http from "node:http";
 import * as net from "node:net";
 import path from "node:path";
-import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ControlService } from "../../../protos/gen/rvbox/v1/control_pb.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { createLogger } from "../../../shells/runtime/log.js";
 import type { StoreWriteLimits } from "../../../shells/storage/store-group.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
-import { cleanupTemp, collect, controlClient, FLEET_TOKEN, sleep, startAgent, startServer, type TestServer, tempDir, waitFor } from "./helpers.js";
+import {
+  cleanupTemp,
+  collect,
+  controlClient,
+  FLEET_TOKEN,
+  OPERATOR_TOKEN,
+  sleep,
+  startAgent,
+  startServer,
+  type TestServer,
+  tempDir,
+  waitFor,
+} from "./helpers.js";
 
 let cluster: PgCluster;
 beforeAll(async () => {
@@ -226,8 +240,23 @@ describe("PostgreSQL failures under a live server", () => {
       expect(refused).toBeInstanceOf(ConnectError);
       expect((refused as ConnectError).code).toBe(ConnectCode.Unavailable);
       expect((refused as ConnectError).rawMessage).toMatch(/store is not taking writes .*this call was not made/);
-      // Reads of what is in memory still answer.
+      // Reads of what is in memory still answer; a read of stored output is UNAVAILABLE, saying what to do.
       expect((await r.s.client.getCommand({ issueUuid: uuid })).command?.issueUuid).toBe(uuid);
+      const follow = await collect(r.s.client, uuid).catch((e: unknown) => e);
+      expect((follow as ConnectError).code).toBe(ConnectCode.Unavailable);
+      expect((follow as ConnectError).rawMessage).toMatch(/not answering reads .*follow again from the last event seq/);
+      // The same through connect-node's own path (JSON, not the fast binary one).
+      const json = createClient(
+        ControlService,
+        createConnectTransport({
+          baseUrl: r.s.controlUrl,
+          httpVersion: "1.1",
+          useBinaryFormat: false,
+          interceptors: [(next) => (req) => (req.header.set("Authorization", `Bearer ${OPERATOR_TOKEN}`), next(req))],
+        }),
+      );
+      const viaJson = await collect(json, uuid).catch((e: unknown) => e);
+      expect((viaJson as ConnectError).code).toBe(ConnectCode.Unavailable);
       await sleep(1500);
       expect(r.a.connected).toBe(true);
       expect(r.s.daemon.connectionCount).toBe(1);
