@@ -4,6 +4,7 @@
 // fail-stop when the database refuses a write for good, and the writer's
 // side of waiting out a database that is away (pg-writer.ts; the daemon's
 // side is test/shells/e2e/pg-failures.test.ts).
+import * as net from "node:net";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
@@ -11,6 +12,7 @@ import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
 import { OUTPUT_ROWS_PER_INSERT, outputInserts, PgServerStore } from "../../../shells/storage/pg-store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import type { OutputEventRow } from "../../../core/server/store.js";
+import { transientDbError, WRITER_ROW_STALE } from "../../../shells/storage/pg-writer.js";
 import { DEFAULT_STORE_WRITE_LIMITS } from "../../../shells/storage/store-group.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
 
@@ -165,5 +167,37 @@ describe("PostgreSQL store", () => {
       await cluster.up();
     }
     expect(await sql(url, "SELECT count(*)::int AS n FROM output")).toEqual([{ n: 0 }]);
+  });
+
+  it("a connection attempt that gets no answer is given up after connectTimeoutMs (a failure to wait out, not a hang)", async () => {
+    const silent = net.createServer(() => {}); // accepts, never speaks
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as net.AddressInfo).port;
+    try {
+      const t0 = Date.now();
+      const err = await PgServerStore.open(`postgres://postgres@127.0.0.1:${port}/x`, { ...DEFAULT_STORE_WRITE_LIMITS, connectTimeoutMs: 300 }).catch(
+        (e: unknown) => e,
+      );
+      const took = Date.now() - t0;
+      expect(took).toBeGreaterThanOrEqual(290);
+      expect(took).toBeLessThan(3000);
+      expect(transientDbError(err)).toBe(true);
+    } finally {
+      silent.close();
+    }
+  });
+
+  it("opening a store removes writer rows not written for WRITER_ROW_STALE and keeps younger ones", async () => {
+    const url = await cluster.createDatabase("stale");
+    await (await PgServerStore.open(url)).close();
+    await sql(
+      url,
+      "INSERT INTO rvbox_writer (epoch, through, at) VALUES ('old', 5, now() - interval '7 days 1 minute'), ('young', 5, now() - interval '6 days 23 hours')",
+    );
+    await (await PgServerStore.open(url)).close();
+    const epochs = (await sql<{ epoch: string }>(url, "SELECT epoch FROM rvbox_writer")).map((r) => r.epoch);
+    expect(epochs).toContain("young");
+    expect(epochs).not.toContain("old");
+    expect(WRITER_ROW_STALE).toBe("7 days");
   });
 });
