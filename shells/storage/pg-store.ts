@@ -178,6 +178,10 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     return new PgFrameReader(this.pool);
   }
 
+  protected override takingWrites(): boolean {
+    return this.pgWriter?.connected ?? true;
+  }
+
   /** Waits for queued writes while PostgreSQL takes them; while it does not, what is queued is dropped (never acknowledged) and reported through onError. */
   async close(): Promise<void> {
     if (!this.health.ok) this.pgWriter?.abort();

@@ -113,6 +113,11 @@ export class PgWriter {
     return this.through;
   }
 
+  /** Whether it holds a connection (false from a failure until a reconnect wrote its row). */
+  get connected(): boolean {
+    return this.conn !== null;
+  }
+
   /** Apply `queries` as one transaction, exactly once; resolves once committed, throws only what cannot be waited out. */
   async commit(queries: readonly Query[]): Promise<void> {
     if (this.idleRecovery) await this.idleRecovery;
@@ -132,6 +137,8 @@ export class PgWriter {
       this.through = n;
     } finally {
       this.committing = false;
+      // Lost after the COMMIT was answered (its 'error' came with the answer): reconnect now, and the store is not back until then.
+      if (this.conn === null && !this.aborted && !this.idleRecovery) this.idleRecovery = this.recoverIdle();
     }
   }
 

@@ -146,6 +146,11 @@ export abstract class GroupCommittedStore {
     this.onHealth(this.state, was);
   }
 
+  /** Whether the writer can take the next group now (a group committed, but its connection may have been lost right after). */
+  protected takingWrites(): boolean {
+    return true;
+  }
+
   /** Writes are accepted again. */
   protected markUp(): void {
     if (this.state.ok) return;
@@ -164,7 +169,7 @@ export abstract class GroupCommittedStore {
     } finally {
       clearTimeout(slow);
     }
-    this.markUp();
+    if (this.takingWrites()) this.markUp();
     this.count(-group.reduce((n, op) => n + storeOpBytes(op), 0));
   }
 

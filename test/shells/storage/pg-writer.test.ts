@@ -13,7 +13,7 @@ function dbError(code: string, message = `error ${code}`): Error {
 }
 const lost = () => new Error("Connection terminated unexpectedly");
 
-type Fault = { on: "connect" | "statement" | "commit-lost" | "mark"; err: Error };
+type Fault = { on: "connect" | "statement" | "commit-lost" | "commit-then-drop" | "mark"; err: Error };
 
 /** One database: its committed statements, this writer's row, and faults to hand out in order. */
 class FakeDb {
@@ -65,8 +65,11 @@ class FakeConn implements WriterConn {
     else if (text === "ROLLBACK") this.tx = null;
     else if (text === "COMMIT") {
       const lostAnswer = this.db.take("commit-lost");
+      const dropAfter = this.db.take("commit-then-drop");
       for (const f of this.tx ?? []) f();
       this.tx = null;
+      // The answer and the server's goodbye in one read: node-postgres emits 'error' before the query's promise settles.
+      if (dropAfter) this.drop(dropAfter);
       if (lostAnswer) {
         this.ended = true;
         throw lostAnswer;
@@ -201,6 +204,19 @@ describe("PgWriter", () => {
     expect(log).toEqual(["down: terminating connection due to administrator command (57P01)", "down: error 25006 (25006)", "up"]);
     expect(db.applied).toEqual(["a1", "b1"]);
     expect(db.through.get("e1")).toBe(2);
+  });
+
+  it("a connection ended right after COMMIT was answered: the group counts as committed, and the writer reconnects before it says it is back", async () => {
+    const db = new FakeDb();
+    const { w, log } = rig(db);
+    db.faults.push({ on: "commit-then-drop", err: dbError("57P01", "terminating connection due to administrator command") });
+    await w.commit([q("a1")]);
+    expect(db.applied).toEqual(["a1"]);
+    expect(w.connected).toBe(false);
+    await w.commit([q("b1")]); // waits for the reconnect started when a1's commit returned
+    expect(log).toEqual(["down: terminating connection due to administrator command (57P01)", "up"]);
+    expect(w.connected).toBe(true);
+    expect(db.applied).toEqual(["a1", "b1"]);
   });
 
   it("abort ends a retry in progress: the commit rejects (never committed, never acknowledged)", async () => {

@@ -8,6 +8,10 @@ import { GroupCommittedStore, STORE_RECORD_OVERHEAD, type StoreHealth, type Stor
 
 class TestStore extends GroupCommittedStore {
   groups: StoreOp[][] = [];
+  connected = true;
+  protected override takingWrites(): boolean {
+    return this.connected;
+  }
   private release: Array<() => void> = [];
   hold = false;
   protected async commitGroup(group: StoreOp[]): Promise<void> {
@@ -85,6 +89,19 @@ describe("GroupCommittedStore health and backlog", () => {
     expect(s.health).toEqual({ ok: true });
     expect(seen).toHaveLength(2);
     expect(seen[1]![1]).toMatchObject({ ok: false, since: expect.any(Number) });
+  });
+
+  it("a group that commits while its writer has no connection (lost right after the COMMIT) does not bring the store back", async () => {
+    const s = new TestStore();
+    s.down("terminating connection due to administrator command");
+    s.connected = false;
+    s.persist(persistOf(1, 10));
+    await s.whenIdle();
+    expect(s.health.ok).toBe(false);
+    s.connected = true;
+    s.persist(persistOf(2, 10));
+    await s.whenIdle();
+    expect(s.health).toEqual({ ok: true });
   });
 
   it("a writer's repeated failures are one transition: the latest reason replaces the first, without telling again", () => {
