@@ -7,7 +7,9 @@
  *   control API      ConnectRPC ControlService on --control (HTTP/1.1),
  *                    operator bearer token (401 otherwise);
  *   storage          shells/storage/server-storage (durable sql.js + segment
- *                    files) under --data.
+ *                    files) under --data, or PostgreSQL (--store);
+ *   probes           /healthz and /readyz on both ports (probes.ts): ready
+ *                    only once restored and while the store takes writes.
  *
  * Nothing protocol-level is decided here. The shell's jobs: stage inbound
  * frames (NodeLoop), step the reducer in one worker loop, execute its effects
