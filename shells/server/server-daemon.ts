@@ -587,7 +587,12 @@ export class ServerDaemon {
   control(request: ControlRequest, audit?: AuditCall): Promise<ControlResult> {
     return new Promise((resolve, reject) => {
       const health = this.storage.health;
-      if (!health.ok) return reject(storeUnavailable(health, "this call was not made"));
+      if (!health.ok) {
+        // Not in the audit log (the store takes no writes): the journal has it, rate-limited per identity.
+        const operator = audit?.operator ?? "";
+        this.peerLog.write("info", `store-down:${operator}`, "operator call refused: store unavailable", { operator, op: request.op });
+        return reject(storeUnavailable(health, "this call was not made"));
+      }
       const callId = `call-${++this.callSeq}`;
       this.pending.set(callId, { resolve, reject });
       if (!audit) this.loop.feed({ type: "control", request, callId });
