@@ -134,7 +134,7 @@ function expectOneOutage(r: Rig, reason: RegExp): void {
   ).toBe(true);
   expect(r.health, why).toEqual([200]);
   expect(
-    r.logs.filter((l) => l.includes("store unavailable")),
+    r.logs.filter((l) => l.includes("store unavailable: acknowledging nothing")),
     why,
   ).toHaveLength(1);
   expect(
