@@ -16,6 +16,51 @@ import { transientDbError, WRITER_ROW_STALE } from "../../../shells/storage/pg-w
 import { DEFAULT_STORE_WRITE_LIMITS } from "../../../shells/storage/store-group.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
 
+/**
+ * A TCP proxy to PostgreSQL that, once armed, passes the next COMMIT (a
+ * simple-protocol Query) through and then cuts the connection before its
+ * answer is relayed: the COMMIT happened, the client never hears of it.
+ */
+async function commitCutter(pgPort: number): Promise<{ port: number; armed: boolean; cuts: number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const state = { port: 0, armed: false, cuts: 0, close: async () => {} };
+  const server = net.createServer((client) => {
+    const up = net.connect(pgPort, "127.0.0.1");
+    let cut = false;
+    for (const x of [client, up]) {
+      sockets.add(x);
+      x.on("error", () => {});
+      x.on("close", () => {
+        sockets.delete(x);
+        client.destroy();
+        up.destroy();
+      });
+    }
+    client.on("data", (d: Buffer) => {
+      up.write(d);
+      if (state.armed && d.includes("COMMIT\0")) {
+        state.armed = false;
+        cut = true;
+        // Long enough for PostgreSQL to have committed; the answer is never relayed.
+        setTimeout(() => {
+          state.cuts++;
+          client.destroy();
+        }, 200);
+      }
+    });
+    up.on("data", (d: Buffer) => {
+      if (!cut) client.write(d);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  state.port = (server.address() as net.AddressInfo).port;
+  state.close = async () => {
+    for (const x of sockets) x.destroy();
+    await new Promise((r) => server.close(r));
+  };
+  return state;
+}
+
 async function waitUntil(ok: () => boolean): Promise<void> {
   for (let i = 0; i < 400 && !ok(); i++) await new Promise((r) => setTimeout(r, 25));
   expect(ok()).toBe(true);
@@ -199,5 +244,45 @@ describe("PostgreSQL store", () => {
     expect(epochs).toContain("young");
     expect(epochs).not.toContain("old");
     expect(WRITER_ROW_STALE).toBe("7 days");
+  });
+
+  it("a connection cut after COMMIT reached PostgreSQL but before its answer came back: the group is found committed by the writer's row and not applied again (its rows keep their first-write order)", async () => {
+    const url = await cluster.createDatabase("lostcommit");
+    const cutter = await commitCutter(cluster.port);
+    const viaProxy = url.replace(`:${cluster.port}/`, `:${cutter.port}/`);
+    const s = await PgServerStore.open(viaProxy, { ...DEFAULT_STORE_WRITE_LIMITS, retryMinMs: 20, retryMaxMs: 100 });
+    const durable: number[] = [];
+    const health: boolean[] = [];
+    s.onDurable = (n) => durable.push(n);
+    s.onHealth = (now) => health.push(now.ok);
+    try {
+      s.persist({ type: "persist", id: 1, records: [{ table: "stdin", key: "c/1", value: { n: 1 } }] });
+      await s.whenIdle();
+      cutter.armed = true;
+      // Applied twice, the prefix delete and the write after it would move c/1 behind e.
+      s.persist({
+        type: "persist",
+        id: 2,
+        records: [
+          { table: "stdin", key: "c/", value: null, prefix: true },
+          { table: "stdin", key: "c/1", value: { n: 2 } },
+          { table: "stdin", key: "e/1", value: { n: 2 } },
+        ],
+      });
+      await s.whenIdle();
+      expect(cutter.cuts).toBe(1);
+      expect(durable).toEqual([1, 2]);
+      expect(health).toEqual([false, true]);
+      expect(await sql(url, "SELECT key FROM stdin_writes ORDER BY ord")).toEqual([{ key: "c/1" }, { key: "e/1" }]);
+      // Its own ord values tell: c/1 was inserted once after the delete (2), e/1 after it (3); a second apply would give c/1 a 4.
+      expect(await sql(url, "SELECT key, ord::int FROM stdin_writes ORDER BY ord")).toEqual([
+        { key: "c/1", ord: 2 },
+        { key: "e/1", ord: 3 },
+      ]);
+      expect(await sql(url, "SELECT through::int FROM rvbox_writer")).toEqual([{ through: 2 }]);
+    } finally {
+      await s.close();
+      await cutter.close();
+    }
   });
 });
