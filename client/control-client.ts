@@ -76,6 +76,9 @@ export function readTokenFile(file: string, at: string = file): string {
   return first;
 }
 
+/** How the server words its own UNAVAILABLE (shells/server: server-daemon.ts, store-errors.ts, probes.ts), as against a transport's. */
+const SERVER_SAYS_UNAVAILABLE = /^the server('s store is not| is starting)/;
+
 /** Why a call failed, in the operator's words, with the exit code to use. */
 export function describeError(err: unknown, ctx: { server?: string; what?: string } = {}): OperatorError {
   if (err instanceof OperatorError) return err;
@@ -113,6 +116,8 @@ export function describeError(err: unknown, ctx: { server?: string; what?: strin
         EXIT.UNAUTHENTICATED,
       );
     case ConnectCode.Unavailable: {
+      // The server answered: it is up, but starting or its store takes no writes (a state that passes).
+      if (SERVER_SAYS_UNAVAILABLE.test(ce.rawMessage)) return new OperatorError(`${what}temporarily unavailable: ${ce.rawMessage}`, EXIT.TEMPORARY);
       const cause = /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ECONNRESET|ETIMEDOUT|EAI_AGAIN/.exec(ce.rawMessage)?.[0];
       return new OperatorError(
         `cannot reach the server${ctx.server ? ` at ${ctx.server}` : ""}${cause ? ` (${cause})` : `: ${ce.rawMessage}`}; is it running? (--server / RVBOX_SERVER)`,

@@ -88,7 +88,8 @@ export function refusedUpgrade(status: number, body: string, serverUrl: string):
       hint: 'check --token FILE ("token" in the config file) against the server\'s --agent-tokens file: a line `CLIENT_ID TOKEN` for this client id, or `* TOKEN`',
     };
   if (status === 404) return { cause: `no agent endpoint at ${serverUrl} (HTTP 404)`, hint: "the agent endpoint's path is /v1/agent: ws://HOST:PORT/v1/agent" };
-  if (status === 503) return { cause: "the server is shutting down (HTTP 503)", hint: "" };
+  // 503: shutting down, or its store takes no writes for now; the body says which.
+  if (status === 503) return { cause: `the server is not taking agents now (HTTP 503${body.trim() ? `: ${body.trim()}` : ""})`, hint: "" };
   return { cause: `the server refused the WebSocket upgrade (HTTP ${status})`, hint: "" };
 }
 

@@ -204,7 +204,11 @@ export async function serverMain(argv: string[]): Promise<number> {
   const reload = (daemon: ServerDaemon): void => void reloadTokens(files, log, daemon);
   // Listened for from before start (daemonSignals says why).
   const signals = daemonSignals<ServerDaemon>(reload);
+  // Told to stop while the start still waits for its database (open-store.ts): stop waiting.
+  const starting = new AbortController();
+  void signals.stopped.then(() => starting.abort());
   const daemon = await ServerDaemon.start({
+    signal: starting.signal,
     listen: parseHostPort(s.get("listen") ?? "127.0.0.1:7400", "--listen"),
     control: parseHostPort(s.get("control") ?? "127.0.0.1:7401", "--control"),
     dataDir: s.get("data") ?? "./rvbox-data",
@@ -215,7 +219,14 @@ export async function serverMain(argv: string[]): Promise<number> {
     limits: numericLimits(s.object("limits"), settableLimits(), "limits", ["historyMs", "followStreamsAdminReserve"]),
     repairStore: s.bool("repair-store"),
     log,
+  }).catch((err: unknown) => {
+    if (starting.signal.aborted) return null;
+    throw err;
   });
+  if (daemon === null) {
+    log.info("stopped before the store could be opened");
+    return 0;
+  }
   signals.started(daemon);
   const sig = await signals.stopped;
   signals.stopReload();

@@ -11,6 +11,7 @@ import { randomUUID, createHash } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code as ConnectCode, ConnectError, type HandlerContext, type ServiceImpl, createContextKey } from "@connectrpc/connect";
+import { storeReadUnavailable } from "./store-errors.js";
 import {
   Code,
   checkSpecLimits,
@@ -294,7 +295,7 @@ function listedClients(d: ServerDaemon, clientId: string, selector: string): str
  */
 async function storedEnded(d: ServerDaemon, uuid: string): Promise<PrunedCommand | undefined> {
   if (!d.storage.keepsHistory || d.state.commands.has(uuid) || d.state.pruned.has(uuid)) return undefined;
-  const row = await d.storage.readCommand(uuid);
+  const row = await d.whileStoreUp(() => d.storage.readCommand(uuid));
   if (!row || !isTerminal(row.state)) return undefined;
   const c = restoreCommand(row, undefined);
   return ledgerEntry(c, c.endedAt);
@@ -508,6 +509,8 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
         }
         if (s.ended) throw s.ended;
       } catch (err) {
+        const away = storeReadUnavailable(err, d.opts.store !== undefined);
+        if (away) throw away;
         if (!(err instanceof ConnectError))
           d.log.error("FollowOutput failed", { uuid: req.issueUuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
         throw err;

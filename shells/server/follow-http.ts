@@ -18,6 +18,7 @@
  * connect-node writes them (endStreamToJson), so clients see no difference.
  */
 import type * as http from "node:http";
+import { storeReadUnavailable } from "./store-errors.js";
 import type { ControlRequest, ControlResponse } from "./control-listener.js";
 import { fromBinary } from "@bufbuild/protobuf";
 import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
@@ -90,8 +91,10 @@ async function serve(d: ServerDaemon, req: http.IncomingMessage, res: http.Serve
       }
     } catch (err) {
       if (abort.signal.aborted) return;
-      if (!(err instanceof ConnectError)) d.log.error("FollowOutput failed", { uuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
-      failure = ConnectError.from(err);
+      const away = storeReadUnavailable(err, d.opts.store !== undefined);
+      if (!away && !(err instanceof ConnectError))
+        d.log.error("FollowOutput failed", { uuid, err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
+      failure = away ?? ConnectError.from(err);
     }
     res.end(endStream(failure));
   } catch {

@@ -153,6 +153,13 @@ export async function migrateToPostgres(dataDir: string, url: string, segmentByt
   const from = await ServerStorage.open({ dir: dataDir, segmentBytes });
   try {
     const to = await PgServerStore.open(url);
+    // The writer waits out a database that goes away meanwhile (pg-writer.ts): say so rather than seem to hang.
+    to.onHealth = (now) =>
+      log(
+        now.ok
+          ? "PostgreSQL takes writes again: copying on"
+          : `PostgreSQL is not taking writes (${now.reason}): waiting for it (Ctrl-C stops; the copy is checked at the end)`,
+      );
     try {
       if ([...to.tables.values()].some((t) => t.size > 0)) throw new Error("the target database already holds RVBox data: migrate into an empty database");
       const report = await copy(from, to, from.tables);

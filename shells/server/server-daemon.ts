@@ -7,7 +7,9 @@
  *   control API      ConnectRPC ControlService on --control (HTTP/1.1),
  *                    operator bearer token (401 otherwise);
  *   storage          shells/storage/server-storage (durable sql.js + segment
- *                    files) under --data.
+ *                    files) under --data, or PostgreSQL (--store);
+ *   probes           /healthz and /readyz on both ports (probes.ts): ready
+ *                    only once restored and while the store takes writes.
  *
  * Nothing protocol-level is decided here. The shell's jobs: stage inbound
  * frames (NodeLoop), step the reducer in one worker loop, execute its effects
@@ -30,7 +32,9 @@ import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { serveFollowFast } from "./follow-http.js";
-import { ControlListener, type ControlRequest as ControlHttpRequest } from "./control-listener.js";
+import { type ControlHandler, ControlListener, type ControlRequest as ControlHttpRequest } from "./control-listener.js";
+import { openServerStore } from "./open-store.js";
+import { serveProbe, startingHandler } from "./probes.js";
 import { WebSocketServer, type WebSocket } from "ws";
 import {
   Code,
@@ -56,12 +60,11 @@ import { createLogger, RateLimitedLog, type Logger } from "../runtime/log.js";
 import { NodeLoop, type Staged, type StagingLimits, type TimeSource } from "../runtime/node-loop.js";
 import { messageBytes, realPorts, TRANSPORT_MAX_PAYLOAD } from "../runtime/ports.js";
 import { tablesView } from "../storage/kv-store.js";
-import { ServerStorage } from "../storage/server-storage.js";
 import type { ServerStore } from "../storage/server-store.js";
 import { HistorySweep } from "./history-sweep.js";
-import { PgServerStore } from "../storage/pg-store.js";
+import type { StoreHealth, StoreWriteLimits } from "../storage/store-group.js";
 import { initZstd, ZSTD_BACKEND } from "../zstd/index.js";
-import { createContextValues } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, createContextValues } from "@connectrpc/connect";
 import { accessInterceptor } from "./access-interceptor.js";
 import { OpenStreams } from "./open-streams.js";
 import { decodeErrorsAsInvalid } from "./decode-errors.js";
@@ -103,6 +106,8 @@ export interface ServerDaemonOptions {
   protocol?: VersionRange;
   /** `postgres://…`: the state in PostgreSQL (pg-store.ts) instead of the embedded store in dataDir. */
   store?: string;
+  /** Aborting it while the start waits for the store (open-store.ts) ends the wait: start rejects. */
+  signal?: AbortSignal;
   agentTokens: AgentTokens;
   /** The legacy shared operator token(s): the identity `admin` (role admin). Absent: only `operators`. */
   operatorToken?: OperatorToken;
@@ -121,6 +126,8 @@ export interface ServerDaemonOptions {
   checkInvariants?: boolean;
   /** WatchFleet: per-watcher queue bound and flush interval (defaults in fleet-watch.ts). */
   watch?: WatchOptions;
+  /** The store's write-side bounds (store-group.ts DEFAULT_STORE_WRITE_LIMITS): backlog, slow commit, reconnect backoff. */
+  storeLimits?: Partial<StoreWriteLimits>;
   /** A broken invariant or a storage failure: the daemon cannot go on. Default: log and exit(70). */
   onFatal?: (err: unknown) => void;
 }
@@ -170,7 +177,13 @@ export class ServerDaemon {
   private readonly conns = new Map<number, ConnInfo>();
   private connSeq = 0;
   /** Callers waiting for a control reply, by call id (a request id may be shared by calls in flight). */
-  private readonly pending = new Map<string, (r: ControlResult) => void>();
+  private readonly pending = new Map<string, { resolve: (r: ControlResult) => void; reject: (err: ConnectError) => void }>();
+  /** Reads a control call makes before it is fed (whileStoreUp), with when each began: failed when the store stops taking writes. */
+  private readonly preReads = new Map<(err: ConnectError) => void, number>();
+  /** The store's backlog is past its bound (store-group.ts). */
+  private backlogOver = false;
+  /** Past the bound while the store takes no writes: agents' sessions were closed and new ones are refused until it takes writes again. */
+  private shedding = false;
   private callSeq = 0;
   /**
    * Readers waiting for a command's committed view to move (FollowOutput).
@@ -201,6 +214,8 @@ export class ServerDaemon {
   private constructor(
     readonly opts: ServerDaemonOptions,
     readonly storage: ServerStore,
+    controlListener: ControlListener,
+    route: { handler: ControlHandler },
   ) {
     this.log = opts.log ?? createLogger("server");
     this.peerLog = new RateLimitedLog(this.log);
@@ -229,13 +244,13 @@ export class ServerDaemon {
     );
     storage.onDurable = (through) => this.loop.feedDurable(through);
     storage.onError = (err) => this.die(err);
+    storage.writeLimits = { ...storage.writeLimits, ...opts.storeLimits };
+    storage.onHealth = (now, was) => this.storeHealthChanged(now, was);
+    storage.onBacklog = (over) => this.storeBacklogChanged(over);
 
     this.wss = new WebSocketServer({ noServer: true, maxPayload: TRANSPORT_MAX_PAYLOAD, perMessageDeflate: false, clientTracking: false });
     this.agentHttp = http.createServer((req, res) => {
-      if (req.url === "/healthz") {
-        res.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
-        return;
-      }
+      if (serveProbe(() => this.notReady(), req, res)) return;
       res.writeHead(404, { "content-type": "text/plain" }).end("agents connect with a WebSocket upgrade on /v1/agent\n");
     });
     this.agentHttp.on("upgrade", (req, socket, head) => this.onUpgrade(req, socket as import("node:net").Socket, head));
@@ -264,8 +279,10 @@ export class ServerDaemon {
         });
       },
     });
-    this.controlListener = new ControlListener((req, res) => {
+    this.controlListener = controlListener;
+    route.handler = (req, res) => {
       const id = identify(req.headers.authorization, this.opts.operators, this.opts.operatorToken);
+      if (serveProbe(() => this.notReady(), req, res)) return;
       if (!id) {
         // HTTP 401: Connect's unauthenticated; gRPC clients map it to UNAUTHENTICATED too.
         res.statusCode = 401;
@@ -278,7 +295,7 @@ export class ServerDaemon {
       if (serveFollowFast(this, req, res, id)) return;
       identities.set(req, { id, auth: req.headers.authorization ?? "" });
       handler(req, res);
-    });
+    };
     this.controlHttp = this.controlListener.h1;
     this.deadlineTimer = setInterval(() => {
       const now = this.loop.now();
@@ -302,18 +319,25 @@ export class ServerDaemon {
       throw new Error(
         `limits: followStreamsAdminReserve (${limits.followStreamsAdminReserve}) must be less than maxFollowStreams (${limits.maxFollowStreams})`,
       );
-    const storage: ServerStore = opts.store
-      ? await PgServerStore.open(checkStoreUrl(opts.store), { ledgerRows: limits.prunedMax })
-      : await ServerStorage.open({
-          dir: opts.dataDir,
-          segmentBytes: limits.segmentBytes,
-          repair: opts.repairStore,
-          checkpointEveryBytes: opts.checkpointEveryBytes,
-        });
-    const d = new ServerDaemon(opts, storage);
-    d.log.info("store opened", storage.opened);
+    // The control port listens from the start: /readyz says what the start waits for, every call is UNAVAILABLE until then.
+    let starting = "restoring";
+    const route: { handler: ControlHandler } = { handler: startingHandler(() => starting) };
+    const listener = new ControlListener((req, res) => route.handler(req, res));
+    await listen(listener.h1, opts.control);
+    let d: ServerDaemon;
+    try {
+      const log = opts.log ?? createLogger("server");
+      const store = opts.store === undefined ? undefined : checkStoreUrl(opts.store);
+      const storage = await openServerStore({ ...opts, store }, limits, log, (why) => (starting = why));
+      starting = "restoring: rebuilding the state from the store";
+      d = new ServerDaemon(opts, storage, listener, route);
+    } catch (err) {
+      listener.destroyAll();
+      await closeServer(listener.h1);
+      throw err;
+    }
+    d.log.info("store opened", d.storage.opened);
     await listen(d.agentHttp, opts.listen);
-    await listen(d.controlHttp, opts.control);
     // First tick arms the timers (heartbeats, expiry, redelivery).
     d.loop.feed({ type: "tick" });
     d.log.info("listening", {
@@ -343,6 +367,7 @@ export class ServerDaemon {
   private onUpgrade(req: http.IncomingMessage, socket: import("node:net").Socket, head: Buffer): void {
     socket.on("error", () => socket.destroy());
     if (this.closing) return refuse(socket, 503, "shutting down");
+    if (this.shedding) return refuse(socket, 503, "the server's store is not taking writes: try again later");
     const path = (req.url ?? "/").split("?")[0];
     if (path !== AGENT_PATH) return refuse(socket, 404, "not found");
     const token = bearer(req.headers.authorization);
@@ -491,7 +516,7 @@ export class ServerDaemon {
         const waiting = this.pending.get(e.requestId);
         if (waiting) {
           this.pending.delete(e.requestId);
-          waiting(e.result);
+          waiting.resolve(e.result);
         }
         break;
       }
@@ -557,6 +582,11 @@ export class ServerDaemon {
 
   private die(err: unknown): void {
     if (this.fatal) return;
+    if (this.closing) {
+      // A store closing while its database takes no writes drops what it holds: never acknowledged.
+      this.log.warn("store closed with writes it could not commit (never acknowledged)", { err: err instanceof Error ? err.message : String(err) });
+      return;
+    }
     this.fatal = err;
     this.log.error("fatal", { err: err instanceof Error ? (err.stack ?? err.message) : String(err) });
     if (this.opts.onFatal) this.opts.onFatal(err);
@@ -575,12 +605,114 @@ export class ServerDaemon {
    * another request).
    */
   control(request: ControlRequest, audit?: AuditCall): Promise<ControlResult> {
-    return new Promise((resolve) => {
+    return new Promise((resolve, reject) => {
+      const health = this.storage.health;
+      if (!health.ok) {
+        // Not in the audit log (the store takes no writes): the journal has it, rate-limited per identity.
+        const operator = audit?.operator ?? "";
+        this.peerLog.write("info", `store-down:${operator}`, "operator call refused: store unavailable", { operator, op: request.op });
+        return reject(storeUnavailable(health, "this call was not made"));
+      }
       const callId = `call-${++this.callSeq}`;
-      this.pending.set(callId, resolve);
+      this.pending.set(callId, { resolve, reject });
       if (!audit) this.loop.feed({ type: "control", request, callId });
       else this.loop.feed({ type: "control", request: ownRequestIds(request, audit.operator), audit, callId });
     });
+  }
+
+  /**
+   * `read` (a read a control call needs before it is fed, such as the store's
+   * record of a resubmitted uuid), unless the store stops taking writes
+   * first, or is not taking them now: then UNAVAILABLE, "this call was not
+   * made". A read PostgreSQL holds behind a lock would otherwise keep the
+   * call waiting past the point where every other call is told.
+   */
+  whileStoreUp<T>(read: () => Promise<T>): Promise<T> {
+    const health = this.storage.health;
+    if (!health.ok) return Promise.reject(storeUnavailable(health, "this call was not made"));
+    const ms = this.storage.writeLimits.slowCommitMs;
+    return new Promise((resolve, reject) => {
+      const fail = (err: ConnectError): void => reject(err);
+      // A read held longer than a commit may take is the store being slow, as for a commit.
+      const slow = setTimeout(
+        () => fail(storeUnavailable({ ok: false, reason: `a read has waited more than ${ms} ms`, since: Date.now() - ms }, "this call was not made")),
+        ms,
+      );
+      this.preReads.set(fail, Date.now());
+      read()
+        .then(resolve, reject)
+        .finally(() => {
+          clearTimeout(slow);
+          this.preReads.delete(fail);
+        });
+    });
+  }
+
+  /**
+   * The store stopped taking writes, or takes them again: logged once per
+   * change. While it takes none nothing is acknowledged (the core releases
+   * replies, acks and dispatches only on `durable`), so the calls waiting
+   * for a reply are answered UNAVAILABLE now rather than left hanging; the
+   * core may still carry them out once the store is back, and the same call
+   * repeated with the same ids (a submit's issue uuid, a request id) returns
+   * that outcome instead of acting twice (R-S5).
+   */
+  private storeHealthChanged(now: StoreHealth, was: StoreHealth): void {
+    if (!now.ok) {
+      this.log.warn("store unavailable: acknowledging nothing until it is back", { reason: now.reason });
+      const waiting = [...this.pending.values()];
+      this.pending.clear();
+      for (const w of waiting)
+        w.reject(
+          storeUnavailable(now, "this call may still take effect once it is back: repeat it with the same ids (issue uuid, request id) to learn its outcome"),
+        );
+      const reads = [...this.preReads.keys()];
+      this.preReads.clear();
+      for (const f of reads) f(storeUnavailable(now, "this call was not made"));
+    } else if (!was.ok) this.log.info("store available again", { after_s: Math.round((Date.now() - was.since) / 100) / 10, reason_was: was.reason });
+    this.shed();
+  }
+
+  /**
+   * Writes queued for the store passed its backlog bound while it takes
+   * none: agents' sessions are closed, with a reason they log, and new ones
+   * refused (HTTP 503), so that no more output piles up in memory; agents
+   * keep what they have not had acknowledged and send it again once they
+   * are back. Taken back as soon as the store takes writes again (its
+   * backlog then drains; agents resending their windows at once may pass the
+   * bound meanwhile, which is load, not an outage).
+   */
+  private storeBacklogChanged(over: boolean): void {
+    this.backlogOver = over;
+    this.shed();
+  }
+
+  private shed(): void {
+    const shed = this.backlogOver && !this.storage.health.ok;
+    if (shed === this.shedding) return;
+    this.shedding = shed;
+    if (!shed) {
+      this.log.info("store takes writes again: accepting agents", { backlogBytes: this.storage.backlogBytes });
+      return;
+    }
+    this.log.warn("store backlog past its bound while the store takes no writes: closing agents' sessions until it does", {
+      backlogBytes: this.storage.backlogBytes,
+      bound: this.storage.writeLimits.backlogMaxBytes,
+      sessions: this.conns.size,
+    });
+    for (const c of this.conns.values()) c.ws.close(1013, "server store unavailable: try again later");
+  }
+
+  /** Why the server is not ready (for /readyz), or null when it is. */
+  notReady(): string | null {
+    if (this.closing) return "shutting down";
+    const h = this.storage.health;
+    if (!h.ok) return `store unavailable for ${Math.round((Date.now() - h.since) / 1000)} s: ${h.reason}`;
+    if (this.shedding) return "store backlog past its bound: agents refused";
+    // A read held as long as a commit may take is the store being slow, as for a commit.
+    const ms = this.storage.writeLimits.slowCommitMs;
+    for (const began of this.preReads.values()) if (Date.now() - began > ms) return `store slow: a read has waited more than ${ms} ms`;
+    return null;
   }
 
   /**
@@ -652,6 +784,12 @@ export class ServerDaemon {
 /** Limits whose default depends on where the history lives (the store keeps it: a smaller ledger). */
 function storeDefaults(keepsHistory: boolean): Partial<ServerLimits> {
   return keepsHistory ? { prunedMax: SERVER_PRUNED_LEDGER_IN_STORE } : {};
+}
+
+/** UNAVAILABLE for a control call while the store takes no writes: why, since when, and what became of the call. */
+function storeUnavailable(h: Exclude<StoreHealth, { ok: true }>, outcome: string): ConnectError {
+  const secs = Math.round((Date.now() - h.since) / 1000);
+  return new ConnectError(`the server's store is not taking writes (for ${secs} s: ${h.reason}); ${outcome}`, ConnectCode.Unavailable);
 }
 
 function refuse(socket: import("node:net").Socket, status: number, text: string): void {

@@ -6,9 +6,12 @@
  * foldRecord's net effect per row): every persist queued since the last
  * commit becomes one transaction on one connection, output frames in one
  * multi-row INSERT, and `onDurable(through)` is reported only after COMMIT
- * returned (synchronous_commit on: the WAL is flushed). A failed
- * transaction stops the writer for good (fail-stop, like the embedded
- * store): nothing after it is acknowledged.
+ * returned (synchronous_commit on: the WAL is flushed). The writer
+ * connection (pg-writer.ts) waits out a database that is restarting,
+ * unreachable or refusing writes: it reports the store unavailable and
+ * retries the same transaction, exactly once, after reconnecting; only a
+ * failure waiting cannot mend stops the writer for good (fail-stop):
+ * nothing after it is acknowledged.
  *
  * Reads (readEvents, frames, command rows) go through a small pool and see
  * committed rows only. At open the schema is created or checked (a database
@@ -19,11 +22,13 @@
  * ledger, `ledgerRows`), and reads older ones on demand; `sweepHistory`
  * deletes what is past the retention.
  */
+import { randomUUID } from "node:crypto";
 import pg from "pg";
 import type { PersistRecord } from "../../core/index.js";
 import type { AuditRow, CommandRow, OutputEventRow } from "../../core/server/store.js";
 import { prefixEnd, type Tables } from "./kv-store.js";
-import { GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp } from "./store-group.js";
+import { PgWriter, type Query, type WriterConn } from "./pg-writer.js";
+import { DEFAULT_STORE_WRITE_LIMITS, GroupCommittedStore, isOutputRecord, netOfGroup, type StoreOp, type StoreWriteLimits } from "./store-group.js";
 import { OUTPUT_TABLE, PG_SCHEMA_VERSION, PG_TABLES, type PgTable, schemaStatements, TERMINAL_STATES, UPGRADES } from "./pg-schema.js";
 import {
   type AuditPage,
@@ -41,6 +46,8 @@ import { decodeValue, encodeValue } from "./value-codec.js";
 /** Recent event digests the core keeps per command for resend checks (core SERVER_RECENT_DIGESTS), as the embedded store loads them. */
 const RECENT_DIGESTS = 1024;
 const READ_POOL = 4;
+/** A read PostgreSQL holds longer than this (a lock, an overloaded server) fails instead of holding a pool connection for ever. */
+const READ_TIMEOUT_MS = 30_000;
 
 /** Per-command tables: their rows are loaded only for live commands when history is not loaded whole. */
 const PER_COMMAND: Record<string, string> = { event: "uuid", stdin: "uuid", retention: "uuid", script: "key" };
@@ -52,9 +59,9 @@ export interface PgOpenOptions {
    * a server restores: its ledger).
    */
   ledgerRows?: number;
+  /** The writer's bounds and waits (DEFAULT_STORE_WRITE_LIMITS). */
+  writeLimits?: StoreWriteLimits;
 }
-
-type Query = { text: string; values: unknown[] };
 
 const tableOf = (name: string): PgTable => {
   const t = (PG_TABLES as Record<string, PgTable>)[name];
@@ -66,27 +73,41 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   readonly tables: Tables = new Map();
   opened: Readonly<Record<string, string | number | boolean>> = {};
 
+  /** Set once the store is open: the writer connection, from then on its own. */
+  private pgWriter: PgWriter | null = null;
+
   private constructor(
     private readonly conn: pg.Client,
     private readonly pool: pg.Pool,
   ) {
     super();
-    // A connection PostgreSQL ends (restart, network) emits 'error': the writer's is a store
-    // failure (fail-stop, reported once); an idle reader's is dropped by the pool.
-    conn.on("error", (err) => this.fail(err));
+    // A connection PostgreSQL ends (restart, network) emits 'error'. While the store opens, the query
+    // in progress fails with it; then the writer (pg-writer.ts) waits it out. An idle reader's is dropped by the pool.
+    conn.on("error", () => {});
     pool.on("error", () => {});
   }
 
   readonly keepsHistory = true;
 
   static async open(url: string, opts: PgOpenOptions = {}): Promise<PgServerStore> {
-    const conn = new pg.Client({ connectionString: url });
-    await conn.connect();
-    const pool = new pg.Pool({ connectionString: url, max: READ_POOL });
+    const writeLimits = opts.writeLimits ?? DEFAULT_STORE_WRITE_LIMITS;
+    const conn = await connectWriter(url, writeLimits.connectTimeoutMs);
+    const pool = new pg.Pool({ connectionString: url, max: READ_POOL, statement_timeout: READ_TIMEOUT_MS });
     const s = new PgServerStore(conn, pool);
+    s.writeLimits = writeLimits;
     try {
       const version = await s.migrate();
       await s.load(opts.ledgerRows);
+      const epoch = randomUUID();
+      await PgWriter.register(conn, epoch);
+      s.pgWriter = new PgWriter(epoch, conn, {
+        connect: () => connectWriter(url, s.writeLimits.connectTimeoutMs),
+        down: (reason) => s.markDown(`PostgreSQL is not taking writes: ${reason}`),
+        up: () => s.markUp(),
+        fail: (err) => s.fail(err),
+        limits: () => s.writeLimits,
+        sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      });
       const u = new URL(url);
       s.opened = { store: "postgres", host: u.host, database: u.pathname.slice(1), schema: version };
     } catch (err) {
@@ -169,13 +190,9 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
         outputUuids.push(r.key.slice(0, r.key.lastIndexOf("/")));
       } else queries.push(...recordQueries(r));
     }
-    if (output.length > 0) queries.push(outputInsert(outputUuids, output));
+    queries.push(...outputInserts(outputUuids, output));
     for (const d of drops) queries.push({ text: `DELETE FROM ${OUTPUT_TABLE} WHERE uuid = $1 AND seq <= $2`, values: [d.uuid, d.throughSeq] });
-    if (queries.length > 0) {
-      await this.conn.query("BEGIN");
-      for (const q of queries) await this.conn.query(q.text, q.values);
-      await this.conn.query("COMMIT");
-    }
+    if (queries.length > 0) await this.pgWriter!.commit(queries);
     if (maxId > 0) this.onDurable(maxId);
   }
 
@@ -291,13 +308,20 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     });
   }
 
+  protected override takingWrites(): boolean {
+    return this.pgWriter?.connected ?? true;
+  }
+
+  /** Waits for queued writes while PostgreSQL takes them; while it does not, what is queued is dropped (never acknowledged) and reported through onError. */
   async close(): Promise<void> {
+    if (!this.health.ok) this.pgWriter?.abort();
     await this.writer.close();
     await this.end();
   }
 
   private async end(): Promise<void> {
-    await this.conn.end().catch(() => {});
+    if (this.pgWriter) await this.pgWriter.end();
+    else await this.conn.end().catch(() => {});
     await this.pool.end().catch(() => {});
   }
 }
@@ -324,6 +348,19 @@ function partialLoad(core: string, t: PgTable, live: string[], ledgerRows: numbe
   const col = PER_COMMAND[core];
   if (col === undefined) return { text: `SELECT key, row FROM ${t.name} ORDER BY ord`, values: [] };
   return { text: `SELECT key, row FROM ${t.name} WHERE ${col} = ANY($1::text[]) ORDER BY ord`, values: [live] };
+}
+
+/** A writer connection: keepalive on, so a peer that vanished without a word is noticed; a connect that hangs is given up. */
+async function connectWriter(url: string, timeoutMs: number): Promise<pg.Client & WriterConn> {
+  const c = new pg.Client({ connectionString: url, keepAlive: true, connectionTimeoutMillis: timeoutMs });
+  c.on("error", () => {}); // reported through the failing query, or by the writer's own listener once it has it
+  try {
+    await c.connect();
+  } catch (err) {
+    await c.end().catch(() => {});
+    throw err;
+  }
+  return c as pg.Client & WriterConn;
 }
 
 /** The statements that apply one net record to its table (output events excepted). */
@@ -355,7 +392,23 @@ function recordQueries(r: PersistRecord): Query[] {
   return [{ text: `INSERT INTO ${t.name} (${names.join(", ")}) VALUES (${params}) ON CONFLICT (key) DO UPDATE SET ${set}`, values }];
 }
 
-/** One multi-row INSERT of a group's output events (a rewrite of the same event keeps the first: frames never change). */
+/**
+ * Output rows per INSERT. A statement takes at most 65,535 parameters (9 per
+ * row: 7,281 rows), and the group after an outage holds everything queued
+ * meanwhile (up to the backlog bound), so a group's rows go in INSERTs of at
+ * most this many.
+ */
+export const OUTPUT_ROWS_PER_INSERT = 1000;
+
+/** A group's output events as multi-row INSERTs of at most OUTPUT_ROWS_PER_INSERT rows each. */
+export function outputInserts(uuids: string[], rows: OutputEventRow[]): Query[] {
+  const out: Query[] = [];
+  for (let i = 0; i < rows.length; i += OUTPUT_ROWS_PER_INSERT)
+    out.push(outputInsert(uuids.slice(i, i + OUTPUT_ROWS_PER_INSERT), rows.slice(i, i + OUTPUT_ROWS_PER_INSERT)));
+  return out;
+}
+
+/** One multi-row INSERT of output events (a rewrite of the same event keeps the first: frames never change). */
 function outputInsert(uuids: string[], rows: OutputEventRow[]): Query {
   const values: unknown[] = [];
   const tuples = rows.map((v, i) => {

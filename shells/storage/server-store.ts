@@ -20,6 +20,7 @@
 import type { PersistEffect } from "../../core/index.js";
 import type { AuditRow, CommandRow, EventRow, OutputEventRow } from "../../core/server/store.js";
 import type { Tables } from "./kv-store.js";
+import type { StoreHealth, StoreWriteLimits } from "./store-group.js";
 
 /**
  * An output event as a store reads it back, without its frame: the frame is
@@ -123,6 +124,13 @@ export interface ServerStore {
   readonly opened: Readonly<Record<string, string | number | boolean>>;
   onDurable: (through: number) => void;
   onError: (err: unknown) => void;
+  /** Whether writes are being accepted (store-group.ts); told once per change. */
+  readonly health: StoreHealth;
+  onHealth: (now: StoreHealth, was: StoreHealth) => void;
+  /** Estimated bytes of writes queued and not yet committed, and the change past writeLimits.backlogMaxBytes. */
+  readonly backlogBytes: number;
+  onBacklog: (over: boolean) => void;
+  writeLimits: StoreWriteLimits;
   persist(effect: PersistEffect): void;
   dropOutput(uuid: string, throughSeq: number): void;
   pruneOutput(uuid: string): void;

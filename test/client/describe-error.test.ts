@@ -31,3 +31,24 @@ describe("describeError: a request too large is invalid, not temporary (issue 38
     expect(describeError(new ConnectError("too many WatchFleet streams open", ConnectCode.ResourceExhausted)).exitCode).toBe(EXIT.TEMPORARY);
   });
 });
+
+describe("describeError: the server's own UNAVAILABLE (its store away, or starting) is temporary, not 'cannot reach the server'", () => {
+  it("a store that takes no writes is 75 with the server's words; a refused connection stays 69", () => {
+    const store = new ConnectError(
+      "the server's store is not taking writes (for 3 s: PostgreSQL is not taking writes: connect ECONNREFUSED 127.0.0.1:5432 (ECONNREFUSED)); this call was not made",
+      ConnectCode.Unavailable,
+    );
+    const said = describeError(store, { what: "submit to web-1", server: "https://rvbox" });
+    expect([said.exitCode, said.message]).toEqual([
+      EXIT.TEMPORARY,
+      "submit to web-1: temporarily unavailable: the server's store is not taking writes (for 3 s: PostgreSQL is not taking writes: connect ECONNREFUSED 127.0.0.1:5432 (ECONNREFUSED)); this call was not made",
+    ]);
+    const starting = describeError(new ConnectError("the server is starting (waiting for the store: x): try again shortly", ConnectCode.Unavailable));
+    expect(starting.exitCode).toBe(EXIT.TEMPORARY);
+    const refused = describeError(new ConnectError("connect ECONNREFUSED 127.0.0.1:7401", ConnectCode.Unavailable), { server: "http://127.0.0.1:7401" });
+    expect([refused.exitCode, refused.message]).toEqual([
+      EXIT.UNAVAILABLE,
+      "cannot reach the server at http://127.0.0.1:7401 (ECONNREFUSED); is it running? (--server / RVBOX_SERVER)",
+    ]);
+  });
+});

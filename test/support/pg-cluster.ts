@@ -27,6 +27,12 @@ export interface PgCluster {
   pid(): number;
   /** `kill -9` of the postmaster and its children, then start the cluster again on the same port and data. */
   crashAndRestart(): Promise<void>;
+  /** Stop PostgreSQL (fast shutdown: its sessions are ended with admin_shutdown), keeping its data; `up()` starts it again. */
+  down(): Promise<void>;
+  /** Start PostgreSQL again after `down()`, on the same port and data. */
+  up(): Promise<void>;
+  /** Run one statement as the superuser in database `db`. */
+  sql<T extends pg.QueryResultRow = pg.QueryResultRow>(db: string, text: string, values?: unknown[]): Promise<T[]>;
   /** Stop the cluster (immediate) and delete its directory. Safe to call twice. */
   stop(): Promise<void>;
 }
@@ -91,6 +97,21 @@ export async function startPgCluster(): Promise<PgCluster> {
       return cluster.url(name);
     },
     pid,
+    async down() {
+      await exec("pg_ctl", ["-D", data, "-m", "fast", "-w", "-t", "30", "stop"]);
+    },
+    async up() {
+      await start();
+    },
+    async sql(db, text, values = []) {
+      const c = new pg.Client({ connectionString: cluster.url(db) });
+      await c.connect();
+      try {
+        return (await c.query(text, values)).rows;
+      } finally {
+        await c.end();
+      }
+    },
     async crashAndRestart() {
       const p = pid();
       // The postmaster and its children (backends, checkpointer, walwriter) all at once, as a

@@ -1,14 +1,70 @@
 // The PostgreSQL store's own behaviour, beside the contract it shares with
 // the embedded store (store-contract.test.ts): typed tables an operator can
-// query, the schema version, durability across kill -9 of PostgreSQL, and
-// fail-stop when the database refuses a write.
+// query, the schema version, durability across kill -9 of PostgreSQL,
+// fail-stop when the database refuses a write for good, and the writer's
+// side of waiting out a database that is away (pg-writer.ts; the daemon's
+// side is test/shells/e2e/pg-failures.test.ts).
+import * as net from "node:net";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
-import { PgServerStore } from "../../../shells/storage/pg-store.js";
+import { OUTPUT_ROWS_PER_INSERT, outputInserts, PgServerStore } from "../../../shells/storage/pg-store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
+import type { OutputEventRow } from "../../../core/server/store.js";
+import { transientDbError, WRITER_ROW_STALE } from "../../../shells/storage/pg-writer.js";
+import { DEFAULT_STORE_WRITE_LIMITS } from "../../../shells/storage/store-group.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
+
+/**
+ * A TCP proxy to PostgreSQL that, once armed, passes the next COMMIT (a
+ * simple-protocol Query) through and then cuts the connection before its
+ * answer is relayed: the COMMIT happened, the client never hears of it.
+ */
+async function commitCutter(pgPort: number): Promise<{ port: number; armed: boolean; cuts: number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const state = { port: 0, armed: false, cuts: 0, close: async () => {} };
+  const server = net.createServer((client) => {
+    const up = net.connect(pgPort, "127.0.0.1");
+    let cut = false;
+    for (const x of [client, up]) {
+      sockets.add(x);
+      x.on("error", () => {});
+      x.on("close", () => {
+        sockets.delete(x);
+        client.destroy();
+        up.destroy();
+      });
+    }
+    client.on("data", (d: Buffer) => {
+      up.write(d);
+      if (state.armed && d.includes("COMMIT\0")) {
+        state.armed = false;
+        cut = true;
+        // Long enough for PostgreSQL to have committed; the answer is never relayed.
+        setTimeout(() => {
+          state.cuts++;
+          client.destroy();
+        }, 200);
+      }
+    });
+    up.on("data", (d: Buffer) => {
+      if (!cut) client.write(d);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  state.port = (server.address() as net.AddressInfo).port;
+  state.close = async () => {
+    for (const x of sockets) x.destroy();
+    await new Promise((r) => server.close(r));
+  };
+  return state;
+}
+
+async function waitUntil(ok: () => boolean): Promise<void> {
+  for (let i = 0; i < 400 && !ok(); i++) await new Promise((r) => setTimeout(r, 25));
+  expect(ok()).toBe(true);
+}
 
 let cluster: PgCluster;
 beforeAll(async () => {
@@ -121,7 +177,7 @@ describe("PostgreSQL store", () => {
     await again.close();
   });
 
-  it("fail-stop: a write the database refuses is reported once, never acknowledged, and nothing after it is written", async () => {
+  it("fail-stop: a write the database refuses for good (a constraint the row breaks) is reported once, never acknowledged, and nothing after it is written", async () => {
     const url = await cluster.createDatabase("refuse");
     const s = await PgServerStore.open(url);
     const errors: unknown[] = [];
@@ -140,5 +196,123 @@ describe("PostgreSQL store", () => {
     expect(String(errors[0])).toMatch(/no_more/);
     expect(await sql(url, "SELECT seq::int FROM output ORDER BY seq")).toEqual([{ seq: 1 }]);
     await s.close();
+  });
+
+  it("a group's output rows go in INSERTs of at most OUTPUT_ROWS_PER_INSERT rows: n rows one, n + 1 two", () => {
+    const rows = (n: number) => Array.from({ length: n }, (_, i) => outputRecord("u", i + 1, 1).value as OutputEventRow);
+    const uuids = (n: number) => Array.from({ length: n }, () => "u");
+    expect(outputInserts(uuids(OUTPUT_ROWS_PER_INSERT), rows(OUTPUT_ROWS_PER_INSERT))).toHaveLength(1);
+    const two = outputInserts(uuids(OUTPUT_ROWS_PER_INSERT + 1), rows(OUTPUT_ROWS_PER_INSERT + 1));
+    expect(two.map((q) => q.values.length / 9)).toEqual([OUTPUT_ROWS_PER_INSERT, 1]);
+  });
+
+  it("one group of 8,000 output events (past PostgreSQL's 65,535 parameters in one statement, as after an outage) commits whole", async () => {
+    const url = await cluster.createDatabase("biggroup");
+    const s = await PgServerStore.open(url);
+    let durable = 0;
+    s.onDurable = (n) => {
+      durable = n;
+    };
+    for (let i = 1; i <= 8000; i++) s.persist(outputEvent(i, "c", i, 8));
+    await s.whenIdle();
+    expect(durable).toBe(8000);
+    expect(await sql(url, "SELECT count(*)::int AS n FROM output")).toEqual([{ n: 8000 }]);
+    // One transaction, and the writer's row counts it.
+    expect(await sql(url, "SELECT through::int FROM rvbox_writer")).toEqual([{ through: 1 }]);
+    await s.close();
+  });
+
+  it("closing while PostgreSQL is down ends the wait at once: the group it held is reported never committed, and nothing of it is stored", async () => {
+    const url = await cluster.createDatabase("closedown");
+    const s = await PgServerStore.open(url, { writeLimits: { ...DEFAULT_STORE_WRITE_LIMITS, retryMinMs: 50, retryMaxMs: 200 } });
+    const errors: unknown[] = [];
+    const durable: number[] = [];
+    s.onError = (e) => errors.push(e);
+    s.onDurable = (n) => durable.push(n);
+    await cluster.down();
+    try {
+      s.persist(outputEvent(1, "c", 1, 10));
+      await waitUntil(() => !s.health.ok);
+      const t0 = Date.now();
+      await s.close();
+      expect(Date.now() - t0).toBeLessThan(1000);
+      expect(durable).toEqual([]);
+      expect(String(errors[0])).toMatch(/never committed/);
+    } finally {
+      await cluster.up();
+    }
+    expect(await sql(url, "SELECT count(*)::int AS n FROM output")).toEqual([{ n: 0 }]);
+  });
+
+  it("a connection attempt that gets no answer is given up after connectTimeoutMs (a failure to wait out, not a hang)", async () => {
+    const silent = net.createServer(() => {}); // accepts, never speaks
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+    const port = (silent.address() as net.AddressInfo).port;
+    try {
+      const t0 = Date.now();
+      const err = await PgServerStore.open(`postgres://postgres@127.0.0.1:${port}/x`, {
+        writeLimits: { ...DEFAULT_STORE_WRITE_LIMITS, connectTimeoutMs: 300 },
+      }).catch((e: unknown) => e);
+      const took = Date.now() - t0;
+      expect(took).toBeGreaterThanOrEqual(290);
+      expect(took).toBeLessThan(3000);
+      expect(transientDbError(err)).toBe(true);
+    } finally {
+      silent.close();
+    }
+  });
+
+  it("opening a store removes writer rows not written for WRITER_ROW_STALE and keeps younger ones", async () => {
+    const url = await cluster.createDatabase("stale");
+    await (await PgServerStore.open(url)).close();
+    await sql(
+      url,
+      "INSERT INTO rvbox_writer (epoch, through, at) VALUES ('old', 5, now() - interval '7 days 1 minute'), ('young', 5, now() - interval '6 days 23 hours')",
+    );
+    await (await PgServerStore.open(url)).close();
+    const epochs = (await sql<{ epoch: string }>(url, "SELECT epoch FROM rvbox_writer")).map((r) => r.epoch);
+    expect(epochs).toContain("young");
+    expect(epochs).not.toContain("old");
+    expect(WRITER_ROW_STALE).toBe("7 days");
+  });
+
+  it("a connection cut after COMMIT reached PostgreSQL but before its answer came back: the group is found committed by the writer's row and not applied again (its rows keep their first-write order)", async () => {
+    const url = await cluster.createDatabase("lostcommit");
+    const cutter = await commitCutter(cluster.port);
+    const viaProxy = url.replace(`:${cluster.port}/`, `:${cutter.port}/`);
+    const s = await PgServerStore.open(viaProxy, { writeLimits: { ...DEFAULT_STORE_WRITE_LIMITS, retryMinMs: 20, retryMaxMs: 100 } });
+    const durable: number[] = [];
+    const health: boolean[] = [];
+    s.onDurable = (n) => durable.push(n);
+    s.onHealth = (now) => health.push(now.ok);
+    try {
+      s.persist({ type: "persist", id: 1, records: [{ table: "stdin", key: "c/1", value: { n: 1 } }] });
+      await s.whenIdle();
+      cutter.armed = true;
+      // Applied twice, the prefix delete and the write after it would move c/1 behind e.
+      s.persist({
+        type: "persist",
+        id: 2,
+        records: [
+          { table: "stdin", key: "c/", value: null, prefix: true },
+          { table: "stdin", key: "c/1", value: { n: 2 } },
+          { table: "stdin", key: "e/1", value: { n: 2 } },
+        ],
+      });
+      await s.whenIdle();
+      expect(cutter.cuts).toBe(1);
+      expect(durable).toEqual([1, 2]);
+      expect(health).toEqual([false, true]);
+      expect(await sql(url, "SELECT key FROM stdin_writes ORDER BY ord")).toEqual([{ key: "c/1" }, { key: "e/1" }]);
+      // Its own ord values tell: c/1 was inserted once after the delete (2), e/1 after it (3); a second apply would give c/1 a 4.
+      expect(await sql(url, "SELECT key, ord::int FROM stdin_writes ORDER BY ord")).toEqual([
+        { key: "c/1", ord: 2 },
+        { key: "e/1", ord: 3 },
+      ]);
+      expect(await sql(url, "SELECT through::int FROM rvbox_writer")).toEqual([{ through: 2 }]);
+    } finally {
+      await s.close();
+      await cutter.close();
+    }
   });
 });
