@@ -14,6 +14,8 @@
 // invented. Exit status 1 on any violation.
 //
 // Flags: --minutes N (required), --agents N (4), --rate R commands/s (1),
+// --postgres (the server's state in a throwaway PostgreSQL cluster, and
+// kill -9 of PostgreSQL among the faults),
 // --seed S, --light (small outputs, for the test), --drain-minutes M (6),
 // --fault-every S (mean seconds between faults: 8, light 5), --dir DIR (keep the run there), --keep, --no-build,
 // --dist DIR (build into / run from DIR instead of dist/), --no-disk-full.
@@ -44,6 +46,7 @@ import { ControlService, TerminalSource, type Command, type SubmitCommandRequest
 import { checkEcho, echoAwk, genAwk, genExpected, type GenParams, tickerExpected, tickerSh } from "./lib/chaos-output.js";
 import { Rng } from "./lib/rng.js";
 import { freePort, TcpProxy } from "./lib/tcp-proxy.js";
+import { type PgCluster, startPgCluster } from "../test/support/pg-cluster.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const MiB = 1024 * 1024;
@@ -63,10 +66,12 @@ interface Opts {
   build: boolean;
   dist: string;
   diskFull: boolean;
+  /** The server's state in a throwaway PostgreSQL cluster (and kill -9 of PostgreSQL among the faults). */
+  postgres: boolean;
 }
 
 const USAGE =
-  "usage: npm run chaos -- --minutes N [--agents N] [--rate R] [--seed S] [--light] [--drain-minutes M] [--fault-every S] [--dir DIR] [--keep] [--no-build] [--dist DIR] [--no-disk-full]";
+  "usage: npm run chaos -- --minutes N [--agents N] [--rate R] [--seed S] [--light] [--drain-minutes M] [--fault-every S] [--dir DIR] [--keep] [--no-build] [--dist DIR] [--no-disk-full] [--postgres]";
 
 function fail(msg: string): never {
   process.stderr.write(`chaos: ${msg}\n`);
@@ -87,6 +92,7 @@ export function parseChaosArgs(argv: string[]): Opts {
     build: true,
     dist: "dist",
     diskFull: true,
+    postgres: false,
   };
   const num = (flag: string, v: string | undefined, lo: number, hi: number, int: boolean): number => {
     if (v === undefined || v === "" || v.startsWith("--")) fail(`${flag} needs a value (${USAGE})`);
@@ -130,6 +136,9 @@ export function parseChaosArgs(argv: string[]): Opts {
         break;
       case "--no-disk-full":
         o.diskFull = false;
+        break;
+      case "--postgres":
+        o.postgres = true;
         break;
       case "--dir": {
         const v = val();
@@ -256,6 +265,8 @@ class Chaos {
   controlPort = 0;
   ctl!: Ctl;
   server!: Daemon;
+  /** --postgres: the cluster the server's state lives in. */
+  pg: PgCluster | null = null;
   agents: Daemon[] = [];
   proxies: TcpProxy[] = [];
   clientIds: string[] = [];
@@ -365,13 +376,14 @@ class Chaos {
     this.agentPort = await freePort();
     this.controlPort = await freePort();
     const light = this.o.light;
+    if (this.o.postgres) this.pg = await startPgCluster();
     const cfg = path.join(this.dir, "server.json");
     writeFileSync(
       cfg,
       JSON.stringify({
         listen: `127.0.0.1:${this.agentPort}`,
         control: `127.0.0.1:${this.controlPort}`,
-        data: path.join(this.dir, "server"),
+        ...(this.pg ? { store: await this.pg.createDatabase("chaos") } : { data: path.join(this.dir, "server") }),
         "agent-tokens": path.join(this.dir, "agent-tokens"),
         "operator-token": path.join(this.dir, "operator-token"),
         "log-level": "warn",
@@ -824,6 +836,7 @@ class Chaos {
       "stall-up": 6,
       "stall-down": 6,
       "disk-full": 8,
+      "kill9-postgres": this.pg ? 8 : 0,
     };
     // Every kind once first, the crashes first, so even a one-minute run sees each of them.
     const order: Array<keyof typeof weights> = [
@@ -836,8 +849,9 @@ class Chaos {
       "stall-down",
       "cut-all",
       "term-restart",
+      "kill9-postgres",
     ];
-    const first = order.filter((k) => k !== "disk-full" || this.mounted !== null);
+    const first = order.filter((k) => (k !== "disk-full" || this.mounted !== null) && (k !== "kill9-postgres" || this.pg !== null));
     while (this.faultsOn && !this.aborter.signal.aborted) {
       await sleep(r.int(this.o.faultEvery * 500, this.o.faultEvery * 1500));
       if (!this.faultsOn) break;
@@ -875,6 +889,10 @@ class Chaos {
           p.resume();
           break;
         }
+        case "kill9-postgres":
+          // The server waits it out (not ready, nothing acknowledged) and carries on: no restart of its own.
+          await this.pg!.crashAndRestart();
+          break;
         case "disk-full": {
           lastDiskFull = Date.now();
           await this.diskFull(this.o.light ? r.int(2000, 5000) : r.int(3000, 15_000));
@@ -1157,6 +1175,7 @@ class Chaos {
     await Promise.all(this.agents.map((a) => this.killDaemon(a, "SIGTERM")));
     await this.killDaemon(this.server, "SIGTERM").catch(() => {});
     for (const p of this.proxies) await p.close().catch(() => {});
+    await this.pg?.stop().catch(() => {});
     this.killStrays();
     this.unmount();
     if (!keep) rmSync(this.dir, { recursive: true, force: true });
