@@ -154,9 +154,10 @@ export function submitJob(st: ServerState, ctx: ServerCtx, r: SubmitJob, env: Se
   if (typeof conc !== "number") return fail(conc);
   const errs = resolveRate(r.maxErrors, list.length, "errors");
   if (typeof errs !== "number") return fail(errs);
+  const stored = new Set(st.config.limits.historyInStore ? (r.storedUuids ?? []) : []);
   for (let n = 1; n <= list.length; n++) {
     const uuid = childUuid(r.jobId, n);
-    if (st.commands.has(uuid) || st.pruned.has(uuid))
+    if (st.commands.has(uuid) || st.pruned.has(uuid) || stored.has(uuid))
       return fail(coreError(Code.CONFLICT, `command uuid ${uuid} (child ${n} of job ${r.jobId}) is already used`));
   }
   if (st.jobs.size >= MAX_JOBS && !forgetOldestEnded(st, ctx)) return fail(coreError(Code.CAPACITY, `${st.jobs.size} jobs are active (at most ${MAX_JOBS})`));

@@ -701,6 +701,12 @@ export type ControlRequest =
       queueExpiry?: number;
       maxConcurrency?: string;
       maxErrors?: string;
+      /**
+       * History in the store: which of this job's child uuids (`jobId.n`)
+       * the store already holds commands under, memory no longer (the shell
+       * reads it first): a child must never reuse one.
+       */
+      storedUuids?: string[];
     };
 
 export type ControlResult =

@@ -81,7 +81,7 @@ import {
 import type { ServerDaemon } from "./server-daemon.js";
 import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
 import type { Identity } from "./operators.js";
-import { MAX_ISSUE_UUID_CHARS } from "../../core/limits.js";
+import { MAX_ISSUE_UUID_CHARS, MAX_JOB_TARGETS } from "../../core/limits.js";
 import { restoreCommand } from "../../core/server/store.js";
 import { ledgerEntry } from "../../core/server/history.js";
 import type { OpenStream, StreamMethod } from "./open-streams.js";
@@ -316,6 +316,19 @@ function memoryAudit(d: ServerDaemon, matches: (e: ServerAuditEntry) => boolean,
   return { entries: all.slice(Math.max(0, all.length - limit)), matched: all.length, swept: 0 };
 }
 
+/**
+ * The child uuids of job `jobId` (`jobId.n`, n up to its explicit targets,
+ * or up to MAX_JOB_TARGETS for a selector) that the store holds commands
+ * under and memory does not (history in the store): a job id used before
+ * must not reuse them (the core refuses, jobs.ts).
+ */
+async function storedChildren(d: ServerDaemon, jobId: string, explicit: number): Promise<string[]> {
+  if (!d.storage.keepsHistory) return [];
+  const n = explicit > 0 ? Math.min(explicit, MAX_JOB_TARGETS) : MAX_JOB_TARGETS;
+  const uuids = Array.from({ length: n }, (_, i) => `${jobId}.${i + 1}`).filter((u) => !d.state.commands.has(u) && !d.state.pruned.has(u));
+  return d.whileStoreUp(() => d.storage.storedUuids(uuids));
+}
+
 /** A ListCommands page token: where the page ended (`createdAt:uuid`; the listing's order is created_at, then uuid). */
 function pageToken(c: ServerCommand): string {
   return `${c.createdAt}:${c.uuid}`;
@@ -385,8 +398,10 @@ export function controlServiceImpl(d: ServerDaemon): ServiceImpl<typeof ControlS
       const spec = create(ExecutionSpecSchema, { program, cwd: req.cwd, environment: req.environment, timeoutMs: req.timeoutMs, stdinOpen: false });
       refuseOverLimits(spec);
       const jobId = req.jobId !== "" ? req.jobId : randomUUID();
+      const storedUuids = req.jobId !== "" ? await storedChildren(d, jobId, req.clientIds.length) : [];
       await call(hctx, {
         op: "submit_job",
+        ...(storedUuids.length > 0 ? { storedUuids } : {}),
         requestId: requestId(req.requestId, "submit-job"),
         jobId,
         clients: req.clientIds,

@@ -230,6 +230,12 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     return new PgFrameReader(this.pool);
   }
 
+  async storedUuids(uuids: readonly string[]): Promise<string[]> {
+    if (uuids.length === 0) return [];
+    const r = await this.pool.query<{ key: string }>("SELECT key FROM commands WHERE key = ANY($1::text[])", [uuids]);
+    return r.rows.map((x) => x.key);
+  }
+
   async readCommand(uuid: string): Promise<CommandRow | undefined> {
     const r = await this.pool.query<{ row: Buffer }>("SELECT row FROM commands WHERE key = $1", [uuid]);
     return r.rows[0] ? (decodeValue(r.rows[0].row) as CommandRow) : undefined;

@@ -430,6 +430,10 @@ export class ServerStorage extends GroupCommittedStore implements PersistSink, S
     return 0;
   }
 
+  async storedUuids(uuids: readonly string[]): Promise<string[]> {
+    return uuids.filter((k) => this.db.query("SELECT 1 FROM kv WHERE t = 'command' AND k = ?", [k]).length > 0);
+  }
+
   async readCommand(uuid: string): Promise<CommandRow | undefined> {
     const r = this.db.query<{ v: Uint8Array }>("SELECT v FROM kv WHERE t = 'command' AND k = ?", [uuid]);
     return r[0] ? (decodeValue(r[0].v) as CommandRow) : undefined;

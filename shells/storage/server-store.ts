@@ -141,6 +141,8 @@ export interface ServerStore {
   frameReader(): FrameReader;
   /** The stored row of command `uuid` (undefined: none). */
   readCommand(uuid: string): Promise<CommandRow | undefined>;
+  /** Which of `uuids` name a stored command row. */
+  storedUuids(uuids: readonly string[]): Promise<string[]>;
   /** One page of stored command rows (CommandQuery). */
   listCommands(q: CommandQuery): Promise<CommandRow[]>;
   /**

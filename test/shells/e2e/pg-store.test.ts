@@ -126,6 +126,29 @@ describe("server on PostgreSQL", () => {
     }
   });
 
+  it("a job never reuses a command uuid only the database still holds: job jy's child jy.1 is refused when a command jy.1 ran long ago", async () => {
+    const store = await cluster.createDatabase("e2e_job_reuse");
+    const s = await startServer({ store, limits: { historyHeld: 1, prunedMax: 1 } });
+    const a = await startAgent(s.url, "pg-j");
+    try {
+      await waitFor("agent connected", () => a.connected);
+      const run = async (issueUuid: string) => {
+        await s.client.submitCommand({ clientId: "pg-j", issueUuid, program: { case: "argv", value: { argv: ["echo", issueUuid] } } });
+        expect((await collect(s.client, issueUuid)).finished?.state).toBe(L.SUCCEEDED);
+      };
+      for (const u of ["jy.1", "other-1", "other-2", "other-3"]) await run(u);
+      // internal: memory and the ledger have let go of jy.1; only its rows know it
+      await waitFor("jy.1 let go", () => !s.daemon.state.commands.has("jy.1") && !s.daemon.state.pruned.has("jy.1"));
+      await expect(s.client.submitJob({ jobId: "jy", clientIds: ["pg-j"], program: { case: "argv", value: { argv: ["true"] } } })).rejects.toThrow(
+        /command uuid jy\.1 \(child 1 of job jy\) is already used/,
+      );
+      expect((await collect(s.client, "jy.1")).stdout.toString()).toBe("jy.1\n");
+    } finally {
+      await a.close().catch(() => {});
+      await s.close();
+    }
+  });
+
   it("a --store that is not a PostgreSQL URL is refused with a clear error", () => {
     expect(() => checkStoreUrl("mysql://x/db")).toThrow("expected a postgres:// URL");
     expect(() => checkStoreUrl("not a url")).toThrow("expected a PostgreSQL URL");

@@ -164,6 +164,7 @@ export function describeStoreContract<L>(name: string, f: StoreFactory<L>): void
       await s.whenIdle();
       expect(await s.readCommand("c2")).toEqual(rows[1]);
       expect(await s.readCommand("nope")).toBeUndefined();
+      expect((await s.storedUuids(["c4", "nope", "c0"])).sort()).toEqual(["c0", "c4"]);
       const q = { clientIds: null, states: [], createdFrom: 0, createdBefore: 0, after: null, limit: 100 };
       const ids = async (over: Partial<CommandQuery>) => (await s.listCommands({ ...q, ...over })).map((r) => r.uuid);
       expect(await ids({})).toEqual(["c0", "c3", "c4", "c2", "c1"]);
