@@ -774,7 +774,8 @@ class Chaos {
       const bad = Buffer.concat(c.echo)
         .toString("latin1")
         .split("\n")
-        .filter((l) => l !== "" && !/^(?:ba)?sh: (?:line \d+: )?\d+ [A-Za-z ()]+?\s+sleep 0\.2$/.test(l));
+        // bash pads the job's pid to five columns ("line 2:  8794 Quit   sleep 0.2"), so a short pid has two spaces.
+        .filter((l) => l !== "" && !/^(?:ba)?sh: (?:line \d+: +)?\d+ [A-Za-z ()]+?\s+sleep 0\.2$/.test(l));
       if (bad.length > 0)
         this.violation("invented", `ticker stderr has ${JSON.stringify(bad[0]!.slice(0, 80))}, not a shell's report of a signalled sleep`, c.uuid);
       c.echo = undefined;
