@@ -1,16 +1,18 @@
 // Command history through real daemons: with a small reserved metadata tier
-// the server prunes its oldest settled commands, deletes their output
-// segments, answers for them as pruned (never runs one again), and keeps all
-// of that across a restart.
-import { promises as fsp } from "node:fs";
-import * as path from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+// the server prunes its oldest settled commands, deletes their stored output
+// (segment files, or PostgreSQL's output rows), answers for them as pruned
+// (never runs one again), and keeps all of that across a restart. On both
+// server stores.
+import { afterAll, expect, it } from "vitest";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { SEGMENT_DIR } from "../../../shells/storage/server-storage.js";
-import { cleanupTemp, startAgent, startServer, waitFor, type TestServer } from "./helpers.js";
+import { cleanupTemp, describeStores, startAgent, startServer, storedOutputBytes, waitFor, type TestServer } from "./helpers.js";
 
-const segs = async (s: TestServer) => (await fsp.readdir(path.join(s.dataDir, SEGMENT_DIR))).filter((f) => f.endsWith(".seg"));
+/** Output bytes the store holds once what is queued is written (segment files, or output rows). */
+const stored = async (s: TestServer) => {
+  await s.daemon.storage.whenIdle();
+  return storedOutputBytes(s);
+};
 
 async function run(s: TestServer, uuid: string, argv: string[]): Promise<void> {
   await s.client.submitCommand({ clientId: "hist-a", issueUuid: uuid, program: { case: "argv", value: { argv } } });
@@ -26,13 +28,14 @@ async function refusal(p: Promise<unknown>): Promise<ConnectError> {
   throw new Error("expected a refusal");
 }
 
-describe("e2e: command history within the server's metadata tier", () => {
-  afterAll(cleanupTemp);
+afterAll(cleanupTemp);
 
+describeStores("e2e: command history within the server's metadata tier", (st) => {
   it("prunes the oldest settled commands and their output, answers for them as pruned, and keeps that across a restart", async () => {
     // ~1.6 KiB charged per finished `true`: about five of them fit.
     const limits = { metadataBudget: 8 * 1024 };
-    let s = await startServer({ limits });
+    const where = await st.fresh();
+    let s = await startServer({ ...where, limits });
     const a = await startAgent(s.url, "hist-a");
     const abort = new AbortController();
     const removed: string[] = [];
@@ -47,11 +50,11 @@ describe("e2e: command history within the server's metadata tier", () => {
     try {
       await waitFor("agent connected", () => a.connected);
       await run(s, "first", ["echo", "the first command's output"]);
-      expect(await segs(s)).toHaveLength(1);
+      expect(await stored(s)).toBeGreaterThan(0);
       for (let i = 0; i < 8; i++) await run(s, `t-${i}`, ["true"]);
       await waitFor("first pruned", () => s.daemon.state.pruned.has("first"));
       expect(s.daemon.state.metaBytes).toBeLessThanOrEqual(limits.metadataBudget);
-      await waitFor("its segments deleted", async () => (await segs(s)).length === 0);
+      await waitFor("its stored output deleted", async () => (await stored(s)) === 0);
       // WatchFleet tells a watcher of the client that it is gone.
       await waitFor("commandRemoved streamed", () => removed.includes("first"));
       abort.abort();
@@ -75,7 +78,7 @@ describe("e2e: command history within the server's metadata tier", () => {
       const kept = [...s.daemon.state.commands.keys()].sort();
       const pruned = [...s.daemon.state.pruned.keys()];
       await s.close();
-      s = await startServer({ limits, dataDir: s.dataDir });
+      s = await startServer({ ...where, limits, dataDir: s.dataDir });
       expect([...s.daemon.state.commands.keys()].sort()).toEqual(kept);
       expect([...s.daemon.state.pruned.keys()]).toEqual(pruned);
       expect((await refusal(s.client.getCommand({ issueUuid: "first" }))).rawMessage).toMatch(/pruned from history/);
@@ -89,7 +92,7 @@ describe("e2e: command history within the server's metadata tier", () => {
   it("a follower reading a command that is pruned meanwhile gets NOT_FOUND saying so, never a silently short stream", async () => {
     // "big" alone is charged 19-35 KiB (512-1,024+ events, by how the pipe was read);
     // some 20 finished `true`s more push it out.
-    const s = await startServer({ limits: { metadataBudget: 64 * 1024 } });
+    const s = await startServer({ ...(await st.fresh()), limits: { metadataBudget: 64 * 1024 } });
     const a = await startAgent(s.url, "hist-a");
     try {
       await waitFor("agent connected", () => a.connected);

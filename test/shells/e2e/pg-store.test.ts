@@ -4,26 +4,20 @@
 // byte; kill -9 of PostgreSQL under a live server is a store failure that
 // stops it (fail-stop), never a silent loss.
 import { createHash } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
-import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
+import { sharedPgCluster } from "../../support/pg-shared.js";
 import { cleanupTemp, collect, startAgent, startServer, waitFor } from "./helpers.js";
 
-let cluster: PgCluster;
-beforeAll(async () => {
-  cluster = await startPgCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-  await cleanupTemp();
-});
+const pgc = sharedPgCluster();
+afterAll(cleanupTemp);
 
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
 describe("server on PostgreSQL", () => {
   it("R-O3 R-D1: commands and their output are served from PostgreSQL, and a restarted server still has every byte", async () => {
-    const store = await cluster.createDatabase("e2e_restart");
+    const store = await pgc.database("e2e_restart");
     let s = await startServer({ store });
     const a = await startAgent(s.url, "pg-a");
     try {
@@ -60,13 +54,13 @@ describe("server on PostgreSQL", () => {
   });
 
   it("kill -9 of PostgreSQL under a live server is a store failure: the server stops instead of acknowledging what it cannot store", async () => {
-    const store = await cluster.createDatabase("e2e_crash");
+    const store = await pgc.database("e2e_crash");
     const fatal: unknown[] = [];
     const s = await startServer({ store, onFatal: (err) => fatal.push(err) });
     try {
       const r = await s.client.submitCommand({ clientId: "nobody", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } });
       expect(r.command?.issueUuid).toBeTruthy();
-      await cluster.crashAndRestart();
+      await (await pgc.cluster()).crashAndRestart();
       // The next write fails: the server reports it as fatal and does not answer as if it stored it.
       const second = s.client.submitCommand({ clientId: "nobody", allowUnknownClient: true, program: { case: "argv", value: { argv: ["true"] } } });
       await waitFor("store failure reported", () => fatal.length > 0);
