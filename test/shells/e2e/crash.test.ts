@@ -1,6 +1,6 @@
 // kill -9 of either daemon mid-stream: nothing acknowledged is lost or
 // duplicated, and no command is launched twice (R-D1, R-D2, R-O2, R-O3,
-// R-H6, R-D6..R-D9, R-F1).
+// R-H6, R-D6..R-D9, R-F1). The server's crash runs on both server stores.
 import { promises as fsp, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -8,6 +8,7 @@ import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js
 import {
   cleanupTemp,
   collect,
+  describeStores,
   controlClient,
   FLEET_TOKEN,
   sleep,
@@ -45,13 +46,13 @@ async function kill9(c: Child): Promise<void> {
   await c.exited;
 }
 
-describe("e2e: kill -9 and restart", () => {
-  const children: Child[] = [];
-  afterAll(async () => {
-    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
-    await cleanupTemp();
-  });
+const children: Child[] = [];
+afterAll(async () => {
+  for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+  await cleanupTemp();
+});
 
+describe("e2e: kill -9 and restart", () => {
   it("R-D1 R-D2 R-O2 R-O3 R-H6 R-D7 R-F1: agent kill -9 with output spooled but unsent, and with a command running: restart loses and duplicates nothing, launches nothing twice", async () => {
     const work = await tempDir("rvbox-crash-");
     const tokenFile = path.join(work, "token");
@@ -130,13 +131,16 @@ describe("e2e: kill -9 and restart", () => {
       await s.close();
     }
   }, 120_000);
+});
 
+// The server's side of a crash is its store: the same kill -9 on each.
+describeStores("e2e: server kill -9 and restart", (st) => {
   it("R-D1 R-O3 R-H5 R-H6 R-D6 R-D8: server kill -9 mid-stream: after restart the agent reconnects, resends, and the output is complete and exact", async () => {
     const work = await tempDir("rvbox-crash-srv-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const data = path.join(work, "server-data");
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const serverArgs = serverArgv({ agentPort, controlPort, data, files });
+    const serverArgs = serverArgv({ agentPort, controlPort, data, files }, ...st.flags(await st.fresh()));
     let server = spawnRvbox(serverArgs);
     children.push(server);
     const client = controlClient(`http://127.0.0.1:${controlPort}`);
