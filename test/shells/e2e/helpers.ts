@@ -118,6 +118,22 @@ export function processAlive(pid: number): boolean {
   }
 }
 
+/** The non-empty lines of a file ([] if it does not exist yet): marker files that count launches. */
+export async function fileLines(file: string): Promise<string[]> {
+  try {
+    return (await fsp.readFile(file, "utf8")).split("\n").filter((l) => l !== "");
+  } catch {
+    return [];
+  }
+}
+
+/** What `seq FROM TO` prints. */
+export function seqText(from: number, to: number): string {
+  let s = "";
+  for (let i = from; i <= to; i++) s += `${i}\n`;
+  return s;
+}
+
 export interface Collected {
   stdout: Buffer;
   stderr: Buffer;

@@ -2,7 +2,7 @@
 // 2 --max-errors 1 --follow` across 6 agents where two clients fail (start
 // order and stop point), and a server kill -9 mid-job after which the job
 // completes with no client launched twice and never more than 2 at once.
-import { promises as fsp, mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
@@ -24,18 +24,11 @@ import {
   writeTokenFiles,
   type Child,
   serverArgv,
+  fileLines,
 } from "./helpers.js";
 import { freePort } from "./tcp-proxy.js";
 
 const IDS = ["web-1", "web-2", "web-3", "web-4", "web-5", "web-6"];
-
-async function lines(file: string): Promise<string[]> {
-  try {
-    return (await fsp.readFile(file, "utf8")).split("\n").filter((l) => l !== "");
-  } catch {
-    return [];
-  }
-}
 
 /** Agents web-1..6, each in its own working directory. */
 async function fleet(url: string, work: string): Promise<{ agents: AgentDaemon[]; dirs: Map<string, string> }> {
@@ -109,7 +102,7 @@ describe("e2e: jobs", () => {
       await waitFor(
         "two running",
         async () =>
-          (await lines(path.join(dirs.get("web-2")!, "ran.txt"))).length === 1 && (await lines(path.join(dirs.get("web-1")!, "ran.txt"))).length === 1,
+          (await fileLines(path.join(dirs.get("web-2")!, "ran.txt"))).length === 1 && (await fileLines(path.join(dirs.get("web-1")!, "ran.txt"))).length === 1,
         30_000,
       );
       const c = await cli(["cancel", "job-cancel"], { env });
@@ -123,7 +116,7 @@ describe("e2e: jobs", () => {
         ["web-2", JobChildPhase.DONE, L.CANCELLED],
         ...IDS.slice(2).map((id) => [id, JobChildPhase.CANCELLED, L.CANCELLED]),
       ]);
-      for (const [i, id] of IDS.entries()) expect(await lines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 2 ? ["ran"] : []);
+      for (const [i, id] of IDS.entries()) expect(await fileLines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 2 ? ["ran"] : []);
       const again = await cli(["cancel", "job-cancel"], { env });
       expect(again.code).toBe(0);
       expect(again.stdout).toContain("nothing to cancel");
@@ -165,7 +158,7 @@ describe("e2e: jobs", () => {
         ["web-2", L.CANCELLED],
         ["web-3", L.CANCELLED],
       ]);
-      expect(await lines(path.join(dirs.get("web-3")!, "ran.txt"))).toEqual([]);
+      expect(await fileLines(path.join(dirs.get("web-3")!, "ran.txt"))).toEqual([]);
       const d = await cli(["run", "--clients", "web-4", "-f", "--id", "job-detach", "--", "sleep", "30"], { env, interruptAfterMs: 2500 });
       expect(d.code).toBe(130);
       expect(d.stderr).toContain("detached; job job-detach keeps running");
@@ -221,7 +214,7 @@ describeStores("e2e: jobs", (st) => {
       expect(created[2]!).toBeGreaterThanOrEqual(timestampMs(job.children[1]!.endedTime!));
       expect(created[2]!).toBeLessThan(timestampMs(job.children[0]!.endedTime!));
       // Who ran: exactly the three started, once each.
-      for (const [i, id] of IDS.entries()) expect(await lines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 3 ? ["ran"] : []);
+      for (const [i, id] of IDS.entries()) expect(await fileLines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 3 ? ["ran"] : []);
       // The table and the per-client JSON records.
       const t = await cli(["job", "job-e2e"], { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } });
       expect(t.code).toBe(0);
@@ -305,7 +298,7 @@ describeStores("e2e: jobs", (st) => {
       // Each client launched exactly once; at no instant were more than 2 running.
       const spans: Array<[number, number]> = [];
       for (const id of IDS) {
-        const ls = await lines(path.join(dirs.get(id)!, "runs.txt"));
+        const ls = await fileLines(path.join(dirs.get(id)!, "runs.txt"));
         expect(
           ls.filter((l) => l.startsWith("start")),
           id,

@@ -9,16 +9,8 @@ import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ShellType, TruncationCause } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { JOURNAL_FILE } from "../../../shells/store/index.js";
-import { cleanupTemp, collect, describeStores, sleep, startAgent, startServer, storedOutputBytes, tempDir, waitFor } from "./helpers.js";
+import { cleanupTemp, collect, describeStores, sleep, startAgent, startServer, storedOutputBytes, tempDir, waitFor, fileLines } from "./helpers.js";
 import { TcpProxy } from "./tcp-proxy.js";
-
-async function lines(file: string): Promise<string[]> {
-  try {
-    return (await fsp.readFile(file, "utf8")).split("\n").filter((l) => l !== "");
-  } catch {
-    return [];
-  }
-}
 
 afterAll(cleanupTemp);
 
@@ -68,13 +60,13 @@ describe("e2e: recovery, retention, truncation", () => {
         30_000,
       );
       expect(gx.reason).toMatch(/already executed/);
-      expect(await lines(markX)).toEqual(["start"]);
+      expect(await fileLines(markX)).toEqual(["start"]);
       // Y: unknown to the restored server: terminated at the agent after the durable result (R-D11).
       await waitFor("Y terminated locally", () => !agent.state.commands.has(yu) && agent.state.tombstones.has(yu), 30_000);
-      const t1 = (await lines(ticks)).length;
+      const t1 = (await fileLines(ticks)).length;
       await sleep(500);
-      expect((await lines(ticks)).length).toBe(t1);
-      expect(await lines(markY)).toEqual(["start"]);
+      expect((await fileLines(ticks)).length).toBe(t1);
+      expect(await fileLines(markY)).toEqual(["start"]);
       const incidents = (await s2.client.listIncidents({})).incidents;
       expect(incidents.map((i) => i.kind).sort()).toEqual(expect.arrayContaining(["reconcile_already_executed", "reconcile_terminate_local"]));
       // Incidents can be acknowledged.
@@ -251,7 +243,7 @@ describe("e2e: recovery, retention, truncation", () => {
         ids.push(r.command!.issueUuid);
       }
       for (const id of ids) expect((await collect(s.client, id)).finished?.state).toBe(L.SUCCEEDED);
-      expect((await lines(mark)).sort()).toEqual(["0", "1", "2", "3", "4"]);
+      expect((await fileLines(mark)).sort()).toEqual(["0", "1", "2", "3", "4"]);
     } finally {
       await agent.close();
       await s.close();
