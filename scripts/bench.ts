@@ -146,18 +146,22 @@ async function benchFleet(env: Env): Promise<void> {
   // The agents share FLEET_PROCS processes (--fleet-procs=N, default 1): every spawn() forks its
   // whole process, so one process holding all 200 agents pays for all of their memory per spawn.
   const { procs: fleets, ids } = startFleet(env, srv.url, agents, FLEET_PROCS, path.join(ROOT, "scripts/bench.ts"));
-  await connected(srv.ctl, ids);
-  const srvCpu0 = cpuSecs(srv.proc.pid!);
-  const fleetsCpu = (): number => fleets.reduce((a, f) => a + cpuSecs(f.pid!), 0);
-  const fleetRss = (): number => fleets.reduce((a, f) => a + rssKiB(f.pid!), 0) / 1024;
-  const fleetCpu0 = fleetsCpu();
-  const { secs, failed } = await fleetRun(srv.ctl, ids, total, conc);
-  const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' ${fleets.length === 1 ? "process" : `${fleets.length} processes`} ${(fleetsCpu() - fleetCpu0).toFixed(1)} s CPU, ${fleetRss().toFixed(0)} MiB RSS`;
-  for (const f of fleets) f.kill("SIGTERM");
-  await srv.stop();
-  report(
-    `fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`,
-  );
+  try {
+    await connected(srv.ctl, ids);
+    const srvCpu0 = cpuSecs(srv.proc.pid!);
+    const fleetsCpu = (): number => fleets.reduce((a, f) => a + cpuSecs(f.pid!), 0);
+    const fleetRss = (): number => fleets.reduce((a, f) => a + rssKiB(f.pid!), 0) / 1024;
+    const fleetCpu0 = fleetsCpu();
+    const { secs, failed } = await fleetRun(srv.ctl, ids, total, conc);
+    const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' ${fleets.length === 1 ? "process" : `${fleets.length} processes`} ${(fleetsCpu() - fleetCpu0).toFixed(1)} s CPU, ${fleetRss().toFixed(0)} MiB RSS`;
+    report(
+      `fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`,
+    );
+  } finally {
+    // Also when the run fails: the agents' processes and the server would outlive the bench.
+    for (const f of fleets) f.kill("SIGTERM");
+    await srv.stop();
+  }
 }
 
 /**
