@@ -196,11 +196,10 @@ async function oneRound(ctx: Ctx): Promise<Round> {
 }
 
 function table(): void {
-  const med = (f: Figure, k: StoreName | "baseline") =>
-    pct(
-      rounds.map((r) => r[f][k]).filter((x) => !Number.isNaN(x)),
-      0.5,
-    );
+  const med = (f: Figure, k: StoreName | "baseline") => {
+    const xs = rounds.map((r) => r[f][k]).filter((x) => !Number.isNaN(x));
+    return xs.length > 0 ? pct(xs, 0.5) : Number.NaN;
+  };
   const rows: Array<[Figure, string, string, string]> = [
     ["ingest", `ingest MiB/s (${SIZE / MiB} MiB log text, durable)`, "bare ws", " (target ≥ 0.8×)"],
     ["read", "read-back MiB/s (`rvbox logs` of it, byte-exact)", "bare ws", ""],
