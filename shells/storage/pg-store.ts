@@ -4,11 +4,11 @@
  *
  * Writes: the same group commit as the embedded store (group-commit.ts,
  * foldRecord's net effect per row): every persist queued since the last
- * commit becomes one transaction on one connection, output frames in one
- * multi-row INSERT, and `onDurable(through)` is reported only after COMMIT
- * returned (synchronous_commit on: the WAL is flushed). A failed
- * transaction stops the writer for good (fail-stop, like the embedded
- * store): nothing after it is acknowledged.
+ * commit becomes one transaction on one connection, a few multi-row
+ * statements pipelined with its BEGIN and COMMIT, and `onDurable(through)` is
+ * reported only after COMMIT returned (synchronous_commit on: the WAL is
+ * flushed). A failed transaction stops the writer for good (fail-stop, like
+ * the embedded store): nothing after it is acknowledged.
  *
  * Reads (readEvents, frames) go through a small pool and see committed rows
  * only. At open the schema is created or checked (a database written by a
@@ -52,7 +52,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   }
 
   static async open(url: string): Promise<PgServerStore> {
-    const conn = new pg.Client({ connectionString: url });
+    // The writer pipelines a group's statements (pg's pipeline mode): see commitGroup.
+    const conn = new pg.Client({ connectionString: url, pipeline: true });
     await conn.connect();
     const pool = new pg.Pool({ connectionString: url, max: READ_POOL });
     const s = new PgServerStore(conn, pool);
@@ -116,9 +117,14 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     const queries = groupQueries(net);
     for (const d of drops) queries.push({ text: `DELETE FROM ${OUTPUT_TABLE} WHERE uuid = $1 AND seq <= $2`, values: [d.uuid, d.throughSeq] });
     if (queries.length > 0) {
-      await this.conn.query("BEGIN");
-      for (const q of queries) await this.conn.query(q.text, q.values);
-      await this.conn.query("COMMIT");
+      // BEGIN, the statements and COMMIT leave together and the group waits for one round trip,
+      // not one per statement: each await was a turn of the server's busy event loop (and of a
+      // PostgreSQL backend on shared cores) before the next statement left. A failed statement
+      // aborts the transaction: the statements after it fail, COMMIT answers ROLLBACK, and
+      // Promise.all rejects (fail-stop), so nothing of the group is reported durable.
+      const done = await Promise.all([this.conn.query("BEGIN"), ...queries.map((q) => this.conn.query(q.text, q.values)), this.conn.query("COMMIT")]);
+      const end = done.at(-1)!.command;
+      if (end !== "COMMIT") throw new Error(`the group's transaction ended with ${end}, not COMMIT`);
     }
     if (maxId > 0) this.onDurable(maxId);
   }
