@@ -301,9 +301,11 @@ describeStores("e2e: server retention", (st) => {
               cause: TruncationCause;
             },
         );
-      expect(markers.length).toBeGreaterThan(0);
+      // A live reader that kept up read every byte before retention dropped it and needed no
+      // marker (seen on both stores, about one run in three); one that fell behind got markers.
+      // Either way markers and kept bytes account for every byte exactly once (collect() checked
+      // contiguity); the read after the fact below always begins with the marker.
       expect(markers.every((m) => m.cause === TruncationCause.SERVER_RETENTION && m.removedEvents.lastEventSeq >= m.removedEvents.firstEventSeq)).toBe(true);
-      // Markers and kept bytes account for every byte exactly once (collect() checked contiguity).
       const removed = markers.flatMap((m) => m.removedBytes).reduce((n, b) => n + Number(b.length), 0);
       expect(removed + got.stdout.length).toBe(7_000_000);
       // Read again after the fact: one marker for the removed prefix, then the kept tail.
