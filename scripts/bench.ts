@@ -29,24 +29,47 @@
 //        server's metadata tier for the soak; default the product's 64 MiB),
 //        --soak-pruned=N (its pruned-ledger bound; default 100,000)
 // Internal roles (spawned by the bench itself): --fleet, --idle.
-import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { appendFileSync, closeSync, createWriteStream, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
-import { WebSocket, WebSocketServer } from "ws";
 import { CommandLifecycle } from "../protos/gen/rvbox/v1/common_pb.js";
-import { ControlService, type Command } from "../protos/gen/rvbox/v1/control_pb.js";
-import { DAEMON_ENV, DAEMON_NODE_FLAGS } from "../bin/cli-child.js";
-import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 import { isTerminal } from "../core/index.js";
-import { logLikeChunks } from "./lib/log-text.js";
+import {
+  bareWsSecs,
+  buildDist,
+  child,
+  childPids,
+  connected,
+  cpuSecs,
+  diskWriteBytes,
+  type Env,
+  FLEET_LIMITS,
+  fleetRole,
+  fleetRun,
+  ingestRun,
+  logLikeFile,
+  MiB,
+  makeEnv,
+  peakRssKiB,
+  pct,
+  ROOT,
+  rssKiB,
+  settle,
+  sha256File,
+  sleep,
+  spawnTrueMs,
+  spawnTrueRate,
+  startAgent,
+  startFleet,
+  startServer,
+  timedRun,
+  trueLatencies,
+  waitFor,
+} from "./lib/bench-harness.js";
+import { ensureCliSnapshot } from "./lib/cli-snapshot.js";
 import { startSshd } from "./lib/sshd.js";
 
-const ROOT = path.resolve(import.meta.dirname, "..");
-const MiB = 1024 * 1024;
 const args = process.argv.slice(2);
 /** The daemons' entry: the compiled tree (built at the start of main), or the tsx shim with --tsx. */
 const TSX = args.includes("--tsx");
@@ -65,227 +88,6 @@ const ONLY = args
 /** --fleet-procs=N: how many processes the fleet bench's agents share (default 1). */
 const FLEET_PROCS = Math.max(1, Number(args.find((a) => a.startsWith("--fleet-procs="))?.slice(14) ?? 1) || 1);
 
-type Ctl = Client<typeof ControlService>;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function rssKiB(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m ? Number(m[1]) : 0;
-}
-
-/** The highest RSS a process has had so far (VmHWM), in KiB. */
-function peakRssKiB(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m ? Number(m[1]) : 0;
-}
-
-/** Bytes a process has sent towards the storage layer so far (/proc/PID/io write_bytes; 0 on tmpfs). */
-function diskWriteBytes(pid: number): number {
-  const m = /write_bytes:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/io`, "utf8"));
-  return m ? Number(m[1]) : 0;
-}
-
-/** CPU seconds (user + system) a process has used so far. */
-function cpuSecs(pid: number): number {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100;
-}
-
-/** Live child processes of `pid`. */
-function childPids(pid: number): number[] {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
-  } catch {
-    return [];
-  }
-}
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(s.length * p))]!;
-}
-
-async function freePort(): Promise<number> {
-  const net = await import("node:net");
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
-  const p = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return p;
-}
-
-async function waitFor<T>(what: string, fn: () => T | Promise<T>, ms = 60_000, every = 20): Promise<NonNullable<T>> {
-  const end = Date.now() + ms;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v as NonNullable<T>;
-    } catch {
-      // retry
-    }
-    if (Date.now() > end) throw new Error(`bench: timed out waiting for ${what}`);
-    await sleep(every);
-  }
-}
-
-interface Env {
-  dir: string;
-  operator: string;
-  fleet: string;
-  tokenFile: string;
-}
-
-interface ServerProc {
-  proc: ChildProcess;
-  url: string;
-  /** http://127.0.0.1:PORT of its control API. */
-  controlUrl: string;
-  ctl: Ctl;
-  stop(): Promise<void>;
-}
-
-function controlClient(base: string, token: string): Ctl {
-  const auth: Interceptor = (next) => (req) => {
-    req.header.set("Authorization", `Bearer ${token}`);
-    return next(req);
-  };
-  return createClient(ControlService, createConnectTransport({ baseUrl: base, httpVersion: "1.1", interceptors: [auth] }));
-}
-
-function child(argv: string[], name: string): ChildProcess {
-  const daemon = argv[0] === BIN;
-  const prof = process.env.RVBOX_BENCH_PROF; // a directory: V8 CPU profiles of the daemons
-  if (prof) argv = ["--cpu-prof", `--cpu-prof-dir=${prof}`, ...argv];
-  // RVBOX_BENCH_NODE_ARGS="--trace-gc ...": more V8/Node flags for the daemons (not allowed in NODE_OPTIONS).
-  const extra = process.env.RVBOX_BENCH_NODE_ARGS;
-  if (extra) argv = [...extra.split(/\s+/).filter(Boolean), ...argv];
-  // The daemons run with the flags their systemd units give them (bin/cli-child.js); the
-  // extra flags come after them, so RVBOX_BENCH_NODE_ARGS can override them (the last one counts).
-  if (daemon) argv = [...DAEMON_NODE_FLAGS, ...argv];
-  const p = spawn(process.execPath, argv, { cwd: ROOT, stdio: ["ignore", "inherit", "pipe"], env: daemon ? { ...DAEMON_ENV, ...process.env } : process.env });
-  let err = "";
-  const keep = process.env.RVBOX_BENCH_LOGS; // a directory: keep each daemon's log there (created if missing)
-  if (keep) mkdirSync(keep, { recursive: true });
-  p.stderr!.on("data", (d: Buffer) => {
-    if (keep) appendFileSync(path.join(keep, `${name.replace(/\W+/g, "-")}.log`), d);
-    err += d.toString();
-    if (err.length > 20000) err = err.slice(-10000);
-  });
-  p.on("exit", (code, sig) => {
-    if (code !== 0 && code !== 143 && code !== 137 && sig !== "SIGTERM" && sig !== "SIGKILL" && code !== null)
-      process.stderr.write(`bench: ${name} exited ${code}\n${err}\n`);
-  });
-  return p;
-}
-
-async function startServer(env: Env, name: string, limits?: Record<string, number>): Promise<ServerProc> {
-  const [ap, cp] = [await freePort(), await freePort()];
-  const cfg = path.join(env.dir, `${name}.json`);
-  writeFileSync(
-    cfg,
-    JSON.stringify({
-      listen: `127.0.0.1:${ap}`,
-      control: `127.0.0.1:${cp}`,
-      data: path.join(env.dir, name),
-      "agent-tokens": path.join(env.dir, "agent-tokens"),
-      "operator-token": path.join(env.dir, "operator-token"),
-      "log-level": LOG_LEVEL,
-      ...(limits ? { limits } : {}),
-    }),
-  );
-  const proc = child([BIN, "server", "--config", cfg], `server ${name}`);
-  const ctl = controlClient(`http://127.0.0.1:${cp}`, env.operator);
-  await waitFor("server", async () => (await ctl.listClients({})) !== undefined);
-  return {
-    proc,
-    url: `ws://127.0.0.1:${ap}/v1/agent`,
-    controlUrl: `http://127.0.0.1:${cp}`,
-    ctl,
-    stop: async () => {
-      proc.kill("SIGTERM");
-      await new Promise((r) => proc.once("exit", r));
-    },
-  };
-}
-
-function startAgent(env: Env, url: string, id: string): ChildProcess {
-  return child(
-    [
-      BIN,
-      "agent",
-      "--server",
-      url,
-      "--client-id",
-      id,
-      "--state",
-      path.join(env.dir, `agent-${id}`),
-      "--token",
-      env.tokenFile,
-      "--log-level",
-      LOG_LEVEL,
-      "--max-running",
-      "16",
-      "--max-queued",
-      "64",
-    ],
-    `agent ${id}`,
-  );
-}
-
-async function connected(ctl: Ctl, ids: string[]): Promise<void> {
-  await waitFor(
-    `${ids.length} agents connected`,
-    async () => {
-      const cs = (await ctl.listClients({})).clients;
-      const set = new Set(cs.filter((c) => c.connected).map((c) => c.clientId));
-      return ids.every((i) => set.has(i));
-    },
-    120_000,
-    100,
-  );
-}
-
-async function settle(ctl: Ctl, uuid: string): Promise<number> {
-  for await (const m of ctl.followOutput({ issueUuid: uuid, follow: true })) {
-    if (m.item.case === "finished") return m.item.value.state;
-  }
-  throw new Error("follow ended without finished");
-}
-
-/**
- * The command as the server's committed (durable) view has it once terminal, told by the
- * server itself: a FollowOutput from past any event it can have sends no output, only
- * `finished` when the command is terminal with everything stored. (Polling GetCommand every
- * 10 ms, as this bench did until 2026-12-01, cost the server ~0.5 ms of CPU per poll on a
- * 2-core machine that the transfer needs: ~10 % of its busy time in the ingest profile.)
- */
-async function terminal(ctl: Ctl, uuid: string): Promise<Command> {
-  for await (const m of ctl.followOutput({ issueUuid: uuid, follow: true, fromEventSeq: BigInt(Number.MAX_SAFE_INTEGER) })) {
-    if (m.item.case === "finished") return m.item.value;
-  }
-  throw new Error("follow ended without finished");
-}
-
-function logLikeFile(file: string, bytes: number): Promise<void> {
-  return new Promise((resolve) => {
-    const out = createWriteStream(file);
-    let n = 0;
-    const next = logLikeChunks();
-    const write = (): void => {
-      let ok = true;
-      while (n < bytes && ok) {
-        const chunk = next(n);
-        const b = Buffer.from(chunk).subarray(0, Math.min(Buffer.byteLength(chunk), bytes - n));
-        n += b.length;
-        ok = out.write(b);
-      }
-      if (n >= bytes) out.end(resolve);
-      else out.once("drain", write);
-    };
-    write();
-  });
-}
-
 const results: string[] = [];
 function report(line: string): void {
   results.push(line);
@@ -299,32 +101,12 @@ async function benchThroughput(env: Env): Promise<void> {
   const file = path.join(env.dir, "log.txt");
   await logLikeFile(file, size);
   // Baseline: the same bytes from `cat` over a bare ws loopback link (one process, no storage).
-  const wss = new WebSocketServer({ port: 0, host: "127.0.0.1", perMessageDeflate: false, maxPayload: 2 * MiB });
-  await new Promise<void>((r) => wss.once("listening", () => r()));
-  const port = (wss.address() as { port: number }).port;
-  let got = 0;
-  const done = new Promise<void>((resolve) =>
-    wss.on("connection", (ws) => ws.on("message", (d: Buffer) => ((got += d.length) >= size ? resolve() : undefined))),
-  );
-  const ws = new WebSocket(`ws://127.0.0.1:${port}`, { perMessageDeflate: false });
-  await new Promise((r) => ws.once("open", r));
-  const t0 = performance.now();
-  const cat = spawn("cat", [file]);
-  cat.stdout.on("data", (d: Buffer) => {
-    for (let o = 0; o < d.length; o += 65536) ws.send(d.subarray(o, o + 65536));
-  });
-  await done;
-  const base = (performance.now() - t0) / 1000;
-  ws.close();
-  wss.close();
+  const base = await bareWsSecs(file, size);
   // RVBox: server and agent as processes; until the command is terminal in the committed (durable) view.
   const srv = await startServer(env, "tp");
   const agent = startAgent(env, srv.url, "tp-agent");
   await connected(srv.ctl, ["tp-agent"]);
-  const t1 = performance.now();
-  const r = await srv.ctl.submitCommand({ clientId: "tp-agent", program: { case: "argv", value: { argv: ["cat", file] } } });
-  const c = await terminal(srv.ctl, r.command!.issueUuid);
-  const rv = (performance.now() - t1) / 1000;
+  const { secs: rv, command: c } = await ingestRun(srv.ctl, "tp-agent", file);
   const stored = Number(c.retainedOutputBytes);
   // The agent's children: its spawn helper (shells/exec/spawn-helper.ts), which reads the
   // command's pipes and relays the output to the agent over IPC.
@@ -338,27 +120,9 @@ async function benchThroughput(env: Env): Promise<void> {
   );
 }
 
-/** `true` on `clientId`, submitted through the control API until its terminal state is committed, `n` times after 10 warm-up runs (ms each). */
-async function trueLatencies(ctl: Ctl, clientId: string, n: number): Promise<number[]> {
-  const lat: number[] = [];
-  for (let i = 0; i < n + 10; i++) {
-    const t = performance.now();
-    const r = await ctl.submitCommand({ clientId, program: { case: "argv", value: { argv: ["true"] } } });
-    const st = await settle(ctl, r.command!.issueUuid);
-    if (st !== CommandLifecycle.SUCCEEDED) throw new Error(`\`true\` on ${clientId} ended ${CommandLifecycle[st]}`);
-    if (i >= 10) lat.push(performance.now() - t);
-  }
-  return lat;
-}
-
 async function benchLatency(env: Env): Promise<void> {
   const n = QUICK ? 30 : 200;
-  const base: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t = performance.now();
-    await new Promise<void>((r) => spawn("true").on("exit", () => r()));
-    base.push(performance.now() - t);
-  }
+  const base = await spawnTrueMs(n);
   const srv = await startServer(env, "lat");
   const agent = startAgent(env, srv.url, "lat-agent");
   await connected(srv.ctl, ["lat-agent"]);
@@ -377,60 +141,27 @@ async function benchFleet(env: Env): Promise<void> {
   const total = QUICK ? 200 : 2000;
   const conc = 200;
   // Baseline: bare spawns of `true`, same concurrency.
-  let next = 0;
-  const tb = performance.now();
-  await Promise.all(
-    Array.from({ length: conc }, async () => {
-      while (next++ < total) await new Promise<void>((r) => spawn("true").on("exit", () => r()));
-    }),
-  );
-  const baseRate = total / ((performance.now() - tb) / 1000);
-  const srv = await startServer(env, "fleet");
+  const baseRate = await spawnTrueRate(total, conc);
+  const srv = await startServer(env, "fleet", FLEET_LIMITS);
   // The agents share FLEET_PROCS processes (--fleet-procs=N, default 1): every spawn() forks its
   // whole process, so one process holding all 200 agents pays for all of their memory per spawn.
-  const per = Math.ceil(agents / FLEET_PROCS);
-  const fleets = Array.from({ length: Math.ceil(agents / per) }, (_, p) =>
-    child(
-      [
-        "--import",
-        "tsx",
-        path.join(ROOT, "scripts/bench.ts"),
-        "--fleet",
-        srv.url,
-        String(Math.min(per, agents - p * per)),
-        env.tokenFile,
-        path.join(env.dir, "fleet"),
-        String(p * per),
-      ],
-      `fleet ${p}`,
-    ),
-  );
-  const ids = Array.from({ length: agents }, (_, i) => `fleet-${i}`);
-  await connected(srv.ctl, ids);
-  next = 0;
-  const srvCpu0 = cpuSecs(srv.proc.pid!);
-  const fleetsCpu = (): number => fleets.reduce((a, f) => a + cpuSecs(f.pid!), 0);
-  const fleetRss = (): number => fleets.reduce((a, f) => a + rssKiB(f.pid!), 0) / 1024;
-  const fleetCpu0 = fleetsCpu();
-  const t0 = performance.now();
-  let failed = 0;
-  await Promise.all(
-    Array.from({ length: conc }, async () => {
-      for (;;) {
-        const i = next++;
-        if (i >= total) return;
-        const r = await srv.ctl.submitCommand({ clientId: ids[i % agents]!, program: { case: "argv", value: { argv: ["true"] } } });
-        if ((await settle(srv.ctl, r.command!.issueUuid)) !== CommandLifecycle.SUCCEEDED) failed++;
-      }
-    }),
-  );
-  const secs = (performance.now() - t0) / 1000;
-  const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' ${fleets.length === 1 ? "process" : `${fleets.length} processes`} ${(fleetsCpu() - fleetCpu0).toFixed(1)} s CPU, ${fleetRss().toFixed(0)} MiB RSS`;
-  for (const f of fleets) f.kill("SIGTERM");
-  await srv.stop();
-  report(
-    `fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`,
-  );
+  const { procs: fleets, ids } = startFleet(env, srv.url, agents, FLEET_PROCS, path.join(ROOT, "scripts/bench.ts"));
+  try {
+    await connected(srv.ctl, ids);
+    const srvCpu0 = cpuSecs(srv.proc.pid!);
+    const fleetsCpu = (): number => fleets.reduce((a, f) => a + cpuSecs(f.pid!), 0);
+    const fleetRss = (): number => fleets.reduce((a, f) => a + rssKiB(f.pid!), 0) / 1024;
+    const fleetCpu0 = fleetsCpu();
+    const { secs, failed } = await fleetRun(srv.ctl, ids, total, conc);
+    const cpu = `server ${(cpuSecs(srv.proc.pid!) - srvCpu0).toFixed(1)} s CPU, agents' ${fleets.length === 1 ? "process" : `${fleets.length} processes`} ${(fleetsCpu() - fleetCpu0).toFixed(1)} s CPU, ${fleetRss().toFixed(0)} MiB RSS`;
+    report(
+      `fleet: rvbox ${(total / secs).toFixed(0)} commands/s (${total} x true over ${agents} agents, ${conc} in flight, ${failed} not succeeded, ${secs.toFixed(1)} s; ${cpu}) | baseline bare spawn(true) ${baseRate.toFixed(0)}/s at ${conc} in flight`,
+    );
+  } finally {
+    // Also when the run fails: the agents' processes and the server would outlive the bench.
+    for (const f of fleets) f.kill("SIGTERM");
+    await srv.stop();
+  }
 }
 
 /**
@@ -537,38 +268,6 @@ async function benchRetention(env: Env): Promise<void> {
   report(
     `retention: server RSS ${points.join(" -> ")} retained (random bytes, default caps 256 MiB/command and 4 GiB/client, ${segs} segment+index files on disk, ${secs.toFixed(0)} s to push)`,
   );
-}
-
-/** Runs argv to exit; stdout hashed (and counted), never buffered whole. */
-function timedRun(
-  argv: string[],
-  env?: NodeJS.ProcessEnv,
-  stdinFile?: string,
-): Promise<{ secs: number; code: number | null; bytes: number; sha: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const t0 = performance.now();
-    const stdin = stdinFile === undefined ? "ignore" : openSync(stdinFile, "r");
-    const p = spawn(argv[0]!, argv.slice(1), { cwd: ROOT, stdio: [stdin, "pipe", "pipe"], env: env ?? process.env });
-    if (typeof stdin === "number") closeSync(stdin);
-    const h = createHash("sha256");
-    let bytes = 0;
-    let err = "";
-    p.stdout!.on("data", (d: Buffer) => {
-      bytes += d.length;
-      h.update(d);
-    });
-    p.stderr!.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
-    p.on("error", reject);
-    p.on("close", (code) => {
-      const secs = (performance.now() - t0) / 1000;
-      if (code !== 0) process.stderr.write(`bench: ${argv.slice(0, 4).join(" ")} ... exited ${code}: ${err.trim()}\n`);
-      resolve({ secs, code, bytes, sha: h.digest("hex"), stderr: err.trim() });
-    });
-  });
-}
-
-function sha256File(file: string): string {
-  return createHash("sha256").update(readFileSync(file)).digest("hex");
 }
 
 /**
@@ -741,29 +440,6 @@ async function benchSoak(env: Env): Promise<void> {
 
 // ------------------------------------------------------------------ roles
 
-async function fleetRole(url: string, n: number, tokenFile: string, dir: string, first: number): Promise<void> {
-  const { AgentDaemon } = await import("../shells/agent/agent-daemon.js");
-  const { createLogger } = await import("../shells/runtime/log.js");
-  const token = readFileSync(tokenFile, "utf8").trim();
-  const agents = [];
-  for (let i = first; i < first + n; i++) {
-    agents.push(
-      await AgentDaemon.start({
-        serverUrl: url,
-        clientId: `fleet-${i}`,
-        stateDir: path.join(dir, String(i)),
-        token,
-        maxRunning: 8,
-        maxQueued: 32,
-        log: createLogger(`fleet-${i}`, "warn"),
-      }),
-    );
-  }
-  await new Promise<void>((r) => process.once("SIGTERM", () => r()));
-  await Promise.all(agents.map((a) => a.close({ killProcesses: true })));
-  process.exit(0);
-}
-
 async function idleRole(url: string, n: number, token: string): Promise<void> {
   const { RawAgent } = await import("../test/shells/e2e/raw-client.js");
   const conns = [];
@@ -789,19 +465,11 @@ async function main(): Promise<void> {
   if (args[0] === "--fleet") return fleetRole(args[1]!, Number(args[2]), args[3]!, args[4]!, Number(args[5] ?? 0));
   if (args[0] === "--idle") return idleRole(args[1]!, Number(args[2]), args[3]!);
   const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-"));
-  const env: Env = { dir, operator: randomBytes(16).toString("hex"), fleet: randomBytes(16).toString("hex"), tokenFile: path.join(dir, "agent-token") };
-  writeFileSync(path.join(dir, "operator-token"), `${env.operator}\n`);
-  writeFileSync(path.join(dir, "agent-tokens"), `* ${env.fleet}\n`);
-  writeFileSync(env.tokenFile, `${env.fleet}\n`);
-  mkdirSync(path.join(dir, "fleet"), { recursive: true });
+  const env = makeEnv(dir, BIN, LOG_LEVEL, () => randomBytes(16).toString("hex"));
   const mem = os.totalmem() / 1024 ** 3;
   if (!TSX && !args.includes("--no-build")) {
     // Build the deployable tree so the daemons measured are the sources as they stand.
-    const { execFileSync } = await import("node:child_process");
-    execFileSync(process.execPath, [path.join(ROOT, "node_modules/typescript/bin/tsc"), "-p", path.join(ROOT, "tsconfig.build.json")], {
-      cwd: ROOT,
-      stdio: "inherit",
-    });
+    buildDist();
   }
   console.log(
     `rvbox bench${QUICK ? " (--quick)" : ""}${TSX ? " (--tsx)" : ""}: daemons from ${path.relative(ROOT, BIN)}, node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), ${mem.toFixed(1)} GiB RAM, ${os.platform()} ${os.release()}, data in ${dir}`,

@@ -162,12 +162,23 @@ export class PgWriter {
     await c?.end().catch(() => {});
   }
 
+  /**
+   * One group's transaction: BEGIN, its statements, this writer's row and
+   * COMMIT leave together (the connection is in pipeline mode) and the group
+   * waits for one round trip, not one per statement (each await was a turn
+   * of a busy event loop and of a backend on shared cores). A failed
+   * statement aborts the transaction: the ones after it fail, COMMIT answers
+   * ROLLBACK, and the group is not durable.
+   */
   private async transaction(c: WriterConn, n: number, queries: readonly Query[]): Promise<void> {
-    await c.query("BEGIN");
     try {
-      for (const q of queries) await c.query(q.text, q.values);
-      await c.query(MARK, [this.epoch, n]);
-      await c.query("COMMIT");
+      const sent = [c.query("BEGIN"), ...queries.map((q) => c.query(q.text, q.values)), c.query(MARK, [this.epoch, n]), c.query("COMMIT")];
+      // Every promise is awaited (allSettled), so none is left rejected unhandled; the first failure is the one reported.
+      const done = await Promise.allSettled(sent);
+      const failed = done.find((d): d is PromiseRejectedResult => d.status === "rejected");
+      if (failed) throw failed.reason;
+      const end = (done.at(-1) as PromiseFulfilledResult<{ command?: string }>).value.command;
+      if (end !== undefined && end !== "COMMIT") throw new Error(`the group's transaction ended with ${end}, not COMMIT`);
     } catch (err) {
       if (!transientDbError(err)) await c.query("ROLLBACK").catch(() => {});
       throw err;

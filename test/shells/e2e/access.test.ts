@@ -2,7 +2,8 @@
 // (killed with -9 and restarted on its store) and real agents: a viewer is
 // refused a run, an operator is refused a client outside its label selector
 // and allowed inside it, the legacy --operator-token still acts as admin, and
-// the audit log lists every call (refusals apart, repeats counted) after the crash.
+// the audit log lists every call (refusals apart, repeats counted) after the
+// crash, on both server stores.
 import { readFileSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { ConnectError, Code as ConnectCode } from "@connectrpc/connect";
@@ -14,6 +15,7 @@ import {
   cleanupTemp,
   collect,
   controlClient,
+  describeStores,
   FLEET_TOKEN,
   OPERATOR_TOKEN,
   serverArgv,
@@ -43,13 +45,14 @@ function mint(file: string, args: string[]): string {
   return out[0]!;
 }
 
-describe("e2e: operator identities, roles and the audit log", () => {
-  const children: Child[] = [];
-  afterAll(async () => {
-    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
-    await cleanupTemp();
-  });
+const children: Child[] = [];
+afterAll(async () => {
+  for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+  await cleanupTemp();
+});
 
+// Labels, the audit log and its refusals are the store's rows: the same calls and the same crash on each store.
+describeStores("e2e: operator identities, roles and the audit log", (st) => {
   it("viewer refused a run; operator refused outside its selector, allowed inside; legacy token is admin; the audit log survives kill -9", async () => {
     const work = await tempDir("rvbox-access-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
@@ -61,6 +64,7 @@ describe("e2e: operator identities, roles and the audit log", () => {
     const [agentPort, controlPort] = [await freePort(), await freePort()];
     const serverArgs = ["server", "--listen", `127.0.0.1:${agentPort}`, "--control", `127.0.0.1:${controlPort}`, "--data", data];
     serverArgs.push("--agent-tokens", files.agentTokens, "--operator-token", files.operatorToken, "--identities", operators, "--log-level", "warn");
+    serverArgs.push(...st.flags(await st.fresh()));
     let server = spawnRvbox(serverArgs);
     children.push(server);
     const url = `http://127.0.0.1:${controlPort}`;
@@ -149,7 +153,9 @@ describe("e2e: operator identities, roles and the audit log", () => {
       await server.exited;
     }
   }, 120_000);
+});
 
+describe("e2e: operator identities, roles and the audit log", () => {
   it("SIGHUP after removing a viewer ends its rvbox logs -f (exit 77) and its FollowOutput stream (UNAUTHENTICATED); an admin's follow goes on", async () => {
     const work = await tempDir("rvbox-revoke-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);

@@ -6,10 +6,22 @@
 // however many there are.
 import { writeFileSync } from "node:fs";
 import * as path from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { operatorAdd } from "../../../shells/cli/server-cli.js";
 import { cli } from "../../cli/helpers.js";
-import { cleanupTemp, controlClient, FLEET_TOKEN, serverArgv, spawnRvbox, startAgent, tempDir, waitFor, writeTokenFiles, type Child } from "./helpers.js";
+import {
+  cleanupTemp,
+  controlClient,
+  describeStores,
+  FLEET_TOKEN,
+  serverArgv,
+  spawnRvbox,
+  startAgent,
+  tempDir,
+  waitFor,
+  writeTokenFiles,
+  type Child,
+} from "./helpers.js";
 import { freePort } from "./tcp-proxy.js";
 
 function mint(file: string, args: string[]): string {
@@ -18,13 +30,14 @@ function mint(file: string, args: string[]): string {
   return out[0]!;
 }
 
-describe("e2e: a flood of refused calls and the audit log", () => {
-  const children: Child[] = [];
-  afterAll(async () => {
-    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
-    await cleanupTemp();
-  });
+const children: Child[] = [];
+afterAll(async () => {
+  for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+  await cleanupTemp();
+});
 
+// The audit log's bounds evict and count rows in the store: on each store.
+describeStores("e2e: a flood of refused calls and the audit log", (st) => {
   it("a viewer refused 400 times (and the operator 8) erases neither the admin's entries nor the scoped operator's; refusals are counted apart", async () => {
     const work = await tempDir("rvbox-audit-flood-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
@@ -34,7 +47,14 @@ describe("e2e: a flood of refused calls and the audit log", () => {
     const config = path.join(work, "server.json");
     writeFileSync(config, JSON.stringify({ limits: { auditMax: 40, auditRefusalMax: 10 } }));
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const argv = serverArgv({ agentPort, controlPort, data: path.join(work, "data"), files }, "--identities", identities, "--config", config);
+    const argv = serverArgv(
+      { agentPort, controlPort, data: path.join(work, "data"), files },
+      "--identities",
+      identities,
+      "--config",
+      config,
+      ...st.flags(await st.fresh()),
+    );
     const server = spawnRvbox(argv.map((a) => (a === "warn" ? "info" : a)));
     children.push(server);
     const url = `http://127.0.0.1:${controlPort}`;

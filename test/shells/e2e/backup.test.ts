@@ -11,14 +11,8 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { cleanupTemp, collect, controlClient, FLEET_TOKEN, spawnRvbox, startAgent, tempDir, waitFor, writeTokenFiles, type Child } from "./helpers.js";
+import { cleanupTemp, collect, controlClient, FLEET_TOKEN, spawnRvbox, startAgent, tempDir, waitFor, writeTokenFiles, type Child, seqText } from "./helpers.js";
 import { freePort } from "./tcp-proxy.js";
-
-function seqText(from: number, to: number): string {
-  let s = "";
-  for (let i = from; i <= to; i++) s += `${i}\n`;
-  return s;
-}
 
 describe("e2e: backup and restore of the server's data directory", () => {
   const children: Child[] = [];

@@ -1,13 +1,14 @@
 // kill -9 of either daemon mid-stream: nothing acknowledged is lost or
 // duplicated, and no command is launched twice (R-D1, R-D2, R-O2, R-O3,
-// R-H6, R-D6..R-D9, R-F1).
-import { promises as fsp, writeFileSync } from "node:fs";
+// R-H6, R-D6..R-D9, R-F1). The server's crash runs on both server stores.
+import { writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import {
   cleanupTemp,
   collect,
+  describeStores,
   controlClient,
   FLEET_TOKEN,
   sleep,
@@ -19,22 +20,10 @@ import {
   writeTokenFiles,
   type Child,
   serverArgv,
+  fileLines,
+  seqText,
 } from "./helpers.js";
 import { freePort, TcpProxy } from "./tcp-proxy.js";
-
-async function lines(file: string): Promise<string[]> {
-  try {
-    return (await fsp.readFile(file, "utf8")).split("\n").filter((l) => l !== "");
-  } catch {
-    return [];
-  }
-}
-
-function seqText(from: number, to: number): string {
-  let s = "";
-  for (let i = from; i <= to; i++) s += `${i}\n`;
-  return s;
-}
 
 function agentChild(url: string, clientId: string, stateDir: string, tokenFile: string): Child {
   return spawnRvbox(["agent", "--server", url, "--client-id", clientId, "--state", stateDir, "--token", tokenFile, "--log-level", "warn"]);
@@ -45,13 +34,13 @@ async function kill9(c: Child): Promise<void> {
   await c.exited;
 }
 
-describe("e2e: kill -9 and restart", () => {
-  const children: Child[] = [];
-  afterAll(async () => {
-    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
-    await cleanupTemp();
-  });
+const children: Child[] = [];
+afterAll(async () => {
+  for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+  await cleanupTemp();
+});
 
+describe("e2e: kill -9 and restart", () => {
   it("R-D1 R-D2 R-O2 R-O3 R-H6 R-D7 R-F1: agent kill -9 with output spooled but unsent, and with a command running: restart loses and duplicates nothing, launches nothing twice", async () => {
     const work = await tempDir("rvbox-crash-");
     const tokenFile = path.join(work, "token");
@@ -77,7 +66,7 @@ describe("e2e: kill -9 and restart", () => {
           value: { commandLine: `echo start >> ${markB}; i=0; while [ $i -lt 200 ]; do echo tick >> ${ticks}; echo "b $i"; i=$((i+1)); sleep 0.05; done` },
         },
       });
-      await waitFor("B started", async () => (await lines(markB)).length === 1);
+      await waitFor("B started", async () => (await fileLines(markB)).length === 1);
       // A: all of its output is produced while the link is stalled, so when
       // the agent is killed it exists only in the agent's durable spool.
       const markA = path.join(work, "marker-a");
@@ -85,7 +74,7 @@ describe("e2e: kill -9 and restart", () => {
         clientId: "crashy",
         program: { case: "shell", value: { commandLine: `echo start >> ${markA}; sleep 0.5; seq 1 200000; echo done >&2` } },
       });
-      await waitFor("A started", async () => (await lines(markA)).length === 1);
+      await waitFor("A started", async () => (await fileLines(markA)).length === 1);
       proxy.stall();
       await sleep(2500); // A finishes; its output and exit are spooled durably
       await kill9(agent);
@@ -107,13 +96,13 @@ describe("e2e: kill -9 and restart", () => {
       const n = bOut.split("\n").length - 1;
       expect(bOut).toBe(Array.from({ length: n }, (_, i) => `b ${i}\n`).join(""));
       // B's process group was killed (kill_orphan) or died with its pipe: no more ticks.
-      const t1 = (await lines(ticks)).length;
+      const t1 = (await fileLines(ticks)).length;
       await sleep(600);
-      expect((await lines(ticks)).length).toBe(t1);
+      expect((await fileLines(ticks)).length).toBe(t1);
       expect(t1).toBeLessThan(200);
       // Launched exactly once each.
-      expect(await lines(markA)).toEqual(["start"]);
-      expect(await lines(markB)).toEqual(["start"]);
+      expect(await fileLines(markA)).toEqual(["start"]);
+      expect(await fileLines(markB)).toEqual(["start"]);
       // Same instance id after the restart (R-F1); a new generation.
       const cl = (await s.client.listClients({})).clients.find((c) => c.clientId === "crashy")!;
       expect(cl.instanceId).toBe(instance);
@@ -130,13 +119,16 @@ describe("e2e: kill -9 and restart", () => {
       await s.close();
     }
   }, 120_000);
+});
 
+// The server's side of a crash is its store: the same kill -9 on each.
+describeStores("e2e: server kill -9 and restart", (st) => {
   it("R-D1 R-O3 R-H5 R-H6 R-D6 R-D8: server kill -9 mid-stream: after restart the agent reconnects, resends, and the output is complete and exact", async () => {
     const work = await tempDir("rvbox-crash-srv-");
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const data = path.join(work, "server-data");
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const serverArgs = serverArgv({ agentPort, controlPort, data, files });
+    const serverArgs = serverArgv({ agentPort, controlPort, data, files }, ...st.flags(await st.fresh()));
     let server = spawnRvbox(serverArgs);
     children.push(server);
     const client = controlClient(`http://127.0.0.1:${controlPort}`);
@@ -167,7 +159,7 @@ describe("e2e: kill -9 and restart", () => {
       });
       expect(got.finished?.state).toBe(L.SUCCEEDED);
       expect(got.stdout.toString() === seqText(1, 300000)).toBe(true);
-      expect(await lines(mark)).toEqual(["start"]);
+      expect(await fileLines(mark)).toEqual(["start"]);
       const gl = await collect(client, late.command!.issueUuid);
       expect(gl.stdout.toString()).toBe("after the crash\n");
       const cl = (await client.listClients({})).clients.find((c) => c.clientId === "steady")!;

@@ -1,18 +1,19 @@
 // A drain is durable: a real server restarted on the same data directory
 // still holds the client's queued commands back until the drain ends.
 import * as path from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { cleanupTemp, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
+import { cleanupTemp, describeStores, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
 import { TcpProxy } from "./tcp-proxy.js";
 
-describe("e2e: drain across a server restart", () => {
-  afterAll(cleanupTemp);
+afterAll(cleanupTemp);
 
+describeStores("e2e: drain across a server restart", (st) => {
   it("R-D1: the drain flag is restored from the store; the agent reconnects and a queued command runs only after SetClientDraining(false)", async () => {
     const work = await tempDir("rvbox-drain-");
-    const data = path.join(work, "data");
-    const s1 = await startServer({ dataDir: data });
+    // The same store after the restart: the data directory, or the same database.
+    const where = { ...(await st.fresh()), dataDir: path.join(work, "data") };
+    const s1 = await startServer(where);
     const proxy = new TcpProxy(s1.daemon.agentAddress.port);
     await proxy.start();
     const agent = await startAgent(`ws://127.0.0.1:${proxy.port}/v1/agent`, "drained");
@@ -21,7 +22,7 @@ describe("e2e: drain across a server restart", () => {
       await waitFor("connected", () => agent.connected);
       expect(await s1.client.setClientDraining({ clientId: "drained", draining: true })).toMatchObject({ wasDraining: false });
       await s1.close();
-      s2 = await startServer({ dataDir: data });
+      s2 = await startServer(where);
       proxy.setTarget(s2.daemon.agentAddress.port);
       proxy.cutAll();
       const c2 = s2.client;

@@ -1,5 +1,6 @@
 // Shared helpers for the end-to-end tests: temp dirs, in-process and
-// child-process daemons, a control client, output collection.
+// child-process daemons, a control client, output collection, and the
+// server store a test runs on (describeStores: embedded and PostgreSQL).
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { promises as fsp, writeFileSync } from "node:fs";
@@ -13,6 +14,10 @@ import { AgentDaemon, type AgentDaemonOptions } from "../../../shells/agent/agen
 import { AgentTokens, OperatorToken } from "../../../shells/server/auth.js";
 import { ServerDaemon, type ServerDaemonOptions } from "../../../shells/server/server-daemon.js";
 import { createLogger, type LogLevel } from "../../../shells/runtime/log.js";
+import { SEGMENT_DIR } from "../../../shells/storage/server-storage.js";
+import pg from "pg";
+import { describe } from "vitest";
+import { type SharedPgCluster, sharedPgCluster } from "../../support/pg-shared.js";
 
 export const ROOT = path.resolve(import.meta.dirname, "../../..");
 export const BIN = path.join(ROOT, "bin/rvbox.js");
@@ -37,6 +42,8 @@ export interface TestServer {
   controlUrl: string;
   client: Client<typeof ControlService>;
   dataDir: string;
+  /** The PostgreSQL URL it keeps its state in (--store), or undefined: the embedded store in dataDir. */
+  store: string | undefined;
   close(): Promise<void>;
 }
 
@@ -65,7 +72,7 @@ export async function startServer(opts: Partial<ServerDaemonOptions> & { dataDir
   });
   const url = `ws://127.0.0.1:${daemon.agentAddress.port}/v1/agent`;
   const controlUrl = `http://127.0.0.1:${daemon.controlAddress.port}`;
-  return { daemon, url, controlUrl, client: controlClient(controlUrl), dataDir, close: () => daemon.close() };
+  return { daemon, url, controlUrl, client: controlClient(controlUrl), dataDir, store: opts.store, close: () => daemon.close() };
 }
 
 export async function startAgent(serverUrl: string, clientId: string, opts: Partial<AgentDaemonOptions> = {}): Promise<AgentDaemon> {
@@ -109,6 +116,22 @@ export function processAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** The non-empty lines of a file ([] if it does not exist yet): marker files that count launches. */
+export async function fileLines(file: string): Promise<string[]> {
+  try {
+    return (await fsp.readFile(file, "utf8")).split("\n").filter((l) => l !== "");
+  } catch {
+    return [];
+  }
+}
+
+/** What `seq FROM TO` prints. */
+export function seqText(from: number, to: number): string {
+  let s = "";
+  for (let i = from; i <= to; i++) s += `${i}\n`;
+  return s;
 }
 
 export interface Collected {
@@ -204,4 +227,67 @@ export function spawnRvbox(args: string[], env: Record<string, string> = {}, ent
   proc.stderr!.on("data", (d: Buffer) => (text += d.toString()));
   const exited = new Promise<number | null>((r) => proc.on("exit", (code, sig) => r(code ?? (sig ? -1 : null))));
   return { proc, output: () => text, exited };
+}
+
+// ------------------------------------------------------------------ the server's store
+
+export type StoreKind = "embedded" | "postgres";
+
+/**
+ * The server store a test runs on. A test written against it runs the same
+ * steps and the same assertions on the embedded store (sql.js + journal,
+ * output in segment files) and on PostgreSQL (`--store postgres://…`, one
+ * throwaway cluster for the file, a fresh database per `fresh()`).
+ */
+export interface StoreUnderTest {
+  readonly kind: StoreKind;
+  /** startServer options naming a new, empty store: {} (startServer makes a data directory) or { store: URL }. A restart passes the same again (with the same dataDir). */
+  fresh(): Promise<{ store?: string }>;
+  /** `rvbox server` flags for a store fresh() named: [] (serverArgv's --data is the store) or ["--store", URL]. */
+  flags(o: { store?: string }): string[];
+}
+
+const EMBEDDED: StoreUnderTest = { kind: "embedded", fresh: async () => ({}), flags: () => [] };
+
+function postgresStore(pgc: SharedPgCluster, name: string): StoreUnderTest {
+  return { kind: "postgres", fresh: async () => ({ store: await pgc.database(name) }), flags: (o) => (o.store ? ["--store", o.store] : []) };
+}
+
+/**
+ * describe.each over both server stores: `body` runs once on the embedded
+ * store and once on PostgreSQL, in describes titled `title [embedded store]`
+ * and `title [postgres store]`. One cluster serves the file, started when its
+ * first PostgreSQL test asks for a database and stopped after the last.
+ * `dbName` prefixes the databases (one per fresh()).
+ */
+export function describeStores(title: string, body: (st: StoreUnderTest) => void, dbName = "e2e"): void {
+  const pgc = sharedPgCluster();
+  describe.each([EMBEDDED, postgresStore(pgc, dbName)])(`${title} [$kind store]`, (st) => body(st));
+}
+
+/**
+ * The compressed output bytes a server's store holds now, all commands (or
+ * `uuid`'s only): for the embedded store the segment files on disk
+ * (whole files, so a file a drop only partly covered counts whole), for
+ * PostgreSQL the frames in the `output` table. Call after
+ * `daemon.storage.whenIdle()` for a settled figure.
+ */
+export async function storedOutputBytes(s: TestServer, uuid?: string): Promise<number> {
+  if (s.store) {
+    const c = new pg.Client({ connectionString: s.store });
+    await c.connect();
+    try {
+      const r = uuid
+        ? await c.query<{ n: string }>("SELECT coalesce(sum(length(zstd)), 0) AS n FROM output WHERE uuid = $1", [uuid])
+        : await c.query<{ n: string }>("SELECT coalesce(sum(length(zstd)), 0) AS n FROM output");
+      return Number(r.rows[0]!.n);
+    } finally {
+      await c.end();
+    }
+  }
+  if (uuid) throw new Error("storedOutputBytes: per command only on PostgreSQL (segment files may hold several commands)");
+  const dir = path.join(s.dataDir, SEGMENT_DIR);
+  let n = 0;
+  for (const f of await fsp.readdir(dir)) if (f.endsWith(".seg")) n += (await fsp.stat(path.join(dir, f))).size;
+  return n;
 }

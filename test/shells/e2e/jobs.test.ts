@@ -2,7 +2,7 @@
 // 2 --max-errors 1 --follow` across 6 agents where two clients fail (start
 // order and stop point), and a server kill -9 mid-job after which the job
 // completes with no client launched twice and never more than 2 at once.
-import { promises as fsp, mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
@@ -13,6 +13,7 @@ import { cli } from "../../cli/helpers.js";
 import {
   cleanupTemp,
   controlClient,
+  describeStores,
   FLEET_TOKEN,
   OPERATOR_TOKEN,
   spawnRvbox,
@@ -23,18 +24,11 @@ import {
   writeTokenFiles,
   type Child,
   serverArgv,
+  fileLines,
 } from "./helpers.js";
 import { freePort } from "./tcp-proxy.js";
 
 const IDS = ["web-1", "web-2", "web-3", "web-4", "web-5", "web-6"];
-
-async function lines(file: string): Promise<string[]> {
-  try {
-    return (await fsp.readFile(file, "utf8")).split("\n").filter((l) => l !== "");
-  } catch {
-    return [];
-  }
-}
 
 /** Agents web-1..6, each in its own working directory. */
 async function fleet(url: string, work: string): Promise<{ agents: AgentDaemon[]; dirs: Map<string, string> }> {
@@ -50,94 +44,13 @@ async function fleet(url: string, work: string): Promise<{ agents: AgentDaemon[]
   return { agents, dirs };
 }
 
+const children: Child[] = [];
+afterAll(async () => {
+  for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
+  await cleanupTemp();
+});
+
 describe("e2e: jobs", () => {
-  const children: Child[] = [];
-  afterAll(async () => {
-    for (const c of children) if (c.proc.exitCode === null) c.proc.kill("SIGKILL");
-    await cleanupTemp();
-  });
-
-  it("run --clients over 6 agents, --max-concurrency 2 --max-errors 1, two clients fail: start order, stop point, prefixed output, exit 1; run -l", async () => {
-    const work = await tempDir("rvbox-jobs-");
-    const s = await startServer();
-    const { agents, dirs } = await fleet(s.url, work);
-    try {
-      writeFileSync(path.join(work, "token"), `${OPERATOR_TOKEN}\n`);
-      // web-2 and web-3 fail at once; web-1 runs long enough for both to fail meanwhile.
-      for (const id of ["web-2", "web-3"]) writeFileSync(path.join(dirs.get(id)!, "fail"), "");
-      writeFileSync(path.join(dirs.get("web-1")!, "slow"), "");
-      const script =
-        'echo ran >> ran.txt; echo "hello from $(basename $(pwd))"; if [ -e slow ]; then sleep 2; fi; if [ -e fail ]; then echo oops >&2; exit 3; fi; echo bye';
-      const r = await cli(
-        ["run", "--clients", IDS.join(","), "--max-concurrency", "2", "--max-errors", "1", "--follow", "--id", "job-e2e", "--shell", "--", script],
-        { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } },
-      );
-      expect(r.code, r.stderr).toBe(1);
-      expect(r.stdout).toContain("web-1: hello from web-1\n");
-      expect(r.stdout).toContain("web-1: bye\n");
-      expect(r.stdout).toContain("web-2: hello from web-2\n");
-      expect(r.stderr).toContain("web-2: oops\n");
-      expect(r.stderr).toContain("web-3: oops\n");
-      expect(r.stdout).not.toContain("web-4:");
-      expect(r.stderr).toContain(
-        "rvbox: job job-e2e done: 6 targets: 1 succeeded, 2 failed, 3 cancelled (stopped: error budget exceeded: 2 failed, max-errors 1)",
-      );
-      const job = (await s.client.getJob({ jobId: "job-e2e" })).job!;
-      expect(job.children.map((c) => [c.clientId, c.phase, c.state, c.exitCode ?? null])).toEqual([
-        ["web-1", JobChildPhase.DONE, L.SUCCEEDED, 0],
-        ["web-2", JobChildPhase.DONE, L.FAILED, 3],
-        ["web-3", JobChildPhase.DONE, L.FAILED, 3],
-        ["web-4", JobChildPhase.CANCELLED, L.CANCELLED, null],
-        ["web-5", JobChildPhase.CANCELLED, L.CANCELLED, null],
-        ["web-6", JobChildPhase.CANCELLED, L.CANCELLED, null],
-      ]);
-      expect(job.children[3]!.reason).toBe("not started: error budget exceeded: 2 failed, max-errors 1");
-      // Start order: web-1 and web-2 at once; web-3 only after web-2 ended.
-      const created = job.children.map((c) => (c.createdTime ? timestampMs(c.createdTime) : 0));
-      expect(created[2]!).toBeGreaterThanOrEqual(timestampMs(job.children[1]!.endedTime!));
-      expect(created[2]!).toBeLessThan(timestampMs(job.children[0]!.endedTime!));
-      // Who ran: exactly the three started, once each.
-      for (const [i, id] of IDS.entries()) expect(await lines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 3 ? ["ran"] : []);
-      // The table and the per-client JSON records.
-      const t = await cli(["job", "job-e2e"], { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } });
-      expect(t.code).toBe(0);
-      expect(t.stdout).toMatch(/^CLIENT\s+STATE\s+EXIT\s+DURATION\s+COMMAND\s+NOTE$/m);
-      expect(t.stdout).toMatch(/^web-2\s+failed\s+3\s+/m);
-      expect(t.stdout).toMatch(/^web-6\s+cancelled\s+-\s+-\s+-\s+not started: error budget exceeded/m);
-      const j = await cli(["job", "job-e2e", "--json"], { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } });
-      const recs = j.stdout
-        .trim()
-        .split("\n")
-        .map((l) => JSON.parse(l) as { client: string; state: string; exitCode: number | null });
-      expect(recs.map((x) => [x.client, x.state, x.exitCode])).toEqual([
-        ["web-1", "succeeded", 0],
-        ["web-2", "failed", 3],
-        ["web-3", "failed", 3],
-        ["web-4", "cancelled", null],
-        ["web-5", "cancelled", null],
-        ["web-6", "cancelled", null],
-      ]);
-      // A typo in a client name: did-you-mean, nothing created.
-      const bad = await cli(["run", "--clients", "web-1,wbe-2", "--id", "job-typo", "--", "true"], {
-        env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") },
-      });
-      expect(bad.code).toBe(66);
-      expect(bad.stderr).toContain("no client wbe-2 has registered with this server; did you mean web-2");
-      expect((await s.client.listJobs({})).jobs.map((x) => x.jobId)).toEqual(["job-e2e"]);
-      // -l: the clients whose labels match, in id order.
-      for (const id of ["web-6", "web-5"]) await s.client.setClientLabels({ clientId: id, set: { role: "db" } });
-      const sel = await cli(["run", "-l", "role=db", "--follow", "--id", "job-sel", "--", "echo", "hi"], {
-        env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") },
-      });
-      expect(sel.code, sel.stderr).toBe(0);
-      expect(sel.stdout.split("\n").sort()).toEqual(["", "web-5: hi", "web-6: hi"]);
-      expect((await s.client.getJob({ jobId: "job-sel" })).job!.children.map((c) => c.clientId)).toEqual(["web-5", "web-6"]);
-    } finally {
-      for (const a of agents) await a.close({ killProcesses: true });
-      await s.close();
-    }
-  }, 90_000);
-
   it("run --clients --follow under the server's bound of one follow per identity: every client's output still arrives, as the follows before it end", async () => {
     const work = await tempDir("rvbox-jobs-bound-");
     const s = await startServer({ limits: { maxFollowStreamsPerIdentity: 1 } });
@@ -189,7 +102,7 @@ describe("e2e: jobs", () => {
       await waitFor(
         "two running",
         async () =>
-          (await lines(path.join(dirs.get("web-2")!, "ran.txt"))).length === 1 && (await lines(path.join(dirs.get("web-1")!, "ran.txt"))).length === 1,
+          (await fileLines(path.join(dirs.get("web-2")!, "ran.txt"))).length === 1 && (await fileLines(path.join(dirs.get("web-1")!, "ran.txt"))).length === 1,
         30_000,
       );
       const c = await cli(["cancel", "job-cancel"], { env });
@@ -203,7 +116,7 @@ describe("e2e: jobs", () => {
         ["web-2", JobChildPhase.DONE, L.CANCELLED],
         ...IDS.slice(2).map((id) => [id, JobChildPhase.CANCELLED, L.CANCELLED]),
       ]);
-      for (const [i, id] of IDS.entries()) expect(await lines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 2 ? ["ran"] : []);
+      for (const [i, id] of IDS.entries()) expect(await fileLines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 2 ? ["ran"] : []);
       const again = await cli(["cancel", "job-cancel"], { env });
       expect(again.code).toBe(0);
       expect(again.stdout).toContain("nothing to cancel");
@@ -245,12 +158,97 @@ describe("e2e: jobs", () => {
         ["web-2", L.CANCELLED],
         ["web-3", L.CANCELLED],
       ]);
-      expect(await lines(path.join(dirs.get("web-3")!, "ran.txt"))).toEqual([]);
+      expect(await fileLines(path.join(dirs.get("web-3")!, "ran.txt"))).toEqual([]);
       const d = await cli(["run", "--clients", "web-4", "-f", "--id", "job-detach", "--", "sleep", "30"], { env, interruptAfterMs: 2500 });
       expect(d.code).toBe(130);
       expect(d.stderr).toContain("detached; job job-detach keeps running");
       expect((await s.client.getJob({ jobId: "job-detach" })).job!.endedTime).toBeUndefined();
       await cli(["cancel", "job-detach"], { env });
+    } finally {
+      for (const a of agents) await a.close({ killProcesses: true });
+      await s.close();
+    }
+  }, 90_000);
+});
+
+// A job and its children are stored rows (the job table, each child's command): the
+// job's own run and its survival of a server crash, on each store.
+describeStores("e2e: jobs", (st) => {
+  it("run --clients over 6 agents, --max-concurrency 2 --max-errors 1, two clients fail: start order, stop point, prefixed output, exit 1; run -l", async () => {
+    const work = await tempDir("rvbox-jobs-");
+    const s = await startServer(await st.fresh());
+    const { agents, dirs } = await fleet(s.url, work);
+    try {
+      writeFileSync(path.join(work, "token"), `${OPERATOR_TOKEN}\n`);
+      // web-2 and web-3 fail at once; web-1 runs long enough for both to fail meanwhile.
+      for (const id of ["web-2", "web-3"]) writeFileSync(path.join(dirs.get(id)!, "fail"), "");
+      writeFileSync(path.join(dirs.get("web-1")!, "slow"), "");
+      const script =
+        'echo ran >> ran.txt; echo "hello from $(basename $(pwd))"; if [ -e slow ]; then sleep 2; fi; if [ -e fail ]; then echo oops >&2; exit 3; fi; echo bye';
+      const r = await cli(
+        ["run", "--clients", IDS.join(","), "--max-concurrency", "2", "--max-errors", "1", "--follow", "--id", "job-e2e", "--shell", "--", script],
+        { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } },
+      );
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stdout).toContain("web-1: hello from web-1\n");
+      expect(r.stdout).toContain("web-1: bye\n");
+      expect(r.stdout).toContain("web-2: hello from web-2\n");
+      expect(r.stderr).toContain("web-2: oops\n");
+      expect(r.stderr).toContain("web-3: oops\n");
+      expect(r.stdout).not.toContain("web-4:");
+      expect(r.stderr).toContain(
+        "rvbox: job job-e2e done: 6 targets: 1 succeeded, 2 failed, 3 cancelled (stopped: error budget exceeded: 2 failed, max-errors 1)",
+      );
+      const job = (await s.client.getJob({ jobId: "job-e2e" })).job!;
+      expect(job.children.map((c) => [c.clientId, c.phase, c.state, c.exitCode ?? null])).toEqual([
+        ["web-1", JobChildPhase.DONE, L.SUCCEEDED, 0],
+        ["web-2", JobChildPhase.DONE, L.FAILED, 3],
+        ["web-3", JobChildPhase.DONE, L.FAILED, 3],
+        ["web-4", JobChildPhase.CANCELLED, L.CANCELLED, null],
+        ["web-5", JobChildPhase.CANCELLED, L.CANCELLED, null],
+        ["web-6", JobChildPhase.CANCELLED, L.CANCELLED, null],
+      ]);
+      expect(job.children[3]!.reason).toBe("not started: error budget exceeded: 2 failed, max-errors 1");
+      // Start order: web-1 and web-2 at once; web-3 only after web-2 ended.
+      const created = job.children.map((c) => (c.createdTime ? timestampMs(c.createdTime) : 0));
+      expect(created[2]!).toBeGreaterThanOrEqual(timestampMs(job.children[1]!.endedTime!));
+      expect(created[2]!).toBeLessThan(timestampMs(job.children[0]!.endedTime!));
+      // Who ran: exactly the three started, once each.
+      for (const [i, id] of IDS.entries()) expect(await fileLines(path.join(dirs.get(id)!, "ran.txt"))).toEqual(i < 3 ? ["ran"] : []);
+      // The table and the per-client JSON records.
+      const t = await cli(["job", "job-e2e"], { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } });
+      expect(t.code).toBe(0);
+      expect(t.stdout).toMatch(/^CLIENT\s+STATE\s+EXIT\s+DURATION\s+COMMAND\s+NOTE$/m);
+      expect(t.stdout).toMatch(/^web-2\s+failed\s+3\s+/m);
+      expect(t.stdout).toMatch(/^web-6\s+cancelled\s+-\s+-\s+-\s+not started: error budget exceeded/m);
+      const j = await cli(["job", "job-e2e", "--json"], { env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") } });
+      const recs = j.stdout
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { client: string; state: string; exitCode: number | null });
+      expect(recs.map((x) => [x.client, x.state, x.exitCode])).toEqual([
+        ["web-1", "succeeded", 0],
+        ["web-2", "failed", 3],
+        ["web-3", "failed", 3],
+        ["web-4", "cancelled", null],
+        ["web-5", "cancelled", null],
+        ["web-6", "cancelled", null],
+      ]);
+      // A typo in a client name: did-you-mean, nothing created.
+      const bad = await cli(["run", "--clients", "web-1,wbe-2", "--id", "job-typo", "--", "true"], {
+        env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") },
+      });
+      expect(bad.code).toBe(66);
+      expect(bad.stderr).toContain("no client wbe-2 has registered with this server; did you mean web-2");
+      expect((await s.client.listJobs({})).jobs.map((x) => x.jobId)).toEqual(["job-e2e"]);
+      // -l: the clients whose labels match, in id order.
+      for (const id of ["web-6", "web-5"]) await s.client.setClientLabels({ clientId: id, set: { role: "db" } });
+      const sel = await cli(["run", "-l", "role=db", "--follow", "--id", "job-sel", "--", "echo", "hi"], {
+        env: { RVBOX_SERVER: s.controlUrl, RVBOX_TOKEN_FILE: path.join(work, "token") },
+      });
+      expect(sel.code, sel.stderr).toBe(0);
+      expect(sel.stdout.split("\n").sort()).toEqual(["", "web-5: hi", "web-6: hi"]);
+      expect((await s.client.getJob({ jobId: "job-sel" })).job!.children.map((c) => c.clientId)).toEqual(["web-5", "web-6"]);
     } finally {
       for (const a of agents) await a.close({ killProcesses: true });
       await s.close();
@@ -262,7 +260,7 @@ describe("e2e: jobs", () => {
     const files = writeTokenFiles(work, `* ${FLEET_TOKEN}\n`);
     const data = path.join(work, "server-data");
     const [agentPort, controlPort] = [await freePort(), await freePort()];
-    const serverArgs = serverArgv({ agentPort, controlPort, data, files });
+    const serverArgs = serverArgv({ agentPort, controlPort, data, files }, ...st.flags(await st.fresh()));
     let server = spawnRvbox(serverArgs);
     children.push(server);
     const client = controlClient(`http://127.0.0.1:${controlPort}`);
@@ -300,7 +298,7 @@ describe("e2e: jobs", () => {
       // Each client launched exactly once; at no instant were more than 2 running.
       const spans: Array<[number, number]> = [];
       for (const id of IDS) {
-        const ls = await lines(path.join(dirs.get(id)!, "runs.txt"));
+        const ls = await fileLines(path.join(dirs.get(id)!, "runs.txt"));
         expect(
           ls.filter((l) => l.startsWith("start")),
           id,

@@ -2,19 +2,13 @@
 // their output, copied into PostgreSQL and checked; a server started on the
 // copy (--store) serves every command and every byte as the original did.
 import { createHash } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { migrateMain } from "../../../shells/cli/server-cli.js";
-import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
+import { sharedPgCluster } from "../../support/pg-shared.js";
 import { cleanupTemp, collect, startAgent, startServer, waitFor } from "./helpers.js";
 
-let cluster: PgCluster;
-beforeAll(async () => {
-  cluster = await startPgCluster();
-});
-afterAll(async () => {
-  await cluster?.stop();
-  await cleanupTemp();
-});
+const pgc = sharedPgCluster();
+afterAll(cleanupTemp);
 
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
@@ -42,7 +36,7 @@ describe("rvbox server migrate", () => {
       await a.close();
       await s.close();
     }
-    const url = await cluster.createDatabase("migrated");
+    const url = await pgc.database("migrated");
     const said: string[] = [];
     expect(await migrateMain(["--from", s.dataDir, "--to", url], (l) => said.push(l))).toBe(0);
     expect(said.join("\n")).toMatch(/checked: every row, every event and every output byte/);

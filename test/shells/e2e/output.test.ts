@@ -2,26 +2,28 @@ import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
 import { promises as fsp } from "node:fs";
 import * as path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, expect, it } from "vitest";
 import { Code as ConnectCode, ConnectError } from "@connectrpc/connect";
 import { CommandLifecycle as L, ShellType, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import type { AgentDaemon } from "../../../shells/agent/agent-daemon.js";
-import { cleanupTemp, collect, startAgent, startServer, tempDir, waitFor, type TestServer } from "./helpers.js";
+import { cleanupTemp, collect, describeStores, startAgent, startServer, tempDir, waitFor, type TestServer } from "./helpers.js";
 
-describe("e2e: output, stdin, signals, scripts (in-process server and agent, real processes)", () => {
+afterAll(cleanupTemp);
+
+// Output rows, stdin writes, script uploads and signal revisions are all stored server state: on each store.
+describeStores("e2e: output, stdin, signals, scripts (in-process server and agent, real processes)", (st) => {
   let s: TestServer;
   let a: AgentDaemon;
   let work: string;
   beforeAll(async () => {
     work = await tempDir("rvbox-work-");
-    s = await startServer();
+    s = await startServer(await st.fresh());
     a = await startAgent(s.url, "host-a", { maxRunning: 8, killGraceMs: 1000 });
     await waitFor("agent connected", () => a.connected);
   });
   afterAll(async () => {
     await a?.close({ killProcesses: true });
     await s?.close();
-    await cleanupTemp();
   });
 
   it("R-O1 R-O2 R-O3 R-O4 R-O6 R-W3 R-T3: 64 MiB of random output arrives byte-exact (SHA-256)", async () => {

@@ -5,19 +5,20 @@
 // operator had written stdin to ran after younger ones once the server
 // restarted.
 import * as path from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import { cleanupTemp, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
+import { cleanupTemp, describeStores, startAgent, startServer, tempDir, waitFor } from "./helpers.js";
 import { TcpProxy } from "./tcp-proxy.js";
 
-describe("e2e: dispatch order across a server restart", () => {
-  afterAll(cleanupTemp);
+afterAll(cleanupTemp);
 
+describeStores("e2e: dispatch order across a server restart", (st) => {
   it("R-D1: commands queued before a restart are dispatched oldest first after it, also one whose record was rewritten while it waited", async () => {
     const work = await tempDir("rvbox-order-");
-    const data = path.join(work, "data");
-    const s1 = await startServer({ dataDir: data });
+    // The same store after the restart: the data directory, or the same database.
+    const where = { ...(await st.fresh()), dataDir: path.join(work, "data") };
+    const s1 = await startServer(where);
     const proxy = new TcpProxy(s1.daemon.agentAddress.port);
     await proxy.start();
     // One at a time, so the start times give the dispatch order.
@@ -34,7 +35,7 @@ describe("e2e: dispatch order across a server restart", () => {
       await s1.client.writeStdin({ issueUuid: ids[0], data: new TextEncoder().encode("queued input\n") });
       await s1.client.closeStdin({ issueUuid: ids[0] });
       await s1.close();
-      s2 = await startServer({ dataDir: data });
+      s2 = await startServer(where);
       proxy.setTarget(s2.daemon.agentAddress.port);
       proxy.cutAll();
       const c2 = s2.client;

@@ -1,11 +1,12 @@
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { cleanupTemp, collect, startAgent, startServer, waitFor } from "./helpers.js";
+import { cleanupTemp, collect, describeStores, startAgent, startServer, waitFor } from "./helpers.js";
 
-describe("e2e smoke", () => {
-  afterAll(cleanupTemp);
+afterAll(cleanupTemp);
+
+describeStores("e2e smoke", (st) => {
   it("R-T1 R-O3: echo runs end to end over real loopback WebSockets", async () => {
-    const s = await startServer();
+    const s = await startServer(await st.fresh());
     const a = await startAgent(s.url, "host-a");
     try {
       await waitFor("agent connected", () => a.connected);

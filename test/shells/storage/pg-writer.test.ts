@@ -59,11 +59,22 @@ class FakeConn implements WriterConn {
     this.ended = true;
   }
 
-  async query(text: string, values: unknown[] = []): Promise<{ rows: Array<Record<string, unknown>> }> {
+  /** A statement of the open transaction failed: as in PostgreSQL, the rest fail and COMMIT rolls back. */
+  private aborted = false;
+
+  async query(text: string, values: unknown[] = []): Promise<{ rows: Array<Record<string, unknown>>; command?: string }> {
     if (this.ended) throw new Error("Client has encountered a connection error and is not queryable");
+    if (this.aborted && text !== "ROLLBACK" && text !== "COMMIT")
+      throw new Error("current transaction is aborted, commands ignored until end of transaction block");
     if (text === "BEGIN") this.tx = [];
-    else if (text === "ROLLBACK") this.tx = null;
-    else if (text === "COMMIT") {
+    else if (text === "ROLLBACK") {
+      this.tx = null;
+      this.aborted = false;
+    } else if (text === "COMMIT" && this.aborted) {
+      this.tx = null;
+      this.aborted = false;
+      return { rows: [], command: "ROLLBACK" };
+    } else if (text === "COMMIT") {
       const lostAnswer = this.db.take("commit-lost");
       const dropAfter = this.db.take("commit-then-drop");
       for (const f of this.tx ?? []) f();
@@ -77,11 +88,17 @@ class FakeConn implements WriterConn {
     } else if (text.startsWith("SELECT through")) return { rows: [{ through: String(this.db.through.get(values[0] as string) ?? 0) }] };
     else if (text.startsWith("INSERT INTO rvbox_writer")) {
       const err = this.db.take("mark");
-      if (err) throw err;
+      if (err) {
+        this.aborted = true;
+        throw err;
+      }
       this.tx!.push(() => this.db.through.set(values[0] as string, values[1] as number));
     } else {
       const err = this.db.take("statement");
-      if (err) throw err;
+      if (err) {
+        this.aborted = true;
+        throw err;
+      }
       this.tx!.push(() => this.db.applied.push(text));
     }
     return { rows: [] };

@@ -132,6 +132,42 @@ export function describeStoreContract<L>(name: string, f: StoreFactory<L>): void
       await s.close();
     });
 
+    it("one group mixing writes and deletes: a row written after a prefix delete survives it, one written before does not; deleted keys go; thousands of rows of one table land in order", async () => {
+      const at = await f.location();
+      const s = await f.open(at);
+      const many = Array.from(
+        { length: 9000 },
+        (_, i): PersistRecord => ({ table: "command", key: `m-${String(i).padStart(5, "0")}`, value: { uuid: `m-${i}`, n: i } }),
+      );
+      s.persist({
+        type: "persist",
+        id: 1,
+        records: [
+          { table: "command", key: "x-kept", value: { uuid: "x-kept", n: 1 } },
+          { table: "command", key: "x-gone", value: { uuid: "x-gone", n: 1 } },
+          lifecycle("p", 1),
+          outputRecord("p", 2, 50),
+          { table: "event", key: "p/", value: null, prefix: true },
+          lifecycle("p", 3),
+          outputRecord("p", 4, 50),
+          { table: "command", key: "x-gone", value: null },
+          ...many,
+          lifecycle("q", 1),
+        ],
+      });
+      await s.whenIdle();
+      const p = await s.readEvents("p", 1, 100, 100);
+      expect(seqs(p)).toEqual([3, 4]);
+      expect((await framesOf(s, p)).get(4)).toEqual(new Uint8Array(50).fill(4));
+      expect(seqs(await s.readEvents("q", 1, 100, 100))).toEqual([1]);
+      await s.close();
+      const s2 = await f.open(at);
+      const commands = [...s2.tables.get("command")!.keys()];
+      expect(commands).toEqual(["x-kept", ...many.map((r) => r.key)]);
+      expect(s2.tables.get("command")!.get("m-08999")).toEqual({ uuid: "m-8999", n: 8999 });
+      await s2.close();
+    });
+
     it("rows come back in the order they were first written, however often rewritten since (the order restoreServer keeps)", async () => {
       const at = await f.location();
       const s = await f.open(at);
