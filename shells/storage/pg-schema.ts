@@ -108,7 +108,10 @@ export function schemaStatements(): string[] {
     out.push(`CREATE TABLE IF NOT EXISTS ${t.name} (key text COLLATE "C" PRIMARY KEY, ord bigint GENERATED ALWAYS AS IDENTITY, row bytea NOT NULL${typed})`);
     out.push(`CREATE INDEX IF NOT EXISTS ${t.name}_ord ON ${t.name} (ord)`);
   }
-  out.push("CREATE INDEX IF NOT EXISTS commands_client ON commands (client_id, created_at)");
+  // A client's ListCommands pages, in their order (newest first, then uuid): a page reads its own rows only.
+  // (Before 2026-12-08 it was commands_client (client_id, created_at): a page then read and sorted every row of the client.)
+  out.push("DROP INDEX IF EXISTS commands_client");
+  out.push('CREATE INDEX IF NOT EXISTS commands_client_page ON commands (client_id, created_at DESC, key COLLATE "C")');
   out.push("CREATE INDEX IF NOT EXISTS commands_state ON commands (state)");
   // ListCommands pages (newest first) and the history's retention sweep.
   out.push('CREATE INDEX IF NOT EXISTS commands_created ON commands (created_at DESC, key COLLATE "C")');

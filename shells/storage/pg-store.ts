@@ -44,7 +44,7 @@ export interface PgOpenOptions {
   ledgerRows?: number;
 }
 
-type Query = { text: string; values: unknown[] };
+export type Query = { text: string; values: unknown[] };
 
 const tableOf = (name: string): PgTable => {
   const t = (PG_TABLES as Record<string, PgTable>)[name];
@@ -191,18 +191,7 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
   }
 
   async listCommands(q: CommandQuery): Promise<CommandRow[]> {
-    const where: string[] = [];
-    const values: unknown[] = [];
-    const arg = (v: unknown): string => `$${values.push(v)}`;
-    if (q.clientIds !== null) where.push(`client_id = ANY(${arg(q.clientIds)}::text[])`);
-    if (q.states.length > 0) where.push(`state = ANY(${arg(q.states)}::smallint[])`);
-    if (q.createdFrom > 0) where.push(`created_at >= ${arg(q.createdFrom)}`);
-    if (q.createdBefore > 0) where.push(`created_at < ${arg(q.createdBefore)}`);
-    if (q.after) {
-      const t = arg(q.after.createdAt);
-      where.push(`(created_at < ${t} OR (created_at = ${t} AND key > ${arg(q.after.uuid)}))`);
-    }
-    const text = `SELECT row FROM commands ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, key LIMIT ${arg(q.limit)}`;
+    const { text, values } = listQuery(q);
     const r = await this.pool.query<{ row: Buffer }>(text, values);
     return r.rows.map((x) => decodeValue(x.row) as CommandRow);
   }
@@ -240,6 +229,30 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     await this.conn.end().catch(() => {});
     await this.pool.end().catch(() => {});
   }
+}
+
+/**
+ * One page of ListCommands as SQL: newest first, the rows after `q.after`.
+ * The index gives the order, so a page costs its own rows, not the client's
+ * or the table's whole history: one client is `client_id = $n` (an ordered
+ * scan of commands_client_page; `= ANY` of one element is not, before
+ * PostgreSQL 17), and the position adds `created_at <= t`, a bound the index
+ * seeks to (the OR that follows is not one).
+ */
+export function listQuery(q: CommandQuery): Query {
+  const where: string[] = [];
+  const values: unknown[] = [];
+  const arg = (v: unknown): string => `$${values.push(v)}`;
+  if (q.clientIds !== null) where.push(q.clientIds.length === 1 ? `client_id = ${arg(q.clientIds[0])}` : `client_id = ANY(${arg(q.clientIds)}::text[])`);
+  if (q.states.length > 0) where.push(`state = ANY(${arg(q.states)}::smallint[])`);
+  if (q.createdFrom > 0) where.push(`created_at >= ${arg(q.createdFrom)}`);
+  if (q.createdBefore > 0) where.push(`created_at < ${arg(q.createdBefore)}`);
+  if (q.after) {
+    const t = arg(q.after.createdAt);
+    where.push(`created_at <= ${t} AND (created_at < ${t} OR (created_at = ${t} AND key > ${arg(q.after.uuid)}))`);
+  }
+  const text = `SELECT row FROM commands ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, key LIMIT ${arg(q.limit)}`;
+  return { text, values };
 }
 
 /** The load of one table: every row, or (history not loaded whole) live commands and the newest ended ones. */
