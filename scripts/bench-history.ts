@@ -30,13 +30,18 @@
 // memory is not in the figures:
 //   start      spawn -> the server's "listening" log line (store opened, rows
 //              restored, ports bound)
-//   RSS        VmRSS of that process once listening, and after a full GC
+//   RSS        VmRSS of that process 1 s after "listening", after a full GC
 //              (NODE_OPTIONS --expose-gc and scripts/lib/gc-on-signal.mjs:
-//              SIGUSR2), with V8's live heap then; peak = VmHWM
+//              SIGUSR2), after the calls, and settled: after --settle=S s
+//              idle and another GC (V8 shrinks an idle heap on its own); V8's
+//              heap used/committed then; peak = VmHWM
 //   GetCommand p50/p90 of --calls=N calls on uuids spread over the history
 //              (none held in memory: a restart holds no ended command)
-//   list       p50/p90 of one page (100) of ListCommands for a random
-//              client (`ls --client X`), and one page without a filter
+//   list       p50/p90 of one page of ListCommands for a random client
+//              (`ls --client X`): of 100, and of SMALL/clients (5: at the small
+//              size a client has only that many, so its page of 100 holds 5
+//              rows; this one is the same work at both sizes), and one page
+//              (100) without a filter
 // through the control API client (client/control-client.ts), after 20
 // warm-up calls of each, the kinds interleaved call by call.
 // The large database is measured again with prunedMax lowered to the small
@@ -47,7 +52,7 @@
 // Env: RVBOX_BENCH_NODE_ARGS (more Node flags for the servers), RVBOX_BENCH_VERBOSE=1 (their heap after GC).
 // Flags: --quick (1,000 vs 30,000, one server run each, 50 calls: about a minute on a busy 2-core machine)
 //        --sizes=SMALL,LARGE  --clients=N (200)  --calls=N (200)  --seed=N (320)
-//        --repeat=N (3: server runs per configuration)  --no-explain  --keep (leave the cluster running, print its URL, wait for Ctrl-C)
+//        --repeat=N (3: server runs per configuration)  --settle=S (20; quick 0: idle seconds before the settled RSS)  --no-explain  --keep (leave the cluster running, print its URL, wait for Ctrl-C)
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -73,6 +78,9 @@ const EXPLAIN = !args.includes("--no-explain");
 const REPEAT = Number(flag("repeat", QUICK ? "1" : "3"));
 const WARMUP = 20;
 const PAGE = 100;
+/** A page as long as a client's history at the small size: the same rows at both sizes. */
+const SMALL_PAGE = Math.max(1, Math.floor(SMALL / CLIENTS));
+const SETTLE = Number(flag("settle", QUICK ? "0" : "20"));
 const DAY = 86_400_000;
 
 const pct = (xs: number[], p: number): number => {
@@ -87,24 +95,60 @@ function procStatus(pid: number): { rss: number; hwm: number } {
   return { rss: kib("VmRSS"), hwm: kib("VmHWM") };
 }
 
+/** Latency samples (ms) of one kind of call. */
+const KINDS = ["get", "listClient", "listClientSmall", "listAll"] as const;
+type Kind = (typeof KINDS)[number];
+
 interface Run {
   label: string;
   startMs: number;
+  /** KiB: VmRSS 1 s after "listening"; after a GC; after the calls; after SETTLE s idle and a GC; VmHWM. */
   rssStart: number;
   rssGc: number;
-  heapGc: number;
-  externalGc: number;
   rssEnd: number;
+  rssSettled: number;
   hwm: number;
-  get: number[];
-  listClient: number[];
-  listAll: number[];
+  /** MiB of V8's heap after the GCs: used, and committed (heapTotal). */
+  heapGc: number;
+  heapTotalGc: number;
+  heapSettled: number;
+  heapTotalSettled: number;
+  ms: Record<Kind, number[]>;
 }
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "rvbox-bench-history-"));
 const token = `operator-${randomBytes(8).toString("hex")}`;
 writeFileSync(path.join(dir, "agent-tokens"), `* fleet-${randomBytes(8).toString("hex")}\n`, { mode: 0o600 });
 writeFileSync(path.join(dir, "operator-token"), `${token}\n`, { mode: 0o600 });
+
+/** The process's resident memory by kind of mapping (/proc/PID/smaps): the brk heap (glibc's main arena), anonymous mappings by size, files. */
+function smapsSummary(pid: number): string {
+  const sums = new Map<string, number>();
+  let kind = "";
+  for (const line of readFileSync(`/proc/${pid}/smaps`, "utf8").split("\n")) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const kib = (Number.parseInt(head[2]!, 16) - Number.parseInt(head[1]!, 16)) / 1024;
+      const name = head[4]!;
+      kind =
+        name === "[heap]"
+          ? "brk heap"
+          : name.startsWith("/")
+            ? "files"
+            : name.startsWith("[")
+              ? name
+              : `anon ${kib >= 1024 ? ">= 1 MiB" : `${kib} KiB ${head[3]}`}`;
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss) sums.set(kind, (sums.get(kind) ?? 0) + Number(rss[1]));
+  }
+  return [...sums]
+    .filter(([, v]) => v >= 512)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${k} ${(v / 1024).toFixed(1)}`)
+    .join(", ");
+}
 
 interface Child {
   proc: ChildProcess;
@@ -182,50 +226,73 @@ async function timed(xs: number[], f: () => Promise<void>): Promise<void> {
   xs.push(performance.now() - t);
 }
 
-async function measure(label: string, url: string, loaded: Loaded, limits: Record<string, number> = {}, calls = CALLS): Promise<Run> {
+/** A full GC in the server (SIGUSR2, gc-on-signal.mjs); its heap figures (MiB) and the process's VmRSS (KiB) after it. */
+async function gcNow(child: Child, label: string): Promise<{ rss: number; heap: number; heapTotal: number }> {
+  const done = child.next(/^gc-on-signal: done/, 60_000);
+  child.proc.kill("SIGUSR2");
+  const line = await done;
+  if (process.env.RVBOX_BENCH_VERBOSE) console.log(`  ${label}: ${line}`);
+  await new Promise((r) => setTimeout(r, 200));
+  const num = (k: string) => Number(new RegExp(`${k}=([\\d.]+)`).exec(line)?.[1]);
+  return { rss: procStatus(child.proc.pid!).rss, heap: num("heapUsed"), heapTotal: num("heapTotal") };
+}
+
+async function measure(label: string, url: string, loaded: Loaded, limits: Record<string, number> = {}, calls = CALLS, settle = SETTLE): Promise<Run> {
   const child = await startChild(url, limits);
   const { proc } = child;
   const pid = proc.pid!;
   try {
     await new Promise((r) => setTimeout(r, 1000));
     const rssStart = procStatus(pid).rss;
-    const gcDone = child.next(/^gc-on-signal: done/, 60_000);
-    proc.kill("SIGUSR2");
-    const gcLine = await gcDone;
-    if (process.env.RVBOX_BENCH_VERBOSE) console.log(`  ${label}: ${gcLine}`);
-    await new Promise((r) => setTimeout(r, 200));
-    const rssGc = procStatus(pid).rss;
-    const heapGc = Number(/heapUsed=([\d.]+)/.exec(gcLine)?.[1]);
-    const externalGc = Number(/external=([\d.]+)/.exec(gcLine)?.[1]);
+    const gc = await gcNow(child, label);
     const client: ControlClient = createControlClient({ baseUrl: child.control, token });
     const pick = <T>(xs: T[]): T => xs[Math.floor(Math.random() * xs.length)]!;
-    const run: Run = { label, startMs: child.startMs, rssStart, rssGc, heapGc, externalGc, rssEnd: 0, hwm: 0, get: [], listClient: [], listAll: [] };
+    const ms: Record<Kind, number[]> = { get: [], listClient: [], listClientSmall: [], listAll: [] };
+    const perClient = Math.floor(loaded.rows.commands! / loaded.clientIds.length);
     const one = async (record: boolean) => {
+      const into = (k: Kind) => (record ? ms[k] : []);
       const uuid = pick(loaded.sample);
-      await timed(record ? run.get : [], async () => {
+      await timed(into("get"), async () => {
         const r = await client.getCommand({ issueUuid: uuid });
         if (r.command?.issueUuid !== uuid || !isTerminal(r.command.state)) throw new Error(`GetCommand ${uuid}: ${JSON.stringify(r.command?.state)}`);
       });
-      const clientId = pick(loaded.clientIds);
-      await timed(record ? run.listClient : [], async () => {
-        const r = await client.listCommands({ clientId, pageSize: PAGE });
-        if (
-          r.commands.length !== Math.min(PAGE, Math.floor(loaded.rows.commands! / loaded.clientIds.length)) ||
-          r.commands.some((c) => c.clientId !== clientId)
-        )
-          throw new Error(`ListCommands --client ${clientId}: ${r.commands.length} commands`);
-      });
-      await timed(record ? run.listAll : [], async () => {
+      for (const [k, size] of [
+        ["listClient", PAGE],
+        ["listClientSmall", SMALL_PAGE],
+      ] as const) {
+        const clientId = pick(loaded.clientIds);
+        await timed(into(k), async () => {
+          const r = await client.listCommands({ clientId, pageSize: size });
+          if (r.commands.length !== Math.min(size, perClient) || r.commands.some((c) => c.clientId !== clientId))
+            throw new Error(`ListCommands --client ${clientId}: ${r.commands.length} commands`);
+        });
+      }
+      await timed(into("listAll"), async () => {
         const r = await client.listCommands({ pageSize: PAGE });
         if (r.commands.length !== PAGE) throw new Error(`ListCommands: ${r.commands.length} commands`);
       });
     };
     for (let i = 0; i < WARMUP; i++) await one(false);
     for (let i = 0; i < calls; i++) await one(true);
-    const end = procStatus(pid);
-    run.rssEnd = end.rss;
-    run.hwm = end.hwm;
-    return run;
+    const rssEnd = procStatus(pid).rss;
+    // A server runs for days: its memory once the start's garbage is gone (V8 shrinks an idle heap on its own).
+    if (settle > 0) await new Promise((r) => setTimeout(r, settle * 1000));
+    const settled = settle > 0 ? await gcNow(child, `${label}, settled`) : gc;
+    if (process.env.RVBOX_BENCH_VERBOSE) console.log(`  ${label}: resident by mapping kind (MiB): ${smapsSummary(pid)}`);
+    return {
+      label,
+      startMs: child.startMs,
+      rssStart,
+      rssGc: gc.rss,
+      rssEnd,
+      rssSettled: settled.rss,
+      hwm: procStatus(pid).hwm,
+      heapGc: gc.heap,
+      heapTotalGc: gc.heapTotal,
+      heapSettled: settled.heap,
+      heapTotalSettled: settled.heapTotal,
+      ms,
+    };
   } finally {
     const gone = new Promise((r) => proc.once("exit", r));
     proc.kill("SIGTERM");
@@ -256,7 +323,7 @@ async function explain(cluster: PgCluster, url: string, loaded: Loaded): Promise
   const before = readFileSync(log, "utf8").length;
   await set(true);
   try {
-    await measure("explain", url, loaded, {}, 3);
+    await measure("explain", url, loaded, {}, 3, 0);
   } catch (err) {
     throw new Error(`${(err as Error).message}\ncluster log:\n${readFileSync(log, "utf8").slice(before).split("\n").slice(-40).join("\n")}`);
   } finally {
@@ -284,19 +351,20 @@ async function explain(cluster: PgCluster, url: string, loaded: Loaded): Promise
 const median = (xs: number[]): number => pct(xs, 0.5);
 
 function combine(label: string, rs: Run[]): Run {
-  const m = (k: "startMs" | "rssStart" | "rssGc" | "heapGc" | "externalGc" | "rssEnd" | "hwm") => median(rs.map((r) => r[k]));
+  const m = (k: Exclude<keyof Run, "label" | "ms">) => median(rs.map((r) => r[k]));
   return {
     label,
     startMs: m("startMs"),
     rssStart: m("rssStart"),
     rssGc: m("rssGc"),
-    heapGc: m("heapGc"),
-    externalGc: m("externalGc"),
     rssEnd: m("rssEnd"),
+    rssSettled: m("rssSettled"),
     hwm: m("hwm"),
-    get: rs.flatMap((r) => r.get),
-    listClient: rs.flatMap((r) => r.listClient),
-    listAll: rs.flatMap((r) => r.listAll),
+    heapGc: m("heapGc"),
+    heapTotalGc: m("heapTotalGc"),
+    heapSettled: m("heapSettled"),
+    heapTotalSettled: m("heapTotalSettled"),
+    ms: Object.fromEntries(KINDS.map((k) => [k, rs.flatMap((r) => r.ms[k])])) as Record<Kind, number[]>,
   };
 }
 
@@ -344,31 +412,37 @@ async function main(): Promise<void> {
     ];
     for (let r = 0; r < REPEAT; r++) for (const c of configs) c.runs.push(await measure(c.label, c.url, c.loaded, c.limits));
     const runs = configs.map((c) => combine(c.label, c.runs));
-    const [s, l] = runs as [Run, Run];
-    console.log(`\n${REPEAT} server runs per row (medians; latencies over all ${REPEAT} x ${CALLS} calls)`);
+    const [s, l, led] = runs as [Run, Run, Run];
+    const lat = (r: Run, k: Kind) => `${f1(pct(r.ms[k], 0.5))} / ${f1(pct(r.ms[k], 0.9))}`;
+    console.log(`\n${REPEAT} server run(s) per row: medians of the memory and start figures, latency percentiles over all ${REPEAT} x ${CALLS} calls`);
     console.log(
-      "history                        start ms  RSS MiB  after GC (heap)   peak  after calls | GetCommand p50/p90 ms | list --client p50/p90 | list p50/p90",
+      `${"history".padEnd(24)} ${"start s".padStart(7)} | RSS MiB: start  GC  (heap used/committed)  calls  settled ${SETTLE} s (heap) peak | p50 / p90 ms: GetCommand | ls --client, page ${PAGE} | page ${SMALL_PAGE} | ls, page ${PAGE}`,
     );
     for (const r of runs)
       console.log(
-        `${r.label.padEnd(30)} ${r.startMs.toFixed(0).padStart(8)} ${mib(r.rssStart).toFixed(1).padStart(8)} ${mib(r.rssGc).toFixed(1).padStart(9)} (${f1(r.heapGc).padStart(5)}) ${mib(r.hwm).toFixed(0).padStart(6)} ${mib(r.rssEnd).toFixed(1).padStart(12)} | ${f1(pct(r.get, 0.5)).padStart(8)} / ${f1(pct(r.get, 0.9)).padEnd(10)} | ${f1(pct(r.listClient, 0.5)).padStart(8)} / ${f1(pct(r.listClient, 0.9)).padEnd(10)} | ${f1(pct(r.listAll, 0.5)).padStart(6)} / ${f1(pct(r.listAll, 0.9))}`,
+        `${r.label.padEnd(24)} ${(r.startMs / 1000).toFixed(2).padStart(7)} | ${mib(r.rssStart).toFixed(0).padStart(5)} ${mib(r.rssGc).toFixed(0).padStart(4)} (${f1(r.heapGc)}/${f1(r.heapTotalGc)}) ${mib(r.rssEnd).toFixed(0).padStart(5)} ${mib(r.rssSettled).toFixed(0).padStart(5)} (${f1(r.heapSettled)}/${f1(r.heapTotalSettled)}) ${mib(r.hwm).toFixed(0).padStart(5)} | ${lat(r, "get")} | ${lat(r, "listClient")} | ${lat(r, "listClientSmall")} | ${lat(r, "listAll")}`,
       );
     for (const c of configs)
       console.log(
-        `  ${c.label}: RSS after GC per run ${c.runs.map((x) => mib(x.rssGc).toFixed(1)).join(", ")} MiB; start ${c.runs.map((x) => x.startMs.toFixed(0)).join(", ")} ms`,
+        `  ${c.label}: per run RSS after GC ${c.runs.map((x) => mib(x.rssGc).toFixed(0)).join(", ")} MiB, settled ${c.runs.map((x) => mib(x.rssSettled).toFixed(0)).join(", ")} MiB; start ${c.runs.map((x) => (x.startMs / 1000).toFixed(2)).join(", ")} s`,
       );
-    const target = (what: string, a: number, b: number, max: number) =>
-      console.log(`  ${what.padEnd(36)} ${ratio(a, b).padStart(7)}  target <= ${max}x: ${a / b <= max ? "met" : "MISSED"}`);
+    const target = (what: string, a: number, b: number, max?: number) =>
+      console.log(`  ${what.padEnd(44)} ${ratio(a, b).padStart(7)}${max === undefined ? "" : `  target <= ${max}x: ${a / b <= max ? "met" : "MISSED"}`}`);
     console.log(`\nratios ${l.label} / ${s.label}:`);
-    target("RSS after start", l.rssStart, s.rssStart, 1.2);
-    target("RSS after GC", l.rssGc, s.rssGc, 1.2);
-    target("GetCommand p50", pct(l.get, 0.5), pct(s.get, 0.5), 2);
-    target("ListCommands --client p50 (page 100)", pct(l.listClient, 0.5), pct(s.listClient, 0.5), 2);
-    target("ListCommands p50 (page 100)", pct(l.listAll, 0.5), pct(s.listAll, 0.5), 2);
-    console.log(`  ${"start-up".padEnd(36)} ${ratio(l.startMs, s.startMs).padStart(7)}`);
-    const led = runs[2]!;
+    target("RSS 1 s after start", l.rssStart, s.rssStart, 1.2);
+    target("RSS after a GC", l.rssGc, s.rssGc, 1.2);
+    target(`RSS settled (${SETTLE} s idle, GC)`, l.rssSettled, s.rssSettled, 1.2);
+    target("GetCommand p50", pct(l.ms.get, 0.5), pct(s.ms.get, 0.5), 2);
+    target(`ListCommands --client p50, page ${PAGE}`, pct(l.ms.listClient, 0.5), pct(s.ms.listClient, 0.5), 2);
+    target(`ListCommands --client p50, page ${SMALL_PAGE}`, pct(l.ms.listClientSmall, 0.5), pct(s.ms.listClientSmall, 0.5), 2);
+    target(`ListCommands p50, page ${PAGE}`, pct(l.ms.listAll, 0.5), pct(s.ms.listAll, 0.5), 2);
+    target("start-up", l.startMs, s.startMs);
     console.log(
-      `ledger: with prunedMax ${SMALL} the ${l.label} server's RSS after GC is ${mib(led.rssGc).toFixed(1)} MiB (${ratio(led.rssGc, s.rssGc)} of ${s.label}), heap ${f1(led.heapGc)} MiB: the ledger's ${Math.min(LARGE, 100_000).toLocaleString("en")} entries hold ${(mib(l.rssGc) - mib(led.rssGc)).toFixed(1)} MiB of RSS, ${f1(l.heapGc - led.heapGc)} MiB of heap`,
+      `  (at ${s.label} a client has ${Math.floor(SMALL / CLIENTS)} commands: its page of ${PAGE} holds ${Math.min(PAGE, Math.floor(SMALL / CLIENTS))} rows, at ${l.label} ${Math.min(PAGE, Math.floor(LARGE / CLIENTS))}; the page of ${SMALL_PAGE} is the same work at both sizes)`,
+    );
+    const ledgerEntries = Math.min(LARGE, 100_000) - SMALL;
+    console.log(
+      `ledger: with prunedMax ${SMALL} the ${l.label} server's RSS after GC is ${mib(led.rssGc).toFixed(0)} MiB, settled ${mib(led.rssSettled).toFixed(0)} MiB (${ratio(led.rssSettled, s.rssSettled)} of ${s.label}); the ledger's ${ledgerEntries.toLocaleString("en")} more entries hold ${(mib(l.rssGc) - mib(led.rssGc)).toFixed(0)} MiB of RSS after GC, ${(mib(l.rssSettled) - mib(led.rssSettled)).toFixed(0)} settled, ${f1(l.heapSettled - led.heapSettled)} MiB of live heap (${(((l.heapSettled - led.heapSettled) * 1048576) / ledgerEntries).toFixed(0)} bytes an entry)`,
     );
     if (EXPLAIN) {
       console.log(`\nplans at ${LARGE.toLocaleString("en")} (auto_explain, the store's own statements):`);
