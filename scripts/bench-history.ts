@@ -333,11 +333,12 @@ async function explain(cluster: PgCluster, url: string, loaded: Loaded): Promise
   const text = readFileSync(log, "utf8").slice(before);
   const plans = text.split(/\n(?=\S+ \S+ \S+ \[\d+\] LOG: {2}duration: )/).filter((p) => / plan:/.test(p));
   const want = [
-    /FROM commands WHERE NOT/,
-    /SELECT key, row FROM (events|stdin_writes|retention_markers|scripts) x JOIN/,
+    /FROM commands WHERE NOT \(state = ANY/,
+    /DECLARE ledger/,
+    /FROM events x JOIN commands/,
     /o\.digest FROM output/,
     /FROM commands WHERE key = \$1/,
-    /FROM commands WHERE client_id = ANY/,
+    /FROM commands WHERE client_id = \$1\s+ORDER BY/,
     /SELECT row FROM commands\s+ORDER BY/,
   ];
   const out: string[] = [];

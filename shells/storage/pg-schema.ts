@@ -113,6 +113,9 @@ export function schemaStatements(): string[] {
   out.push("DROP INDEX IF EXISTS commands_client");
   out.push('CREATE INDEX IF NOT EXISTS commands_client_page ON commands (client_id, created_at DESC, key COLLATE "C")');
   out.push("CREATE INDEX IF NOT EXISTS commands_state ON commands (state)");
+  // The live commands a server loads at start (pg-store.ts loadQuery), in first-write order: a start reads
+  // them, not the whole history (the predicate is the load's, so the planner can use it).
+  out.push(`CREATE INDEX IF NOT EXISTS commands_live ON commands (ord) WHERE NOT (state = ANY ('{${TERMINAL_STATES.join(",")}}'::smallint[]))`);
   // ListCommands pages (newest first) and the history's retention sweep.
   out.push('CREATE INDEX IF NOT EXISTS commands_created ON commands (created_at DESC, key COLLATE "C")');
   out.push(`CREATE INDEX IF NOT EXISTS commands_ended ON commands (ended_at) WHERE state IN (${TERMINAL_STATES.join(", ")})`);

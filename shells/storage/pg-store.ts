@@ -286,8 +286,8 @@ export function listQuery(q: CommandQuery): Query {
   return { text, values };
 }
 
-/** The load of one table: every row, or (history not loaded whole) live commands and the newest ended ones. */
-function loadQuery(core: string, t: PgTable, all: boolean): string {
+/** The load of one table at start: every row, or (history not loaded whole) the live commands' rows (`loadLedger` reads the ended ones). */
+export function loadQuery(core: string, t: PgTable, all: boolean): string {
   if (all) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
   // Live commands only: the ended ones come as ledger rows (loadLedger).
   if (core === "command") return "SELECT key, row FROM commands WHERE NOT (state = ANY($1)) ORDER BY ord";
@@ -296,7 +296,7 @@ function loadQuery(core: string, t: PgTable, all: boolean): string {
   return `SELECT x.key, x.row FROM ${t.name} x JOIN commands c ON c.key = x.${col} WHERE NOT (c.state = ANY($1)) ORDER BY x.ord`;
 }
 
-function loadParams(core: string, all: boolean): unknown[] {
+export function loadParams(core: string, all: boolean): unknown[] {
   if (all) return [];
   return core === "command" || PER_COMMAND[core] !== undefined ? [TERMINAL_STATES] : [];
 }

@@ -6,7 +6,8 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
-import { listQuery, PgServerStore } from "../../../shells/storage/pg-store.js";
+import { listQuery, loadParams, loadQuery, PgServerStore } from "../../../shells/storage/pg-store.js";
+import { PG_TABLES } from "../../../shells/storage/pg-schema.js";
 import type { CommandQuery } from "../../../shells/storage/server-store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
@@ -157,6 +158,30 @@ describe("PostgreSQL store", () => {
       }
       // The position is a bound the index seeks to, not only a filter.
       expect(await plan(q({ clientIds: ["c1"], after }))).toMatch(/"Index Cond":"\(\(client_id = 'c1'::text\) AND \(created_at <= /);
+    } finally {
+      await c.end();
+    }
+  });
+
+  it("a start reads the live commands through commands_live, not the whole history", async () => {
+    const url = await cluster.createDatabase("live_plan");
+    const s = await PgServerStore.open(url);
+    const records = Array.from({ length: 2000 }, (_, i) => ({
+      table: "command" as const,
+      key: `u${i}`,
+      value: { uuid: `u${i}`, clientId: "c", state: i % 500 === 0 ? 3 : 5, createdAt: 1000 + i, storedThrough: 0 },
+    }));
+    s.persist({ type: "persist", id: 1, records });
+    await s.whenIdle();
+    await s.close();
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      await c.query("ANALYZE commands");
+      const text = loadQuery("command", PG_TABLES.command, false);
+      const plan = JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${text}`, loadParams("command", false))).rows[0]["QUERY PLAN"]);
+      expect(plan).toContain('"Index Name":"commands_live"');
+      expect((await c.query<{ key: string }>(text, loadParams("command", false))).rows.map((r) => r.key)).toEqual(["u0", "u500", "u1000", "u1500"]);
     } finally {
       await c.end();
     }
