@@ -121,11 +121,8 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
       this.tables.set(core, m);
     }
     if (!all) await this.loadLedger(ledgerRows);
-    const recent = await this.conn.query<{ uuid: string; seq: string; digest: number }>(
-      `SELECT o.uuid, o.seq, o.digest FROM ${OUTPUT_TABLE} o JOIN commands c ON c.key = o.uuid
-       WHERE o.seq > c.stored_through - $1 ${all ? "" : "AND NOT (c.state = ANY($2))"} ORDER BY o.uuid, o.seq`,
-      all ? [RECENT_DIGESTS] : [RECENT_DIGESTS, TERMINAL_STATES],
-    );
+    const q = recentDigestsQuery(all);
+    const recent = await this.conn.query<{ uuid: string; seq: string; digest: number }>(q.text, q.values);
     let events = this.tables.get("event");
     if (!events && recent.rows.length > 0) this.tables.set("event", (events = new Map()));
     for (const x of recent.rows) {
@@ -293,7 +290,25 @@ export function loadQuery(core: string, t: PgTable, all: boolean): string {
   if (core === "command") return "SELECT key, row FROM commands WHERE NOT (state = ANY($1)) ORDER BY ord";
   const col = PER_COMMAND[core];
   if (col === undefined) return `SELECT key, row FROM ${t.name} ORDER BY ord`;
-  return `SELECT x.key, x.row FROM ${t.name} x JOIN commands c ON c.key = x.${col} WHERE NOT (c.state = ANY($1)) ORDER BY x.ord`;
+  return `SELECT x.key, x.row FROM ${t.name} x JOIN commands c ON ${sameUuid(`x.${col}`, col)} WHERE NOT (c.state = ANY($1)) ORDER BY x.ord`;
+}
+
+/**
+ * `column = c.key` for a join on commands' key. Keys are COLLATE "C", the
+ * uuid columns of the other tables are not: compared as they are, the two
+ * collations leave the uuid column's index unusable (a start then scanned
+ * every event or output row of the history); compared in the uuid column's
+ * collation, the join walks its index. (Equality is the same in both.)
+ */
+const sameUuid = (column: string, name: string): string => (name === "key" ? `${column} = c.key` : `${column} = c.key COLLATE "default"`);
+
+/** The digests of the recent output events of the commands a start loads (every command, or the live ones). */
+export function recentDigestsQuery(all: boolean): Query {
+  return {
+    text: `SELECT o.uuid, o.seq, o.digest FROM ${OUTPUT_TABLE} o JOIN commands c ON ${sameUuid("o.uuid", "uuid")}
+       WHERE o.seq > c.stored_through - $1 ${all ? "" : "AND NOT (c.state = ANY($2))"} ORDER BY o.uuid, o.seq`,
+    values: all ? [RECENT_DIGESTS] : [RECENT_DIGESTS, TERMINAL_STATES],
+  };
 }
 
 export function loadParams(core: string, all: boolean): unknown[] {

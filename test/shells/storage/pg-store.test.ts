@@ -6,9 +6,10 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
-import { listQuery, loadParams, loadQuery, PgServerStore } from "../../../shells/storage/pg-store.js";
+import { listQuery, loadParams, loadQuery, PgServerStore, recentDigestsQuery } from "../../../shells/storage/pg-store.js";
 import { PG_TABLES } from "../../../shells/storage/pg-schema.js";
 import type { CommandQuery } from "../../../shells/storage/server-store.js";
+import { eventKey } from "../../../core/server/store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import { framesOf, outputEvent, outputRecord } from "./store-contract.js";
 
@@ -163,15 +164,20 @@ describe("PostgreSQL store", () => {
     }
   });
 
-  it("a start reads the live commands through commands_live, not the whole history", async () => {
+  it("a start reads the live commands through commands_live, and their events and output through the uuid indexes, not the whole history", async () => {
     const url = await cluster.createDatabase("live_plan");
     const s = await PgServerStore.open(url);
     const records = Array.from({ length: 2000 }, (_, i) => ({
       table: "command" as const,
       key: `u${i}`,
-      value: { uuid: `u${i}`, clientId: "c", state: i % 500 === 0 ? 3 : 5, createdAt: 1000 + i, storedThrough: 0 },
+      value: { uuid: `u${i}`, clientId: "c", state: i % 500 === 0 ? 3 : 5, createdAt: 1000 + i, storedThrough: 2 },
     }));
     s.persist({ type: "persist", id: 1, records });
+    const rows = records.flatMap((r) => [
+      outputRecord(r.key, 1, 10),
+      { table: "event" as const, key: eventKey(r.key, 2), value: { seq: 2, kind: "lifecycle", state: 3 } },
+    ]);
+    s.persist({ type: "persist", id: 2, records: rows });
     await s.whenIdle();
     await s.close();
     const c = new pg.Client({ connectionString: url });
@@ -182,6 +188,16 @@ describe("PostgreSQL store", () => {
       const plan = JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${text}`, loadParams("command", false))).rows[0]["QUERY PLAN"]);
       expect(plan).toContain('"Index Name":"commands_live"');
       expect((await c.query<{ key: string }>(text, loadParams("command", false))).rows.map((r) => r.key)).toEqual(["u0", "u500", "u1000", "u1500"]);
+      // Keys are COLLATE "C", uuid columns are not: the joins compare in the uuid column's collation, so its index serves them.
+      await c.query("SET enable_seqscan = off");
+      const events = loadQuery("event", PG_TABLES.event, false);
+      const eventsPlan = JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${events}`, loadParams("event", false))).rows[0]["QUERY PLAN"]);
+      expect(eventsPlan).toContain('"Index Name":"events_uuid_seq"');
+      const recent = recentDigestsQuery(false);
+      expect(JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${recent.text}`, recent.values)).rows[0]["QUERY PLAN"])).toContain(
+        '"Index Name":"output_pkey"',
+      );
+      expect((await c.query<{ uuid: string }>(recent.text, recent.values)).rows.map((r) => r.uuid)).toEqual(["u0", "u1000", "u1500", "u500"]);
     } finally {
       await c.end();
     }
