@@ -45,9 +45,10 @@
 // through the control API client (client/control-client.ts), after 20
 // warm-up calls of each, the kinds interleaved call by call.
 // The large database is measured again with prunedMax lowered to the small
-// size (the ledger's share of RSS), and once with auto_explain on, whose
+// size (the ledger's share of RSS), once with auto_explain on, whose
 // plans of the store's own queries (load, readCommand, listCommands) are
-// printed.
+// printed, and last with its audit log trimmed to the small size's count
+// as well (the audit log's share: it is restored whole).
 //
 // Env: RVBOX_BENCH_NODE_ARGS (more Node flags for the servers), RVBOX_BENCH_VERBOSE=1 (their heap after GC).
 // Flags: --quick (1,000 vs 30,000, one server run each, 50 calls: about a minute on a busy 2-core machine)
@@ -62,6 +63,7 @@ import { createControlClient, type ControlClient } from "../client/control-clien
 import { isTerminal } from "../core/index.js";
 import { type PgCluster, startPgCluster } from "../test/support/pg-cluster.js";
 import { cleanupTemp } from "../test/shells/e2e/helpers.js";
+import { encodeValue } from "../shells/storage/value-codec.js";
 import { type Loaded, readSeed, replicateHistory, seedHistory } from "./lib/history-load.js";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
@@ -448,6 +450,23 @@ async function main(): Promise<void> {
     if (EXPLAIN) {
       console.log(`\nplans at ${LARGE.toLocaleString("en")} (auto_explain, the store's own statements):`);
       for (const p of await explain(cluster, large.url, large.loaded)) console.log(`${p}\n`);
+    }
+    // What is left once the ledger is as small as at the small size: the audit log, restored whole (the
+    // newest auditMax = 50,000 entries a server that took the submits keeps). Trimmed here to the small
+    // size's count (as a server with that many submits keeps it), the large database is measured once more.
+    if (LARGE > SMALL) {
+      const pg = (await import("pg")).default;
+      const c = new pg.Client({ connectionString: large.url });
+      await c.connect();
+      const cut = LARGE - SMALL;
+      await c.query("DELETE FROM audit WHERE seq <= $1", [cut]);
+      await c.query("UPDATE counters SET row = $1 WHERE key = 'audit_dropped'", [encodeValue({ count: cut, throughSeq: cut })]);
+      await c.query("VACUUM ANALYZE audit");
+      await c.end();
+      const a = await measure(`${LARGE.toLocaleString("en")}, prunedMax ${SMALL}, audit ${SMALL}`, large.url, large.loaded, { prunedMax: SMALL });
+      console.log(
+        `audit: with the audit log trimmed to ${SMALL.toLocaleString("en")} entries as well, RSS after GC ${mib(a.rssGc).toFixed(0)} MiB, settled ${mib(a.rssSettled).toFixed(0)} MiB (${ratio(a.rssSettled, s.rssSettled)} of ${s.label}), live heap ${f1(a.heapSettled)} MiB (${s.label}: ${f1(s.heapSettled)}); start ${(a.startMs / 1000).toFixed(2)} s; so the audit log's ${(Math.min(LARGE, 50_000) - SMALL).toLocaleString("en")} more entries held ${(mib(led.rssSettled) - mib(a.rssSettled)).toFixed(0)} MiB of RSS settled, ${f1(led.heapSettled - a.heapSettled)} MiB of live heap`,
+      );
     }
     console.log(`total ${((performance.now() - t0) / 1000).toFixed(0)} s`);
     if (args.includes("--keep")) {
