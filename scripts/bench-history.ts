@@ -337,8 +337,8 @@ async function explain(cluster: PgCluster, url: string, loaded: Loaded): Promise
   const want = [
     /FROM commands WHERE NOT \(state = ANY/,
     /DECLARE ledger/,
-    /FROM events x JOIN commands/,
-    /o\.digest FROM output/,
+    /CROSS JOIN LATERAL\s+\(SELECT key, row, ord FROM events/,
+    /SELECT uuid, seq, digest FROM output/,
     /FROM commands WHERE key = \$1/,
     /FROM commands WHERE client_id = \$1\s+ORDER BY/,
     /SELECT row FROM commands\s+ORDER BY/,
