@@ -50,8 +50,9 @@
 // printed, and last with its audit log trimmed to the small size's count
 // as well (the audit log's share: it is restored whole).
 //
-// Env: RVBOX_BENCH_NODE_ARGS (more Node flags for the servers), RVBOX_BENCH_VERBOSE=1 (their heap after GC).
-// Flags: --quick (1,000 vs 30,000, one server run each, 50 calls: about a minute on a busy 2-core machine)
+// Env: RVBOX_BENCH_NODE_ARGS (more Node flags for the servers), RVBOX_BENCH_VERBOSE=1 (each server's heap after
+// each GC, and its resident memory by kind of mapping: V8's 256 KiB pages, the brk heap, files).
+// Flags: --quick (1,000 vs 30,000, one server run each, 50 calls: 25-60 s on this busy 2-core machine)
 //        --sizes=SMALL,LARGE  --clients=N (200)  --calls=N (200)  --seed=N (320)
 //        --repeat=N (3: server runs per configuration)  --settle=S (20; quick 0: idle seconds before the settled RSS)  --no-explain  --keep (leave the cluster running, print its URL, wait for Ctrl-C)
 import { type ChildProcess, spawn } from "node:child_process";
