@@ -15,7 +15,7 @@ export { agentStep, agentInvariants, newAgent, restoreAgent, defaultAgentConfig 
 export * from "./server/server-types.js";
 export { serverStep } from "./server/node.js";
 export { serverInvariants } from "./server/invariants.js";
-export { newServer, restoreServer, defaultServerConfig } from "./server/restore.js";
+export { newServer, restoreServer, defaultServerConfig, ARCHIVED_TABLE, ledgerRowOf } from "./server/restore.js";
 export { requestDigest } from "./server/submit.js";
 export { missingMessage } from "./server/history.js";
 export { metaCharge } from "./server/metadata.js";

@@ -117,6 +117,22 @@ export function restoreServer(config: ServerConfig, tables: ServerTables, seed: 
   return st;
 }
 
+/**
+ * With the history in the store, a restore turns every ended command row it
+ * is given into its ledger entry (`ledgerRowOf`) and holds nothing else of
+ * it. A store may therefore hand ended commands over already reduced, as
+ * ledger rows under this name (key: uuid) instead of as command rows, so
+ * that reading many (the newest prunedMax) never holds them all as rows at
+ * once; the restore is the same either way.
+ */
+export const ARCHIVED_TABLE = "archived";
+
+/** The ledger entry a restore makes of an ended command's row (history in the store). */
+export function ledgerRowOf(r: CommandRow): PrunedCommand {
+  const c = restoreCommand(r, undefined);
+  return ledgerEntry(c, c.endedAt);
+}
+
 export function restoreCommands(st: ServerState, tables: ServerTables): void {
   if (!st.config.limits.historyInStore) {
     loadCommands(st, tables);
@@ -128,11 +144,9 @@ export function restoreCommands(st: ServerState, tables: ServerTables): void {
   // ends it, so their rows share a batch; jobInvariants checks it.)
   const archived: PrunedCommand[] = [];
   const live = (_: string, r: CommandRow): boolean => !isTerminal(r.state);
-  for (const [, r] of rowsOf(tables, "command")) {
-    if (live("", r)) continue;
-    const c = restoreCommand(r, undefined);
-    archived.push(ledgerEntry(c, c.endedAt));
-  }
+  for (const [, r] of rowsOf(tables, "command")) if (!live("", r)) archived.push(ledgerRowOf(r));
+  // Ended commands the store handed over already reduced (ARCHIVED_TABLE): the same entries.
+  for (const p of (tables.get(ARCHIVED_TABLE)?.values() ?? []) as Iterable<PrunedCommand>) archived.push(p);
   loadCommands(st, tables, live);
   restoreHistory(st, rowsOf(tables, "pruned"), archived);
 }

@@ -113,13 +113,18 @@ export function schemaStatements(): string[] {
     out.push(`CREATE TABLE IF NOT EXISTS ${t.name} (key text COLLATE "C" PRIMARY KEY, ord bigint GENERATED ALWAYS AS IDENTITY, row bytea NOT NULL${typed})`);
     out.push(`CREATE INDEX IF NOT EXISTS ${t.name}_ord ON ${t.name} (ord)`);
   }
-  out.push("CREATE INDEX IF NOT EXISTS commands_client ON commands (client_id, created_at)");
+  // A client's ListCommands pages, in their order (newest first, then uuid): a page reads its own rows only.
+  // (Before 2026-12-08 it was commands_client (client_id, created_at): a page then read and sorted every row of the client.)
+  out.push("DROP INDEX IF EXISTS commands_client");
+  out.push('CREATE INDEX IF NOT EXISTS commands_client_page ON commands (client_id, created_at DESC, key COLLATE "C")');
   out.push("CREATE INDEX IF NOT EXISTS commands_state ON commands (state)");
+  // The live commands a server loads at start (pg-store.ts loadQuery), in first-write order: a start reads
+  // them, not the whole history (the predicate is the load's, so the planner can use it).
+  out.push(`CREATE INDEX IF NOT EXISTS commands_live ON commands (ord) WHERE NOT (state = ANY ('{${TERMINAL_STATES.join(",")}}'::smallint[]))`);
   // ListCommands pages (newest first) and the history's retention sweep.
   out.push('CREATE INDEX IF NOT EXISTS commands_created ON commands (created_at DESC, key COLLATE "C")');
   out.push(`CREATE INDEX IF NOT EXISTS commands_ended ON commands (ended_at) WHERE state IN (${TERMINAL_STATES.join(", ")})`);
-  // A restart loads the live commands and their rows by key, never scanning the history.
-  out.push(`CREATE INDEX IF NOT EXISTS commands_live ON commands (key) WHERE state NOT IN (${TERMINAL_STATES.join(", ")})`);
+  // A restart loads the live commands' rows of these tables by uuid (loadQuery's LATERAL joins), never scanning the history.
   out.push("CREATE INDEX IF NOT EXISTS stdin_writes_uuid ON stdin_writes (uuid)");
   out.push("CREATE INDEX IF NOT EXISTS retention_markers_uuid ON retention_markers (uuid)");
   out.push("CREATE INDEX IF NOT EXISTS events_uuid_seq ON events (uuid, seq)");

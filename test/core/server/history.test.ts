@@ -5,7 +5,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { CommandLifecycle as L, ExecutionSpecSchema, OutputStream, SignalKind } from "../../../protos/gen/rvbox/v1/common_pb.js";
-import { metaCharge, restoreServer, serverInvariants, type PrunedCommand } from "../../../core/index.js";
+import { ARCHIVED_TABLE, isTerminal, ledgerRowOf, metaCharge, restoreServer, serverInvariants, type PrunedCommand } from "../../../core/index.js";
 import { ledgerEntry } from "../../../core/server/history.js";
 import { type CommandRow, restoreCommand } from "../../../core/server/store.js";
 import { Code, InvariantViolation } from "../../../core/errors.js";
@@ -577,5 +577,30 @@ describe("history in the store (issue 39: memory holds what is live)", () => {
     expect(back.listCommands()).toEqual(r.listCommands());
     expect(back.command("e1")).toEqual(r.command("e1"));
     expect(back.submit("a", "e3", argv("true"))).toMatchObject({ ok: false, error: { code: Code.ALREADY_EXECUTED } });
+  });
+
+  it("a store may hand ended commands over already reduced to ledger rows (ARCHIVED_TABLE): the restore is the same", () => {
+    const r = inStore({ historyHeld: 10, prunedMax: 2 });
+    const c = r.connect();
+    for (const u of ["e1", "e2", "e3"]) {
+      finish(r, c, u, u === "e2" ? "out" : undefined);
+      r.now += 10;
+    }
+    r.submit("a", "live", argv("sleep", "9"));
+    const cfg = new ServerRig({ historyInStore: true, historyHeld: 10, prunedMax: 2 }).cfg;
+    const rows = r.disk.tables();
+    // What a store that reads many ended commands gives: live command rows, and the ended ones as their ledger rows.
+    const commands = rows.get("command") as ReadonlyMap<string, CommandRow>;
+    const live = new Map([...commands].filter(([, x]) => !isTerminal(x.state)));
+    const archived = new Map([...commands].filter(([, x]) => isTerminal(x.state)).map(([k, x]) => [k, ledgerRowOf(x)]));
+    expect([...archived.keys()].sort()).toEqual(["e1", "e2", "e3"]);
+    const reduced = { get: (t: string) => (t === "command" ? live : t === ARCHIVED_TABLE ? archived : rows.get(t)) };
+    const whole = restoreServer(cfg, rows, 2);
+    const st = restoreServer(cfg, reduced, 2);
+    serverInvariants(st);
+    expect([...st.commands.keys()]).toEqual(["live"]);
+    expect([...st.pruned]).toEqual([...whole.pruned]);
+    expect([...st.pruned.keys()]).toEqual(["e2", "e3"]);
+    expect(st.commands.get("live")).toEqual(whole.commands.get("live"));
   });
 });

@@ -9,7 +9,18 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PG_SCHEMA_VERSION } from "../../../shells/storage/pg-schema.js";
 import { checkStoreUrl } from "../../../shells/server/server-daemon.js";
-import { OUTPUT_ROWS_PER_INSERT, outputInserts, PgServerStore } from "../../../shells/storage/pg-store.js";
+import {
+  listQuery,
+  loadParams,
+  loadQuery,
+  OUTPUT_ROWS_PER_INSERT,
+  outputInserts,
+  PgServerStore,
+  recentDigestsQuery,
+} from "../../../shells/storage/pg-store.js";
+import { PG_TABLES } from "../../../shells/storage/pg-schema.js";
+import type { CommandQuery } from "../../../shells/storage/server-store.js";
+import { eventKey } from "../../../core/server/store.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import type { OutputEventRow } from "../../../core/server/store.js";
 import { transientDbError, WRITER_ROW_STALE } from "../../../shells/storage/pg-writer.js";
@@ -313,6 +324,94 @@ describe("PostgreSQL store", () => {
     } finally {
       await s.close();
       await cutter.close();
+    }
+  });
+
+  it("a page of ListCommands reads its own rows in the index's order, for one client or all, after a position too: no sort of a client's whole history", async () => {
+    const url = await cluster.createDatabase("list_plan");
+    const s = await PgServerStore.open(url);
+    // 50 clients: one client's page is best served by its own index (a planner's choice on this many rows).
+    const records = Array.from({ length: 2000 }, (_, i) => ({
+      table: "command" as const,
+      key: `u${String(i).padStart(4, "0")}`,
+      value: { uuid: `u${String(i).padStart(4, "0")}`, clientId: `c${i % 50}`, state: 5, createdAt: 1000 + Math.floor(i / 100), storedThrough: 0 },
+    }));
+    s.persist({ type: "persist", id: 1, records });
+    await s.whenIdle();
+    const q = (o: Partial<CommandQuery>): CommandQuery => ({ clientIds: null, states: [], createdFrom: 0, createdBefore: 0, after: null, limit: 10, ...o });
+    // The rows: newest first, then by uuid; the next page starts right after the last one (equal creation times included).
+    const all = (await sql<{ key: string }>(url, "SELECT key FROM commands WHERE client_id = 'c1' ORDER BY created_at DESC, key")).map((r) => r.key);
+    const p1 = await s.listCommands(q({ clientIds: ["c1"] }));
+    const last = p1.at(-1)!;
+    const p2 = await s.listCommands(q({ clientIds: ["c1"], after: { createdAt: last.createdAt, uuid: last.uuid } }));
+    expect([...p1, ...p2].map((r) => r.uuid)).toEqual(all.slice(0, 20));
+    await s.close();
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      await c.query("ANALYZE commands");
+      // No plan may sort: the index must give the order. A table this small is cheaper to sort, so the
+      // other scans are priced out: an index scan that cannot give the order would show a Sort above it.
+      await c.query("SET enable_seqscan = off");
+      await c.query("SET enable_bitmapscan = off");
+      const plan = async (x: CommandQuery): Promise<string> => {
+        const { text, values } = listQuery(x);
+        return JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${text}`, values)).rows[0]["QUERY PLAN"]);
+      };
+      const after = { createdAt: 1010, uuid: "u1051" };
+      for (const x of [q({ clientIds: ["c1"] }), q({ clientIds: ["c1"], after }), q({ clientIds: ["c1"], states: [5] })]) {
+        const p = await plan(x);
+        expect(p).toContain('"Index Name":"commands_client_page"');
+        expect(p).not.toContain('"Node Type":"Sort"');
+      }
+      for (const x of [q({}), q({ after })]) {
+        const p = await plan(x);
+        expect(p).toContain('"Index Name":"commands_created"');
+        expect(p).not.toContain('"Node Type":"Sort"');
+      }
+      // The position is a bound the index seeks to, not only a filter.
+      expect(await plan(q({ clientIds: ["c1"], after }))).toMatch(/"Index Cond":"\(\(client_id = 'c1'::text\) AND \(created_at <= /);
+    } finally {
+      await c.end();
+    }
+  });
+
+  it("a start reads the live commands through commands_live, and their events and output through the uuid indexes, not the whole history", async () => {
+    const url = await cluster.createDatabase("live_plan");
+    const s = await PgServerStore.open(url);
+    const records = Array.from({ length: 2000 }, (_, i) => ({
+      table: "command" as const,
+      key: `u${i}`,
+      value: { uuid: `u${i}`, clientId: "c", state: i % 500 === 0 ? 3 : 5, createdAt: 1000 + i, storedThrough: 2 },
+    }));
+    s.persist({ type: "persist", id: 1, records });
+    const rows = records.flatMap((r) => [
+      outputRecord(r.key, 1, 10),
+      { table: "event" as const, key: eventKey(r.key, 2), value: { seq: 2, kind: "lifecycle", state: 3 } },
+    ]);
+    s.persist({ type: "persist", id: 2, records: rows });
+    await s.whenIdle();
+    await s.close();
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      await c.query("ANALYZE commands");
+      const text = loadQuery("command", PG_TABLES.command, false);
+      const plan = JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${text}`, loadParams("command", false))).rows[0]["QUERY PLAN"]);
+      expect(plan).toContain('"Index Name":"commands_live"');
+      expect((await c.query<{ key: string }>(text, loadParams("command", false))).rows.map((r) => r.key)).toEqual(["u0", "u500", "u1000", "u1500"]);
+      // Keys are COLLATE "C", uuid columns are not: the joins compare in the uuid column's collation, so its index serves them.
+      await c.query("SET enable_seqscan = off");
+      const events = loadQuery("event", PG_TABLES.event, false);
+      const eventsPlan = JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${events}`, loadParams("event", false))).rows[0]["QUERY PLAN"]);
+      expect(eventsPlan).toContain('"Index Name":"events_uuid_seq"');
+      const recent = recentDigestsQuery(false);
+      expect(JSON.stringify((await c.query(`EXPLAIN (FORMAT JSON) ${recent.text}`, recent.values)).rows[0]["QUERY PLAN"])).toContain(
+        '"Index Name":"output_pkey"',
+      );
+      expect((await c.query<{ uuid: string }>(recent.text, recent.values)).rows.map((r) => r.uuid)).toEqual(["u0", "u1000", "u1500", "u500"]);
+    } finally {
+      await c.end();
     }
   });
 });
