@@ -98,10 +98,13 @@ export const SERVER_HISTORY_HELD = 1_000;
 /**
  * The ledger's default when the store keeps the history: it then only has to
  * answer late frames and reconcile snapshots about recently pruned commands
- * (a repeated submit is answered from the store), and 100,000 entries of
- * about 700 bytes would be most of a server's memory.
+ * (a repeated submit is answered from the store), beside the historyHeld
+ * ended commands memory holds whole. Each entry is small once built (about
+ * 120 bytes of live heap) but a start builds it from decoded rows, whose
+ * garbage the process keeps as RSS: 10,000 cost 24 MiB of RSS at start
+ * (npm run bench:history), 1,000 about 3.
  */
-export const SERVER_PRUNED_LEDGER_IN_STORE = 10_000;
+export const SERVER_PRUNED_LEDGER_IN_STORE = 1_000;
 /** Commands pruned in one step at most (the rest wait for the next wake). */
 export const SERVER_PRUNES_PER_STEP = 256;
 export const SERVER_OUTPUT_PER_COMMAND_BYTES = 256 * MiB;

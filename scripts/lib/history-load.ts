@@ -184,6 +184,8 @@ function copyField(v: unknown): string {
   if (v === null || v === undefined) return "\\N";
   if (v instanceof Uint8Array) return `\\\\x${Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString("hex")}`;
   if (typeof v === "number" || typeof v === "bigint") return String(v);
+  // A text[] column (audit.clients): an array literal, each element quoted.
+  if (Array.isArray(v)) return copyField(`{${v.map((e) => `"${String(e).replace(/["\\]/g, (ch) => `\\${ch}`)}"`).join(",")}}`);
   return String(v).replace(/[\\\t\n\r]/g, (ch) => ({ "\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r" })[ch]!);
 }
 

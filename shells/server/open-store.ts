@@ -40,7 +40,8 @@ export async function openServerStore(o: OpenStoreOptions, limits: ServerLimits,
   }
   let since = 0;
   for (let wait = writeLimits.retryMinMs; ; wait = Math.min(writeLimits.retryMaxMs, wait * 2)) {
-    status("restoring: loading the state from PostgreSQL");
+    // Once waiting, each new attempt is still the wait (/readyz and refused calls keep saying why).
+    if (since === 0) status("restoring: loading the state from PostgreSQL");
     try {
       const s = await PgServerStore.open(o.store, { ledgerRows: limits.prunedMax, writeLimits });
       if (since > 0) log.info("store available again", { after_s: Math.round((Date.now() - since) / 100) / 10 });
