@@ -15,6 +15,7 @@ import {
   spawnRvbox,
   startAgent,
   startServer,
+  steadyStream,
   tempDir,
   waitFor,
   writeTokenFiles,
@@ -137,18 +138,8 @@ describeStores("e2e: server kill -9 and restart", (st) => {
     try {
       await waitFor("agent connected", () => agent.connected);
       const mark = path.join(work, "marker");
-      // ~2.8 MB over ~3 s, in bursts.
-      const r = await client.submitCommand({
-        clientId: "steady",
-        program: {
-          case: "shell",
-          value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 60 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` },
-        },
-      });
-      const uuid = r.command!.issueUuid;
-      await waitFor("some output stored", async () => (await client.getCommand({ issueUuid: uuid })).command!.storedThroughEventSeq > 5n);
-      // Acknowledged submit just before the crash: must survive it (R-D1).
-      const late = await client.submitCommand({ clientId: "steady", program: { case: "argv", value: { argv: ["echo", "after the crash"] } } });
+      // ~2.8 MB over ~3 s, in bursts; and a submit acknowledged just before the crash: it must survive it (R-D1).
+      const { uuid, late } = await steadyStream(client, "steady", mark);
       await kill9(server);
       expect(agent.connected || true).toBe(true);
       server = spawnRvbox(serverArgs);
@@ -160,7 +151,7 @@ describeStores("e2e: server kill -9 and restart", (st) => {
       expect(got.finished?.state).toBe(L.SUCCEEDED);
       expect(got.stdout.toString() === seqText(1, 300000)).toBe(true);
       expect(await fileLines(mark)).toEqual(["start"]);
-      const gl = await collect(client, late.command!.issueUuid);
+      const gl = await collect(client, late);
       expect(gl.stdout.toString()).toBe("after the crash\n");
       const cl = (await client.listClients({})).clients.find((c) => c.clientId === "steady")!;
       expect(cl.generation).toBeGreaterThanOrEqual(2n);

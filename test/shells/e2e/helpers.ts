@@ -291,3 +291,24 @@ export async function storedOutputBytes(s: TestServer, uuid?: string): Promise<n
   for (const f of await fsp.readdir(dir)) if (f.endsWith(".seg")) n += (await fsp.stat(path.join(dir, f))).size;
   return n;
 }
+
+/**
+ * Submit the crash tests' steady stream to `clientId`: about 2.8 MB in bursts
+ * over about 3 s (`seq` 1..300,000, 60 bursts), appending "start" to `mark`
+ * each time it is launched; returns its uuid once some of its output is
+ * stored, and the uuid of a short command acknowledged right after (both
+ * must survive whatever the test does next, R-D1).
+ */
+export async function steadyStream(client: ReturnType<typeof controlClient>, clientId: string, mark: string): Promise<{ uuid: string; late: string }> {
+  const r = await client.submitCommand({
+    clientId,
+    program: {
+      case: "shell",
+      value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 60 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` },
+    },
+  });
+  const uuid = r.command!.issueUuid;
+  await waitFor("some output stored", async () => (await client.getCommand({ issueUuid: uuid })).command!.storedThroughEventSeq > 5n);
+  const late = await client.submitCommand({ clientId, program: { case: "argv", value: { argv: ["echo", "after the crash"] } } });
+  return { uuid, late: late.command!.issueUuid };
+}

@@ -27,6 +27,7 @@ import {
   spawnRvbox,
   startAgent,
   startServer,
+  steadyStream,
   tempDir,
   waitFor,
   writeTokenFiles,
@@ -212,18 +213,9 @@ describe("server on PostgreSQL", () => {
     try {
       await waitFor("agent connected", () => agent.connected);
       const mark = path.join(work, "marker");
-      // ~2.8 MB over ~3 s in bursts: the server commits a group after group while PostgreSQL dies.
-      const r = await client.submitCommand({
-        clientId: "pg-steady",
-        program: {
-          case: "shell",
-          value: { commandLine: `echo start >> ${mark}; i=0; while [ $i -lt 60 ]; do seq $((i*5000+1)) $((i*5000+5000)); i=$((i+1)); sleep 0.05; done` },
-        },
-      });
-      const uuid = r.command!.issueUuid;
-      await waitFor("some output stored", async () => (await client.getCommand({ issueUuid: uuid })).command!.storedThroughEventSeq > 5n);
-      // Acknowledged just before the crash: it must survive it (R-D1).
-      const late = await client.submitCommand({ clientId: "pg-steady", program: { case: "argv", value: { argv: ["echo", "after the crash"] } } });
+      // ~2.8 MB over ~3 s in bursts (the server commits group after group while PostgreSQL dies), and a
+      // submit acknowledged just before the crash: it must survive it (R-D1).
+      const { uuid, late } = await steadyStream(client, "pg-steady", mark);
       // Mid-commit for certain: hold the output table so the server's next group stops inside its
       // transaction (BEGIN and its other rows sent, the output INSERT waiting), then kill -9 PostgreSQL.
       const holder = new pg.Client({ connectionString: store });
@@ -259,7 +251,7 @@ describe("server on PostgreSQL", () => {
       expect(got.stdout.toString() === seqText(1, 300000)).toBe(true);
       expect(got.stderr.length).toBe(0);
       expect(await fileLines(mark)).toEqual(["start"]);
-      const gl = await read(late.command!.issueUuid);
+      const gl = await read(late);
       expect(gl.stdout.toString()).toBe("after the crash\n");
       expect(gl.finished?.state).toBe(L.SUCCEEDED);
       // Read again from a server started afresh on the database: the same bytes, from what was committed.
