@@ -293,6 +293,9 @@ export class Operator {
     this.byUuid.set(a.uuid, s);
     this.send(request, (r) => {
       if (r.ok) this.markAcked(s);
+      // A resend whose first attempt ran and has since left the server's memory (pruned: its
+      // ledger entry answers) is refused as already executed: the request ran, once.
+      else if (r.error.code === Code.ALREADY_EXECUTED) this.markAcked(s);
       // A full metadata tier refuses new work with CODE_CAPACITY: a bound, not a bug.
       // A spec every agent would refuse is refused at submit (spec-limits.ts).
       else if (a.prog === "bad_argv" && r.error.code === Code.VALIDATION) return;

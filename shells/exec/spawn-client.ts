@@ -77,8 +77,15 @@ function helperEntry(): { file: string; execArgv: string[] } {
  * its Node is started by absolute path with explicit flags (helperEntry).
  */
 export function helperEnv(agentEnv: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  return buildChildEnv(undefined, agentEnv);
+  const env = buildChildEnv(undefined, agentEnv);
+  // The test run's marks (test/support/leaks-global.ts), which carry no secret: without them a
+  // helper a test leaked is invisible to the leak check and holds the run's output open.
+  for (const k of TEST_RUN_MARKS) if (agentEnv[k] !== undefined) env[k] = agentEnv[k];
+  return env;
 }
+
+/** The variables a test run marks its processes with (test/support/leaks-global.ts, leaks-setup.ts). */
+const TEST_RUN_MARKS = ["RVBOX_TEST_RUN", "RVBOX_TEST_FILE"] as const;
 
 export class SpawnHelper {
   private child: ChildProcess | undefined;
