@@ -189,7 +189,9 @@ export class PgServerStore extends GroupCommittedStore implements ServerStore {
     await this.conn.query("BEGIN");
     try {
       await this.conn.query(
-        `DECLARE ledger NO SCROLL CURSOR FOR SELECT key, row FROM commands WHERE state = ANY('{${TERMINAL_STATES.join(",")}}'::smallint[]) ORDER BY ended_at DESC LIMIT ${n}`,
+        // ended_at is NULL only in rows written before it existed: they would sort first (DESC puts NULLs
+        // first) and pass for the newest; they are left to the database (a repeated submit is checked there).
+        `DECLARE ledger NO SCROLL CURSOR FOR SELECT key, row FROM commands WHERE state = ANY('{${TERMINAL_STATES.join(",")}}'::smallint[]) AND ended_at IS NOT NULL ORDER BY ended_at DESC LIMIT ${n}`,
       );
       for (;;) {
         const r = await this.conn.query<{ key: string; row: Buffer }>(`FETCH ${LEDGER_BATCH} FROM ledger`);

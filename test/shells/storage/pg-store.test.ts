@@ -21,6 +21,9 @@ import {
 import { PG_TABLES } from "../../../shells/storage/pg-schema.js";
 import type { CommandQuery } from "../../../shells/storage/server-store.js";
 import { eventKey } from "../../../core/server/store.js";
+import { ARCHIVED_TABLE } from "../../../core/index.js";
+import { CommandLifecycle as L } from "../../../protos/gen/rvbox/v1/common_pb.js";
+import { argv, lifecycle, ServerRig } from "../../support/server-rig.js";
 import { type PgCluster, startPgCluster } from "../../support/pg-cluster.js";
 import type { OutputEventRow } from "../../../core/server/store.js";
 import { transientDbError, WRITER_ROW_STALE } from "../../../shells/storage/pg-writer.js";
@@ -413,5 +416,37 @@ describe("PostgreSQL store", () => {
     } finally {
       await c.end();
     }
+  });
+});
+
+describe("PostgreSQL store: what a server loads of the history", () => {
+  it("the ledger is the newest ledgerRows ended commands by ended_at; a row without ended_at (written before it existed) never passes for the newest", async () => {
+    const url = await cluster.createDatabase("ledger_order");
+    const s = await PgServerStore.open(url);
+    // Real command rows (the core's), their end times set: one of them as a row from before endedAt existed.
+    const r = new ServerRig();
+    const c = r.connect();
+    for (const u of ["old", "legacy", "newer", "newest"]) {
+      r.running(c, u);
+      r.event(c, u, 2, lifecycle(L.SUCCEEDED, { exitCode: 0 }));
+    }
+    r.submit("a", "live", argv("sleep", "9"));
+    const stored = r.disk.durable.get("command")!;
+    const ends: Record<string, number | undefined> = { old: 10, legacy: undefined, newer: 20, newest: 30 };
+    const rows = ["old", "legacy", "newer", "newest", "live"].map((u) => {
+      const v = { ...(stored.get(u) as Record<string, unknown>) };
+      if (u in ends) {
+        if (ends[u] === undefined) delete v.endedAt;
+        else v.endedAt = ends[u];
+      }
+      return v as { uuid: string };
+    });
+    s.persist({ type: "persist", id: 1, records: rows.map((v) => ({ table: "command", key: v.uuid, value: v })) });
+    await s.whenIdle();
+    await s.close();
+    const again = await PgServerStore.open(url, { ledgerRows: 2 });
+    expect([...(again.tables.get(ARCHIVED_TABLE)?.keys() ?? [])].sort()).toEqual(["newer", "newest"]);
+    expect([...(again.tables.get("command")?.keys() ?? [])]).toEqual(["live"]);
+    await again.close();
   });
 });
