@@ -31,9 +31,8 @@ import { isTerminal } from "../dispatch/lifecycle.js";
 import { assert, Code, type CoreError, coreError } from "../errors.js";
 import { MAX_OPEN_INCIDENTS_PER_CLIENT } from "../limits.js";
 import type { PrunedCommand, ServerCommand, ServerConfig, ServerState } from "./server-types.js";
-import { type PrunedRow, type ServerTableName, type ServerTables, parseIncidentKey, restoreClient, restoreCommand, rowsOf } from "./store.js";
-import { ledgerEntry } from "./history.js";
-import { loadCommands, restoreServer } from "./restore.js";
+import { type PrunedRow, type ServerTableName, type ServerTables, parseIncidentKey, restoreClient, rowsOf } from "./store.js";
+import { ledgerRowOf, loadCommands, restoreServer } from "./restore.js";
 import { restoreJobs } from "./jobs.js";
 import { deactivate } from "./active.js";
 
@@ -183,8 +182,7 @@ export function restoreClientPart(st: ServerState, clientId: string, part: Serve
   if (archive)
     for (const [, r] of rowsOf(part, "command")) {
       if (!isTerminal(r.state)) continue;
-      const c = restoreCommand(r, undefined);
-      ledger.push(ledgerEntry(c, c.endedAt));
+      ledger.push(ledgerRowOf(r));
     }
   mergePruned(st, ledger);
   return { ok: true };

@@ -83,7 +83,7 @@ import { idProblem, MAX_WATCHED_CLIENTS } from "./id-limits.js";
 import type { Identity } from "./operators.js";
 import { MAX_ISSUE_UUID_CHARS, MAX_JOB_TARGETS } from "../../core/limits.js";
 import { restoreCommand } from "../../core/server/store.js";
-import { ledgerEntry } from "../../core/server/history.js";
+import { ledgerRowOf } from "../../core/server/restore.js";
 import type { OpenStream, StreamMethod } from "./open-streams.js";
 
 type FollowItem = MessageInitShape<typeof FollowOutputResponseSchema>;
@@ -297,8 +297,7 @@ async function storedEnded(d: ServerDaemon, uuid: string): Promise<PrunedCommand
   if (!d.storage.keepsHistory || d.state.commands.has(uuid) || d.state.pruned.has(uuid)) return undefined;
   const row = await d.whileStoreUp(() => d.storage.readCommand(uuid));
   if (!row || !isTerminal(row.state)) return undefined;
-  const c = restoreCommand(row, undefined);
-  return ledgerEntry(c, c.endedAt);
+  return ledgerRowOf(row);
 }
 
 /** A page of the commands memory holds, by their committed view (what the store holds of them), in listing order. */
